@@ -1,0 +1,2 @@
+# CPU batches see no GPU.
+[ "${CUDA_VISIBLE_DEVICES-unset}" = "" ]

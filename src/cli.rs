@@ -1,0 +1,229 @@
+//! The command line (SPEC section 3). Parsing only; [`crate::cmd`] does the work.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cibox",
+    version,
+    about = "Reproducible, safe GPU CI: verified images, leased GPUs, disposable containers",
+    after_help = "Exit codes: 0 ok, 1 tests failed, 2 usage/configuration, 3 image refused, \
+                  4 no GPU capacity, 5 infrastructure, 124 timeout, 128+N signal N."
+)]
+pub struct Cli {
+    /// The manifest (default: cibox.yaml from the current folder upwards to the git root).
+    #[arg(long, global = true, env = "CIBOX_MANIFEST", value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
+    /// Print data as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More detail on stderr (repeatable); see also CIBOX_LOG.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Images: lockset, verify, load, build, save, qualify.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Check the engine, GPU runtime, nvidia-smi, lock dir and pool.
+    Doctor,
+    /// GPUs: status, and leased execution.
+    #[command(subcommand)]
+    Gpu(GpuCommand),
+    /// Batches: list and run.
+    #[command(subcommand)]
+    Batch(BatchCommand),
+    /// Layers: run every batch of a layer.
+    #[command(subcommand)]
+    Layer(LayerCommand),
+    /// Remove this scope's containers (exact cibox labels and name; never prunes).
+    Cleanup(CleanupArgs),
+    /// Which layers could be admitted now (never waits).
+    Capacity(CapacityArgs),
+    /// Changed test files and their GPU counts, as a JSON matrix.
+    Changed(ChangedArgs),
+    /// CI workflows: render from templates, lint.
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
+    /// Replay a recorded batch locally from its result.json.
+    Reproduce(ReproduceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Print the lockset text of the manifest's lock files and its digest.
+    Lockset,
+    /// Check that an image is present locally and was built from the source's lockset.
+    Verify {
+        /// Full `sha256:` image ID (default: CIBOX_IMAGE, then image.id).
+        id: Option<String>,
+    },
+    /// Stream a docker-archive into the engine, print its ID, verify it.
+    Load {
+        /// The archive (`-` for standard input).
+        #[arg(long, value_name = "FILE", default_value = "-")]
+        from: String,
+        /// Do not verify the loaded image against the source's lockset.
+        #[arg(long)]
+        no_verify: bool,
+    },
+    /// Build the manifest's recipe (Dockerfile or Nix), label it with the lockset, print its ID.
+    Build,
+    /// Verify, run the qualification layer on the image, write a qualification record.
+    Qualify {
+        /// Full `sha256:` image ID.
+        id: String,
+    },
+    /// Write `docker save` of an image: a backup that `image load` restores to the same ID.
+    Save {
+        /// Full `sha256:` image ID.
+        id: String,
+        /// Where to write the archive.
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// One row per GPU: memory, utilisation, processes, pool, lease holder, idle verdict.
+    Status,
+    /// Lease GPUs and run a command with CUDA_VISIBLE_DEVICES set.
+    Exec(GpuExecArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuExecArgs {
+    /// How many GPUs to lease.
+    #[arg(long, conflicts_with = "devices")]
+    pub count: Option<u32>,
+    /// Which GPUs to lease (indices or UUIDs, comma-separated).
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// How long to wait for the GPUs (`0s`: try once).
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
+    /// The variable to set (default CUDA_VISIBLE_DEVICES).
+    #[arg(long, value_name = "NAME")]
+    pub env_name: Option<String>,
+    /// Pass indices instead of UUIDs.
+    #[arg(long)]
+    pub index: bool,
+    /// The command to run.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BatchCommand {
+    /// The manifest's batches and layers.
+    List,
+    /// Run batches, each in its own disposable container.
+    Run(BatchRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BatchRunArgs {
+    /// Batches to run.
+    pub names: Vec<String>,
+    /// Run the batches of this layer.
+    #[arg(long)]
+    pub layer: Option<String>,
+    /// Fast mode (adds each batch's fast_env).
+    #[arg(long, conflicts_with = "no_fast")]
+    pub fast: bool,
+    /// Full mode even where the layer says fast.
+    #[arg(long)]
+    pub no_fast: bool,
+    /// Full `sha256:` image ID (default: CIBOX_IMAGE, then image.id).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Source tree to test (default: the git toplevel).
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// Where reports go.
+    #[arg(long)]
+    pub reports: Option<PathBuf>,
+    /// Cleanup scope (default on GitHub Actions gh-RUNID-ATTEMPT, else local-USER).
+    #[arg(long, env = "CIBOX_SCOPE")]
+    pub scope: Option<String>,
+    /// How long to wait for GPUs.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
+    /// Run batches whose GPU needs fit at the same time.
+    #[arg(long)]
+    pub parallel: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LayerCommand {
+    /// Run every batch of a layer, continuing after failures.
+    Run {
+        layer: String,
+        #[command(flatten)]
+        rest: BatchRunArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// The scope whose containers to remove.
+    #[arg(long, env = "CIBOX_SCOPE")]
+    pub scope: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CapacityArgs {
+    /// Layers to judge (default: all).
+    #[arg(long)]
+    pub layer: Vec<String>,
+    /// Exit 4 unless this layer can be admitted now.
+    #[arg(long)]
+    pub require: Option<String>,
+    /// Write `<layer>_ready` to $GITHUB_OUTPUT.
+    #[arg(long)]
+    pub github_output: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ChangedArgs {
+    /// Base revision.
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Head revision (default HEAD).
+    #[arg(long)]
+    pub head: Option<String>,
+    /// Write `matrix` and `has_tests` to $GITHUB_OUTPUT.
+    #[arg(long)]
+    pub github_output: bool,
+    /// List test files that no batch runs.
+    #[arg(long)]
+    pub unregistered: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Render `*.yml.j2` templates with the manifest as context.
+    Render {
+        /// Write nothing; show a diff and exit 1 if any output is stale.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Refuse workflows that run untrusted pull-request code on self-hosted runners.
+    Lint,
+}
+
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// The run record to replay.
+    pub result: PathBuf,
+    /// Print the plan only.
+    #[arg(long)]
+    pub dry_run: bool,
+}

@@ -1,0 +1,305 @@
+//! `cibox doctor`: everything a GPU batch needs from the host, checked and explained.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Context, runtime};
+use crate::engine::{Engine, EngineInfo};
+use crate::error::Result;
+use crate::exit;
+use crate::gpu::{lockdir, probe};
+use crate::manifest::{GpuDriver, Manifest, PoolSpec};
+use crate::report::{self, Table};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Serialize)]
+struct Finding {
+    check: &'static str,
+    status: Status,
+    detail: String,
+    /// Whether a failure here stops GPU batches (exit 5).
+    blocks_gpu_batches: bool,
+}
+
+fn finding(
+    check: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    blocks: bool,
+) -> Finding {
+    Finding {
+        check,
+        status,
+        detail: detail.into(),
+        blocks_gpu_batches: blocks,
+    }
+}
+
+/// Default folders where CDI specs live when the engine does not say.
+const CDI_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+
+/// CDI spec files that describe NVIDIA GPUs.
+fn nvidia_cdi_specs(dirs: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let is_spec = p
+                .extension()
+                .is_some_and(|x| x == "yaml" || x == "yml" || x == "json");
+            if is_spec && std::fs::read_to_string(&p).is_ok_and(|t| t.contains("nvidia.com/gpu")) {
+                found.push(p.display().to_string());
+            }
+        }
+    }
+    found
+}
+
+fn gpu_runtime(info: &EngineInfo, driver: GpuDriver) -> Finding {
+    let cdi_dirs: Vec<String> = if info.cdi_spec_dirs.is_empty() {
+        CDI_DIRS.iter().map(|s| s.to_string()).collect()
+    } else {
+        info.cdi_spec_dirs.clone()
+    };
+    let specs = nvidia_cdi_specs(&cdi_dirs);
+    let has_runtime = info.runtimes.iter().any(|r| r.contains("nvidia"));
+    // dockerd enables `--gpus` device requests when this hook is on its PATH.
+    let hook = super::image::which("nvidia-container-runtime-hook");
+    match driver {
+        GpuDriver::Cdi if !specs.is_empty() => finding(
+            "gpu runtime",
+            Status::Ok,
+            format!("CDI specs for nvidia.com/gpu: {}", specs.join(", ")),
+            true,
+        ),
+        GpuDriver::Cdi => finding(
+            "gpu runtime",
+            Status::Fail,
+            format!(
+                "container.gpu_driver is cdi but no CDI spec names nvidia.com/gpu in {}; run `nvidia-ctk cdi generate`",
+                cdi_dirs.join(", ")
+            ),
+            true,
+        ),
+        GpuDriver::Nvidia if has_runtime || hook.is_some() => {
+            let what = if has_runtime {
+                format!("engine runtimes: {}", info.runtimes.join(", "))
+            } else {
+                format!(
+                    "nvidia-container-runtime-hook at {}",
+                    hook.unwrap_or_default().display()
+                )
+            };
+            finding("gpu runtime", Status::Ok, what, true)
+        }
+        GpuDriver::Nvidia => finding(
+            "gpu runtime",
+            Status::Fail,
+            format!(
+                "the engine has no NVIDIA runtime (runtimes: {}) and nvidia-container-runtime-hook is not on PATH; install the NVIDIA Container Toolkit",
+                info.runtimes.join(", ")
+            ),
+            true,
+        ),
+    }
+}
+
+fn pool_finding(pool: &PoolSpec, snapshot: Option<&probe::Snapshot>) -> Finding {
+    let PoolSpec::Devices(items) = pool else {
+        let detail = match snapshot {
+            Some(s) => format!("all ({} GPUs)", s.gpus.len()),
+            None => "all".to_string(),
+        };
+        return finding("gpu pool", Status::Ok, detail, false);
+    };
+    let Some(s) = snapshot else {
+        return finding(
+            "gpu pool",
+            Status::Ok,
+            format!("{} (not matched: no probe)", items.join(",")),
+            false,
+        );
+    };
+    let unknown: Vec<&String> = items
+        .iter()
+        .filter(|i| {
+            !s.gpus
+                .iter()
+                .any(|g| &g.uuid == *i || &g.index.to_string() == *i)
+        })
+        .collect();
+    if unknown.is_empty() {
+        finding("gpu pool", Status::Ok, items.join(","), true)
+    } else {
+        let list: Vec<&str> = unknown.iter().map(|s| s.as_str()).collect();
+        finding(
+            "gpu pool",
+            Status::Fail,
+            format!(
+                "not on this host: {}; fix gpu.pool or CIBOX_GPU_POOL",
+                list.join(", ")
+            ),
+            true,
+        )
+    }
+}
+
+/// `cibox doctor`.
+pub fn run(ctx: &Context) -> Result<u8> {
+    let mut findings = Vec::new();
+    let mut manifest_broken = false;
+    let manifest: Option<Manifest> = match ctx.manifest() {
+        Ok(m) => {
+            findings.push(finding(
+                "manifest",
+                Status::Ok,
+                m.path.display().to_string(),
+                false,
+            ));
+            Some(m)
+        }
+        Err(e) => {
+            manifest_broken = !matches!(
+                e,
+                crate::error::Error::Manifest(crate::manifest::ManifestError::NotFound { .. })
+            );
+            let status = if manifest_broken {
+                Status::Fail
+            } else {
+                Status::Warn
+            };
+            findings.push(finding(
+                "manifest",
+                status,
+                format!("{e} (using defaults)"),
+                false,
+            ));
+            None
+        }
+    };
+    let driver = manifest
+        .as_ref()
+        .map_or(GpuDriver::Nvidia, |m| m.container.gpu_driver);
+    let lock_dir = manifest
+        .as_ref()
+        .map(|m| m.gpu.lock_dir.clone())
+        .unwrap_or_else(|| {
+            std::env::var("CIBOX_GPU_LOCK_DIR")
+                .unwrap_or_else(|_| "/run/lock/cibox".into())
+                .into()
+        });
+    let pool = match &manifest {
+        Some(m) => Ok(m.gpu.pool.clone()),
+        None => std::env::var("CIBOX_GPU_POOL")
+            .map(|v| PoolSpec::parse_list(&v))
+            .unwrap_or(Ok(PoolSpec::All)),
+    };
+
+    let engine_info = runtime()?.block_on(async {
+        let engine = Engine::connect().await?;
+        engine.info().await
+    });
+    match &engine_info {
+        Ok(info) => {
+            findings.push(finding(
+                "engine",
+                Status::Ok,
+                format!(
+                    "{} at {}, API {}",
+                    info.server_version, info.host, info.api_version
+                ),
+                true,
+            ));
+            findings.push(finding(
+                "storage",
+                Status::Ok,
+                format!("{}: {}", info.storage_driver, info.id_semantics.describe()),
+                false,
+            ));
+            findings.push(gpu_runtime(info, driver));
+        }
+        Err(e) => findings.push(finding("engine", Status::Fail, e.to_string(), true)),
+    }
+
+    let snapshot = match probe::probe(probe::DEFAULT_TIMEOUT) {
+        Ok(s) => {
+            let busy = s.apps.len();
+            findings.push(finding(
+                "nvidia-smi",
+                Status::Ok,
+                format!(
+                    "{}: {} GPUs, {busy} compute processes",
+                    probe::program(),
+                    s.gpus.len()
+                ),
+                true,
+            ));
+            Some(s)
+        }
+        Err(e) => {
+            findings.push(finding("nvidia-smi", Status::Fail, e.to_string(), true));
+            None
+        }
+    };
+
+    findings.push(match lockdir::check(Path::new(&lock_dir)) {
+        Ok(d) => finding("lock dir", Status::Ok, d, true),
+        Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
+    });
+    findings.push(match pool {
+        Ok(p) => pool_finding(&p, snapshot.as_ref()),
+        Err(e) => finding(
+            "gpu pool",
+            Status::Fail,
+            format!("CIBOX_GPU_POOL: {e}"),
+            true,
+        ),
+    });
+
+    let blocking = findings
+        .iter()
+        .filter(|f| f.status == Status::Fail && f.blocks_gpu_batches)
+        .count();
+    let code = if manifest_broken {
+        exit::USAGE
+    } else if blocking > 0 {
+        exit::INFRA
+    } else {
+        exit::SUCCESS
+    };
+    if ctx.json {
+        report::json(&serde_json::json!({
+            "findings": findings,
+            "ready_for_gpu_batches": blocking == 0,
+            "exit_code": code,
+        }));
+    } else {
+        let mut t = Table::new(&["CHECK", "STATUS", "DETAIL"]);
+        for f in &findings {
+            let status = match f.status {
+                Status::Ok => "ok",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            t.row(vec![f.check.into(), status.into(), f.detail.clone()]);
+        }
+        print!("{}", t.render());
+        if blocking == 0 {
+            println!("ready for GPU batches");
+        } else {
+            println!("not ready for GPU batches: {blocking} check(s) failed");
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,531 @@
+//! `cibox image …`: lockset, verify, load, build, save.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use tokio_util::io::ReaderStream;
+
+use super::{Context, runtime};
+use crate::engine::{Engine, EngineInfo};
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::image_id::ImageId;
+use crate::lockset::{self, Lockset};
+use crate::manifest::Manifest;
+use crate::report;
+
+/// `cibox image lockset`: the canonical text, then `digest: sha256:…`.
+pub fn lockset(ctx: &Context) -> Result<u8> {
+    let m = ctx.manifest()?;
+    let l = Lockset::compute(&m.dir, &m.image.locks)?;
+    if ctx.json {
+        let files: Vec<_> = l
+            .files
+            .iter()
+            .map(|f| json!({"path": f.path, "sha256": f.sha256}))
+            .collect();
+        report::json(&json!({"files": files, "text": l.text, "digest": l.digest}));
+    } else {
+        print!("{}", l.text);
+        println!("digest: {}", l.digest);
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// The image to use: the flag, else `CIBOX_IMAGE`, else `image.id`.
+fn chosen_id(flag: Option<String>, manifest: Option<&Manifest>) -> Result<(ImageId, &'static str)> {
+    let (raw, from) = if let Some(id) = flag {
+        (id, "the command line")
+    } else if let Some(id) = std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty()) {
+        (id, "CIBOX_IMAGE")
+    } else if let Some(id) = manifest.and_then(|m| m.image.id.clone()) {
+        (id, "image.id in the manifest")
+    } else {
+        return Err(Error::Usage(
+            "no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml".into(),
+        ));
+    };
+    let id =
+        ImageId::parse(raw.trim()).map_err(|why| Error::refused(format!("{why} (from {from})")))?;
+    Ok((id, from))
+}
+
+fn describe_engine(info: &EngineInfo) {
+    report::debug(format!(
+        "engine {} at {} (API {}), storage driver {}: {}",
+        info.server_version,
+        info.host,
+        info.api_version,
+        info.storage_driver,
+        info.id_semantics.describe()
+    ));
+}
+
+/// The outcome of a successful verification.
+pub struct Verified {
+    pub id: ImageId,
+    pub lockset: String,
+    pub files: usize,
+}
+
+/// Checks that `id` is present locally (never pulled) and carries the source's lockset.
+pub async fn verify_image(engine: &Engine, id: &ImageId, source: &Lockset) -> Result<Verified> {
+    let Some(img) = engine.image(id).await? else {
+        return Err(Error::ImageRefused {
+            message: format!("{id} is not present in the local engine, and cibox never pulls"),
+            details: vec![
+                "restore it from a backup: cibox image load --from BACKUP.tar".into(),
+                "or rebuild it from the recipe: cibox image build (a rebuild may get a new ID)"
+                    .into(),
+            ],
+        });
+    };
+    if img.id != id.as_str() {
+        // Only possible if the engine resolved the ID as something else; never accept it.
+        return Err(Error::refused(format!(
+            "the engine resolved {id} to a different image ({})",
+            img.id
+        )));
+    }
+    let (Some(digest), Some(text)) = (
+        img.labels.get(lockset::LABEL_DIGEST),
+        img.labels.get(lockset::LABEL_FILES),
+    ) else {
+        return Err(Error::ImageRefused {
+            message: format!(
+                "{id} has no lockset labels ({} and {}): it was not built by cibox",
+                lockset::LABEL_DIGEST,
+                lockset::LABEL_FILES
+            ),
+            details: vec![
+                "build it with `cibox image build` (or the flake's image-build app)".into(),
+            ],
+        });
+    };
+    if &lockset::digest_of(text) != digest {
+        return Err(Error::refused(format!(
+            "{id}: its {} label ({digest}) is not the digest of its {} label ({}); the labels were tampered with or written by hand",
+            lockset::LABEL_DIGEST,
+            lockset::LABEL_FILES,
+            lockset::digest_of(text)
+        )));
+    }
+    let image_lockset = Lockset::parse_text(text).map_err(|why| {
+        Error::refused(format!(
+            "{id}: its {} label is malformed: {why}",
+            lockset::LABEL_FILES
+        ))
+    })?;
+    if digest != &source.digest {
+        let diff = image_lockset.diff(source);
+        let mut details: Vec<String> = Vec::new();
+        details.extend(diff.changed.iter().map(|p| format!("changed: {p}")));
+        details.extend(diff.added.iter().map(|p| format!("added:   {p}")));
+        details.extend(diff.removed.iter().map(|p| format!("removed: {p}")));
+        details.push(format!(
+            "image lockset {digest}, source lockset {}",
+            source.digest
+        ));
+        details
+            .push("build a new image from this source (cibox image build) and qualify it".into());
+        return Err(Error::ImageRefused {
+            message: format!(
+                "{id} was built from different lock files ({} changed, {} added, {} removed)",
+                diff.changed.len(),
+                diff.added.len(),
+                diff.removed.len()
+            ),
+            details,
+        });
+    }
+    Ok(Verified {
+        id: id.clone(),
+        lockset: digest.clone(),
+        files: source.files.len(),
+    })
+}
+
+fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
+    if ctx.json {
+        report::json(&json!({
+            "status": "verified",
+            "image": v.id,
+            "lockset": v.lockset,
+            "lock_files": v.files,
+            "id_semantics": info.id_semantics,
+            "storage_driver": info.storage_driver,
+        }));
+    } else {
+        println!(
+            "verified {} (lockset {}, {} lock files)",
+            v.id, v.lockset, v.files
+        );
+    }
+}
+
+/// `cibox image verify [ID]`.
+pub fn verify(ctx: &Context, flag: Option<String>) -> Result<u8> {
+    // A malformed ID given explicitly is refused before anything else is read.
+    let explicit = flag.is_some() || std::env::var("CIBOX_IMAGE").is_ok_and(|s| !s.is_empty());
+    if explicit {
+        chosen_id(flag.clone(), None)?;
+    }
+    let m = ctx.manifest()?;
+    let (id, from) = chosen_id(flag, Some(&m))?;
+    report::debug(format!("image {id} (from {from})"));
+    let source = Lockset::compute(&m.dir, &m.image.locks)?;
+    runtime()?.block_on(async {
+        let engine = Engine::connect().await?;
+        let info = engine.info().await?;
+        describe_engine(&info);
+        let v = verify_image(&engine, &id, &source).await?;
+        print_verified(ctx, &v, &info);
+        Ok(exit::SUCCESS)
+    })
+}
+
+/// Turns what the engine says it loaded into image IDs.
+async fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>> {
+    if loaded.is_empty() {
+        return Err(Error::refused(
+            "the engine loaded nothing from the archive; is it a docker-archive (docker save, or a Nix streamLayeredImage)?",
+        ));
+    }
+    let mut ids: Vec<ImageId> = Vec::new();
+    for r in loaded {
+        let id = if r.starts_with("sha256:") {
+            r
+        } else {
+            // A tagged archive (Nix images always are): resolve the tag right away.
+            engine.inspect(&r).await?.map(|i| i.id).ok_or_else(|| {
+                Error::refused(format!("loaded `{r}`, but the engine cannot find it"))
+            })?
+        };
+        let id = ImageId::parse(&id).map_err(Error::refused)?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// `cibox image load [--from FILE|-]`.
+pub fn load(ctx: &Context, from: &str, verify: bool) -> Result<u8> {
+    // Read the manifest first: a bad manifest must stop us before the engine changes.
+    let source = if verify {
+        let m = ctx.manifest()?;
+        Some(Lockset::compute(&m.dir, &m.image.locks)?)
+    } else {
+        None
+    };
+    if from == "-" && std::io::stdin().is_terminal() {
+        return Err(Error::Usage(
+            "`image load` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in".into(),
+        ));
+    }
+    let file = if from == "-" {
+        None
+    } else {
+        Some(
+            std::fs::File::open(from)
+                .map_err(|e| Error::Usage(format!("cannot open {from}: {e}")))?,
+        )
+    };
+    runtime()?.block_on(async {
+        let engine = Engine::connect().await?;
+        let info = engine.info().await?;
+        describe_engine(&info);
+        let loaded = match file {
+            Some(f) => {
+                engine
+                    .load(ReaderStream::new(tokio::fs::File::from_std(f)))
+                    .await?
+            }
+            None => engine.load(ReaderStream::new(tokio::io::stdin())).await?,
+        };
+        let ids = loaded_ids(&engine, loaded).await?;
+        finish_loaded(ctx, &engine, &info, ids, source.as_ref()).await
+    })
+}
+
+/// Prints the loaded IDs (stdout, one per line, for scripts) and verifies each.
+async fn finish_loaded(
+    ctx: &Context,
+    engine: &Engine,
+    info: &EngineInfo,
+    ids: Vec<ImageId>,
+    source: Option<&Lockset>,
+) -> Result<u8> {
+    let Some(source) = source else {
+        if ctx.json {
+            report::json(&json!({"images": ids, "verified": false}));
+        } else {
+            for id in &ids {
+                println!("{id}");
+            }
+        }
+        return Ok(exit::SUCCESS);
+    };
+    let mut verified = Vec::new();
+    for id in &ids {
+        report::info(format!("loaded {id}"));
+        verified.push(verify_image(engine, id, source).await?);
+    }
+    for v in &verified {
+        if ctx.json {
+            print_verified(ctx, v, info);
+        } else {
+            println!("{}", v.id);
+            report::info(format!(
+                "verified: lockset {} ({} lock files)",
+                v.lockset, v.files
+            ));
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `cibox image build`: the manifest's Dockerfile or Nix recipe.
+pub fn build(ctx: &Context) -> Result<u8> {
+    let m = ctx.manifest()?;
+    let source = Lockset::compute(&m.dir, &m.image.locks)?;
+    match (&m.image.dockerfile, &m.image.nix) {
+        (Some(df), _) => build_dockerfile(ctx, &m, &m.resolve(df), &source),
+        (None, Some(attr)) => build_nix(ctx, &m, attr, &source),
+        (None, None) => Err(Error::Usage(format!(
+            "{}: the image has no recipe; set image.dockerfile or image.nix",
+            m.path.display()
+        ))),
+    }
+}
+
+/// Base images a Dockerfile names: everything after FROM that is not an earlier stage.
+fn dockerfile_bases(text: &str) -> Vec<String> {
+    let mut stages: Vec<String> = Vec::new();
+    let mut bases = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words
+            .first()
+            .is_none_or(|w| !w.eq_ignore_ascii_case("FROM"))
+        {
+            continue;
+        }
+        let rest: Vec<&str> = words[1..]
+            .iter()
+            .copied()
+            .filter(|w| !w.starts_with("--"))
+            .collect();
+        if let Some(image) = rest.first() {
+            if !stages.iter().any(|s| s.eq_ignore_ascii_case(image)) {
+                bases.push(image.to_string());
+            }
+        }
+        if rest.len() >= 3 && rest[1].eq_ignore_ascii_case("AS") {
+            stages.push(rest[2].to_string());
+        }
+    }
+    bases
+}
+
+fn build_dockerfile(
+    ctx: &Context,
+    m: &Manifest,
+    dockerfile: &Path,
+    source: &Lockset,
+) -> Result<u8> {
+    let text = std::fs::read_to_string(dockerfile).map_err(|e| {
+        Error::Usage(format!(
+            "image.dockerfile {}: cannot read: {e}",
+            dockerfile.display()
+        ))
+    })?;
+    let context_dir = dockerfile.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let name = dockerfile
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("Dockerfile")
+        .to_string();
+    let bases = dockerfile_bases(&text);
+    let context_tar = tar_context(&context_dir)?;
+    let labels = HashMap::from([
+        (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
+        (lockset::LABEL_FILES.to_string(), source.text.clone()),
+    ]);
+    runtime()?.block_on(async {
+        let engine = Engine::connect().await?;
+        let info = engine.info().await?;
+        describe_engine(&info);
+        // The classic builder pulls a missing base image; cibox never pulls.
+        for base in &bases {
+            if base.eq_ignore_ascii_case("scratch") {
+                continue;
+            }
+            if base.contains('$') {
+                report::warn(format!("FROM {base}: uses a build argument; cannot check it is local"));
+                continue;
+            }
+            if engine.inspect(base).await?.is_none() {
+                return Err(Error::refused(format!(
+                    "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
+                    dockerfile.display()
+                )));
+            }
+            if !base.starts_with("sha256:") {
+                report::warn(format!(
+                    "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
+                ));
+            }
+        }
+        report::info(format!("building {} (lockset {})", dockerfile.display(), source.digest));
+        let verbose = report::enabled(report::Level::Debug);
+        let id = engine
+            .build(context_tar, &name, &labels, &tag_for(m, source), |out| {
+                if verbose {
+                    eprint!("{out}");
+                }
+            })
+            .await?;
+        let id = ImageId::parse(&id).map_err(Error::refused)?;
+        let v = verify_image(&engine, &id, source).await?;
+        if ctx.json {
+            print_verified(ctx, &v, &info);
+        } else {
+            println!("{}", v.id);
+            report::info(format!("built and verified: lockset {} ({} lock files)", v.lockset, v.files));
+        }
+        Ok(exit::SUCCESS)
+    })
+}
+
+/// A tag keeps the image from being "dangling" (and so from `docker image prune`);
+/// cibox itself never selects images by it.
+fn tag_for(m: &Manifest, source: &Lockset) -> String {
+    format!("cibox/{}:lockset-{}", m.project, &source.digest[7..19])
+}
+
+/// A tar of the build context. `.dockerignore` is honoured only for whole paths the
+/// user lists; the contexts cibox builds are small recipe folders.
+fn tar_context(dir: &Path) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder.mode(tar::HeaderMode::Deterministic);
+    builder
+        .append_dir_all(".", dir)
+        .map_err(|e| Error::Usage(format!("cannot read build context {}: {e}", dir.display())))?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::Usage(format!("cannot pack build context {}: {e}", dir.display())))
+}
+
+fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Result<u8> {
+    let nix = which("nix").ok_or_else(|| {
+        Error::Infra(format!(
+            "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
+        ))
+    })?;
+    report::info(format!("nix build {attr}"));
+    let out = std::process::Command::new(&nix)
+        .args(["build", "--no-link", "--print-out-paths", attr])
+        .current_dir(&m.dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| Error::Infra(format!("cannot run {}: {e}", nix.display())))?;
+    if !out.status.success() {
+        return Err(Error::Infra(format!(
+            "`nix build {attr}` failed ({})",
+            out.status
+        )));
+    }
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if path.is_empty() {
+        return Err(Error::Infra(format!(
+            "`nix build {attr}` printed no output path"
+        )));
+    }
+    let path = PathBuf::from(path);
+    runtime()?.block_on(async {
+        let engine = Engine::connect().await?;
+        let info = engine.info().await?;
+        describe_engine(&info);
+        let loaded = if is_executable_file(&path) {
+            // streamLayeredImage: a script that writes the archive to stdout.
+            let mut child = tokio::process::Command::new(&path)
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| Error::Infra(format!("cannot run {}: {e}", path.display())))?;
+            let stdout = child.stdout.take().expect("piped");
+            let loaded = engine.load(ReaderStream::new(stdout)).await?;
+            let status = child
+                .wait()
+                .await
+                .map_err(|e| Error::Infra(format!("{}: {e}", path.display())))?;
+            if !status.success() {
+                return Err(Error::Infra(format!(
+                    "{} failed ({status})",
+                    path.display()
+                )));
+            }
+            loaded
+        } else {
+            let f = tokio::fs::File::open(&path)
+                .await
+                .map_err(|e| Error::Infra(format!("cannot open {}: {e}", path.display())))?;
+            engine.load(ReaderStream::new(f)).await?
+        };
+        let ids = loaded_ids(&engine, loaded).await?;
+        finish_loaded(ctx, &engine, &info, ids, Some(source)).await
+    })
+}
+
+fn is_executable_file(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|md| md.is_file() && md.permissions().mode() & 0o111 != 0)
+}
+
+/// Finds a program on PATH.
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable_file(p))
+}
+
+/// `cibox image save ID --to FILE`.
+pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
+    let id = ImageId::parse(id).map_err(Error::refused)?;
+    runtime()?.block_on(async {
+        let engine = Engine::connect().await?;
+        if engine.image(&id).await?.is_none() {
+            return Err(Error::refused(format!(
+                "{id} is not present in the local engine"
+            )));
+        }
+        let bytes = engine.save(&id, to).await?;
+        if ctx.json {
+            report::json(&json!({"image": id, "file": to, "bytes": bytes}));
+        } else {
+            println!("saved {id} to {} ({bytes} bytes)", to.display());
+        }
+        Ok(exit::SUCCESS)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_base_images() {
+        let df = "FROM --platform=linux/amd64 sha256:abc AS build\nRUN x\nfrom build\nFROM scratch\nCOPY --from=build / /\n";
+        assert_eq!(dockerfile_bases(df), ["sha256:abc", "scratch"]);
+    }
+}

@@ -1,0 +1,89 @@
+//! One module per command family; [`dispatch`] routes a parsed command line to it.
+
+mod batch;
+mod doctor;
+mod image;
+
+use std::path::PathBuf;
+
+use crate::cli::{
+    BatchCommand, Cli, Command, GpuCommand, ImageCommand, LayerCommand, WorkflowCommand,
+};
+use crate::error::{Error, Result};
+use crate::manifest::{self, Manifest};
+
+/// What every command may need: the global flags and a lazily found manifest.
+pub struct Context {
+    pub manifest_path: Option<PathBuf>,
+    pub json: bool,
+    pub verbose: u8,
+}
+
+impl Context {
+    /// Finds (unless given) and loads the manifest.
+    pub fn manifest(&self) -> Result<Manifest> {
+        let path = match &self.manifest_path {
+            Some(p) => p.clone(),
+            None => {
+                let cwd = std::env::current_dir()
+                    .map_err(|e| Error::Usage(format!("cannot read the current folder: {e}")))?;
+                manifest::find(&cwd)?
+            }
+        };
+        Ok(Manifest::load(&path)?)
+    }
+}
+
+/// A single-threaded runtime: cibox's concurrency is I/O (engine streams, child
+/// processes), and one thread keeps signal handling and ordering simple.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Infra(format!("cannot start the async runtime: {e}")))
+}
+
+fn not_yet(command: &'static str, what: &'static str) -> Result<u8> {
+    Err(Error::NotYet { command, what })
+}
+
+/// Runs the command and returns its exit code.
+pub fn dispatch(cli: Cli) -> Result<u8> {
+    let ctx = Context {
+        manifest_path: cli.manifest,
+        json: cli.json,
+        verbose: cli.verbose,
+    };
+    match cli.command {
+        Command::Image(ImageCommand::Lockset) => image::lockset(&ctx),
+        Command::Image(ImageCommand::Verify { id }) => image::verify(&ctx, id),
+        Command::Image(ImageCommand::Load { from, no_verify }) => {
+            image::load(&ctx, &from, !no_verify)
+        }
+        Command::Image(ImageCommand::Build) => image::build(&ctx),
+        Command::Image(ImageCommand::Save { id, to }) => image::save(&ctx, &id, &to),
+        Command::Image(ImageCommand::Qualify { .. }) => {
+            not_yet("image qualify", "it needs the batch runner")
+        }
+        Command::Doctor => doctor::run(&ctx),
+        Command::Batch(BatchCommand::List) => batch::list(&ctx),
+        Command::Batch(BatchCommand::Run(_)) => {
+            not_yet("batch run", "the batch runner has not landed")
+        }
+        Command::Layer(LayerCommand::Run { .. }) => {
+            not_yet("layer run", "the batch runner has not landed")
+        }
+        Command::Gpu(GpuCommand::Status) => not_yet("gpu status", "GPU leasing has not landed"),
+        Command::Gpu(GpuCommand::Exec(_)) => not_yet("gpu exec", "GPU leasing has not landed"),
+        Command::Cleanup(_) => not_yet("cleanup", "the batch runner has not landed"),
+        Command::Capacity(_) => not_yet("capacity", "GPU leasing has not landed"),
+        Command::Changed(_) => not_yet("changed", "changed-test mapping has not landed"),
+        Command::Workflow(WorkflowCommand::Render { .. }) => {
+            not_yet("workflow render", "workflow rendering has not landed")
+        }
+        Command::Workflow(WorkflowCommand::Lint) => {
+            not_yet("workflow lint", "workflow linting has not landed")
+        }
+        Command::Reproduce(_) => not_yet("reproduce", "it needs the batch runner"),
+    }
+}

@@ -1,0 +1,76 @@
+//! cibox's error type and the one place errors become exit codes.
+
+use crate::engine::EngineError;
+use crate::exit;
+use crate::gpu::lockdir::LockDirError;
+use crate::gpu::probe::ProbeError;
+use crate::lockset::LocksetError;
+use crate::manifest::ManifestError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad flag or argument the parser could not catch.
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Lockset(#[from] LocksetError),
+    /// The image cannot be used; `details` are printed under the headline, one per line.
+    #[error("image refused: {message}")]
+    ImageRefused {
+        message: String,
+        details: Vec<String>,
+    },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error(transparent)]
+    LockDir(#[from] LockDirError),
+    /// The host lacks something cibox needs (a tool, a runtime).
+    #[error("{0}")]
+    Infra(String),
+    /// A command of the interface whose implementation has not landed yet.
+    #[error(
+        "`cibox {command}` is not available in this version of cibox yet ({what}); see README.md"
+    )]
+    NotYet {
+        command: &'static str,
+        what: &'static str,
+    },
+}
+
+impl Error {
+    pub fn refused(message: impl Into<String>) -> Error {
+        Error::ImageRefused {
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+
+    /// The SPEC exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) | Error::NotYet { .. } => {
+                exit::USAGE
+            }
+            Error::ImageRefused { .. } | Error::Engine(EngineError::Rejected { .. }) => {
+                exit::IMAGE_REFUSED
+            }
+            // A lock dir we cannot use is the host's configuration, not the user's flags,
+            // but it blocks leasing like a missing runtime does.
+            Error::Engine(_) | Error::Probe(_) | Error::LockDir(_) | Error::Infra(_) => exit::INFRA,
+        }
+    }
+
+    /// Lines to print under the headline.
+    pub fn details(&self) -> &[String] {
+        match self {
+            Error::ImageRefused { details, .. } => details,
+            _ => &[],
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,63 @@
+//! The exit codes of SPEC section 2. Every path out of cibox ends in one of these; the
+//! mapping from errors lives in [`crate::error::Error::exit_code`].
+
+/// Success.
+pub const SUCCESS: u8 = 0;
+/// A batch ran and its tests failed (or it ran no test and `allow_empty` is off).
+pub const TESTS_FAILED: u8 = 1;
+/// Usage or configuration error: bad flag, bad manifest, unknown batch or layer.
+pub const USAGE: u8 = 2;
+/// Image refused: not a full `sha256:` ID, not present locally, lockset mismatch.
+pub const IMAGE_REFUSED: u8 = 3;
+/// The GPUs asked for could not be leased within the wait allowed.
+pub const CAPACITY: u8 = 4;
+/// Infrastructure error: engine unreachable, GPU probe failed, no GPU runtime.
+pub const INFRA: u8 = 5;
+/// A batch hit its timeout.
+pub const TIMEOUT: u8 = 124;
+
+/// The code for "ended by signal N" (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+pub const fn signal(signo: i32) -> u8 {
+    (128 + signo) as u8
+}
+
+/// Rank used to combine the outcomes of several batches: 5 > 3 > 124 > 1 > 4 > 0.
+fn severity(code: u8) -> u8 {
+    match code {
+        INFRA => 6,
+        IMAGE_REFUSED => 5,
+        TIMEOUT => 4,
+        TESTS_FAILED => 3,
+        CAPACITY => 2,
+        SUCCESS => 0,
+        // Anything else (usage errors, signals) ends a run at once and is never combined;
+        // rank it above all so it is not hidden if it ever is.
+        _ => 7,
+    }
+}
+
+/// The most severe of several exit codes (SPEC section 2).
+pub fn most_severe(codes: impl IntoIterator<Item = u8>) -> u8 {
+    codes
+        .into_iter()
+        .max_by_key(|c| severity(*c))
+        .unwrap_or(SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_is_the_documented_one() {
+        assert_eq!(most_severe([0, 4, 1]), 1);
+        assert_eq!(most_severe([1, 124]), 124);
+        assert_eq!(most_severe([124, 3]), 3);
+        assert_eq!(most_severe([3, 5, 0]), 5);
+        assert_eq!(most_severe([4, 0]), 4);
+        assert_eq!(most_severe([]), 0);
+        assert_eq!(signal(2), 130);
+        assert_eq!(signal(15), 143);
+        assert_eq!(signal(1), 129);
+    }
+}

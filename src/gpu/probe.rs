@@ -1,0 +1,344 @@
+//! Asking nvidia-smi what the GPUs are doing (SPEC section 6), strictly.
+//!
+//! Anything odd (a non-zero exit, a hang, `N/A` where a number belongs, a wrong column
+//! count, a malformed or duplicate UUID, a process on an unknown GPU) is a probe failure:
+//! the caller treats every GPU as unavailable. "Could not tell" never means "idle".
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
+pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
+const FORMAT: &str = "--format=csv,noheader,nounits";
+
+/// How long one nvidia-smi call may take; a wedged driver makes it hang for minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "GPU probe: cannot run `{program}`: {reason} (set CIBOX_NVIDIA_SMI to the nvidia-smi to use)"
+    )]
+    Spawn { program: String, reason: String },
+    #[error("GPU probe: `{program} {query}` exited with {status}: {stderr}")]
+    Failed {
+        program: String,
+        query: &'static str,
+        status: String,
+        stderr: String,
+    },
+    #[error(
+        "GPU probe: `{program} {query}` did not answer within {secs}s; the driver may be wedged"
+    )]
+    Timeout {
+        program: String,
+        query: &'static str,
+        secs: u64,
+    },
+    #[error(
+        "GPU probe: `{program} {query}` line {line}: {reason}; treating all GPUs as unavailable"
+    )]
+    Parse {
+        program: String,
+        query: &'static str,
+        line: usize,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GpuState {
+    pub index: u32,
+    pub uuid: String,
+    pub memory_used_mib: u64,
+    pub memory_total_mib: u64,
+    pub utilization: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ComputeApp {
+    pub gpu_uuid: String,
+    pub pid: u32,
+    pub used_memory_mib: u64,
+}
+
+/// One consistent reading of the host's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Snapshot {
+    pub gpus: Vec<GpuState>,
+    pub apps: Vec<ComputeApp>,
+}
+
+/// The program to run: `CIBOX_NVIDIA_SMI`, else `nvidia-smi` from `PATH`.
+pub fn program() -> String {
+    std::env::var("CIBOX_NVIDIA_SMI")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "nvidia-smi".into())
+}
+
+/// Runs both queries and parses them.
+pub fn probe(timeout: Duration) -> Result<Snapshot, ProbeError> {
+    let program = program();
+    let gpus_out = run(&program, QUERY_GPUS, timeout)?;
+    let gpus = parse_gpus(&program, &gpus_out)?;
+    let apps_out = run(&program, QUERY_APPS, timeout)?;
+    let apps = parse_apps(&program, &apps_out, &gpus)?;
+    Ok(Snapshot { gpus, apps })
+}
+
+fn run(program: &str, query: &'static str, timeout: Duration) -> Result<String, ProbeError> {
+    let mut child = Command::new(program)
+        .args([query, FORMAT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout kills a wrapper script and its children.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| ProbeError::Spawn {
+            program: program.into(),
+            reason: e.to_string(),
+        })?;
+    // Read both pipes on threads so a chatty child cannot block on a full pipe.
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stdout.read_to_end(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stderr.read_to_end(&mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(ProbeError::Timeout {
+                    program: program.into(),
+                    query,
+                    secs: timeout.as_secs().max(1),
+                });
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                return Err(ProbeError::Spawn {
+                    program: program.into(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    };
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    if !status.success() {
+        let stderr = String::from_utf8_lossy(&stderr);
+        let first = stderr
+            .lines()
+            .chain(std::str::from_utf8(&stdout).unwrap_or("").lines())
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output")
+            .trim()
+            .to_string();
+        return Err(ProbeError::Failed {
+            program: program.into(),
+            query,
+            status: status.to_string(),
+            stderr: first,
+        });
+    }
+    String::from_utf8(stdout).map_err(|_| ProbeError::Parse {
+        program: program.into(),
+        query,
+        line: 0,
+        reason: "output is not UTF-8".into(),
+    })
+}
+
+/// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints.
+pub fn is_gpu_uuid(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("GPU-") else {
+        return false;
+    };
+    let groups: Vec<&str> = rest.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn fields<'a>(
+    program: &str,
+    query: &'static str,
+    line_no: usize,
+    line: &'a str,
+    n: usize,
+) -> Result<Vec<&'a str>, ProbeError> {
+    let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    if f.len() != n {
+        return Err(ProbeError::Parse {
+            program: program.into(),
+            query,
+            line: line_no,
+            reason: format!("expected {n} columns, got {}: `{line}`", f.len()),
+        });
+    }
+    Ok(f)
+}
+
+fn number<T: std::str::FromStr>(
+    program: &str,
+    query: &'static str,
+    line_no: usize,
+    what: &str,
+    s: &str,
+) -> Result<T, ProbeError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ProbeError::Parse {
+            program: program.into(),
+            query,
+            line: line_no,
+            reason: format!("{what} is `{s}`, not a number"),
+        });
+    }
+    s.parse().map_err(|_| ProbeError::Parse {
+        program: program.into(),
+        query,
+        line: line_no,
+        reason: format!("{what} `{s}` is out of range"),
+    })
+}
+
+pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError> {
+    let q = QUERY_GPUS;
+    let mut gpus = Vec::new();
+    let mut uuids = HashSet::new();
+    let mut indices = HashSet::new();
+    for (i, line) in out
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let n = i + 1;
+        let f = fields(program, q, n, line, 5)?;
+        let err = |reason: String| ProbeError::Parse {
+            program: program.into(),
+            query: q,
+            line: n,
+            reason,
+        };
+        if !is_gpu_uuid(f[1]) {
+            return Err(err(format!("`{}` is not a GPU UUID", f[1])));
+        }
+        let gpu = GpuState {
+            index: number(program, q, n, "index", f[0])?,
+            uuid: f[1].to_string(),
+            memory_used_mib: number(program, q, n, "memory.used", f[2])?,
+            memory_total_mib: number(program, q, n, "memory.total", f[3])?,
+            utilization: number(program, q, n, "utilization.gpu", f[4])?,
+        };
+        if gpu.utilization > 100 {
+            return Err(err(format!(
+                "utilization.gpu {} is over 100",
+                gpu.utilization
+            )));
+        }
+        if !uuids.insert(gpu.uuid.clone()) {
+            return Err(err(format!("UUID {} appears twice", gpu.uuid)));
+        }
+        if !indices.insert(gpu.index) {
+            return Err(err(format!("index {} appears twice", gpu.index)));
+        }
+        gpus.push(gpu);
+    }
+    Ok(gpus)
+}
+
+pub fn parse_apps(
+    program: &str,
+    out: &str,
+    gpus: &[GpuState],
+) -> Result<Vec<ComputeApp>, ProbeError> {
+    let q = QUERY_APPS;
+    let mut apps = Vec::new();
+    for (i, line) in out
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let n = i + 1;
+        // Some drivers print this instead of an empty list.
+        if line.trim() == "No running processes found" {
+            continue;
+        }
+        let f = fields(program, q, n, line, 3)?;
+        let err = |reason: String| ProbeError::Parse {
+            program: program.into(),
+            query: q,
+            line: n,
+            reason,
+        };
+        if !is_gpu_uuid(f[0]) {
+            return Err(err(format!("`{}` is not a GPU UUID", f[0])));
+        }
+        if !gpus.iter().any(|g| g.uuid == f[0]) {
+            return Err(err(format!(
+                "process on GPU {} that the GPU list does not show",
+                f[0]
+            )));
+        }
+        apps.push(ComputeApp {
+            gpu_uuid: f[0].to_string(),
+            pid: number(program, q, n, "pid", f[1])?,
+            used_memory_mib: number(program, q, n, "used_memory", f[2])?,
+        });
+    }
+    Ok(apps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U0: &str = "GPU-2f8b7c1e-0000-4a4a-9c9c-000000000000";
+    const U1: &str = "GPU-2f8b7c1e-0000-4a4a-9c9c-000000000001";
+
+    #[test]
+    fn parses_real_csv() {
+        let out = format!("0, {U0}, 0, 81559, 0\n1, {U1}, 1024, 81559, 37\n");
+        let gpus = parse_gpus("x", &out).unwrap();
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(gpus[1].memory_used_mib, 1024);
+        let apps = parse_apps("x", &format!("{U1}, 4242, 1000\n"), &gpus).unwrap();
+        assert_eq!(apps[0].pid, 4242);
+        assert!(parse_apps("x", "", &gpus).unwrap().is_empty());
+    }
+
+    #[test]
+    fn refuses_odd_fields() {
+        for bad in [
+            format!("0, {U0}, [N/A], 81559, 0"),
+            format!("0, {U0}, 0, 81559, [Not Supported]"),
+            format!("0, {U0}, 0, 81559"),
+            "0, GPU-nothex, 0, 81559, 0".to_string(),
+            format!("0, {U0}, 0, 81559, 0\n1, {U0}, 0, 81559, 0"),
+            format!("0, {U0}, -1, 81559, 0"),
+        ] {
+            assert!(parse_gpus("x", &bad).is_err(), "{bad}");
+        }
+        let gpus = parse_gpus("x", &format!("0, {U0}, 0, 81559, 0")).unwrap();
+        assert!(parse_apps("x", &format!("{U1}, 1, 1"), &gpus).is_err());
+        assert!(parse_apps("x", &format!("{U0}, 1, [N/A]"), &gpus).is_err());
+    }
+}

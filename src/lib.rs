@@ -1,0 +1,19 @@
+//! cibox: reproducible, safe GPU CI for large ML projects.
+//!
+//! Layers, from the outside in: [`cli`] parses, [`cmd`] runs one command family per
+//! module, and those use the manifest ([`manifest`]), the lockset ([`lockset`]), the
+//! engine ([`engine`]) and the GPUs ([`gpu`]). Errors become exit codes in one place
+//! ([`error::Error::exit_code`], codes in [`exit`]); all printing goes through [`report`].
+
+pub mod cli;
+pub mod cmd;
+pub mod engine;
+pub mod error;
+pub mod exit;
+pub mod gpu;
+pub mod image_id;
+pub mod lockset;
+pub mod manifest;
+pub mod report;
+pub mod units;
+pub mod yaml;

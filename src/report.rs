@@ -1,0 +1,113 @@
+//! Everything cibox prints: data on stdout (tables or `--json`), diagnostics on stderr
+//! with a `cibox:` prefix, filtered by `CIBOX_LOG` (error, warn, info, debug) or `-v`.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::error::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error = 0,
+    Warn = 1,
+    Info = 2,
+    Debug = 3,
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
+
+/// Sets the log level from `CIBOX_LOG`, raised by each `-v`.
+pub fn init(verbose: u8) {
+    let base = match std::env::var("CIBOX_LOG").ok().as_deref().map(str::trim) {
+        Some("error") => Level::Error,
+        Some("warn") => Level::Warn,
+        Some("debug") | Some("trace") => Level::Debug,
+        _ => Level::Info,
+    } as u8;
+    LEVEL.store((base + verbose).min(Level::Debug as u8), Ordering::Relaxed);
+}
+
+pub fn enabled(level: Level) -> bool {
+    level as u8 <= LEVEL.load(Ordering::Relaxed)
+}
+
+fn log(level: Level, prefix: &str, msg: &str) {
+    if enabled(level) {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "cibox: {prefix}{msg}");
+    }
+}
+
+pub fn warn(msg: impl AsRef<str>) {
+    log(Level::Warn, "warning: ", msg.as_ref());
+}
+
+pub fn info(msg: impl AsRef<str>) {
+    log(Level::Info, "", msg.as_ref());
+}
+
+pub fn debug(msg: impl AsRef<str>) {
+    log(Level::Debug, "", msg.as_ref());
+}
+
+/// The error headline (always shown) and its detail lines.
+pub fn error(e: &Error) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "cibox: error: {e}");
+    for d in e.details() {
+        let _ = writeln!(err, "  {d}");
+    }
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub fn json<T: serde::Serialize>(value: &T) {
+    let text = serde_json::to_string_pretty(value).expect("report values serialise");
+    println!("{text}");
+}
+
+/// A plain text table: columns padded to their widest cell, the last one left ragged.
+pub struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(headers: &[&'static str]) -> Table {
+        Table {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.headers.len());
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let n = self.headers.len();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let line = |cells: Vec<&str>, out: &mut String| {
+            for (i, c) in cells.iter().enumerate() {
+                if i + 1 == n {
+                    out.push_str(c);
+                } else {
+                    out.push_str(c);
+                    out.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
+                }
+            }
+            out.push('\n');
+        };
+        line(self.headers.clone(), &mut out);
+        for r in &self.rows {
+            line(r.iter().map(String::as_str).collect(), &mut out);
+        }
+        out
+    }
+}

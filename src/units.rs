@@ -1,0 +1,140 @@
+//! Durations (`90s`, `30m`, `2h`) and sizes (`512m`, `8g`) as the manifest writes them.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// A duration written with a unit: `ms`, `s`, `m`, `h` or `d`; `0s` is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let bad =
+            || format!("bad duration `{s}`: write a whole number and a unit, like 90s, 30m or 2h");
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let secs = |k: u64| n.checked_mul(k).map(Duration::from_secs).ok_or_else(bad);
+        let d = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => secs(1)?,
+            "m" => secs(60)?,
+            "h" => secs(3600)?,
+            "d" => secs(86400)?,
+            _ => return Err(bad()),
+        };
+        Ok(Span(d))
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        let s = self.0.as_secs();
+        if ms % 1000 != 0 {
+            write!(f, "{ms}ms")
+        } else if s != 0 && s % 3600 == 0 {
+            write!(f, "{}h", s / 3600)
+        } else if s != 0 && s % 60 == 0 {
+            write!(f, "{}m", s / 60)
+        } else {
+            write!(f, "{s}s")
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A size in bytes written with a unit: `k`, `m`, `g` or `t` (powers of 1024), or `b`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        let t = t
+            .strip_suffix('b')
+            .filter(|r| !r.is_empty() && r.ends_with(|c: char| c.is_ascii_alphabetic()))
+            .unwrap_or(&t);
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let bad = || format!("bad size `{s}`: write a whole number and a unit, like 512m or 8g");
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let k: u64 = match unit {
+            "b" => 1,
+            "k" => 1 << 10,
+            "m" => 1 << 20,
+            "g" => 1 << 30,
+            "t" => 1 << 40,
+            _ => return Err(bad()),
+        };
+        let bytes = n.checked_mul(k).ok_or_else(bad)?;
+        if bytes == 0 {
+            return Err(format!("bad size `{s}`: must be more than zero"));
+        }
+        Ok(Size(bytes))
+    }
+}
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, u) in [
+            (1u64 << 40, "t"),
+            (1 << 30, "g"),
+            (1 << 20, "m"),
+            (1 << 10, "k"),
+        ] {
+            if self.0 % k == 0 {
+                return write!(f, "{}{u}", self.0 / k);
+            }
+        }
+        write!(f, "{}b", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!("90s".parse::<Span>().unwrap().0, Duration::from_secs(90));
+        assert_eq!("30m".parse::<Span>().unwrap().0, Duration::from_secs(1800));
+        assert_eq!("2h".parse::<Span>().unwrap().0, Duration::from_secs(7200));
+        assert_eq!("0s".parse::<Span>().unwrap().0, Duration::ZERO);
+        for bad in ["", "90", "1.5h", "-3s", "3 s", "h", "10x"] {
+            assert!(bad.parse::<Span>().is_err(), "{bad}");
+        }
+        assert_eq!("30m".parse::<Span>().unwrap().to_string(), "30m");
+        assert_eq!("90s".parse::<Span>().unwrap().to_string(), "90s");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!("512m".parse::<Size>().unwrap().0, 512 << 20);
+        assert_eq!("8g".parse::<Size>().unwrap().0, 8 << 30);
+        assert_eq!("8GB".parse::<Size>().unwrap().0, 8 << 30);
+        for bad in ["", "8", "0g", "1.5g", "-1m", "8x"] {
+            assert!(bad.parse::<Size>().is_err(), "{bad}");
+        }
+        assert_eq!("64g".parse::<Size>().unwrap().to_string(), "64g");
+    }
+}

@@ -1,0 +1,323 @@
+//! A small YAML document tree that keeps the position of every node.
+//!
+//! serde_yaml is archived; we parse with `saphyr-parser` (the maintained successor of
+//! yaml-rust, pure Rust, actively released) and build our own tree from its events so
+//! that every error can name a line and column, duplicate keys are refused (YAML says
+//! they are errors; most loaders silently keep the last one), and typed structs are
+//! filled through serde from a `serde_json::Value` view of the tree.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use saphyr_parser::{Event, Parser, ScalarStyle};
+use serde_json::Value;
+
+/// A position in the source text: 1-based line and column, as editors show them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mark {
+    pub line: usize,
+    pub col: usize,
+}
+
+impl fmt::Display for Mark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeValue {
+    /// A scalar with its text; `plain` is false for quoted and block scalars, which are
+    /// always strings (YAML core schema).
+    Scalar {
+        text: String,
+        plain: bool,
+    },
+    Seq(Vec<Node>),
+    /// Entries in source order.
+    Map(Vec<(Node, Node)>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub value: NodeValue,
+    pub mark: Mark,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{mark}: {message}")]
+pub struct YamlError {
+    pub mark: Mark,
+    pub message: String,
+}
+
+fn mark_of(m: &saphyr_parser::Marker) -> Mark {
+    Mark {
+        line: m.line(),
+        col: m.col() + 1,
+    }
+}
+
+enum Frame {
+    Seq(Mark, usize, Vec<Node>),
+    Map(Mark, usize, Vec<(Node, Node)>, Option<Node>),
+}
+
+/// Parses one YAML document. An empty document gives `None`.
+pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    let mut root: Option<Node> = None;
+    let mut documents = 0;
+
+    for item in Parser::new_from_str(src) {
+        let (event, span) = item.map_err(|e| YamlError {
+            mark: mark_of(e.marker()),
+            message: e.info().to_string(),
+        })?;
+        let mark = mark_of(&span.start);
+        let finished: Option<(Node, usize)> = match event {
+            Event::DocumentStart(_) => {
+                documents += 1;
+                if documents > 1 {
+                    return Err(YamlError {
+                        mark,
+                        message: "only one YAML document is allowed here".into(),
+                    });
+                }
+                None
+            }
+            Event::Scalar(text, style, anchor, _tag) => Some((
+                Node {
+                    value: NodeValue::Scalar {
+                        text: text.into_owned(),
+                        plain: style == ScalarStyle::Plain,
+                    },
+                    mark,
+                },
+                anchor,
+            )),
+            Event::Alias(id) => match anchors.get(&id) {
+                Some(node) => Some((node.clone(), 0)),
+                None => {
+                    return Err(YamlError {
+                        mark,
+                        message: "alias to an unknown anchor".into(),
+                    });
+                }
+            },
+            Event::SequenceStart(anchor, _) => {
+                stack.push(Frame::Seq(mark, anchor, Vec::new()));
+                None
+            }
+            Event::MappingStart(anchor, _) => {
+                stack.push(Frame::Map(mark, anchor, Vec::new(), None));
+                None
+            }
+            Event::SequenceEnd => match stack.pop() {
+                Some(Frame::Seq(m, anchor, items)) => Some((
+                    Node {
+                        value: NodeValue::Seq(items),
+                        mark: m,
+                    },
+                    anchor,
+                )),
+                _ => unreachable!("parser emits balanced sequence events"),
+            },
+            Event::MappingEnd => match stack.pop() {
+                Some(Frame::Map(m, anchor, entries, _)) => Some((
+                    Node {
+                        value: NodeValue::Map(entries),
+                        mark: m,
+                    },
+                    anchor,
+                )),
+                _ => unreachable!("parser emits balanced mapping events"),
+            },
+            _ => None,
+        };
+        let Some((node, anchor)) = finished else {
+            continue;
+        };
+        if anchor != 0 {
+            anchors.insert(anchor, node.clone());
+        }
+        match stack.last_mut() {
+            None => root = Some(node),
+            Some(Frame::Seq(_, _, items)) => items.push(node),
+            Some(Frame::Map(_, _, entries, pending)) => match pending.take() {
+                None => {
+                    let NodeValue::Scalar { text, .. } = &node.value else {
+                        return Err(YamlError {
+                            mark: node.mark,
+                            message: "mapping keys must be plain values, not lists or maps".into(),
+                        });
+                    };
+                    if let Some((first, _)) =
+                        entries.iter().find(|(k, _)| k.scalar_text() == Some(text))
+                    {
+                        return Err(YamlError {
+                            mark: node.mark,
+                            message: format!(
+                                "duplicate key `{text}` (first defined at line {})",
+                                first.mark.line
+                            ),
+                        });
+                    }
+                    *pending = Some(node);
+                }
+                Some(key) => entries.push((key, node)),
+            },
+        }
+    }
+    Ok(root)
+}
+
+impl Node {
+    pub fn scalar_text(&self) -> Option<&str> {
+        match &self.value {
+            NodeValue::Scalar { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The value under `key` when this node is a mapping.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        match &self.value {
+            NodeValue::Map(entries) => entries
+                .iter()
+                .find(|(k, _)| k.scalar_text() == Some(key))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The key node itself (for errors about a key rather than its value).
+    pub fn key(&self, key: &str) -> Option<&Node> {
+        match &self.value {
+            NodeValue::Map(entries) => entries
+                .iter()
+                .find(|(k, _)| k.scalar_text() == Some(key))
+                .map(|(k, _)| k),
+            _ => None,
+        }
+    }
+
+    /// Follows a path of map keys and sequence indices as far as it goes and returns the
+    /// deepest node reached, so an error always gets the closest position we know.
+    pub fn locate<S: AsRef<str>>(&self, path: &[S]) -> &Node {
+        let mut node = self;
+        for seg in path {
+            let seg = seg.as_ref();
+            let next = match &node.value {
+                NodeValue::Map(_) => node.get(seg),
+                NodeValue::Seq(items) => seg.parse::<usize>().ok().and_then(|i| items.get(i)),
+                NodeValue::Scalar { .. } => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => break,
+            }
+        }
+        node
+    }
+
+    /// The JSON view of the tree under the YAML 1.2 core schema: plain `null`, `~` and
+    /// empty are null, `true`/`false` booleans, numbers numbers; everything quoted is a
+    /// string. Map keys are always strings (a layer named `1` is the string "1").
+    pub fn to_json(&self) -> Value {
+        match &self.value {
+            NodeValue::Scalar { text, plain: false } => Value::String(text.clone()),
+            NodeValue::Scalar { text, plain: true } => plain_scalar(text),
+            NodeValue::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            NodeValue::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.scalar_text().unwrap_or_default().to_string(), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+fn plain_scalar(text: &str) -> Value {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        if let Ok(i) = text.parse::<i64>() {
+            return Value::from(i);
+        }
+    }
+    if let Some(hex) = text.strip_prefix("0x") {
+        if let Ok(i) = i64::from_str_radix(hex, 16) {
+            return Value::from(i);
+        }
+    }
+    if let Some(oct) = text.strip_prefix("0o") {
+        if let Ok(i) = i64::from_str_radix(oct, 8) {
+            return Value::from(i);
+        }
+    }
+    let looks_float = text
+        .bytes()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
+        && text.bytes().any(|b| b.is_ascii_digit());
+    if looks_float {
+        if let Some(n) = text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+        {
+            return Value::Number(n);
+        }
+    }
+    Value::String(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_and_types() {
+        let doc = parse("a: 1\nb:\n  - x\n  - '2'\nc: ~\n").unwrap().unwrap();
+        assert_eq!(doc.locate(&["b", "1"]).mark, Mark { line: 4, col: 5 });
+        assert_eq!(
+            doc.to_json(),
+            serde_json::json!({"a": 1, "b": ["x", "2"], "c": null})
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_errors() {
+        let err = parse("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(err.mark.line, 3);
+        assert!(err.message.contains("duplicate key `a`"), "{err}");
+    }
+
+    #[test]
+    fn syntax_error_has_position() {
+        let err = parse("a: [1, 2\nb: 3\n").unwrap_err();
+        assert!(err.mark.line >= 1);
+    }
+
+    #[test]
+    fn anchors_resolve() {
+        let doc = parse("x: &e {k: v}\ny: *e\n").unwrap().unwrap();
+        assert_eq!(
+            doc.get("y").unwrap().to_json(),
+            serde_json::json!({"k": "v"})
+        );
+    }
+
+    #[test]
+    fn empty_document() {
+        assert!(parse("").unwrap().is_none());
+        assert!(parse("# only a comment\n").unwrap().is_none());
+    }
+}
