@@ -135,6 +135,13 @@ pub struct BatchRunArgs {
     /// Run the batches of this layer.
     #[arg(long)]
     pub layer: Option<String>,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+/// How batches run; shared by `batch run` and `layer run`.
+#[derive(Debug, Args)]
+pub struct RunOptions {
     /// Fast mode (adds each batch's fast_env).
     #[arg(long, conflicts_with = "no_fast")]
     pub fast: bool,
@@ -164,11 +171,24 @@ pub struct BatchRunArgs {
 #[derive(Debug, Subcommand)]
 pub enum LayerCommand {
     /// Run every batch of a layer, continuing after failures.
-    Run {
-        layer: String,
-        #[command(flatten)]
-        rest: BatchRunArgs,
-    },
+    Run(LayerRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LayerRunArgs {
+    /// The layer to run.
+    pub layer: String,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }
 
 #[derive(Debug, Args)]

@@ -448,10 +448,9 @@ impl Checker<'_> {
         let mut err = self.at(path, message);
         if let (Some((last, parent)), ManifestError::At { mark, .. }) =
             (path.split_last(), &mut err)
+            && let Some(k) = self.root.locate(parent).key(last.as_ref())
         {
-            if let Some(k) = self.root.locate(parent).key(last.as_ref()) {
-                *mark = k.mark;
-            }
+            *mark = k.mark;
         }
         err
     }
@@ -587,9 +586,7 @@ fn serde_error(
     {
         return check.at(&path, format!("missing required key `{field}`"));
     }
-    let message = inner
-        .replace("invalid type: ", "wrong type: got ")
-        .replace(", expected", ", expected");
+    let message = inner.replace("invalid type: ", "wrong type: got ");
     check.at(&path, message)
 }
 
@@ -689,10 +686,10 @@ fn validate(
     }
 
     let c = raw.container;
-    if let Some(cpus) = c.cpus {
-        if cpus <= 0.0 || !cpus.is_finite() {
-            return Err(check.at(&["container", "cpus"], "must be more than 0"));
-        }
+    if let Some(cpus) = c.cpus
+        && (cpus <= 0.0 || !cpus.is_finite())
+    {
+        return Err(check.at(&["container", "cpus"], "must be more than 0"));
     }
     let pids = c.pids.unwrap_or(4096);
     if pids <= 0 || pids > u32::MAX as i64 {

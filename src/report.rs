@@ -102,6 +102,9 @@ impl Table {
                     out.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
                 }
             }
+            // An empty last cell must not leave the padding behind.
+            let trimmed = out.trim_end_matches(' ').len();
+            out.truncate(trimmed);
             out.push('\n');
         };
         line(self.headers.clone(), &mut out);

@@ -36,11 +36,11 @@ impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
         let s = self.0.as_secs();
-        if ms % 1000 != 0 {
+        if !ms.is_multiple_of(1000) {
             write!(f, "{ms}ms")
-        } else if s != 0 && s % 3600 == 0 {
+        } else if s != 0 && s.is_multiple_of(3600) {
             write!(f, "{}h", s / 3600)
-        } else if s != 0 && s % 60 == 0 {
+        } else if s != 0 && s.is_multiple_of(60) {
             write!(f, "{}m", s / 60)
         } else {
             write!(f, "{s}s")
@@ -48,10 +48,29 @@ impl fmt::Display for Span {
     }
 }
 
+/// Reads a unit-bearing value; a bare number gets the same "add a unit" message as any
+/// other malformed text rather than a type error.
+fn text_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Int(i64),
+        Float(f64),
+    }
+    match Raw::deserialize(d) {
+        Ok(Raw::Text(s)) => Ok(s),
+        Ok(Raw::Int(i)) => Ok(i.to_string()),
+        Ok(Raw::Float(f)) => Ok(f.to_string()),
+        Err(_) => Err(serde::de::Error::custom(
+            "expected a value with a unit, like 90s or 8g",
+        )),
+    }
+}
+
 impl<'de> Deserialize<'de> for Span {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        text_or_number(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -95,7 +114,7 @@ impl fmt::Display for Size {
             (1 << 20, "m"),
             (1 << 10, "k"),
         ] {
-            if self.0 % k == 0 {
+            if self.0.is_multiple_of(k) {
                 return write!(f, "{}{u}", self.0 / k);
             }
         }
@@ -105,8 +124,7 @@ impl fmt::Display for Size {
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        text_or_number(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 

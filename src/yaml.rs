@@ -248,33 +248,33 @@ fn plain_scalar(text: &str) -> Value {
         _ => {}
     }
     let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        if let Ok(i) = text.parse::<i64>() {
-            return Value::from(i);
-        }
+    if !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(i) = text.parse::<i64>()
+    {
+        return Value::from(i);
     }
-    if let Some(hex) = text.strip_prefix("0x") {
-        if let Ok(i) = i64::from_str_radix(hex, 16) {
-            return Value::from(i);
-        }
+    if let Some(hex) = text.strip_prefix("0x")
+        && let Ok(i) = i64::from_str_radix(hex, 16)
+    {
+        return Value::from(i);
     }
-    if let Some(oct) = text.strip_prefix("0o") {
-        if let Ok(i) = i64::from_str_radix(oct, 8) {
-            return Value::from(i);
-        }
+    if let Some(oct) = text.strip_prefix("0o")
+        && let Ok(i) = i64::from_str_radix(oct, 8)
+    {
+        return Value::from(i);
     }
     let looks_float = text
         .bytes()
         .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
         && text.bytes().any(|b| b.is_ascii_digit());
-    if looks_float {
-        if let Some(n) = text
+    if looks_float
+        && let Some(n) = text
             .parse::<f64>()
             .ok()
             .and_then(serde_json::Number::from_f64)
-        {
-            return Value::Number(n);
-        }
+    {
+        return Value::Number(n);
     }
     Value::String(text.to_string())
 }

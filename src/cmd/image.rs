@@ -318,10 +318,10 @@ fn dockerfile_bases(text: &str) -> Vec<String> {
             .copied()
             .filter(|w| !w.starts_with("--"))
             .collect();
-        if let Some(image) = rest.first() {
-            if !stages.iter().any(|s| s.eq_ignore_ascii_case(image)) {
-                bases.push(image.to_string());
-            }
+        if let Some(image) = rest.first()
+            && !stages.iter().any(|s| s.eq_ignore_ascii_case(image))
+        {
+            bases.push(image.to_string());
         }
         if rest.len() >= 3 && rest[1].eq_ignore_ascii_case("AS") {
             stages.push(rest[2].to_string());

@@ -70,7 +70,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Batch(BatchCommand::Run(_)) => {
             not_yet("batch run", "the batch runner has not landed")
         }
-        Command::Layer(LayerCommand::Run { .. }) => {
+        Command::Layer(LayerCommand::Run(_)) => {
             not_yet("layer run", "the batch runner has not landed")
         }
         Command::Gpu(GpuCommand::Status) => not_yet("gpu status", "GPU leasing has not landed"),

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The main job on the bundled example, from local files only: build the demo image from
+# Debian's busybox-static, prove it matches the lock files, back it up and restore it to
+# the identical ID, and show what the host offers GPU batches.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bash "$root/.ci/setup-host.sh"
+cargo build --release --quiet --manifest-path "$root/Cargo.toml"
+cibox=("$root/target/release/cibox" --manifest "$root/examples/demo/cibox.yaml")
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "the manifest"
+"${cibox[@]}" batch list
+
+step "the lockset of the image's lock files"
+"${cibox[@]}" image lockset
+
+step "build the image (FROM scratch over busybox-static), labelled with the lockset"
+sh "$root/examples/demo/images/demo/make-rootfs.sh"
+id=$("${cibox[@]}" image build)
+
+step "verify it by ID"
+"${cibox[@]}" -v image verify "$id"
+
+step "back it up, remove it, restore it: the ID must come back identical"
+backup="$root/target/demo-image.tar"
+"${cibox[@]}" image save "$id" --to "$backup"
+docker image rm -f "$id" >/dev/null
+restored=$("${cibox[@]}" image load --from "$backup")
+[ "$restored" = "$id" ] || { echo "restored $restored, expected $id" >&2; exit 1; }
+echo "restored $restored"
+
+step "what this host offers GPU batches (exit 5 here is expected without a GPU)"
+set +e
+"${cibox[@]}" doctor
+echo "doctor exit code: $?"

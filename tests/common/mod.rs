@@ -1,0 +1,246 @@
+//! Shared test harness: run the cibox binary, make projects, build throwaway images on
+//! the real engine. Engine-backed tests fail (never skip) when no engine answers.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cibox");
+
+/// A finished cibox run.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Asserts the exit code and that stderr is exactly one `cibox: error:` line
+    /// (plus indented detail lines) with no panic or backtrace.
+    pub fn fails_with(&self, code: i32, needle: &str) -> &Run {
+        assert_eq!(
+            self.code, code,
+            "exit code; stdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        let errors: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("cibox: error:"))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "exactly one error line expected:\n{}",
+            self.stderr
+        );
+        assert!(
+            errors[0].contains(needle),
+            "error line lacks `{needle}`:\n{}",
+            self.stderr
+        );
+        assert!(
+            !self.stderr.contains("panicked") && !self.stderr.contains("RUST_BACKTRACE"),
+            "{}",
+            self.stderr
+        );
+        self
+    }
+
+    pub fn ok(&self) -> &Run {
+        assert_eq!(
+            self.code, 0,
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// A cibox invocation with a clean environment: no inherited CIBOX_* variables.
+pub fn cibox(dir: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CIBOX_") || k == "DOCKER_HOST" {
+            c.env_remove(k);
+        }
+    }
+    c.env("CIBOX_LOG", "info");
+    c.stdin(Stdio::null());
+    c
+}
+
+pub fn run(cmd: &mut Command) -> Run {
+    Run::from(cmd.output().expect("run cibox"))
+}
+
+/// A scratch project folder (deleted on drop) with a `.git` marker so manifest search
+/// stops inside it.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+impl Project {
+    pub fn new(manifest: &str) -> Project {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        std::fs::write(dir.path().join("cibox.yaml"), manifest).unwrap();
+        Project { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+
+    pub fn cibox(&self, args: &[&str]) -> Run {
+        run(cibox(self.path()).args(args))
+    }
+}
+
+/// A manifest with the given lock patterns and a Dockerfile recipe.
+pub fn manifest_with_locks(locks: &[&str]) -> String {
+    let list = locks
+        .iter()
+        .map(|l| format!("{l:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "version: 1\nproject: t\nimage:\n  locks: [{list}]\n  dockerfile: image/Dockerfile\nbatches:\n  unit:\n    gpus: 0\n    timeout: 1m\n    run: [\"true\"]\n"
+    )
+}
+
+/// Panics with instructions when no Docker engine answers: engine tests never skip.
+pub fn require_engine() {
+    let ok = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "this test needs a running Docker engine and the docker CLI; run `bash .ci/run` (installs docker.io and starts dockerd) or start dockerd yourself"
+    );
+}
+
+/// A unique string per call, so images built by parallel tests never share an ID.
+pub fn nonce() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{}-{}-{t}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Removes the image when dropped.
+pub struct ImageGuard(pub String);
+
+impl Drop for ImageGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["image", "rm", "-f", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Builds a one-file image FROM scratch with the engine's own CLI (not cibox), with the
+/// given labels. Returns its full ID.
+pub fn docker_build(labels: &[(&str, &str)]) -> ImageGuard {
+    require_engine();
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(ctx.path().join("nonce"), nonce()).unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM scratch\nCOPY nonce /nonce\n",
+    )
+    .unwrap();
+    let mut c = Command::new("docker");
+    c.env("DOCKER_BUILDKIT", "0").args(["build", "-q"]);
+    for (k, v) in labels {
+        c.arg("--label").arg(format!("{k}={v}"));
+    }
+    let out = c.arg(ctx.path()).output().expect("docker build");
+    assert!(
+        out.status.success(),
+        "docker build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(id.starts_with("sha256:"), "{id}");
+    ImageGuard(id)
+}
+
+/// Whether the engine knows an image.
+pub fn image_exists(id: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The fake nvidia-smi and a state folder for it.
+pub struct FakeSmi {
+    pub state: tempfile::TempDir,
+}
+
+pub const UUIDS: [&str; 2] = [
+    "GPU-11111111-2222-3333-4444-000000000000",
+    "GPU-11111111-2222-3333-4444-000000000001",
+];
+
+impl FakeSmi {
+    pub fn idle() -> FakeSmi {
+        let state = tempfile::tempdir().unwrap();
+        let gpus = format!(
+            "0, {}, 0, 81559, 0\n1, {}, 3, 81559, 0\n",
+            UUIDS[0], UUIDS[1]
+        );
+        std::fs::write(state.path().join("gpus.csv"), gpus).unwrap();
+        std::fs::write(state.path().join("apps.csv"), "").unwrap();
+        FakeSmi { state }
+    }
+
+    pub fn set(&self, file: &str, contents: &str) {
+        std::fs::write(self.state.path().join(file), contents).unwrap();
+    }
+
+    pub fn program() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi")
+    }
+
+    pub fn apply(&self, cmd: &mut Command) {
+        cmd.env("CIBOX_NVIDIA_SMI", Self::program())
+            .env("CIBOX_FAKE_SMI_STATE", self.state.path());
+    }
+}

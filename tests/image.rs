@@ -1,0 +1,293 @@
+//! Images on the real engine: build, verify, save/load, and every refusal.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// A project whose image is `FROM scratch` plus a unique file, with lock files.
+fn image_project(locks: &[&str]) -> Project {
+    let p = Project::new(&manifest_with_locks(locks));
+    p.write("image/Dockerfile", "FROM scratch\nCOPY nonce /nonce\n");
+    p.write("image/nonce", nonce());
+    p
+}
+
+/// `cibox image build`, returning the ID it prints (and removing the image on drop).
+fn build(p: &Project) -> ImageGuard {
+    require_engine();
+    let r = p.cibox(&["image", "build"]);
+    r.ok();
+    let id = r.stdout.trim().to_string();
+    assert!(id.starts_with("sha256:") && id.len() == 71, "{id}");
+    ImageGuard(id)
+}
+
+fn full_fake_id() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let h = RandomState::new().hash_one(nonce());
+    format!("sha256:{}", format!("{h:016x}").repeat(4))
+}
+
+#[test]
+fn malformed_ids_are_refused_with_exit_3() {
+    let p = image_project(&["image/*"]);
+    for (id, why) in [
+        ("ubuntu:22.04", "is a tag or name"),
+        ("latest", "is a tag or name"),
+        ("sha256:0123abcd", "short or truncated"),
+        ("0123abcd", "is a short ID"),
+        (&format!("sha256:{}", "AB".repeat(32)), "uppercase"),
+        (&format!("sha256:{}", "zz".repeat(32)), "is not hex"),
+        (&"ab".repeat(32), "lacks the `sha256:` prefix"),
+    ] {
+        p.cibox(&["image", "verify", id]).fails_with(3, why);
+    }
+}
+
+#[test]
+fn unknown_id_is_refused_and_never_pulled() {
+    require_engine();
+    let p = image_project(&["image/*"]);
+    let id = full_fake_id();
+    p.cibox(&["image", "verify", &id]).fails_with(
+        3,
+        "is not present in the local engine, and cibox never pulls",
+    );
+    assert!(!image_exists(&id));
+}
+
+#[test]
+fn image_without_labels_is_refused() {
+    let img = docker_build(&[]);
+    let p = image_project(&["image/*"]);
+    p.cibox(&["image", "verify", &img.0])
+        .fails_with(3, "has no lockset labels");
+}
+
+#[test]
+fn labels_that_disagree_are_refused() {
+    let text = format!("{}  image/Dockerfile\n", "0".repeat(64));
+    let wrong = format!("sha256:{}", "1".repeat(64));
+    let img = docker_build(&[
+        ("org.cibox.lockset", &wrong),
+        ("org.cibox.lockset.files", &text),
+    ]);
+    let p = image_project(&["image/*"]);
+    p.cibox(&["image", "verify", &img.0])
+        .fails_with(3, "is not the digest of its org.cibox.lockset.files label");
+}
+
+#[test]
+fn build_labels_and_verifies_from_flag_env_and_manifest() {
+    let p = image_project(&["image/*"]);
+    let img = build(&p);
+    let r = p.cibox(&["-v", "image", "verify", &img.0]);
+    r.ok();
+    assert!(
+        r.stdout.starts_with(&format!("verified {}", img.0)),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("image IDs are config digests")
+            || r.stderr.contains("manifest/index digests"),
+        "{}",
+        r.stderr
+    );
+    run(cibox(p.path())
+        .env("CIBOX_IMAGE", &img.0)
+        .args(["image", "verify"]))
+    .ok();
+    let manifest = std::fs::read_to_string(p.path().join("cibox.yaml")).unwrap();
+    p.write(
+        "cibox.yaml",
+        manifest.replace("image:\n", &format!("image:\n  id: {}\n", img.0)),
+    );
+    let r = p.cibox(&["image", "verify", "--json"]);
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["image"], img.0.as_str());
+    assert_eq!(v["status"], "verified");
+    // The labels the engine holds are exactly the lockset cibox prints.
+    let lockset = p.cibox(&["image", "lockset"]);
+    let out = Command::new("docker")
+        .args([
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Labels}}",
+            &img.0,
+        ])
+        .output()
+        .unwrap();
+    let labels: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (text, digest) = lockset.stdout.rsplit_once("digest: ").unwrap();
+    assert_eq!(labels["org.cibox.lockset.files"], text);
+    assert_eq!(labels["org.cibox.lockset"], digest.trim());
+}
+
+#[test]
+fn mismatch_names_each_changed_added_and_removed_lock_file() {
+    let p = image_project(&["image/*", "locks/*.lock"]);
+    p.write("locks/a.lock", "a1");
+    p.write("locks/b.lock", "b1");
+    let img = build(&p);
+    p.write("locks/a.lock", "a2");
+    std::fs::remove_file(p.path().join("locks/b.lock")).unwrap();
+    p.write("locks/c.lock", "c1");
+    let r = p.cibox(&["image", "verify", &img.0]);
+    r.fails_with(
+        3,
+        "was built from different lock files (1 changed, 1 added, 1 removed)",
+    );
+    for line in [
+        "changed: locks/a.lock",
+        "added:   locks/c.lock",
+        "removed: locks/b.lock",
+    ] {
+        assert!(r.stderr.contains(line), "missing `{line}`:\n{}", r.stderr);
+    }
+}
+
+#[test]
+fn save_then_load_restores_the_identical_id() {
+    let p = image_project(&["image/*"]);
+    let img = build(&p);
+    let archive = p.path().join("backup.tar");
+    let archive_s = archive.to_str().unwrap();
+    p.cibox(&["image", "save", &img.0, "--to", archive_s]).ok();
+    assert!(archive.metadata().unwrap().len() > 0);
+    let rm = Command::new("docker")
+        .args(["image", "rm", "-f", &img.0])
+        .output()
+        .unwrap();
+    assert!(rm.status.success());
+    assert!(!image_exists(&img.0));
+    let r = p.cibox(&["image", "load", "--from", archive_s]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), img.0);
+    assert!(r.stderr.contains("verified"), "{}", r.stderr);
+    // From standard input too.
+    Command::new("docker")
+        .args(["image", "rm", "-f", &img.0])
+        .output()
+        .unwrap();
+    let r = run(cibox(p.path())
+        .args(["image", "load"])
+        .stdin(Stdio::from(std::fs::File::open(&archive).unwrap())));
+    r.ok();
+    assert_eq!(r.stdout.trim(), img.0);
+}
+
+#[test]
+fn load_of_a_mismatched_image_loads_but_refuses() {
+    let p = image_project(&["image/*"]);
+    let img = build(&p);
+    let archive = p.path().join("backup.tar");
+    p.cibox(&["image", "save", &img.0, "--to", archive.to_str().unwrap()])
+        .ok();
+    p.write("image/extra.lock", "new");
+    p.cibox(&["image", "load", "--from", archive.to_str().unwrap()])
+        .fails_with(3, "(0 changed, 1 added, 0 removed)");
+    p.cibox(&[
+        "image",
+        "load",
+        "--no-verify",
+        "--from",
+        archive.to_str().unwrap(),
+    ])
+    .ok();
+}
+
+#[test]
+fn corrupt_archive_is_refused() {
+    require_engine();
+    let p = image_project(&["image/*"]);
+    let bad = p.write("bad.tar", "this is not a tar archive at all, just text");
+    p.cibox(&["image", "load", "--from", bad.to_str().unwrap()])
+        .fails_with(3, "loading the archive");
+}
+
+#[test]
+fn save_refuses_unknown_and_malformed_ids() {
+    require_engine();
+    let p = image_project(&["image/*"]);
+    let to = p.path().join("x.tar");
+    p.cibox(&[
+        "image",
+        "save",
+        &full_fake_id(),
+        "--to",
+        to.to_str().unwrap(),
+    ])
+    .fails_with(3, "is not present in the local engine");
+    p.cibox(&[
+        "image",
+        "save",
+        "busybox:latest",
+        "--to",
+        to.to_str().unwrap(),
+    ])
+    .fails_with(3, "is a tag");
+    assert!(!to.exists());
+}
+
+#[test]
+fn missing_engine_socket_is_exit_5() {
+    let p = image_project(&["image/*"]);
+    let r = run(cibox(p.path())
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .args(["image", "verify", &full_fake_id()]));
+    r.fails_with(
+        5,
+        "container engine unreachable at unix:///nonexistent/docker.sock",
+    );
+}
+
+#[test]
+fn refusing_engine_socket_is_exit_5() {
+    let p = image_project(&["image/*"]);
+    let sock = p.path().join("dead.sock");
+    // Bind and close: the socket file stays, but nothing accepts on it.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let r = run(cibox(p.path())
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .args(["image", "build"]));
+    r.fails_with(5, "container engine unreachable");
+}
+
+#[test]
+fn build_never_pulls_a_missing_base_image() {
+    require_engine();
+    let p = image_project(&["image/*"]);
+    let tag = format!("cibox-test-absent-{}:v1", nonce());
+    p.write(
+        "image/Dockerfile",
+        format!("FROM {tag}\nCOPY nonce /nonce\n"),
+    );
+    p.cibox(&["image", "build"])
+        .fails_with(3, "is not present locally and cibox never pulls");
+}
+
+#[test]
+fn build_without_a_recipe_is_exit_2() {
+    let p = Project::new(
+        &manifest_with_locks(&["cibox.yaml"]).replace("  dockerfile: image/Dockerfile\n", ""),
+    );
+    p.cibox(&["image", "build"])
+        .fails_with(2, "the image has no recipe");
+}
+
+#[test]
+fn nix_recipe_without_nix_is_one_line() {
+    let p = Project::new(
+        &manifest_with_locks(&["cibox.yaml"])
+            .replace("dockerfile: image/Dockerfile", "nix: .#image-demo"),
+    );
+    let r = run(cibox(p.path())
+        .env("PATH", "/nonexistent")
+        .args(["image", "build"]));
+    r.fails_with(5, "needs Nix, and `nix` is not on PATH");
+}
