@@ -28,6 +28,12 @@ pub enum Error {
     Probe(#[from] ProbeError),
     #[error(transparent)]
     LockDir(#[from] LockDirError),
+    /// The GPUs asked for could not be leased within the wait allowed.
+    #[error("{0}")]
+    Capacity(String),
+    /// cibox was asked to stop while it waited or ran.
+    #[error("stopped by {0}")]
+    Interrupted(nix::sys::signal::Signal),
     /// The host lacks something cibox needs (a tool, a runtime).
     #[error("{0}")]
     Infra(String),
@@ -58,9 +64,12 @@ impl Error {
             Error::ImageRefused { .. } | Error::Engine(EngineError::Rejected { .. }) => {
                 exit::IMAGE_REFUSED
             }
-            // A lock dir we cannot use is the host's configuration, not the user's flags,
-            // but it blocks leasing like a missing runtime does.
-            Error::Engine(_) | Error::Probe(_) | Error::LockDir(_) | Error::Infra(_) => exit::INFRA,
+            // A lock dir that cannot be used is configuration (gpu.lock_dir), like a bad
+            // pool entry.
+            Error::LockDir(_) => exit::USAGE,
+            Error::Capacity(_) => exit::CAPACITY,
+            Error::Interrupted(sig) => exit::signal(*sig as i32),
+            Error::Engine(_) | Error::Probe(_) | Error::Infra(_) => exit::INFRA,
         }
     }
 

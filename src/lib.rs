@@ -14,6 +14,8 @@ pub mod gpu;
 pub mod image_id;
 pub mod lockset;
 pub mod manifest;
+pub mod process;
 pub mod report;
+pub mod signals;
 pub mod units;
 pub mod yaml;

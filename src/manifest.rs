@@ -223,6 +223,49 @@ pub struct GpuConfig {
     pub idle: IdlePolicy,
     #[serde(serialize_with = "ser_display")]
     pub wait: Span,
+    /// flock on NFS/SMB is not trustworthy; refused unless this is set.
+    pub allow_network_lock_dir: bool,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            pool: PoolSpec::All,
+            lock_dir: PathBuf::from("/run/lock/cibox"),
+            idle: IdlePolicy::default(),
+            wait: Span(std::time::Duration::ZERO),
+            allow_network_lock_dir: false,
+        }
+    }
+}
+
+impl GpuConfig {
+    /// `CIBOX_GPU_POOL`, `CIBOX_GPU_LOCK_DIR` and `CIBOX_ALLOW_NETWORK_LOCK_DIR=1`.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ManifestError> {
+        let env_err = |var, message: String| ManifestError::Env { var, message };
+        if let Some(v) = get("CIBOX_GPU_POOL") {
+            self.pool = PoolSpec::parse_list(&v).map_err(|e| env_err("CIBOX_GPU_POOL", e))?;
+        }
+        if let Some(v) = get("CIBOX_GPU_LOCK_DIR") {
+            if v.is_empty() {
+                return Err(env_err("CIBOX_GPU_LOCK_DIR", "is empty".into()));
+            }
+            self.lock_dir = PathBuf::from(v);
+        }
+        if let Some(v) = get("CIBOX_ALLOW_NETWORK_LOCK_DIR") {
+            self.allow_network_lock_dir = match v.as_str() {
+                "1" | "true" => true,
+                "0" | "false" | "" => false,
+                _ => {
+                    return Err(env_err(
+                        "CIBOX_ALLOW_NETWORK_LOCK_DIR",
+                        format!("`{v}`: use 1 or 0"),
+                    ));
+                }
+            };
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -362,6 +405,8 @@ struct RawGpu {
     #[serde(default)]
     idle: IdlePolicy,
     wait: Option<Span>,
+    #[serde(default)]
+    allow_network_lock_dir: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -525,15 +570,7 @@ impl Manifest {
         if let Some(v) = get("CIBOX_SHM") {
             self.container.shm = v.parse().map_err(|e| env_err("CIBOX_SHM", e))?;
         }
-        if let Some(v) = get("CIBOX_GPU_POOL") {
-            self.gpu.pool = PoolSpec::parse_list(&v).map_err(|e| env_err("CIBOX_GPU_POOL", e))?;
-        }
-        if let Some(v) = get("CIBOX_GPU_LOCK_DIR") {
-            if v.is_empty() {
-                return Err(env_err("CIBOX_GPU_LOCK_DIR", "is empty".into()));
-            }
-            self.gpu.lock_dir = PathBuf::from(v);
-        }
+        self.gpu.apply_env(&get)?;
         Ok(())
     }
 
@@ -728,6 +765,7 @@ fn validate(
             .unwrap_or_else(|| PathBuf::from("/run/lock/cibox")),
         idle: raw.gpu.idle,
         wait: raw.gpu.wait.unwrap_or(Span(std::time::Duration::ZERO)),
+        allow_network_lock_dir: raw.gpu.allow_network_lock_dir,
     };
 
     if raw.batches.is_empty() {

@@ -1,15 +1,13 @@
 //! `cibox doctor`: everything a GPU batch needs from the host, checked and explained.
 
-use std::path::Path;
-
 use serde::Serialize;
 
 use super::{Context, runtime};
 use crate::engine::{Engine, EngineInfo};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::{lockdir, probe};
-use crate::manifest::{GpuDriver, Manifest, PoolSpec};
+use crate::manifest::{GpuConfig, GpuDriver, Manifest, ManifestError, PoolSpec};
 use crate::report::{self, Table};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -170,10 +168,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
             Some(m)
         }
         Err(e) => {
-            manifest_broken = !matches!(
-                e,
-                crate::error::Error::Manifest(crate::manifest::ManifestError::NotFound { .. })
-            );
+            manifest_broken = !matches!(e, Error::Manifest(ManifestError::NotFound { .. }));
             let status = if manifest_broken {
                 Status::Fail
             } else {
@@ -191,19 +186,12 @@ pub fn run(ctx: &Context) -> Result<u8> {
     let driver = manifest
         .as_ref()
         .map_or(GpuDriver::Nvidia, |m| m.container.gpu_driver);
-    let lock_dir = manifest
-        .as_ref()
-        .map(|m| m.gpu.lock_dir.clone())
-        .unwrap_or_else(|| {
-            std::env::var("CIBOX_GPU_LOCK_DIR")
-                .unwrap_or_else(|_| "/run/lock/cibox".into())
-                .into()
-        });
-    let pool = match &manifest {
-        Some(m) => Ok(m.gpu.pool.clone()),
-        None => std::env::var("CIBOX_GPU_POOL")
-            .map(|v| PoolSpec::parse_list(&v))
-            .unwrap_or(Ok(PoolSpec::All)),
+    let gpu_cfg = match manifest {
+        Some(m) => Ok(m.gpu),
+        None => {
+            let mut g = GpuConfig::default();
+            g.apply_env(|k| std::env::var(k).ok()).map(|_| g)
+        }
     };
 
     let engine_info = runtime()?.block_on(async {
@@ -232,7 +220,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
         Err(e) => findings.push(finding("engine", Status::Fail, e.to_string(), true)),
     }
 
-    let snapshot = match probe::probe(probe::DEFAULT_TIMEOUT) {
+    let snapshot = match probe::probe(probe::timeout()) {
         Ok(s) => {
             let busy = s.apps.len();
             findings.push(finding(
@@ -253,19 +241,16 @@ pub fn run(ctx: &Context) -> Result<u8> {
         }
     };
 
-    findings.push(match lockdir::check(Path::new(&lock_dir)) {
-        Ok(d) => finding("lock dir", Status::Ok, d, true),
-        Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
-    });
-    findings.push(match pool {
-        Ok(p) => pool_finding(&p, snapshot.as_ref()),
-        Err(e) => finding(
-            "gpu pool",
-            Status::Fail,
-            format!("CIBOX_GPU_POOL: {e}"),
-            true,
-        ),
-    });
+    match gpu_cfg {
+        Ok(g) => {
+            findings.push(match lockdir::check(&g.lock_dir) {
+                Ok(d) => finding("lock dir", Status::Ok, d, true),
+                Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
+            });
+            findings.push(pool_finding(&g.pool, snapshot.as_ref()));
+        }
+        Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
+    }
 
     let blocking = findings
         .iter()

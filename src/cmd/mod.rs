@@ -2,6 +2,7 @@
 
 mod batch;
 mod doctor;
+mod gpu;
 mod image;
 
 use std::path::PathBuf;
@@ -73,10 +74,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Layer(LayerCommand::Run(_)) => {
             not_yet("layer run", "the batch runner has not landed")
         }
-        Command::Gpu(GpuCommand::Status) => not_yet("gpu status", "GPU leasing has not landed"),
-        Command::Gpu(GpuCommand::Exec(_)) => not_yet("gpu exec", "GPU leasing has not landed"),
+        Command::Gpu(GpuCommand::Status) => gpu::status(&ctx),
+        Command::Gpu(GpuCommand::Exec(args)) => gpu::exec(&ctx, args),
         Command::Cleanup(_) => not_yet("cleanup", "the batch runner has not landed"),
-        Command::Capacity(_) => not_yet("capacity", "GPU leasing has not landed"),
+        Command::Capacity(_) => not_yet("capacity", "capacity judging has not landed"),
         Command::Changed(_) => not_yet("changed", "changed-test mapping has not landed"),
         Command::Workflow(WorkflowCommand::Render { .. }) => {
             not_yet("workflow render", "workflow rendering has not landed")

@@ -1,6 +1,356 @@
-//! GPUs: probing what they do, and (with the leasing layer) who holds them.
+//! GPUs: probing what they do ([`probe`]), which ones CI may use ([`pool`]), and
+//! leasing them ([`lease`], behind the fair [`queue`]).
+//!
+//! A GPU is handed out only when it is in the pool, not leased, and idle by nvidia-smi,
+//! re-checked right before the hand-out. Anything uncertain fails closed.
 
+pub mod lease;
 pub mod lockdir;
+pub mod pool;
 pub mod probe;
+pub mod queue;
+
+use std::time::{Duration, Instant};
 
 pub use probe::is_gpu_uuid;
+
+use crate::error::Error;
+use crate::manifest::IdlePolicy;
+use crate::signals;
+use lease::{Holder, Lease, LeaseDir, LeaseState};
+use pool::PoolGpu;
+use probe::{ProbeError, Snapshot};
+
+/// Takes a place at the end of the queue.
+pub fn join_queue(dir: &LeaseDir, holder: &Holder) -> Result<queue::Ticket, Error> {
+    let description = serde_json::to_string(holder).expect("holder serialises");
+    queue::Ticket::enqueue(dir, &description).map_err(|e| {
+        Error::Infra(format!(
+            "lease dir {}: joining the queue: {e}",
+            dir.path().display()
+        ))
+    })
+}
+
+/// What to lease.
+#[derive(Debug, Clone)]
+pub enum Want {
+    /// Any `n` GPUs of the pool (lowest indices first).
+    Count(usize),
+    /// Exactly these GPUs.
+    Devices(Vec<PoolGpu>),
+}
+
+impl Want {
+    pub fn count(&self) -> usize {
+        match self {
+            Want::Count(n) => *n,
+            Want::Devices(d) => d.len(),
+        }
+    }
+}
+
+/// Parses `--devices` (indices or UUIDs, comma-separated) against the host and pool.
+pub fn parse_devices(
+    list: &str,
+    snapshot: &Snapshot,
+    pool: &[PoolGpu],
+) -> Result<Vec<PoolGpu>, String> {
+    let mut out: Vec<PoolGpu> = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(format!("--devices `{list}` has an empty entry"));
+        }
+        let Some(g) = snapshot
+            .gpus
+            .iter()
+            .find(|g| g.uuid == item || g.index.to_string() == item)
+        else {
+            return Err(format!("--devices: `{item}` is not a GPU on this host"));
+        };
+        if out.iter().any(|o| o.uuid == g.uuid) {
+            return Err(format!("--devices names GPU {} twice", g.index));
+        }
+        let Some(p) = pool.iter().find(|p| p.uuid == g.uuid) else {
+            return Err(format!(
+                "--devices: GPU {} ({}) is not in the CI pool (gpu.pool / CIBOX_GPU_POOL)",
+                g.index, g.uuid
+            ));
+        };
+        out.push(p.clone());
+    }
+    Ok(out)
+}
+
+/// What a waiter knows while it waits, for progress lines and the final refusal.
+#[derive(Debug, Clone, Default)]
+pub struct WaitReport {
+    pub position: usize,
+    pub leased: Vec<(u32, String)>,
+    pub busy: Vec<(u32, String)>,
+    pub waited: Duration,
+}
+
+impl WaitReport {
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.position > 0 {
+            parts.push(format!("{} waiter(s) ahead", self.position));
+        }
+        if !self.leased.is_empty() {
+            let l: Vec<String> = self
+                .leased
+                .iter()
+                .map(|(i, h)| format!("GPU {i} by {h}"))
+                .collect();
+            parts.push(format!("leased: {}", l.join("; ")));
+        }
+        if !self.busy.is_empty() {
+            let b: Vec<String> = self
+                .busy
+                .iter()
+                .map(|(i, r)| format!("GPU {i} {r}"))
+                .collect();
+            parts.push(format!("busy outside cibox: {}", b.join("; ")));
+        }
+        if parts.is_empty() {
+            "waiting for the queue to move".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// How often the waiter looks at the queue and the locks: hand-off latency is bounded
+/// by this plus two nvidia-smi calls.
+const POLL: Duration = Duration::from_millis(10);
+/// How often a waiter behind the head tries to overtake it (see [`may_overtake`]).
+const OVERTAKE_EVERY: Duration = Duration::from_millis(50);
+/// When GPUs are unleased but busy with work cibox does not know about, how long to
+/// wait before asking nvidia-smi again.
+const BUSY_RECHECK: Duration = Duration::from_secs(1);
+
+/// What a ticket tells the waiters behind it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Request {
+    need: usize,
+    /// The pool it chooses from (UUIDs).
+    pool: Vec<String>,
+    /// Exactly these GPUs, for `--devices`.
+    devices: Option<Vec<String>>,
+    holder: Holder,
+}
+
+fn leased_now(dir: &LeaseDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
+    gpus.iter()
+        .filter_map(|g| match dir.state(&g.uuid) {
+            Ok(LeaseState::Held(h)) => Some((
+                g.index,
+                h.map(|h| h.describe())
+                    .unwrap_or_else(|| "an unknown holder".into()),
+            )),
+            Ok(LeaseState::Free) => None,
+            Err(e) => Some((g.index, format!("unreadable lock file: {e}"))),
+        })
+        .collect()
+}
+
+/// Whether we may take `mine` now, ahead of the waiters in `ahead`. Never when one of
+/// them could be served from the GPUs free right now (`free`): overtaking only fills GPUs
+/// nobody ahead can use yet. And for each waiter A ahead, the GPUs of A's pool held by
+/// leases granted after A joined (its overtakers), plus ours, must leave room for A's
+/// request once the holders from before A finish, so nobody is starved: an 8-GPU request
+/// on 8 GPUs is never overtaken.
+fn may_overtake(
+    dir: &LeaseDir,
+    ahead: &[(u64, String)],
+    mine: &[PoolGpu],
+    free: &[&PoolGpu],
+) -> bool {
+    for (seq, text) in ahead {
+        let Ok(a) = serde_json::from_str::<Request>(text) else {
+            return false; // a waiter we cannot read: assume the strictest case
+        };
+        if let Some(devices) = &a.devices {
+            let servable = devices.iter().all(|d| free.iter().any(|g| &g.uuid == d));
+            if servable || mine.iter().any(|g| devices.contains(&g.uuid)) {
+                return false;
+            }
+            continue;
+        }
+        if free.iter().filter(|g| a.pool.contains(&g.uuid)).count() >= a.need {
+            return false;
+        }
+        let overtakers = a
+            .pool
+            .iter()
+            .filter(|uuid| !mine.iter().any(|g| &&g.uuid == uuid))
+            .filter(|uuid| match dir.state(uuid) {
+                Ok(LeaseState::Held(Some(h))) => h.ticket.is_none_or(|t| t > *seq),
+                Ok(LeaseState::Held(None)) | Err(_) => true,
+                Ok(LeaseState::Free) => false,
+            })
+            .count();
+        let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
+        if overtakers + mine_in_pool + a.need > a.pool.len() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Leases `want` from `pool`, waiting up to `wait` in the fair queue, where `ticket`
+/// holds our place (taken on arrival, before the probe, so the order of arrival is the
+/// order of service). The head of the queue takes GPUs as soon as enough are free and
+/// idle; waiters behind it take idle GPUs only where [`may_overtake`] allows. `probe`
+/// asks nvidia-smi; `on_wait` is called every poll while waiting with a function that
+/// builds the (costly) report, so it can build one only when it means to show it.
+#[allow(clippy::too_many_arguments)]
+pub fn acquire(
+    mut ticket: queue::Ticket,
+    dir: &LeaseDir,
+    pool: &[PoolGpu],
+    want: &Want,
+    policy: &IdlePolicy,
+    wait: Duration,
+    holder: &Holder,
+    mut probe: impl FnMut() -> Result<Snapshot, ProbeError>,
+    mut on_wait: impl FnMut(&dyn Fn() -> WaitReport),
+) -> Result<Lease, Error> {
+    let start = Instant::now();
+    let deadline = start + wait;
+    let io = |what: &str, e: std::io::Error| {
+        Error::Infra(format!("lease dir {}: {what}: {e}", dir.path().display()))
+    };
+    let candidates: Vec<PoolGpu> = match want {
+        Want::Count(_) => pool.to_vec(),
+        Want::Devices(d) => d.clone(),
+    };
+    let need = want.count();
+    let mut holder = holder.clone();
+    holder.ticket = Some(ticket.seq());
+    let request = Request {
+        need,
+        pool: pool.iter().map(|g| g.uuid.clone()).collect(),
+        devices: matches!(want, Want::Devices(_))
+            .then(|| candidates.iter().map(|g| g.uuid.clone()).collect()),
+        holder: holder.clone(),
+    };
+    ticket
+        .describe(&serde_json::to_string(&request).expect("request serialises"))
+        .map_err(|e| io("writing the ticket", e))?;
+    let select = lease::open_shared_file(&dir.path().join("select.lock"))
+        .map_err(|e| io("opening select.lock", e))?;
+    let mut last_free: Vec<String> = Vec::new();
+    let mut next_probe = start;
+    let mut next_overtake = start;
+    let mut busy: Vec<(u32, String)> = Vec::new();
+    loop {
+        if let Some(sig) = signals::received() {
+            return Err(Error::Interrupted(sig));
+        }
+        let head = ticket.is_head().map_err(|e| io("reading the queue", e))?;
+        let free: Vec<&PoolGpu> = candidates.iter().filter(|g| dir.is_free(&g.uuid)).collect();
+        let free_ids: Vec<String> = free.iter().map(|g| g.uuid.clone()).collect();
+        if free_ids != last_free {
+            // A lease came or went: worth asking nvidia-smi again right away.
+            next_probe = Instant::now();
+            last_free = free_ids;
+        }
+        let now = Instant::now();
+        let my_turn = head || now >= next_overtake;
+        if my_turn && free.len() >= need && now >= next_probe {
+            if !head {
+                next_overtake = now + OVERTAKE_EVERY;
+            }
+            // One decision at a time: the head and any overtaker must not interleave.
+            select.lock().map_err(|e| io("locking select.lock", e))?;
+            let attempt = (|| -> Result<Option<Lease>, Error> {
+                let ahead = if head {
+                    Vec::new()
+                } else {
+                    ticket.ahead().map_err(|e| io("reading the queue", e))?
+                };
+                // Cheap first: would taking the first free GPUs be allowed at all?
+                let tentative: Vec<PoolGpu> =
+                    free.iter().take(need).map(|g| (*g).clone()).collect();
+                if !ahead.is_empty() && !may_overtake(dir, &ahead, &tentative, &free) {
+                    return Ok(None);
+                }
+                let snap = probe()?;
+                busy = free
+                    .iter()
+                    .filter_map(|g| pool::busy_reason(&g.uuid, &snap, policy).map(|r| (g.index, r)))
+                    .collect();
+                let idle: Vec<&PoolGpu> = free
+                    .iter()
+                    .copied()
+                    .filter(|g| !busy.iter().any(|(i, _)| *i == g.index))
+                    .collect();
+                if idle.len() < need {
+                    next_probe = Instant::now() + BUSY_RECHECK;
+                    return Ok(None);
+                }
+                let Some(mut lease) = take(dir, &idle, need).map_err(|e| io("locking", e))? else {
+                    return Ok(None);
+                };
+                if !ahead.is_empty() && !may_overtake(dir, &ahead, lease.gpus(), &free) {
+                    return Ok(None);
+                }
+                // Re-check under the lock, immediately before the hand-out.
+                let snap = probe()?;
+                if !lease
+                    .gpus()
+                    .iter()
+                    .all(|g| pool::busy_reason(&g.uuid, &snap, policy).is_none())
+                {
+                    next_probe = Instant::now() + BUSY_RECHECK;
+                    return Ok(None);
+                }
+                lease
+                    .set_holder(&holder)
+                    .map_err(|e| io("writing the holder", e))?;
+                Ok(Some(lease))
+            })();
+            let _ = select.unlock();
+            if let Some(lease) = attempt? {
+                drop(ticket);
+                return Ok(lease);
+            }
+        }
+        let report = || WaitReport {
+            position: if head { 0 } else { ticket.position() },
+            leased: leased_now(dir, &candidates),
+            busy: busy.clone(),
+            waited: start.elapsed(),
+        };
+        if Instant::now() >= deadline {
+            let r = report();
+            let free = candidates.len() - r.leased.len();
+            return Err(Error::Capacity(format!(
+                "could not lease {need} GPU(s) within {}: {free} of {} unleased; {}",
+                crate::units::Span(wait),
+                candidates.len(),
+                r.describe()
+            )));
+        }
+        on_wait(&report);
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Locks `need` of `idle` in order; all or nothing (no hold-and-wait).
+fn take(dir: &LeaseDir, idle: &[&PoolGpu], need: usize) -> std::io::Result<Option<Lease>> {
+    let mut gpus = Vec::new();
+    let mut files = Vec::new();
+    for g in idle {
+        if gpus.len() == need {
+            break;
+        }
+        if let Some(f) = dir.try_take(&g.uuid)? {
+            gpus.push((*g).clone());
+            files.push(f);
+        }
+    }
+    Ok((gpus.len() == need).then(|| Lease::new(gpus, files)))
+}

@@ -72,6 +72,16 @@ pub struct Snapshot {
     pub apps: Vec<ComputeApp>,
 }
 
+/// The probe timeout: `CIBOX_PROBE_TIMEOUT` (a duration such as `5s`) or 10 s.
+pub fn timeout() -> Duration {
+    std::env::var("CIBOX_PROBE_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<crate::units::Span>().ok())
+        .map(|s| s.0)
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_TIMEOUT)
+}
+
 /// The program to run: `CIBOX_NVIDIA_SMI`, else `nvidia-smi` from `PATH`.
 pub fn program() -> String {
     std::env::var("CIBOX_NVIDIA_SMI")

@@ -231,6 +231,17 @@ impl FakeSmi {
         FakeSmi { state }
     }
 
+    /// `n` idle GPUs with UUIDs `GPU-11111111-2222-3333-4444-0000000000NN`.
+    pub fn with_gpus(n: usize) -> FakeSmi {
+        let state = tempfile::tempdir().unwrap();
+        let gpus: String = (0..n)
+            .map(|i| format!("{i}, {}, 0, 81559, 0\n", uuid(i)))
+            .collect();
+        std::fs::write(state.path().join("gpus.csv"), gpus).unwrap();
+        std::fs::write(state.path().join("apps.csv"), "").unwrap();
+        FakeSmi { state }
+    }
+
     pub fn set(&self, file: &str, contents: &str) {
         std::fs::write(self.state.path().join(file), contents).unwrap();
     }
@@ -243,4 +254,85 @@ impl FakeSmi {
         cmd.env("CIBOX_NVIDIA_SMI", Self::program())
             .env("CIBOX_FAKE_SMI_STATE", self.state.path());
     }
+}
+
+/// The fake UUID of GPU `i`.
+pub fn uuid(i: usize) -> String {
+    format!("GPU-11111111-2222-3333-4444-{i:012}")
+}
+
+/// A cibox command wired to a fake nvidia-smi and a private lock dir, outside any
+/// project (gpu commands work without a manifest).
+pub struct GpuHost {
+    pub smi: FakeSmi,
+    pub locks: tempfile::TempDir,
+    pub work: tempfile::TempDir,
+}
+
+impl GpuHost {
+    pub fn new(n: usize) -> GpuHost {
+        let work = tempfile::tempdir().unwrap();
+        std::fs::create_dir(work.path().join(".git")).unwrap();
+        GpuHost {
+            smi: FakeSmi::with_gpus(n),
+            locks: tempfile::tempdir().unwrap(),
+            work,
+        }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = cibox(self.work.path());
+        self.smi.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", self.locks.path())
+            .env("CIBOX_PROBE_TIMEOUT", "2s")
+            .args(args);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        run(&mut self.cmd(args))
+    }
+
+    /// `gpu status --json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let r = self.run(&["gpu", "status", "--json"]);
+        r.ok();
+        serde_json::from_str(&r.stdout).unwrap()
+    }
+
+    /// Indices of GPUs currently leased.
+    pub fn leased(&self) -> Vec<u64> {
+        self.status()["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| !g["lease_holder"].is_null())
+            .map(|g| g["index"].as_u64().unwrap())
+            .collect()
+    }
+}
+
+/// Polls `cond` every 10 ms for up to `secs`.
+pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    cond()
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    // kill(pid, 0) through /proc: a zombie counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
 }

@@ -1,0 +1,290 @@
+//! `cibox gpu status` and `cibox gpu exec`.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::Context;
+use crate::cli::GpuExecArgs;
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::gpu::lease::{Holder, LeaseDir, LeaseState};
+use crate::gpu::pool::{self, PoolGpu};
+use crate::gpu::probe::{self, Snapshot};
+use crate::gpu::{self, WaitReport, Want};
+use crate::manifest::{GpuConfig, ManifestError};
+use crate::process::{self, Ending};
+use crate::report::{self, Table};
+use crate::signals;
+use crate::units::Span;
+
+/// How long a group gets between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// The GPU settings: the manifest's when there is one, else defaults; `CIBOX_*`
+/// variables override either. `gpu` commands also serve hosts without a manifest.
+pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
+    match ctx.manifest() {
+        Ok(m) => Ok(m.gpu),
+        Err(Error::Manifest(ManifestError::NotFound { .. })) if ctx.manifest_path.is_none() => {
+            let mut g = GpuConfig::default();
+            g.apply_env(|k| std::env::var(k).ok())?;
+            Ok(g)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Probes and resolves the pool; an unknown pool entry is a configuration error.
+fn probe_pool(cfg: &GpuConfig) -> Result<(Snapshot, Vec<PoolGpu>)> {
+    let snap = probe::probe(probe::timeout())?;
+    let pool = pool::resolve(&cfg.pool, &snap).map_err(Error::Usage)?;
+    Ok((snap, pool))
+}
+
+/// `cibox gpu status`: one row per GPU, without waiting on any lock.
+pub fn status(ctx: &Context) -> Result<u8> {
+    let cfg = settings(ctx)?;
+    let (snap, pool) = probe_pool(&cfg)?;
+    let dir = LeaseDir::existing(&cfg.lock_dir);
+    let mut rows = Vec::new();
+    for g in &snap.gpus {
+        let in_pool = pool.iter().any(|p| p.uuid == g.uuid);
+        let lease = dir
+            .state(&g.uuid)
+            .map_err(|e| Error::Infra(format!("lock dir {}: {e}", cfg.lock_dir.display())))?;
+        let holder = match &lease {
+            LeaseState::Free => None,
+            LeaseState::Held(h) => Some(
+                h.as_ref()
+                    .map(|h| h.describe())
+                    .unwrap_or_else(|| "unknown holder".into()),
+            ),
+        };
+        let busy = pool::busy_reason(&g.uuid, &snap, &cfg.idle);
+        let verdict = if !in_pool {
+            "not in pool".to_string()
+        } else if holder.is_some() {
+            "leased".to_string()
+        } else if let Some(r) = &busy {
+            format!("busy: {r}")
+        } else {
+            "idle".to_string()
+        };
+        let procs: Vec<u32> = snap
+            .apps
+            .iter()
+            .filter(|a| a.gpu_uuid == g.uuid)
+            .map(|a| a.pid)
+            .collect();
+        rows.push((g, in_pool, holder, busy, verdict, procs));
+    }
+    if ctx.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(g, in_pool, holder, busy, verdict, procs)| {
+                json!({
+                    "index": g.index, "uuid": g.uuid,
+                    "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib,
+                    "utilization": g.utilization, "processes": procs, "in_pool": in_pool,
+                    "lease_holder": holder, "idle": busy.is_none(), "verdict": verdict,
+                    "available": *in_pool && holder.is_none() && busy.is_none(),
+                })
+            })
+            .collect();
+        report::json(&json!({"gpus": v, "lock_dir": cfg.lock_dir}));
+        return Ok(exit::SUCCESS);
+    }
+    let mut t = Table::new(&[
+        "INDEX",
+        "UUID",
+        "MEMORY",
+        "UTIL",
+        "PROCESSES",
+        "POOL",
+        "LEASE",
+        "VERDICT",
+    ]);
+    for (g, in_pool, holder, _, verdict, procs) in &rows {
+        let procs: Vec<String> = procs.iter().map(u32::to_string).collect();
+        t.row(vec![
+            g.index.to_string(),
+            g.uuid.clone(),
+            format!("{}/{} MiB", g.memory_used_mib, g.memory_total_mib),
+            format!("{}%", g.utilization),
+            if procs.is_empty() {
+                "-".into()
+            } else {
+                procs.join(",")
+            },
+            if *in_pool { "yes" } else { "no" }.into(),
+            holder.clone().unwrap_or_else(|| "-".into()),
+            verdict.clone(),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(exit::SUCCESS)
+}
+
+fn valid_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Shows waiting progress: a live line on a terminal (every 0.5 s), a log line every
+/// 30 s otherwise (the first one at once, so a CI log says why it is waiting).
+struct Progress {
+    live: bool,
+    next: Instant,
+    shown: bool,
+    want: usize,
+}
+
+impl Progress {
+    fn new(want: usize) -> Progress {
+        let live = std::io::stderr().is_terminal();
+        Progress {
+            live,
+            // A live line only for waits a person notices.
+            next: Instant::now()
+                + if live {
+                    Duration::from_millis(500)
+                } else {
+                    Duration::ZERO
+                },
+            shown: false,
+            want,
+        }
+    }
+
+    fn tick(&mut self, report: &dyn Fn() -> WaitReport) {
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next = Instant::now()
+            + if self.live {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(30)
+            };
+        self.shown = true;
+        let r = report();
+        let line = format!(
+            "waiting {}s for {} GPU(s): {}",
+            r.waited.as_secs(),
+            self.want,
+            r.describe()
+        );
+        if self.live {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2Kcibox: {line}");
+            let _ = err.flush();
+        } else {
+            report::info(line);
+        }
+    }
+
+    fn finish(&self) {
+        if self.live && self.shown {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+        }
+    }
+}
+
+/// `cibox gpu exec`.
+pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
+    if args.command.is_empty() {
+        return Err(Error::Usage(
+            "gpu exec: no command given; write it after `--`".into(),
+        ));
+    }
+    if args.count.is_none() && args.devices.is_none() {
+        return Err(Error::Usage(
+            "gpu exec: say how many GPUs (--count N) or which (--devices LIST)".into(),
+        ));
+    }
+    if args.count == Some(0) {
+        return Err(Error::Usage("gpu exec: --count must be at least 1".into()));
+    }
+    let env_name = args
+        .env_name
+        .clone()
+        .unwrap_or_else(|| "CUDA_VISIBLE_DEVICES".into());
+    if !valid_env_name(&env_name) {
+        return Err(Error::Usage(format!(
+            "gpu exec: --env-name `{env_name}` is not a variable name"
+        )));
+    }
+    let cfg = settings(ctx)?;
+    let wait = match &args.wait {
+        Some(w) => {
+            w.parse::<Span>()
+                .map_err(|e| Error::Usage(format!("--wait: {e}")))?
+                .0
+        }
+        None => cfg.wait.0,
+    };
+    signals::install();
+    let dir = LeaseDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
+    let mut holder = Holder::this_process();
+    holder.command = Some(args.command.join(" "));
+    let ticket = gpu::join_queue(&dir, &holder)?;
+    let (snap, pool) = probe_pool(&cfg)?;
+    let want = match (&args.count, &args.devices) {
+        (Some(n), _) => {
+            let n = *n as usize;
+            if n > pool.len() {
+                return Err(Error::Usage(format!(
+                    "gpu exec: --count {n} is more than the {} GPU(s) in the pool",
+                    pool.len()
+                )));
+            }
+            Want::Count(n)
+        }
+        (None, Some(list)) => {
+            Want::Devices(gpu::parse_devices(list, &snap, &pool).map_err(Error::Usage)?)
+        }
+        (None, None) => unreachable!("checked above"),
+    };
+    let mut progress = Progress::new(want.count());
+    let lease = gpu::acquire(
+        ticket,
+        &dir,
+        &pool,
+        &want,
+        &cfg.idle,
+        wait,
+        &holder,
+        || probe::probe(probe::timeout()),
+        |r| progress.tick(r),
+    );
+    progress.finish();
+    let lease = lease?;
+    let visible: Vec<String> = if args.index {
+        lease.gpus().iter().map(|g| g.index.to_string()).collect()
+    } else {
+        lease.uuids()
+    };
+    report::debug(format!(
+        "leased {} for `{}`",
+        visible.join(","),
+        args.command.join(" ")
+    ));
+    let env = vec![
+        (env_name, visible.join(",")),
+        ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
+    ];
+    process::become_subreaper();
+    let leader = process::spawn_group(&args.command, &env, &lease.fds())
+        .map_err(|e| Error::Usage(format!("gpu exec: cannot run `{}`: {e}", args.command[0])))?;
+    let ending = process::supervise(leader, GRACE);
+    // The whole group is gone: only now may the GPUs go to someone else.
+    lease.release();
+    Ok(match ending {
+        Ending::Exited(code) => code.clamp(0, 255) as u8,
+        Ending::Killed(sig) => exit::signal(sig),
+        Ending::Interrupted(sig) => exit::signal(sig as i32),
+    })
+}

@@ -1,0 +1,144 @@
+//! The GPUs CI may use, and whether each is idle right now.
+
+use super::probe::{GpuState, Snapshot};
+use crate::manifest::{IdlePolicy, PoolSpec};
+
+/// A GPU of the pool, as the probe numbers it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PoolGpu {
+    pub index: u32,
+    pub uuid: String,
+}
+
+/// Resolves the pool against a probe: `all`, or each index/UUID to a GPU the probe
+/// knows. An entry the probe does not know is a configuration error (the message).
+pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, String> {
+    let of = |g: &GpuState| PoolGpu {
+        index: g.index,
+        uuid: g.uuid.clone(),
+    };
+    let mut gpus: Vec<PoolGpu> = match spec {
+        PoolSpec::All => snapshot.gpus.iter().map(of).collect(),
+        PoolSpec::Devices(items) => {
+            let mut out = Vec::new();
+            for item in items {
+                let g = snapshot
+                    .gpus
+                    .iter()
+                    .find(|g| g.uuid == *item || g.index.to_string() == *item)
+                    .ok_or_else(|| {
+                        format!(
+                            "GPU pool entry `{item}` is not a GPU on this host (nvidia-smi shows {})",
+                            describe(snapshot)
+                        )
+                    })?;
+                if out.iter().any(|p: &PoolGpu| p.uuid == g.uuid) {
+                    return Err(format!("GPU pool names {} twice (as `{item}`)", g.uuid));
+                }
+                out.push(of(g));
+            }
+            out
+        }
+    };
+    gpus.sort_by_key(|g| g.index);
+    Ok(gpus)
+}
+
+fn describe(s: &Snapshot) -> String {
+    if s.gpus.is_empty() {
+        return "no GPU".into();
+    }
+    let idx: Vec<String> = s.gpus.iter().map(|g| g.index.to_string()).collect();
+    format!("indices {}", idx.join(","))
+}
+
+/// Why a GPU is not idle, or `None` when it is: no compute process, memory used and
+/// utilisation within the policy.
+pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Option<String> {
+    let Some(g) = snapshot.gpus.iter().find(|g| g.uuid == uuid) else {
+        return Some("not reported by nvidia-smi".into());
+    };
+    let procs: Vec<String> = snapshot
+        .apps
+        .iter()
+        .filter(|a| a.gpu_uuid == uuid)
+        .map(|a| a.pid.to_string())
+        .collect();
+    if !procs.is_empty() {
+        return Some(format!("compute process {}", procs.join(",")));
+    }
+    if g.memory_used_mib > policy.max_memory_mib {
+        return Some(format!(
+            "{} MiB used > {} MiB",
+            g.memory_used_mib, policy.max_memory_mib
+        ));
+    }
+    if g.utilization > policy.max_utilization {
+        return Some(format!(
+            "utilization {}% > {}%",
+            g.utilization, policy.max_utilization
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::probe::ComputeApp;
+
+    fn snap() -> Snapshot {
+        let g = |i: u32, used, util| GpuState {
+            index: i,
+            uuid: format!("GPU-00000000-0000-0000-0000-00000000000{i}"),
+            memory_used_mib: used,
+            memory_total_mib: 81559,
+            utilization: util,
+        };
+        Snapshot {
+            gpus: vec![g(0, 0, 0), g(1, 1024, 0), g(2, 0, 40), g(3, 3, 0)],
+            apps: vec![ComputeApp {
+                gpu_uuid: "GPU-00000000-0000-0000-0000-000000000003".into(),
+                pid: 77,
+                used_memory_mib: 3,
+            }],
+        }
+    }
+
+    #[test]
+    fn idle_verdicts() {
+        let s = snap();
+        let p = IdlePolicy::default();
+        let uuid = |i: usize| s.gpus[i].uuid.clone();
+        assert_eq!(busy_reason(&uuid(0), &s, &p), None);
+        assert!(busy_reason(&uuid(1), &s, &p).unwrap().contains("1024 MiB"));
+        assert!(
+            busy_reason(&uuid(2), &s, &p)
+                .unwrap()
+                .contains("utilization 40%")
+        );
+        assert!(
+            busy_reason(&uuid(3), &s, &p)
+                .unwrap()
+                .contains("compute process 77")
+        );
+    }
+
+    #[test]
+    fn pool_resolution() {
+        let s = snap();
+        assert_eq!(resolve(&PoolSpec::All, &s).unwrap().len(), 4);
+        let spec = PoolSpec::Devices(vec![
+            "2".into(),
+            "GPU-00000000-0000-0000-0000-000000000000".into(),
+        ]);
+        let p = resolve(&spec, &s).unwrap();
+        assert_eq!(p.iter().map(|g| g.index).collect::<Vec<_>>(), [0, 2]);
+        assert!(resolve(&PoolSpec::Devices(vec!["9".into()]), &s).is_err());
+        let dup = PoolSpec::Devices(vec![
+            "0".into(),
+            "GPU-00000000-0000-0000-0000-000000000000".into(),
+        ]);
+        assert!(resolve(&dup, &s).is_err());
+    }
+}

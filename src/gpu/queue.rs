@@ -1,0 +1,179 @@
+//! The fair queue in front of the leases: waiters are served first come, first served,
+//! so an 8-GPU request is not starved by a stream of small ones.
+//!
+//! Each waiter holds a ticket: a file `queue/<seq>-<pid>` that it keeps locked while it
+//! waits. Tickets get their sequence number and appear in the folder atomically, under
+//! the lock of `queue.seq`, so no waiter can overtake another. Only the waiter with the
+//! lowest live ticket (the head) may take GPUs. A waiter that dies releases its ticket's
+//! lock with its last file descriptor; the next waiter sees that and removes the file,
+//! so the dead leave the queue by themselves.
+
+use std::fs::{File, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use super::lease::{LeaseDir, open_shared_file};
+
+pub struct Ticket {
+    queue: PathBuf,
+    name: String,
+    seq: u64,
+    _file: File,
+    /// The live ticket just ahead of ours, kept open so checking it costs one syscall.
+    ahead: Option<(String, File)>,
+}
+
+fn parse_seq(name: &str) -> Option<u64> {
+    name.split_once('-')?.0.parse().ok()
+}
+
+impl Ticket {
+    /// Joins the end of the queue. `description` is stored in the ticket for humans.
+    pub fn enqueue(dir: &LeaseDir, description: &str) -> std::io::Result<Ticket> {
+        let queue = dir.path().join("queue");
+        let mut counter = open_shared_file(&dir.path().join("queue.seq"))?;
+        counter.lock()?;
+        let mut text = String::new();
+        counter.read_to_string(&mut text)?;
+        // Never hand out a number below a live ticket, even if the counter was reset.
+        let highest_live = std::fs::read_dir(&queue)?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(parse_seq))
+            .max();
+        let seq = text
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+            .max(highest_live.map_or(0, |s| s + 1));
+        let pid = std::process::id();
+        let name = format!("{seq:020}-{pid}");
+        // Locked before it becomes visible, so nobody can take a fresh ticket for dead.
+        let tmp = queue.join(format!(".new-{pid}-{seq}"));
+        let mut file = open_shared_file(&tmp)?;
+        file.lock()?;
+        file.write_all(description.as_bytes())?;
+        std::fs::rename(&tmp, queue.join(&name))?;
+        counter.set_len(0)?;
+        counter.rewind()?;
+        write!(counter, "{}", seq + 1)?;
+        drop(counter);
+        Ok(Ticket {
+            queue,
+            name,
+            seq,
+            _file: file,
+            ahead: None,
+        })
+    }
+
+    /// Whether this ticket is at the head of the queue. Cheap when someone is ahead.
+    pub fn is_head(&mut self) -> std::io::Result<bool> {
+        if let Some((_, f)) = &self.ahead {
+            match f.try_lock() {
+                Err(TryLockError::WouldBlock) => return Ok(false),
+                Err(TryLockError::Error(e)) => return Err(e),
+                Ok(()) => {
+                    // Its owner left or died; if died, its file is still there.
+                    let (name, _) = self.ahead.take().expect("checked");
+                    let _ = std::fs::remove_file(self.queue.join(name));
+                }
+            }
+        }
+        self.ahead = self.find_ahead()?;
+        Ok(self.ahead.is_none())
+    }
+
+    /// The closest live ticket ahead of ours, removing dead ones on the way.
+    fn find_ahead(&self) -> std::io::Result<Option<(String, File)>> {
+        let mut ahead: Vec<(u64, String)> = std::fs::read_dir(&self.queue)?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_string();
+                let seq = parse_seq(&name)?;
+                (seq < self.seq).then_some((seq, name))
+            })
+            .collect();
+        ahead.sort_unstable_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+        for (_, name) in ahead {
+            let Ok(f) = File::open(self.queue.join(&name)) else {
+                continue; // left between listing and opening
+            };
+            match f.try_lock() {
+                Err(TryLockError::WouldBlock) => return Ok(Some((name, f))),
+                Err(TryLockError::Error(e)) => return Err(e),
+                Ok(()) => {
+                    let _ = std::fs::remove_file(self.queue.join(&name));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// How many live waiters are ahead (0 at the head). Walks the whole queue: for
+    /// progress messages, not for the wait loop.
+    pub fn position(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.queue) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_string();
+                (parse_seq(&name)? < self.seq).then_some(name)
+            })
+            .filter(|name| {
+                File::open(self.queue.join(name))
+                    .map(|f| matches!(f.try_lock_shared(), Err(TryLockError::WouldBlock)))
+                    .unwrap_or(false)
+            })
+            .count()
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.queue.join(&self.name)
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Replaces what the ticket says about its waiter (written once the request is
+    /// known; readers treat a ticket they cannot parse as the strictest case).
+    pub fn describe(&mut self, content: &str) -> std::io::Result<()> {
+        self._file.set_len(0)?;
+        self._file.rewind()?;
+        self._file.write_all(content.as_bytes())
+    }
+
+    /// The live tickets ahead of ours: sequence number and content.
+    pub fn ahead(&self) -> std::io::Result<Vec<(u64, String)>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.queue)?.flatten() {
+            let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let Some(seq) = parse_seq(&name).filter(|s| *s < self.seq) else {
+                continue;
+            };
+            let Ok(mut f) = File::open(self.queue.join(&name)) else {
+                continue;
+            };
+            if !matches!(f.try_lock_shared(), Err(TryLockError::WouldBlock)) {
+                continue; // its owner is gone
+            }
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            out.push((seq, text));
+        }
+        out.sort_unstable_by_key(|(s, _)| *s);
+        Ok(out)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        // Remove first, then the lock goes with the file: whoever is behind sees the
+        // lock free and the name gone, and moves up.
+        let _ = std::fs::remove_file(Path::new(&self.queue).join(&self.name));
+    }
+}

@@ -1,0 +1,139 @@
+//! A child command in its own process group, bound to cibox's life and to its lease:
+//! it dies if cibox dies (parent-death signal), it inherits the lease's lock files (so
+//! the GPUs stay leased while any process of it lives, even if cibox is SIGKILLed), and
+//! cibox returns only once the whole group is gone.
+
+use std::os::unix::io::RawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::signals;
+
+/// How a supervised command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The command exited with this code.
+    Exited(i32),
+    /// The command was killed by this signal.
+    Killed(i32),
+    /// cibox received this signal and tore the group down.
+    Interrupted(Signal),
+}
+
+/// How often the supervisor looks at the child and the signal flag.
+const TICK: Duration = Duration::from_millis(10);
+
+/// Starts `argv` in a new process group with `env` added, keeping `inherit` open in it.
+pub fn spawn_group(
+    argv: &[String],
+    env: &[(String, String)],
+    inherit: &[RawFd],
+) -> std::io::Result<Pid> {
+    let parent = nix::unistd::getpid();
+    let inherit = inherit.to_vec();
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .envs(env.iter().cloned())
+        .process_group(0);
+    // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl, raise) between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // cibox may have died before the line above took effect.
+            if nix::unistd::getppid() != parent {
+                let _ = nix::sys::signal::raise(Signal::SIGKILL);
+            }
+            for &fd in &inherit {
+                let rc = nix::libc::fcntl(fd, nix::libc::F_SETFD, 0);
+                if rc == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    Ok(Pid::from_raw(child.id() as i32))
+}
+
+/// Makes cibox the reaper of orphans it leaves (descendants of its children), so a
+/// group's stray workers are reaped here and "the group is gone" can be observed.
+pub fn become_subreaper() {
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+fn group_alive(pgid: Pid) -> bool {
+    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+}
+
+/// Reaps every exited child; returns the leader's status when it is among them.
+fn reap(leader: Pid) -> Option<WaitStatus> {
+    let mut leader_status = None;
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return leader_status,
+            Ok(status) => {
+                if status.pid() == Some(leader) {
+                    leader_status = Some(status);
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the leader, forwarding terminating signals to the group, then makes sure
+/// the whole group is gone (SIGTERM, `grace`, SIGKILL) before returning.
+pub fn supervise(leader: Pid, grace: Duration) -> Ending {
+    let pgid = leader;
+    let mut ending = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut terminated = false;
+    loop {
+        if let Some(status) = reap(leader) {
+            ending.get_or_insert(match status {
+                WaitStatus::Exited(_, code) => Ending::Exited(code),
+                WaitStatus::Signaled(_, sig, _) => Ending::Killed(sig as i32),
+                _ => Ending::Exited(1),
+            });
+        }
+        if let Some(sig) = signals::received()
+            && !matches!(ending, Some(Ending::Interrupted(_)))
+        {
+            // A signal wins over an exit seen at the same time: the run was cancelled.
+            ending = Some(Ending::Interrupted(sig));
+            let _ = killpg(pgid, sig);
+            kill_at = Some(Instant::now() + grace);
+            terminated = true;
+        }
+        if let Some(end) = ending {
+            if !group_alive(pgid) {
+                // Reap what is left (zombies we now own) and report.
+                reap(leader);
+                return end;
+            }
+            if !terminated {
+                // The leader is done; its stray workers must not keep the GPUs.
+                let _ = killpg(pgid, Signal::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+                terminated = true;
+            }
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            kill_at = None;
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// Whether a process exists (used by tests and diagnostics).
+pub fn alive(pid: Pid) -> bool {
+    !matches!(kill(pid, None), Err(Errno::ESRCH))
+}

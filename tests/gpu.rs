@@ -1,0 +1,523 @@
+//! GPU probing, leases and `gpu exec`, driven by the fake nvidia-smi.
+
+mod common;
+
+use std::io::BufRead;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn status_shows_idle_and_each_kind_of_busy() {
+    let h = GpuHost::new(4);
+    h.smi.set(
+        "gpus.csv",
+        &format!(
+            "0, {}, 0, 81559, 0\n1, {}, 4096, 81559, 0\n2, {}, 0, 81559, 55\n3, {}, 10, 81559, 0\n",
+            uuid(0),
+            uuid(1),
+            uuid(2),
+            uuid(3)
+        ),
+    );
+    h.smi.set("apps.csv", &format!("{}, 4242, 10\n", uuid(3)));
+    let v = h.status();
+    let verdicts: Vec<&str> = v["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts[0], "idle");
+    assert!(
+        verdicts[1].contains("4096 MiB used > 256 MiB"),
+        "{verdicts:?}"
+    );
+    assert!(verdicts[2].contains("utilization 55% > 0%"), "{verdicts:?}");
+    assert!(verdicts[3].contains("compute process 4242"), "{verdicts:?}");
+    // Busy GPUs are never handed out: 1 idle of 4.
+    h.run(&["gpu", "exec", "--count", "2", "--wait", "0s", "--", "true"])
+        .fails_with(4, "could not lease 2 GPU(s)");
+    let r = h.run(&[
+        "gpu",
+        "exec",
+        "--count",
+        "1",
+        "--wait",
+        "0s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), uuid(0));
+}
+
+#[test]
+fn probe_failures_fail_closed_with_exit_5() {
+    let garbled = [
+        (
+            "gpus.csv",
+            format!("0, {}, [N/A], 81559, 0\n", uuid(0)),
+            "memory.used is `[N/A]`",
+        ),
+        (
+            "gpus.csv",
+            format!("0, {}, 0, 81559, [Not Supported]\n", uuid(0)),
+            "utilization.gpu is `[Not Supported]`",
+        ),
+        (
+            "gpus.csv",
+            format!("0, {}, 0, 81559\n", uuid(0)),
+            "expected 5 columns",
+        ),
+        (
+            "gpus.csv",
+            "0, GPU-zzzz, 0, 81559, 0\n".to_string(),
+            "is not a GPU UUID",
+        ),
+        (
+            "gpus.csv",
+            format!("0, {}, 0, 81559, 0\n1, {}, 0, 81559, 0\n", uuid(0), uuid(0)),
+            "appears twice",
+        ),
+        (
+            "apps.csv",
+            format!("{}, 12, 100\n", uuid(9)),
+            "that the GPU list does not show",
+        ),
+        ("mode", "fail".to_string(), "exited with"),
+        ("mode", "hang".to_string(), "did not answer within 2s"),
+    ];
+    for (file, contents, why) in garbled {
+        let h = GpuHost::new(2);
+        h.smi.set(file, &contents);
+        h.run(&["gpu", "status"]).fails_with(5, why);
+        h.run(&["gpu", "exec", "--count", "1", "--", "true"])
+            .fails_with(5, why);
+        h.smi.set("mode", "ok");
+        h.smi.set(
+            "gpus.csv",
+            &format!("0, {}, 0, 81559, 0\n1, {}, 0, 81559, 0\n", uuid(0), uuid(1)),
+        );
+        h.smi.set("apps.csv", "");
+        assert!(h.leased().is_empty(), "no lease kept after `{why}`");
+    }
+    let h = GpuHost::new(1);
+    run(h
+        .cmd(&["gpu", "status"])
+        .env("CIBOX_NVIDIA_SMI", "/nonexistent/nvidia-smi"))
+    .fails_with(5, "cannot run");
+}
+
+#[test]
+fn exec_bad_input_is_exit_2_and_keeps_no_lease() {
+    let h = GpuHost::new(4);
+    let u1 = uuid(1);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--count", "0", "--", "true"],
+            "--count must be at least 1",
+        ),
+        (
+            vec!["--count", "5", "--", "true"],
+            "more than the 4 GPU(s) in the pool",
+        ),
+        (vec!["--devices", "1,1", "--", "true"], "names GPU 1 twice"),
+        (
+            vec!["--devices", &u1, "--devices", "1", "--", "true"],
+            "cannot be used multiple times",
+        ),
+        (
+            vec!["--devices", "0,9", "--", "true"],
+            "`9` is not a GPU on this host",
+        ),
+        (
+            vec!["--devices", "GPU-nope", "--", "true"],
+            "is not a GPU on this host",
+        ),
+        (
+            vec!["--count", "1", "--devices", "1", "--", "true"],
+            "cannot be used with",
+        ),
+        (vec!["--", "true"], "say how many GPUs"),
+        (vec!["--count", "1"], "no command given"),
+        (
+            vec!["--count", "1", "--wait", "soon", "--", "true"],
+            "--wait: bad duration",
+        ),
+        (
+            vec!["--count", "1", "--env-name", "1X", "--", "true"],
+            "is not a variable name",
+        ),
+        (
+            vec!["--count", "1", "--", "/nonexistent/prog"],
+            "cannot run `/nonexistent/prog`",
+        ),
+    ];
+    for (args, why) in cases {
+        let mut all = vec!["gpu", "exec"];
+        all.extend(args);
+        h.run(&all).fails_with(2, why);
+    }
+    let pool_cases = [
+        ("0,zero", "`zero` is neither a GPU index"),
+        ("0,7", "`7` is not a GPU on this host"),
+        ("", "the GPU pool is empty"),
+    ];
+    for (pool, why) in pool_cases {
+        run(h
+            .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+            .env("CIBOX_GPU_POOL", pool))
+        .fails_with(2, why);
+    }
+    run(h
+        .cmd(&["gpu", "exec", "--devices", "3", "--", "true"])
+        .env("CIBOX_GPU_POOL", "0,1"))
+    .fails_with(2, "is not in the CI pool");
+    let file = h.work.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", file.join("locks")))
+    .fails_with(2, "lock dir");
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &file))
+    .fails_with(2, "exists and is not a directory");
+    assert!(h.leased().is_empty());
+}
+
+#[test]
+fn exec_sets_the_environment_and_passes_the_exit_code() {
+    let h = GpuHost::new(4);
+    let r = h.run(&[
+        "gpu",
+        "exec",
+        "--count",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER",
+    ]);
+    r.ok();
+    assert_eq!(
+        r.stdout.trim(),
+        format!("{},{} PCI_BUS_ID", uuid(0), uuid(1))
+    );
+    let r = h.run(&[
+        "gpu",
+        "exec",
+        "--devices",
+        "3,1",
+        "--index",
+        "--env-name",
+        "MY_GPUS",
+        "--",
+        "sh",
+        "-c",
+        "echo $MY_GPUS",
+    ]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), "3,1");
+    let r = h.run(&["gpu", "exec", "--count", "1", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(r.code, 7);
+    let r = h.run(&[
+        "gpu",
+        "exec",
+        "--count",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "kill -KILL $$",
+    ]);
+    assert_eq!(r.code, 137);
+    assert!(h.leased().is_empty());
+}
+
+#[test]
+fn holders_are_shown_and_leases_released() {
+    let h = GpuHost::new(2);
+    let mut child = h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || h.leased() == [0]));
+    let v = h.status();
+    let holder = v["gpus"][0]["lease_holder"].as_str().unwrap();
+    assert!(
+        holder.contains(&format!("pid {}", child.id())) && holder.contains("`sleep 30`"),
+        "{holder}"
+    );
+    unsafe { nix::libc::kill(child.id() as i32, nix::libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert!(h.leased().is_empty());
+}
+
+fn read_pid(path: &std::path::Path) -> i32 {
+    assert!(wait_until(10, || std::fs::read_to_string(path)
+        .is_ok_and(|s| s.trim().parse::<i32>().is_ok())));
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn sigkill_of_cibox_kills_the_child_and_frees_gpus_only_after() {
+    let h = GpuHost::new(2);
+    let pidfile = h.work.path().join("child.pid");
+    let script = format!("echo $$ > {}; exec sleep 1000", pidfile.display());
+    let mut cibox = h
+        .cmd(&["gpu", "exec", "--count", "2", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let child = read_pid(&pidfile);
+    // Never free before: while the child runs, nobody else gets a GPU.
+    h.run(&["gpu", "exec", "--count", "1", "--wait", "0s", "--", "true"])
+        .fails_with(4, "could not lease");
+    cibox.kill().unwrap();
+    cibox.wait().unwrap();
+    assert!(
+        wait_until(10, || !pid_alive(child)),
+        "child {child} outlived cibox"
+    );
+    h.run(&["gpu", "exec", "--count", "2", "--wait", "5s", "--", "true"])
+        .ok();
+}
+
+#[test]
+fn a_surviving_grandchild_keeps_the_gpus_leased() {
+    let h = GpuHost::new(1);
+    let pidfile = h.work.path().join("grandchild.pid");
+    let script = format!("sleep 1000 & echo $! > {}; wait", pidfile.display());
+    let mut cibox = h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let grandchild = read_pid(&pidfile);
+    cibox.kill().unwrap();
+    cibox.wait().unwrap();
+    // cibox is gone, its direct child died with it, but a worker of the group lives on:
+    // the lease lives with it (the worker holds the lock file), so the GPU stays leased.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(pid_alive(grandchild));
+    h.run(&["gpu", "exec", "--count", "1", "--wait", "0s", "--", "true"])
+        .fails_with(4, "could not lease");
+    unsafe { nix::libc::kill(grandchild, nix::libc::SIGKILL) };
+    assert!(wait_until(10, || !pid_alive(grandchild)));
+    h.run(&["gpu", "exec", "--count", "1", "--wait", "5s", "--", "true"])
+        .ok();
+}
+
+#[test]
+fn stray_workers_are_killed_before_the_lease_goes() {
+    let h = GpuHost::new(1);
+    let pidfile = h.work.path().join("stray.pid");
+    let script = format!("sleep 1000 & echo $! > {}; exit 3", pidfile.display());
+    let r = h.run(&["gpu", "exec", "--count", "1", "--", "sh", "-c", &script]);
+    assert_eq!(r.code, 3);
+    let stray = read_pid(&pidfile);
+    assert!(!pid_alive(stray), "stray worker {stray} survived");
+    assert!(h.leased().is_empty());
+}
+
+#[test]
+fn signals_are_forwarded_and_end_the_run_with_128_plus_n() {
+    let h = GpuHost::new(1);
+    for (sig, code) in [
+        (nix::libc::SIGINT, 130),
+        (nix::libc::SIGTERM, 143),
+        (nix::libc::SIGHUP, 129),
+    ] {
+        let pidfile = h.work.path().join(format!("sig{sig}.pid"));
+        let _ = std::fs::remove_file(&pidfile);
+        let script = format!("echo $$ > {}; sleep 1000", pidfile.display());
+        let mut cibox = h
+            .cmd(&["gpu", "exec", "--count", "1", "--", "sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        let child = read_pid(&pidfile);
+        unsafe { nix::libc::kill(cibox.id() as i32, sig) };
+        let status = cibox.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "signal {sig}");
+        assert!(!pid_alive(child), "child survived signal {sig}");
+        assert!(h.leased().is_empty());
+    }
+}
+
+/// Starts `gpu exec` that records `start end uuids` (ns) into `log`.
+fn timed_job(
+    h: &GpuHost,
+    count: usize,
+    hold: &str,
+    log: &std::path::Path,
+    tag: &str,
+) -> std::process::Child {
+    let script = format!(
+        "s=$(date +%s%N); sleep {hold}; e=$(date +%s%N); echo \"{tag} $s $e $CUDA_VISIBLE_DEVICES\" >> {}",
+        log.display()
+    );
+    let count = count.to_string();
+    h.cmd(&[
+        "gpu", "exec", "--count", &count, "--wait", "300s", "--", "sh", "-c", &script,
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap()
+}
+
+struct Interval {
+    tag: String,
+    start: u128,
+    end: u128,
+    gpus: Vec<String>,
+}
+
+fn read_log(log: &std::path::Path) -> Vec<Interval> {
+    std::io::BufReader::new(std::fs::File::open(log).unwrap())
+        .lines()
+        .map(|l| {
+            let l = l.unwrap();
+            let f: Vec<&str> = l.split(' ').collect();
+            Interval {
+                tag: f[0].to_string(),
+                start: f[1].parse().unwrap(),
+                end: f[2].parse().unwrap(),
+                gpus: f[3].split(',').map(str::to_string).collect(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_hundred_concurrent_leases_never_share_a_gpu() {
+    let h = GpuHost::new(8);
+    let log = h.work.path().join("intervals.log");
+    // Sizes from a fixed pseudo-random sequence (reproducible failures).
+    let mut x: u32 = 12345;
+    let mut children = Vec::new();
+    for i in 0..120 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        let size = [1, 1, 1, 2, 2, 3, 4, 8][(x >> 16) as usize % 8];
+        children.push(timed_job(&h, size, "0.02", &log, &format!("job{i}")));
+    }
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let jobs = read_log(&log);
+    assert_eq!(jobs.len(), 120);
+    let mut overlaps = Vec::new();
+    for (i, a) in jobs.iter().enumerate() {
+        for b in &jobs[i + 1..] {
+            let overlap = a.start < b.end && b.start < a.end;
+            if overlap && a.gpus.iter().any(|g| b.gpus.contains(g)) {
+                overlaps.push(format!("{} and {}", a.tag, b.tag));
+            }
+        }
+    }
+    assert!(
+        overlaps.is_empty(),
+        "GPUs shared by overlapping holders: {overlaps:?}"
+    );
+    assert!(h.leased().is_empty());
+}
+
+#[test]
+fn the_queue_is_first_come_first_served() {
+    let h = GpuHost::new(2);
+    let log = h.work.path().join("order.log");
+    // A holds one GPU; B wants both and queues; C wants one (which is free) and queues
+    // behind B: C must not overtake B.
+    let mut a = timed_job(&h, 1, "1", &log, "A");
+    assert!(wait_until(10, || h.leased().len() == 1));
+    let mut b = timed_job(&h, 2, "0.2", &log, "B");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = timed_job(&h, 1, "0.2", &log, "C");
+    for p in [&mut a, &mut b, &mut c] {
+        assert!(p.wait().unwrap().success());
+    }
+    let jobs = read_log(&log);
+    let at = |t: &str| jobs.iter().find(|j| j.tag == t).unwrap();
+    assert!(at("B").start >= at("A").end, "B started before A released");
+    assert!(at("C").start >= at("B").end, "C overtook B");
+}
+
+#[test]
+fn a_dead_waiter_leaves_the_queue() {
+    let h = GpuHost::new(1);
+    let mut holder = h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "1"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || h.leased() == [0]));
+    let mut dead = h
+        .cmd(&["gpu", "exec", "--count", "1", "--wait", "60s", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    // The next waiter is not stuck behind the dead one's ticket.
+    let r = h.run(&["gpu", "exec", "--count", "1", "--wait", "20s", "--", "true"]);
+    r.ok();
+    assert!(holder.wait().unwrap().success());
+    let queue = h.locks.path().join("queue");
+    let left: Vec<_> = std::fs::read_dir(queue)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.iter().all(|n| n.to_string_lossy().starts_with('.')),
+        "tickets left: {left:?}"
+    );
+}
+
+#[test]
+fn waiting_is_logged_with_holders() {
+    let h = GpuHost::new(1);
+    let mut holder = h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "1"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || h.leased() == [0]));
+    let r = h.run(&["gpu", "exec", "--count", "1", "--wait", "30s", "--", "true"]);
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("waiting 0s for 1 GPU(s): leased: GPU 0 by pid"),
+        "{}",
+        r.stderr
+    );
+    holder.wait().unwrap();
+}
+
+#[test]
+fn small_requests_fill_gpus_the_head_cannot_use_without_delaying_it() {
+    let h = GpuHost::new(4);
+    let log = h.work.path().join("backfill.log");
+    // A holds 3 of 4 for 1 s. B wants 2 and must wait for A. C wants 1: the free GPU is
+    // of no use to B yet, and B still gets its 2 the moment A ends, so C may go first.
+    let mut a = timed_job(&h, 3, "1", &log, "A");
+    assert!(wait_until(10, || h.leased().len() == 3));
+    let mut b = timed_job(&h, 2, "0.2", &log, "B");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = timed_job(&h, 1, "2", &log, "C");
+    for p in [&mut a, &mut b, &mut c] {
+        assert!(p.wait().unwrap().success());
+    }
+    let jobs = read_log(&log);
+    let at = |t: &str| jobs.iter().find(|j| j.tag == t).unwrap();
+    assert!(at("C").start < at("A").end, "C did not use the idle GPU");
+    assert!(at("B").start >= at("A").end, "B started before A released");
+    assert!(at("B").start < at("C").end, "B was delayed by C");
+}
