@@ -326,3 +326,159 @@ impl Engine {
         result
     }
 }
+
+/// A container cibox created, as listed by the engine.
+#[derive(Debug, Clone)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    pub running: bool,
+}
+
+/// How a container's main process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerExit {
+    pub code: i64,
+}
+
+impl Engine {
+    /// Creates a container (never pulls: the image must be local, by ID).
+    pub async fn create_container(
+        &self,
+        name: &str,
+        body: bollard::models::ContainerCreateBody,
+    ) -> Result<String, EngineError> {
+        let opts = bollard::query_parameters::CreateContainerOptions {
+            name: Some(name.to_string()),
+            ..Default::default()
+        };
+        let r = self
+            .docker
+            .create_container(Some(opts), body)
+            .await
+            .map_err(|e| Self::api("creating the container", e))?;
+        Ok(r.id)
+    }
+
+    /// Starts a container; the engine's reason when it cannot (a GPU request on an
+    /// engine without a GPU runtime fails here).
+    pub async fn start_container(&self, id: &str) -> Result<(), String> {
+        self.docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| reason(&e))
+    }
+
+    /// Waits for the container to stop; a non-zero exit is data, not an error.
+    pub async fn wait_container(&self, id: &str) -> Result<ContainerExit, EngineError> {
+        let mut s = self
+            .docker
+            .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
+        match s.next().await {
+            Some(Ok(r)) => Ok(ContainerExit { code: r.status_code }),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                Ok(ContainerExit { code })
+            }
+            Some(Err(e)) => Err(Self::api("waiting for the container", e)),
+            None => Err(EngineError::Api {
+                action: "waiting for the container".into(),
+                reason: "the engine closed the wait stream".into(),
+            }),
+        }
+    }
+
+    /// The container's output (stdout and stderr interleaved), following until it ends.
+    pub fn logs(&self, id: &str) -> impl Stream<Item = Result<Bytes, EngineError>> + use<> {
+        let opts = bollard::query_parameters::LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        };
+        self.docker
+            .logs(id, Some(opts))
+            .map(|item| item.map(|o| o.into_bytes()).map_err(|e| Self::api("reading logs", e)))
+    }
+
+    /// SIGTERM, then SIGKILL after `grace` seconds (the engine kills every process of
+    /// the container, not only its first).
+    pub async fn stop_container(&self, id: &str, grace: i32) -> Result<(), EngineError> {
+        let opts = bollard::query_parameters::StopContainerOptions {
+            t: Some(grace),
+            signal: None,
+        };
+        match self.docker.stop_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 304 | 404, .. }) => Ok(()),
+            Err(e) => Err(Self::api("stopping the container", e)),
+        }
+    }
+
+    /// SIGKILL to every process of the container.
+    pub async fn kill_container(&self, id: &str) -> Result<(), EngineError> {
+        let opts = bollard::query_parameters::KillContainerOptions { signal: "KILL".into() };
+        match self.docker.kill_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            // Not running (409) or gone (404): nothing to kill.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => Ok(()),
+            Err(e) => Err(Self::api("killing the container", e)),
+        }
+    }
+
+    /// Removes a container (killing it if it runs) with its anonymous volumes.
+    pub async fn remove_container(&self, id: &str) -> Result<(), EngineError> {
+        let opts = bollard::query_parameters::RemoveContainerOptions {
+            force: true,
+            v: true,
+            link: false,
+        };
+        match self.docker.remove_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            // Removal already in progress (a concurrent cleanup): it will be gone.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, message })
+                if message.contains("already in progress") =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(Self::api("removing the container", e)),
+        }
+    }
+
+    /// Containers (running or not) carrying all of `labels` (`key=value`).
+    pub async fn containers_with_labels(&self, labels: &[String]) -> Result<Vec<ContainerInfo>, EngineError> {
+        let opts = bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([("label".to_string(), labels.to_vec())])),
+            ..Default::default()
+        };
+        let list = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| Self::api("listing containers", e))?;
+        Ok(list
+            .into_iter()
+            .map(|c| ContainerInfo {
+                id: c.id.unwrap_or_default(),
+                name: c
+                    .names
+                    .unwrap_or_default()
+                    .first()
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .unwrap_or_default(),
+                labels: c.labels.unwrap_or_default(),
+                running: c.state.is_some_and(|s| {
+                    matches!(
+                        s,
+                        bollard::models::ContainerSummaryStateEnum::RUNNING
+                            | bollard::models::ContainerSummaryStateEnum::RESTARTING
+                            | bollard::models::ContainerSummaryStateEnum::PAUSED
+                            | bollard::models::ContainerSummaryStateEnum::CREATED
+                    )
+                }),
+            })
+            .collect())
+    }
+}

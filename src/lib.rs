@@ -5,11 +5,13 @@
 //! engine ([`engine`]) and the GPUs ([`gpu`]). Errors become exit codes in one place
 //! ([`error::Error::exit_code`], codes in [`exit`]); all printing goes through [`report`].
 
+pub mod batch;
 pub mod cli;
 pub mod cmd;
 pub mod engine;
 pub mod error;
 pub mod exit;
+pub mod github;
 pub mod gpu;
 pub mod image_id;
 pub mod lockset;

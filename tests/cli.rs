@@ -51,9 +51,6 @@ fn help_lists_every_spec_command() {
 fn commands_not_built_yet_say_so_and_exit_2() {
     let p = Project::new(GOOD);
     for args in [
-        vec!["batch", "run", "cpu"],
-        vec!["layer", "run", "1"],
-        vec!["cleanup", "--scope", "x"],
         vec!["capacity"],
         vec!["changed", "--base", "HEAD"],
         vec!["workflow", "render"],

@@ -2,10 +2,19 @@
 
 use serde_json::json;
 
-use super::Context;
-use crate::error::Result;
+use std::path::PathBuf;
+
+use super::{Context, runtime};
+use crate::batch;
+use crate::cli::RunOptions;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
 use crate::exit;
+use crate::image_id::ImageId;
+use crate::lockset::Lockset;
 use crate::report::{self, Table};
+use crate::signals;
+use crate::units::Span;
 
 /// `cibox batch list`: batches (name, GPUs, timeout, description) and layers.
 pub fn list(ctx: &Context) -> Result<u8> {
@@ -61,6 +70,145 @@ pub fn list(ctx: &Context) -> Result<u8> {
             ]);
         }
         print!("{}", t.render());
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Which batches to run: names given, or a layer's.
+fn select(m: &crate::manifest::Manifest, names: &[String], layer: Option<&str>) -> Result<(Vec<String>, bool)> {
+    let known: Vec<String> = m.batches.keys().cloned().collect();
+    let mut chosen: Vec<String> = Vec::new();
+    let mut layer_fast = false;
+    if let Some(l) = layer {
+        let Some(layer) = m.layers.get(l) else {
+            let layers: Vec<String> = m.layers.keys().cloned().collect();
+            let hint = crate::manifest::did_you_mean(l, &layers)
+                .map(|s| format!("did you mean `{s}`?"))
+                .unwrap_or_else(|| format!("layers: {}", layers.join(", ")));
+            return Err(Error::Usage(format!("unknown layer `{l}`; {hint}")));
+        };
+        chosen.extend(layer.batches.iter().cloned());
+        layer_fast = layer.fast;
+    }
+    for n in names {
+        if !m.batches.contains_key(n) {
+            let hint = crate::manifest::did_you_mean(n, &known)
+                .map(|s| format!("did you mean `{s}`?"))
+                .unwrap_or_else(|| format!("batches: {}", known.join(", ")));
+            return Err(Error::Usage(format!("unknown batch `{n}`; {hint}")));
+        }
+        if !chosen.contains(n) {
+            chosen.push(n.clone());
+        }
+    }
+    if chosen.is_empty() {
+        return Err(Error::Usage("no batch to run: name batches or a --layer".into()));
+    }
+    Ok((chosen, layer_fast))
+}
+
+/// `cibox batch run` and `cibox layer run`.
+pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
+    let m = ctx.manifest()?;
+    let (names, layer_fast) = select(&m, names, layer)?;
+    if opts.parallel {
+        return Err(Error::NotYet {
+            command: "batch run --parallel",
+            what: "batches run one after another for now",
+        });
+    }
+    let fast = if opts.fast {
+        true
+    } else if opts.no_fast {
+        false
+    } else {
+        layer_fast
+    };
+    let wait = match &opts.wait {
+        Some(w) => w.parse::<Span>().map_err(|e| Error::Usage(format!("--wait: {e}")))?.0,
+        None => m.gpu.wait.0,
+    };
+    let raw_id = opts
+        .image
+        .clone()
+        .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty()))
+        .or_else(|| m.image.id.clone())
+        .ok_or_else(|| Error::Usage("no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml".into()))?;
+    let image = ImageId::parse(raw_id.trim()).map_err(Error::refused)?;
+    let source = match &opts.source {
+        Some(s) => s.clone(),
+        None => batch::git_toplevel()
+            .or_else(|| std::env::current_dir().ok())
+            .ok_or_else(|| Error::Usage("cannot tell the source folder; pass --source".into()))?,
+    };
+    if !source.is_dir() {
+        return Err(Error::Usage(format!("--source {}: not a directory", source.display())));
+    }
+    let source = source
+        .canonicalize()
+        .map_err(|e| Error::Usage(format!("--source {}: {e}", source.display())))?;
+    let source_info = batch::source_info(&source);
+    if source_info.sha.is_none() {
+        report::warn(format!("{} is not a git checkout: the run record will carry no commit", source.display()));
+    }
+    let reports = opts.reports.clone().unwrap_or_else(|| PathBuf::from("cibox-reports"));
+    std::fs::create_dir_all(&reports)
+        .map_err(|e| Error::Usage(format!("reports dir {}: {e}", reports.display())))?;
+    let reports = reports
+        .canonicalize()
+        .map_err(|e| Error::Usage(format!("reports dir {}: {e}", reports.display())))?;
+    let probe = reports.join(".cibox-write-check");
+    std::fs::write(&probe, b"")
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|e| Error::Usage(format!("reports dir {} is not writable: {e}", reports.display())))?;
+    let scope = opts.scope.clone().unwrap_or_else(batch::default_scope);
+    if scope.is_empty() {
+        return Err(Error::Usage("--scope is empty".into()));
+    }
+    let lockset = Lockset::compute(&m.dir, &m.image.locks)?;
+    let needs_gpus = names.iter().any(|n| m.batches[n].gpus > 0);
+    signals::install();
+    let rt = runtime()?;
+    let engine = rt.block_on(Engine::connect())?;
+    rt.block_on(crate::cmd::image::verify_image(&engine, &image, &lockset))?;
+    let swept = rt.block_on(batch::sweep(&engine, Some(&m.project), &scope))?;
+    if swept > 0 {
+        report::info(format!("removed {swept} leftover container(s) of scope {scope}"));
+    }
+    let gpus = if needs_gpus { Some(batch::prepare_gpus(&m)?) } else { None };
+    let setup = batch::RunSetup {
+        manifest: m,
+        names,
+        fast,
+        image,
+        lockset: lockset.digest,
+        source,
+        source_info,
+        reports,
+        scope,
+        run_id: batch::new_run_id(),
+        wait,
+    };
+    batch::run(&setup, &rt, &engine, gpus.as_ref())
+}
+
+/// `cibox cleanup --scope S`.
+pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
+    let scope = scope.map(str::to_string).unwrap_or_else(batch::default_scope);
+    // The project narrows what is touched when there is a manifest; without one, every
+    // cibox container of the scope goes.
+    let project = match ctx.manifest() {
+        Ok(m) => Some(m.project),
+        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) => None,
+        Err(e) => return Err(e),
+    };
+    let rt = runtime()?;
+    let engine = rt.block_on(Engine::connect())?;
+    let n = rt.block_on(batch::sweep(&engine, project.as_deref(), &scope))?;
+    if ctx.json {
+        report::json(&json!({"scope": scope, "removed": n}));
+    } else {
+        println!("removed {n} container(s) of scope {scope}");
     }
     Ok(exit::SUCCESS)
 }

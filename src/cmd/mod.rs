@@ -3,7 +3,7 @@
 mod batch;
 mod doctor;
 mod gpu;
-mod image;
+pub(crate) mod image;
 
 use std::path::PathBuf;
 
@@ -68,15 +68,13 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Doctor => doctor::run(&ctx),
         Command::Batch(BatchCommand::List) => batch::list(&ctx),
-        Command::Batch(BatchCommand::Run(_)) => {
-            not_yet("batch run", "the batch runner has not landed")
+        Command::Batch(BatchCommand::Run(a)) => {
+            batch::run(&ctx, &a.names, a.layer.as_deref(), &a.options)
         }
-        Command::Layer(LayerCommand::Run(_)) => {
-            not_yet("layer run", "the batch runner has not landed")
-        }
+        Command::Layer(LayerCommand::Run(a)) => batch::run(&ctx, &[], Some(&a.layer), &a.options),
         Command::Gpu(GpuCommand::Status) => gpu::status(&ctx),
         Command::Gpu(GpuCommand::Exec(args)) => gpu::exec(&ctx, args),
-        Command::Cleanup(_) => not_yet("cleanup", "the batch runner has not landed"),
+        Command::Cleanup(a) => batch::cleanup(&ctx, a.scope.as_deref()),
         Command::Capacity(_) => not_yet("capacity", "capacity judging has not landed"),
         Command::Changed(_) => not_yet("changed", "changed-test mapping has not landed"),
         Command::Workflow(WorkflowCommand::Render { .. }) => {

@@ -20,7 +20,7 @@ if [ "$want" != "$have" ]; then
 fi
 rm -rf "$here/rootfs"
 mkdir -p "$here/rootfs/bin" "$here/rootfs/tmp" "$here/rootfs/work" "$here/rootfs/reports" "$here/rootfs/src"
-chmod 1777 "$here/rootfs/tmp"
+chmod 1777 "$here/rootfs/tmp" "$here/rootfs/work"
 cp "$bb" "$here/rootfs/bin/busybox"
 for applet in $("$bb" --list); do
   [ "$applet" = busybox ] || ln -sf busybox "$here/rootfs/bin/$applet"

@@ -1,0 +1,206 @@
+//! The container a batch runs in: name, labels, environment, limits, mounts.
+//!
+//! Locked down: the invoking uid:gid, all capabilities dropped, no-new-privileges, an
+//! init process, pids/cpu/memory/shm limits (swap adds nothing), network `none` unless
+//! the manifest says otherwise, the source read-only at `/src`, only `/reports`
+//! writable from the host, no engine socket, no host variable but `pass_env`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+
+use super::RunSetup;
+use crate::gpu::pool::PoolGpu;
+use crate::manifest::{Batch, GpuDriver, Manifest, Network};
+
+pub const LABEL_OWNER: &str = "org.cibox.owner";
+pub const LABEL_PROJECT: &str = "org.cibox.project";
+pub const LABEL_SCOPE: &str = "org.cibox.scope";
+pub const LABEL_RUN: &str = "org.cibox.run";
+pub const LABEL_BATCH: &str = "org.cibox.batch";
+pub const LABEL_SOURCE: &str = "org.cibox.source";
+pub const LABEL_GPUS: &str = "org.cibox.gpus";
+
+/// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .collect()
+}
+
+/// Quotes a string for `sh` (single quotes, `'` as `'\''`).
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+pub struct ContainerPlan {
+    pub name: String,
+    pub gpus: u32,
+    image: String,
+    labels: HashMap<String, String>,
+    env: Vec<String>,
+    /// The manifest's variables for this batch (recorded; no host values).
+    pub manifest_env: BTreeMap<String, String>,
+    script: String,
+    binds: Vec<String>,
+    user: String,
+    m_cpus: Option<f64>,
+    memory: Option<i64>,
+    shm: i64,
+    pids: i64,
+    network: Network,
+    driver: GpuDriver,
+}
+
+/// The script the container runs: copy the source in, install it, then the batch's
+/// preflight and run steps, stopping at the first that fails.
+fn script(m: &Manifest, batch: &Batch) -> String {
+    let mut s = String::from(
+        "set -e\n\
+         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); the image must provide /work (mode 1777)\" >&2; exit 125; fi\n\
+         cp -a /src/. /work/\ncd /work\n",
+    );
+    let steps = m
+        .source
+        .install
+        .iter()
+        .map(|c| ("install", c))
+        .chain(batch.preflight.iter().map(|c| ("preflight", c)))
+        .chain(batch.run.iter().map(|c| ("run", c)));
+    for (phase, cmd) in steps {
+        s.push_str(&format!("echo {} >&2\n", sh_quote(&format!("cibox {phase}: {cmd}"))));
+        s.push_str(cmd);
+        s.push('\n');
+    }
+    s
+}
+
+impl ContainerPlan {
+    pub fn new(m: &Manifest, batch_name: &str, batch: &Batch, setup: &RunSetup, reports: &Path) -> ContainerPlan {
+        let name = format!(
+            "cibox-{}-{}-{}-{}",
+            sanitize(&m.project),
+            sanitize(&setup.scope),
+            sanitize(batch_name),
+            &setup.run_id[..8]
+        );
+        let manifest_env = super::manifest_env(m, batch, setup.fast);
+        let mut env: BTreeMap<String, String> = manifest_env.clone();
+        for var in &m.container.pass_env {
+            if let Ok(v) = std::env::var(var) {
+                env.insert(var.clone(), v);
+            }
+        }
+        env.insert("HOME".into(), "/tmp".into());
+        env.insert("CIBOX_REPORTS".into(), "/reports".into());
+        env.insert("CIBOX_BATCH".into(), batch_name.into());
+        env.insert("CIBOX_FAST".into(), if setup.fast { "1" } else { "0" }.into());
+        if batch.gpus == 0 {
+            // CPU batches see no GPU, whatever the runtime's defaults.
+            env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
+            env.insert("CUDA_VISIBLE_DEVICES".into(), String::new());
+        } else {
+            env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+        }
+        let labels = HashMap::from([
+            (LABEL_OWNER.to_string(), "cibox".to_string()),
+            (LABEL_PROJECT.to_string(), m.project.clone()),
+            (LABEL_SCOPE.to_string(), setup.scope.clone()),
+            (LABEL_RUN.to_string(), setup.run_id.clone()),
+            (LABEL_BATCH.to_string(), batch_name.to_string()),
+            (
+                LABEL_SOURCE.to_string(),
+                setup.source_info.sha.clone().unwrap_or_else(|| "none".into()),
+            ),
+            (LABEL_GPUS.to_string(), String::new()),
+        ]);
+        ContainerPlan {
+            name,
+            gpus: batch.gpus,
+            image: setup.image.to_string(),
+            labels,
+            env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            manifest_env,
+            script: script(m, batch),
+            binds: vec![
+                format!("{}:/src:ro", setup.source.display()),
+                format!("{}:/reports:rw", reports.display()),
+            ],
+            user: format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid()),
+            m_cpus: m.container.cpus,
+            memory: m.container.memory.map(|s| s.0 as i64),
+            shm: m.container.shm.0 as i64,
+            pids: i64::from(m.container.pids),
+            network: m.container.network,
+            driver: m.container.gpu_driver,
+        }
+    }
+
+    /// The engine's create request, with a device request for exactly `gpus`.
+    pub fn body(&self, gpus: &[PoolGpu]) -> ContainerCreateBody {
+        let mut labels = self.labels.clone();
+        let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+        labels.insert(LABEL_GPUS.to_string(), uuids.join(","));
+        let mut env = self.env.clone();
+        if !gpus.is_empty() {
+            env.push(format!("CUDA_VISIBLE_DEVICES={}", uuids.join(",")));
+        }
+        let device_requests = (!gpus.is_empty()).then(|| {
+            vec![match self.driver {
+                GpuDriver::Nvidia => DeviceRequest {
+                    driver: Some("nvidia".into()),
+                    device_ids: Some(uuids.clone()),
+                    capabilities: Some(vec![vec!["gpu".into()]]),
+                    ..Default::default()
+                },
+                GpuDriver::Cdi => DeviceRequest {
+                    driver: Some("cdi".into()),
+                    device_ids: Some(uuids.iter().map(|u| format!("nvidia.com/gpu={u}")).collect()),
+                    ..Default::default()
+                },
+            }]
+        });
+        let network = match self.network {
+            Network::None => "none",
+            Network::Bridge => "bridge",
+            Network::Host => "host",
+        };
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            user: Some(self.user.clone()),
+            env: Some(env),
+            entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
+            cmd: Some(vec![self.script.clone()]),
+            working_dir: Some("/".into()),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                binds: Some(self.binds.clone()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                init: Some(true),
+                pids_limit: Some(self.pids),
+                nano_cpus: self.m_cpus.map(|c| (c * 1e9) as i64),
+                memory: self.memory,
+                // Swap adds nothing: memory+swap equals memory.
+                memory_swap: self.memory,
+                shm_size: Some(self.shm),
+                network_mode: Some(network.into()),
+                device_requests,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_quotes() {
+        assert_eq!(sanitize("local-jo hn/x"), "local-jo_hn_x");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,529 @@
+//! Running batches, each in its own disposable container (SPEC sections 6 and 7).
+//!
+//! Per batch: lease its GPUs → create the container → start → stream its output →
+//! wait with the deadline (or a signal) → collect reports → remove the container by
+//! exact name → write `result.json` → release the lease. The image is verified once,
+//! before anything starts.
+
+pub mod container;
+pub mod junit;
+pub mod record;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::gpu::lease::{Holder, Lease, LeaseDir};
+use crate::gpu::pool::{self, PoolGpu};
+use crate::gpu::probe::{self, ComputeApp, Snapshot};
+use crate::gpu::{self, Want};
+use crate::image_id::ImageId;
+use crate::manifest::{Batch, Manifest};
+use crate::report;
+use crate::signals;
+use crate::units::rfc3339;
+use container::{ContainerPlan, LABEL_GPUS, LABEL_OWNER, LABEL_PROJECT, LABEL_SCOPE};
+use junit::{Case, Totals};
+use record::{GpuRef, RunRecord, SourceInfo, Status, TestCounts};
+
+/// Grace between SIGTERM and SIGKILL when a batch times out.
+const STOP_GRACE_S: i32 = 10;
+
+/// Everything that is the same for every batch of one run.
+pub struct RunSetup {
+    pub manifest: Manifest,
+    pub names: Vec<String>,
+    pub fast: bool,
+    pub image: ImageId,
+    pub lockset: String,
+    pub source: PathBuf,
+    pub source_info: SourceInfo,
+    pub reports: PathBuf,
+    pub scope: String,
+    pub run_id: String,
+    pub wait: Duration,
+}
+
+/// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
+/// is a checkout. Not being one is allowed and recorded.
+pub fn source_info(dir: &Path) -> SourceInfo {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let sha = git(&["rev-parse", "--verify", "HEAD"]).filter(|s| s.len() == 40);
+    let dirty = sha
+        .as_ref()
+        .and_then(|_| git(&["status", "--porcelain", "--untracked-files=normal"]))
+        .map(|s| !s.is_empty());
+    SourceInfo {
+        sha,
+        dirty,
+        path: dir.display().to_string(),
+    }
+}
+
+/// The git toplevel of the current folder.
+pub fn git_toplevel() -> Option<PathBuf> {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--show-toplevel"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+}
+
+/// The default scope: per workflow run on GitHub Actions, per user elsewhere.
+pub fn default_scope() -> String {
+    if let (Ok(id), Ok(attempt)) = (std::env::var("GITHUB_RUN_ID"), std::env::var("GITHUB_RUN_ATTEMPT")) {
+        return format!("gh-{id}-{attempt}");
+    }
+    let user = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .unwrap_or_else(|| nix::unistd::getuid().to_string())
+    });
+    format!("local-{user}")
+}
+
+/// 16 hex digits from the kernel's random source.
+pub fn new_run_id() -> String {
+    let mut buf = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .is_err()
+    {
+        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        buf = (t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32).to_le_bytes();
+    }
+    crate::manifest::hex(&buf)
+}
+
+/// Removes containers of this project and scope left by a cibox that died: exact
+/// owner/project/scope labels and the name prefix they imply. Returns how many.
+pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Result<usize> {
+    let mut labels = vec![format!("{LABEL_OWNER}=cibox"), format!("{LABEL_SCOPE}={scope}")];
+    if let Some(p) = project {
+        labels.push(format!("{LABEL_PROJECT}={p}"));
+    }
+    let mut removed = 0;
+    for c in engine.containers_with_labels(&labels).await? {
+        let p = c.labels.get(LABEL_PROJECT).cloned().unwrap_or_default();
+        let prefix = format!("cibox-{}-{}-", container::sanitize(&p), container::sanitize(scope));
+        if c.labels.get(LABEL_OWNER).map(String::as_str) != Some("cibox")
+            || c.labels.get(LABEL_SCOPE).map(String::as_str) != Some(scope)
+            || !c.name.starts_with(&prefix)
+        {
+            continue;
+        }
+        report::info(format!("removing leftover container {} ({})", c.name, &c.id[..12.min(c.id.len())]));
+        engine.remove_container(&c.id).await?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// GPUs named by running cibox containers, as extra "compute processes", so a GPU used by
+/// a container whose cibox died is never leased (its lock died with that cibox).
+fn mark_container_gpus(snap: &mut Snapshot, running: &[crate::engine::ContainerInfo]) {
+    for c in running.iter().filter(|c| c.running) {
+        for uuid in c.labels.get(LABEL_GPUS).map(|s| s.split(',')).into_iter().flatten() {
+            if snap.gpus.iter().any(|g| g.uuid == uuid) && !snap.apps.iter().any(|a| a.gpu_uuid == uuid) {
+                snap.apps.push(ComputeApp {
+                    gpu_uuid: uuid.to_string(),
+                    pid: 0,
+                    used_memory_mib: 0,
+                });
+            }
+        }
+    }
+}
+
+/// The GPU side of a run, prepared once.
+pub struct GpuSide {
+    pub dir: LeaseDir,
+    pub pool: Vec<PoolGpu>,
+}
+
+pub fn prepare_gpus(m: &Manifest) -> Result<GpuSide> {
+    let dir = LeaseDir::open(&m.gpu.lock_dir, m.gpu.allow_network_lock_dir)?;
+    let snap = probe::probe(probe::timeout())?;
+    let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
+    Ok(GpuSide { dir, pool })
+}
+
+/// How one batch ended, before it is written down.
+struct Ended {
+    status: Status,
+    message: Option<String>,
+    container_exit: Option<i64>,
+    signal: Option<nix::sys::signal::Signal>,
+}
+
+/// Runs the batches one after another; returns the run's exit code.
+pub fn run(setup: &RunSetup, rt: &tokio::runtime::Runtime, engine: &Engine, gpus: Option<&GpuSide>) -> Result<u8> {
+    let mut results: Vec<(RunRecord, Vec<Case>)> = Vec::new();
+    let mut codes = Vec::new();
+    let mut stopped_by = None;
+    for name in &setup.names {
+        let batch = &setup.manifest.batches[name];
+        let (record, cases, signal) = run_batch(setup, rt, engine, gpus, name, batch)?;
+        codes.push(record.exit_code);
+        let failed = record.status != Status::Passed;
+        let result_path = setup.reports.join(name).join("result.json");
+        results.push((record, cases));
+        if failed {
+            report::info(format!("batch {name} failed; replay it locally: {}", record::reproduce_line(&result_path)));
+        }
+        if let Some(sig) = signal {
+            stopped_by = Some(sig);
+            break;
+        }
+    }
+    let root = &setup.reports;
+    let summary = record::summary_markdown(&results, root);
+    let io = |e: std::io::Error| Error::Infra(format!("reports dir {}: {e}", root.display()));
+    std::fs::write(root.join("summary.md"), &summary).map_err(io)?;
+    std::fs::write(root.join("junit.xml"), record::merged_junit(&results)).map_err(io)?;
+    crate::github::report_run(&results, &summary);
+    if let Some(sig) = stopped_by {
+        return Ok(exit::signal(sig as i32));
+    }
+    Ok(exit::most_severe(codes))
+}
+
+/// Prepares `<reports>/<batch>/`: a fresh folder, replacing one only if cibox wrote it.
+fn batch_dir(reports: &Path, name: &str) -> Result<PathBuf> {
+    let dir = reports.join(name);
+    if dir.exists() {
+        let ours = dir.join("result.json").exists() || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
+        if !ours {
+            return Err(Error::Usage(format!(
+                "reports dir {} exists and holds files cibox did not write; choose another --reports",
+                dir.display()
+            )));
+        }
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::Usage(format!("cannot clear {}: {e}", dir.display())))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+#[allow(clippy::type_complexity)]
+fn run_batch(
+    setup: &RunSetup,
+    rt: &tokio::runtime::Runtime,
+    engine: &Engine,
+    gpus: Option<&GpuSide>,
+    name: &str,
+    batch: &Batch,
+) -> Result<(RunRecord, Vec<Case>, Option<nix::sys::signal::Signal>)> {
+    let dir = batch_dir(&setup.reports, name)?;
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let plan = ContainerPlan::new(&setup.manifest, name, batch, setup, &dir);
+    let mut holder = Holder::this_process();
+    holder.batch = Some(name.to_string());
+    holder.container = Some(plan.name.clone());
+    holder.scope = Some(setup.scope.clone());
+    holder.run = Some(setup.run_id.clone());
+
+    // Lease the batch's GPUs for its whole life.
+    let mut lease: Option<Lease> = None;
+    let mut ended: Option<Ended> = None;
+    if batch.gpus > 0 {
+        let side = gpus.expect("GPU side prepared when a batch needs GPUs");
+        let attempt = (|| -> Result<Lease> {
+            if batch.gpus as usize > side.pool.len() {
+                return Err(Error::Capacity(format!(
+                    "batch {name} needs {} GPUs; the pool has {}",
+                    batch.gpus,
+                    side.pool.len()
+                )));
+            }
+            let ticket = gpu::join_queue(&side.dir, &holder)?;
+            let labels = vec![format!("{LABEL_OWNER}=cibox")];
+            let probe_with_containers = || {
+                let mut snap = probe::probe(probe::timeout())?;
+                if let Ok(running) = rt.block_on(engine.containers_with_labels(&labels)) {
+                    mark_container_gpus(&mut snap, &running);
+                }
+                Ok(snap)
+            };
+            let mut next_log = Instant::now();
+            gpu::acquire(
+                ticket,
+                &side.dir,
+                &side.pool,
+                &Want::Count(batch.gpus as usize),
+                &setup.manifest.gpu.idle,
+                setup.wait,
+                &holder,
+                probe_with_containers,
+                |r| {
+                    if Instant::now() >= next_log {
+                        next_log = Instant::now() + Duration::from_secs(30);
+                        report::info(format!("batch {name}: waiting for {} GPU(s): {}", batch.gpus, r().describe()));
+                    }
+                },
+            )
+        })();
+        match attempt {
+            Ok(l) => lease = Some(l),
+            Err(e) => {
+                let (status, signal) = match &e {
+                    Error::Capacity(_) => (Status::Capacity, None),
+                    Error::Interrupted(sig) => (Status::Cancelled, Some(*sig)),
+                    Error::Usage(_) | Error::LockDir(_) => return Err(e),
+                    _ => (Status::InfraError, None),
+                };
+                report::error(&e);
+                ended = Some(Ended {
+                    status,
+                    message: Some(e.to_string()),
+                    container_exit: None,
+                    signal,
+                });
+            }
+        }
+    }
+    let leased: Vec<PoolGpu> = lease.as_ref().map(|l| l.gpus().to_vec()).unwrap_or_default();
+    let ended = match ended {
+        Some(e) => e,
+        None => rt.block_on(run_container(engine, &plan, &leased, batch, &dir, name, setup.names.len() > 1))?,
+    };
+    // The container is gone: only now may the GPUs go to someone else.
+    drop(lease);
+
+    let (cases, junit_problem) = read_reports(&dir);
+    let totals = Totals::of(&cases);
+    let (status, message) = judge(&ended, &totals, junit_problem, batch.allow_empty);
+    let exit_code = match (status, ended.signal) {
+        (Status::Cancelled, Some(sig)) => exit::signal(sig as i32),
+        _ => status.exit_code(),
+    };
+    let finished = SystemTime::now();
+    let record = RunRecord {
+        schema: 1,
+        batch: name.to_string(),
+        status,
+        exit_code,
+        image: setup.image.to_string(),
+        lockset: setup.lockset.clone(),
+        source: setup.source_info.clone(),
+        gpus: leased.iter().map(|g| GpuRef { index: g.index, uuid: g.uuid.clone() }).collect(),
+        host: Holder::this_process().host,
+        scope: setup.scope.clone(),
+        run: setup.run_id.clone(),
+        container: plan.name.clone(),
+        fast: setup.fast,
+        started_at: rfc3339(started),
+        finished_at: rfc3339(finished),
+        duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
+        tests: TestCounts::from(&totals),
+        cibox_version: env!("CARGO_PKG_VERSION").to_string(),
+        manifest_digest: setup.manifest.digest.clone(),
+        gpu_count: batch.gpus,
+        env: plan.manifest_env.clone(),
+        failed_tests: cases
+            .iter()
+            .filter(|c| matches!(c.outcome, junit::Outcome::Failed | junit::Outcome::Error))
+            .map(Case::id)
+            .collect(),
+        message,
+        container_exit_code: ended.container_exit,
+    };
+    record
+        .write(&dir)
+        .map_err(|e| Error::Infra(format!("writing {}/result.json: {e}", dir.display())))?;
+    let why = record.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+    report::info(format!(
+        "batch {name}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
+        status.as_str(),
+        totals.total,
+        totals.passed,
+        totals.failed,
+        totals.errors,
+        totals.skipped,
+        record.duration_s
+    ));
+    Ok((record, cases, ended.signal))
+}
+
+fn read_reports(dir: &Path) -> (Vec<Case>, Option<String>) {
+    let mut cases = Vec::new();
+    let mut problem = None;
+    for f in junit::files(dir) {
+        match std::fs::read_to_string(&f).map_err(|e| e.to_string()).and_then(|t| junit::parse(&t)) {
+            Ok(c) => cases.extend(c),
+            Err(e) => {
+                problem.get_or_insert(format!("unreadable JUnit report {}: {e}", f.display()));
+            }
+        }
+    }
+    (cases, problem)
+}
+
+/// The batch's status from how the container ended and what its reports say.
+fn judge(ended: &Ended, t: &Totals, junit_problem: Option<String>, allow_empty: bool) -> (Status, Option<String>) {
+    if ended.status != Status::Passed {
+        return (ended.status, ended.message.clone());
+    }
+    match ended.container_exit {
+        Some(0) => {}
+        Some(code) => return (Status::Failed, Some(format!("a step exited with {code}; see log.txt"))),
+        None => return (Status::InfraError, Some("the container's exit code is unknown".into())),
+    }
+    if let Some(p) = junit_problem {
+        return (Status::Failed, Some(p));
+    }
+    if t.failed + t.errors > 0 {
+        return (Status::Failed, Some(format!("{} failed, {} errors", t.failed, t.errors)));
+    }
+    if t.total == 0 && !allow_empty {
+        return (
+            Status::Failed,
+            Some("the batch ran no test (no JUnit test case under $CIBOX_REPORTS); set allow_empty to accept that".into()),
+        );
+    }
+    (Status::Passed, None)
+}
+
+/// Creates, starts, follows and removes the container. Never leaves it behind.
+async fn run_container(
+    engine: &Engine,
+    plan: &ContainerPlan,
+    gpus: &[PoolGpu],
+    batch: &Batch,
+    dir: &Path,
+    name: &str,
+    prefixed: bool,
+) -> Result<Ended> {
+    let id = engine.create_container(&plan.name, plan.body(gpus)).await?;
+    let outcome = follow(engine, &id, plan, batch, dir, name, prefixed).await;
+    // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
+    let removed = engine.remove_container(&id).await;
+    let ended = outcome?;
+    removed?;
+    Ok(ended)
+}
+
+async fn follow(
+    engine: &Engine,
+    id: &str,
+    plan: &ContainerPlan,
+    batch: &Batch,
+    dir: &Path,
+    name: &str,
+    prefixed: bool,
+) -> Result<Ended> {
+    if let Err(why) = engine.start_container(id).await {
+        let gpu_hint = if plan.gpus > 0 && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi")) {
+            "; the engine has no GPU runtime for this device request: install the NVIDIA Container Toolkit (see `cibox doctor`)"
+        } else {
+            ""
+        };
+        return Ok(Ended {
+            status: Status::InfraError,
+            message: Some(format!("the engine could not start the container: {why}{gpu_hint}")),
+            container_exit: None,
+            signal: None,
+        });
+    }
+    let log_path = dir.join("log.txt");
+    let mut log = std::fs::File::create(&log_path)
+        .map_err(|e| Error::Infra(format!("cannot write {}: {e}", log_path.display())))?;
+    let github = crate::github::active();
+    if github {
+        println!("::group::batch {name}");
+    }
+    let mut logs = engine.logs(id);
+    let deadline = tokio::time::Instant::now() + batch.timeout.0;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut status = Status::Passed;
+    let mut message = None;
+    let mut signal = None;
+    let mut stdout = std::io::stdout();
+    let mut logs_done = false;
+    // Follow the output until the container ends (its log stream closes), the deadline
+    // passes, or a signal arrives.
+    while !logs_done {
+        tokio::select! {
+            chunk = logs.next() => match chunk {
+                Some(Ok(bytes)) => {
+                    let _ = log.write_all(&bytes);
+                    if prefixed {
+                        for line in bytes.split_inclusive(|b| *b == b'\n') {
+                            let _ = write!(stdout, "[{name}] ");
+                            let _ = stdout.write_all(line);
+                        }
+                    } else {
+                        let _ = stdout.write_all(&bytes);
+                    }
+                }
+                Some(Err(e)) => {
+                    report::warn(format!("batch {name}: log stream broke: {e}"));
+                    logs_done = true;
+                }
+                None => logs_done = true,
+            },
+            _ = tokio::time::sleep_until(deadline), if status == Status::Passed => {
+                status = Status::Timeout;
+                message = Some(format!("the batch hit its timeout of {}", batch.timeout));
+                report::error(&Error::Infra(format!("batch {name}: timeout after {}; stopping its container", batch.timeout)));
+                engine.stop_container(id, STOP_GRACE_S).await?;
+            }
+            _ = tick.tick() => {
+                if let (Some(sig), None) = (signals::received(), signal) {
+                    signal = Some(sig);
+                    status = Status::Cancelled;
+                    message = Some(format!("cancelled by {sig}"));
+                    engine.kill_container(id).await?;
+                }
+            }
+        }
+    }
+    let _ = stdout.flush();
+    if github {
+        println!("::endgroup::");
+    }
+    let exit = match tokio::time::timeout(Duration::from_secs(30), engine.wait_container(id)).await {
+        Ok(r) => Some(r?.code),
+        Err(_) => {
+            engine.kill_container(id).await?;
+            None
+        }
+    };
+    Ok(Ended {
+        status,
+        message,
+        container_exit: exit,
+        signal,
+    })
+}
+
+/// The manifest-defined environment of a batch (no host values), for the record.
+pub fn manifest_env(m: &Manifest, batch: &Batch, fast: bool) -> BTreeMap<String, String> {
+    let mut env = m.container.env.clone();
+    env.extend(batch.env.clone());
+    if fast {
+        env.extend(batch.fast_env.clone());
+    }
+    env
+}
