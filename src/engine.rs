@@ -376,7 +376,9 @@ impl Engine {
             .docker
             .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
         match s.next().await {
-            Some(Ok(r)) => Ok(ContainerExit { code: r.status_code }),
+            Some(Ok(r)) => Ok(ContainerExit {
+                code: r.status_code,
+            }),
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
                 Ok(ContainerExit { code })
             }
@@ -396,9 +398,10 @@ impl Engine {
             stderr: true,
             ..Default::default()
         };
-        self.docker
-            .logs(id, Some(opts))
-            .map(|item| item.map(|o| o.into_bytes()).map_err(|e| Self::api("reading logs", e)))
+        self.docker.logs(id, Some(opts)).map(|item| {
+            item.map(|o| o.into_bytes())
+                .map_err(|e| Self::api("reading logs", e))
+        })
     }
 
     /// SIGTERM, then SIGKILL after `grace` seconds (the engine kills every process of
@@ -410,18 +413,26 @@ impl Engine {
         };
         match self.docker.stop_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 304 | 404, .. }) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304 | 404,
+                ..
+            }) => Ok(()),
             Err(e) => Err(Self::api("stopping the container", e)),
         }
     }
 
     /// SIGKILL to every process of the container.
     pub async fn kill_container(&self, id: &str) -> Result<(), EngineError> {
-        let opts = bollard::query_parameters::KillContainerOptions { signal: "KILL".into() };
+        let opts = bollard::query_parameters::KillContainerOptions {
+            signal: "KILL".into(),
+        };
         match self.docker.kill_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
             // Not running (409) or gone (404): nothing to kill.
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => Ok(()),
             Err(e) => Err(Self::api("killing the container", e)),
         }
     }
@@ -435,19 +446,23 @@ impl Engine {
         };
         match self.docker.remove_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
             // Removal already in progress (a concurrent cleanup): it will be gone.
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, message })
-                if message.contains("already in progress") =>
-            {
-                Ok(())
-            }
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) if message.contains("already in progress") => Ok(()),
             Err(e) => Err(Self::api("removing the container", e)),
         }
     }
 
     /// Containers (running or not) carrying all of `labels` (`key=value`).
-    pub async fn containers_with_labels(&self, labels: &[String]) -> Result<Vec<ContainerInfo>, EngineError> {
+    pub async fn containers_with_labels(
+        &self,
+        labels: &[String],
+    ) -> Result<Vec<ContainerInfo>, EngineError> {
         let opts = bollard::query_parameters::ListContainersOptions {
             all: true,
             filters: Some(HashMap::from([("label".to_string(), labels.to_vec())])),

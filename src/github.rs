@@ -12,7 +12,9 @@ pub fn active() -> bool {
 
 /// Escapes workflow-command data (`%`, CR, LF); properties also `:` and `,`.
 fn escape_data(s: &str) -> String {
-    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
 }
 
 fn escape_property(s: &str) -> String {
@@ -48,12 +50,25 @@ pub fn report_run(results: &[(RunRecord, Vec<Case>)], summary: &str) {
         .filter(|(r, _)| r.status != Status::Passed)
         .map(|(r, _)| r.batch.as_str())
         .collect();
-    output("status", if failed.is_empty() { "passed" } else { "failed" });
+    output(
+        "status",
+        if failed.is_empty() {
+            "passed"
+        } else {
+            "failed"
+        },
+    );
     output("failed_batches", &failed.join(","));
     let mut out = std::io::stdout().lock();
     for (r, cases) in results {
-        for c in cases.iter().filter(|c| matches!(c.outcome, Outcome::Failed | Outcome::Error)) {
-            let mut props = format!("title={}", escape_property(&format!("{}: {}", r.batch, c.id())));
+        for c in cases
+            .iter()
+            .filter(|c| matches!(c.outcome, Outcome::Failed | Outcome::Error))
+        {
+            let mut props = format!(
+                "title={}",
+                escape_property(&format!("{}: {}", r.batch, c.id()))
+            );
             if let Some(f) = &c.file {
                 props.push_str(&format!(",file={}", escape_property(f)));
                 if let Some(l) = c.line {

@@ -541,7 +541,9 @@ fn another_user_shares_the_lease_dir() {
     std::fs::copy(FakeSmi::program(), &smi).unwrap();
     let as_nobody = |args: &[&str]| {
         let mut c = std::process::Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&bin).args(args);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .args(args);
         c.env("CIBOX_NVIDIA_SMI", &smi)
             .env("CIBOX_FAKE_SMI_STATE", h.smi.state.path())
             .env("CIBOX_GPU_LOCK_DIR", &locks)
@@ -549,18 +551,31 @@ fn another_user_shares_the_lease_dir() {
         run(&mut c)
     };
     // root creates the lease dir and the GPU's lock file ...
-    run(h.cmd(&["gpu", "exec", "--count", "1", "--", "true"]).env("CIBOX_GPU_LOCK_DIR", &locks)).ok();
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &locks))
+    .ok();
     let mode = std::fs::metadata(&locks).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o1777, "lease dir mode");
-    let file_mode = std::fs::metadata(locks.join(format!("{}.lock", uuid(0)))).unwrap().permissions().mode() & 0o777;
+    let file_mode = std::fs::metadata(locks.join(format!("{}.lock", uuid(0))))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(file_mode, 0o666, "lock file mode");
     // ... and another user leases the same GPU through it, and sees root's holder.
     let r = as_nobody(&["gpu", "exec", "--count", "1", "--", "id", "-u"]);
     r.ok();
     assert_eq!(r.stdout.trim(), "65534");
-    let mut root_holder =
-        h.cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "2"]).env("CIBOX_GPU_LOCK_DIR", &locks).spawn().unwrap();
-    assert!(wait_until(10, || !as_nobody(&["gpu", "status", "--json"]).stdout.contains("\"lease_holder\": null")));
-    as_nobody(&["gpu", "exec", "--count", "1", "--wait", "0s", "--", "true"]).fails_with(4, "by pid");
+    let mut root_holder = h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "2"])
+        .env("CIBOX_GPU_LOCK_DIR", &locks)
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || !as_nobody(&["gpu", "status", "--json"])
+        .stdout
+        .contains("\"lease_holder\": null")));
+    as_nobody(&["gpu", "exec", "--count", "1", "--wait", "0s", "--", "true"])
+        .fails_with(4, "by pid");
     assert!(root_holder.wait().unwrap().success());
 }

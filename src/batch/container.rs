@@ -25,7 +25,13 @@ pub const LABEL_GPUS: &str = "org.cibox.gpus";
 /// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
 pub fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -69,7 +75,10 @@ fn script(m: &Manifest, batch: &Batch) -> String {
         .chain(batch.preflight.iter().map(|c| ("preflight", c)))
         .chain(batch.run.iter().map(|c| ("run", c)));
     for (phase, cmd) in steps {
-        s.push_str(&format!("echo {} >&2\n", sh_quote(&format!("cibox {phase}: {cmd}"))));
+        s.push_str(&format!(
+            "echo {} >&2\n",
+            sh_quote(&format!("cibox {phase}: {cmd}"))
+        ));
         s.push_str(cmd);
         s.push('\n');
     }
@@ -77,7 +86,13 @@ fn script(m: &Manifest, batch: &Batch) -> String {
 }
 
 impl ContainerPlan {
-    pub fn new(m: &Manifest, batch_name: &str, batch: &Batch, setup: &RunSetup, reports: &Path) -> ContainerPlan {
+    pub fn new(
+        m: &Manifest,
+        batch_name: &str,
+        batch: &Batch,
+        setup: &RunSetup,
+        reports: &Path,
+    ) -> ContainerPlan {
         let name = format!(
             "cibox-{}-{}-{}-{}",
             sanitize(&m.project),
@@ -95,7 +110,10 @@ impl ContainerPlan {
         env.insert("HOME".into(), "/tmp".into());
         env.insert("CIBOX_REPORTS".into(), "/reports".into());
         env.insert("CIBOX_BATCH".into(), batch_name.into());
-        env.insert("CIBOX_FAST".into(), if setup.fast { "1" } else { "0" }.into());
+        env.insert(
+            "CIBOX_FAST".into(),
+            if setup.fast { "1" } else { "0" }.into(),
+        );
         if batch.gpus == 0 {
             // CPU batches see no GPU, whatever the runtime's defaults.
             env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
@@ -111,7 +129,11 @@ impl ContainerPlan {
             (LABEL_BATCH.to_string(), batch_name.to_string()),
             (
                 LABEL_SOURCE.to_string(),
-                setup.source_info.sha.clone().unwrap_or_else(|| "none".into()),
+                setup
+                    .source_info
+                    .sha
+                    .clone()
+                    .unwrap_or_else(|| "none".into()),
             ),
             (LABEL_GPUS.to_string(), String::new()),
         ]);
@@ -156,7 +178,12 @@ impl ContainerPlan {
                 },
                 GpuDriver::Cdi => DeviceRequest {
                     driver: Some("cdi".into()),
-                    device_ids: Some(uuids.iter().map(|u| format!("nvidia.com/gpu={u}")).collect()),
+                    device_ids: Some(
+                        uuids
+                            .iter()
+                            .map(|u| format!("nvidia.com/gpu={u}"))
+                            .collect(),
+                    ),
                     ..Default::default()
                 },
             }]

@@ -65,7 +65,11 @@ impl Totals {
                 Outcome::Error => t.errors += 1,
                 Outcome::Skipped => {
                     t.skipped += 1;
-                    let reason = c.message.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| "no reason given".into());
+                    let reason = c
+                        .message
+                        .clone()
+                        .filter(|m| !m.is_empty())
+                        .unwrap_or_else(|| "no reason given".into());
                     *t.skipped_reasons.entry(reason).or_default() += 1;
                 }
             }
@@ -75,10 +79,11 @@ impl Totals {
 }
 
 fn attr(e: &BytesStart<'_>, name: &str) -> Option<String> {
-    e.try_get_attribute(name)
-        .ok()
-        .flatten()
-        .and_then(|a| a.normalized_value(quick_xml::XmlVersion::Implicit1_0).ok().map(|v| v.into_owned()))
+    e.try_get_attribute(name).ok().flatten().and_then(|a| {
+        a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+            .ok()
+            .map(|v| v.into_owned())
+    })
 }
 
 fn case(e: &BytesStart<'_>) -> Case {
@@ -125,13 +130,17 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
                 }
             }
             Event::Text(t) if in_result => {
-                if let Some(c) = current.as_mut() {
-                    if c.message.as_deref().is_none_or(str::is_empty) {
-                        let text = t.xml_content(quick_xml::XmlVersion::Implicit1_0);
-                        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-                        if !first.is_empty() {
-                            c.message = Some(first.to_string());
-                        }
+                if let Some(c) = current.as_mut()
+                    && c.message.as_deref().is_none_or(str::is_empty)
+                {
+                    let text = t.xml_content(quick_xml::XmlVersion::Implicit1_0);
+                    let first = text
+                        .lines()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("")
+                        .trim();
+                    if !first.is_empty() {
+                        c.message = Some(first.to_string());
                     }
                 }
             }
@@ -147,13 +156,14 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
     Ok(cases)
 }
 
-
 /// Every `*.xml` under `dir` (recursively), sorted.
 pub fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             let Ok(ft) = e.file_type() else { continue };
@@ -186,7 +196,10 @@ more</error></testcase>
 </testsuite></testsuites>"#;
         let cases = parse(xml).unwrap();
         let t = Totals::of(&cases);
-        assert_eq!((t.total, t.passed, t.failed, t.errors, t.skipped), (6, 2, 1, 1, 2));
+        assert_eq!(
+            (t.total, t.passed, t.failed, t.errors, t.skipped),
+            (6, 2, 1, 1, 2)
+        );
         assert_eq!(t.skipped_reasons["needs 2 GPUs"], 2);
         assert_eq!(cases[1].message.as_deref(), Some("assert 1 == 2"));
         assert_eq!(cases[2].message.as_deref(), Some("ImportError: x"));

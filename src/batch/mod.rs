@@ -89,16 +89,22 @@ pub fn git_toplevel() -> Option<PathBuf> {
 
 /// The default scope: per workflow run on GitHub Actions, per user elsewhere.
 pub fn default_scope() -> String {
-    if let (Ok(id), Ok(attempt)) = (std::env::var("GITHUB_RUN_ID"), std::env::var("GITHUB_RUN_ATTEMPT")) {
+    if let (Ok(id), Ok(attempt)) = (
+        std::env::var("GITHUB_RUN_ID"),
+        std::env::var("GITHUB_RUN_ATTEMPT"),
+    ) {
         return format!("gh-{id}-{attempt}");
     }
-    let user = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        nix::unistd::User::from_uid(nix::unistd::getuid())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-            .unwrap_or_else(|| nix::unistd::getuid().to_string())
-    });
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| nix::unistd::getuid().to_string())
+        });
     format!("local-{user}")
 }
 
@@ -109,7 +115,9 @@ pub fn new_run_id() -> String {
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
         .is_err()
     {
-        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
         buf = (t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32).to_le_bytes();
     }
     crate::manifest::hex(&buf)
@@ -118,21 +126,32 @@ pub fn new_run_id() -> String {
 /// Removes containers of this project and scope left by a cibox that died: exact
 /// owner/project/scope labels and the name prefix they imply. Returns how many.
 pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Result<usize> {
-    let mut labels = vec![format!("{LABEL_OWNER}=cibox"), format!("{LABEL_SCOPE}={scope}")];
+    let mut labels = vec![
+        format!("{LABEL_OWNER}=cibox"),
+        format!("{LABEL_SCOPE}={scope}"),
+    ];
     if let Some(p) = project {
         labels.push(format!("{LABEL_PROJECT}={p}"));
     }
     let mut removed = 0;
     for c in engine.containers_with_labels(&labels).await? {
         let p = c.labels.get(LABEL_PROJECT).cloned().unwrap_or_default();
-        let prefix = format!("cibox-{}-{}-", container::sanitize(&p), container::sanitize(scope));
+        let prefix = format!(
+            "cibox-{}-{}-",
+            container::sanitize(&p),
+            container::sanitize(scope)
+        );
         if c.labels.get(LABEL_OWNER).map(String::as_str) != Some("cibox")
             || c.labels.get(LABEL_SCOPE).map(String::as_str) != Some(scope)
             || !c.name.starts_with(&prefix)
         {
             continue;
         }
-        report::info(format!("removing leftover container {} ({})", c.name, &c.id[..12.min(c.id.len())]));
+        report::info(format!(
+            "removing leftover container {} ({})",
+            c.name,
+            &c.id[..12.min(c.id.len())]
+        ));
         engine.remove_container(&c.id).await?;
         removed += 1;
     }
@@ -143,8 +162,16 @@ pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Resul
 /// a container whose cibox died is never leased (its lock died with that cibox).
 fn mark_container_gpus(snap: &mut Snapshot, running: &[crate::engine::ContainerInfo]) {
     for c in running.iter().filter(|c| c.running) {
-        for uuid in c.labels.get(LABEL_GPUS).map(|s| s.split(',')).into_iter().flatten() {
-            if snap.gpus.iter().any(|g| g.uuid == uuid) && !snap.apps.iter().any(|a| a.gpu_uuid == uuid) {
+        for uuid in c
+            .labels
+            .get(LABEL_GPUS)
+            .map(|s| s.split(','))
+            .into_iter()
+            .flatten()
+        {
+            if snap.gpus.iter().any(|g| g.uuid == uuid)
+                && !snap.apps.iter().any(|a| a.gpu_uuid == uuid)
+            {
                 snap.apps.push(ComputeApp {
                     gpu_uuid: uuid.to_string(),
                     pid: 0,
@@ -177,7 +204,12 @@ struct Ended {
 }
 
 /// Runs the batches one after another; returns the run's exit code.
-pub fn run(setup: &RunSetup, rt: &tokio::runtime::Runtime, engine: &Engine, gpus: Option<&GpuSide>) -> Result<u8> {
+pub fn run(
+    setup: &RunSetup,
+    rt: &tokio::runtime::Runtime,
+    engine: &Engine,
+    gpus: Option<&GpuSide>,
+) -> Result<u8> {
     let mut results: Vec<(RunRecord, Vec<Case>)> = Vec::new();
     let mut codes = Vec::new();
     let mut stopped_by = None;
@@ -189,7 +221,10 @@ pub fn run(setup: &RunSetup, rt: &tokio::runtime::Runtime, engine: &Engine, gpus
         let result_path = setup.reports.join(name).join("result.json");
         results.push((record, cases));
         if failed {
-            report::info(format!("batch {name} failed; replay it locally: {}", record::reproduce_line(&result_path)));
+            report::info(format!(
+                "batch {name} failed; replay it locally: {}",
+                record::reproduce_line(&result_path)
+            ));
         }
         if let Some(sig) = signal {
             stopped_by = Some(sig);
@@ -212,16 +247,19 @@ pub fn run(setup: &RunSetup, rt: &tokio::runtime::Runtime, engine: &Engine, gpus
 fn batch_dir(reports: &Path, name: &str) -> Result<PathBuf> {
     let dir = reports.join(name);
     if dir.exists() {
-        let ours = dir.join("result.json").exists() || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
+        let ours = dir.join("result.json").exists()
+            || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
         if !ours {
             return Err(Error::Usage(format!(
                 "reports dir {} exists and holds files cibox did not write; choose another --reports",
                 dir.display()
             )));
         }
-        std::fs::remove_dir_all(&dir).map_err(|e| Error::Usage(format!("cannot clear {}: {e}", dir.display())))?;
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| Error::Usage(format!("cannot clear {}: {e}", dir.display())))?;
     }
-    std::fs::create_dir_all(&dir).map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
     Ok(dir)
 }
 
@@ -279,7 +317,11 @@ fn run_batch(
                 |r| {
                     if Instant::now() >= next_log {
                         next_log = Instant::now() + Duration::from_secs(30);
-                        report::info(format!("batch {name}: waiting for {} GPU(s): {}", batch.gpus, r().describe()));
+                        report::info(format!(
+                            "batch {name}: waiting for {} GPU(s): {}",
+                            batch.gpus,
+                            r().describe()
+                        ));
                     }
                 },
             )
@@ -303,10 +345,21 @@ fn run_batch(
             }
         }
     }
-    let leased: Vec<PoolGpu> = lease.as_ref().map(|l| l.gpus().to_vec()).unwrap_or_default();
+    let leased: Vec<PoolGpu> = lease
+        .as_ref()
+        .map(|l| l.gpus().to_vec())
+        .unwrap_or_default();
     let ended = match ended {
         Some(e) => e,
-        None => rt.block_on(run_container(engine, &plan, &leased, batch, &dir, name, setup.names.len() > 1))?,
+        None => rt.block_on(run_container(
+            engine,
+            &plan,
+            &leased,
+            batch,
+            &dir,
+            name,
+            setup.names.len() > 1,
+        ))?,
     };
     // The container is gone: only now may the GPUs go to someone else.
     drop(lease);
@@ -327,7 +380,13 @@ fn run_batch(
         image: setup.image.to_string(),
         lockset: setup.lockset.clone(),
         source: setup.source_info.clone(),
-        gpus: leased.iter().map(|g| GpuRef { index: g.index, uuid: g.uuid.clone() }).collect(),
+        gpus: leased
+            .iter()
+            .map(|g| GpuRef {
+                index: g.index,
+                uuid: g.uuid.clone(),
+            })
+            .collect(),
         host: Holder::this_process().host,
         scope: setup.scope.clone(),
         run: setup.run_id.clone(),
@@ -352,7 +411,11 @@ fn run_batch(
     record
         .write(&dir)
         .map_err(|e| Error::Infra(format!("writing {}/result.json: {e}", dir.display())))?;
-    let why = record.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+    let why = record
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
     report::info(format!(
         "batch {name}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
         status.as_str(),
@@ -370,7 +433,10 @@ fn read_reports(dir: &Path) -> (Vec<Case>, Option<String>) {
     let mut cases = Vec::new();
     let mut problem = None;
     for f in junit::files(dir) {
-        match std::fs::read_to_string(&f).map_err(|e| e.to_string()).and_then(|t| junit::parse(&t)) {
+        match std::fs::read_to_string(&f)
+            .map_err(|e| e.to_string())
+            .and_then(|t| junit::parse(&t))
+        {
             Ok(c) => cases.extend(c),
             Err(e) => {
                 problem.get_or_insert(format!("unreadable JUnit report {}: {e}", f.display()));
@@ -381,20 +447,38 @@ fn read_reports(dir: &Path) -> (Vec<Case>, Option<String>) {
 }
 
 /// The batch's status from how the container ended and what its reports say.
-fn judge(ended: &Ended, t: &Totals, junit_problem: Option<String>, allow_empty: bool) -> (Status, Option<String>) {
+fn judge(
+    ended: &Ended,
+    t: &Totals,
+    junit_problem: Option<String>,
+    allow_empty: bool,
+) -> (Status, Option<String>) {
     if ended.status != Status::Passed {
         return (ended.status, ended.message.clone());
     }
     match ended.container_exit {
         Some(0) => {}
-        Some(code) => return (Status::Failed, Some(format!("a step exited with {code}; see log.txt"))),
-        None => return (Status::InfraError, Some("the container's exit code is unknown".into())),
+        Some(code) => {
+            return (
+                Status::Failed,
+                Some(format!("a step exited with {code}; see log.txt")),
+            );
+        }
+        None => {
+            return (
+                Status::InfraError,
+                Some("the container's exit code is unknown".into()),
+            );
+        }
     }
     if let Some(p) = junit_problem {
         return (Status::Failed, Some(p));
     }
     if t.failed + t.errors > 0 {
-        return (Status::Failed, Some(format!("{} failed, {} errors", t.failed, t.errors)));
+        return (
+            Status::Failed,
+            Some(format!("{} failed, {} errors", t.failed, t.errors)),
+        );
     }
     if t.total == 0 && !allow_empty {
         return (
@@ -434,14 +518,18 @@ async fn follow(
     prefixed: bool,
 ) -> Result<Ended> {
     if let Err(why) = engine.start_container(id).await {
-        let gpu_hint = if plan.gpus > 0 && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi")) {
+        let gpu_hint = if plan.gpus > 0
+            && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi"))
+        {
             "; the engine has no GPU runtime for this device request: install the NVIDIA Container Toolkit (see `cibox doctor`)"
         } else {
             ""
         };
         return Ok(Ended {
             status: Status::InfraError,
-            message: Some(format!("the engine could not start the container: {why}{gpu_hint}")),
+            message: Some(format!(
+                "the engine could not start the container: {why}{gpu_hint}"
+            )),
             container_exit: None,
             signal: None,
         });
@@ -503,7 +591,8 @@ async fn follow(
     if github {
         println!("::endgroup::");
     }
-    let exit = match tokio::time::timeout(Duration::from_secs(30), engine.wait_container(id)).await {
+    let exit = match tokio::time::timeout(Duration::from_secs(30), engine.wait_container(id)).await
+    {
         Ok(r) => Some(r?.code),
         Err(_) => {
             engine.kill_container(id).await?;

@@ -130,13 +130,16 @@ impl RunRecord {
 
     pub fn read(path: &Path) -> Result<RunRecord, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: not a cibox run record: {e}", path.display()))
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a cibox run record: {e}", path.display()))
     }
 }
 
 /// `summary.md`: one table row per batch, then the failing tests and replay commands.
 pub fn summary_markdown(records: &[(RunRecord, Vec<Case>)], reports: &Path) -> String {
-    let mut s = String::from("## cibox run\n\n| batch | status | tests | passed | failed | errors | skipped | GPUs | duration |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "## cibox run\n\n| batch | status | tests | passed | failed | errors | skipped | GPUs | duration |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
     for (r, _) in records {
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |\n",
@@ -159,7 +162,10 @@ pub fn summary_markdown(records: &[(RunRecord, Vec<Case>)], reports: &Path) -> S
         if let Some(m) = &r.message {
             s.push_str(&format!("{m}\n\n"));
         }
-        for c in cases.iter().filter(|c| matches!(c.outcome, Outcome::Failed | Outcome::Error)) {
+        for c in cases
+            .iter()
+            .filter(|c| matches!(c.outcome, Outcome::Failed | Outcome::Error))
+        {
             s.push_str(&format!(
                 "- `{}`: {}\n",
                 c.id(),
@@ -205,8 +211,15 @@ pub fn merged_junit(records: &[(RunRecord, Vec<Case>)]) -> String {
         if r.status != Status::Passed && r.status != Status::Failed {
             // A batch that did not get to report still shows up as an error.
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-            status.set_message(r.message.clone().unwrap_or_else(|| r.status.as_str().to_string()));
-            suite.add_test_case(TestCase::new(format!("cibox: batch {}", r.status.as_str()), status));
+            status.set_message(
+                r.message
+                    .clone()
+                    .unwrap_or_else(|| r.status.as_str().to_string()),
+            );
+            suite.add_test_case(TestCase::new(
+                format!("cibox: batch {}", r.status.as_str()),
+                status,
+            ));
         }
         report.add_test_suite(suite);
     }

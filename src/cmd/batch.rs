@@ -75,7 +75,11 @@ pub fn list(ctx: &Context) -> Result<u8> {
 }
 
 /// Which batches to run: names given, or a layer's.
-fn select(m: &crate::manifest::Manifest, names: &[String], layer: Option<&str>) -> Result<(Vec<String>, bool)> {
+fn select(
+    m: &crate::manifest::Manifest,
+    names: &[String],
+    layer: Option<&str>,
+) -> Result<(Vec<String>, bool)> {
     let known: Vec<String> = m.batches.keys().cloned().collect();
     let mut chosen: Vec<String> = Vec::new();
     let mut layer_fast = false;
@@ -102,7 +106,9 @@ fn select(m: &crate::manifest::Manifest, names: &[String], layer: Option<&str>) 
         }
     }
     if chosen.is_empty() {
-        return Err(Error::Usage("no batch to run: name batches or a --layer".into()));
+        return Err(Error::Usage(
+            "no batch to run: name batches or a --layer".into(),
+        ));
     }
     Ok((chosen, layer_fast))
 }
@@ -125,7 +131,11 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
         layer_fast
     };
     let wait = match &opts.wait {
-        Some(w) => w.parse::<Span>().map_err(|e| Error::Usage(format!("--wait: {e}")))?.0,
+        Some(w) => {
+            w.parse::<Span>()
+                .map_err(|e| Error::Usage(format!("--wait: {e}")))?
+                .0
+        }
         None => m.gpu.wait.0,
     };
     let raw_id = opts
@@ -133,7 +143,11 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
         .clone()
         .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty()))
         .or_else(|| m.image.id.clone())
-        .ok_or_else(|| Error::Usage("no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml".into()))?;
+        .ok_or_else(|| {
+            Error::Usage(
+                "no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml".into(),
+            )
+        })?;
     let image = ImageId::parse(raw_id.trim()).map_err(Error::refused)?;
     let source = match &opts.source {
         Some(s) => s.clone(),
@@ -142,16 +156,25 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
             .ok_or_else(|| Error::Usage("cannot tell the source folder; pass --source".into()))?,
     };
     if !source.is_dir() {
-        return Err(Error::Usage(format!("--source {}: not a directory", source.display())));
+        return Err(Error::Usage(format!(
+            "--source {}: not a directory",
+            source.display()
+        )));
     }
     let source = source
         .canonicalize()
         .map_err(|e| Error::Usage(format!("--source {}: {e}", source.display())))?;
     let source_info = batch::source_info(&source);
     if source_info.sha.is_none() {
-        report::warn(format!("{} is not a git checkout: the run record will carry no commit", source.display()));
+        report::warn(format!(
+            "{} is not a git checkout: the run record will carry no commit",
+            source.display()
+        ));
     }
-    let reports = opts.reports.clone().unwrap_or_else(|| PathBuf::from("cibox-reports"));
+    let reports = opts
+        .reports
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("cibox-reports"));
     std::fs::create_dir_all(&reports)
         .map_err(|e| Error::Usage(format!("reports dir {}: {e}", reports.display())))?;
     let reports = reports
@@ -160,7 +183,12 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
     let probe = reports.join(".cibox-write-check");
     std::fs::write(&probe, b"")
         .and_then(|_| std::fs::remove_file(&probe))
-        .map_err(|e| Error::Usage(format!("reports dir {} is not writable: {e}", reports.display())))?;
+        .map_err(|e| {
+            Error::Usage(format!(
+                "reports dir {} is not writable: {e}",
+                reports.display()
+            ))
+        })?;
     let scope = opts.scope.clone().unwrap_or_else(batch::default_scope);
     if scope.is_empty() {
         return Err(Error::Usage("--scope is empty".into()));
@@ -173,9 +201,15 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
     rt.block_on(crate::cmd::image::verify_image(&engine, &image, &lockset))?;
     let swept = rt.block_on(batch::sweep(&engine, Some(&m.project), &scope))?;
     if swept > 0 {
-        report::info(format!("removed {swept} leftover container(s) of scope {scope}"));
+        report::info(format!(
+            "removed {swept} leftover container(s) of scope {scope}"
+        ));
     }
-    let gpus = if needs_gpus { Some(batch::prepare_gpus(&m)?) } else { None };
+    let gpus = if needs_gpus {
+        Some(batch::prepare_gpus(&m)?)
+    } else {
+        None
+    };
     let setup = batch::RunSetup {
         manifest: m,
         names,
@@ -194,7 +228,9 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
 
 /// `cibox cleanup --scope S`.
 pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
-    let scope = scope.map(str::to_string).unwrap_or_else(batch::default_scope);
+    let scope = scope
+        .map(str::to_string)
+        .unwrap_or_else(batch::default_scope);
     // The project narrows what is touched when there is a manifest; without one, every
     // cibox container of the scope goes.
     let project = match ctx.manifest() {

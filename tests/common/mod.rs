@@ -336,3 +336,101 @@ pub fn pid_alive(pid: i32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// A project whose image is busybox FROM scratch (Debian's busybox-static, as the demo),
+/// built with `cibox image build`. `batches` is the YAML under `batches:`.
+pub struct BusyboxProject {
+    pub project: Project,
+    pub image: ImageGuard,
+}
+
+pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
+    require_engine();
+    assert!(
+        Path::new("/bin/busybox").exists(),
+        "this test needs Debian's busybox-static at /bin/busybox: run `bash .ci/run` or apt-get install busybox-static"
+    );
+    let manifest = format!(
+        "version: 1\nproject: bt\nimage:\n  locks: [\"image/Dockerfile\", \"image/nonce\"]\n  dockerfile: image/Dockerfile\ncontainer:\n  memory: 256m\n  pids: 128\n{extra}batches:\n{batches}"
+    );
+    let p = Project::new(&manifest);
+    p.write(
+        "image/Dockerfile",
+        "FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\n",
+    );
+    p.write("image/nonce", nonce());
+    let root = p.path().join("image/rootfs");
+    for d in ["bin", "tmp", "work", "src", "reports"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for d in ["tmp", "work"] {
+        std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    let applets = Command::new("/bin/busybox").arg("--list").output().unwrap();
+    for a in String::from_utf8_lossy(&applets.stdout).lines() {
+        if a != "busybox" {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(a)).unwrap();
+        }
+    }
+    let r = p.cibox(&["image", "build"]);
+    r.ok();
+    let image = ImageGuard(r.stdout.trim().to_string());
+    BusyboxProject { project: p, image }
+}
+
+impl BusyboxProject {
+    /// `cibox batch run ARGS --image ID --source <project> --reports <project>/reports`.
+    /// (Flags given in `args` replace the defaults.)
+    pub fn batch_cmd(&self, args: &[&str]) -> Command {
+        let mut c = cibox(self.project.path());
+        c.args(args);
+        let defaults = [
+            ("--image", self.image.0.clone()),
+            ("--source", self.project.path().display().to_string()),
+            ("--reports", self.reports().display().to_string()),
+            ("--scope", self.scope()),
+        ];
+        for (flag, value) in defaults {
+            if !args.contains(&flag) {
+                c.arg(flag).arg(value);
+            }
+        }
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        run(&mut self.batch_cmd(args))
+    }
+
+    pub fn reports(&self) -> PathBuf {
+        self.project.path().join("reports")
+    }
+
+    /// A scope of its own per project, so parallel tests never sweep each other.
+    pub fn scope(&self) -> String {
+        format!("test-{}", &self.image.0[7..19])
+    }
+
+    pub fn result(&self, batch: &str) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.reports().join(batch).join("result.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Containers of this test's scope, running or not.
+    pub fn containers(&self) -> Vec<String> {
+        let out = Command::new("docker")
+            .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
+            .arg(format!("label=org.cibox.scope={}", self.scope()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// A run step that writes one passing JUnit case.
+pub const JUNIT_OK: &str = "echo '<testsuite><testcase classname=\"t\" name=\"ok\"/></testsuite>' > $CIBOX_REPORTS/junit.xml";

@@ -1,0 +1,323 @@
+//! Batches in disposable containers on the real engine.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn yaml_list(steps: &[&str]) -> String {
+    let quoted: Vec<String> = steps
+        .iter()
+        .map(|s| serde_json::to_string(s).unwrap())
+        .collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+fn batch(name: &str, gpus: u32, timeout: &str, steps: &[&str], extra: &str) -> String {
+    format!(
+        "  {name}:\n    gpus: {gpus}\n    timeout: {timeout}\n    run: {}\n{extra}",
+        yaml_list(steps)
+    )
+}
+
+#[test]
+fn a_passing_batch_leaves_reports_and_no_container() {
+    let p = busybox_project(
+        &batch(
+            "unit",
+            0,
+            "1m",
+            &["echo hello from the batch", JUNIT_OK],
+            "",
+        ),
+        "",
+    );
+    let r = p.run(&["batch", "run", "unit"]);
+    r.ok();
+    assert!(r.stdout.contains("hello from the batch"), "{}", r.stdout);
+    let v = p.result("unit");
+    assert_eq!(v["status"], "passed");
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["image"], p.image.0.as_str());
+    assert_eq!(v["tests"]["total"], 1);
+    assert_eq!(v["scope"], p.scope().as_str());
+    assert!(
+        v["container"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("cibox-bt-{}-unit-", p.scope()))
+    );
+    for key in [
+        "lockset",
+        "started_at",
+        "finished_at",
+        "duration_s",
+        "cibox_version",
+        "manifest_digest",
+        "host",
+        "run",
+    ] {
+        assert!(!v[key].is_null(), "{key} missing");
+    }
+    assert!(
+        std::fs::read_to_string(p.reports().join("unit/log.txt"))
+            .unwrap()
+            .contains("hello from the batch")
+    );
+    assert!(p.reports().join("summary.md").exists() && p.reports().join("junit.xml").exists());
+    assert!(
+        p.containers().is_empty(),
+        "left behind: {:?}",
+        p.containers()
+    );
+}
+
+#[test]
+fn the_container_is_locked_down() {
+    let checks = [
+        // The invoking uid, HOME=/tmp, no capabilities, no network but loopback.
+        "test \"$(id -u)\" = \"$HOST_UID\"",
+        "test \"$HOME\" = /tmp",
+        "grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status",
+        "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status",
+        "test \"$(grep -c : /proc/net/dev)\" = 1",
+        // Source read-only at /src, copied into /work.
+        "! touch /src/x 2>/dev/null",
+        "test -f /work/cibox.yaml",
+        // No host variable but pass_env; CUDA hidden for a CPU batch.
+        "test -z \"${CIBOX_TEST_SECRET:-}\"",
+        "test \"$CIBOX_TEST_PASSED\" = yes",
+        "test \"$NVIDIA_VISIBLE_DEVICES\" = void",
+        "test -z \"$CUDA_VISIBLE_DEVICES\"",
+        "test \"$FROM_MANIFEST\" = 1",
+        "! test -e /var/run/docker.sock",
+        JUNIT_OK,
+    ];
+    let extra = "    env: {FROM_MANIFEST: \"1\"}\n";
+    let uid = nix::unistd::getuid().to_string();
+    let p = busybox_project(
+        &batch("sec", 0, "1m", &checks, extra),
+        &format!("  pass_env: [CIBOX_TEST_PASSED, HOST_UID]\n  env: {{X: \"{uid}\"}}\n"),
+    );
+    let r = run(p
+        .batch_cmd(&["batch", "run", "sec"])
+        .env("CIBOX_TEST_SECRET", "leak")
+        .env("CIBOX_TEST_PASSED", "yes")
+        .env("HOST_UID", &uid));
+    r.ok();
+}
+
+#[test]
+fn a_failing_step_is_status_failed_exit_1() {
+    let p = busybox_project(
+        &batch("bad", 0, "1m", &[JUNIT_OK, "echo boom; exit 3"], ""),
+        "",
+    );
+    let r = p.run(&["batch", "run", "bad"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v = p.result("bad");
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["container_exit_code"], 3);
+    assert!(r.stderr.contains("cibox reproduce"), "{}", r.stderr);
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn failing_test_cases_fail_the_batch_and_are_named() {
+    let junit = "echo '<testsuite><testcase classname=\"m\" name=\"t1\"><failure message=\"nope\"/></testcase><testcase classname=\"m\" name=\"t2\"><skipped message=\"needs 2 GPUs\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
+    let p = busybox_project(&batch("tf", 0, "1m", &[junit], ""), "");
+    let r = p.run(&["batch", "run", "tf"]);
+    assert_eq!(r.code, 1);
+    let v = p.result("tf");
+    assert_eq!(v["failed_tests"], serde_json::json!(["m::t1"]));
+    assert_eq!(v["tests"]["skipped_reasons"]["needs 2 GPUs"], 1);
+    let merged = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
+    assert!(merged.contains("t1") && merged.contains("nope"), "{merged}");
+}
+
+#[test]
+fn a_batch_without_tests_fails_unless_allowed() {
+    let p = busybox_project(
+        &(batch("empty", 0, "1m", &["true"], "")
+            + &batch("fine", 0, "1m", &["true"], "    allow_empty: true\n")),
+        "",
+    );
+    let r = p.run(&["batch", "run", "empty"]);
+    assert_eq!(r.code, 1);
+    assert!(
+        p.result("empty")["message"]
+            .as_str()
+            .unwrap()
+            .contains("ran no test")
+    );
+    p.run(&["batch", "run", "fine"]).ok();
+}
+
+#[test]
+fn a_timeout_kills_stubborn_workers_and_exits_124() {
+    // The step forks workers that ignore SIGTERM and prints nothing.
+    let stubborn = "for i in 1 2 3; do (trap '' TERM; while :; do sleep 1; done) & done; wait";
+    let p = busybox_project(&batch("slow", 0, "2s", &[stubborn], ""), "");
+    let start = Instant::now();
+    let r = p.run(&["batch", "run", "slow"]);
+    assert_eq!(r.code, 124, "{}", r.stderr);
+    assert_eq!(p.result("slow")["status"], "timeout");
+    assert!(
+        p.containers().is_empty(),
+        "left behind: {:?}",
+        p.containers()
+    );
+    assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn sigterm_cancels_removes_and_exits_143() {
+    let p = busybox_project(
+        &batch("long", 0, "10m", &["echo started; sleep 600"], ""),
+        "",
+    );
+    let mut child = p
+        .batch_cmd(&["batch", "run", "long"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(30, || !p.containers().is_empty()),
+        "container never appeared"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    unsafe { nix::libc::kill(child.id() as i32, nix::libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let took = t.elapsed();
+    assert_eq!(status.code(), Some(143));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert_eq!(p.result("long")["status"], "cancelled");
+    assert_eq!(p.result("long")["exit_code"], 143);
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
+    let p = busybox_project(&batch("long", 0, "10m", &["sleep 600"], ""), "");
+    let mut child = p.batch_cmd(&["batch", "run", "long"]).spawn().unwrap();
+    assert!(wait_until(30, || p.containers().len() == 1));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        p.containers().len(),
+        1,
+        "the container outlives a SIGKILLed cibox"
+    );
+    // A look-alike without cibox's labels, and a cibox container of another scope.
+    let stranger = format!("cibox-bt-{}-long-stranger", p.scope());
+    let other_scope = format!("other-{}", &p.image.0[7..19]);
+    for (name, labels) in [
+        (stranger.clone(), vec![]),
+        (
+            format!("cibox-bt-{other_scope}-long-x"),
+            vec![
+                "org.cibox.owner=cibox".to_string(),
+                format!("org.cibox.scope={other_scope}"),
+                "org.cibox.project=bt".into(),
+            ],
+        ),
+    ] {
+        let mut c = std::process::Command::new("docker");
+        c.args(["create", "--name", &name]);
+        for l in &labels {
+            c.args(["--label", l]);
+        }
+        assert!(
+            c.arg(&p.image.0)
+                .arg("/bin/true")
+                .output()
+                .unwrap()
+                .status
+                .success()
+        );
+    }
+    let r = run(cibox(p.project.path()).args(["cleanup", "--scope", &p.scope()]));
+    r.ok();
+    assert!(r.stdout.contains("removed 1 container"), "{}", r.stdout);
+    assert!(p.containers().is_empty());
+    for name in [&stranger, &format!("cibox-bt-{other_scope}-long-x")] {
+        let gone = !std::process::Command::new("docker")
+            .args(["inspect", name])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(!gone, "cleanup removed {name}, which was not its own");
+        std::process::Command::new("docker")
+            .args(["rm", "-f", name])
+            .output()
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_gpu_batch_on_an_engine_without_gpu_runtime_is_exit_5_and_cleaned_up() {
+    let p = busybox_project(&batch("g", 1, "1m", &[JUNIT_OK], ""), "");
+    let smi = FakeSmi::with_gpus(2);
+    let locks = tempfile::tempdir().unwrap();
+    let mut c = p.batch_cmd(&["batch", "run", "g"]);
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+    let r = run(&mut c);
+    // The fixture's UUIDs exist on no host, so even an engine with a GPU runtime fails
+    // to start this container: always exit 5.
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let v = p.result("g");
+    assert_eq!(v["status"], "infra_error");
+    assert!(
+        v["message"].as_str().unwrap().contains("could not start"),
+        "{v}"
+    );
+    assert_eq!(v["gpus"][0]["uuid"], uuid(0));
+    assert!(p.containers().is_empty());
+    // The lease went with the container.
+    let mut c = cibox(p.project.path());
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path())
+        .args(["gpu", "exec", "--count", "2", "--wait", "0s", "--", "true"]);
+    run(&mut c).ok();
+}
+
+#[test]
+fn bad_run_input_is_refused_before_anything_starts() {
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK], ""), "");
+    p.run(&["batch", "run", "unti"])
+        .fails_with(2, "unknown batch `unti`; did you mean `unit`?");
+    p.run(&["batch", "run", "--layer", "9"])
+        .fails_with(2, "unknown layer `9`");
+    run(cibox(p.project.path()).args(["batch", "run", "unit", "--image", "busybox:latest"]))
+        .fails_with(3, "is a tag");
+    let file = p.project.write("plain", "x");
+    let f = file.display().to_string();
+    p.run(&["batch", "run", "unit", "--source", &f])
+        .fails_with(2, "not a directory");
+    p.run(&["batch", "run", "unit", "--reports", &format!("{f}/r")])
+        .fails_with(2, "reports dir");
+    p.project.write("reports/unit/foreign.txt", "not ours");
+    p.run(&["batch", "run", "unit"])
+        .fails_with(2, "holds files cibox did not write");
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn a_source_outside_git_is_allowed_and_recorded() {
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK], ""), "");
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::write(plain.path().join("f"), "x").unwrap();
+    p.run(&[
+        "batch",
+        "run",
+        "unit",
+        "--source",
+        plain.path().to_str().unwrap(),
+    ])
+    .ok();
+    assert!(p.result("unit")["source"]["sha"].is_null());
+}
