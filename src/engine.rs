@@ -13,6 +13,16 @@ use tokio::io::AsyncWriteExt;
 
 use crate::image_id::ImageId;
 
+/// A single-threaded runtime for engine I/O: cibox's concurrency is I/O (engine
+/// streams, child processes), and one thread per runtime keeps signal handling and
+/// ordering simple. Parallel batches each get their own thread and runtime.
+pub fn runtime() -> Result<tokio::runtime::Runtime, crate::error::Error> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| crate::error::Error::Infra(format!("cannot start the async runtime: {e}")))
+}
+
 /// How long to wait for the engine to answer the first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 

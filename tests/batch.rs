@@ -321,3 +321,36 @@ fn a_source_outside_git_is_allowed_and_recorded() {
     .ok();
     assert!(p.result("unit")["source"]["sha"].is_null());
 }
+
+#[test]
+fn parallel_batches_run_at_once_and_prefix_their_output() {
+    let step = |n: &str| {
+        format!(
+            "cut -d' ' -f1 /proc/uptime > $CIBOX_REPORTS/start; sleep 1; cut -d' ' -f1 /proc/uptime > $CIBOX_REPORTS/end; echo hello from {n}; {JUNIT_OK}"
+        )
+    };
+    let p = busybox_project(
+        &(batch("a", 0, "1m", &[&step("a")], "") + &batch("b", 0, "1m", &[&step("b")], "")),
+        "",
+    );
+    let r = p.run(&["batch", "run", "a", "b", "--parallel"]);
+    r.ok();
+    assert!(
+        r.stdout.contains("[a] hello from a") && r.stdout.contains("[b] hello from b"),
+        "{}",
+        r.stdout
+    );
+    // Uptime (one kernel, one clock for both containers), in seconds.
+    let t = |b: &str, f: &str| -> f64 {
+        std::fs::read_to_string(p.reports().join(b).join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        t("a", "start") < t("b", "end") && t("b", "start") < t("a", "end"),
+        "the batches did not overlap"
+    );
+    assert!(p.containers().is_empty());
+}

@@ -48,6 +48,8 @@ pub struct RunSetup {
     pub scope: String,
     pub run_id: String,
     pub wait: Duration,
+    /// Run all batches at once; the lease queue decides which fit together.
+    pub parallel: bool,
 }
 
 /// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
@@ -203,33 +205,74 @@ struct Ended {
     signal: Option<nix::sys::signal::Signal>,
 }
 
-/// Runs the batches one after another; returns the run's exit code.
+type BatchOutcome = (RunRecord, Vec<Case>, Option<nix::sys::signal::Signal>);
+
+/// Runs the batches, one after another or (with `parallel`) all at once, each waiting
+/// for its GPUs in the lease queue; returns the run's exit code.
 pub fn run(
     setup: &RunSetup,
     rt: &tokio::runtime::Runtime,
     engine: &Engine,
     gpus: Option<&GpuSide>,
 ) -> Result<u8> {
+    let mut outcomes: Vec<BatchOutcome> = Vec::new();
+    if setup.parallel {
+        let joined: Vec<Result<BatchOutcome>> = std::thread::scope(|s| {
+            let handles: Vec<_> = setup
+                .names
+                .iter()
+                .map(|name| {
+                    s.spawn(move || {
+                        let rt = crate::engine::runtime()?;
+                        let engine = rt.block_on(Engine::connect())?;
+                        run_batch(
+                            setup,
+                            &rt,
+                            &engine,
+                            gpus,
+                            name,
+                            &setup.manifest.batches[name],
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Infra("a batch's thread panicked".into())))
+                })
+                .collect()
+        });
+        for o in joined {
+            outcomes.push(o?);
+        }
+    } else {
+        for name in &setup.names {
+            let outcome = run_batch(setup, rt, engine, gpus, name, &setup.manifest.batches[name])?;
+            let stop = outcome.2.is_some();
+            outcomes.push(outcome);
+            if stop {
+                break; // signals end the run at once
+            }
+        }
+    }
     let mut results: Vec<(RunRecord, Vec<Case>)> = Vec::new();
     let mut codes = Vec::new();
     let mut stopped_by = None;
-    for name in &setup.names {
-        let batch = &setup.manifest.batches[name];
-        let (record, cases, signal) = run_batch(setup, rt, engine, gpus, name, batch)?;
+    for (record, cases, signal) in outcomes {
         codes.push(record.exit_code);
-        let failed = record.status != Status::Passed;
-        let result_path = setup.reports.join(name).join("result.json");
-        results.push((record, cases));
-        if failed {
+        if record.status != Status::Passed {
+            let result_path = setup.reports.join(&record.batch).join("result.json");
             report::info(format!(
-                "batch {name} failed; replay it locally: {}",
+                "batch {} {}; replay it locally: {}",
+                record.batch,
+                record.status.as_str(),
                 record::reproduce_line(&result_path)
             ));
         }
-        if let Some(sig) = signal {
-            stopped_by = Some(sig);
-            break;
-        }
+        stopped_by = stopped_by.or(signal);
+        results.push((record, cases));
     }
     let root = &setup.reports;
     let summary = record::summary_markdown(&results, root);
@@ -549,6 +592,7 @@ async fn follow(
     let mut signal = None;
     let mut stdout = std::io::stdout();
     let mut logs_done = false;
+    let mut at_line_start = true;
     // Follow the output until the container ends (its log stream closes), the deadline
     // passes, or a signal arrives.
     while !logs_done {
@@ -557,12 +601,19 @@ async fn follow(
                 Some(Ok(bytes)) => {
                     let _ = log.write_all(&bytes);
                     if prefixed {
-                        for line in bytes.split_inclusive(|b| *b == b'\n') {
-                            let _ = write!(stdout, "[{name}] ");
-                            let _ = stdout.write_all(line);
+                        // One write per chunk, each line prefixed, so parallel batches
+                        // interleave whole lines.
+                        let mut buf = Vec::with_capacity(bytes.len() + 64);
+                        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+                            if at_line_start {
+                                buf.extend_from_slice(format!("[{name}] ").as_bytes());
+                            }
+                            buf.extend_from_slice(piece);
+                            at_line_start = piece.ends_with(b"\n");
                         }
+                        let _ = stdout.lock().write_all(&buf);
                     } else {
-                        let _ = stdout.write_all(&bytes);
+                        let _ = stdout.lock().write_all(&bytes);
                     }
                 }
                 Some(Err(e)) => {

@@ -117,12 +117,6 @@ fn select(
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
     let m = ctx.manifest()?;
     let (names, layer_fast) = select(&m, names, layer)?;
-    if opts.parallel {
-        return Err(Error::NotYet {
-            command: "batch run --parallel",
-            what: "batches run one after another for now",
-        });
-    }
     let fast = if opts.fast {
         true
     } else if opts.no_fast {
@@ -222,6 +216,7 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
         scope,
         run_id: batch::new_run_id(),
         wait,
+        parallel: opts.parallel,
     };
     batch::run(&setup, &rt, &engine, gpus.as_ref())
 }

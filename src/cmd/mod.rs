@@ -35,14 +35,7 @@ impl Context {
     }
 }
 
-/// A single-threaded runtime: cibox's concurrency is I/O (engine streams, child
-/// processes), and one thread keeps signal handling and ordering simple.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Infra(format!("cannot start the async runtime: {e}")))
-}
+pub(crate) use crate::engine::runtime;
 
 fn not_yet(command: &'static str, what: &'static str) -> Result<u8> {
     Err(Error::NotYet { command, what })
