@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs and starts what cibox's tests and demo need on a fresh Debian machine:
 # a Docker engine (Debian's docker.io, dockerd started in the background when no engine
-# answers), busybox-static (the demo image's rootfs), and cargo-nextest. Idempotent.
+# answers), busybox-static (the demo image's rootfs), debootstrap (the Debian image of
+# the Python test), and cargo-nextest. Idempotent.
 set -euo pipefail
 
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker >/dev/null 2>&1 || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
+[ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup-host: need root to install: ${need[*]}" >&2

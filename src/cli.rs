@@ -79,6 +79,15 @@ pub enum ImageCommand {
     Qualify {
         /// Full `sha256:` image ID.
         id: String,
+        /// Where the reports and `qualification.json` go.
+        #[arg(long, default_value = "cibox-qualify")]
+        reports: PathBuf,
+        /// Source tree to test (default: the git toplevel).
+        #[arg(long)]
+        source: Option<PathBuf>,
+        /// Cleanup scope (default on GitHub Actions gh-RUNID-ATTEMPT, else local-USER).
+        #[arg(long, env = "CIBOX_SCOPE")]
+        scope: Option<String>,
     },
     /// Write `docker save` of an image: a backup that `image load` restores to the same ID.
     Save {

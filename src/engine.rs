@@ -243,7 +243,7 @@ impl Engine {
     /// Returns the new image's ID.
     pub async fn build(
         &self,
-        context_tar: Vec<u8>,
+        context_tar: std::fs::File,
         dockerfile: &str,
         labels: &HashMap<String, String>,
         tag: &str,
@@ -256,9 +256,11 @@ impl Engine {
             .rm(true)
             .forcerm(true)
             .build();
-        let mut stream =
-            self.docker
-                .build_image(opts, None, Some(bollard::body_full(context_tar.into())));
+        // Streamed from disk: a rootfs context can be hundreds of megabytes.
+        let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(context_tar));
+        let mut stream = self
+            .docker
+            .build_image(opts, None, Some(bollard::body_try_stream(body)));
         let mut id = None;
         let mut last_lines: Vec<String> = Vec::new();
         while let Some(item) = stream.next().await {

@@ -56,7 +56,6 @@ fn commands_not_built_yet_say_so_and_exit_2() {
         vec!["workflow", "render"],
         vec!["workflow", "lint"],
         vec!["reproduce", "result.json"],
-        vec!["image", "qualify", "sha256:00"],
     ] {
         p.cibox(&args)
             .fails_with(2, "not available in this version of cibox yet");

@@ -59,13 +59,14 @@ pub struct ContainerPlan {
     driver: GpuDriver,
 }
 
-/// The script the container runs: copy the source in, install it, then the batch's
+/// The script the container runs: copy the source in (`cp -R`: ownership cannot be
+/// kept without CAP_CHOWN, and the copy belongs to the batch user), install it, then the batch's
 /// preflight and run steps, stopping at the first that fails.
 fn script(m: &Manifest, batch: &Batch) -> String {
     let mut s = String::from(
         "set -e\n\
          if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); the image must provide /work (mode 1777)\" >&2; exit 125; fi\n\
-         cp -a /src/. /work/\ncd /work\n",
+         cp -R /src/. /work/\ncd /work\n",
     );
     let steps = m
         .source

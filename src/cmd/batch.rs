@@ -243,3 +243,79 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
     }
     Ok(exit::SUCCESS)
 }
+
+/// `cibox image qualify ID`: run the `qualify` layer on the image and write
+/// `qualification.json` only when every batch passed.
+pub fn qualify(
+    ctx: &Context,
+    id: &str,
+    reports: PathBuf,
+    source: Option<PathBuf>,
+    scope: Option<String>,
+) -> Result<u8> {
+    let image = ImageId::parse(id).map_err(Error::refused)?;
+    let m = ctx.manifest()?;
+    let Some(layer) = m.layers.get("qualify") else {
+        return Err(Error::Usage(format!(
+            "{}: no `qualify` layer; add layers.qualify with the batches that qualify an image",
+            m.path.display()
+        )));
+    };
+    let batches = layer.batches.clone();
+    let record_path = reports.join("qualification.json");
+    // Nothing from an earlier run may pass for this one's qualification.
+    match std::fs::remove_file(&record_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::Usage(format!(
+                "cannot remove {}: {e}",
+                record_path.display()
+            )));
+        }
+    }
+    let opts = RunOptions {
+        fast: false,
+        no_fast: false,
+        image: Some(image.to_string()),
+        source,
+        reports: Some(reports.clone()),
+        scope,
+        wait: None,
+        parallel: false,
+    };
+    let code = run(ctx, &[], Some("qualify"), &opts)?;
+    if code != exit::SUCCESS {
+        report::info(format!(
+            "{image} is not qualified: the qualify layer did not pass"
+        ));
+        return Ok(code);
+    }
+    let mut results = Vec::new();
+    for b in &batches {
+        let r = batch::record::RunRecord::read(&reports.join(b).join("result.json"))
+            .map_err(Error::Infra)?;
+        results.push(json!({"batch": r.batch, "status": r.status, "tests": r.tests, "duration_s": r.duration_s}));
+    }
+    let first = batch::record::RunRecord::read(&reports.join(&batches[0]).join("result.json"))
+        .map_err(Error::Infra)?;
+    let semantics = runtime()?
+        .block_on(async { Engine::connect().await?.info().await })?
+        .id_semantics;
+    let record = json!({
+        "schema": 1,
+        "image": image,
+        "id_semantics": semantics,
+        "lockset": first.lockset,
+        "source": first.source,
+        "manifest_digest": first.manifest_digest,
+        "batches": results,
+        "cibox_version": env!("CARGO_PKG_VERSION"),
+        "qualified_at": crate::units::rfc3339(std::time::SystemTime::now()),
+    });
+    let text = serde_json::to_string_pretty(&record).expect("serialises") + "\n";
+    std::fs::write(&record_path, text)
+        .map_err(|e| Error::Infra(format!("{}: {e}", record_path.display())))?;
+    println!("qualified {image}: {}", record_path.display());
+    Ok(exit::SUCCESS)
+}

@@ -406,18 +406,26 @@ fn tag_for(m: &Manifest, source: &Lockset) -> String {
     format!("cibox/{}:lockset-{}", m.project, &source.digest[7..19])
 }
 
-/// A tar of the build context. `.dockerignore` is honoured only for whole paths the
-/// user lists; the contexts cibox builds are small recipe folders.
-fn tar_context(dir: &Path) -> Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
+/// A tar of the build context folder, in an unnamed temporary file (streamed to the
+/// engine from there). `.dockerignore` is not read: the whole folder is the context.
+fn tar_context(dir: &Path) -> Result<std::fs::File> {
+    use std::io::Seek;
+    let file = tempfile::tempfile()
+        .map_err(|e| Error::Infra(format!("cannot create a temporary file: {e}")))?;
+    let mut builder = tar::Builder::new(file);
     builder.follow_symlinks(false);
-    builder.mode(tar::HeaderMode::Deterministic);
+    // Complete, not Deterministic: that mode rewrites permissions to 0755/0644 and
+    // would lose the sticky /tmp and /work of a rootfs context.
+    builder.mode(tar::HeaderMode::Complete);
     builder
         .append_dir_all(".", dir)
         .map_err(|e| Error::Usage(format!("cannot read build context {}: {e}", dir.display())))?;
-    builder
+    let mut file = builder
         .into_inner()
-        .map_err(|e| Error::Usage(format!("cannot pack build context {}: {e}", dir.display())))
+        .map_err(|e| Error::Usage(format!("cannot pack build context {}: {e}", dir.display())))?;
+    file.rewind()
+        .map_err(|e| Error::Infra(format!("temporary file: {e}")))?;
+    Ok(file)
 }
 
 fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Result<u8> {

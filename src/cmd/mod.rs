@@ -56,9 +56,12 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Image(ImageCommand::Build) => image::build(&ctx),
         Command::Image(ImageCommand::Save { id, to }) => image::save(&ctx, &id, &to),
-        Command::Image(ImageCommand::Qualify { .. }) => {
-            not_yet("image qualify", "it needs the batch runner")
-        }
+        Command::Image(ImageCommand::Qualify {
+            id,
+            reports,
+            source,
+            scope,
+        }) => batch::qualify(&ctx, &id, reports, source, scope),
         Command::Doctor => doctor::run(&ctx),
         Command::Batch(BatchCommand::List) => batch::list(&ctx),
         Command::Batch(BatchCommand::Run(a)) => {
