@@ -434,3 +434,51 @@ fn github_actions_gets_summary_outputs_and_annotations() {
         r.stdout
     );
 }
+
+#[test]
+fn gpus_of_a_running_cibox_container_are_never_leased() {
+    let p = busybox_project(&batch("g", 2, "1m", &[JUNIT_OK], ""), "");
+    let smi = FakeSmi::with_gpus(2);
+    let locks = tempfile::tempdir().unwrap();
+    // A container left running by a cibox that died: its lock died with it, its label
+    // still names GPU 0.
+    let name = format!("cibox-bt-orphan-{}", nonce());
+    let out = std::process::Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--label",
+            "org.cibox.owner=cibox",
+            "--label",
+        ])
+        .arg(format!("org.cibox.gpus={}", uuid(0)))
+        .args([&p.image.0, "sleep", "600"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut c = p.batch_cmd(&["batch", "run", "g", "--wait", "0s"]);
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+    let r = run(&mut c);
+    std::process::Command::new("docker")
+        .args(["rm", "-f", &name])
+        .output()
+        .unwrap();
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let v = p.result("g");
+    assert_eq!(v["status"], "capacity");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("GPU 0 used by running cibox container {name}")),
+        "{v}"
+    );
+    assert!(p.containers().is_empty());
+}

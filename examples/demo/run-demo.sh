@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the bundled example, from local files only: build the demo image from
-# Debian's busybox-static, prove it matches the lock files, back it up and restore it to
-# the identical ID, and show what the host offers GPU batches.
+# Debian's busybox-static, prove it matches the lock files, run the example's CPU layer
+# in disposable containers, back the image up and restore it to the identical ID, and
+# show what the host offers GPU batches.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bash "$root/.ci/setup-host.sh"
@@ -22,6 +23,11 @@ id=$("${cibox[@]}" image build)
 
 step "verify it by ID"
 "${cibox[@]}" -v image verify "$id"
+
+step "run layer 1 (the CPU batch) in a disposable, locked-down container"
+reports="$root/target/demo-reports"
+"${cibox[@]}" layer run 1 --image "$id" --source "$root/examples/demo" --reports "$reports"
+cat "$reports/summary.md"
 
 step "back it up, remove it, restore it: the ID must come back identical"
 backup="$root/target/demo-image.tar"

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{Holder, Lease, LeaseDir};
 use crate::gpu::pool::{self, PoolGpu};
-use crate::gpu::probe::{self, ComputeApp, Snapshot};
+use crate::gpu::probe::{self, Snapshot};
 use crate::gpu::{self, Want};
 use crate::image_id::ImageId;
 use crate::manifest::{Batch, Manifest};
@@ -160,8 +160,8 @@ pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Resul
     Ok(removed)
 }
 
-/// GPUs named by running cibox containers, as extra "compute processes", so a GPU used by
-/// a container whose cibox died is never leased (its lock died with that cibox).
+/// GPUs named by running cibox containers count as used, so a GPU of a container whose
+/// cibox died is never leased (its lock died with that cibox).
 fn mark_container_gpus(snap: &mut Snapshot, running: &[crate::engine::ContainerInfo]) {
     for c in running.iter().filter(|c| c.running) {
         for uuid in c
@@ -171,14 +171,11 @@ fn mark_container_gpus(snap: &mut Snapshot, running: &[crate::engine::ContainerI
             .into_iter()
             .flatten()
         {
-            if snap.gpus.iter().any(|g| g.uuid == uuid)
-                && !snap.apps.iter().any(|a| a.gpu_uuid == uuid)
-            {
-                snap.apps.push(ComputeApp {
-                    gpu_uuid: uuid.to_string(),
-                    pid: 0,
-                    used_memory_mib: 0,
-                });
+            if snap.gpus.iter().any(|g| g.uuid == uuid) {
+                snap.claimed.push((
+                    uuid.to_string(),
+                    format!("running cibox container {}", c.name),
+                ));
             }
         }
     }

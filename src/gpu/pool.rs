@@ -58,6 +58,9 @@ pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Opti
     let Some(g) = snapshot.gpus.iter().find(|g| g.uuid == uuid) else {
         return Some("not reported by nvidia-smi".into());
     };
+    if let Some((_, by)) = snapshot.claimed.iter().find(|(u, _)| u == uuid) {
+        return Some(format!("used by {by}"));
+    }
     let procs: Vec<String> = snapshot
         .apps
         .iter()
@@ -102,6 +105,7 @@ mod tests {
                 pid: 77,
                 used_memory_mib: 3,
             }],
+            claimed: Vec::new(),
         }
     }
 

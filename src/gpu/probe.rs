@@ -70,6 +70,10 @@ pub struct ComputeApp {
 pub struct Snapshot {
     pub gpus: Vec<GpuState>,
     pub apps: Vec<ComputeApp>,
+    /// GPUs that something cibox knows of is using though nvidia-smi may not show it
+    /// yet (UUID, by whom): a running cibox container whose lease died with its cibox.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<(String, String)>,
 }
 
 /// The probe timeout: `CIBOX_PROBE_TIMEOUT` (a duration such as `5s`) or 10 s.
@@ -97,7 +101,11 @@ pub fn probe(timeout: Duration) -> Result<Snapshot, ProbeError> {
     let gpus = parse_gpus(&program, &gpus_out)?;
     let apps_out = run(&program, QUERY_APPS, timeout)?;
     let apps = parse_apps(&program, &apps_out, &gpus)?;
-    Ok(Snapshot { gpus, apps })
+    Ok(Snapshot {
+        gpus,
+        apps,
+        claimed: Vec::new(),
+    })
 }
 
 fn run(program: &str, query: &'static str, timeout: Duration) -> Result<String, ProbeError> {

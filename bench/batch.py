@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The batch runner against the raw engine, side by side in one run.
+
+  1. a trivial CPU batch end to end   vs  docker run --rm --network none IMAGE true
+  2. copying a 200 MB source tree in  vs  docker run --rm -v SRC:/src:ro IMAGE cp -R /src/. /work/
+  3. a batch printing 500 MB          :   cibox's peak memory; throughput vs docker logs -f
+  4. fault runs, 10 each              :   SIGKILL mid-batch + cleanup; SIGTERM mid-batch;
+                                          timeout with workers that ignore SIGTERM
+Paired runs alternate the two sides; medians and ratios are printed.
+Usage: bench/batch.py [path/to/cibox] [rounds]   (run as root, engine up: .ci/setup-host.sh)
+"""
+import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+DEMO = os.path.join(ROOT, "examples/demo/images/demo")
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout.strip()
+
+
+def timed(cmd, **kw):
+    """Runs cmd; returns (seconds, exit code, peak RSS in MiB of the process itself)."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    _, status, usage = os.wait4(p.pid, 0)
+    return time.perf_counter() - t, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
+
+
+def project(work, batches):
+    """A project over the demo's busybox rootfs; returns (manifest path, image ID)."""
+    os.makedirs(os.path.join(work, ".git"), exist_ok=True)
+    img = os.path.join(work, "image")
+    if not os.path.exists(img):
+        subprocess.run(["sh", os.path.join(DEMO, "make-rootfs.sh")], check=True, capture_output=True)
+        os.makedirs(img)
+        shutil.copytree(os.path.join(DEMO, "rootfs"), os.path.join(img, "rootfs"), symlinks=True)
+        with open(os.path.join(img, "Dockerfile"), "w") as f:
+            f.write("FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\n")
+    manifest = os.path.join(work, "cibox.yaml")
+    with open(manifest, "w") as f:
+        f.write("version: 1\nproject: bench\nimage: {locks: [image/Dockerfile], dockerfile: image/Dockerfile}\n"
+                "container: {memory: 1g, pids: 256}\nbatches:\n" + batches)
+    image = sh(CIBOX, "--manifest", manifest, "image", "build")
+    return manifest, image
+
+
+def batch_cmd(manifest, image, work, name, source, scope):
+    return [CIBOX, "--manifest", manifest, "batch", "run", name, "--image", image, "--source", source,
+            "--reports", os.path.join(work, "reports"), "--scope", scope]
+
+
+def containers(scope):
+    return sh("docker", "ps", "-aq", "--filter", f"label=org.cibox.scope={scope}").split()
+
+
+def main():
+    env = dict(os.environ, CIBOX_LOG="error")
+    with tempfile.TemporaryDirectory() as work:
+        manifest, image = project(work, (
+            "  trivial: {gpus: 0, timeout: 1m, run: [\"true\"], allow_empty: true}\n"
+            "  loud: {gpus: 0, timeout: 10m, allow_empty: true, run: [\"yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz012345678901234567 | head -c 500000000\"]}\n"
+            "  long: {gpus: 0, timeout: 10m, run: [\"sleep 600\"]}\n"
+            "  stubborn: {gpus: 0, timeout: 2s, run: [\"for i in 1 2 3; do (trap '' TERM; while :; do sleep 1; done) & done; wait\"]}\n"))
+        small = os.path.join(work, "small-src")
+        os.makedirs(small)
+        open(os.path.join(small, "f"), "w").write("x")
+        print(f"image {image}; {ROUNDS} paired rounds each\n")
+
+        # 1. Trivial batch.
+        a, b = [], []
+        for _ in range(ROUNDS):
+            a.append(timed(batch_cmd(manifest, image, work, "trivial", small, "bench"), env=env)[0])
+            b.append(timed(["docker", "run", "--rm", "--network", "none", image, "true"])[0])
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"trivial batch:  cibox {ma*1000:6.0f} ms   docker run {mb*1000:6.0f} ms   ratio {ma/mb:.2f} (target <= 1.3)")
+
+        # 2. 200 MB source copied in.
+        big = os.path.join(work, "big-src")
+        for d in range(20):
+            os.makedirs(os.path.join(big, f"d{d}"))
+            for i in range(100):
+                with open(os.path.join(big, f"d{d}", f"f{i}.bin"), "wb") as f:
+                    f.write(os.urandom(100 * 1024))
+        a, b = [], []
+        for _ in range(ROUNDS):
+            a.append(timed(batch_cmd(manifest, image, work, "trivial", big, "bench"), env=env)[0])
+            b.append(timed(["docker", "run", "--rm", "--network", "none", "-v", f"{big}:/src:ro", image,
+                            "cp", "-R", "/src/.", "/work/"])[0])
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"200 MB source:  cibox {ma*1000:6.0f} ms   docker run {mb*1000:6.0f} ms   ratio {ma/mb:.2f} (target <= 1.15)")
+
+        # 3. 500 MB of output.
+        runs = max(1, ROUNDS // 5)
+        a, rss, b = [], [], []
+        for _ in range(runs):
+            t, code, peak = timed(batch_cmd(manifest, image, work, "loud", small, "bench"), env=env)
+            assert code == 0, f"loud batch exited {code}"
+            a.append(t)
+            rss.append(peak)
+            cid = sh("docker", "run", "-d", "--network", "none", image, "sh", "-c",
+                     "yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz012345678901234567 | head -c 500000000")
+            b.append(timed(["docker", "logs", "-f", cid])[0])
+            sh("docker", "rm", "-f", cid)
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"500 MB output:  cibox {ma:6.1f} s ({500/ma:5.0f} MB/s, peak RSS {max(rss):.1f} MiB; target <= 30)   "
+              f"docker run -d + logs -f {mb:6.1f} s ({500/mb:5.0f} MB/s)   throughput ratio {mb/ma:.2f} (target >= 0.8)")
+
+        # 4. Faults.
+        kill_ok = term_ok = timeout_ok = 0
+        term_times = []
+        for i in range(ROUNDS):
+            scope = f"fault-{i}"
+            p = subprocess.Popen(batch_cmd(manifest, image, work, "long", small, scope), env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while not containers(scope):
+                time.sleep(0.05)
+            p.kill(); p.wait()
+            left = len(containers(scope))
+            subprocess.run([CIBOX, "--manifest", manifest, "cleanup", "--scope", scope], env=env, capture_output=True)
+            kill_ok += left == 1 and not containers(scope)
+
+            p = subprocess.Popen(batch_cmd(manifest, image, work, "long", small, scope), env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while not containers(scope):
+                time.sleep(0.05)
+            time.sleep(0.3)
+            t = time.perf_counter()
+            p.send_signal(signal.SIGTERM)
+            code = p.wait()
+            term_times.append(time.perf_counter() - t)
+            term_ok += code == 143 and not containers(scope)
+
+            _, code, _ = timed(batch_cmd(manifest, image, work, "stubborn", small, scope), env=env)
+            timeout_ok += code == 124 and not containers(scope)
+        print(f"faults ({ROUNDS} each): SIGKILL + cleanup left nothing {kill_ok}/{ROUNDS}; "
+              f"SIGTERM exit 143, nothing left {term_ok}/{ROUNDS} (time to exit median "
+              f"{statistics.median(term_times)*1000:.0f} ms, max {max(term_times)*1000:.0f} ms); "
+              f"timeout with stubborn workers exit 124, nothing left {timeout_ok}/{ROUNDS}")
+        subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
