@@ -2,15 +2,18 @@
 # docker-archive. The flake (flake.nix at the repository root) wires it up as
 # `packages.image-demo`; cibox adds nothing at build time: the lockset labels are
 # computed by nix/lockset.nix over the manifest's lock list.
-{ pkgs, lockset }:
+{
+  pkgs,
+  lockset,
+}:
 pkgs.dockerTools.streamLayeredImage {
   name = "cibox-demo";
   tag = "nix";
   created = "1970-01-01T00:00:01Z";
-  contents = [ pkgs.busybox ];
+  contents = [pkgs.busybox];
   config = {
-    Env = [ "PATH=/bin" ];
-    Cmd = [ "/bin/sh" ];
+    Env = ["PATH=/bin"];
+    Cmd = ["/bin/sh"];
     Labels = {
       "org.cibox.lockset" = lockset.digest;
       "org.cibox.lockset.files" = lockset.text;
