@@ -6,6 +6,7 @@
 //! ([`error::Error::exit_code`], codes in [`exit`]); all printing goes through [`report`].
 
 pub mod batch;
+pub mod changed;
 pub mod cli;
 pub mod cmd;
 pub mod engine;
@@ -20,4 +21,5 @@ pub mod process;
 pub mod report;
 pub mod signals;
 pub mod units;
+pub mod workflow;
 pub mod yaml;

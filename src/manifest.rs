@@ -279,6 +279,8 @@ pub struct Batch {
     pub env: BTreeMap<String, String>,
     pub fast_env: BTreeMap<String, String>,
     pub allow_empty: bool,
+    /// The test files this batch runs (globs), for `cibox changed --unregistered`.
+    pub tests: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -424,6 +426,8 @@ struct RawBatch {
     fast_env: BTreeMap<String, EnvValue>,
     #[serde(default)]
     allow_empty: bool,
+    #[serde(default)]
+    tests: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -803,6 +807,7 @@ fn validate(
             env: env_map(check, &["batches", &name, "env"], b.env)?,
             fast_env: env_map(check, &["batches", &name, "fast_env"], b.fast_env)?,
             allow_empty: b.allow_empty,
+            tests: b.tests,
         };
         batches.insert(name, batch);
     }

@@ -1,9 +1,12 @@
 //! One module per command family; [`dispatch`] routes a parsed command line to it.
 
 mod batch;
+mod capacity;
+mod changed;
 mod doctor;
 mod gpu;
 pub(crate) mod image;
+mod workflow;
 
 use std::path::PathBuf;
 
@@ -71,14 +74,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gpu(GpuCommand::Status) => gpu::status(&ctx),
         Command::Gpu(GpuCommand::Exec(args)) => gpu::exec(&ctx, args),
         Command::Cleanup(a) => batch::cleanup(&ctx, a.scope.as_deref()),
-        Command::Capacity(_) => not_yet("capacity", "capacity judging has not landed"),
-        Command::Changed(_) => not_yet("changed", "changed-test mapping has not landed"),
-        Command::Workflow(WorkflowCommand::Render { .. }) => {
-            not_yet("workflow render", "workflow rendering has not landed")
-        }
-        Command::Workflow(WorkflowCommand::Lint) => {
-            not_yet("workflow lint", "workflow linting has not landed")
-        }
+        Command::Capacity(a) => capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output),
+        Command::Changed(a) => changed::run(&ctx, &a),
+        Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
+        Command::Workflow(WorkflowCommand::Lint) => workflow::lint(&ctx),
         Command::Reproduce(_) => not_yet("reproduce", "it needs the batch runner"),
     }
 }
