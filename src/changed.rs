@@ -21,7 +21,9 @@ pub fn glob_matches(pattern: &str, path: &str) -> bool {
 /// The value of a top-level `MARKER = <int>` or `MARKER: int = <int>` line.
 pub fn gpus_marker(text: &str, marker: &str) -> Option<u32> {
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix(marker) else { continue };
+        let Some(rest) = line.strip_prefix(marker) else {
+            continue;
+        };
         let rest = rest.trim_start();
         let rest = match rest.strip_prefix(':') {
             Some(annotated) => {
@@ -30,7 +32,9 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<u32> {
             }
             None => rest,
         };
-        let Some(value) = rest.strip_prefix('=') else { continue };
+        let Some(value) = rest.strip_prefix('=') else {
+            continue;
+        };
         let value = value.split('#').next().unwrap_or("").trim();
         if let Ok(n) = value.parse::<u32>() {
             return Some(n);
@@ -47,7 +51,11 @@ fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("git failed").to_string());
+        return Err(String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .next()
+            .unwrap_or("git failed")
+            .to_string());
     }
     Ok(out.stdout)
 }
@@ -65,9 +73,22 @@ pub fn commit(dir: &Path, rev: &str) -> Result<String, String> {
 pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<String>, String> {
     let b = commit(dir, base)?;
     let h = commit(dir, head)?;
-    let mb = git(dir, &["merge-base", &b, &h]).map_err(|e| format!("no merge base of {base} and {head}: {e}"))?;
+    let mb = git(dir, &["merge-base", &b, &h])
+        .map_err(|e| format!("no merge base of {base} and {head}: {e}"))?;
     let mb = String::from_utf8_lossy(&mb).trim().to_string();
-    let out = git(dir, &["diff", "--relative", "--name-status", "-z", "-M", "--diff-filter=AMR", &mb, &h])?;
+    let out = git(
+        dir,
+        &[
+            "diff",
+            "--relative",
+            "--name-status",
+            "-z",
+            "-M",
+            "--diff-filter=AMR",
+            &mb,
+            &h,
+        ],
+    )?;
     // -z output: STATUS \0 PATH \0, or for renames STATUS \0 OLD \0 NEW \0.
     let fields: Vec<String> = out
         .split(|b| *b == 0)
@@ -95,7 +116,8 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<String>, 
 
 /// A file's text at `rev` (path relative to `dir`).
 pub fn show(dir: &Path, rev: &str, path: &str) -> Result<String, String> {
-    git(dir, &["show", &format!("{rev}:./{path}")]).map(|o| String::from_utf8_lossy(&o).into_owned())
+    git(dir, &["show", &format!("{rev}:./{path}")])
+        .map(|o| String::from_utf8_lossy(&o).into_owned())
 }
 
 /// Tracked files under `dir`, relative to it.
@@ -115,17 +137,26 @@ mod tests {
     #[test]
     fn markers() {
         assert_eq!(gpus_marker("import x\nNUM_GPUS = 4\n", "NUM_GPUS"), Some(4));
-        assert_eq!(gpus_marker("NUM_GPUS: int = 2  # two\n", "NUM_GPUS"), Some(2));
+        assert_eq!(
+            gpus_marker("NUM_GPUS: int = 2  # two\n", "NUM_GPUS"),
+            Some(2)
+        );
         assert_eq!(gpus_marker("NUM_GPUS=8", "NUM_GPUS"), Some(8));
         assert_eq!(gpus_marker("    NUM_GPUS = 4\n", "NUM_GPUS"), None);
-        assert_eq!(gpus_marker("NUM_GPUS_X = 4\nNUM_GPUS = five\n", "NUM_GPUS"), None);
+        assert_eq!(
+            gpus_marker("NUM_GPUS_X = 4\nNUM_GPUS = five\n", "NUM_GPUS"),
+            None
+        );
     }
 
     #[test]
     fn globs() {
         assert!(glob_matches("tests/test_*.py", "tests/test_a.py"));
         assert!(!glob_matches("tests/test_*.py", "tests/sub/test_a.py"));
-        assert!(glob_matches("tests/**/test_*.py", "tests/sub/deep/test_a.py"));
+        assert!(glob_matches(
+            "tests/**/test_*.py",
+            "tests/sub/deep/test_a.py"
+        ));
         assert!(glob_matches("tests/**/test_*.py", "tests/test_a.py"));
     }
 }

@@ -37,14 +37,6 @@ pub enum Error {
     /// The host lacks something cibox needs (a tool, a runtime).
     #[error("{0}")]
     Infra(String),
-    /// A command of the interface whose implementation has not landed yet.
-    #[error(
-        "`cibox {command}` is not available in this version of cibox yet ({what}); see README.md"
-    )]
-    NotYet {
-        command: &'static str,
-        what: &'static str,
-    },
 }
 
 impl Error {
@@ -58,9 +50,7 @@ impl Error {
     /// The SPEC exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) | Error::NotYet { .. } => {
-                exit::USAGE
-            }
+            Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) => exit::USAGE,
             Error::ImageRefused { .. } | Error::Engine(EngineError::Rejected { .. }) => {
                 exit::IMAGE_REFUSED
             }

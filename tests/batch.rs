@@ -482,3 +482,99 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
     );
     assert!(p.containers().is_empty());
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn reproduce_replays_a_recorded_failure_side_by_side() {
+    let junit = "echo '<testsuite><testcase classname=\"m\" name=\"flaky\"><failure message=\"x\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
+    let p = busybox_project(
+        &batch("red", 0, "1m", &[junit], "    fast_env: {QUICK: \"1\"}\n"),
+        "",
+    );
+    let d = p.project.path();
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "recorded"]);
+    let sha = git(d, &["rev-parse", "HEAD"]);
+    let r = p.run(&["batch", "run", "red", "--fast"]);
+    assert_eq!(r.code, 1);
+    let record = p.reports().join("red/result.json");
+    let rec = p.result("red");
+    assert_eq!(rec["source"]["sha"], sha.as_str());
+    assert_eq!(rec["fast"], true);
+    // Later commits do not matter: the replay uses the recorded one.
+    std::fs::write(d.join("later.txt"), "x").unwrap();
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "later"]);
+    let dry = run(cibox(d).args(["reproduce", "--dry-run"]).arg(&record));
+    dry.ok();
+    assert!(
+        dry.stdout.contains(&format!("source:   {sha}")) && dry.stdout.contains("fast:     true"),
+        "{}",
+        dry.stdout
+    );
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    let rows: Vec<String> = r
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(
+        rows.contains(&"status failed failed".to_string()),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        rows.contains(&"m::flaky failed failed".to_string()),
+        "{}",
+        r.stdout
+    );
+    let worktrees = git(d, &["worktree", "list"]);
+    assert_eq!(
+        worktrees.lines().count(),
+        1,
+        "worktree left behind: {worktrees}"
+    );
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn reproduce_refuses_an_unknown_commit_or_a_missing_image() {
+    let p = busybox_project(&batch("b", 0, "1m", &[JUNIT_OK], ""), "");
+    let d = p.project.path();
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "cibox.yaml"]);
+    git(d, &["commit", "-qm", "c"]);
+    p.run(&["batch", "run", "b"]).ok();
+    let record = p.reports().join("b/result.json");
+    let mut v = p.result("b");
+    v["source"]["sha"] = "0123456789abcdef0123456789abcdef01234567".into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "is not in");
+    v["source"]["sha"] = git(d, &["rev-parse", "HEAD"]).into();
+    v["image"] = format!("sha256:{}", "0".repeat(64)).into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    r.fails_with(3, "is not present in the local engine");
+    assert!(r.stderr.contains("cibox image load --from"), "{}", r.stderr);
+    std::fs::write(&record, "{\"not\": \"a record\"}").unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "not a cibox run record");
+}

@@ -48,21 +48,6 @@ fn help_lists_every_spec_command() {
 }
 
 #[test]
-fn commands_not_built_yet_say_so_and_exit_2() {
-    let p = Project::new(GOOD);
-    for args in [
-        vec!["capacity"],
-        vec!["changed", "--base", "HEAD"],
-        vec!["workflow", "render"],
-        vec!["workflow", "lint"],
-        vec!["reproduce", "result.json"],
-    ] {
-        p.cibox(&args)
-            .fails_with(2, "not available in this version of cibox yet");
-    }
-}
-
-#[test]
 fn bad_flag_is_one_line_exit_2() {
     let p = Project::new(GOOD);
     let r = p.cibox(&["batch", "list", "--frobnicate"]);

@@ -174,7 +174,10 @@ fn nix_lockset(root: &Path, locks: &[&str]) -> Result<String, String> {
 /// `cibox image lockset` with a manifest written into `root`, which must be a scratch
 /// folder of the test's own (the manifest is left there).
 fn cibox_lockset(root: &Path, locks: &[&str]) -> Result<String, String> {
-    assert!(!root.starts_with(repo()), "never write manifests into the checkout");
+    assert!(
+        !root.starts_with(repo()),
+        "never write manifests into the checkout"
+    );
     let manifest = root.join("cibox.yaml");
     let list = locks
         .iter()
@@ -186,7 +189,10 @@ fn cibox_lockset(root: &Path, locks: &[&str]) -> Result<String, String> {
 }
 
 fn manifest_lockset(manifest: &Path) -> Result<String, String> {
-    let r = run(cibox(manifest.parent().unwrap()).arg("--manifest").arg(manifest).args(["image", "lockset", "--json"]));
+    let r = run(cibox(manifest.parent().unwrap())
+        .arg("--manifest")
+        .arg(manifest)
+        .args(["image", "lockset", "--json"]));
     if r.code == 0 {
         let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
         Ok(v["digest"].as_str().unwrap().to_string())
@@ -206,8 +212,14 @@ fn lockset_parity_for_the_repository_images_and_the_example() {
     require_nix();
     // The manifests as committed, read only.
     for (manifest, locks) in [
-        (repo().join("cibox.yaml"), vec!["flake.lock", "images/demo/*"]),
-        (repo().join("examples/demo/cibox.yaml"), vec!["images/demo/*"]),
+        (
+            repo().join("cibox.yaml"),
+            vec!["flake.lock", "images/demo/*"],
+        ),
+        (
+            repo().join("examples/demo/cibox.yaml"),
+            vec!["images/demo/*"],
+        ),
     ] {
         let n = nix_lockset(manifest.parent().unwrap(), &locks).unwrap();
         assert_eq!(Ok(n), manifest_lockset(&manifest), "{}", manifest.display());
@@ -216,8 +228,15 @@ fn lockset_parity_for_the_repository_images_and_the_example() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(repo().join("flake.lock"), dir.path().join("flake.lock")).unwrap();
     std::fs::create_dir_all(dir.path().join("images/cuda-torch")).unwrap();
-    for e in std::fs::read_dir(repo().join("images/cuda-torch")).unwrap().flatten() {
-        std::fs::copy(e.path(), dir.path().join("images/cuda-torch").join(e.file_name())).unwrap();
+    for e in std::fs::read_dir(repo().join("images/cuda-torch"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(
+            e.path(),
+            dir.path().join("images/cuda-torch").join(e.file_name()),
+        )
+        .unwrap();
     }
     same(dir.path(), &["flake.lock", "images/cuda-torch/*"]);
 }

@@ -11,15 +11,27 @@ use crate::gpu::pool;
 use crate::gpu::probe;
 use crate::report::{self, Table};
 
-pub fn run(ctx: &Context, layers: &[String], require: Option<&str>, github_output: bool) -> Result<u8> {
+pub fn run(
+    ctx: &Context,
+    layers: &[String],
+    require: Option<&str>,
+    github_output: bool,
+) -> Result<u8> {
     let m = ctx.manifest()?;
     for l in layers.iter().map(String::as_str).chain(require) {
         if !m.layers.contains_key(l) {
             let known: Vec<String> = m.layers.keys().cloned().collect();
-            return Err(Error::Usage(format!("unknown layer `{l}`; layers: {}", known.join(", "))));
+            return Err(Error::Usage(format!(
+                "unknown layer `{l}`; layers: {}",
+                known.join(", ")
+            )));
         }
     }
-    let chosen: Vec<String> = if layers.is_empty() { m.layers.keys().cloned().collect() } else { layers.to_vec() };
+    let chosen: Vec<String> = if layers.is_empty() {
+        m.layers.keys().cloned().collect()
+    } else {
+        layers.to_vec()
+    };
     // A probe failure is exit 5, never "ready".
     let snap = probe::probe(probe::timeout())?;
     let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
@@ -40,12 +52,20 @@ pub fn run(ctx: &Context, layers: &[String], require: Option<&str>, github_outpu
     let mut rows = Vec::new();
     for name in &chosen {
         let layer = &m.layers[name];
-        let largest = layer.batches.iter().map(|b| m.batches[b].gpus).max().unwrap_or(0);
+        let largest = layer
+            .batches
+            .iter()
+            .map(|b| m.batches[b].gpus)
+            .max()
+            .unwrap_or(0);
         let ready = largest as usize <= available;
         let reason = if ready {
             None
         } else if largest as usize > pool.len() {
-            Some(format!("its largest batch needs {largest} GPUs; the pool has {}", pool.len()))
+            Some(format!(
+                "its largest batch needs {largest} GPUs; the pool has {}",
+                pool.len()
+            ))
         } else {
             Some(format!(
                 "its largest batch needs {largest} GPUs; {available} of {} are idle and unleased ({leased} leased, {busy} busy)",
@@ -56,8 +76,20 @@ pub fn run(ctx: &Context, layers: &[String], require: Option<&str>, github_outpu
     }
     if github_output {
         for (name, ready, _, _) in &rows {
-            let key: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
-            crate::github::output(&format!("{key}_ready"), if *ready { "true" } else { "false" });
+            let key: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            crate::github::output(
+                &format!("{key}_ready"),
+                if *ready { "true" } else { "false" },
+            );
         }
     }
     if ctx.json {
@@ -65,24 +97,33 @@ pub fn run(ctx: &Context, layers: &[String], require: Option<&str>, github_outpu
             .iter()
             .map(|(n, r, l, why)| json!({"layer": n, "ready": r, "largest_batch_gpus": l, "reason": why}))
             .collect();
-        report::json(&json!({"pool": pool.len(), "available": available, "leased": leased, "busy": busy, "layers": v}));
+        report::json(
+            &json!({"pool": pool.len(), "available": available, "leased": leased, "busy": busy, "layers": v}),
+        );
     } else {
         let mut t = Table::new(&["LAYER", "READY", "NEEDS", "REASON"]);
         for (n, r, l, why) in &rows {
-            t.row(vec![n.clone(), if *r { "yes" } else { "no" }.into(), l.to_string(), why.clone().unwrap_or_default()]);
+            t.row(vec![
+                n.clone(),
+                if *r { "yes" } else { "no" }.into(),
+                l.to_string(),
+                why.clone().unwrap_or_default(),
+            ]);
         }
         print!("{}", t.render());
     }
+    // The required layer is judged whether or not --layer listed it.
     if let Some(req) = require {
-        if !rows.iter().any(|(n, r, _, _)| n == req && *r) {
-            // Judged even if not listed with --layer.
-            let layer = &m.layers[req];
-            let largest = layer.batches.iter().map(|b| m.batches[b].gpus).max().unwrap_or(0);
-            if largest as usize > available {
-                return Err(Error::Capacity(format!(
-                    "layer {req} cannot be admitted now: needs {largest} GPUs, {available} idle and unleased"
-                )));
-            }
+        let largest = m.layers[req]
+            .batches
+            .iter()
+            .map(|b| m.batches[b].gpus)
+            .max()
+            .unwrap_or(0);
+        if largest as usize > available {
+            return Err(Error::Capacity(format!(
+                "layer {req} cannot be admitted now: needs {largest} GPUs, {available} idle and unleased"
+            )));
         }
     }
     Ok(exit::SUCCESS)

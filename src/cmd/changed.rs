@@ -12,7 +12,10 @@ use crate::report;
 pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     let m = ctx.manifest()?;
     let Some(cfg) = &m.changed else {
-        return Err(Error::Usage(format!("{}: no `changed` section (patterns, gpus_marker, default_gpus)", m.path.display())));
+        return Err(Error::Usage(format!(
+            "{}: no `changed` section (patterns, gpus_marker, default_gpus)",
+            m.path.display()
+        )));
     };
     let dir = &m.dir;
     if args.unregistered {
@@ -24,7 +27,10 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     let head = args.head.as_deref().unwrap_or("HEAD");
     let paths = changed::changed_paths(dir, base, head).map_err(Error::Usage)?;
     let mut include = Vec::new();
-    for path in paths.iter().filter(|p| cfg.patterns.iter().any(|pat| changed::glob_matches(pat, p))) {
+    for path in paths
+        .iter()
+        .filter(|p| cfg.patterns.iter().any(|pat| changed::glob_matches(pat, p)))
+    {
         let text = changed::show(dir, head, path).map_err(Error::Usage)?;
         let gpus = match changed::gpus_marker(&text, &cfg.gpus_marker) {
             Some(n) => n,
@@ -74,7 +80,10 @@ fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8
         report::info("every test file is run by some batch");
         Ok(exit::SUCCESS)
     } else {
-        report::warn(format!("{} test file(s) are run by no batch", orphans.len()));
+        report::warn(format!(
+            "{} test file(s) are run by no batch",
+            orphans.len()
+        ));
         Ok(exit::TESTS_FAILED)
     }
 }

@@ -6,6 +6,7 @@ mod changed;
 mod doctor;
 mod gpu;
 pub(crate) mod image;
+mod reproduce;
 mod workflow;
 
 use std::path::PathBuf;
@@ -40,10 +41,6 @@ impl Context {
 
 pub(crate) use crate::engine::runtime;
 
-fn not_yet(command: &'static str, what: &'static str) -> Result<u8> {
-    Err(Error::NotYet { command, what })
-}
-
 /// Runs the command and returns its exit code.
 pub fn dispatch(cli: Cli) -> Result<u8> {
     let ctx = Context {
@@ -74,10 +71,12 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gpu(GpuCommand::Status) => gpu::status(&ctx),
         Command::Gpu(GpuCommand::Exec(args)) => gpu::exec(&ctx, args),
         Command::Cleanup(a) => batch::cleanup(&ctx, a.scope.as_deref()),
-        Command::Capacity(a) => capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output),
+        Command::Capacity(a) => {
+            capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output)
+        }
         Command::Changed(a) => changed::run(&ctx, &a),
         Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
         Command::Workflow(WorkflowCommand::Lint) => workflow::lint(&ctx),
-        Command::Reproduce(_) => not_yet("reproduce", "it needs the batch runner"),
+        Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
     }
 }

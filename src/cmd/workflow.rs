@@ -20,7 +20,10 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     }
     let templates = render::templates(&dir).map_err(Error::Usage)?;
     if templates.is_empty() {
-        return Err(Error::Usage(format!("no *.yml.j2 template in {}", dir.display())));
+        return Err(Error::Usage(format!(
+            "no *.yml.j2 template in {}",
+            dir.display()
+        )));
     }
     let context = render::context(&m);
     // Render everything first: a bad template writes nothing at all.
@@ -37,20 +40,33 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
         }
         if check {
             stale += 1;
-            print!("{}", render::diff(&r.output, current.as_deref().unwrap_or(""), &r.text));
+            print!(
+                "{}",
+                render::diff(&r.output, current.as_deref().unwrap_or(""), &r.text)
+            );
             report::info(format!(
                 "{} {}",
                 r.output.display(),
-                if current.is_some() { "differs from its template" } else { "is missing" }
+                if current.is_some() {
+                    "differs from its template"
+                } else {
+                    "is missing"
+                }
             ));
         } else {
             std::fs::write(&r.output, &r.text)
                 .map_err(|e| Error::Infra(format!("writing {}: {e}", r.output.display())))?;
-            report::info(format!("wrote {} from {}", r.output.display(), r.template.display()));
+            report::info(format!(
+                "wrote {} from {}",
+                r.output.display(),
+                r.template.display()
+            ));
         }
     }
     if check && stale > 0 {
-        report::info(format!("{stale} workflow(s) out of date: run `cibox workflow render`"));
+        report::info(format!(
+            "{stale} workflow(s) out of date: run `cibox workflow render`"
+        ));
         return Ok(exit::TESTS_FAILED);
     }
     Ok(exit::SUCCESS)
@@ -69,14 +85,25 @@ pub fn lint(ctx: &Context) -> Result<u8> {
     files.sort();
     let mut findings = Vec::new();
     for f in &files {
-        let text = std::fs::read_to_string(f).map_err(|e| Error::Usage(format!("{}: {e}", f.display())))?;
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| Error::Usage(format!("{}: {e}", f.display())))?;
         let doc = crate::yaml::parse(&text)
-            .map_err(|e| Error::Usage(format!("{}:{}: not YAML: {}", f.display(), e.mark, e.message)))?
+            .map_err(|e| {
+                Error::Usage(format!(
+                    "{}:{}: not YAML: {}",
+                    f.display(),
+                    e.mark,
+                    e.message
+                ))
+            })?
             .map(|n| n.to_json())
             .unwrap_or_default();
         findings.extend(lint::lint(f, &doc));
     }
-    let errors = findings.iter().filter(|f| f.severity == lint::Severity::Error).count();
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == lint::Severity::Error)
+        .count();
     if ctx.json {
         report::json(&json!({"files": files.len(), "errors": errors, "findings": findings}));
     } else {
@@ -87,7 +114,15 @@ pub fn lint(ctx: &Context) -> Result<u8> {
             };
             println!("{sev}: {}: job {}: {}", f.file, f.job, f.reason);
         }
-        report::info(format!("{} workflow(s), {errors} error(s), {} warning(s)", files.len(), findings.len() - errors));
+        report::info(format!(
+            "{} workflow(s), {errors} error(s), {} warning(s)",
+            files.len(),
+            findings.len() - errors
+        ));
     }
-    Ok(if errors > 0 { exit::TESTS_FAILED } else { exit::SUCCESS })
+    Ok(if errors > 0 {
+        exit::TESTS_FAILED
+    } else {
+        exit::SUCCESS
+    })
 }

@@ -24,10 +24,17 @@ const GUARD_REVERSED: &str = "github.repository == github.event.pull_request.hea
 
 fn triggers(doc: &Value) -> Vec<String> {
     // `on` (some writers quote it, YAML 1.1 readers turn it into `true`).
-    let on = doc.get("on").or_else(|| doc.get("true")).cloned().unwrap_or(Value::Null);
+    let on = doc
+        .get("on")
+        .or_else(|| doc.get("true"))
+        .cloned()
+        .unwrap_or(Value::Null);
     match on {
         Value::String(s) => vec![s],
-        Value::Array(a) => a.into_iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        Value::Array(a) => a
+            .into_iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
         Value::Object(o) => o.keys().cloned().collect(),
         _ => Vec::new(),
     }
@@ -37,7 +44,10 @@ fn self_hosted(job: &Value) -> bool {
     let labels = |v: &Value| -> Vec<String> {
         match v {
             Value::String(s) => vec![s.clone()],
-            Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+            Value::Array(a) => a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect(),
             _ => Vec::new(),
         }
     };
@@ -53,7 +63,8 @@ fn self_hosted(job: &Value) -> bool {
         other => labels(other),
     };
     // An expression could pick a self-hosted runner: fail closed.
-    all.iter().any(|l| l.eq_ignore_ascii_case("self-hosted") || l.contains("${{"))
+    all.iter()
+        .any(|l| l.eq_ignore_ascii_case("self-hosted") || l.contains("${{"))
 }
 
 fn normalise(s: &str) -> String {
@@ -69,11 +80,23 @@ fn has_guard(job: &Value) -> bool {
 }
 
 fn checks_out_pr_head(job: &Value) -> bool {
-    let steps = job.get("steps").and_then(Value::as_array).cloned().unwrap_or_default();
+    let steps = job
+        .get("steps")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     steps.iter().any(|s| {
         let uses = s.get("uses").and_then(Value::as_str).unwrap_or("");
-        let r = s.get("with").and_then(|w| w.get("ref")).and_then(Value::as_str).unwrap_or("");
-        let repo = s.get("with").and_then(|w| w.get("repository")).and_then(Value::as_str).unwrap_or("");
+        let r = s
+            .get("with")
+            .and_then(|w| w.get("ref"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let repo = s
+            .get("with")
+            .and_then(|w| w.get("repository"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         uses.starts_with("actions/checkout")
             && (r.contains("github.event.pull_request.head")
                 || r.contains("github.head_ref")
@@ -84,20 +107,29 @@ fn checks_out_pr_head(job: &Value) -> bool {
 
 fn reads_secrets(job: &Value) -> bool {
     let text = job.to_string();
-    text.match_indices("secrets.").any(|(i, _)| !text[i..].starts_with("secrets.GITHUB_TOKEN"))
+    text.match_indices("secrets.")
+        .any(|(i, _)| !text[i..].starts_with("secrets.GITHUB_TOKEN"))
         || text.contains("secrets[")
         || text.contains("secrets: inherit")
-        || job.get("secrets").is_some_and(|s| s.as_str() == Some("inherit"))
+        || job
+            .get("secrets")
+            .is_some_and(|s| s.as_str() == Some("inherit"))
 }
 
 /// Lints one workflow document.
 pub fn lint(file: &Path, doc: &Value) -> Vec<Finding> {
     let file = file.display().to_string();
     let on = triggers(doc);
-    let pr = on.iter().any(|t| t == "pull_request" || t == "pull_request_target");
+    let pr = on
+        .iter()
+        .any(|t| t == "pull_request" || t == "pull_request_target");
     let prt = on.iter().any(|t| t == "pull_request_target");
     let mut out = Vec::new();
-    let jobs = doc.get("jobs").and_then(Value::as_object).cloned().unwrap_or_default();
+    let jobs = doc
+        .get("jobs")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     for (name, job) in &jobs {
         let mut push = |severity, reason: &str| {
             out.push(Finding {
@@ -111,7 +143,9 @@ pub fn lint(file: &Path, doc: &Value) -> Vec<Finding> {
         if hosted_here && pr && !has_guard(job) {
             push(
                 Severity::Error,
-                &format!("runs on a self-hosted runner and can be triggered by a pull request from a fork: add `if: {GUARD}`"),
+                &format!(
+                    "runs on a self-hosted runner and can be triggered by a pull request from a fork: add `if: {GUARD}`"
+                ),
             );
         }
         if prt && checks_out_pr_head(job) {
@@ -121,10 +155,16 @@ pub fn lint(file: &Path, doc: &Value) -> Vec<Finding> {
             );
         }
         if prt && reads_secrets(job) {
-            push(Severity::Error, "reads secrets under pull_request_target, where untrusted code can reach them");
+            push(
+                Severity::Error,
+                "reads secrets under pull_request_target, where untrusted code can reach them",
+            );
         }
         if hosted_here && job.get("timeout-minutes").is_none() {
-            push(Severity::Warning, "self-hosted job without `timeout-minutes`: a hung job holds the runner (and its GPUs) for 6 hours");
+            push(
+                Severity::Warning,
+                "self-hosted job without `timeout-minutes`: a hung job holds the runner (and its GPUs) for 6 hours",
+            );
         }
     }
     out

@@ -38,8 +38,18 @@ pub fn context(m: &Manifest) -> Value {
         .layers
         .iter()
         .map(|(name, l)| {
-            let max_gpus = l.batches.iter().map(|b| m.batches[b].gpus).max().unwrap_or(0);
-            let max_minutes = l.batches.iter().map(|b| m.batches[b].timeout.0.as_secs().div_ceil(60)).max().unwrap_or(0);
+            let max_gpus = l
+                .batches
+                .iter()
+                .map(|b| m.batches[b].gpus)
+                .max()
+                .unwrap_or(0);
+            let max_minutes = l
+                .batches
+                .iter()
+                .map(|b| m.batches[b].timeout.0.as_secs().div_ceil(60))
+                .max()
+                .unwrap_or(0);
             (
                 name.clone(),
                 json!({
@@ -66,11 +76,16 @@ pub fn context(m: &Manifest) -> Value {
 
 /// The `*.yml.j2` files of a folder, sorted.
 pub fn templates(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("workflows dir {}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("workflows dir {}: {e}", dir.display()))?;
     let mut out: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".yml.j2") || n.ends_with(".yaml.j2")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".yml.j2") || n.ends_with(".yaml.j2"))
+        })
         .collect();
     out.sort();
     Ok(out)
@@ -95,10 +110,17 @@ fn environment() -> Environment<'static> {
 
 /// Renders one template with the banner; checks the result is YAML.
 pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
-    let name = template.file_name().and_then(|n| n.to_str()).unwrap_or("template").to_string();
-    let source = std::fs::read_to_string(template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let name = template
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("template")
+        .to_string();
+    let source =
+        std::fs::read_to_string(template).map_err(|e| format!("{}: {e}", template.display()))?;
     let env = environment();
-    let tmpl = env.template_from_named_str(&name, &source).map_err(|e| describe(template, &e))?;
+    let tmpl = env
+        .template_from_named_str(&name, &source)
+        .map_err(|e| describe(template, &e))?;
     let body = tmpl
         .render(minijinja::value::Serde(ctx))
         .map_err(|e| describe(template, &e))?;
@@ -133,6 +155,9 @@ fn describe(template: &Path, e: &minijinja::Error) -> String {
 pub fn diff(path: &Path, old: &str, new: &str) -> String {
     similar::TextDiff::from_lines(old, new)
         .unified_diff()
-        .header(&format!("a/{}", path.display()), &format!("b/{}", path.display()))
+        .header(
+            &format!("a/{}", path.display()),
+            &format!("b/{}", path.display()),
+        )
         .to_string()
 }

@@ -1,0 +1,235 @@
+//! `cibox reproduce RESULT.json`: replay a recorded batch locally, on the recorded
+//! commit (in a temporary worktree) and image, with the same fast mode and GPU count,
+//! then show the recorded and replayed outcomes side by side.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{Context, batch, runtime};
+use crate::batch::record::RunRecord;
+use crate::cli::RunOptions;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::image_id::ImageId;
+use crate::report::{self, Table};
+
+fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// Removes the temporary worktree however the replay ends.
+struct Worktree {
+    repo: PathBuf,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Worktree {
+    fn drop(&mut self) {
+        let _ = git(
+            &self.repo,
+            &[
+                "worktree",
+                "remove",
+                "--force",
+                &self.path.display().to_string(),
+            ],
+        );
+    }
+}
+
+pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
+    let record = RunRecord::read(result).map_err(Error::Usage)?;
+    let cwd = std::env::current_dir().map_err(|e| Error::Usage(format!("current folder: {e}")))?;
+    let repo = git(&cwd, &["rev-parse", "--show-toplevel"])
+        .map(PathBuf::from)
+        .map_err(|_| {
+            Error::Usage("reproduce runs inside the project's git repository; cd into it".into())
+        })?;
+    let Some(sha) = record.source.sha.clone() else {
+        return Err(Error::Usage(format!(
+            "{}: the run recorded no commit (its source was not a git checkout), so it cannot be replayed",
+            result.display()
+        )));
+    };
+    if git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")]).is_err() {
+        return Err(Error::Usage(format!(
+            "commit {sha} is not in {}; fetch it first: git fetch origin {sha}",
+            repo.display()
+        )));
+    }
+    let image = ImageId::parse(&record.image).map_err(Error::refused)?;
+    // Where the manifest sits in the repository, to find it in the worktree.
+    let manifest_rel = match ctx.manifest() {
+        Ok(m) => m
+            .path
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.strip_prefix(&repo).ok().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from(crate::manifest::FILE_NAME)),
+        Err(_) => PathBuf::from(crate::manifest::FILE_NAME),
+    };
+    let rt = runtime()?;
+    let engine = rt.block_on(Engine::connect())?;
+    if rt.block_on(engine.image(&image))?.is_none() {
+        return Err(Error::ImageRefused {
+            message: format!("{image}, which the run used, is not present in the local engine"),
+            details: vec![
+                "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
+                format!("or rebuild it from the recipe at {sha} (nix run .#image-build, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
+            ],
+        });
+    }
+    let plan = [
+        format!(
+            "batch:    {} (run {}, recorded {})",
+            record.batch,
+            record.run,
+            record.status.as_str()
+        ),
+        format!(
+            "source:   {sha}{} in a temporary worktree",
+            if record.source.dirty == Some(true) {
+                " (the recorded tree had uncommitted changes; they are not replayed)"
+            } else {
+                ""
+            }
+        ),
+        format!("image:    {image}"),
+        format!("fast:     {}", record.fast),
+        format!("gpus:     {}", record.gpu_count),
+        format!("manifest: {}", manifest_rel.display()),
+    ];
+    for line in &plan {
+        println!("{line}");
+    }
+    if dry_run {
+        return Ok(exit::SUCCESS);
+    }
+    let dir = tempfile::tempdir().map_err(|e| Error::Infra(format!("temporary folder: {e}")))?;
+    let wt_path = dir.path().join("src");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "--detach",
+            &wt_path.display().to_string(),
+            &sha,
+        ],
+    )
+    .map_err(|e| Error::Infra(format!("git worktree add: {e}")))?;
+    let worktree = Worktree {
+        repo: repo.clone(),
+        path: wt_path.clone(),
+        _dir: dir,
+    };
+    let manifest = worktree.path.join(&manifest_rel);
+    let replay_ctx = Context {
+        manifest_path: Some(manifest.clone()),
+        json: false,
+        verbose: ctx.verbose,
+    };
+    let m = replay_ctx.manifest()?;
+    match m.batches.get(&record.batch) {
+        None => {
+            return Err(Error::Usage(format!(
+                "batch {} is not in {} at {sha}",
+                record.batch,
+                manifest_rel.display()
+            )));
+        }
+        Some(b) if b.gpus != record.gpu_count => report::warn(format!(
+            "batch {} asks for {} GPUs at {sha}, the record says {}; replaying with the manifest's",
+            record.batch, b.gpus, record.gpu_count
+        )),
+        Some(_) => {}
+    }
+    let reports = PathBuf::from("cibox-reproduce").join(&record.run);
+    let opts = RunOptions {
+        fast: record.fast,
+        no_fast: !record.fast,
+        image: Some(image.to_string()),
+        source: Some(worktree.path.clone()),
+        reports: Some(reports.clone()),
+        scope: Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
+        wait: None,
+        parallel: false,
+    };
+    let code = batch::run(
+        &replay_ctx,
+        std::slice::from_ref(&record.batch),
+        None,
+        &opts,
+    )?;
+    let replayed =
+        RunRecord::read(&reports.join(&record.batch).join("result.json")).map_err(Error::Infra)?;
+    drop(worktree);
+    side_by_side(&record, &replayed);
+    Ok(code)
+}
+
+fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) {
+    let mut t = Table::new(&["", "RECORDED", "REPLAYED"]);
+    let row = |name: &str, a: String, b: String| vec![name.to_string(), a, b];
+    t.row(row(
+        "status",
+        recorded.status.as_str().into(),
+        replayed.status.as_str().into(),
+    ));
+    t.row(row(
+        "exit code",
+        recorded.exit_code.to_string(),
+        replayed.exit_code.to_string(),
+    ));
+    let counts = |r: &RunRecord| {
+        format!(
+            "{} total, {} failed, {} errors, {} skipped",
+            r.tests.total, r.tests.failed, r.tests.errors, r.tests.skipped
+        )
+    };
+    t.row(row("tests", counts(recorded), counts(replayed)));
+    t.row(row("host", recorded.host.clone(), replayed.host.clone()));
+    t.row(row(
+        "gpus",
+        recorded.gpus.len().to_string(),
+        replayed.gpus.len().to_string(),
+    ));
+    println!();
+    print!("{}", t.render());
+    let both: std::collections::BTreeSet<&String> = recorded
+        .failed_tests
+        .iter()
+        .chain(&replayed.failed_tests)
+        .collect();
+    if !both.is_empty() {
+        println!();
+        let mut t = Table::new(&["FAILING TEST", "RECORDED", "REPLAYED"]);
+        for name in both {
+            let mark = |r: &RunRecord| {
+                if r.failed_tests.contains(name) {
+                    "failed"
+                } else {
+                    "-"
+                }
+            };
+            t.row(vec![
+                name.clone(),
+                mark(recorded).into(),
+                mark(replayed).into(),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+}
