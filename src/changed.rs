@@ -68,56 +68,148 @@ pub fn commit(dir: &Path, rev: &str) -> Result<String, String> {
         .map_err(|_| format!("`{rev}` is not a revision in {}", dir.display()))
 }
 
+/// A changed file: its path (the new name for a rename) and its blob at head.
+#[derive(Debug, Clone)]
+pub struct Changed {
+    pub path: String,
+    pub blob: String,
+}
+
 /// Files added, modified or renamed (new name) between the merge base of `base` and
 /// `head`, relative to `dir`.
-pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<String>, String> {
-    let b = commit(dir, base)?;
-    let h = commit(dir, head)?;
-    let mb = git(dir, &["merge-base", &b, &h])
-        .map_err(|e| format!("no merge base of {base} and {head}: {e}"))?;
-    let mb = String::from_utf8_lossy(&mb).trim().to_string();
-    let out = git(
-        dir,
-        &[
-            "diff",
-            "--relative",
-            "--name-status",
-            "-z",
-            "-M",
-            "--diff-filter=AMR",
-            &mb,
-            &h,
-        ],
-    )?;
-    // -z output: STATUS \0 PATH \0, or for renames STATUS \0 OLD \0 NEW \0.
+pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, String> {
+    // `base...head` diffs from their merge base, in one git process.
+    let range = format!("{base}...{head}");
+    let args = [
+        "diff",
+        "--relative",
+        "--raw",
+        "--no-abbrev",
+        "-z",
+        "-M",
+        "--diff-filter=AMR",
+        &range,
+        "--",
+    ];
+    let out = match git(dir, &args) {
+        Ok(out) => out,
+        Err(e) => {
+            // Say which side is wrong, and how.
+            commit(dir, base)?;
+            commit(dir, head)?;
+            return Err(format!("no merge base of {base} and {head}: {e}"));
+        }
+    };
+    // -z raw output: ":MODE MODE SHA SHA STATUS" \0 PATH \0, and for renames and
+    // copies ":… R100" \0 OLD \0 NEW \0.
     let fields: Vec<String> = out
         .split(|b| *b == 0)
         .filter(|f| !f.is_empty())
         .map(|f| String::from_utf8_lossy(f).into_owned())
         .collect();
-    let mut paths = Vec::new();
+    let mut changed = Vec::new();
     let mut i = 0;
     while i < fields.len() {
-        let status = &fields[i];
-        if status.starts_with('R') || status.starts_with('C') {
-            if let Some(new) = fields.get(i + 2) {
-                paths.push(new.clone());
-            }
-            i += 3;
-        } else {
-            if let Some(p) = fields.get(i + 1) {
-                paths.push(p.clone());
-            }
-            i += 2;
+        let meta: Vec<&str> = fields[i].trim_start_matches(':').split(' ').collect();
+        let (Some(blob), Some(status)) = (meta.get(3), meta.get(4)) else {
+            return Err(format!("git diff: unexpected output {:?}", fields[i]));
+        };
+        let two_paths = status.starts_with('R') || status.starts_with('C');
+        if let Some(path) = fields.get(if two_paths { i + 2 } else { i + 1 }) {
+            changed.push(Changed {
+                path: path.clone(),
+                blob: blob.to_string(),
+            });
         }
+        i += if two_paths { 3 } else { 2 };
     }
-    Ok(paths)
+    Ok(changed)
 }
 
-/// A file's text at `rev` (path relative to `dir`).
-pub fn show(dir: &Path, rev: &str, path: &str) -> Result<String, String> {
-    git(dir, &["show", &format!("{rev}:./{path}")])
-        .map(|o| String::from_utf8_lossy(&o).into_owned())
+/// The git blob ID of some bytes (SHA-1 object format).
+fn blob_id(bytes: &[u8]) -> String {
+    use sha1::{Digest, Sha1};
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", bytes.len()).as_bytes());
+    h.update(bytes);
+    crate::manifest::hex(&h.finalize())
+}
+
+/// The texts of changed files at head. In CI the checkout usually is head: a file whose
+/// bytes in the working tree hash to the blob is read from disk; the others come from
+/// one `git cat-file --batch`.
+pub fn texts(dir: &Path, files: &[&Changed]) -> Result<Vec<String>, String> {
+    let mut out: Vec<Option<String>> = files
+        .iter()
+        .map(|c| {
+            let bytes = std::fs::read(dir.join(&c.path)).ok()?;
+            (c.blob.len() == 40 && blob_id(&bytes) == c.blob)
+                .then(|| String::from_utf8_lossy(&bytes).into_owned())
+        })
+        .collect();
+    let missing: Vec<usize> = (0..files.len()).filter(|&i| out[i].is_none()).collect();
+    let ids: Vec<&str> = missing.iter().map(|&i| files[i].blob.as_str()).collect();
+    for (i, text) in missing.into_iter().zip(blobs(dir, &ids)?) {
+        out[i] = Some(text);
+    }
+    Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+/// The texts of many blobs, through one `git cat-file --batch`: a diff of hundreds of
+/// test files must not cost hundreds of processes.
+pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["cat-file", "--batch"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let queries: String = ids.iter().map(|id| format!("{id}\n")).collect();
+    // Write from a thread: git answers while we feed it, and both pipes are bounded.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(queries.as_bytes());
+    });
+    let mut reader = BufReader::new(child.stdout.take().expect("piped"));
+    let mut texts = Vec::with_capacity(ids.len());
+    let mut failure = None;
+    for id in ids {
+        let mut header = String::new();
+        if let Err(e) = reader.read_line(&mut header) {
+            failure = Some(format!("git cat-file: {e}"));
+            break;
+        }
+        let fields: Vec<&str> = header.split_whitespace().collect();
+        let Some(size) = fields
+            .get(2)
+            .filter(|_| fields.len() == 3)
+            .and_then(|s| s.parse::<usize>().ok())
+        else {
+            failure = Some(format!("git cat-file: object {id}: {}", header.trim()));
+            break;
+        };
+        let mut buf = vec![0u8; size + 1]; // the content and its trailing newline
+        if let Err(e) = reader.read_exact(&mut buf) {
+            failure = Some(format!("git cat-file: {e}"));
+            break;
+        }
+        buf.pop();
+        texts.push(String::from_utf8_lossy(&buf).into_owned());
+    }
+    drop(reader);
+    let _ = writer.join();
+    let _ = child.kill();
+    let _ = child.wait();
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(texts),
+    }
 }
 
 /// Tracked files under `dir`, relative to it.

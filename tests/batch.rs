@@ -577,4 +577,15 @@ fn reproduce_refuses_an_unknown_commit_or_a_missing_image() {
     assert!(r.stderr.contains("cibox image load --from"), "{}", r.stderr);
     std::fs::write(&record, "{\"not\": \"a record\"}").unwrap();
     run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "not a cibox run record");
+    std::fs::write(&record, "this is not JSON").unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "not a cibox run record");
+    v["image"] = p.image.0.clone().into();
+    v["schema"] = 7.into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    run(cibox(d).arg("reproduce").arg(&record))
+        .fails_with(2, "schema 7 is not one this cibox reads");
+    v["schema"] = 1.into();
+    v["batch"] = "vanished".into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "batch vanished is not in");
 }

@@ -130,8 +130,16 @@ impl RunRecord {
 
     pub fn read(path: &Path) -> Result<RunRecord, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{}: not a cibox run record: {e}", path.display()))
+        let record: RunRecord = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a cibox run record: {e}", path.display()))?;
+        if record.schema != 1 {
+            return Err(format!(
+                "{}: run record schema {} is not one this cibox reads (1)",
+                path.display(),
+                record.schema
+            ));
+        }
+        Ok(record)
     }
 }
 

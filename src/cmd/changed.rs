@@ -26,13 +26,19 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
     let paths = changed::changed_paths(dir, base, head).map_err(Error::Usage)?;
-    let mut include = Vec::new();
-    for path in paths
+    let tests: Vec<&changed::Changed> = paths
         .iter()
-        .filter(|p| cfg.patterns.iter().any(|pat| changed::glob_matches(pat, p)))
-    {
-        let text = changed::show(dir, head, path).map_err(Error::Usage)?;
-        let gpus = match changed::gpus_marker(&text, &cfg.gpus_marker) {
+        .filter(|c| {
+            cfg.patterns
+                .iter()
+                .any(|pat| changed::glob_matches(pat, &c.path))
+        })
+        .collect();
+    let texts = changed::texts(dir, &tests).map_err(Error::Usage)?;
+    let mut include = Vec::new();
+    for (c, text) in tests.iter().zip(&texts) {
+        let path = &c.path;
+        let gpus = match changed::gpus_marker(text, &cfg.gpus_marker) {
             Some(n) => n,
             None => {
                 report::warn(format!(
