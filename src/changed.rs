@@ -43,22 +43,7 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<u32> {
     None
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .next()
-            .unwrap_or("git failed")
-            .to_string());
-    }
-    Ok(out.stdout)
-}
+use crate::git::run as git;
 
 /// Resolves a revision to a commit, or says it is not one.
 pub fn commit(dir: &Path, rev: &str) -> Result<String, String> {

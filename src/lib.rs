@@ -12,6 +12,7 @@ pub mod cmd;
 pub mod engine;
 pub mod error;
 pub mod exit;
+pub mod git;
 pub mod github;
 pub mod gpu;
 pub mod image_id;

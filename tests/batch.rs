@@ -483,21 +483,6 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
     assert!(p.containers().is_empty());
 }
 
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[test]
 fn reproduce_replays_a_recorded_failure_side_by_side() {
     let junit = "echo '<testsuite><testcase classname=\"m\" name=\"flaky\"><failure message=\"x\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";

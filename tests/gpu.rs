@@ -397,6 +397,20 @@ fn read_log(log: &std::path::Path) -> Vec<Interval> {
         .collect()
 }
 
+/// A holds its GPUs; once it does, B queues; 200 ms later C queues. (size, hold) each.
+fn three_jobs(h: GpuHost, a: (usize, &str), b: (usize, &str), c: (usize, &str)) -> Vec<Interval> {
+    let log = h.work.path().join("three.log");
+    let mut pa = timed_job(&h, a.0, a.1, &log, "A");
+    assert!(wait_until(10, || h.leased().len() == a.0));
+    let mut pb = timed_job(&h, b.0, b.1, &log, "B");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut pc = timed_job(&h, c.0, c.1, &log, "C");
+    for p in [&mut pa, &mut pb, &mut pc] {
+        assert!(p.wait().unwrap().success());
+    }
+    read_log(&log)
+}
+
 #[test]
 fn a_hundred_concurrent_leases_never_share_a_gpu() {
     let h = GpuHost::new(8);
@@ -432,19 +446,9 @@ fn a_hundred_concurrent_leases_never_share_a_gpu() {
 
 #[test]
 fn the_queue_is_first_come_first_served() {
-    let h = GpuHost::new(2);
-    let log = h.work.path().join("order.log");
     // A holds one GPU; B wants both and queues; C wants one (which is free) and queues
     // behind B: C must not overtake B.
-    let mut a = timed_job(&h, 1, "1", &log, "A");
-    assert!(wait_until(10, || h.leased().len() == 1));
-    let mut b = timed_job(&h, 2, "0.2", &log, "B");
-    std::thread::sleep(Duration::from_millis(200));
-    let mut c = timed_job(&h, 1, "0.2", &log, "C");
-    for p in [&mut a, &mut b, &mut c] {
-        assert!(p.wait().unwrap().success());
-    }
-    let jobs = read_log(&log);
+    let jobs = three_jobs(GpuHost::new(2), (1, "1"), (2, "0.2"), (1, "0.2"));
     let at = |t: &str| jobs.iter().find(|j| j.tag == t).unwrap();
     assert!(at("B").start >= at("A").end, "B started before A released");
     assert!(at("C").start >= at("B").end, "C overtook B");
@@ -503,19 +507,9 @@ fn waiting_is_logged_with_holders() {
 
 #[test]
 fn small_requests_fill_gpus_the_head_cannot_use_without_delaying_it() {
-    let h = GpuHost::new(4);
-    let log = h.work.path().join("backfill.log");
     // A holds 3 of 4 for 1 s. B wants 2 and must wait for A. C wants 1: the free GPU is
     // of no use to B yet, and B still gets its 2 the moment A ends, so C may go first.
-    let mut a = timed_job(&h, 3, "1", &log, "A");
-    assert!(wait_until(10, || h.leased().len() == 3));
-    let mut b = timed_job(&h, 2, "0.2", &log, "B");
-    std::thread::sleep(Duration::from_millis(200));
-    let mut c = timed_job(&h, 1, "2", &log, "C");
-    for p in [&mut a, &mut b, &mut c] {
-        assert!(p.wait().unwrap().success());
-    }
-    let jobs = read_log(&log);
+    let jobs = three_jobs(GpuHost::new(4), (3, "1"), (2, "0.2"), (1, "2"));
     let at = |t: &str| jobs.iter().find(|j| j.tag == t).unwrap();
     assert!(at("C").start < at("A").end, "C did not use the idle GPU");
     assert!(at("B").start >= at("A").end, "B started before A released");

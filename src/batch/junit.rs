@@ -42,7 +42,7 @@ impl Case {
 }
 
 /// Totals over all of a batch's JUnit files (SPEC section 7, `tests`).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     pub total: usize,
     pub passed: usize,

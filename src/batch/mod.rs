@@ -30,7 +30,7 @@ use crate::signals;
 use crate::units::rfc3339;
 use container::{ContainerPlan, LABEL_GPUS, LABEL_OWNER, LABEL_PROJECT, LABEL_SCOPE};
 use junit::{Case, Totals};
-use record::{GpuRef, RunRecord, SourceInfo, Status, TestCounts};
+use record::{GpuRef, RunRecord, SourceInfo, Status};
 
 /// Grace between SIGTERM and SIGKILL when a batch times out.
 const STOP_GRACE_S: i32 = 10;
@@ -55,21 +55,14 @@ pub struct RunSetup {
 /// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
 /// is a checkout. Not being one is allowed and recorded.
 pub fn source_info(dir: &Path) -> SourceInfo {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let sha = git(&["rev-parse", "--verify", "HEAD"]).filter(|s| s.len() == 40);
+    let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
+        .ok()
+        .filter(|s| s.len() == 40);
     let dirty = sha
         .as_ref()
-        .and_then(|_| git(&["status", "--porcelain", "--untracked-files=normal"]))
+        .and_then(|_| {
+            crate::git::text(dir, &["status", "--porcelain", "--untracked-files=normal"]).ok()
+        })
         .map(|s| !s.is_empty());
     SourceInfo {
         sha,
@@ -80,13 +73,9 @@ pub fn source_info(dir: &Path) -> SourceInfo {
 
 /// The git toplevel of the current folder.
 pub fn git_toplevel() -> Option<PathBuf> {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--show-toplevel"])
-        .stderr(std::process::Stdio::null())
-        .output()
+    crate::git::text(Path::new("."), &["rev-parse", "--show-toplevel"])
         .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .map(PathBuf::from)
 }
 
 /// The default scope: per workflow run on GitHub Actions, per user elsewhere.
@@ -435,7 +424,7 @@ fn run_batch(
         started_at: rfc3339(started),
         finished_at: rfc3339(finished),
         duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
-        tests: TestCounts::from(&totals),
+        tests: totals.clone(),
         cibox_version: env!("CARGO_PKG_VERSION").to_string(),
         manifest_digest: setup.manifest.digest.clone(),
         gpu_count: batch.gpus,

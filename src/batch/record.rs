@@ -62,29 +62,6 @@ pub struct GpuRef {
     pub uuid: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TestCounts {
-    pub total: usize,
-    pub passed: usize,
-    pub failed: usize,
-    pub errors: usize,
-    pub skipped: usize,
-    pub skipped_reasons: BTreeMap<String, usize>,
-}
-
-impl From<&Totals> for TestCounts {
-    fn from(t: &Totals) -> Self {
-        TestCounts {
-            total: t.total,
-            passed: t.passed,
-            failed: t.failed,
-            errors: t.errors,
-            skipped: t.skipped,
-            skipped_reasons: t.skipped_reasons.clone(),
-        }
-    }
-}
-
 /// The run record of one batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -104,7 +81,7 @@ pub struct RunRecord {
     pub started_at: String,
     pub finished_at: String,
     pub duration_s: f64,
-    pub tests: TestCounts,
+    pub tests: Totals,
     pub cibox_version: String,
     pub manifest_digest: String,
     // Beyond the SPEC: what a replay and a reader need.

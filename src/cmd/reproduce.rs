@@ -3,7 +3,6 @@
 //! then show the recorded and replayed outcomes side by side.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::{Context, batch, runtime};
 use crate::batch::record::RunRecord;
@@ -14,19 +13,7 @@ use crate::exit;
 use crate::image_id::ImageId;
 use crate::report::{self, Table};
 
-fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
-}
+use crate::git::text as git;
 
 /// Removes the temporary worktree however the replay ends.
 struct Worktree {

@@ -434,3 +434,19 @@ impl BusyboxProject {
 
 /// A run step that writes one passing JUnit case.
 pub const JUNIT_OK: &str = "echo '<testsuite><testcase classname=\"t\" name=\"ok\"/></testsuite>' > $CIBOX_REPORTS/junit.xml";
+
+/// Runs git in `dir` with a fixed identity; panics with its stderr on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
