@@ -516,11 +516,7 @@ fn reproduce_replays_a_recorded_failure_side_by_side() {
     );
     let r = run(cibox(d).arg("reproduce").arg(&record));
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
-    let rows: Vec<String> = r
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+    let rows = r.rows();
     assert!(
         rows.contains(&"status failed failed".to_string()),
         "{}",

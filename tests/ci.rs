@@ -313,11 +313,7 @@ fn capacity_judges_layers_without_waiting() {
     let gh = p.path().join("gh");
     let r = run(cmd(&["capacity", "--github-output", "--require", "3"]).env("GITHUB_OUTPUT", &gh));
     r.fails_with(4, "layer 3 cannot be admitted");
-    let rows: Vec<String> = r
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+    let rows = r.rows();
     assert!(
         rows.contains(&"3 no 4 its largest batch needs 4 GPUs; 1 of 4 are idle and unleased (2 leased, 1 busy)".to_string()),
         "{}",

@@ -60,11 +60,7 @@ fn batch_list_text_and_json() {
     let p = Project::new(GOOD);
     let r = p.cibox(&["batch", "list"]);
     r.ok();
-    let rows: Vec<String> = r
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+    let rows = r.rows();
     for row in [
         "BATCH GPUS TIMEOUT DESCRIPTION",
         "cpu 0 15m CPU-only unit tests",

@@ -55,6 +55,14 @@ impl Run {
         self
     }
 
+    /// stdout's lines with runs of whitespace folded to one space (table rows).
+    pub fn rows(&self) -> Vec<String> {
+        self.stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
     pub fn ok(&self) -> &Run {
         assert_eq!(
             self.code, 0,
