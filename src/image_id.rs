@@ -42,11 +42,6 @@ impl ImageId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The 12 hex digits `docker images` shows.
-    pub fn short(&self) -> &str {
-        &self.0[7..19]
-    }
 }
 
 impl fmt::Display for ImageId {

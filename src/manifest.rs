@@ -578,11 +578,6 @@ impl Manifest {
         Ok(())
     }
 
-    /// A batch by name, or a usage error listing what exists.
-    pub fn batch(&self, name: &str) -> Option<&Batch> {
-        self.batches.get(name)
-    }
-
     /// Resolves a path written in the manifest against the manifest's folder.
     pub fn resolve(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)

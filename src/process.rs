@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
@@ -131,9 +131,4 @@ pub fn supervise(leader: Pid, grace: Duration) -> Ending {
         }
         std::thread::sleep(TICK);
     }
-}
-
-/// Whether a process exists (used by tests and diagnostics).
-pub fn alive(pid: Pid) -> bool {
-    !matches!(kill(pid, None), Err(Errno::ESRCH))
 }

@@ -129,10 +129,6 @@ impl Ticket {
             .count()
     }
 
-    pub fn path(&self) -> PathBuf {
-        self.queue.join(&self.name)
-    }
-
     pub fn seq(&self) -> u64 {
         self.seq
     }
