@@ -240,6 +240,13 @@ impl Default for GpuConfig {
 }
 
 impl GpuConfig {
+    /// The defaults with the `CIBOX_*` overrides, for hosts without a manifest.
+    pub fn from_env() -> Result<GpuConfig, ManifestError> {
+        let mut g = GpuConfig::default();
+        g.apply_env(|k| std::env::var(k).ok())?;
+        Ok(g)
+    }
+
     /// `CIBOX_GPU_POOL`, `CIBOX_GPU_LOCK_DIR` and `CIBOX_ALLOW_NETWORK_LOCK_DIR=1`.
     pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ManifestError> {
         let env_err = |var, message: String| ManifestError::Env { var, message };

@@ -188,10 +188,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
         .map_or(GpuDriver::Nvidia, |m| m.container.gpu_driver);
     let gpu_cfg = match manifest {
         Some(m) => Ok(m.gpu),
-        None => {
-            let mut g = GpuConfig::default();
-            g.apply_env(|k| std::env::var(k).ok()).map(|_| g)
-        }
+        None => GpuConfig::from_env(),
     };
 
     let engine_info = runtime()?.block_on(async {

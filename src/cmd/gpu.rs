@@ -28,9 +28,7 @@ pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
     match ctx.manifest() {
         Ok(m) => Ok(m.gpu),
         Err(Error::Manifest(ManifestError::NotFound { .. })) if ctx.manifest_path.is_none() => {
-            let mut g = GpuConfig::default();
-            g.apply_env(|k| std::env::var(k).ok())?;
-            Ok(g)
+            Ok(GpuConfig::from_env()?)
         }
         Err(e) => Err(e),
     }
