@@ -416,7 +416,7 @@ fn run_batch(
                 uuid: g.uuid.clone(),
             })
             .collect(),
-        host: Holder::this_process().host,
+        host: holder.host.clone(),
         scope: setup.scope.clone(),
         run: setup.run_id.clone(),
         container: plan.name.clone(),
