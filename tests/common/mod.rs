@@ -362,11 +362,18 @@ pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
         "version: 1\nproject: bt\nimage:\n  locks: [\"image/Dockerfile\", \"image/nonce\"]\n  dockerfile: image/Dockerfile\ncontainer:\n  memory: 256m\n  pids: 128\n{extra}batches:\n{batches}"
     );
     let p = Project::new(&manifest);
+    // The nonce comes first so no two tests share a build-cache step: the classic
+    // builder reuses another build's intermediate image for an identical `COPY`, and
+    // when that test removes its image the engine removes the shared parent too, in
+    // the middle of this build ("failed to get digest …").
+    let nonce = nonce();
     p.write(
         "image/Dockerfile",
-        "FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\n",
+        &format!(
+            "FROM scratch\nLABEL org.cibox.test.nonce={nonce}\nCOPY rootfs/ /\nENV PATH=/bin\n"
+        ),
     );
-    p.write("image/nonce", nonce());
+    p.write("image/nonce", &nonce);
     let root = p.path().join("image/rootfs");
     for d in ["bin", "tmp", "work", "src", "reports"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
