@@ -369,7 +369,7 @@ pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
     let nonce = nonce();
     p.write(
         "image/Dockerfile",
-        &format!(
+        format!(
             "FROM scratch\nLABEL org.cibox.test.nonce={nonce}\nCOPY rootfs/ /\nENV PATH=/bin\n"
         ),
     );
