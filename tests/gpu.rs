@@ -455,6 +455,44 @@ fn the_queue_is_first_come_first_served() {
 }
 
 #[test]
+fn a_big_request_of_a_burst_goes_first_but_not_one_that_came_later() {
+    // A holds all 8. B wants 1; C wants 8 right behind it (a burst: C's 0.7 s head
+    // start puts it ahead); D wants 8 a second after B, past its head start: behind B.
+    let h = GpuHost::new(8);
+    let log = h.work.path().join("burst.log");
+    let tickets = || {
+        std::fs::read_dir(h.locks.path().join("queue"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let mut a = timed_job(&h, 8, "2", &log, "A");
+    assert!(wait_until(10, || h.leased().len() == 8));
+    let mut b = timed_job(&h, 1, "0.3", &log, "B");
+    assert!(wait_until(10, || tickets() == 1));
+    let mut c = timed_job(&h, 8, "0.3", &log, "C");
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut d = timed_job(&h, 8, "0.3", &log, "D");
+    for p in [&mut a, &mut b, &mut c, &mut d] {
+        assert!(p.wait().unwrap().success());
+    }
+    let jobs = read_log(&log);
+    let at = |t: &str| jobs.iter().find(|j| j.tag == t).unwrap();
+    assert!(at("C").start >= at("A").end, "C started before A released");
+    assert!(
+        at("B").start >= at("C").end,
+        "B went before the big request of its burst"
+    );
+    assert!(
+        at("D").start >= at("B").end,
+        "D, a second later, overtook B"
+    );
+}
+
+#[test]
 fn a_dead_waiter_leaves_the_queue() {
     let h = GpuHost::new(1);
     let mut holder = h

@@ -324,7 +324,7 @@ fn run_batch(
                     side.pool.len()
                 )));
             }
-            let ticket = gpu::join_queue(&side.dir, &holder)?;
+            let ticket = gpu::join_queue(&side.dir, &holder, batch.gpus as usize)?;
             let labels = vec![format!("{LABEL_OWNER}=cibox")];
             let probe_with_containers = || {
                 let mut snap = probe::probe(probe::timeout())?;

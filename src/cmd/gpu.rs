@@ -198,11 +198,15 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
             "gpu exec: no command given; write it after `--`".into(),
         ));
     }
-    if args.count.is_none() && args.devices.is_none() {
+    // The queue place is taken on arrival, before the probe; `--devices` is checked
+    // against the host after it.
+    let Some(need) = (args.count.map(|n| n as usize))
+        .or_else(|| args.devices.as_ref().map(|list| list.split(',').count()))
+    else {
         return Err(Error::Usage(
             "gpu exec: say how many GPUs (--count N) or which (--devices LIST)".into(),
         ));
-    }
+    };
     if args.count == Some(0) {
         return Err(Error::Usage("gpu exec: --count must be at least 1".into()));
     }
@@ -228,7 +232,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let dir = LeaseDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
-    let ticket = gpu::join_queue(&dir, &holder)?;
+    let ticket = gpu::join_queue(&dir, &holder, need)?;
     let (snap, pool) = probe_pool(&cfg)?;
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {

@@ -31,9 +31,9 @@ pub struct Holder {
     pub container: Option<String>,
     pub command: Option<String>,
     pub since: String,
-    /// The queue ticket the lease was granted to: who overtook whom.
+    /// The queue place the lease was granted to: who overtook whom.
     #[serde(default)]
-    pub ticket: Option<u64>,
+    pub ticket: Option<super::queue::Place>,
 }
 
 impl Holder {

@@ -1,12 +1,13 @@
-//! The fair queue in front of the leases: waiters are served first come, first served,
+//! The fair queue in front of the leases: waiters are served in the order of their
+//! [`Place`], which is the order of arrival with a short head start for big requests,
 //! so an 8-GPU request is not starved by a stream of small ones.
 //!
-//! Each waiter holds a ticket: a file `queue/<seq>-<pid>` that it keeps locked while it
-//! waits. Tickets get their sequence number and appear in the folder atomically, under
-//! the lock of `queue.seq`, so no waiter can overtake another. Only the waiter with the
-//! lowest live ticket (the head) may take GPUs. A waiter that dies releases its ticket's
-//! lock with its last file descriptor; the next waiter sees that and removes the file,
-//! so the dead leave the queue by themselves.
+//! Each waiter holds a ticket: a file `queue/<at_ms>-<seq>-<pid>` that it keeps locked
+//! while it waits. Tickets get their sequence number and appear in the folder
+//! atomically, under the lock of `queue.seq`. Only the waiter with the lowest live place
+//! (the head) may take GPUs. A waiter that dies releases its ticket's lock with its last
+//! file descriptor; the next waiter sees that and removes the file, so the dead leave
+//! the queue by themselves.
 
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
@@ -14,22 +15,49 @@ use std::path::{Path, PathBuf};
 
 use super::lease::{LeaseDir, open_shared_file};
 
+/// Where a waiter stands: lower first. `at_ms` is its arrival on the host's boot clock
+/// (one clock for every process, unaffected by wall-clock steps) minus its head start;
+/// `seq`, handed out under a lock, orders arrivals in the same millisecond.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct Place {
+    pub at_ms: u64,
+    pub seq: u64,
+}
+
+impl Place {
+    fn parse(name: &str) -> Option<Place> {
+        let mut parts = name.splitn(3, '-');
+        let at_ms = parts.next()?.parse().ok()?;
+        let seq = parts.next()?.parse().ok()?;
+        parts.next()?;
+        Some(Place { at_ms, seq })
+    }
+}
+
+fn boot_clock_ms() -> std::io::Result<u64> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)?;
+    Ok(t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+}
+
 pub struct Ticket {
     queue: PathBuf,
     name: String,
-    seq: u64,
+    place: Place,
     _file: File,
     /// The live ticket just ahead of ours, kept open so checking it costs one syscall.
     ahead: Option<(String, File)>,
 }
 
-fn parse_seq(name: &str) -> Option<u64> {
-    name.split_once('-')?.0.parse().ok()
-}
-
 impl Ticket {
-    /// Joins the end of the queue. `description` is stored in the ticket for humans.
-    pub fn enqueue(dir: &LeaseDir, description: &str) -> std::io::Result<Ticket> {
+    /// Joins the queue as if it had arrived `head_start` earlier. `description` is
+    /// stored in the ticket for humans.
+    pub fn enqueue(
+        dir: &LeaseDir,
+        description: &str,
+        head_start: std::time::Duration,
+    ) -> std::io::Result<Ticket> {
         let queue = dir.path().join("queue");
         let mut counter = open_shared_file(&dir.path().join("queue.seq"))?;
         counter.lock()?;
@@ -38,15 +66,18 @@ impl Ticket {
         // Never hand out a number below a live ticket, even if the counter was reset.
         let highest_live = std::fs::read_dir(&queue)?
             .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(parse_seq))
+            .filter_map(|e| e.file_name().to_str().and_then(Place::parse))
+            .map(|p| p.seq)
             .max();
         let seq = text
             .trim()
             .parse::<u64>()
             .unwrap_or(0)
             .max(highest_live.map_or(0, |s| s + 1));
+        let at_ms = boot_clock_ms()?.saturating_sub(head_start.as_millis() as u64);
+        let place = Place { at_ms, seq };
         let pid = std::process::id();
-        let name = format!("{seq:020}-{pid}");
+        let name = format!("{at_ms:020}-{seq:020}-{pid}");
         // Locked before it becomes visible, so nobody can take a fresh ticket for dead.
         let tmp = queue.join(format!(".new-{pid}-{seq}"));
         let mut file = open_shared_file(&tmp)?;
@@ -60,13 +91,15 @@ impl Ticket {
         Ok(Ticket {
             queue,
             name,
-            seq,
+            place,
             _file: file,
             ahead: None,
         })
     }
 
-    /// Whether this ticket is at the head of the queue. Cheap when someone is ahead.
+    /// Whether this ticket is at the head of the queue. Cheap when someone is ahead:
+    /// a newcomer placed ahead of us goes unnoticed until that one leaves, which does
+    /// not matter, as we are not the head either way.
     pub fn is_head(&mut self) -> std::io::Result<bool> {
         if let Some((_, f)) = &self.ahead {
             match f.try_lock() {
@@ -85,15 +118,15 @@ impl Ticket {
 
     /// The closest live ticket ahead of ours, removing dead ones on the way.
     fn find_ahead(&self) -> std::io::Result<Option<(String, File)>> {
-        let mut ahead: Vec<(u64, String)> = std::fs::read_dir(&self.queue)?
+        let mut ahead: Vec<(Place, String)> = std::fs::read_dir(&self.queue)?
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().to_str()?.to_string();
-                let seq = parse_seq(&name)?;
-                (seq < self.seq).then_some((seq, name))
+                let place = Place::parse(&name)?;
+                (place < self.place).then_some((place, name))
             })
             .collect();
-        ahead.sort_unstable_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+        ahead.sort_unstable_by_key(|(place, _)| std::cmp::Reverse(*place));
         for (_, name) in ahead {
             let Ok(f) = File::open(self.queue.join(&name)) else {
                 continue; // left between listing and opening
@@ -119,7 +152,7 @@ impl Ticket {
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().to_str()?.to_string();
-                (parse_seq(&name)? < self.seq).then_some(name)
+                (Place::parse(&name)? < self.place).then_some(name)
             })
             .filter(|name| {
                 File::open(self.queue.join(name))
@@ -129,8 +162,8 @@ impl Ticket {
             .count()
     }
 
-    pub fn seq(&self) -> u64 {
-        self.seq
+    pub fn place(&self) -> Place {
+        self.place
     }
 
     /// Replaces what the ticket says about its waiter (written once the request is
@@ -141,14 +174,14 @@ impl Ticket {
         self._file.write_all(content.as_bytes())
     }
 
-    /// The live tickets ahead of ours: sequence number and content.
-    pub fn ahead(&self) -> std::io::Result<Vec<(u64, String)>> {
+    /// The live tickets ahead of ours, nearest the head first: place and content.
+    pub fn ahead(&self) -> std::io::Result<Vec<(Place, String)>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.queue)?.flatten() {
             let Some(name) = e.file_name().to_str().map(str::to_string) else {
                 continue;
             };
-            let Some(seq) = parse_seq(&name).filter(|s| *s < self.seq) else {
+            let Some(place) = Place::parse(&name).filter(|p| *p < self.place) else {
                 continue;
             };
             let Ok(mut f) = File::open(self.queue.join(&name)) else {
@@ -159,9 +192,9 @@ impl Ticket {
             }
             let mut text = String::new();
             let _ = f.read_to_string(&mut text);
-            out.push((seq, text));
+            out.push((place, text));
         }
-        out.sort_unstable_by_key(|(s, _)| *s);
+        out.sort_unstable_by_key(|(p, _)| *p);
         Ok(out)
     }
 }
