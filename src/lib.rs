@@ -6,6 +6,7 @@
 //! ([`error::Error::exit_code`], codes in [`exit`]); all printing goes through [`report`].
 
 pub mod batch;
+pub mod build_context;
 pub mod changed;
 pub mod cli;
 pub mod cmd;

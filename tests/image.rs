@@ -291,3 +291,91 @@ fn nix_recipe_without_nix_is_one_line() {
         .args(["image", "build"]));
     r.fails_with(5, "needs Nix, and `nix` is not on PATH");
 }
+
+/// The files an image holds under `/ctx`, through `docker create` + `docker export`
+/// (no container is started).
+fn files_under_ctx(id: &str) -> Vec<String> {
+    let created = Command::new("docker")
+        .args(["create", id, "/none"])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let cid = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    let export = Command::new("sh")
+        .arg("-c")
+        .arg(format!("docker export {cid} | tar -t"))
+        .output()
+        .unwrap();
+    Command::new("docker")
+        .args(["rm", "-f", &cid])
+        .output()
+        .unwrap();
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let mut files: Vec<String> = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .filter(|l| l.starts_with("ctx/") && !l.ends_with('/'))
+        .map(str::to_string)
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn build_sends_what_docker_build_sends_under_a_dockerignore() {
+    require_engine();
+    let p = image_project(&["image/Dockerfile", "image/.dockerignore"]);
+    p.write("image/Dockerfile", "FROM scratch\nCOPY . /ctx/\n");
+    p.write(
+        "image/.dockerignore",
+        "# a comment\n*.log\n!keep.log\nbuild\n!build/out/keep.txt\n**/secret*\ndocs/*.md\nDockerfile\n",
+    );
+    for f in [
+        "a.log",
+        "keep.log",
+        "build/x.o",
+        "build/out/keep.txt",
+        "build/out/drop.txt",
+        "src/secret.key",
+        "src/main.py",
+        "deep/er/secret",
+        "docs/readme.md",
+        "docs/sub/x.md",
+        "docs/img.png",
+        "name with space.txt",
+    ] {
+        p.write(&format!("image/{f}"), f);
+    }
+    let ours = build(&p);
+    let theirs = docker_build_dir(&p.path().join("image"), &[]);
+    let expected: Vec<String> = [
+        ".dockerignore",
+        "build/out/keep.txt",
+        "docs/img.png",
+        "docs/sub/x.md",
+        "keep.log",
+        "name with space.txt",
+        "nonce",
+        "src/main.py",
+    ]
+    .iter()
+    .map(|f| format!("ctx/{f}"))
+    .collect();
+    assert_eq!(files_under_ctx(&ours.0), expected, "cibox image build");
+    assert_eq!(files_under_ctx(&theirs.0), expected, "docker build");
+}
+
+#[test]
+fn a_bad_dockerignore_pattern_is_named_and_nothing_is_built() {
+    let p = image_project(&["image/Dockerfile"]);
+    p.write("image/.dockerignore", "ok\n[z-a]\n");
+    p.cibox(&["image", "build"])
+        .fails_with(2, ".dockerignore:2: bad pattern `[z-a]`");
+}

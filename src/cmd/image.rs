@@ -8,6 +8,7 @@ use serde_json::json;
 use tokio_util::io::ReaderStream;
 
 use super::{Context, runtime};
+use crate::build_context;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
@@ -349,7 +350,7 @@ fn build_dockerfile(
         .unwrap_or("Dockerfile")
         .to_string();
     let bases = dockerfile_bases(&text);
-    let context_tar = tar_context(&context_dir)?;
+    let context_tar = build_context::pack(&context_dir, &name)?;
     let labels = HashMap::from([
         (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
         (lockset::LABEL_FILES.to_string(), source.text.clone()),
@@ -404,28 +405,6 @@ fn build_dockerfile(
 /// cibox itself never selects images by it.
 fn tag_for(m: &Manifest, source: &Lockset) -> String {
     format!("cibox/{}:lockset-{}", m.project, &source.digest[7..19])
-}
-
-/// A tar of the build context folder, in an unnamed temporary file (streamed to the
-/// engine from there). `.dockerignore` is not read: the whole folder is the context.
-fn tar_context(dir: &Path) -> Result<std::fs::File> {
-    use std::io::Seek;
-    let file = tempfile::tempfile()
-        .map_err(|e| Error::Infra(format!("cannot create a temporary file: {e}")))?;
-    let mut builder = tar::Builder::new(file);
-    builder.follow_symlinks(false);
-    // Complete, not Deterministic: that mode rewrites permissions to 0755/0644 and
-    // would lose the sticky /tmp and /work of a rootfs context.
-    builder.mode(tar::HeaderMode::Complete);
-    builder
-        .append_dir_all(".", dir)
-        .map_err(|e| Error::Usage(format!("cannot read build context {}: {e}", dir.display())))?;
-    let mut file = builder
-        .into_inner()
-        .map_err(|e| Error::Usage(format!("cannot pack build context {}: {e}", dir.display())))?;
-    file.rewind()
-        .map_err(|e| Error::Infra(format!("temporary file: {e}")))?;
-    Ok(file)
 }
 
 fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Result<u8> {

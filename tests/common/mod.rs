@@ -178,7 +178,6 @@ impl Drop for ImageGuard {
 /// Builds a one-file image FROM scratch with the engine's own CLI (not cibox), with the
 /// given labels. Returns its full ID.
 pub fn docker_build(labels: &[(&str, &str)]) -> ImageGuard {
-    require_engine();
     let ctx = tempfile::tempdir().unwrap();
     std::fs::write(ctx.path().join("nonce"), nonce()).unwrap();
     std::fs::write(
@@ -186,12 +185,19 @@ pub fn docker_build(labels: &[(&str, &str)]) -> ImageGuard {
         "FROM scratch\nCOPY nonce /nonce\n",
     )
     .unwrap();
+    docker_build_dir(ctx.path(), labels)
+}
+
+/// `docker build` (classic builder, no cache) of a folder with the engine's own CLI.
+pub fn docker_build_dir(dir: &Path, labels: &[(&str, &str)]) -> ImageGuard {
+    require_engine();
     let mut c = Command::new("docker");
-    c.env("DOCKER_BUILDKIT", "0").args(["build", "-q"]);
+    c.env("DOCKER_BUILDKIT", "0")
+        .args(["build", "-q", "--no-cache"]);
     for (k, v) in labels {
         c.arg("--label").arg(format!("{k}={v}"));
     }
-    let out = c.arg(ctx.path()).output().expect("docker build");
+    let out = c.arg(dir).output().expect("docker build");
     assert!(
         out.status.success(),
         "docker build: {}",

@@ -1,0 +1,358 @@
+//! The build context of a Dockerfile recipe: its folder, less what its `.dockerignore`
+//! excludes, packed into a tar the engine reads.
+//!
+//! The rules are Docker's own (moby's `dockerignore` reader and `patternmatcher`), so
+//! `cibox image build` sends what `docker build` sends and `COPY . …` copies the same
+//! files: one pattern per line, `#` starts a comment line, patterns are cleaned like
+//! paths and taken relative to the context root, `*` and `?` stay within a path
+//! segment, `**` spans any number of them, `[…]` is a class (`[^…]` negated), `\`
+//! escapes, `!` re-includes, the last matching pattern wins, and a pattern that matches
+//! a folder excludes what is inside it. The Dockerfile and `.dockerignore` themselves are always sent, as the
+//! docker CLI does (the engine drops them again where they are excluded).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use crate::error::Error;
+
+/// One `.dockerignore` pattern.
+#[derive(Debug)]
+struct Pattern {
+    /// `!pattern`: re-includes what earlier patterns excluded.
+    exception: bool,
+    /// The cleaned pattern, as written after `!` (for the folder-pruning check).
+    text: String,
+    regex: Regex,
+}
+
+/// The patterns of a `.dockerignore`, in order.
+#[derive(Debug, Default)]
+pub struct IgnoreRules {
+    patterns: Vec<Pattern>,
+}
+
+impl IgnoreRules {
+    /// Reads `<dir>/.dockerignore`; no file means no rules. Errors name the file and
+    /// line.
+    pub fn read(dir: &Path) -> Result<IgnoreRules, String> {
+        let path = dir.join(".dockerignore");
+        let text = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+        };
+        Self::parse(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))
+    }
+
+    /// Parses the text of a `.dockerignore`; an error carries its 1-based line.
+    pub fn parse(text: &str) -> Result<IgnoreRules, (usize, String)> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut patterns = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            // Docker drops comment lines before trimming: " #x" is a pattern.
+            if line.starts_with('#') {
+                continue;
+            }
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (exception, raw) = match line.strip_prefix('!') {
+                Some(rest) => (true, rest.trim()),
+                None => (false, line),
+            };
+            if exception && raw.is_empty() {
+                return Err((n + 1, "`!` alone is not a pattern".into()));
+            }
+            let mut text = clean(raw);
+            if text.len() > 1 && text.starts_with('/') {
+                text.remove(0);
+            }
+            let regex = compile(&text).map_err(|e| (n + 1, format!("bad pattern `{raw}`: {e}")))?;
+            patterns.push(Pattern {
+                exception,
+                text,
+                regex,
+            });
+        }
+        Ok(IgnoreRules { patterns })
+    }
+
+    /// Keeps `path` (relative to the context root, `/`-separated) whatever the
+    /// patterns say.
+    fn keep(&mut self, path: &str) {
+        if self.excludes(path) {
+            let text = path.to_string();
+            let regex = Regex::new(&format!("^{}$", regex::escape(&text)))
+                .expect("an escaped literal compiles");
+            self.patterns.push(Pattern {
+                exception: true,
+                text,
+                regex,
+            });
+        }
+    }
+
+    /// Whether `path` (relative to the context root, `/`-separated) is left out: the
+    /// last pattern that matches it or one of its parent folders decides.
+    pub fn excludes(&self, path: &str) -> bool {
+        let parents: Vec<&str> = match path.rfind('/') {
+            Some(i) => path[..i].split('/').collect(),
+            None => Vec::new(),
+        };
+        let mut excluded = false;
+        for p in &self.patterns {
+            // Only an exception can change an exclusion, and only an exclusion can
+            // change an inclusion.
+            if p.exception != excluded {
+                continue;
+            }
+            let matched = p.regex.is_match(path)
+                || (1..=parents.len()).any(|i| p.regex.is_match(&parents[..i].join("/")));
+            if matched {
+                excluded = !p.exception;
+            }
+        }
+        excluded
+    }
+
+    /// Whether an excluded folder must still be walked, because an exception might
+    /// re-include something inside it.
+    fn may_reinclude_under(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        self.patterns
+            .iter()
+            .any(|p| p.exception && format!("{}/", p.text).starts_with(&prefix))
+    }
+}
+
+/// Go's `filepath.Clean` for `/`-separated paths: no empty or `.` segments, `..`
+/// resolved where it can be, no trailing slash.
+fn clean(path: &str) -> String {
+    let rooted = path.starts_with('/');
+    let mut out: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if out.last().is_some_and(|s| *s != "..") {
+                    out.pop();
+                } else if !rooted {
+                    out.push("..");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    let joined = out.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".into(),
+        (false, false) => joined,
+    }
+}
+
+/// A pattern as a regex anchored at both ends, as moby's `patternmatcher` builds it.
+fn compile(pattern: &str) -> Result<Regex, String> {
+    let mut re = String::from("^");
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                // `**/` is `**`.
+                if chars.peek() == Some(&'/') {
+                    chars.next();
+                }
+                re.push_str(if chars.peek().is_none() {
+                    ".*"
+                } else {
+                    "(.*/)?"
+                });
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' => re.push_str("[^/]"),
+            '\\' => match chars.next() {
+                Some(next) => re.push_str(&regex::escape(&next.to_string())),
+                None => return Err("ends with a lone `\\`".into()),
+            },
+            // Docker escapes only these; the rest (classes `[…]`, `^`) pass through
+            // to the regex as they are.
+            '.' | '+' | '(' | ')' | '|' | '{' | '}' | '$' => {
+                re.push('\\');
+                re.push(c);
+            }
+            c => re.push(c),
+        }
+    }
+    re.push('$');
+    Regex::new(&re).map_err(|_| "not a valid pattern (check its `[…]` classes)".into())
+}
+
+/// Packs `dir` into a tar in an unnamed temporary file (streamed to the engine from
+/// there), less what `dir/.dockerignore` excludes; `dockerfile` (relative to `dir`) is
+/// always included.
+pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, Error> {
+    use std::io::Seek;
+    let mut rules = IgnoreRules::read(dir).map_err(Error::Usage)?;
+    rules.keep(".dockerignore");
+    rules.keep(&clean(dockerfile));
+    let file = tempfile::tempfile()
+        .map_err(|e| Error::Infra(format!("cannot create a temporary file: {e}")))?;
+    let mut builder = tar::Builder::new(file);
+    builder.follow_symlinks(false);
+    // Complete, not Deterministic: that mode rewrites permissions to 0755/0644 and
+    // would lose the sticky /tmp and /work of a rootfs context.
+    builder.mode(tar::HeaderMode::Complete);
+    let unreadable = |e: std::io::Error| {
+        Error::Usage(format!("cannot read build context {}: {e}", dir.display()))
+    };
+    add_folder(&mut builder, dir, "", &rules).map_err(unreadable)?;
+    let mut file = builder
+        .into_inner()
+        .map_err(|e| Error::Usage(format!("cannot pack build context {}: {e}", dir.display())))?;
+    file.rewind()
+        .map_err(|e| Error::Infra(format!("temporary file: {e}")))?;
+    Ok(file)
+}
+
+/// Adds what `folder` (at `rel` in the context, `""` for the root) holds, in name
+/// order so the same context packs the same way.
+fn add_folder(
+    builder: &mut tar::Builder<File>,
+    folder: &Path,
+    rel: &str,
+    rules: &IgnoreRules,
+) -> std::io::Result<()> {
+    let mut entries: Vec<(String, PathBuf, std::fs::FileType)> = Vec::new();
+    for e in std::fs::read_dir(folder)? {
+        let e = e?;
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            return Err(std::io::Error::other(format!(
+                "{}: a file name that is not UTF-8",
+                e.path().display()
+            )));
+        };
+        entries.push((name, e.path(), e.file_type()?));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, path, kind) in entries {
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        let excluded = rules.excludes(&child);
+        if kind.is_dir() {
+            if !excluded {
+                builder.append_dir(&child, &path)?;
+                add_folder(builder, &path, &child, rules)?;
+            } else if rules.may_reinclude_under(&child) {
+                add_folder(builder, &path, &child, rules)?;
+            }
+        } else if !excluded {
+            builder.append_path_with_name(&path, &child)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(text: &str) -> IgnoreRules {
+        IgnoreRules::parse(text).unwrap()
+    }
+
+    #[test]
+    fn patterns_match_as_docker_matches_them() {
+        // (pattern, path, excluded), after moby's patternmatcher tests.
+        let cases = [
+            ("**", "file", true),
+            ("**", "dir/file", true),
+            ("**/", "dir/file", true),
+            ("**/**", "dir/file", true),
+            ("dir/**", "dir/file", true),
+            ("dir/**", "dir/dir2/file", true),
+            ("dir/**", "dir", false),
+            ("**/file", "file", true),
+            ("**/file", "dir/dir/file", true),
+            ("**/file*", "dir/dir/file.txt", true),
+            ("**/dir", "dir/file", true),
+            ("dir/**/file", "dir/file", true),
+            ("dir/**/file", "dir/a/b/file", true),
+            ("dir/**/file", "dirx/file", false),
+            ("*.go", "main.go", true),
+            ("*.go", "cmd/main.go", false),
+            ("*/*.go", "cmd/main.go", true),
+            ("dir/*", "dir/a/b", true),
+            ("abc", "abc/def/ghi", true),
+            ("abc", "abcd", false),
+            ("a?c", "abc", true),
+            ("a?c", "a/c", false),
+            ("[a-c]x", "bx", true),
+            ("[^a-c]x", "bx", false),
+            ("[^a-c]x", "dx", true),
+            ("a\\*b", "a*b", true),
+            ("a\\*b", "axb", false),
+            ("./dir/../file", "file", true),
+            ("/abs", "abs", true),
+            ("dir/", "dir/file", true),
+            ("a.b", "axb", false),
+            ("(x)+", "(x)+", true),
+        ];
+        for (pattern, path, want) in cases {
+            assert_eq!(rules(pattern).excludes(path), want, "{pattern} vs {path}");
+        }
+    }
+
+    #[test]
+    fn the_last_matching_pattern_wins() {
+        let r = rules("# comment\n*.log\n!keep.log\n\n  build  \n!build/out/keep\n");
+        assert!(r.excludes("a.log"));
+        assert!(!r.excludes("keep.log"));
+        assert!(!r.excludes("# comment"));
+        assert!(r.excludes("build/x"));
+        assert!(!r.excludes("build/out/keep"));
+        assert!(r.may_reinclude_under("build"));
+        assert!(r.may_reinclude_under("build/out"));
+        assert!(!r.may_reinclude_under("other"));
+        // Leading space: a pattern, not a comment.
+        assert!(rules(" #x").excludes("#x"));
+    }
+
+    #[test]
+    fn bad_patterns_name_their_line() {
+        assert_eq!(IgnoreRules::parse("ok\n!\n").unwrap_err().0, 2);
+        assert_eq!(IgnoreRules::parse("a\\").unwrap_err().0, 1);
+        assert_eq!(IgnoreRules::parse("x\n[z-a]\n").unwrap_err().0, 2);
+    }
+
+    #[test]
+    fn the_dockerfile_and_dockerignore_are_always_kept() {
+        let mut r = rules("*\n");
+        assert!(r.excludes("Dockerfile"));
+        r.keep(".dockerignore");
+        r.keep("Dockerfile");
+        assert!(!r.excludes("Dockerfile"));
+        assert!(!r.excludes(".dockerignore"));
+        assert!(r.excludes("other"));
+    }
+
+    #[test]
+    fn clean_is_go_filepath_clean() {
+        for (input, want) in [
+            ("a//b/", "a/b"),
+            ("./a/./b", "a/b"),
+            ("a/../../b", "../b"),
+            ("/../a", "/a"),
+            ("", "."),
+            ("/", "/"),
+        ] {
+            assert_eq!(clean(input), want, "{input}");
+        }
+    }
+}
