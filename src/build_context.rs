@@ -252,11 +252,47 @@ fn add_folder(
             } else if rules.may_reinclude_under(&child) {
                 add_folder(builder, &path, &child, rules)?;
             }
-        } else if !excluded {
+        } else if excluded {
+            continue;
+        } else if kind.is_file() || kind.is_symlink() {
             builder.append_path_with_name(&path, &child)?;
+        } else {
+            append_special(builder, &path, &child)?;
         }
     }
     Ok(())
+}
+
+/// A device node or FIFO (a rootfs context has `/dev/console` and the like). Written by
+/// hand: the tar crate names special files by their host path, which is absolute.
+/// Sockets cannot be archived and are left out, as the docker CLI leaves them out.
+fn append_special(
+    builder: &mut tar::Builder<File>,
+    path: &Path,
+    name: &str,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::symlink_metadata(path)?;
+    let kind = meta.file_type();
+    let entry = if kind.is_fifo() {
+        tar::EntryType::Fifo
+    } else if kind.is_char_device() {
+        tar::EntryType::Char
+    } else if kind.is_block_device() {
+        tar::EntryType::Block
+    } else {
+        return Ok(()); // a socket
+    };
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+    header.set_entry_type(entry);
+    header.set_size(0);
+    if entry != tar::EntryType::Fifo {
+        let rdev = meta.rdev();
+        header.set_device_major(nix::sys::stat::major(rdev) as u32)?;
+        header.set_device_minor(nix::sys::stat::minor(rdev) as u32)?;
+    }
+    builder.append_data(&mut header, name, std::io::empty())
 }
 
 #[cfg(test)]

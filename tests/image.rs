@@ -353,6 +353,9 @@ fn build_sends_what_docker_build_sends_under_a_dockerignore() {
     ] {
         p.write(&format!("image/{f}"), f);
     }
+    // A FIFO, as a rootfs context has them (and device nodes), goes along.
+    let fifo = p.path().join("image/src/pipe");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let ours = build(&p);
     let theirs = docker_build_dir(&p.path().join("image"), &[]);
     let expected: Vec<String> = [
@@ -364,6 +367,7 @@ fn build_sends_what_docker_build_sends_under_a_dockerignore() {
         "name with space.txt",
         "nonce",
         "src/main.py",
+        "src/pipe",
     ]
     .iter()
     .map(|f| format!("ctx/{f}"))
