@@ -141,7 +141,8 @@ pub enum BatchCommand {
 pub struct BatchRunArgs {
     /// Batches to run.
     pub names: Vec<String>,
-    /// Run the batches of this layer.
+    /// Run the named batches as part of this layer (its fast mode applies; each must
+    /// belong to it); with no names, run all of its batches.
     #[arg(long)]
     pub layer: Option<String>,
     #[command(flatten)]

@@ -74,26 +74,29 @@ pub fn list(ctx: &Context) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// Which batches to run: names given, or a layer's.
+/// Which batches to run: the names given, or else the layer's. With both, the names
+/// run as part of the layer (its fast mode applies) and must belong to it: a workflow
+/// matrix runs `batch run "$BATCH" --layer L`, one batch per job.
 fn select(
     m: &crate::manifest::Manifest,
     names: &[String],
     layer: Option<&str>,
 ) -> Result<(Vec<String>, bool)> {
     let known: Vec<String> = m.batches.keys().cloned().collect();
+    let layer = match layer {
+        Some(l) => Some((
+            l,
+            m.layers.get(l).ok_or_else(|| {
+                let layers: Vec<String> = m.layers.keys().cloned().collect();
+                let hint = crate::manifest::did_you_mean(l, &layers)
+                    .map(|s| format!("did you mean `{s}`?"))
+                    .unwrap_or_else(|| format!("layers: {}", layers.join(", ")));
+                Error::Usage(format!("unknown layer `{l}`; {hint}"))
+            })?,
+        )),
+        None => None,
+    };
     let mut chosen: Vec<String> = Vec::new();
-    let mut layer_fast = false;
-    if let Some(l) = layer {
-        let Some(layer) = m.layers.get(l) else {
-            let layers: Vec<String> = m.layers.keys().cloned().collect();
-            let hint = crate::manifest::did_you_mean(l, &layers)
-                .map(|s| format!("did you mean `{s}`?"))
-                .unwrap_or_else(|| format!("layers: {}", layers.join(", ")));
-            return Err(Error::Usage(format!("unknown layer `{l}`; {hint}")));
-        };
-        chosen.extend(layer.batches.iter().cloned());
-        layer_fast = layer.fast;
-    }
     for n in names {
         if !m.batches.contains_key(n) {
             let hint = crate::manifest::did_you_mean(n, &known)
@@ -101,16 +104,29 @@ fn select(
                 .unwrap_or_else(|| format!("batches: {}", known.join(", ")));
             return Err(Error::Usage(format!("unknown batch `{n}`; {hint}")));
         }
+        if let Some((l, layer)) = layer
+            && !layer.batches.contains(n)
+        {
+            return Err(Error::Usage(format!(
+                "batch `{n}` is not in layer `{l}` (its batches: {})",
+                layer.batches.join(", ")
+            )));
+        }
         if !chosen.contains(n) {
             chosen.push(n.clone());
         }
+    }
+    if chosen.is_empty()
+        && let Some((_, layer)) = layer
+    {
+        chosen = layer.batches.clone();
     }
     if chosen.is_empty() {
         return Err(Error::Usage(
             "no batch to run: name batches or a --layer".into(),
         ));
     }
-    Ok((chosen, layer_fast))
+    Ok((chosen, layer.is_some_and(|(_, l)| l.fast)))
 }
 
 /// `cibox batch run` and `cibox layer run`.
@@ -318,4 +334,44 @@ pub fn qualify(
         .map_err(|e| Error::Infra(format!("{}: {e}", record_path.display())))?;
     println!("qualified {image}: {}", record_path.display());
     Ok(exit::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Manifest;
+
+    fn manifest() -> Manifest {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n  b: {gpus: 1, timeout: 1m, run: [\"true\"]}\n  c: {gpus: 2, timeout: 1m, run: [\"true\"]}\nlayers:\n  \"2\": {batches: [a, b], fast: true}\n";
+        Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names_with_a_layer_run_only_those_names_in_its_mode() {
+        let m = manifest();
+        assert_eq!(
+            select(&m, &names(&["b"]), Some("2")).unwrap(),
+            (names(&["b"]), true)
+        );
+        assert_eq!(
+            select(&m, &[], Some("2")).unwrap(),
+            (names(&["a", "b"]), true)
+        );
+        assert_eq!(
+            select(&m, &names(&["c", "a", "c"]), None).unwrap(),
+            (names(&["c", "a"]), false)
+        );
+        let err = select(&m, &names(&["c"]), Some("2"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("batch `c` is not in layer `2` (its batches: a, b)"),
+            "{err}"
+        );
+        assert!(select(&m, &[], None).is_err());
+    }
 }
