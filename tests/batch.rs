@@ -200,9 +200,28 @@ fn sigterm_cancels_removes_and_exits_143() {
 
 #[test]
 fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
-    let p = busybox_project(&batch("long", 0, "10m", &["sleep 600"], ""), "");
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("long", 0, "10m", &["sleep 600"], ""),
+            batch("quick", 0, "1m", &[JUNIT_OK], "")
+        ),
+        "",
+    );
     let mut child = p.batch_cmd(&["batch", "run", "long"]).spawn().unwrap();
     assert!(wait_until(30, || p.containers().len() == 1));
+    // While its run lives, neither another run of the scope (as a sibling job of the
+    // same workflow run would) nor a cleanup touches it.
+    p.run(&["batch", "run", "quick"]).ok();
+    let r = run(cibox(p.project.path()).args(["cleanup", "--scope", &p.scope()]));
+    r.ok();
+    assert!(
+        r.stdout.contains("removed 0 container(s)")
+            && r.stdout.contains("left 1 of runs still alive"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(p.containers().len(), 1, "a live run's container was swept");
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(
@@ -210,11 +229,23 @@ fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
         1,
         "the container outlives a SIGKILLed cibox"
     );
-    // A look-alike without cibox's labels, and a cibox container of another scope.
+    // A look-alike without cibox's labels, a cibox container of another scope, and
+    // one that another host made (only that host can tell whether its run lives).
     let stranger = format!("cibox-bt-{}-long-stranger", p.scope());
     let other_scope = format!("other-{}", &p.image.0[7..19]);
+    let other_host = format!("cibox-bt-{}-long-otherhost", p.scope());
     for (name, labels) in [
         (stranger.clone(), vec![]),
+        (
+            other_host.clone(),
+            vec![
+                "org.cibox.owner=cibox".to_string(),
+                format!("org.cibox.scope={}", p.scope()),
+                "org.cibox.project=bt".into(),
+                "org.cibox.run=0123456789abcdef".into(),
+                "org.cibox.host=some-other-host".into(),
+            ],
+        ),
         (
             format!("cibox-bt-{other_scope}-long-x"),
             vec![
@@ -241,8 +272,19 @@ fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
     let r = run(cibox(p.project.path()).args(["cleanup", "--scope", &p.scope()]));
     r.ok();
     assert!(r.stdout.contains("removed 1 container"), "{}", r.stdout);
-    assert!(p.containers().is_empty());
-    for name in [&stranger, &format!("cibox-bt-{other_scope}-long-x")] {
+    assert!(
+        r.stderr.contains(&format!(
+            "leaving {other_host}: made on host some-other-host"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(p.containers(), std::slice::from_ref(&other_host));
+    for name in [
+        &stranger,
+        &other_host,
+        &format!("cibox-bt-{other_scope}-long-x"),
+    ] {
         let gone = !std::process::Command::new("docker")
             .args(["inspect", name])
             .output()

@@ -21,6 +21,9 @@ pub const LABEL_RUN: &str = "org.cibox.run";
 pub const LABEL_BATCH: &str = "org.cibox.batch";
 pub const LABEL_SOURCE: &str = "org.cibox.source";
 pub const LABEL_GPUS: &str = "org.cibox.gpus";
+/// The host whose cibox made the container (an extension of SPEC section 6): only
+/// there can a sweep tell whether its run is alive.
+pub const LABEL_HOST: &str = "org.cibox.host";
 
 /// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
 pub fn sanitize(s: &str) -> String {
@@ -137,6 +140,7 @@ impl ContainerPlan {
                     .unwrap_or_else(|| "none".into()),
             ),
             (LABEL_GPUS.to_string(), String::new()),
+            (LABEL_HOST.to_string(), setup.host.clone()),
         ]);
         ContainerPlan {
             name,

@@ -8,6 +8,7 @@
 pub mod container;
 pub mod junit;
 pub mod record;
+pub mod run_lock;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,7 +29,9 @@ use crate::manifest::{Batch, Manifest};
 use crate::report;
 use crate::signals;
 use crate::units::rfc3339;
-use container::{ContainerPlan, LABEL_GPUS, LABEL_OWNER, LABEL_PROJECT, LABEL_SCOPE};
+use container::{
+    ContainerPlan, LABEL_GPUS, LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE,
+};
 use junit::{Case, Totals};
 use record::{GpuRef, RunRecord, SourceInfo, Status};
 
@@ -47,6 +50,8 @@ pub struct RunSetup {
     pub reports: PathBuf,
     pub scope: String,
     pub run_id: String,
+    /// This host's name, for the container's host label.
+    pub host: String,
     pub wait: Duration,
     /// Run all batches at once; the lease queue decides which fit together.
     pub parallel: bool,
@@ -114,9 +119,28 @@ pub fn new_run_id() -> String {
     crate::manifest::hex(&buf)
 }
 
-/// Removes containers of this project and scope left by a cibox that died: exact
-/// owner/project/scope labels and the name prefix they imply. Returns how many.
-pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Result<usize> {
+/// What a sweep did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Containers of dead runs, removed.
+    pub removed: usize,
+    /// Containers of runs still alive on this host (another job sharing the scope).
+    pub live: usize,
+    /// Containers made from another host, which only that host can judge.
+    pub elsewhere: Vec<(String, String)>,
+}
+
+/// Removes the containers of this project and scope whose run is gone (its cibox died):
+/// exact owner/project/scope labels, the name prefix they imply, a run ID, made on this
+/// host, and the run's lock in `runs` free ([`run_lock`]). A live run's containers are
+/// left alone, as are those of another host.
+pub async fn sweep(
+    engine: &Engine,
+    project: Option<&str>,
+    scope: &str,
+    runs: &LeaseDir,
+    host: &str,
+) -> Result<Swept> {
     let mut labels = vec![
         format!("{LABEL_OWNER}=cibox"),
         format!("{LABEL_SCOPE}={scope}"),
@@ -124,18 +148,37 @@ pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Resul
     if let Some(p) = project {
         labels.push(format!("{LABEL_PROJECT}={p}"));
     }
-    let mut removed = 0;
+    let mut swept = Swept::default();
     for c in engine.containers_with_labels(&labels).await? {
-        let p = c.labels.get(LABEL_PROJECT).cloned().unwrap_or_default();
+        let label = |k: &str| c.labels.get(k).map(String::as_str);
         let prefix = format!(
             "cibox-{}-{}-",
-            container::sanitize(&p),
+            container::sanitize(label(LABEL_PROJECT).unwrap_or_default()),
             container::sanitize(scope)
         );
-        if c.labels.get(LABEL_OWNER).map(String::as_str) != Some("cibox")
-            || c.labels.get(LABEL_SCOPE).map(String::as_str) != Some(scope)
+        if label(LABEL_OWNER) != Some("cibox")
+            || label(LABEL_SCOPE) != Some(scope)
             || !c.name.starts_with(&prefix)
         {
+            continue;
+        }
+        let Some(run) = label(LABEL_RUN).filter(|r| run_lock::is_run_id(r)) else {
+            continue;
+        };
+        // Containers made before the host label existed count as this host's.
+        if let Some(other) = label(LABEL_HOST).filter(|h| *h != host) {
+            swept.elsewhere.push((c.name.clone(), other.to_string()));
+            continue;
+        }
+        let alive = run_lock::is_alive(runs, run).map_err(|e| {
+            Error::Infra(format!(
+                "lock dir {}: cannot tell whether run {run} is alive: {e}",
+                runs.path().display()
+            ))
+        })?;
+        if alive {
+            report::debug(format!("leaving {}: its run {run} is alive", c.name));
+            swept.live += 1;
             continue;
         }
         report::info(format!(
@@ -144,9 +187,14 @@ pub async fn sweep(engine: &Engine, project: Option<&str>, scope: &str) -> Resul
             &c.id[..12.min(c.id.len())]
         ));
         engine.remove_container(&c.id).await?;
-        removed += 1;
+        swept.removed += 1;
     }
-    Ok(removed)
+    for (name, other) in &swept.elsewhere {
+        report::warn(format!(
+            "leaving {name}: made on host {other}; run `cibox cleanup` there"
+        ));
+    }
+    Ok(swept)
 }
 
 /// GPUs named by running cibox containers count as used, so a GPU of a container whose
@@ -176,8 +224,7 @@ pub struct GpuSide {
     pub pool: Vec<PoolGpu>,
 }
 
-pub fn prepare_gpus(m: &Manifest) -> Result<GpuSide> {
-    let dir = LeaseDir::open(&m.gpu.lock_dir, m.gpu.allow_network_lock_dir)?;
+pub fn prepare_gpus(m: &Manifest, dir: LeaseDir) -> Result<GpuSide> {
     let snap = probe::probe(probe::timeout())?;
     let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
     Ok(GpuSide { dir, pool })

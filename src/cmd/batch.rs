@@ -6,12 +6,15 @@ use std::path::PathBuf;
 
 use super::{Context, runtime};
 use crate::batch;
+use crate::batch::run_lock::RunLock;
 use crate::cli::RunOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::gpu::lease::{LeaseDir, host_name};
 use crate::image_id::ImageId;
 use crate::lockset::Lockset;
+use crate::manifest::GpuConfig;
 use crate::report::{self, Table};
 use crate::signals;
 use crate::units::Span;
@@ -209,14 +212,32 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
     let rt = runtime()?;
     let engine = rt.block_on(Engine::connect())?;
     rt.block_on(crate::cmd::image::verify_image(&engine, &image, &lockset))?;
-    let swept = rt.block_on(batch::sweep(&engine, Some(&m.project), &scope))?;
-    if swept > 0 {
+    // Held for the whole run, so that a sweep by another job of this scope leaves our
+    // containers alone; taken before our first container exists.
+    let lock_dir = LeaseDir::open(&m.gpu.lock_dir, m.gpu.allow_network_lock_dir)?;
+    let run_id = batch::new_run_id();
+    let _run_lock = RunLock::hold(&lock_dir, &run_id).map_err(|e| {
+        Error::Infra(format!(
+            "lock dir {}: cannot take this run's lock: {e}",
+            lock_dir.path().display()
+        ))
+    })?;
+    let host = host_name();
+    let swept = rt.block_on(batch::sweep(
+        &engine,
+        Some(&m.project),
+        &scope,
+        &lock_dir,
+        &host,
+    ))?;
+    if swept.removed > 0 {
         report::info(format!(
-            "removed {swept} leftover container(s) of scope {scope}"
+            "removed {} leftover container(s) of scope {scope}",
+            swept.removed
         ));
     }
     let gpus = if needs_gpus {
-        Some(batch::prepare_gpus(&m)?)
+        Some(batch::prepare_gpus(&m, lock_dir)?)
     } else {
         None
     };
@@ -230,7 +251,8 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
         source_info,
         reports,
         scope,
-        run_id: batch::new_run_id(),
+        run_id,
+        host,
         wait,
         parallel: opts.parallel,
     };
@@ -244,18 +266,45 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
         .unwrap_or_else(batch::default_scope);
     // The project narrows what is touched when there is a manifest; without one, every
     // cibox container of the scope goes.
-    let project = match ctx.manifest() {
-        Ok(m) => Some(m.project),
-        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) => None,
+    let (project, gpu) = match ctx.manifest() {
+        Ok(m) => (Some(m.project), m.gpu),
+        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) => {
+            (None, GpuConfig::from_env()?)
+        }
         Err(e) => return Err(e),
     };
+    // Where the runs' locks are: without it no container's run can be judged dead.
+    let lock_dir = LeaseDir::open(&gpu.lock_dir, gpu.allow_network_lock_dir)?;
     let rt = runtime()?;
     let engine = rt.block_on(Engine::connect())?;
-    let n = rt.block_on(batch::sweep(&engine, project.as_deref(), &scope))?;
+    let swept = rt.block_on(batch::sweep(
+        &engine,
+        project.as_deref(),
+        &scope,
+        &lock_dir,
+        &host_name(),
+    ))?;
     if ctx.json {
-        report::json(&json!({"scope": scope, "removed": n}));
+        let elsewhere: Vec<_> = swept
+            .elsewhere
+            .iter()
+            .map(|(name, host)| json!({"container": name, "host": host}))
+            .collect();
+        report::json(&json!({
+            "scope": scope,
+            "removed": swept.removed,
+            "live": swept.live,
+            "elsewhere": elsewhere,
+        }));
     } else {
-        println!("removed {n} container(s) of scope {scope}");
+        let mut line = format!("removed {} container(s) of scope {scope}", swept.removed);
+        if swept.live > 0 {
+            line.push_str(&format!(
+                "; left {} of runs still alive (they remove their own)",
+                swept.live
+            ));
+        }
+        println!("{line}");
     }
     Ok(exit::SUCCESS)
 }

@@ -41,10 +41,7 @@ impl Holder {
     pub fn this_process() -> Holder {
         Holder {
             pid: std::process::id(),
-            host: nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-                .unwrap_or_default(),
+            host: host_name(),
             user: nix::unistd::User::from_uid(nix::unistd::getuid())
                 .ok()
                 .flatten()
@@ -69,6 +66,14 @@ impl Holder {
         }
         format!("pid {} ({})", self.pid, parts.join(", "))
     }
+}
+
+/// This host's name, as leases, containers and run records name it.
+pub fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default()
 }
 
 /// A GPU's lease state, read without waiting.
@@ -145,8 +150,10 @@ impl LeaseDir {
                 Err(e) => return Err(unusable(format!("cannot stat its file system: {e}"))),
             }
         }
-        create_shared_dir(&path.join("queue"))
-            .map_err(|e| unusable(format!("cannot create queue/: {e}")))?;
+        for sub in ["queue", "runs"] {
+            create_shared_dir(&path.join(sub))
+                .map_err(|e| unusable(format!("cannot create {sub}/: {e}")))?;
+        }
         // A lease needs to write its lock files; find out now rather than mid-wait.
         let probe = path.join("queue.seq");
         open_shared_file(&probe).map_err(|e| {
