@@ -22,6 +22,38 @@ fn batch(name: &str, gpus: u32, timeout: &str, steps: &[&str], extra: &str) -> S
 }
 
 #[test]
+fn symlinks_a_batch_plants_in_its_reports_are_never_followed() {
+    // The batch may write its reports folder; it plants symlinks to a host file where
+    // cibox writes (result.json and its temporary) and reads (a JUnit file).
+    let victim_dir = tempfile::tempdir().unwrap();
+    let victim = victim_dir.path().join("precious.xml");
+    std::fs::write(
+        &victim,
+        "<testsuite><testcase classname=\"t\" name=\"stolen\"/></testsuite>",
+    )
+    .unwrap();
+    let v = victim.display().to_string();
+    let plant = format!(
+        "ln -s {v} $CIBOX_REPORTS/.result.json.partial && ln -s {v} $CIBOX_REPORTS/result.json && ln -s {v} $CIBOX_REPORTS/stolen.xml"
+    );
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK, &plant], ""), "");
+    p.run(&["batch", "run", "unit"]).ok();
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "<testsuite><testcase classname=\"t\" name=\"stolen\"/></testsuite>",
+        "cibox wrote through a planted symlink"
+    );
+    let dir = p.reports().join("unit");
+    assert!(
+        !std::fs::symlink_metadata(dir.join("result.json"))
+            .unwrap()
+            .is_symlink()
+    );
+    let v = p.result("unit");
+    assert_eq!(v["tests"]["total"], 1, "a symlinked report was read: {v}");
+}
+
+#[test]
 fn a_passing_batch_leaves_reports_and_no_container() {
     let p = busybox_project(
         &batch(

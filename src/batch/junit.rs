@@ -156,7 +156,22 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
     Ok(cases)
 }
 
-/// Every `*.xml` under `dir` (recursively), sorted.
+/// Reads a report the container wrote, never following a symlink (one planted in place
+/// of the file must not make cibox read, and report, a host file).
+pub fn read(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = String::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Every `*.xml` under `dir` (recursively), sorted; symlinks are neither followed nor
+/// listed.
 pub fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

@@ -509,7 +509,7 @@ fn read_reports(dir: &Path) -> (Vec<Case>, Option<String>) {
     let mut cases = Vec::new();
     let mut problem = None;
     for f in junit::files(dir) {
-        match std::fs::read_to_string(&f)
+        match junit::read(&f)
             .map_err(|e| e.to_string())
             .and_then(|t| junit::parse(&t))
         {
@@ -611,7 +611,7 @@ async fn follow(
         });
     }
     let log_path = dir.join("log.txt");
-    let mut log = std::fs::File::create(&log_path)
+    let mut log = record::create_fresh(&log_path)
         .map_err(|e| Error::Infra(format!("cannot write {}: {e}", log_path.display())))?;
     let github = crate::github::active();
     if github {

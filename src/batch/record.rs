@@ -97,11 +97,31 @@ pub struct RunRecord {
     pub container_exit_code: Option<i64>,
 }
 
+/// Creates `path` as a new file, first removing whatever has that name. A container
+/// that can write the folder could have planted a symlink there (to `/etc/passwd`,
+/// say); removing unlinks the symlink itself, and creating with `O_EXCL` refuses, rather
+/// than follows, one planted in between.
+pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
 impl RunRecord {
+    /// Writes `result.json` into `dir`, a folder the batch's container could write
+    /// too: nothing there is followed (see [`create_fresh`]), and the rename replaces
+    /// whatever `result.json` is, a planted symlink included, without following it.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        use std::io::Write;
         let text = serde_json::to_string_pretty(self).expect("record serialises");
         let tmp = dir.join(".result.json.partial");
-        std::fs::write(&tmp, text + "\n")?;
+        create_fresh(&tmp)?.write_all((text + "\n").as_bytes())?;
         std::fs::rename(tmp, dir.join("result.json"))
     }
 
