@@ -540,10 +540,41 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
     smi.apply(&mut c);
     c.env("CIBOX_GPU_LOCK_DIR", locks.path());
     let r = run(&mut c);
+    // `gpu exec` and `gpu status` see it too; GPU 1 stays free.
+    let cibox_on_fixture = |args: &[&str]| {
+        let mut c = cibox(p.project.path());
+        smi.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", locks.path()).args(args);
+        run(&mut c)
+    };
+    let exec = cibox_on_fixture(&[
+        "gpu",
+        "exec",
+        "--devices",
+        "0",
+        "--wait",
+        "0s",
+        "--",
+        "true",
+    ]);
+    let exec_other = cibox_on_fixture(&[
+        "gpu",
+        "exec",
+        "--devices",
+        "1",
+        "--wait",
+        "0s",
+        "--",
+        "true",
+    ]);
+    let status = cibox_on_fixture(&["gpu", "status"]);
     std::process::Command::new("docker")
         .args(["rm", "-f", &name])
         .output()
         .unwrap();
+    exec.fails_with(4, &format!("GPU 0 used by running cibox container {name}"));
+    exec_other.ok();
+    assert!(status.stdout.contains(&name), "{}", status.stdout);
     assert_eq!(r.code, 4, "{}", r.stderr);
     let v = p.result("g");
     assert_eq!(v["status"], "capacity");

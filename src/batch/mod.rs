@@ -5,6 +5,7 @@
 //! exact name → write `result.json` → release the lease. The image is verified once,
 //! before anything starts.
 
+pub mod claims;
 pub mod container;
 pub mod junit;
 pub mod record;
@@ -22,16 +23,14 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{Holder, Lease, LeaseDir};
 use crate::gpu::pool::{self, PoolGpu};
-use crate::gpu::probe::{self, Snapshot};
+use crate::gpu::probe;
 use crate::gpu::{self, Want};
 use crate::image_id::ImageId;
 use crate::manifest::{Batch, Manifest};
 use crate::report;
 use crate::signals;
 use crate::units::rfc3339;
-use container::{
-    ContainerPlan, LABEL_GPUS, LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE,
-};
+use container::{ContainerPlan, LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE};
 use junit::{Case, Totals};
 use record::{GpuRef, RunRecord, SourceInfo, Status};
 
@@ -197,27 +196,6 @@ pub async fn sweep(
     Ok(swept)
 }
 
-/// GPUs named by running cibox containers count as used, so a GPU of a container whose
-/// cibox died is never leased (its lock died with that cibox).
-fn mark_container_gpus(snap: &mut Snapshot, running: &[crate::engine::ContainerInfo]) {
-    for c in running.iter().filter(|c| c.running) {
-        for uuid in c
-            .labels
-            .get(LABEL_GPUS)
-            .map(|s| s.split(','))
-            .into_iter()
-            .flatten()
-        {
-            if snap.gpus.iter().any(|g| g.uuid == uuid) {
-                snap.claimed.push((
-                    uuid.to_string(),
-                    format!("running cibox container {}", c.name),
-                ));
-            }
-        }
-    }
-}
-
 /// The GPU side of a run, prepared once.
 pub struct GpuSide {
     pub dir: LeaseDir,
@@ -372,12 +350,9 @@ fn run_batch(
                 )));
             }
             let ticket = gpu::join_queue(&side.dir, &holder, batch.gpus as usize)?;
-            let labels = vec![format!("{LABEL_OWNER}=cibox")];
             let probe_with_containers = || {
                 let mut snap = probe::probe(probe::timeout())?;
-                if let Ok(running) = rt.block_on(engine.containers_with_labels(&labels)) {
-                    mark_container_gpus(&mut snap, &running);
-                }
+                claims::mark(&mut snap, engine, rt)?;
                 Ok(snap)
             };
             let mut next_log = Instant::now();

@@ -4,11 +4,11 @@
 use serde_json::json;
 
 use super::Context;
+use crate::batch::claims::ContainerClaims;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{LeaseDir, LeaseState};
 use crate::gpu::pool;
-use crate::gpu::probe;
 use crate::report::{self, Table};
 
 pub fn run(
@@ -33,7 +33,7 @@ pub fn run(
         layers.to_vec()
     };
     // A probe failure is exit 5, never "ready".
-    let snap = probe::probe(probe::timeout())?;
+    let snap = ContainerClaims::probe(ContainerClaims::connect().as_ref())?;
     let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
     let dir = LeaseDir::existing(&m.gpu.lock_dir);
     let mut leased = 0;

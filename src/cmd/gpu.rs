@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::Context;
+use crate::batch::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{Holder, LeaseDir, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
-use crate::gpu::probe::{self, Snapshot};
+use crate::gpu::probe::Snapshot;
 use crate::gpu::{self, WaitReport, Want};
 use crate::manifest::{GpuConfig, ManifestError};
 use crate::process::{self, Ending};
@@ -34,9 +35,13 @@ pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
     }
 }
 
-/// Probes and resolves the pool; an unknown pool entry is a configuration error.
-fn probe_pool(cfg: &GpuConfig) -> Result<(Snapshot, Vec<PoolGpu>)> {
-    let snap = probe::probe(probe::timeout())?;
+/// Probes (with the GPUs of running cibox containers, see [`ContainerClaims`]) and
+/// resolves the pool; an unknown pool entry is a configuration error.
+fn probe_pool(
+    cfg: &GpuConfig,
+    claims: Option<&ContainerClaims>,
+) -> Result<(Snapshot, Vec<PoolGpu>)> {
+    let snap = ContainerClaims::probe(claims)?;
     let pool = pool::resolve(&cfg.pool, &snap).map_err(Error::Usage)?;
     Ok((snap, pool))
 }
@@ -44,7 +49,7 @@ fn probe_pool(cfg: &GpuConfig) -> Result<(Snapshot, Vec<PoolGpu>)> {
 /// `cibox gpu status`: one row per GPU, without waiting on any lock.
 pub fn status(ctx: &Context) -> Result<u8> {
     let cfg = settings(ctx)?;
-    let (snap, pool) = probe_pool(&cfg)?;
+    let (snap, pool) = probe_pool(&cfg, ContainerClaims::connect().as_ref())?;
     let dir = LeaseDir::existing(&cfg.lock_dir);
     let mut rows = Vec::new();
     for g in &snap.gpus {
@@ -233,7 +238,8 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
     let ticket = gpu::join_queue(&dir, &holder, need)?;
-    let (snap, pool) = probe_pool(&cfg)?;
+    let claims = ContainerClaims::connect();
+    let (snap, pool) = probe_pool(&cfg, claims.as_ref())?;
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {
             let n = *n as usize;
@@ -259,7 +265,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         &cfg.idle,
         wait,
         &holder,
-        || probe::probe(probe::timeout()),
+        || ContainerClaims::probe(claims.as_ref()),
         |r| progress.tick(r),
     );
     progress.finish();

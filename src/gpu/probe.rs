@@ -47,6 +47,12 @@ pub enum ProbeError {
         line: usize,
         reason: String,
     },
+    /// The engine answered but would not list cibox's containers, so which GPUs they
+    /// hold is unknown.
+    #[error(
+        "cannot list cibox containers to see which GPUs they hold: {0}; treating all GPUs as unavailable"
+    )]
+    Containers(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
