@@ -10,6 +10,11 @@ use serde::{Deserialize, Deserializer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Span(pub Duration);
 
+impl Span {
+    /// The longest duration accepted: 365 days.
+    pub const MAX: Duration = Duration::from_secs(365 * 86400);
+}
+
 impl FromStr for Span {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -28,6 +33,11 @@ impl FromStr for Span {
             "d" => secs(86400)?,
             _ => return Err(bad()),
         };
+        // Deadlines are computed as now + span, which must not overflow; no CI wait or
+        // timeout is longer than this.
+        if d > Span::MAX {
+            return Err(format!("duration `{s}` is longer than {}", Span(Span::MAX)));
+        }
         Ok(Span(d))
     }
 }
@@ -138,9 +148,20 @@ mod tests {
         assert_eq!("30m".parse::<Span>().unwrap().0, Duration::from_secs(1800));
         assert_eq!("2h".parse::<Span>().unwrap().0, Duration::from_secs(7200));
         assert_eq!("0s".parse::<Span>().unwrap().0, Duration::ZERO);
-        for bad in ["", "90", "1.5h", "-3s", "3 s", "h", "10x"] {
+        for bad in [
+            "",
+            "90",
+            "1.5h",
+            "-3s",
+            "3 s",
+            "h",
+            "10x",
+            "366d",
+            "18446744073709551615s",
+        ] {
             assert!(bad.parse::<Span>().is_err(), "{bad}");
         }
+        assert_eq!("365d".parse::<Span>().unwrap().0, Span::MAX);
         assert_eq!("30m".parse::<Span>().unwrap().to_string(), "30m");
         assert_eq!("90s".parse::<Span>().unwrap().to_string(), "90s");
     }

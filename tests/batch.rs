@@ -361,7 +361,14 @@ fn a_gpu_batch_on_an_engine_without_gpu_runtime_is_exit_5_and_cleaned_up() {
 
 #[test]
 fn bad_run_input_is_refused_before_anything_starts() {
-    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK], ""), "");
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("unit", 0, "1m", &[JUNIT_OK], ""),
+            batch("second", 0, "1m", &[JUNIT_OK], "")
+        ),
+        "",
+    );
     p.run(&["batch", "run", "unti"])
         .fails_with(2, "unknown batch `unti`; did you mean `unit`?");
     p.run(&["batch", "run", "--layer", "9"])
@@ -374,9 +381,11 @@ fn bad_run_input_is_refused_before_anything_starts() {
         .fails_with(2, "not a directory");
     p.run(&["batch", "run", "unit", "--reports", &format!("{f}/r")])
         .fails_with(2, "reports dir");
-    p.project.write("reports/unit/foreign.txt", "not ours");
-    p.run(&["batch", "run", "unit"])
+    // Found before the first batch runs, not after it.
+    p.project.write("reports/second/foreign.txt", "not ours");
+    p.run(&["batch", "run", "unit", "second"])
         .fails_with(2, "holds files cibox did not write");
+    assert!(!p.reports().join("unit").exists(), "the first batch ran");
     assert!(p.containers().is_empty());
 }
 
@@ -674,4 +683,31 @@ fn reproduce_refuses_an_unknown_commit_or_a_missing_image() {
     v["batch"] = "vanished".into();
     std::fs::write(&record, v.to_string()).unwrap();
     run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "batch vanished is not in");
+}
+
+#[test]
+fn an_engine_refusal_ends_its_batch_not_the_run() {
+    // The engine refuses to create these containers (below its 6 MB memory minimum):
+    // each batch is an infra error with the engine's reason, and the run still writes
+    // every record and the summary.
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("unit", 0, "1m", &[JUNIT_OK], ""),
+            batch("second", 0, "1m", &[JUNIT_OK], "")
+        ),
+        "",
+    );
+    let manifest = p.project.path().join("cibox.yaml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("memory: 256m", "memory: 4m")).unwrap();
+    let r = p.run(&["batch", "run", "unit", "second"]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    for b in ["unit", "second"] {
+        let v = p.result(b);
+        assert_eq!(v["status"], "infra_error", "{v}");
+        assert!(v["message"].as_str().unwrap().contains("memory"), "{v}");
+    }
+    assert!(p.reports().join("summary.md").exists());
+    assert!(p.containers().is_empty());
 }

@@ -226,6 +226,9 @@ pub fn run(
     engine: &Engine,
     gpus: Option<&GpuSide>,
 ) -> Result<u8> {
+    for name in &setup.names {
+        check_batch_dir(&setup.reports, name)?;
+    }
     let mut outcomes: Vec<BatchOutcome> = Vec::new();
     if setup.parallel {
         let joined: Vec<Result<BatchOutcome>> = std::thread::scope(|s| {
@@ -260,6 +263,9 @@ pub fn run(
         }
     } else {
         for name in &setup.names {
+            if signals::received().is_some() {
+                break; // a signal between two batches: start no more
+            }
             let outcome = run_batch(setup, rt, engine, gpus, name, &setup.manifest.batches[name])?;
             let stop = outcome.2.is_some();
             outcomes.push(outcome);
@@ -285,6 +291,7 @@ pub fn run(
         stopped_by = stopped_by.or(signal);
         results.push((record, cases));
     }
+    let stopped_by = stopped_by.or_else(signals::received);
     let root = &setup.reports;
     let summary = record::summary_markdown(&results, root);
     let io = |e: std::io::Error| Error::Infra(format!("reports dir {}: {e}", root.display()));
@@ -297,18 +304,27 @@ pub fn run(
     Ok(exit::most_severe(codes))
 }
 
+/// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
+/// by the run). Checked for every batch before the first starts.
+fn check_batch_dir(reports: &Path, name: &str) -> Result<()> {
+    let dir = reports.join(name);
+    let ours = !dir.exists()
+        || dir.join("result.json").exists()
+        || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
+    if !ours {
+        return Err(Error::Usage(format!(
+            "reports dir {} exists and holds files cibox did not write; choose another --reports",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Prepares `<reports>/<batch>/`: a fresh folder, replacing one only if cibox wrote it.
 fn batch_dir(reports: &Path, name: &str) -> Result<PathBuf> {
+    check_batch_dir(reports, name)?;
     let dir = reports.join(name);
     if dir.exists() {
-        let ours = dir.join("result.json").exists()
-            || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
-        if !ours {
-            return Err(Error::Usage(format!(
-                "reports dir {} exists and holds files cibox did not write; choose another --reports",
-                dir.display()
-            )));
-        }
         std::fs::remove_dir_all(&dir)
             .map_err(|e| Error::Usage(format!("cannot clear {}: {e}", dir.display())))?;
     }
@@ -402,17 +418,30 @@ fn run_batch(
         .unwrap_or_default();
     let ended = match ended {
         Some(e) => e,
-        None => rt.block_on(run_container(
-            engine,
-            &plan,
-            &leased,
-            batch,
-            &dir,
-            name,
-            setup.names.len() > 1,
-        ))?,
+        None => rt
+            .block_on(run_container(
+                engine,
+                &plan,
+                &leased,
+                batch,
+                &dir,
+                name,
+                setup.names.len() > 1,
+            ))
+            .unwrap_or_else(|e| {
+                // An engine failure ends this batch, not the run: the others still
+                // run and the summary is still written.
+                report::error(&e);
+                Ended {
+                    status: Status::InfraError,
+                    message: Some(e.to_string()),
+                    container_exit: None,
+                    signal: None,
+                }
+            }),
     };
-    // The container is gone: only now may the GPUs go to someone else.
+    // The container is gone (or, if the engine failed to remove it, still named
+    // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
     drop(lease);
 
     let (cases, junit_problem) = read_reports(&dir);
@@ -550,8 +579,12 @@ async fn run_container(
     name: &str,
     prefixed: bool,
 ) -> Result<Ended> {
+    // Created before the container exists, so it cannot be a link the batch planted.
+    let log_path = dir.join("log.txt");
+    let log = record::create_fresh(&log_path)
+        .map_err(|e| Error::Infra(format!("cannot write {}: {e}", log_path.display())))?;
     let id = engine.create_container(&plan.name, plan.body(gpus)).await?;
-    let outcome = follow(engine, &id, plan, batch, dir, name, prefixed).await;
+    let outcome = follow(engine, &id, plan, batch, log, name, prefixed).await;
     // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
     let removed = engine.remove_container(&id).await;
     let ended = outcome?;
@@ -564,7 +597,7 @@ async fn follow(
     id: &str,
     plan: &ContainerPlan,
     batch: &Batch,
-    dir: &Path,
+    mut log: std::fs::File,
     name: &str,
     prefixed: bool,
 ) -> Result<Ended> {
@@ -585,9 +618,6 @@ async fn follow(
             signal: None,
         });
     }
-    let log_path = dir.join("log.txt");
-    let mut log = record::create_fresh(&log_path)
-        .map_err(|e| Error::Infra(format!("cannot write {}: {e}", log_path.display())))?;
     let github = crate::github::active();
     if github {
         println!("::group::batch {name}");
