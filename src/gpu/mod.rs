@@ -26,14 +26,18 @@ use probe::{ProbeError, Snapshot};
 /// within a fraction of a second; this puts the big ones of such a burst first, which
 /// packs the GPUs best (a big request is the hardest to place, and one that waits
 /// behind small ones idles the GPUs they free while it drains them). It bends arrival
-/// order by at most `(need - 1) ×` this, so nobody waits behind a request that arrived
-/// much later.
+/// order by at most `(need - 1) ×` this, and never by more than [`MAX_HEAD_START`], so
+/// nobody waits behind a request that arrived much later.
 pub const HEAD_START_PER_GPU: Duration = Duration::from_millis(100);
+/// The head start of a request for 16 GPUs or more (the count is not yet checked
+/// against the pool when the place is taken).
+pub const MAX_HEAD_START: Duration = Duration::from_millis(1500);
 
 /// Takes a place in the queue for a request of `need` GPUs.
 pub fn join_queue(dir: &LeaseDir, holder: &Holder, need: usize) -> Result<queue::Ticket, Error> {
     let description = serde_json::to_string(holder).expect("holder serialises");
-    let head_start = HEAD_START_PER_GPU * need.saturating_sub(1).min(1024) as u32;
+    let head_start =
+        (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
     queue::Ticket::enqueue(dir, &description, head_start).map_err(|e| {
         Error::Infra(format!(
             "lease dir {}: joining the queue: {e}",
