@@ -64,11 +64,18 @@ impl Ticket {
         let mut text = String::new();
         counter.read_to_string(&mut text)?;
         // Never hand out a number below a live ticket, even if the counter was reset.
-        let highest_live = std::fs::read_dir(&queue)?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(Place::parse))
-            .map(|p| p.seq)
-            .max();
+        // A `.new-*` file seen under this lock was left by a waiter killed before its
+        // rename (each exists only while its maker holds the lock): remove it.
+        let mut highest_live = None;
+        for e in std::fs::read_dir(&queue)?.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with(".new-") {
+                let _ = std::fs::remove_file(e.path());
+            } else if let Some(p) = Place::parse(name) {
+                highest_live = highest_live.max(Some(p.seq));
+            }
+        }
         let seq = text
             .trim()
             .parse::<u64>()
@@ -204,5 +211,31 @@ impl Drop for Ticket {
         // Remove first, then the lock goes with the file: whoever is behind sees the
         // lock free and the name gone, and moves up.
         let _ = std::fs::remove_file(Path::new(&self.queue).join(&self.name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn places_order_by_head_started_arrival_then_seq() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LeaseDir::open(tmp.path(), false).unwrap();
+        // A waiter killed between creating and renaming its ticket left this.
+        let stale = tmp.path().join("queue/.new-99999-7");
+        std::fs::write(&stale, "").unwrap();
+        let mut small = Ticket::enqueue(&dir, "{}", Duration::ZERO).unwrap();
+        assert!(!stale.exists(), "a stale .new- file survived");
+        let mut big = Ticket::enqueue(&dir, "{}", Duration::from_millis(700)).unwrap();
+        let mut later = Ticket::enqueue(&dir, "{}", Duration::ZERO).unwrap();
+        assert!(big.place() < small.place() && small.place() < later.place());
+        assert!(big.is_head().unwrap());
+        assert!(!small.is_head().unwrap() && !later.is_head().unwrap());
+        assert_eq!(later.position(), 2);
+        drop(big);
+        assert!(small.is_head().unwrap());
+        assert!(!later.is_head().unwrap());
     }
 }
