@@ -2,6 +2,11 @@
 //! it dies if cibox dies (parent-death signal), it inherits the lease's lock files (so
 //! the GPUs stay leased while any process of it lives, even if cibox is SIGKILLed), and
 //! cibox returns only once the whole group is gone.
+//!
+//! On an interactive terminal the child's group becomes the terminal's foreground
+//! group, as a shell does for a job: otherwise a command that reads the terminal (a
+//! REPL, a `pdb` breakpoint) would be stopped by SIGTTIN and wait forever. Ctrl-C then
+//! reaches the command directly, and Ctrl-Z stops cibox with it.
 
 use std::os::unix::io::RawFd;
 use std::os::unix::process::CommandExt;
@@ -29,14 +34,43 @@ pub enum Ending {
 /// How often the supervisor looks at the child and the signal flag.
 const TICK: Duration = Duration::from_millis(10);
 
+/// The terminal cibox runs in the foreground of, if any: its standard input.
+fn foreground_terminal() -> Option<std::io::Stdin> {
+    let stdin = std::io::stdin();
+    let ours = nix::unistd::getpgrp();
+    (std::io::IsTerminal::is_terminal(&stdin) && nix::unistd::tcgetpgrp(&stdin) == Ok(ours))
+        .then_some(stdin)
+}
+
+/// Makes `pgrp` the terminal's foreground group. Called from a background group too,
+/// so SIGTTOU (which would stop the caller) is blocked around the call.
+fn hand_terminal(terminal: &std::io::Stdin, pgrp: Pid) {
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old));
+    let _ = nix::unistd::tcsetpgrp(terminal, pgrp);
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+}
+
+/// A started group: its leader (whose PID is the group's ID) and, when it was given
+/// the terminal, the terminal to take back.
+pub struct Group {
+    pub leader: Pid,
+    terminal: Option<std::io::Stdin>,
+}
+
 /// Starts `argv` in a new process group with `env` added, keeping `inherit` open in it.
 pub fn spawn_group(
     argv: &[String],
     env: &[(String, String)],
     inherit: &[RawFd],
-) -> std::io::Result<Pid> {
+) -> std::io::Result<Group> {
     let parent = nix::unistd::getpid();
     let inherit = inherit.to_vec();
+    let terminal = foreground_terminal();
+    let interactive = terminal.is_some();
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(env.iter().cloned())
@@ -56,11 +90,27 @@ pub fn spawn_group(
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            if interactive {
+                // Take the terminal before exec, so the command never reads it from
+                // the background (SIGTTOU blocked: we are not the foreground yet).
+                let mut ttou: nix::libc::sigset_t = std::mem::zeroed();
+                nix::libc::sigemptyset(&mut ttou);
+                nix::libc::sigaddset(&mut ttou, nix::libc::SIGTTOU);
+                let mut old: nix::libc::sigset_t = std::mem::zeroed();
+                nix::libc::sigprocmask(nix::libc::SIG_BLOCK, &ttou, &mut old);
+                nix::libc::tcsetpgrp(0, nix::libc::getpid());
+                nix::libc::sigprocmask(nix::libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            }
             Ok(())
         });
     }
     let child = cmd.spawn()?;
-    Ok(Pid::from_raw(child.id() as i32))
+    let leader = Pid::from_raw(child.id() as i32);
+    if let Some(t) = &terminal {
+        // Also from this side, as shells do: whichever runs first, the result is the same.
+        hand_terminal(t, leader);
+    }
+    Ok(Group { leader, terminal })
 }
 
 /// Makes cibox the reaper of orphans it leaves (descendants of its children), so a
@@ -73,14 +123,29 @@ fn group_alive(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
-/// Reaps every exited child; returns the leader's status when it is among them.
-fn reap(leader: Pid) -> Option<WaitStatus> {
+/// Reaps every exited child; returns the leader's status when it is among them. A
+/// leader stopped from the terminal (Ctrl-Z) stops cibox too, and both go on together.
+fn reap(group: &Group) -> Option<WaitStatus> {
     let mut leader_status = None;
     loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        match waitpid(
+            Pid::from_raw(-1),
+            Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
+        ) {
             Ok(WaitStatus::StillAlive) | Err(_) => return leader_status,
+            Ok(WaitStatus::Stopped(pid, _)) => {
+                if pid == group.leader
+                    && let Some(t) = &group.terminal
+                {
+                    hand_terminal(t, nix::unistd::getpgrp());
+                    // Stops here until the shell continues the job (`fg`).
+                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                    hand_terminal(t, group.leader);
+                    let _ = killpg(group.leader, Signal::SIGCONT);
+                }
+            }
             Ok(status) => {
-                if status.pid() == Some(leader) {
+                if status.pid() == Some(group.leader) {
                     leader_status = Some(status);
                 }
             }
@@ -90,13 +155,13 @@ fn reap(leader: Pid) -> Option<WaitStatus> {
 
 /// Waits for the leader, forwarding terminating signals to the group, then makes sure
 /// the whole group is gone (SIGTERM, `grace`, SIGKILL) before returning.
-pub fn supervise(leader: Pid, grace: Duration) -> Ending {
-    let pgid = leader;
+pub fn supervise(group: &Group, grace: Duration) -> Ending {
+    let pgid = group.leader;
     let mut ending = None;
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
     loop {
-        if let Some(status) = reap(leader) {
+        if let Some(status) = reap(group) {
             ending.get_or_insert(match status {
                 WaitStatus::Exited(_, code) => Ending::Exited(code),
                 WaitStatus::Signaled(_, sig, _) => Ending::Killed(sig as i32),
@@ -115,7 +180,10 @@ pub fn supervise(leader: Pid, grace: Duration) -> Ending {
         if let Some(end) = ending {
             if !group_alive(pgid) {
                 // Reap what is left (zombies we now own) and report.
-                reap(leader);
+                reap(group);
+                if let Some(t) = &group.terminal {
+                    hand_terminal(t, nix::unistd::getpgrp());
+                }
                 return end;
             }
             if !terminated {

@@ -611,3 +611,74 @@ fn another_user_shares_the_lease_dir() {
         .fails_with(4, "by pid");
     assert!(root_holder.wait().unwrap().success());
 }
+
+/// Runs `cibox ARGS` on a fresh pseudo-terminal (Python's `pty`), types `input`, and
+/// returns what the terminal showed, or panics when it has not ended within 20 s.
+fn on_a_terminal(base: &std::process::Command, input: &str) -> String {
+    const DRIVER: &str = r#"
+import os, pty, select, signal, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+os.write(fd, sys.argv[1].encode())
+out, deadline = b"", time.time() + 20
+while time.time() < deadline:
+    if select.select([fd], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+done, status = os.waitpid(pid, os.WNOHANG)
+if not done:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    print("TIMED OUT")
+sys.stdout.write(out.decode(errors="replace"))
+print("EXIT", os.waitstatus_to_exitcode(status) if done else "none")
+"#;
+    let mut c = std::process::Command::new("python3");
+    c.arg("-c")
+        .arg(DRIVER)
+        .arg(input)
+        .arg(base.get_program())
+        .args(base.get_args());
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    if let Some(d) = base.get_current_dir() {
+        c.current_dir(d);
+    }
+    let out = c.output().expect("python3 runs the terminal driver");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!text.contains("TIMED OUT"), "hung on the terminal: {text}");
+    text
+}
+
+#[test]
+fn an_interactive_command_gets_the_terminal() {
+    // On a terminal the command is the foreground job, so it can read the terminal (a
+    // REPL, a breakpoint) instead of being stopped by SIGTTIN for good.
+    let h = GpuHost::new(1);
+    let shown = on_a_terminal(
+        &h.cmd(&[
+            "gpu",
+            "exec",
+            "--count",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got:$x; exit 3",
+        ]),
+        "hello\n",
+    );
+    assert!(shown.contains("got:hello"), "{shown}");
+    assert!(shown.contains("EXIT 3"), "{shown}");
+    assert!(h.leased().is_empty());
+}

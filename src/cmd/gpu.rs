@@ -285,9 +285,9 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
     ];
     process::become_subreaper();
-    let leader = process::spawn_group(&args.command, &env, &lease.fds())
+    let group = process::spawn_group(&args.command, &env, &lease.fds())
         .map_err(|e| Error::Usage(format!("gpu exec: cannot run `{}`: {e}", args.command[0])))?;
-    let ending = process::supervise(leader, GRACE);
+    let ending = process::supervise(&group, GRACE);
     // The whole group is gone: only now may the GPUs go to someone else.
     lease.release();
     Ok(match ending {
