@@ -682,3 +682,42 @@ fn an_interactive_command_gets_the_terminal() {
     assert!(shown.contains("EXIT 3"), "{shown}");
     assert!(h.leased().is_empty());
 }
+
+#[test]
+fn a_head_waiting_on_a_gpu_busy_outside_cibox_does_not_hold_up_others() {
+    // GPU 0 runs a process cibox does not know. A waits for exactly GPU 0; B, behind
+    // it, wants any one GPU: GPUs 1-3 are of no use to A, so B must not wait for A.
+    let h = GpuHost::new(4);
+    h.smi.set("apps.csv", &format!("{}, 4242, 100\n", uuid(0)));
+    let mut a = h
+        .cmd(&[
+            "gpu",
+            "exec",
+            "--devices",
+            "0",
+            "--wait",
+            "6s",
+            "--",
+            "true",
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let queued = || {
+        std::fs::read_dir(h.locks.path().join("queue"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert!(wait_until(10, || queued() == 1));
+    let b = h.run(&["gpu", "exec", "--count", "1", "--wait", "3s", "--", "true"]);
+    b.ok();
+    assert_eq!(
+        a.wait().unwrap().code(),
+        Some(4),
+        "A got GPU 0 while it was busy"
+    );
+}

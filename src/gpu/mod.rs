@@ -170,8 +170,8 @@ fn leased_now(dir: &LeaseDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
 }
 
 /// Whether we may take `mine` now, ahead of the waiters in `ahead`. Never when one of
-/// them could be served from the GPUs free right now (`free`): overtaking only fills GPUs
-/// nobody ahead can use yet. And for each waiter A ahead, the GPUs of A's pool held by
+/// them could be served from the GPUs available right now (`available`: unleased and
+/// not known to be busy): overtaking only fills GPUs nobody ahead can use yet. And for each waiter A ahead, the GPUs of A's pool held by
 /// leases granted to places behind A (its overtakers), plus ours, must leave room for A's
 /// request once the holders from before A finish, so nobody is starved: an 8-GPU request
 /// on 8 GPUs is never overtaken.
@@ -179,20 +179,27 @@ fn may_overtake(
     dir: &LeaseDir,
     ahead: &[(queue::Place, String)],
     mine: &[PoolGpu],
-    free: &[&PoolGpu],
+    available: &[&PoolGpu],
 ) -> bool {
     for (place, text) in ahead {
         let Ok(a) = serde_json::from_str::<Request>(text) else {
             return false; // a waiter we cannot read: assume the strictest case
         };
         if let Some(devices) = &a.devices {
-            let servable = devices.iter().all(|d| free.iter().any(|g| &g.uuid == d));
+            let servable = devices
+                .iter()
+                .all(|d| available.iter().any(|g| &g.uuid == d));
             if servable || mine.iter().any(|g| devices.contains(&g.uuid)) {
                 return false;
             }
             continue;
         }
-        if free.iter().filter(|g| a.pool.contains(&g.uuid)).count() >= a.need {
+        if available
+            .iter()
+            .filter(|g| a.pool.contains(&g.uuid))
+            .count()
+            >= a.need
+        {
             return false;
         }
         let overtakers = a
@@ -259,6 +266,7 @@ pub fn acquire(
     let mut next_probe = start;
     let mut next_overtake = start;
     let mut busy: Vec<(u32, String)> = Vec::new();
+    let mut next_busy_refresh = start;
     loop {
         if let Some(sig) = signals::received() {
             return Err(Error::Interrupted(sig));
@@ -285,22 +293,24 @@ pub fn acquire(
                 } else {
                     ticket.ahead().map_err(|e| io("reading the queue", e))?
                 };
-                // Cheap first: would taking the first free GPUs be allowed at all?
-                let tentative: Vec<PoolGpu> =
-                    free.iter().take(need).map(|g| (*g).clone()).collect();
-                if !ahead.is_empty() && !may_overtake(dir, &ahead, &tentative, &free) {
-                    return Ok(None);
+                // Cheap first: would taking free GPUs be allowed at all? GPUs the last
+                // probe found busy serve nobody ahead either; while the answer is no,
+                // that knowledge is refreshed at most every BUSY_RECHECK, so a head that
+                // waits on GPUs busy outside cibox does not hold up those behind it.
+                if !ahead.is_empty() {
+                    let mut allowed = overtake_allowed(dir, &ahead, &free, &busy, need);
+                    if !allowed && Instant::now() >= next_busy_refresh {
+                        next_busy_refresh = Instant::now() + BUSY_RECHECK;
+                        busy = busy_among(&free, &probe()?, policy);
+                        allowed = overtake_allowed(dir, &ahead, &free, &busy, need);
+                    }
+                    if !allowed {
+                        return Ok(None);
+                    }
                 }
                 let snap = probe()?;
-                busy = free
-                    .iter()
-                    .filter_map(|g| pool::busy_reason(&g.uuid, &snap, policy).map(|r| (g.index, r)))
-                    .collect();
-                let idle: Vec<&PoolGpu> = free
-                    .iter()
-                    .copied()
-                    .filter(|g| !busy.iter().any(|(i, _)| *i == g.index))
-                    .collect();
+                busy = busy_among(&free, &snap, policy);
+                let idle = idle_among(&free, &busy);
                 if idle.len() < need {
                     next_probe = Instant::now() + BUSY_RECHECK;
                     return Ok(None);
@@ -308,7 +318,7 @@ pub fn acquire(
                 let Some(mut lease) = take(dir, &idle, need).map_err(|e| io("locking", e))? else {
                     return Ok(None);
                 };
-                if !ahead.is_empty() && !may_overtake(dir, &ahead, lease.gpus(), &free) {
+                if !ahead.is_empty() && !may_overtake(dir, &ahead, lease.gpus(), &idle) {
                     return Ok(None);
                 }
                 // Re-check under the lock, immediately before the hand-out.
@@ -351,6 +361,34 @@ pub fn acquire(
         on_wait(&report);
         std::thread::sleep(POLL);
     }
+}
+
+/// The GPUs of `free` that `snap` shows busy, with the reason.
+fn busy_among(free: &[&PoolGpu], snap: &Snapshot, policy: &IdlePolicy) -> Vec<(u32, String)> {
+    free.iter()
+        .filter_map(|g| pool::busy_reason(&g.uuid, snap, policy).map(|r| (g.index, r)))
+        .collect()
+}
+
+fn idle_among<'a>(free: &[&'a PoolGpu], busy: &[(u32, String)]) -> Vec<&'a PoolGpu> {
+    free.iter()
+        .copied()
+        .filter(|g| !busy.iter().any(|(i, _)| *i == g.index))
+        .collect()
+}
+
+/// Whether a waiter behind the head could take `need` of the free GPUs not known to be
+/// busy, by [`may_overtake`].
+fn overtake_allowed(
+    dir: &LeaseDir,
+    ahead: &[(queue::Place, String)],
+    free: &[&PoolGpu],
+    busy: &[(u32, String)],
+    need: usize,
+) -> bool {
+    let idle = idle_among(free, busy);
+    let tentative: Vec<PoolGpu> = idle.iter().take(need).map(|g| (*g).clone()).collect();
+    tentative.len() == need && may_overtake(dir, ahead, &tentative, &idle)
 }
 
 /// Locks `need` of `idle` in order; all or nothing (no hold-and-wait).
