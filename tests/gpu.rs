@@ -631,7 +631,11 @@ while time.time() < deadline:
         if not chunk:
             break
         out += chunk
+# The terminal closes a moment before the process can be reaped.
 done, status = os.waitpid(pid, os.WNOHANG)
+while not done and time.time() < deadline:
+    time.sleep(0.05)
+    done, status = os.waitpid(pid, os.WNOHANG)
 if not done:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
