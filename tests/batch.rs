@@ -242,6 +242,27 @@ fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
     );
     let mut child = p.batch_cmd(&["batch", "run", "long"]).spawn().unwrap();
     assert!(wait_until(30, || p.containers().len() == 1));
+    let run_id = String::from_utf8(
+        std::process::Command::new("docker")
+            .args([
+                "inspect",
+                "--format",
+                "{{index .Config.Labels \"org.cibox.run\"}}",
+            ])
+            .arg(&p.containers()[0])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let record = std::path::Path::new("/run/lock/cibox/runs").join(format!("{run_id}.lock"));
+    assert!(
+        record.exists(),
+        "no record of the live run at {}",
+        record.display()
+    );
     // While its run lives, neither another run of the scope (as a sibling job of the
     // same workflow run would) nor a cleanup touches it.
     p.run(&["batch", "run", "quick"]).ok();
@@ -304,6 +325,10 @@ fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
     let r = run(cibox(p.project.path()).args(["cleanup", "--scope", &p.scope()]));
     r.ok();
     assert!(r.stdout.contains("removed 1 container"), "{}", r.stdout);
+    assert!(
+        !record.exists(),
+        "the dead run's record outlived its containers"
+    );
     assert!(
         r.stderr.contains(&format!(
             "leaving {other_host}: made on host some-other-host"
@@ -524,8 +549,15 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
     let smi = FakeSmi::with_gpus(2);
     let locks = tempfile::tempdir().unwrap();
     // A container left running by a cibox that died: its lock died with it, its label
-    // still names GPU 0.
+    // still names GPU 0, and the dead run's record is in the lock dir's runs/.
     let name = format!("cibox-bt-orphan-{}", nonce());
+    let run_id = "0123456789abcdef";
+    std::fs::create_dir_all(locks.path().join("runs")).unwrap();
+    std::fs::write(
+        locks.path().join(format!("runs/{run_id}.lock")),
+        r#"{"project":"bt","scope":"orphans"}"#,
+    )
+    .unwrap();
     let out = std::process::Command::new("docker")
         .args([
             "run",
@@ -534,6 +566,8 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
             &name,
             "--label",
             "org.cibox.owner=cibox",
+            "--label",
+            &format!("org.cibox.run={run_id}"),
             "--label",
         ])
         .arg(format!("org.cibox.gpus={}", uuid(0)))

@@ -6,37 +6,56 @@
 //! `gpu exec`, `gpu status`, `capacity`) adds what the engine says to nvidia-smi's
 //! view: a GPU named in the `org.cibox.gpus` label of a running cibox container is
 //! busy. Not being able to list the containers fails closed, like a probe failure.
+//!
+//! Such an orphan exists only while the record of a dead run does ([`run_lock`]), so
+//! outside `batch run` (which talks to the engine anyway) the engine is asked only
+//! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing.
 
 use crate::engine::{ContainerInfo, Engine};
+use crate::gpu::lease::LeaseDir;
 use crate::gpu::probe::{self, ProbeError, Snapshot};
 use crate::report;
 
 use super::container::{LABEL_GPUS, LABEL_OWNER};
+use super::run_lock;
 
-/// The engine, when one answers, to ask for running cibox containers.
+/// Probes GPUs, adding the claims of orphaned cibox containers when any can exist.
 pub struct ContainerClaims {
-    rt: tokio::runtime::Runtime,
-    engine: Engine,
+    runs: LeaseDir,
+    /// Connected on first need; `Some(None)` once no engine answered.
+    engine: Option<Option<(tokio::runtime::Runtime, Engine)>>,
 }
 
 impl ContainerClaims {
-    /// `None` when no engine answers on this host: then no container can hold a GPU.
-    pub fn connect() -> Option<ContainerClaims> {
-        let rt = crate::engine::runtime().ok()?;
-        match rt.block_on(Engine::connect()) {
-            Ok(engine) => Some(ContainerClaims { rt, engine }),
-            Err(e) => {
-                report::debug(format!("no running cibox containers to consider: {e}"));
-                None
-            }
+    /// For the runs recorded in `lock_dir`.
+    pub fn new(lock_dir: LeaseDir) -> ContainerClaims {
+        ContainerClaims {
+            runs: lock_dir,
+            engine: None,
         }
     }
 
     /// nvidia-smi's view with the GPUs of running cibox containers marked busy.
-    pub fn probe(claims: Option<&ContainerClaims>) -> Result<Snapshot, ProbeError> {
+    pub fn probe(&mut self) -> Result<Snapshot, ProbeError> {
         let mut snap = probe::probe(probe::timeout())?;
-        if let Some(c) = claims {
-            mark(&mut snap, &c.engine, &c.rt)?;
+        // An unreadable runs/ folder counts as a dead run: ask.
+        let orphans_possible = run_lock::dead_runs(&self.runs).map_or(true, |d| !d.is_empty());
+        if !orphans_possible {
+            return Ok(snap);
+        }
+        let engine = self.engine.get_or_insert_with(|| {
+            let rt = crate::engine::runtime().ok()?;
+            match rt.block_on(Engine::connect()) {
+                Ok(engine) => Some((rt, engine)),
+                Err(e) => {
+                    // No engine, no container: nothing can hold a GPU that way.
+                    report::debug(format!("no running cibox containers to consider: {e}"));
+                    None
+                }
+            }
+        });
+        if let Some((rt, engine)) = engine {
+            mark(&mut snap, engine, rt)?;
         }
         Ok(snap)
     }

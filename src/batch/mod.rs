@@ -132,7 +132,8 @@ pub struct Swept {
 /// Removes the containers of this project and scope whose run is gone (its cibox died):
 /// exact owner/project/scope labels, the name prefix they imply, a run ID, made on this
 /// host, and the run's lock in `runs` free ([`run_lock`]). A live run's containers are
-/// left alone, as are those of another host.
+/// left alone, as are those of another host. Then forgets the records of this scope's
+/// dead runs.
 pub async fn sweep(
     engine: &Engine,
     project: Option<&str>,
@@ -187,6 +188,18 @@ pub async fn sweep(
         ));
         engine.remove_container(&c.id).await?;
         swept.removed += 1;
+    }
+    // Every container of this scope's (and project's) dead runs is gone now: their
+    // records can go too, and with them the reason to ask the engine (see `claims`).
+    let dead = run_lock::dead_runs(runs)
+        .map_err(|e| Error::Infra(format!("lock dir {}: runs/: {e}", runs.path().display())))?;
+    for (run, info) in dead {
+        if let Some(info) = info
+            && info.scope == scope
+            && project.is_none_or(|p| p == info.project)
+        {
+            run_lock::forget(runs, &run);
+        }
     }
     for (name, other) in &swept.elsewhere {
         report::warn(format!(

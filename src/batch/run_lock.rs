@@ -6,8 +6,15 @@
 //! `flock` on `<lock_dir>/runs/<run>.lock` for as long as it may have containers; the
 //! kernel drops it when the run's cibox exits or is killed, so a lock that can be taken
 //! means the run is gone, the same proof the GPU leases rest on.
+//!
+//! A run that ends normally removes its file. A file whose lock is free is the record
+//! of a run that died: only then can an orphaned container exist, which is what lets
+//! `gpu exec` ask the engine only when there is reason to ([`super::claims`]). The file
+//! names the run's project and scope, so the sweep of that scope forgets the record
+//! once none of the run's containers is left.
 
 use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
@@ -19,8 +26,19 @@ pub fn is_run_id(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+fn runs_dir(dir: &LeaseDir) -> PathBuf {
+    dir.path().join("runs")
+}
+
 fn path(dir: &LeaseDir, run: &str) -> PathBuf {
-    dir.path().join("runs").join(format!("{run}.lock"))
+    runs_dir(dir).join(format!("{run}.lock"))
+}
+
+/// What a run's file says of it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunInfo {
+    pub project: String,
+    pub scope: String,
 }
 
 /// The lock a live run holds; dropped when the run ends (after its containers).
@@ -30,17 +48,18 @@ pub struct RunLock {
 }
 
 impl RunLock {
-    pub fn hold(dir: &LeaseDir, run: &str) -> std::io::Result<RunLock> {
+    pub fn hold(dir: &LeaseDir, run: &str, info: &RunInfo) -> std::io::Result<RunLock> {
         debug_assert!(is_run_id(run));
         let path = path(dir, run);
         // Readable by all, so another user's sweep can test the lock.
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&path)?;
         file.lock()?;
+        file.write_all(&serde_json::to_vec(info).expect("run info serialises"))?;
         Ok(RunLock { path, _file: file })
     }
 }
@@ -53,8 +72,7 @@ impl Drop for RunLock {
 
 /// Whether run `run` (a valid run ID) is alive on this host.
 pub fn is_alive(dir: &LeaseDir, run: &str) -> std::io::Result<bool> {
-    let path = path(dir, run);
-    let file = match File::open(&path) {
+    let file = match File::open(path(dir, run)) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
@@ -62,32 +80,87 @@ pub fn is_alive(dir: &LeaseDir, run: &str) -> std::io::Result<bool> {
     match file.try_lock_shared() {
         Err(TryLockError::WouldBlock) => Ok(true),
         Err(TryLockError::Error(e)) => Err(e),
-        Ok(()) => {
-            // A run that was killed leaves its file; tidy it when we may.
-            let _ = std::fs::remove_file(&path);
-            Ok(false)
+        Ok(()) => Ok(false),
+    }
+}
+
+/// The runs recorded in `runs/` whose cibox is gone: ID, and what the record says
+/// (`None` when it cannot be read).
+pub fn dead_runs(dir: &LeaseDir) -> std::io::Result<Vec<(String, Option<RunInfo>)>> {
+    let entries = match std::fs::read_dir(runs_dir(dir)) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut dead = Vec::new();
+    for e in entries {
+        let e = e?;
+        let name = e.file_name();
+        let Some(run) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".lock"))
+            .filter(|r| is_run_id(r))
+        else {
+            continue;
+        };
+        let mut file = match File::open(e.path()) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // just ended
+            Err(e) => return Err(e),
+        };
+        match file.try_lock_shared() {
+            Err(TryLockError::WouldBlock) => continue,
+            Err(TryLockError::Error(e)) => return Err(e),
+            Ok(()) => {
+                let mut text = String::new();
+                let info = file
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| serde_json::from_str(&text).ok());
+                dead.push((run.to_string(), info));
+            }
         }
     }
+    Ok(dead)
+}
+
+/// Forgets a dead run's record (none of its containers is left).
+pub fn forget(dir: &LeaseDir, run: &str) {
+    let _ = std::fs::remove_file(path(dir, run));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn info() -> RunInfo {
+        RunInfo {
+            project: "p".into(),
+            scope: "s".into(),
+        }
+    }
+
     #[test]
-    fn a_held_run_is_alive_and_a_released_one_is_gone() {
+    fn a_held_run_is_alive_and_a_dead_one_is_listed_until_forgotten() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LeaseDir::open(tmp.path(), false).unwrap();
         let run = "0123456789abcdef";
         assert!(!is_alive(&dir, run).unwrap());
-        let lock = RunLock::hold(&dir, run).unwrap();
+        let lock = RunLock::hold(&dir, run, &info()).unwrap();
         assert!(is_alive(&dir, run).unwrap());
+        assert!(dead_runs(&dir).unwrap().is_empty());
         drop(lock);
         assert!(!is_alive(&dir, run).unwrap());
-        // A killed run leaves its file, unlocked: gone, and the file is tidied.
-        std::fs::write(path(&dir, run), "").unwrap();
+        assert!(
+            dead_runs(&dir).unwrap().is_empty(),
+            "a run that ended is no record"
+        );
+        // A killed run leaves its file, unlocked: a dead run, until a sweep forgets it.
+        std::fs::write(path(&dir, run), serde_json::to_vec(&info()).unwrap()).unwrap();
         assert!(!is_alive(&dir, run).unwrap());
-        assert!(!path(&dir, run).exists());
+        assert_eq!(dead_runs(&dir).unwrap(), [(run.to_string(), Some(info()))]);
+        forget(&dir, run);
+        assert!(dead_runs(&dir).unwrap().is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::{Context, runtime};
 use crate::batch;
-use crate::batch::run_lock::RunLock;
+use crate::batch::run_lock::{RunInfo, RunLock};
 use crate::cli::RunOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -216,7 +216,11 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
     // containers alone; taken before our first container exists.
     let lock_dir = LeaseDir::open(&m.gpu.lock_dir, m.gpu.allow_network_lock_dir)?;
     let run_id = batch::new_run_id();
-    let _run_lock = RunLock::hold(&lock_dir, &run_id).map_err(|e| {
+    let run_info = RunInfo {
+        project: m.project.clone(),
+        scope: scope.clone(),
+    };
+    let _run_lock = RunLock::hold(&lock_dir, &run_id, &run_info).map_err(|e| {
         Error::Infra(format!(
             "lock dir {}: cannot take this run's lock: {e}",
             lock_dir.path().display()

@@ -33,7 +33,7 @@ pub fn run(
         layers.to_vec()
     };
     // A probe failure is exit 5, never "ready".
-    let snap = ContainerClaims::probe(ContainerClaims::connect().as_ref())?;
+    let snap = ContainerClaims::new(LeaseDir::existing(&m.gpu.lock_dir)).probe()?;
     let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
     let dir = LeaseDir::existing(&m.gpu.lock_dir);
     let mut leased = 0;

@@ -37,11 +37,8 @@ pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
 
 /// Probes (with the GPUs of running cibox containers, see [`ContainerClaims`]) and
 /// resolves the pool; an unknown pool entry is a configuration error.
-fn probe_pool(
-    cfg: &GpuConfig,
-    claims: Option<&ContainerClaims>,
-) -> Result<(Snapshot, Vec<PoolGpu>)> {
-    let snap = ContainerClaims::probe(claims)?;
+fn probe_pool(cfg: &GpuConfig, claims: &mut ContainerClaims) -> Result<(Snapshot, Vec<PoolGpu>)> {
+    let snap = claims.probe()?;
     let pool = pool::resolve(&cfg.pool, &snap).map_err(Error::Usage)?;
     Ok((snap, pool))
 }
@@ -49,7 +46,8 @@ fn probe_pool(
 /// `cibox gpu status`: one row per GPU, without waiting on any lock.
 pub fn status(ctx: &Context) -> Result<u8> {
     let cfg = settings(ctx)?;
-    let (snap, pool) = probe_pool(&cfg, ContainerClaims::connect().as_ref())?;
+    let mut claims = ContainerClaims::new(LeaseDir::existing(&cfg.lock_dir));
+    let (snap, pool) = probe_pool(&cfg, &mut claims)?;
     let dir = LeaseDir::existing(&cfg.lock_dir);
     let mut rows = Vec::new();
     for g in &snap.gpus {
@@ -238,8 +236,8 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
     let ticket = gpu::join_queue(&dir, &holder, need)?;
-    let claims = ContainerClaims::connect();
-    let (snap, pool) = probe_pool(&cfg, claims.as_ref())?;
+    let mut claims = ContainerClaims::new(dir.clone());
+    let (snap, pool) = probe_pool(&cfg, &mut claims)?;
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {
             let n = *n as usize;
@@ -265,7 +263,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         &cfg.idle,
         wait,
         &holder,
-        || ContainerClaims::probe(claims.as_ref()),
+        || claims.probe(),
         |r| progress.tick(r),
     );
     progress.finish();

@@ -180,17 +180,20 @@ fn may_overtake(
     ahead: &[(queue::Place, String)],
     mine: &[PoolGpu],
     available: &[&PoolGpu],
-) -> bool {
+) -> Overtake {
     for (place, text) in ahead {
         let Ok(a) = serde_json::from_str::<Request>(text) else {
-            return false; // a waiter we cannot read: assume the strictest case
+            return Overtake::No; // a waiter we cannot read: assume the strictest case
         };
         if let Some(devices) = &a.devices {
-            let servable = devices
+            if devices
                 .iter()
-                .all(|d| available.iter().any(|g| &g.uuid == d));
-            if servable || mine.iter().any(|g| devices.contains(&g.uuid)) {
-                return false;
+                .all(|d| available.iter().any(|g| &g.uuid == d))
+            {
+                return Overtake::NotWhileServable(*place);
+            }
+            if mine.iter().any(|g| devices.contains(&g.uuid)) {
+                return Overtake::No;
             }
             continue;
         }
@@ -200,7 +203,7 @@ fn may_overtake(
             .count()
             >= a.need
         {
-            return false;
+            return Overtake::NotWhileServable(*place);
         }
         let overtakers = a
             .pool
@@ -214,10 +217,20 @@ fn may_overtake(
             .count();
         let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
         if overtakers + mine_in_pool + a.need > a.pool.len() {
-            return false;
+            return Overtake::No;
         }
     }
-    true
+    Overtake::Yes
+}
+
+/// Whether a waiter may take GPUs ahead of those before it in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Overtake {
+    Yes,
+    No,
+    /// The waiter at this place could be served from the available GPUs: it takes
+    /// them itself, unless they are busy in a way not known yet.
+    NotWhileServable(queue::Place),
 }
 
 /// Leases `want` from `pool`, waiting up to `wait` in the fair queue, where `ticket`
@@ -267,6 +280,7 @@ pub fn acquire(
     let mut next_overtake = start;
     let mut busy: Vec<(u32, String)> = Vec::new();
     let mut next_busy_refresh = start;
+    let mut servable_since: Option<(queue::Place, Instant)> = None;
     loop {
         if let Some(sig) = signals::received() {
             return Err(Error::Interrupted(sig));
@@ -293,19 +307,33 @@ pub fn acquire(
                 } else {
                     ticket.ahead().map_err(|e| io("reading the queue", e))?
                 };
-                // Cheap first: would taking free GPUs be allowed at all? GPUs the last
-                // probe found busy serve nobody ahead either; while the answer is no,
-                // that knowledge is refreshed at most every BUSY_RECHECK, so a head that
-                // waits on GPUs busy outside cibox does not hold up those behind it.
+                // Cheap first: would taking free GPUs be allowed at all?
                 if !ahead.is_empty() {
-                    let mut allowed = overtake_allowed(dir, &ahead, &free, &busy, need);
-                    if !allowed && Instant::now() >= next_busy_refresh {
-                        next_busy_refresh = Instant::now() + BUSY_RECHECK;
-                        busy = busy_among(&free, &probe()?, policy);
-                        allowed = overtake_allowed(dir, &ahead, &free, &busy, need);
-                    }
-                    if !allowed {
-                        return Ok(None);
+                    match overtake_allowed(dir, &ahead, &free, &busy, need) {
+                        Overtake::Yes => {}
+                        Overtake::No => return Ok(None),
+                        Overtake::NotWhileServable(place) => {
+                            // A waiter ahead looks servable and should take its GPUs
+                            // within moments. If it has not for BUSY_RECHECK, they are
+                            // likely busy outside cibox: probe, so that GPUs busy for
+                            // it do not hold up everyone behind it.
+                            let now = Instant::now();
+                            let since = match servable_since {
+                                Some((p, t)) if p == place => t,
+                                _ => {
+                                    servable_since = Some((place, now));
+                                    now
+                                }
+                            };
+                            if now < since + BUSY_RECHECK || now < next_busy_refresh {
+                                return Ok(None);
+                            }
+                            next_busy_refresh = now + BUSY_RECHECK;
+                            busy = busy_among(&free, &probe()?, policy);
+                            if overtake_allowed(dir, &ahead, &free, &busy, need) != Overtake::Yes {
+                                return Ok(None);
+                            }
+                        }
                     }
                 }
                 let snap = probe()?;
@@ -318,7 +346,9 @@ pub fn acquire(
                 let Some(mut lease) = take(dir, &idle, need).map_err(|e| io("locking", e))? else {
                     return Ok(None);
                 };
-                if !ahead.is_empty() && !may_overtake(dir, &ahead, lease.gpus(), &idle) {
+                if !ahead.is_empty()
+                    && may_overtake(dir, &ahead, lease.gpus(), &idle) != Overtake::Yes
+                {
                     return Ok(None);
                 }
                 // Re-check under the lock, immediately before the hand-out.
@@ -385,10 +415,13 @@ fn overtake_allowed(
     free: &[&PoolGpu],
     busy: &[(u32, String)],
     need: usize,
-) -> bool {
+) -> Overtake {
     let idle = idle_among(free, busy);
     let tentative: Vec<PoolGpu> = idle.iter().take(need).map(|g| (*g).clone()).collect();
-    tentative.len() == need && may_overtake(dir, ahead, &tentative, &idle)
+    if tentative.len() < need {
+        return Overtake::No;
+    }
+    may_overtake(dir, ahead, &tentative, &idle)
 }
 
 /// Locks `need` of `idle` in order; all or nothing (no hold-and-wait).
