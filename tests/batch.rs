@@ -745,3 +745,18 @@ fn an_engine_refusal_ends_its_batch_not_the_run() {
     assert!(p.reports().join("summary.md").exists());
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn a_run_after_a_killed_run_takes_over_its_reports_folder() {
+    // A SIGKILLed run leaves its batch folder without result.json; the next run must
+    // know it as cibox's, not refuse it as someone else's.
+    let p = busybox_project(&batch("nap", 0, "1m", &["sleep 2", JUNIT_OK], ""), "");
+    let mut child = p.batch_cmd(&["batch", "run", "nap"]).spawn().unwrap();
+    assert!(wait_until(30, || p.containers().len() == 1));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!p.reports().join("nap/result.json").exists());
+    p.run(&["batch", "run", "nap"]).ok();
+    assert_eq!(p.result("nap")["status"], "passed");
+    assert!(p.containers().is_empty());
+}

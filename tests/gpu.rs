@@ -460,19 +460,10 @@ fn a_big_request_of_a_burst_goes_first_but_not_one_that_came_later() {
     // start puts it ahead); D wants 8 a second after B, past its head start: behind B.
     let h = GpuHost::new(8);
     let log = h.work.path().join("burst.log");
-    let tickets = || {
-        std::fs::read_dir(h.locks.path().join("queue"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
     let mut a = timed_job(&h, 8, "2", &log, "A");
     assert!(wait_until(10, || h.leased().len() == 8));
     let mut b = timed_job(&h, 1, "0.3", &log, "B");
-    assert!(wait_until(10, || tickets() == 1));
+    assert!(wait_until(10, || h.queued() == 1));
     let mut c = timed_job(&h, 8, "0.3", &log, "C");
     std::thread::sleep(Duration::from_millis(1000));
     let mut d = timed_job(&h, 8, "0.3", &log, "D");
@@ -707,16 +698,7 @@ fn a_head_waiting_on_a_gpu_busy_outside_cibox_does_not_hold_up_others() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let queued = || {
-        std::fs::read_dir(h.locks.path().join("queue"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
-    assert!(wait_until(10, || queued() == 1));
+    assert!(wait_until(10, || h.queued() == 1));
     let b = h.run(&["gpu", "exec", "--count", "1", "--wait", "3s", "--", "true"]);
     b.ok();
     assert_eq!(

@@ -317,11 +317,16 @@ pub fn run(
     Ok(exit::most_severe(codes))
 }
 
+/// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
+/// run that was killed (no `result.json` yet) is still known to be ours.
+const BATCH_DIR_MARKER: &str = ".cibox-batch";
+
 /// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
 /// by the run). Checked for every batch before the first starts.
 fn check_batch_dir(reports: &Path, name: &str) -> Result<()> {
     let dir = reports.join(name);
     let ours = !dir.exists()
+        || dir.join(BATCH_DIR_MARKER).exists()
         || dir.join("result.json").exists()
         || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
     if !ours {
@@ -343,6 +348,8 @@ fn batch_dir(reports: &Path, name: &str) -> Result<PathBuf> {
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    record::create_fresh(&dir.join(BATCH_DIR_MARKER))
+        .map_err(|e| Error::Infra(format!("cannot write in {}: {e}", dir.display())))?;
     Ok(dir)
 }
 

@@ -324,6 +324,17 @@ impl GpuHost {
             .map(|g| g["index"].as_u64().unwrap())
             .collect()
     }
+
+    /// How many tickets wait in the lease queue.
+    pub fn queued(&self) -> usize {
+        std::fs::read_dir(self.locks.path().join("queue"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
 }
 
 /// Polls `cond` every 10 ms for up to `secs`.
