@@ -2,7 +2,8 @@
 # Installs and starts what cibox's tests and demo need on a fresh Debian machine:
 # a Docker engine (Debian's docker.io, dockerd started in the background when no engine
 # answers), busybox-static (the demo image's rootfs), debootstrap (the Debian image of
-# the Python test), nix-bin (offline checks of the flake), and cargo-nextest. Idempotent.
+# the Python test), nix-bin (offline checks of the flake), python3 (drives a pseudo-
+# terminal in the `gpu exec` terminal test), and cargo-nextest. Idempotent.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,7 @@ command -v docker >/dev/null 2>&1 || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 command -v nix-instantiate >/dev/null 2>&1 || need+=(nix-bin)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup-host: need root to install: ${need[*]}" >&2
