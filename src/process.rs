@@ -34,31 +34,33 @@ pub enum Ending {
 /// How often the supervisor looks at the child and the signal flag.
 const TICK: Duration = Duration::from_millis(10);
 
-/// The terminal cibox runs in the foreground of, if any: its standard input.
-fn foreground_terminal() -> Option<std::io::Stdin> {
+/// Whether cibox runs in the foreground of a terminal (its standard input).
+fn in_terminal_foreground() -> bool {
     let stdin = std::io::stdin();
-    let ours = nix::unistd::getpgrp();
-    (std::io::IsTerminal::is_terminal(&stdin) && nix::unistd::tcgetpgrp(&stdin) == Ok(ours))
-        .then_some(stdin)
+    std::io::IsTerminal::is_terminal(&stdin)
+        && nix::unistd::tcgetpgrp(&stdin) == Ok(nix::unistd::getpgrp())
 }
 
-/// Makes `pgrp` the terminal's foreground group. Called from a background group too,
-/// so SIGTTOU (which would stop the caller) is blocked around the call.
-fn hand_terminal(terminal: &std::io::Stdin, pgrp: Pid) {
+/// Makes `pgrp` the foreground group of the terminal on standard input. Called from a
+/// background group too, so SIGTTOU (which would stop the caller) is blocked around
+/// the call. Async-signal-safe (no allocation), so the child may call it before exec.
+fn hand_terminal(pgrp: Pid) {
     use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
     let mut ttou = SigSet::empty();
     ttou.add(Signal::SIGTTOU);
     let mut old = SigSet::empty();
     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old));
-    let _ = nix::unistd::tcsetpgrp(terminal, pgrp);
+    // SAFETY: fd 0 stays open for the duration of the call.
+    let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
+    let _ = nix::unistd::tcsetpgrp(stdin, pgrp);
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
-/// A started group: its leader (whose PID is the group's ID) and, when it was given
-/// the terminal, the terminal to take back.
+/// A started group: its leader (whose PID is the group's ID), and whether it was given
+/// the terminal (to take back).
 pub struct Group {
     pub leader: Pid,
-    terminal: Option<std::io::Stdin>,
+    interactive: bool,
 }
 
 /// Starts `argv` in a new process group with `env` added, keeping `inherit` open in it.
@@ -69,14 +71,13 @@ pub fn spawn_group(
 ) -> std::io::Result<Group> {
     let parent = nix::unistd::getpid();
     let inherit = inherit.to_vec();
-    let terminal = foreground_terminal();
-    let interactive = terminal.is_some();
+    let interactive = in_terminal_foreground();
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(env.iter().cloned())
         .process_group(0);
-    // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl, raise) between fork
-    // and exec.
+    // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl, raise, sigmask,
+    // tcsetpgrp) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
@@ -92,25 +93,22 @@ pub fn spawn_group(
             }
             if interactive {
                 // Take the terminal before exec, so the command never reads it from
-                // the background (SIGTTOU blocked: we are not the foreground yet).
-                let mut ttou: nix::libc::sigset_t = std::mem::zeroed();
-                nix::libc::sigemptyset(&mut ttou);
-                nix::libc::sigaddset(&mut ttou, nix::libc::SIGTTOU);
-                let mut old: nix::libc::sigset_t = std::mem::zeroed();
-                nix::libc::sigprocmask(nix::libc::SIG_BLOCK, &ttou, &mut old);
-                nix::libc::tcsetpgrp(0, nix::libc::getpid());
-                nix::libc::sigprocmask(nix::libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                // the background.
+                hand_terminal(nix::unistd::getpid());
             }
             Ok(())
         });
     }
     let child = cmd.spawn()?;
     let leader = Pid::from_raw(child.id() as i32);
-    if let Some(t) = &terminal {
+    if interactive {
         // Also from this side, as shells do: whichever runs first, the result is the same.
-        hand_terminal(t, leader);
+        hand_terminal(leader);
     }
-    Ok(Group { leader, terminal })
+    Ok(Group {
+        leader,
+        interactive,
+    })
 }
 
 /// Makes cibox the reaper of orphans it leaves (descendants of its children), so a
@@ -134,13 +132,11 @@ fn reap(group: &Group) -> Option<WaitStatus> {
         ) {
             Ok(WaitStatus::StillAlive) | Err(_) => return leader_status,
             Ok(WaitStatus::Stopped(pid, _)) => {
-                if pid == group.leader
-                    && let Some(t) = &group.terminal
-                {
-                    hand_terminal(t, nix::unistd::getpgrp());
+                if pid == group.leader && group.interactive {
+                    hand_terminal(nix::unistd::getpgrp());
                     // Stops here until the shell continues the job (`fg`).
                     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                    hand_terminal(t, group.leader);
+                    hand_terminal(group.leader);
                     let _ = killpg(group.leader, Signal::SIGCONT);
                 }
             }
@@ -181,8 +177,8 @@ pub fn supervise(group: &Group, grace: Duration) -> Ending {
             if !group_alive(pgid) {
                 // Reap what is left (zombies we now own) and report.
                 reap(group);
-                if let Some(t) = &group.terminal {
-                    hand_terminal(t, nix::unistd::getpgrp());
+                if group.interactive {
+                    hand_terminal(nix::unistd::getpgrp());
                 }
                 return end;
             }
