@@ -53,6 +53,18 @@ fn symlinks_a_batch_plants_in_its_reports_are_never_followed() {
     assert_eq!(v["tests"]["total"], 1, "a symlinked report was read: {v}");
 }
 
+/// A project with two CPU batches, `unit` and `second`, that each pass one test.
+fn two_passing_batches() -> BusyboxProject {
+    busybox_project(
+        &format!(
+            "{}{}",
+            batch("unit", 0, "1m", &[JUNIT_OK], ""),
+            batch("second", 0, "1m", &[JUNIT_OK], "")
+        ),
+        "",
+    )
+}
+
 #[test]
 fn a_passing_batch_leaves_reports_and_no_container() {
     let p = busybox_project(
@@ -386,14 +398,7 @@ fn a_gpu_batch_on_an_engine_without_gpu_runtime_is_exit_5_and_cleaned_up() {
 
 #[test]
 fn bad_run_input_is_refused_before_anything_starts() {
-    let p = busybox_project(
-        &format!(
-            "{}{}",
-            batch("unit", 0, "1m", &[JUNIT_OK], ""),
-            batch("second", 0, "1m", &[JUNIT_OK], "")
-        ),
-        "",
-    );
+    let p = two_passing_batches();
     p.run(&["batch", "run", "unti"])
         .fails_with(2, "unknown batch `unti`; did you mean `unit`?");
     p.run(&["batch", "run", "--layer", "9"])
@@ -724,14 +729,7 @@ fn an_engine_refusal_ends_its_batch_not_the_run() {
     // The engine refuses to create these containers (below its 6 MB memory minimum):
     // each batch is an infra error with the engine's reason, and the run still writes
     // every record and the summary.
-    let p = busybox_project(
-        &format!(
-            "{}{}",
-            batch("unit", 0, "1m", &[JUNIT_OK], ""),
-            batch("second", 0, "1m", &[JUNIT_OK], "")
-        ),
-        "",
-    );
+    let p = two_passing_batches();
     let manifest = p.project.path().join("cibox.yaml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("memory: 256m", "memory: 4m")).unwrap();
