@@ -17,7 +17,10 @@ fn image_project(locks: &[&str]) -> Project {
 /// `cibox image build`, returning the ID it prints (and removing the image on drop).
 fn build(p: &Project) -> ImageGuard {
     require_engine();
-    let r = p.cibox(&["image", "build"]);
+    let r = {
+        let _store = image_store_lock(false);
+        p.cibox(&["image", "build"])
+    };
     r.ok();
     let id = r.stdout.trim().to_string();
     assert!(id.starts_with("sha256:") && id.len() == 71, "{id}");
@@ -159,21 +162,14 @@ fn save_then_load_restores_the_identical_id() {
     let archive_s = archive.to_str().unwrap();
     p.cibox(&["image", "save", &img.0, "--to", archive_s]).ok();
     assert!(archive.metadata().unwrap().len() > 0);
-    let rm = Command::new("docker")
-        .args(["image", "rm", "-f", &img.0])
-        .output()
-        .unwrap();
-    assert!(rm.status.success());
+    assert!(remove_image(&img.0));
     assert!(!image_exists(&img.0));
     let r = p.cibox(&["image", "load", "--from", archive_s]);
     r.ok();
     assert_eq!(r.stdout.trim(), img.0);
     assert!(r.stderr.contains("verified"), "{}", r.stderr);
     // From standard input too.
-    Command::new("docker")
-        .args(["image", "rm", "-f", &img.0])
-        .output()
-        .unwrap();
+    remove_image(&img.0);
     let r = run(cibox(p.path())
         .args(["image", "load"])
         .stdin(Stdio::from(std::fs::File::open(&archive).unwrap())));

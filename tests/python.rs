@@ -139,7 +139,10 @@ batches:
 "#,
     )
     .unwrap();
-    let r = run(cibox(&cache).args(["image", "build"]));
+    let r = {
+        let _store = image_store_lock(false);
+        run(cibox(&cache).args(["image", "build"]))
+    };
     r.ok();
     let image = ImageGuard(r.stdout.trim().to_string());
     let reports = tempfile::tempdir().unwrap();

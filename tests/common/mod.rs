@@ -162,16 +162,41 @@ pub fn nonce() -> String {
     )
 }
 
+/// Image builds and image removals of all test processes exclude each other. The
+/// classic builder's cache lookup reads other images, and Docker 20.10 fails a build
+/// ("unable to find image", "failed to get digest") when one of them is removed by a
+/// parallel test meanwhile. Builds share the lock; a removal takes it alone.
+pub struct ImageStoreLock(#[allow(dead_code)] std::fs::File);
+
+pub fn image_store_lock(exclusive: bool) -> ImageStoreLock {
+    let path = std::env::temp_dir().join("cibox-tests-image-store.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if exclusive { f.lock() } else { f.lock_shared() }.expect("lock the image store");
+    ImageStoreLock(f)
+}
+
+/// `docker image rm -f ID`, not during any test's build; whether it succeeded.
+pub fn remove_image(id: &str) -> bool {
+    let _store = image_store_lock(true);
+    Command::new("docker")
+        .args(["image", "rm", "-f", id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Removes the image when dropped.
 pub struct ImageGuard(pub String);
 
 impl Drop for ImageGuard {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["image", "rm", "-f", &self.0])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        remove_image(&self.0);
     }
 }
 
@@ -191,6 +216,7 @@ pub fn docker_build(labels: &[(&str, &str)]) -> ImageGuard {
 /// `docker build` (classic builder, no cache) of a folder with the engine's own CLI.
 pub fn docker_build_dir(dir: &Path, labels: &[(&str, &str)]) -> ImageGuard {
     require_engine();
+    let _store = image_store_lock(false);
     let mut c = Command::new("docker");
     c.env("DOCKER_BUILDKIT", "0")
         .args(["build", "-q", "--no-cache"]);
@@ -406,7 +432,10 @@ pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
             std::os::unix::fs::symlink("busybox", root.join("bin").join(a)).unwrap();
         }
     }
-    let r = p.cibox(&["image", "build"]);
+    let r = {
+        let _store = image_store_lock(false);
+        p.cibox(&["image", "build"])
+    };
     r.ok();
     let image = ImageGuard(r.stdout.trim().to_string());
     BusyboxProject { project: p, image }
