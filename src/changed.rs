@@ -117,7 +117,7 @@ fn blob_id(bytes: &[u8]) -> String {
     let mut h = Sha1::new();
     h.update(format!("blob {}\0", bytes.len()).as_bytes());
     h.update(bytes);
-    crate::manifest::hex(&h.finalize())
+    crate::util::hex(&h.finalize())
 }
 
 /// The texts of changed files at head. In CI the checkout usually is head: a file whose

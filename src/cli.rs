@@ -1,4 +1,4 @@
-//! The command line (SPEC section 3). Parsing only; [`crate::cmd`] does the work.
+//! The command line (docs/interface.md §3). Parsing only; [`crate::cmd`] does the work.
 
 use std::path::PathBuf;
 

@@ -1,27 +1,21 @@
 //! Access to the container engine (Docker API over its socket, through bollard). The rest
-//! of cibox talks to the engine only through this module.
+//! of cibox talks to the engine only through this module, and only synchronously: the
+//! [`Engine`] owns the one async runtime cibox has, and tokio lives only behind it. The
+//! domain code around it is flock, processes and files; what is asynchronous (engine
+//! streams, a deadline racing a log stream) stays in here.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, ImportImageOptionsBuilder};
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
-use crate::image_id::ImageId;
-
-/// A single-threaded runtime for engine I/O: cibox's concurrency is I/O (engine
-/// streams, child processes), and one thread per runtime keeps signal handling and
-/// ordering simple. Parallel batches each get their own thread and runtime.
-pub fn runtime() -> Result<tokio::runtime::Runtime, crate::error::Error> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| crate::error::Error::Infra(format!("cannot start the async runtime: {e}")))
-}
+use crate::image::ImageId;
 
 /// How long to wait for the engine to answer the first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -39,6 +33,11 @@ pub enum EngineError {
     Rejected { action: String, reason: String },
     #[error("{action}: {reason}")]
     Io { action: String, reason: String },
+    /// The image a container was to be made from is not (or no longer) in the engine.
+    #[error("{image} is not present in the local engine (removed since it was verified?)")]
+    ImageMissing { image: String },
+    #[error("cannot start the async runtime for the engine: {0}")]
+    Runtime(String),
 }
 
 /// What the engine's image IDs are a digest of.
@@ -86,7 +85,11 @@ pub struct ImageDetails {
     pub size: i64,
 }
 
+/// A connection to the engine with the runtime that drives it. One per process: it is
+/// `Sync`, so parallel batches share it (each blocking call runs on the caller's
+/// thread; the runtime's one worker drives the sockets and timers for all of them).
 pub struct Engine {
+    rt: tokio::runtime::Runtime,
     docker: Docker,
     host: String,
 }
@@ -127,27 +130,73 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
+/// How a followed container ended, or why cibox stopped following it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Its deadline passed: stopped (SIGTERM, then SIGKILL after the grace).
+    Deadline,
+    /// `interrupted` said so (a signal to cibox): killed at once.
+    Interrupted,
+}
+
+/// What [`Engine::follow`] reports while it follows a container.
+pub enum Followed<'a> {
+    /// A chunk of the container's output (stdout and stderr interleaved).
+    Output(&'a [u8]),
+    /// The deadline passed; the container is being stopped.
+    DeadlinePassed,
+    /// The log stream broke before the container ended.
+    StreamBroke(&'a EngineError),
+}
+
+/// The end of a followed container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowEnd {
+    /// Why cibox ended it, if it did.
+    pub stopped: Option<Stop>,
+    /// The container's exit code; `None` when it did not end within the wait after
+    /// its output closed (it was then killed).
+    pub exit: Option<i64>,
+}
+
+/// How often [`Engine::follow`] asks whether it was interrupted.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+/// How long a container whose output has closed gets to report its exit.
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
 impl Engine {
     /// Connects to `DOCKER_HOST` (default the local socket) and negotiates the API
     /// version down to what the engine speaks.
-    pub async fn connect() -> Result<Engine, EngineError> {
+    pub fn connect() -> Result<Engine, EngineError> {
+        // One worker drives all I/O; callers block on their own threads, so parallel
+        // batches share the runtime and the connection pool.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("cibox-engine")
+            .enable_all()
+            .build()
+            .map_err(|e| EngineError::Runtime(e.to_string()))?;
         let host = host();
         let unreachable = |reason: String| EngineError::Unreachable {
             host: host.clone(),
             reason,
         };
-        let docker = Docker::connect_with_host(&host).map_err(|e| unreachable(reason(&e)))?;
-        let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
-            Ok(Ok(d)) => d,
-            Ok(Err(e)) => return Err(unreachable(reason(&e))),
-            Err(_) => {
-                return Err(unreachable(format!(
+        let docker = {
+            // bollard registers the connector with the runtime it is made in.
+            let _in_rt = rt.enter();
+            Docker::connect_with_host(&host).map_err(|e| unreachable(reason(&e)))?
+        };
+        let docker = rt.block_on(async {
+            match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
+                Ok(Ok(d)) => Ok(d),
+                Ok(Err(e)) => Err(unreachable(reason(&e))),
+                Err(_) => Err(unreachable(format!(
                     "no answer within {}s",
                     CONNECT_TIMEOUT.as_secs()
-                )));
+                ))),
             }
-        };
-        Ok(Engine { docker, host })
+        })?;
+        Ok(Engine { rt, docker, host })
     }
 
     fn api(action: &str, e: bollard::errors::Error) -> EngineError {
@@ -157,11 +206,10 @@ impl Engine {
         }
     }
 
-    pub async fn info(&self) -> Result<EngineInfo, EngineError> {
+    pub fn info(&self) -> Result<EngineInfo, EngineError> {
         let info = self
-            .docker
-            .info()
-            .await
+            .rt
+            .block_on(self.docker.info())
             .map_err(|e| Self::api("reading engine info", e))?;
         let driver_status = info.driver_status.unwrap_or_default();
         let containerd_store = info
@@ -191,14 +239,14 @@ impl Engine {
     }
 
     /// Looks an image up by its full ID. Never pulls; `None` when it is not present.
-    pub async fn image(&self, id: &ImageId) -> Result<Option<ImageDetails>, EngineError> {
-        self.inspect(id.as_str()).await
+    pub fn image(&self, id: &ImageId) -> Result<Option<ImageDetails>, EngineError> {
+        self.inspect(id.as_str())
     }
 
     /// Looks an image up by any reference the engine understands (used right after a
     /// load that reported a tag).
-    pub async fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
-        match self.docker.inspect_image(reference).await {
+    pub fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
+        match self.rt.block_on(self.docker.inspect_image(reference)) {
             Ok(img) => Ok(Some(ImageDetails {
                 id: img.id.unwrap_or_default(),
                 labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
@@ -211,37 +259,63 @@ impl Engine {
     }
 
     /// Streams a docker-archive into the engine (`POST /images/load`) and returns what
-    /// it reports loading: image IDs (`sha256:…`) or references (`name:tag`).
-    pub async fn load<S, E>(&self, archive: S) -> Result<Vec<String>, EngineError>
-    where
-        S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
-    {
-        let opts = ImportImageOptionsBuilder::default().quiet(true).build();
-        let mut progress = self.docker.import_image_stream(opts, archive, None);
-        let mut loaded = Vec::new();
-        while let Some(item) = progress.next().await {
-            let info = item.map_err(|e| EngineError::Rejected {
-                action: "loading the archive".into(),
-                reason: reason(&e),
-            })?;
-            for text in info.stream.iter().chain(info.status.iter()) {
-                for line in text.lines() {
-                    if let Some(id) = line.trim().strip_prefix("Loaded image ID: ") {
-                        loaded.push(id.trim().to_string());
-                    } else if let Some(r) = line.trim().strip_prefix("Loaded image: ") {
-                        loaded.push(r.trim().to_string());
+    /// it reports loading: image IDs (`sha256:…`) or references (`name:tag`). The
+    /// archive is read on a thread of its own, in 256 KiB chunks, as the engine takes it.
+    pub fn load(&self, archive: Box<dyn Read + Send>) -> Result<Vec<String>, EngineError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+        let reader = std::thread::spawn(move || {
+            let mut archive = archive;
+            loop {
+                let mut buf = vec![0u8; 256 * 1024];
+                let item = match archive.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Ok(Bytes::from(buf))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                // The engine stopped reading (it refused the archive): stop too.
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let loaded = self.rt.block_on(async {
+            let opts = ImportImageOptionsBuilder::default().quiet(true).build();
+            let mut progress = self.docker.import_image_stream(opts, body, None);
+            let mut loaded = Vec::new();
+            while let Some(item) = progress.next().await {
+                let info = item.map_err(|e| EngineError::Rejected {
+                    action: "loading the archive".into(),
+                    reason: reason(&e),
+                })?;
+                for text in info.stream.iter().chain(info.status.iter()) {
+                    for line in text.lines() {
+                        if let Some(id) = line.trim().strip_prefix("Loaded image ID: ") {
+                            loaded.push(id.trim().to_string());
+                        } else if let Some(r) = line.trim().strip_prefix("Loaded image: ") {
+                            loaded.push(r.trim().to_string());
+                        }
                     }
                 }
             }
-        }
-        Ok(loaded)
+            Ok(loaded)
+        });
+        // Dropping the stream closed the channel, so the reader ends too.
+        let _ = reader.join();
+        loaded
     }
 
     /// Builds a Dockerfile with the classic builder from a tar of its context, with the
     /// given labels, and tags the result so it is not garbage as a dangling image.
     /// Returns the new image's ID.
-    pub async fn build(
+    pub fn build(
         &self,
         context_tar: std::fs::File,
         dockerfile: &str,
@@ -256,44 +330,46 @@ impl Engine {
             .rm(true)
             .forcerm(true)
             .build();
-        // Streamed from disk: a rootfs context can be hundreds of megabytes.
-        let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(context_tar));
-        let mut stream = self
-            .docker
-            .build_image(opts, None, Some(bollard::body_try_stream(body)));
-        let mut id = None;
-        let mut last_lines: Vec<String> = Vec::new();
-        while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| EngineError::Rejected {
-                action: "building the image".into(),
-                reason: reason(&e),
-            })?;
-            if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                return Err(EngineError::Rejected {
+        let id = self.rt.block_on(async {
+            // Streamed from disk: a rootfs context can be hundreds of megabytes.
+            let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(context_tar));
+            let mut stream =
+                self.docker
+                    .build_image(opts, None, Some(bollard::body_try_stream(body)));
+            let mut id = None;
+            let mut last_lines: Vec<String> = Vec::new();
+            while let Some(item) = stream.next().await {
+                let info = item.map_err(|e| EngineError::Rejected {
                     action: "building the image".into(),
-                    reason: detail,
-                });
-            }
-            if let Some(text) = info.stream.as_deref() {
-                on_output(text);
-                last_lines.extend(text.lines().map(str::to_string));
-                if let Some(rest) = text.trim().strip_prefix("Successfully built ") {
-                    id.get_or_insert(rest.trim().to_string());
+                    reason: reason(&e),
+                })?;
+                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                    return Err(EngineError::Rejected {
+                        action: "building the image".into(),
+                        reason: detail,
+                    });
+                }
+                if let Some(text) = info.stream.as_deref() {
+                    on_output(text);
+                    last_lines.extend(text.lines().map(str::to_string));
+                    if let Some(rest) = text.trim().strip_prefix("Successfully built ") {
+                        id.get_or_insert(rest.trim().to_string());
+                    }
+                }
+                if let Some(aux) = info.aux.and_then(|a| a.id) {
+                    id = Some(aux);
                 }
             }
-            if let Some(aux) = info.aux.and_then(|a| a.id) {
-                id = Some(aux);
-            }
-        }
-        let id = id.ok_or_else(|| EngineError::Rejected {
-            action: "building the image".into(),
-            reason: format!(
-                "the engine reported no image ID; last output: {}",
-                last_lines.last().map(String::as_str).unwrap_or("none")
-            ),
+            id.ok_or_else(|| EngineError::Rejected {
+                action: "building the image".into(),
+                reason: format!(
+                    "the engine reported no image ID; last output: {}",
+                    last_lines.last().map(String::as_str).unwrap_or("none")
+                ),
+            })
         })?;
         // The classic builder's "Successfully built" gives a short ID; resolve it.
-        match self.inspect(&id).await? {
+        match self.inspect(&id)? {
             Some(img) => Ok(img.id),
             None => Err(EngineError::Rejected {
                 action: "building the image".into(),
@@ -304,7 +380,7 @@ impl Engine {
 
     /// Writes `docker save` of one image to `to`, atomically (a temp file renamed into
     /// place), and returns the number of bytes written.
-    pub async fn save(&self, id: &ImageId, to: &Path) -> Result<u64, EngineError> {
+    pub fn save(&self, id: &ImageId, to: &Path) -> Result<u64, EngineError> {
         let io = |e: std::io::Error| EngineError::Io {
             action: format!("writing {}", to.display()),
             reason: e.to_string(),
@@ -318,7 +394,7 @@ impl Engine {
             to.file_name().and_then(|n| n.to_str()).unwrap_or("image"),
             std::process::id()
         ));
-        let result = async {
+        let result = self.rt.block_on(async {
             let mut file = tokio::fs::File::create(&tmp).await.map_err(io)?;
             let mut stream = self.docker.export_image(id.as_str());
             let mut written = 0u64;
@@ -330,10 +406,9 @@ impl Engine {
             file.sync_all().await.map_err(io)?;
             tokio::fs::rename(&tmp, to).await.map_err(io)?;
             Ok(written)
-        }
-        .await;
+        });
         if result.is_err() {
-            let _ = tokio::fs::remove_file(&tmp).await;
+            let _ = std::fs::remove_file(&tmp);
         }
         result
     }
@@ -348,52 +423,106 @@ pub struct ContainerInfo {
     pub running: bool,
 }
 
-/// How a container's main process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ContainerExit {
-    pub code: i64,
-}
-
 impl Engine {
     /// Creates a container (never pulls: the image must be local, by ID).
-    pub async fn create_container(
+    pub fn create_container(
         &self,
         name: &str,
         body: bollard::models::ContainerCreateBody,
     ) -> Result<String, EngineError> {
+        let image = body.image.clone().unwrap_or_default();
         let opts = bollard::query_parameters::CreateContainerOptions {
             name: Some(name.to_string()),
             ..Default::default()
         };
-        let r = self
-            .docker
-            .create_container(Some(opts), body)
-            .await
-            .map_err(|e| Self::api("creating the container", e))?;
-        Ok(r.id)
+        match self
+            .rt
+            .block_on(self.docker.create_container(Some(opts), body))
+        {
+            Ok(r) => Ok(r.id),
+            // 404 on create: the image is gone (the name cannot be "not found").
+            Err(e) if is_not_found(&e) => Err(EngineError::ImageMissing { image }),
+            Err(e) => Err(Self::api("creating the container", e)),
+        }
     }
 
     /// Starts a container; the engine's reason when it cannot (a GPU request on an
     /// engine without a GPU runtime fails here).
-    pub async fn start_container(&self, id: &str) -> Result<(), String> {
-        self.docker
-            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
-            .await
+    pub fn start_container(&self, id: &str) -> Result<(), String> {
+        self.rt
+            .block_on(
+                self.docker
+                    .start_container(id, None::<bollard::query_parameters::StartContainerOptions>),
+            )
             .map_err(|e| reason(&e))
     }
 
+    /// Follows a started container to its end: its output goes to `on`, its
+    /// `deadline` is enforced (stop with `grace` seconds, then SIGKILL), and
+    /// `interrupted` is asked every 100 ms (true: kill it at once). Returns once the
+    /// output has closed and the container's exit code is known (or, after 30 s more,
+    /// it was killed).
+    pub fn follow(
+        &self,
+        id: &str,
+        deadline: Instant,
+        grace: i32,
+        mut interrupted: impl FnMut() -> bool,
+        mut on: impl FnMut(Followed<'_>),
+    ) -> Result<FollowEnd, EngineError> {
+        self.rt.block_on(async {
+            let opts = bollard::query_parameters::LogsOptions {
+                follow: true,
+                stdout: true,
+                stderr: true,
+                ..Default::default()
+            };
+            let mut logs = self.docker.logs(id, Some(opts));
+            let deadline = tokio::time::Instant::from_std(deadline);
+            let mut tick = tokio::time::interval(INTERRUPT_POLL);
+            let mut stopped = None;
+            loop {
+                tokio::select! {
+                    chunk = logs.next() => match chunk {
+                        Some(Ok(out)) => on(Followed::Output(&out.into_bytes())),
+                        Some(Err(e)) => {
+                            on(Followed::StreamBroke(&Self::api("reading logs", e)));
+                            break;
+                        }
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(deadline), if stopped.is_none() => {
+                        stopped = Some(Stop::Deadline);
+                        on(Followed::DeadlinePassed);
+                        self.stop(id, grace).await?;
+                    }
+                    _ = tick.tick(), if stopped != Some(Stop::Interrupted) => {
+                        if interrupted() {
+                            stopped = Some(Stop::Interrupted);
+                            self.kill(id).await?;
+                        }
+                    }
+                }
+            }
+            let exit = match tokio::time::timeout(EXIT_WAIT, self.wait(id)).await {
+                Ok(code) => Some(code?),
+                Err(_) => {
+                    self.kill(id).await?;
+                    None
+                }
+            };
+            Ok(FollowEnd { stopped, exit })
+        })
+    }
+
     /// Waits for the container to stop; a non-zero exit is data, not an error.
-    pub async fn wait_container(&self, id: &str) -> Result<ContainerExit, EngineError> {
+    async fn wait(&self, id: &str) -> Result<i64, EngineError> {
         let mut s = self
             .docker
             .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
         match s.next().await {
-            Some(Ok(r)) => Ok(ContainerExit {
-                code: r.status_code,
-            }),
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
-                Ok(ContainerExit { code })
-            }
+            Some(Ok(r)) => Ok(r.status_code),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
             Some(Err(e)) => Err(Self::api("waiting for the container", e)),
             None => Err(EngineError::Api {
                 action: "waiting for the container".into(),
@@ -402,23 +531,9 @@ impl Engine {
         }
     }
 
-    /// The container's output (stdout and stderr interleaved), following until it ends.
-    pub fn logs(&self, id: &str) -> impl Stream<Item = Result<Bytes, EngineError>> + use<> {
-        let opts = bollard::query_parameters::LogsOptions {
-            follow: true,
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        };
-        self.docker.logs(id, Some(opts)).map(|item| {
-            item.map(|o| o.into_bytes())
-                .map_err(|e| Self::api("reading logs", e))
-        })
-    }
-
     /// SIGTERM, then SIGKILL after `grace` seconds (the engine kills every process of
     /// the container, not only its first).
-    pub async fn stop_container(&self, id: &str, grace: i32) -> Result<(), EngineError> {
+    async fn stop(&self, id: &str, grace: i32) -> Result<(), EngineError> {
         let opts = bollard::query_parameters::StopContainerOptions {
             t: Some(grace),
             signal: None,
@@ -434,7 +549,7 @@ impl Engine {
     }
 
     /// SIGKILL to every process of the container.
-    pub async fn kill_container(&self, id: &str) -> Result<(), EngineError> {
+    async fn kill(&self, id: &str) -> Result<(), EngineError> {
         let opts = bollard::query_parameters::KillContainerOptions {
             signal: "KILL".into(),
         };
@@ -450,13 +565,16 @@ impl Engine {
     }
 
     /// Removes a container (killing it if it runs) with its anonymous volumes.
-    pub async fn remove_container(&self, id: &str) -> Result<(), EngineError> {
+    pub fn remove_container(&self, id: &str) -> Result<(), EngineError> {
         let opts = bollard::query_parameters::RemoveContainerOptions {
             force: true,
             v: true,
             link: false,
         };
-        match self.docker.remove_container(id, Some(opts)).await {
+        match self
+            .rt
+            .block_on(self.docker.remove_container(id, Some(opts)))
+        {
             Ok(()) => Ok(()),
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
@@ -471,7 +589,7 @@ impl Engine {
     }
 
     /// Containers (running or not) carrying all of `labels` (`key=value`).
-    pub async fn containers_with_labels(
+    pub fn containers_with_labels(
         &self,
         labels: &[String],
     ) -> Result<Vec<ContainerInfo>, EngineError> {
@@ -481,9 +599,8 @@ impl Engine {
             ..Default::default()
         };
         let list = self
-            .docker
-            .list_containers(Some(opts))
-            .await
+            .rt
+            .block_on(self.docker.list_containers(Some(opts)))
             .map_err(|e| Self::api("listing containers", e))?;
         Ok(list
             .into_iter()

@@ -2,10 +2,14 @@
 
 use crate::engine::EngineError;
 use crate::exit;
-use crate::gpu::lockdir::LockDirError;
 use crate::gpu::probe::ProbeError;
-use crate::lockset::LocksetError;
+use crate::image::ImageError;
+use crate::image::lockset::LocksetError;
+use crate::lockdir::LockDirError;
 use crate::manifest::ManifestError;
+use crate::runner::PlanError;
+use crate::runner::record::RecordError;
+use crate::runner::reporter::ReportError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -28,6 +32,14 @@ pub enum Error {
     Probe(#[from] ProbeError),
     #[error(transparent)]
     LockDir(#[from] LockDirError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A run record a user named cannot be read.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// A reports file cannot be written.
+    #[error(transparent)]
+    Report(#[from] ReportError),
     /// The GPUs asked for could not be leased within the wait allowed.
     #[error("{0}")]
     Capacity(String),
@@ -47,11 +59,24 @@ impl Error {
         }
     }
 
-    /// The SPEC exit code for this error.
+    /// The exit code for this error (docs/interface.md §2): the one place errors
+    /// become codes.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) => exit::USAGE,
-            Error::ImageRefused { .. } | Error::Engine(EngineError::Rejected { .. }) => {
+            Error::Usage(_)
+            | Error::Manifest(_)
+            | Error::Lockset(_)
+            | Error::Record(_)
+            | Error::Plan(
+                PlanError::UnknownLayer { .. }
+                | PlanError::UnknownBatch { .. }
+                | PlanError::NotInLayer { .. }
+                | PlanError::NothingToRun
+                | PlanError::NoImage,
+            ) => exit::USAGE,
+            Error::ImageRefused { .. }
+            | Error::Plan(PlanError::BadImageId(_))
+            | Error::Engine(EngineError::Rejected { .. } | EngineError::ImageMissing { .. }) => {
                 exit::IMAGE_REFUSED
             }
             // A lock dir that cannot be used is configuration (gpu.lock_dir), like a bad
@@ -59,7 +84,7 @@ impl Error {
             Error::LockDir(_) => exit::USAGE,
             Error::Capacity(_) => exit::CAPACITY,
             Error::Interrupted(sig) => exit::signal(*sig as i32),
-            Error::Engine(_) | Error::Probe(_) | Error::Infra(_) => exit::INFRA,
+            Error::Engine(_) | Error::Probe(_) | Error::Report(_) | Error::Infra(_) => exit::INFRA,
         }
     }
 
@@ -68,6 +93,15 @@ impl Error {
         match self {
             Error::ImageRefused { details, .. } => details,
             _ => &[],
+        }
+    }
+}
+
+impl From<ImageError> for Error {
+    fn from(e: ImageError) -> Error {
+        match e {
+            ImageError::Refused { message, details } => Error::ImageRefused { message, details },
+            ImageError::Engine(e) => Error::Engine(e),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The exit codes of SPEC section 2. Every path out of cibox ends in one of these; the
+//! The exit codes of docs/interface.md §2. Every path out of cibox ends in one of these; the
 //! mapping from errors lives in [`crate::error::Error::exit_code`].
 
 /// Success.
@@ -36,7 +36,7 @@ fn severity(code: u8) -> u8 {
     }
 }
 
-/// The most severe of several exit codes (SPEC section 2).
+/// The most severe of several exit codes (docs/interface.md §2).
 pub fn most_severe(codes: impl IntoIterator<Item = u8>) -> u8 {
     codes
         .into_iter()

@@ -1,13 +1,23 @@
-//! cibox: reproducible, safe GPU CI for large ML projects.
+//! cibox: reproducible, safe GPU CI for large ML projects. The interface it keeps is
+//! written down in `docs/interface.md`.
 //!
-//! Layers, from the outside in: [`cli`] parses, [`cmd`] runs one command family per
-//! module, and those use the manifest ([`manifest`]), the lockset ([`lockset`]), the
-//! engine ([`engine`]) and the GPUs ([`gpu`]). Errors become exit codes in one place
-//! ([`error::Error::exit_code`], codes in [`exit`]); all printing goes through [`report`].
+//! Layers, from the outside in; each imports only those below it:
+//!
+//! - [`cli`] parses and [`cmd`] adapts one command family per module;
+//! - [`runner`] plans and executes runs of batches and reports them through reporters;
+//!   [`claims`] adds the GPUs of running cibox containers to a probe;
+//! - the domain: [`manifest`], [`image`] (IDs, lockset, verification, build context),
+//!   [`gpu`] (probe, pool, queue, leases), [`lockdir`] (the shared lock directory),
+//!   [`engine`] (the container engine, synchronous, owning the async runtime),
+//!   [`changed`], [`workflow`];
+//! - leaves: [`util`], [`units`], [`yaml`], [`git`], [`github`], [`process`],
+//!   [`signals`], [`report`] and [`exit`].
+//!
+//! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
+//! [`exit`]).
 
-pub mod batch;
-pub mod build_context;
 pub mod changed;
+pub mod claims;
 pub mod cli;
 pub mod cmd;
 pub mod engine;
@@ -16,12 +26,14 @@ pub mod exit;
 pub mod git;
 pub mod github;
 pub mod gpu;
-pub mod image_id;
-pub mod lockset;
+pub mod image;
+pub mod lockdir;
 pub mod manifest;
 pub mod process;
 pub mod report;
+pub mod runner;
 pub mod signals;
 pub mod units;
+pub mod util;
 pub mod workflow;
 pub mod yaml;

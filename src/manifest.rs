@@ -1,4 +1,4 @@
-//! `cibox.yaml`, the batch manifest (SPEC section 4): the one source of truth for
+//! `cibox.yaml`, the batch manifest (docs/interface.md §4): the one source of truth for
 //! batches, layers, the image and the GPU pool.
 //!
 //! Loading goes text → positioned YAML tree ([`crate::yaml`]) → serde into raw structs
@@ -14,6 +14,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::units::{Size, Span};
+use crate::util::{did_you_mean, hex};
 use crate::yaml::{self, Mark, Node};
 
 pub const FILE_NAME: &str = "cibox.yaml";
@@ -647,16 +648,6 @@ fn parse_unknown(msg: &str, prefix: &str) -> Option<(String, Vec<String>)> {
     Some((bad.to_string(), expected))
 }
 
-/// The closest known name, when it is close enough to be a typo.
-pub fn did_you_mean<'a>(bad: &str, known: &'a [String]) -> Option<&'a str> {
-    known
-        .iter()
-        .map(|k| (strsim::damerau_levenshtein(bad, k), k))
-        .filter(|(d, k)| *d <= (k.len() / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k.as_str())
-}
-
 fn is_name(s: &str, upper_ok: bool) -> bool {
     let mut bytes = s.bytes();
     let first_ok = |b: u8| {
@@ -880,17 +871,6 @@ fn validate(
         changed: raw.changed,
         workflows: raw.workflows,
     })
-}
-
-/// Lowercase hex of a byte slice.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

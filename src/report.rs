@@ -59,6 +59,11 @@ pub fn error(e: &Error) {
     }
 }
 
+/// An error line that is no [`Error`] (a batch's timeout: the run goes on).
+pub fn error_line(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "cibox: error: {msg}");
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn json<T: serde::Serialize>(value: &T) {
     let text = serde_json::to_string_pretty(value).expect("report values serialise");

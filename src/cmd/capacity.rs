@@ -4,11 +4,12 @@
 use serde_json::json;
 
 use super::Context;
-use crate::batch::claims::ContainerClaims;
+use crate::claims::ContainerClaims;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::gpu::lease::{LeaseDir, LeaseState};
+use crate::gpu::lease::LeaseState;
 use crate::gpu::pool;
+use crate::lockdir::LockDir;
 use crate::report::{self, Table};
 
 pub fn run(
@@ -33,9 +34,9 @@ pub fn run(
         layers.to_vec()
     };
     // A probe failure is exit 5, never "ready".
-    let snap = ContainerClaims::new(LeaseDir::existing(&m.gpu.lock_dir)).probe()?;
+    let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir)).probe()?;
     let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
-    let dir = LeaseDir::existing(&m.gpu.lock_dir);
+    let dir = LockDir::existing(&m.gpu.lock_dir);
     let mut leased = 0;
     let mut busy = 0;
     let mut available = 0;

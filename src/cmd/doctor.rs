@@ -2,11 +2,12 @@
 
 use serde::Serialize;
 
-use super::{Context, runtime};
+use super::Context;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::gpu::{lockdir, probe};
+use crate::gpu::probe;
+use crate::lockdir;
 use crate::manifest::{GpuConfig, GpuDriver, Manifest, ManifestError, PoolSpec};
 use crate::report::{self, Table};
 
@@ -73,7 +74,7 @@ fn gpu_runtime(info: &EngineInfo, driver: GpuDriver) -> Finding {
     let specs = nvidia_cdi_specs(&cdi_dirs);
     let has_runtime = info.runtimes.iter().any(|r| r.contains("nvidia"));
     // dockerd enables `--gpus` device requests when this hook is on its PATH.
-    let hook = super::image::which("nvidia-container-runtime-hook");
+    let hook = crate::util::which("nvidia-container-runtime-hook");
     match driver {
         GpuDriver::Cdi if !specs.is_empty() => finding(
             "gpu runtime",
@@ -191,10 +192,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
         None => GpuConfig::from_env(),
     };
 
-    let engine_info = runtime()?.block_on(async {
-        let engine = Engine::connect().await?;
-        engine.info().await
-    });
+    let engine_info = Engine::connect().and_then(|engine| engine.info());
     match &engine_info {
         Ok(info) => {
             findings.push(finding(

@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::Context;
-use crate::batch::claims::ContainerClaims;
+use crate::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::gpu::lease::{Holder, LeaseDir, LeaseState};
+use crate::gpu::lease::{Holder, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe::Snapshot;
 use crate::gpu::{self, WaitReport, Want};
+use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
 use crate::process::{self, Ending};
 use crate::report::{self, Table};
@@ -46,9 +47,9 @@ fn probe_pool(cfg: &GpuConfig, claims: &mut ContainerClaims) -> Result<(Snapshot
 /// `cibox gpu status`: one row per GPU, without waiting on any lock.
 pub fn status(ctx: &Context) -> Result<u8> {
     let cfg = settings(ctx)?;
-    let mut claims = ContainerClaims::new(LeaseDir::existing(&cfg.lock_dir));
+    let mut claims = ContainerClaims::new(LockDir::existing(&cfg.lock_dir));
     let (snap, pool) = probe_pool(&cfg, &mut claims)?;
-    let dir = LeaseDir::existing(&cfg.lock_dir);
+    let dir = LockDir::existing(&cfg.lock_dir);
     let mut rows = Vec::new();
     for g in &snap.gpus {
         let in_pool = pool.iter().any(|p| p.uuid == g.uuid);
@@ -232,7 +233,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         None => cfg.wait.0,
     };
     signals::install();
-    let dir = LeaseDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
+    let dir = LockDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
     let ticket = gpu::join_queue(&dir, &holder, need)?;

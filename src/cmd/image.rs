@@ -5,15 +5,13 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use tokio_util::io::ReaderStream;
 
-use super::{Context, runtime};
-use crate::build_context;
+use super::Context;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::image_id::ImageId;
-use crate::lockset::{self, Lockset};
+use crate::image::lockset::{self, Lockset};
+use crate::image::{self, ImageId, Verified, build_context};
 use crate::manifest::Manifest;
 use crate::report;
 
@@ -64,90 +62,6 @@ fn describe_engine(info: &EngineInfo) {
     ));
 }
 
-/// The outcome of a successful verification.
-pub struct Verified {
-    pub id: ImageId,
-    pub lockset: String,
-    pub files: usize,
-}
-
-/// Checks that `id` is present locally (never pulled) and carries the source's lockset.
-pub async fn verify_image(engine: &Engine, id: &ImageId, source: &Lockset) -> Result<Verified> {
-    let Some(img) = engine.image(id).await? else {
-        return Err(Error::ImageRefused {
-            message: format!("{id} is not present in the local engine, and cibox never pulls"),
-            details: vec![
-                "restore it from a backup: cibox image load --from BACKUP.tar".into(),
-                "or rebuild it from the recipe: cibox image build (a rebuild may get a new ID)"
-                    .into(),
-            ],
-        });
-    };
-    if img.id != id.as_str() {
-        // Only possible if the engine resolved the ID as something else; never accept it.
-        return Err(Error::refused(format!(
-            "the engine resolved {id} to a different image ({})",
-            img.id
-        )));
-    }
-    let (Some(digest), Some(text)) = (
-        img.labels.get(lockset::LABEL_DIGEST),
-        img.labels.get(lockset::LABEL_FILES),
-    ) else {
-        return Err(Error::ImageRefused {
-            message: format!(
-                "{id} has no lockset labels ({} and {}): it was not built by cibox",
-                lockset::LABEL_DIGEST,
-                lockset::LABEL_FILES
-            ),
-            details: vec![
-                "build it with `cibox image build` (or the flake's image-build app)".into(),
-            ],
-        });
-    };
-    if &lockset::digest_of(text) != digest {
-        return Err(Error::refused(format!(
-            "{id}: its {} label ({digest}) is not the digest of its {} label ({}); the labels were tampered with or written by hand",
-            lockset::LABEL_DIGEST,
-            lockset::LABEL_FILES,
-            lockset::digest_of(text)
-        )));
-    }
-    let image_lockset = Lockset::parse_text(text).map_err(|why| {
-        Error::refused(format!(
-            "{id}: its {} label is malformed: {why}",
-            lockset::LABEL_FILES
-        ))
-    })?;
-    if digest != &source.digest {
-        let diff = image_lockset.diff(source);
-        let mut details: Vec<String> = Vec::new();
-        details.extend(diff.changed.iter().map(|p| format!("changed: {p}")));
-        details.extend(diff.added.iter().map(|p| format!("added:   {p}")));
-        details.extend(diff.removed.iter().map(|p| format!("removed: {p}")));
-        details.push(format!(
-            "image lockset {digest}, source lockset {}",
-            source.digest
-        ));
-        details
-            .push("build a new image from this source (cibox image build) and qualify it".into());
-        return Err(Error::ImageRefused {
-            message: format!(
-                "{id} was built from different lock files ({} changed, {} added, {} removed)",
-                diff.changed.len(),
-                diff.added.len(),
-                diff.removed.len()
-            ),
-            details,
-        });
-    }
-    Ok(Verified {
-        id: id.clone(),
-        lockset: digest.clone(),
-        files: source.files.len(),
-    })
-}
-
 fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
     if ctx.json {
         report::json(&json!({
@@ -177,18 +91,16 @@ pub fn verify(ctx: &Context, flag: Option<String>) -> Result<u8> {
     let (id, from) = chosen_id(flag, Some(&m))?;
     report::debug(format!("image {id} (from {from})"));
     let source = Lockset::compute(&m.dir, &m.image.locks)?;
-    runtime()?.block_on(async {
-        let engine = Engine::connect().await?;
-        let info = engine.info().await?;
-        describe_engine(&info);
-        let v = verify_image(&engine, &id, &source).await?;
-        print_verified(ctx, &v, &info);
-        Ok(exit::SUCCESS)
-    })
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    describe_engine(&info);
+    let v = image::verify(&engine, &id, &source)?;
+    print_verified(ctx, &v, &info);
+    Ok(exit::SUCCESS)
 }
 
 /// Turns what the engine says it loaded into image IDs.
-async fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>> {
+fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>> {
     if loaded.is_empty() {
         return Err(Error::refused(
             "the engine loaded nothing from the archive; is it a docker-archive (docker save, or a Nix streamLayeredImage)?",
@@ -200,7 +112,7 @@ async fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>
             r
         } else {
             // A tagged archive (Nix images always are): resolve the tag right away.
-            engine.inspect(&r).await?.map(|i| i.id).ok_or_else(|| {
+            engine.inspect(&r)?.map(|i| i.id).ok_or_else(|| {
                 Error::refused(format!("loaded `{r}`, but the engine cannot find it"))
             })?
         };
@@ -234,25 +146,19 @@ pub fn load(ctx: &Context, from: &str, verify: bool) -> Result<u8> {
                 .map_err(|e| Error::Usage(format!("cannot open {from}: {e}")))?,
         )
     };
-    runtime()?.block_on(async {
-        let engine = Engine::connect().await?;
-        let info = engine.info().await?;
-        describe_engine(&info);
-        let loaded = match file {
-            Some(f) => {
-                engine
-                    .load(ReaderStream::new(tokio::fs::File::from_std(f)))
-                    .await?
-            }
-            None => engine.load(ReaderStream::new(tokio::io::stdin())).await?,
-        };
-        let ids = loaded_ids(&engine, loaded).await?;
-        finish_loaded(ctx, &engine, &info, ids, source.as_ref()).await
-    })
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    describe_engine(&info);
+    let loaded = match file {
+        Some(f) => engine.load(Box::new(f))?,
+        None => engine.load(Box::new(std::io::stdin()))?,
+    };
+    let ids = loaded_ids(&engine, loaded)?;
+    finish_loaded(ctx, &engine, &info, ids, source.as_ref())
 }
 
 /// Prints the loaded IDs (stdout, one per line, for scripts) and verifies each.
-async fn finish_loaded(
+fn finish_loaded(
     ctx: &Context,
     engine: &Engine,
     info: &EngineInfo,
@@ -272,7 +178,7 @@ async fn finish_loaded(
     let mut verified = Vec::new();
     for id in &ids {
         report::info(format!("loaded {id}"));
-        verified.push(verify_image(engine, id, source).await?);
+        verified.push(image::verify(engine, id, source)?);
     }
     for v in &verified {
         if ctx.json {
@@ -355,50 +261,55 @@ fn build_dockerfile(
         (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
         (lockset::LABEL_FILES.to_string(), source.text.clone()),
     ]);
-    runtime()?.block_on(async {
-        let engine = Engine::connect().await?;
-        let info = engine.info().await?;
-        describe_engine(&info);
-        // The classic builder pulls a missing base image; cibox never pulls.
-        for base in &bases {
-            if base.eq_ignore_ascii_case("scratch") {
-                continue;
-            }
-            if base.contains('$') {
-                report::warn(format!("FROM {base}: uses a build argument; cannot check it is local"));
-                continue;
-            }
-            if engine.inspect(base).await?.is_none() {
-                return Err(Error::refused(format!(
-                    "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
-                    dockerfile.display()
-                )));
-            }
-            if !base.starts_with("sha256:") {
-                report::warn(format!(
-                    "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
-                ));
-            }
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    describe_engine(&info);
+    // The classic builder pulls a missing base image; cibox never pulls.
+    for base in &bases {
+        if base.eq_ignore_ascii_case("scratch") {
+            continue;
         }
-        report::info(format!("building {} (lockset {})", dockerfile.display(), source.digest));
-        let verbose = report::enabled(report::Level::Debug);
-        let id = engine
-            .build(context_tar, &name, &labels, &tag_for(m, source), |out| {
-                if verbose {
-                    eprint!("{out}");
-                }
-            })
-            .await?;
-        let id = ImageId::parse(&id).map_err(Error::refused)?;
-        let v = verify_image(&engine, &id, source).await?;
-        if ctx.json {
-            print_verified(ctx, &v, &info);
-        } else {
-            println!("{}", v.id);
-            report::info(format!("built and verified: lockset {} ({} lock files)", v.lockset, v.files));
+        if base.contains('$') {
+            report::warn(format!(
+                "FROM {base}: uses a build argument; cannot check it is local"
+            ));
+            continue;
         }
-        Ok(exit::SUCCESS)
-    })
+        if engine.inspect(base)?.is_none() {
+            return Err(Error::refused(format!(
+                "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
+                dockerfile.display()
+            )));
+        }
+        if !base.starts_with("sha256:") {
+            report::warn(format!(
+                "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
+            ));
+        }
+    }
+    report::info(format!(
+        "building {} (lockset {})",
+        dockerfile.display(),
+        source.digest
+    ));
+    let verbose = report::enabled(report::Level::Debug);
+    let id = engine.build(context_tar, &name, &labels, &tag_for(m, source), |out| {
+        if verbose {
+            eprint!("{out}");
+        }
+    })?;
+    let id = ImageId::parse(&id).map_err(Error::refused)?;
+    let v = image::verify(&engine, &id, source)?;
+    if ctx.json {
+        print_verified(ctx, &v, &info);
+    } else {
+        println!("{}", v.id);
+        report::info(format!(
+            "built and verified: lockset {} ({} lock files)",
+            v.lockset, v.files
+        ));
+    }
+    Ok(exit::SUCCESS)
 }
 
 /// A tag keeps the image from being "dangling" (and so from `docker image prune`);
@@ -408,7 +319,7 @@ fn tag_for(m: &Manifest, source: &Lockset) -> String {
 }
 
 fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Result<u8> {
-    let nix = which("nix").ok_or_else(|| {
+    let nix = crate::util::which("nix").ok_or_else(|| {
         Error::Infra(format!(
             "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
         ))
@@ -438,72 +349,56 @@ fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Resul
         )));
     }
     let path = PathBuf::from(path);
-    runtime()?.block_on(async {
-        let engine = Engine::connect().await?;
-        let info = engine.info().await?;
-        describe_engine(&info);
-        let loaded = if is_executable_file(&path) {
-            // streamLayeredImage: a script that writes the archive to stdout.
-            let mut child = tokio::process::Command::new(&path)
-                .stdout(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(|e| Error::Infra(format!("cannot run {}: {e}", path.display())))?;
-            let stdout = child.stdout.take().expect("piped");
-            let loaded = engine.load(ReaderStream::new(stdout)).await?;
-            let status = child
-                .wait()
-                .await
-                .map_err(|e| Error::Infra(format!("{}: {e}", path.display())))?;
-            if !status.success() {
-                return Err(Error::Infra(format!(
-                    "{} failed ({status})",
-                    path.display()
-                )));
-            }
-            loaded
-        } else {
-            let f = tokio::fs::File::open(&path)
-                .await
-                .map_err(|e| Error::Infra(format!("cannot open {}: {e}", path.display())))?;
-            engine.load(ReaderStream::new(f)).await?
-        };
-        let ids = loaded_ids(&engine, loaded).await?;
-        finish_loaded(ctx, &engine, &info, ids, Some(source)).await
-    })
-}
-
-fn is_executable_file(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|md| md.is_file() && md.permissions().mode() & 0o111 != 0)
-}
-
-/// Finds a program on PATH.
-pub(crate) fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| is_executable_file(p))
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    describe_engine(&info);
+    let loaded = if crate::util::is_executable_file(&path) {
+        // streamLayeredImage: a script that writes the archive to stdout.
+        let mut child = std::process::Command::new(&path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::Infra(format!("cannot run {}: {e}", path.display())))?;
+        let stdout = child.stdout.take().expect("piped");
+        let loaded = engine.load(Box::new(stdout));
+        if loaded.is_err() {
+            let _ = child.kill();
+        }
+        let status = child
+            .wait()
+            .map_err(|e| Error::Infra(format!("{}: {e}", path.display())))?;
+        let loaded = loaded?;
+        if !status.success() {
+            return Err(Error::Infra(format!(
+                "{} failed ({status})",
+                path.display()
+            )));
+        }
+        loaded
+    } else {
+        let f = std::fs::File::open(&path)
+            .map_err(|e| Error::Infra(format!("cannot open {}: {e}", path.display())))?;
+        engine.load(Box::new(f))?
+    };
+    let ids = loaded_ids(&engine, loaded)?;
+    finish_loaded(ctx, &engine, &info, ids, Some(source))
 }
 
 /// `cibox image save ID --to FILE`.
 pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
     let id = ImageId::parse(id).map_err(Error::refused)?;
-    runtime()?.block_on(async {
-        let engine = Engine::connect().await?;
-        if engine.image(&id).await?.is_none() {
-            return Err(Error::refused(format!(
-                "{id} is not present in the local engine"
-            )));
-        }
-        let bytes = engine.save(&id, to).await?;
-        if ctx.json {
-            report::json(&json!({"image": id, "file": to, "bytes": bytes}));
-        } else {
-            println!("saved {id} to {} ({bytes} bytes)", to.display());
-        }
-        Ok(exit::SUCCESS)
-    })
+    let engine = Engine::connect()?;
+    if engine.image(&id)?.is_none() {
+        return Err(Error::refused(format!(
+            "{id} is not present in the local engine"
+        )));
+    }
+    let bytes = engine.save(&id, to)?;
+    if ctx.json {
+        report::json(&json!({"image": id, "file": to, "bytes": bytes}));
+    } else {
+        println!("saved {id} to {} ({bytes} bytes)", to.display());
+    }
+    Ok(exit::SUCCESS)
 }
 
 #[cfg(test)]

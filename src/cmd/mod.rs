@@ -5,7 +5,7 @@ mod capacity;
 mod changed;
 mod doctor;
 mod gpu;
-pub(crate) mod image;
+mod image;
 mod reproduce;
 mod workflow;
 
@@ -38,8 +38,6 @@ impl Context {
         Ok(Manifest::load(&path)?)
     }
 }
-
-pub(crate) use crate::engine::runtime;
 
 /// Runs the command and returns its exit code.
 pub fn dispatch(cli: Cli) -> Result<u8> {

@@ -4,14 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Context, batch, runtime};
-use crate::batch::record::RunRecord;
-use crate::cli::RunOptions;
+use super::{Context, batch};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::image_id::ImageId;
+use crate::image::ImageId;
 use crate::report::{self, Table};
+use crate::runner::RunRequest;
+use crate::runner::record::RunRecord;
 
 use crate::git::text as git;
 
@@ -37,7 +37,7 @@ impl Drop for Worktree {
 }
 
 pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
-    let record = RunRecord::read(result).map_err(Error::Usage)?;
+    let record = RunRecord::read(result)?;
     let cwd = std::env::current_dir().map_err(|e| Error::Usage(format!("current folder: {e}")))?;
     let repo = git(&cwd, &["rev-parse", "--show-toplevel"])
         .map(PathBuf::from)
@@ -67,9 +67,8 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             .unwrap_or_else(|| PathBuf::from(crate::manifest::FILE_NAME)),
         Err(_) => PathBuf::from(crate::manifest::FILE_NAME),
     };
-    let rt = runtime()?;
-    let engine = rt.block_on(Engine::connect())?;
-    if rt.block_on(engine.image(&image))?.is_none() {
+    let engine = Engine::connect()?;
+    if engine.image(&image)?.is_none() {
         return Err(Error::ImageRefused {
             message: format!("{image}, which the run used, is not present in the local engine"),
             details: vec![
@@ -144,27 +143,25 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         Some(_) => {}
     }
     let reports = PathBuf::from("cibox-reproduce").join(&record.run);
-    let opts = RunOptions {
-        fast: record.fast,
-        no_fast: !record.fast,
+    let request = RunRequest {
+        names: vec![record.batch.clone()],
+        fast: Some(record.fast),
         image: Some(image.to_string()),
-        source: Some(worktree.path.clone()),
-        reports: Some(reports.clone()),
-        scope: Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
-        wait: None,
-        parallel: false,
+        ..batch::where_to_run(
+            Some(worktree.path.clone()),
+            Some(reports),
+            Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
+        )?
     };
-    let code = batch::run(
-        &replay_ctx,
-        std::slice::from_ref(&record.batch),
-        None,
-        &opts,
-    )?;
-    let replayed =
-        RunRecord::read(&reports.join(&record.batch).join("result.json")).map_err(Error::Infra)?;
+    drop(engine);
+    let outcome = batch::run_plan(m, request)?;
+    // No batch ran only when a signal stopped the run before it started.
+    let Some(replayed) = outcome.batches.first().map(|b| &b.record) else {
+        return Ok(outcome.exit_code());
+    };
     drop(worktree);
-    side_by_side(&record, &replayed);
-    Ok(code)
+    side_by_side(&record, replayed);
+    Ok(outcome.exit_code())
 }
 
 fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) {

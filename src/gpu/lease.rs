@@ -1,22 +1,15 @@
-//! Leases: one lock file per GPU, named by UUID, held with `flock` for as long as the
-//! lease lives and holding a JSON description of the holder.
-//!
-//! Sharing between users of one host: the lease directory (and its `queue/`) is created
-//! with mode 1777 (world-writable, sticky, like /tmp) and every lock file with mode 0666,
-//! so any user can open and lock any GPU's file while nobody can delete or replace
-//! another user's file. Files are opened without `O_CREAT` first, because Linux's
-//! `fs.protected_regular` refuses `O_CREAT` on another user's file in a sticky folder.
-//! Lock files are never deleted: deleting a file someone has open would let two
-//! processes lock two different files for one GPU.
+//! Leases: one lock file per GPU in the lock directory ([`crate::lockdir`]), named by
+//! UUID, held with `flock` for as long as the lease lives and holding a JSON
+//! description of the holder. Lock files are never deleted: deleting a file someone has
+//! open would let two processes lock two different files for one GPU.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::{AsRawFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use super::lockdir::{self, LockDirError};
 use super::pool::PoolGpu;
+use crate::lockdir::{LockDir, open_shared_file};
 
 /// Who holds a lease, for `gpu status` and waiting messages. Diagnostics only: the lock
 /// itself is the truth.
@@ -41,7 +34,7 @@ impl Holder {
     pub fn this_process() -> Holder {
         Holder {
             pid: std::process::id(),
-            host: host_name(),
+            host: crate::util::host_name(),
             user: nix::unistd::User::from_uid(nix::unistd::getuid())
                 .ok()
                 .flatten()
@@ -68,14 +61,6 @@ impl Holder {
     }
 }
 
-/// This host's name, as leases, containers and run records name it.
-pub fn host_name() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default()
-}
-
 /// A GPU's lease state, read without waiting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {
@@ -84,102 +69,10 @@ pub enum LeaseState {
     Held(Option<Box<Holder>>),
 }
 
-/// The lease directory (`gpu.lock_dir`).
-#[derive(Debug, Clone)]
-pub struct LeaseDir {
-    path: PathBuf,
-}
-
-fn create_shared_dir(path: &Path) -> std::io::Result<()> {
-    match std::fs::create_dir(path) {
-        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o1777)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Opens `path` read-write, creating it with mode 0666 when it does not exist.
-pub(crate) fn open_shared_file(path: &Path) -> std::io::Result<File> {
-    loop {
-        match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(f) => return Ok(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o666)
-            .open(path)
-        {
-            Ok(f) => {
-                // The umask may have narrowed the mode; other users must be able to lock.
-                f.set_permissions(std::fs::Permissions::from_mode(0o666))?;
-                return Ok(f);
-            }
-            // Someone else created it between our two opens: open theirs.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-impl LeaseDir {
-    /// Opens (creating when missing) a lease directory on local disk.
-    pub fn open(path: &Path, allow_network_fs: bool) -> Result<LeaseDir, LockDirError> {
-        let shown = path.display().to_string();
-        let unusable = |reason: String| LockDirError::Unusable {
-            dir: shown.clone(),
-            reason,
-        };
-        if !path.exists() {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| unusable(format!("cannot create {}: {e}", parent.display())))?;
-            }
-            create_shared_dir(path).map_err(|e| unusable(format!("cannot create it: {e}")))?;
-        }
-        if !path.is_dir() {
-            return Err(unusable("exists and is not a directory".into()));
-        }
-        if !allow_network_fs {
-            match lockdir::network_fs(path) {
-                Ok(Some(fs)) => return Err(LockDirError::Network { dir: shown, fs }),
-                Ok(None) => {}
-                Err(e) => return Err(unusable(format!("cannot stat its file system: {e}"))),
-            }
-        }
-        for sub in ["queue", "runs"] {
-            create_shared_dir(&path.join(sub))
-                .map_err(|e| unusable(format!("cannot create {sub}/: {e}")))?;
-        }
-        // A lease needs to write its lock files; find out now rather than mid-wait.
-        let probe = path.join("queue.seq");
-        open_shared_file(&probe).map_err(|e| {
-            unusable(format!(
-                "not writable ({e}); make it mode 1777 or run as a user who may write there"
-            ))
-        })?;
-        Ok(LeaseDir {
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// The directory as it is, for reading lease states only: nothing is created, and
-    /// a missing directory means no GPU is leased.
-    pub fn existing(path: &Path) -> LeaseDir {
-        LeaseDir {
-            path: path.to_path_buf(),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
+/// A GPU's lock file, named by its UUID.
+impl LockDir {
     fn gpu_file(&self, uuid: &str) -> PathBuf {
-        self.path.join(format!("{uuid}.lock"))
+        self.path().join(format!("{uuid}.lock"))
     }
 
     /// Takes one GPU's lock without waiting; `None` when someone holds it.

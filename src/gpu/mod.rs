@@ -5,7 +5,6 @@
 //! re-checked right before the hand-out. Anything uncertain fails closed.
 
 pub mod lease;
-pub mod lockdir;
 pub mod pool;
 pub mod probe;
 pub mod queue;
@@ -15,9 +14,10 @@ use std::time::{Duration, Instant};
 pub use probe::is_gpu_uuid;
 
 use crate::error::Error;
+use crate::lockdir::LockDir;
 use crate::manifest::IdlePolicy;
 use crate::signals;
-use lease::{Holder, Lease, LeaseDir, LeaseState};
+use lease::{Holder, Lease, LeaseState};
 use pool::PoolGpu;
 use probe::{ProbeError, Snapshot};
 
@@ -34,7 +34,7 @@ pub const HEAD_START_PER_GPU: Duration = Duration::from_millis(100);
 pub const MAX_HEAD_START: Duration = Duration::from_millis(1500);
 
 /// Takes a place in the queue for a request of `need` GPUs.
-pub fn join_queue(dir: &LeaseDir, holder: &Holder, need: usize) -> Result<queue::Ticket, Error> {
+pub fn join_queue(dir: &LockDir, holder: &Holder, need: usize) -> Result<queue::Ticket, Error> {
     let description = serde_json::to_string(holder).expect("holder serialises");
     let head_start =
         (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
@@ -155,7 +155,7 @@ struct Request {
     holder: Holder,
 }
 
-fn leased_now(dir: &LeaseDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
+fn leased_now(dir: &LockDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
     gpus.iter()
         .filter_map(|g| match dir.state(&g.uuid) {
             Ok(LeaseState::Held(h)) => Some((
@@ -176,7 +176,7 @@ fn leased_now(dir: &LeaseDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
 /// request once the holders from before A finish, so nobody is starved: an 8-GPU request
 /// on 8 GPUs is never overtaken.
 fn may_overtake(
-    dir: &LeaseDir,
+    dir: &LockDir,
     ahead: &[(queue::Place, String)],
     mine: &[PoolGpu],
     available: &[&PoolGpu],
@@ -242,7 +242,7 @@ enum Overtake {
 #[allow(clippy::too_many_arguments)]
 pub fn acquire(
     mut ticket: queue::Ticket,
-    dir: &LeaseDir,
+    dir: &LockDir,
     pool: &[PoolGpu],
     want: &Want,
     policy: &IdlePolicy,
@@ -273,7 +273,7 @@ pub fn acquire(
     ticket
         .describe(&serde_json::to_string(&request).expect("request serialises"))
         .map_err(|e| io("writing the ticket", e))?;
-    let select = lease::open_shared_file(&dir.path().join("select.lock"))
+    let select = crate::lockdir::open_shared_file(&dir.path().join("select.lock"))
         .map_err(|e| io("opening select.lock", e))?;
     let mut last_free: Vec<String> = Vec::new();
     let mut next_probe = start;
@@ -410,7 +410,7 @@ fn idle_among<'a>(free: &[&'a PoolGpu], busy: &[(u32, String)]) -> Vec<&'a PoolG
 /// Whether a waiter behind the head could take `need` of the free GPUs not known to be
 /// busy, by [`may_overtake`].
 fn overtake_allowed(
-    dir: &LeaseDir,
+    dir: &LockDir,
     ahead: &[(queue::Place, String)],
     free: &[&PoolGpu],
     busy: &[(u32, String)],
@@ -425,7 +425,7 @@ fn overtake_allowed(
 }
 
 /// Locks `need` of `idle` in order; all or nothing (no hold-and-wait).
-fn take(dir: &LeaseDir, idle: &[&PoolGpu], need: usize) -> std::io::Result<Option<Lease>> {
+fn take(dir: &LockDir, idle: &[&PoolGpu], need: usize) -> std::io::Result<Option<Lease>> {
     let mut gpus = Vec::new();
     let mut files = Vec::new();
     for g in idle {

@@ -1,4 +1,4 @@
-//! Asking nvidia-smi what the GPUs are doing (SPEC section 6), strictly.
+//! Asking nvidia-smi what the GPUs are doing (docs/interface.md §6), strictly.
 //!
 //! Anything odd (a non-zero exit, a hang, `N/A` where a number belongs, a wrong column
 //! count, a malformed or duplicate UUID, a process on an unknown GPU) is a probe failure:

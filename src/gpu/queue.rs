@@ -13,7 +13,7 @@ use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use super::lease::{LeaseDir, open_shared_file};
+use crate::lockdir::{LockDir, open_shared_file};
 
 /// Where a waiter stands: lower first. `at_ms` is its arrival on the host's boot clock
 /// (one clock for every process, unaffected by wall-clock steps) minus its head start;
@@ -54,7 +54,7 @@ impl Ticket {
     /// Joins the queue as if it had arrived `head_start` earlier. `description` is
     /// stored in the ticket for humans.
     pub fn enqueue(
-        dir: &LeaseDir,
+        dir: &LockDir,
         description: &str,
         head_start: std::time::Duration,
     ) -> std::io::Result<Ticket> {
@@ -222,7 +222,7 @@ mod tests {
     #[test]
     fn places_order_by_head_started_arrival_then_seq() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = LeaseDir::open(tmp.path(), false).unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
         // A waiter killed between creating and renaming its ticket left this.
         let stale = tmp.path().join("queue/.new-99999-7");
         std::fs::write(&stale, "").unwrap();

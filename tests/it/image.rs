@@ -1,10 +1,8 @@
 //! Images on the real engine: build, verify, save/load, and every refusal.
 
-mod common;
-
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 
 /// A project whose image is `FROM scratch` plus a unique file, with lock files.
 fn image_project(locks: &[&str]) -> Project {

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 
-use super::RunSetup;
 use crate::gpu::pool::PoolGpu;
+use crate::image::ImageId;
 use crate::manifest::{Batch, GpuDriver, Manifest, Network};
 
 pub const LABEL_OWNER: &str = "org.cibox.owner";
@@ -21,9 +21,25 @@ pub const LABEL_RUN: &str = "org.cibox.run";
 pub const LABEL_BATCH: &str = "org.cibox.batch";
 pub const LABEL_SOURCE: &str = "org.cibox.source";
 pub const LABEL_GPUS: &str = "org.cibox.gpus";
-/// The host whose cibox made the container (an extension of SPEC section 6): only
+/// The host whose cibox made the container (docs/interface.md §6, beyond the first contract): only
 /// there can a sweep tell whether its run is alive.
 pub const LABEL_HOST: &str = "org.cibox.host";
+
+/// What names and labels a run's containers, the same for each of its batches.
+pub struct Identity<'a> {
+    pub project: &'a str,
+    pub scope: &'a str,
+    pub run_id: &'a str,
+    pub host: &'a str,
+    pub image: &'a ImageId,
+    pub source: &'a Path,
+    pub source_sha: Option<&'a str>,
+    pub fast: bool,
+    pub uid: u32,
+    pub gid: u32,
+    /// The host's values of `pass_env`.
+    pub pass_env: &'a BTreeMap<String, String>,
+}
 
 /// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
 pub fn sanitize(s: &str) -> String {
@@ -43,6 +59,7 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+#[derive(Debug, Clone)]
 pub struct ContainerPlan {
     pub name: String,
     pub gpus: u32,
@@ -94,30 +111,23 @@ impl ContainerPlan {
         m: &Manifest,
         batch_name: &str,
         batch: &Batch,
-        setup: &RunSetup,
+        id: &Identity<'_>,
         reports: &Path,
     ) -> ContainerPlan {
         let name = format!(
             "cibox-{}-{}-{}-{}",
-            sanitize(&m.project),
-            sanitize(&setup.scope),
+            sanitize(id.project),
+            sanitize(id.scope),
             sanitize(batch_name),
-            &setup.run_id[..8]
+            &id.run_id[..8.min(id.run_id.len())]
         );
-        let manifest_env = super::manifest_env(m, batch, setup.fast);
+        let manifest_env = super::plan::manifest_env(m, batch, id.fast);
         let mut env: BTreeMap<String, String> = manifest_env.clone();
-        for var in &m.container.pass_env {
-            if let Ok(v) = std::env::var(var) {
-                env.insert(var.clone(), v);
-            }
-        }
+        env.extend(id.pass_env.clone());
         env.insert("HOME".into(), "/tmp".into());
         env.insert("CIBOX_REPORTS".into(), "/reports".into());
         env.insert("CIBOX_BATCH".into(), batch_name.into());
-        env.insert(
-            "CIBOX_FAST".into(),
-            if setup.fast { "1" } else { "0" }.into(),
-        );
+        env.insert("CIBOX_FAST".into(), if id.fast { "1" } else { "0" }.into());
         if batch.gpus == 0 {
             // CPU batches see no GPU, whatever the runtime's defaults.
             env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
@@ -127,34 +137,30 @@ impl ContainerPlan {
         }
         let labels = HashMap::from([
             (LABEL_OWNER.to_string(), "cibox".to_string()),
-            (LABEL_PROJECT.to_string(), m.project.clone()),
-            (LABEL_SCOPE.to_string(), setup.scope.clone()),
-            (LABEL_RUN.to_string(), setup.run_id.clone()),
+            (LABEL_PROJECT.to_string(), id.project.to_string()),
+            (LABEL_SCOPE.to_string(), id.scope.to_string()),
+            (LABEL_RUN.to_string(), id.run_id.to_string()),
             (LABEL_BATCH.to_string(), batch_name.to_string()),
             (
                 LABEL_SOURCE.to_string(),
-                setup
-                    .source_info
-                    .sha
-                    .clone()
-                    .unwrap_or_else(|| "none".into()),
+                id.source_sha.unwrap_or("none").to_string(),
             ),
             (LABEL_GPUS.to_string(), String::new()),
-            (LABEL_HOST.to_string(), setup.host.clone()),
+            (LABEL_HOST.to_string(), id.host.to_string()),
         ]);
         ContainerPlan {
             name,
             gpus: batch.gpus,
-            image: setup.image.to_string(),
+            image: id.image.to_string(),
             labels,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             manifest_env,
             script: script(m, batch),
             binds: vec![
-                format!("{}:/src:ro", setup.source.display()),
+                format!("{}:/src:ro", id.source.display()),
                 format!("{}:/reports:rw", reports.display()),
             ],
-            user: format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid()),
+            user: format!("{}:{}", id.uid, id.gid),
             m_cpus: m.container.cpus,
             memory: m.container.memory.map(|s| s.0 as i64),
             shm: m.container.shm.0 as i64,

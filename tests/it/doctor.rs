@@ -1,10 +1,8 @@
 //! `cibox doctor` with the fake nvidia-smi and the real engine.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn engine_has_gpu_runtime() -> bool {
     let out = Command::new("docker")

@@ -1,12 +1,10 @@
 //! GPU probing, leases and `gpu exec`, driven by the fake nvidia-smi.
 
-mod common;
-
 use std::io::BufRead;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn status_shows_idle_and_each_kind_of_busy() {

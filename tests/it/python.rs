@@ -3,12 +3,10 @@
 //! build` (FROM scratch over the rootfs) → `cibox batch run` with the source installed by
 //! `pip install --no-deps` into a venv that sees the image's packages → its JUnit read.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const PACKAGES: &str = "python3,python3-pytest,python3-venv,python3-setuptools,python3-wheel";
 

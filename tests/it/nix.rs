@@ -3,12 +3,10 @@
 //! `cibox image lockset` does, refusals included. Nothing here builds the flake:
 //! nixpkgs cannot be fetched on these machines.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const NIX_CONFIG: &str = "experimental-features = nix-command flakes\nsubstituters =\n";
 

@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use crate::gpu::lease::LeaseDir;
+use crate::lockdir::LockDir;
 
 /// Run IDs are 16 lowercase hex digits ([`super::new_run_id`]); anything else in a
 /// label is not ours to interpret, let alone to turn into a path.
@@ -26,11 +26,11 @@ pub fn is_run_id(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn runs_dir(dir: &LeaseDir) -> PathBuf {
+fn runs_dir(dir: &LockDir) -> PathBuf {
     dir.path().join("runs")
 }
 
-fn path(dir: &LeaseDir, run: &str) -> PathBuf {
+fn path(dir: &LockDir, run: &str) -> PathBuf {
     runs_dir(dir).join(format!("{run}.lock"))
 }
 
@@ -48,7 +48,7 @@ pub struct RunLock {
 }
 
 impl RunLock {
-    pub fn hold(dir: &LeaseDir, run: &str, info: &RunInfo) -> std::io::Result<RunLock> {
+    pub fn hold(dir: &LockDir, run: &str, info: &RunInfo) -> std::io::Result<RunLock> {
         debug_assert!(is_run_id(run));
         let path = path(dir, run);
         // Readable by all, so another user's sweep can test the lock.
@@ -71,7 +71,7 @@ impl Drop for RunLock {
 }
 
 /// Whether run `run` (a valid run ID) is alive on this host.
-pub fn is_alive(dir: &LeaseDir, run: &str) -> std::io::Result<bool> {
+pub fn is_alive(dir: &LockDir, run: &str) -> std::io::Result<bool> {
     let file = match File::open(path(dir, run)) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -86,7 +86,7 @@ pub fn is_alive(dir: &LeaseDir, run: &str) -> std::io::Result<bool> {
 
 /// The runs recorded in `runs/` whose cibox is gone: ID, and what the record says
 /// (`None` when it cannot be read).
-pub fn dead_runs(dir: &LeaseDir) -> std::io::Result<Vec<(String, Option<RunInfo>)>> {
+pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<(String, Option<RunInfo>)>> {
     let entries = match std::fs::read_dir(runs_dir(dir)) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -125,7 +125,7 @@ pub fn dead_runs(dir: &LeaseDir) -> std::io::Result<Vec<(String, Option<RunInfo>
 }
 
 /// Forgets a dead run's record (none of its containers is left).
-pub fn forget(dir: &LeaseDir, run: &str) {
+pub fn forget(dir: &LockDir, run: &str) {
     let _ = std::fs::remove_file(path(dir, run));
 }
 
@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn a_held_run_is_alive_and_a_dead_one_is_listed_until_forgotten() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = LeaseDir::open(tmp.path(), false).unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
         let run = "0123456789abcdef";
         assert!(!is_alive(&dir, run).unwrap());
         let lock = RunLock::hold(&dir, run, &info()).unwrap();

@@ -41,7 +41,7 @@ impl Case {
     }
 }
 
-/// Totals over all of a batch's JUnit files (SPEC section 7, `tests`).
+/// Totals over all of a batch's JUnit files (docs/interface.md §7, `tests`).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     pub total: usize,

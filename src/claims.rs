@@ -12,23 +12,22 @@
 //! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing.
 
 use crate::engine::{ContainerInfo, Engine};
-use crate::gpu::lease::LeaseDir;
 use crate::gpu::probe::{self, ProbeError, Snapshot};
+use crate::lockdir::LockDir;
 use crate::report;
-
-use super::container::{LABEL_GPUS, LABEL_OWNER};
-use super::run_lock;
+use crate::runner::container::{LABEL_GPUS, LABEL_OWNER};
+use crate::runner::run_lock;
 
 /// Probes GPUs, adding the claims of orphaned cibox containers when any can exist.
 pub struct ContainerClaims {
-    runs: LeaseDir,
+    runs: LockDir,
     /// Connected on first need; `Some(None)` once no engine answered.
-    engine: Option<Option<(tokio::runtime::Runtime, Engine)>>,
+    engine: Option<Option<Engine>>,
 }
 
 impl ContainerClaims {
     /// For the runs recorded in `lock_dir`.
-    pub fn new(lock_dir: LeaseDir) -> ContainerClaims {
+    pub fn new(lock_dir: LockDir) -> ContainerClaims {
         ContainerClaims {
             runs: lock_dir,
             engine: None,
@@ -44,9 +43,8 @@ impl ContainerClaims {
             return Ok(snap);
         }
         let engine = self.engine.get_or_insert_with(|| {
-            let rt = crate::engine::runtime().ok()?;
-            match rt.block_on(Engine::connect()) {
-                Ok(engine) => Some((rt, engine)),
+            match Engine::connect() {
+                Ok(engine) => Some(engine),
                 Err(e) => {
                     // No engine, no container: nothing can hold a GPU that way.
                     report::debug(format!("no running cibox containers to consider: {e}"));
@@ -54,22 +52,18 @@ impl ContainerClaims {
                 }
             }
         });
-        if let Some((rt, engine)) = engine {
-            mark(&mut snap, engine, rt)?;
+        if let Some(engine) = engine {
+            mark(&mut snap, engine)?;
         }
         Ok(snap)
     }
 }
 
 /// Marks the GPUs of running cibox containers in `snap` as claimed.
-pub fn mark(
-    snap: &mut Snapshot,
-    engine: &Engine,
-    rt: &tokio::runtime::Runtime,
-) -> Result<(), ProbeError> {
+pub fn mark(snap: &mut Snapshot, engine: &Engine) -> Result<(), ProbeError> {
     let labels = vec![format!("{LABEL_OWNER}=cibox")];
-    let running = rt
-        .block_on(engine.containers_with_labels(&labels))
+    let running = engine
+        .containers_with_labels(&labels)
         .map_err(|e| ProbeError::Containers(e.to_string()))?;
     mark_running(snap, &running);
     Ok(())

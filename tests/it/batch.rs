@@ -1,10 +1,8 @@
 //! Batches in disposable containers on the real engine.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn yaml_list(steps: &[&str]) -> String {
     let quoted: Vec<String> = steps

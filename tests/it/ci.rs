@@ -1,11 +1,9 @@
 //! From the manifest to CI: workflow render and lint, changed tests, capacity.
 
-mod common;
-
 use std::path::Path;
 use std::process::Stdio;
 
-use common::*;
+use crate::common::*;
 
 const MANIFEST: &str = r#"version: 1
 project: ci

@@ -1,4 +1,4 @@
-//! The lockset (SPEC section 5): which files define an image, and one digest over them.
+//! The lockset (docs/interface.md §5): which files define an image, and one digest over them.
 //!
 //! The text is byte for byte what GNU `sha256sum` prints for the sorted files, so anyone
 //! can check it with standard tools; the digest is the sha256 of that text. An image
@@ -11,7 +11,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use crate::manifest::hex;
+use crate::util::hex;
 
 /// Label holding `sha256:` + the digest of the lockset text.
 pub const LABEL_DIGEST: &str = "org.cibox.lockset";

@@ -1,10 +1,8 @@
 //! `cibox image lockset` against GNU sha256sum, and its refusals.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn sha256sum(dir: &std::path::Path, files: &[&str]) -> String {
     let out = Command::new("sha256sum")

@@ -1,8 +1,6 @@
 //! The command line and the manifest, end to end through the binary.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const GOOD: &str = r#"version: 1
 project: demo

@@ -1,0 +1,118 @@
+//! Images: the immutable ID ([`id`]), the lockset that ties an image to the source's
+//! lock files ([`lockset`]), the build context ([`build_context`]), and the check that a
+//! local image carries the source's lockset ([`verify`]). See docs/interface.md §5.
+
+pub mod build_context;
+pub mod id;
+pub mod lockset;
+
+pub use id::ImageId;
+pub use lockset::Lockset;
+
+use crate::engine::{Engine, EngineError};
+
+/// Why an image cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The image is not one cibox may run; `details` go under the headline, one a line.
+    #[error("image refused: {message}")]
+    Refused {
+        message: String,
+        details: Vec<String>,
+    },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl ImageError {
+    pub fn refused(message: impl Into<String>) -> ImageError {
+        ImageError::Refused {
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+}
+
+/// The outcome of a successful verification.
+pub struct Verified {
+    pub id: ImageId,
+    pub lockset: String,
+    pub files: usize,
+}
+
+/// Checks that `id` is present locally (never pulled) and carries the source's lockset.
+pub fn verify(engine: &Engine, id: &ImageId, source: &Lockset) -> Result<Verified, ImageError> {
+    let Some(img) = engine.image(id)? else {
+        return Err(ImageError::Refused {
+            message: format!("{id} is not present in the local engine, and cibox never pulls"),
+            details: vec![
+                "restore it from a backup: cibox image load --from BACKUP.tar".into(),
+                "or rebuild it from the recipe: cibox image build (a rebuild may get a new ID)"
+                    .into(),
+            ],
+        });
+    };
+    if img.id != id.as_str() {
+        // Only possible if the engine resolved the ID as something else; never accept it.
+        return Err(ImageError::refused(format!(
+            "the engine resolved {id} to a different image ({})",
+            img.id
+        )));
+    }
+    let (Some(digest), Some(text)) = (
+        img.labels.get(lockset::LABEL_DIGEST),
+        img.labels.get(lockset::LABEL_FILES),
+    ) else {
+        return Err(ImageError::Refused {
+            message: format!(
+                "{id} has no lockset labels ({} and {}): it was not built by cibox",
+                lockset::LABEL_DIGEST,
+                lockset::LABEL_FILES
+            ),
+            details: vec![
+                "build it with `cibox image build` (or the flake's image-build app)".into(),
+            ],
+        });
+    };
+    if &lockset::digest_of(text) != digest {
+        return Err(ImageError::refused(format!(
+            "{id}: its {} label ({digest}) is not the digest of its {} label ({}); the labels were tampered with or written by hand",
+            lockset::LABEL_DIGEST,
+            lockset::LABEL_FILES,
+            lockset::digest_of(text)
+        )));
+    }
+    let image_lockset = Lockset::parse_text(text).map_err(|why| {
+        ImageError::refused(format!(
+            "{id}: its {} label is malformed: {why}",
+            lockset::LABEL_FILES
+        ))
+    })?;
+    if digest != &source.digest {
+        let diff = image_lockset.diff(source);
+        let mut details: Vec<String> = Vec::new();
+        details.extend(diff.changed.iter().map(|p| format!("changed: {p}")));
+        details.extend(diff.added.iter().map(|p| format!("added:   {p}")));
+        details.extend(diff.removed.iter().map(|p| format!("removed: {p}")));
+        details.push(format!(
+            "image lockset {digest}, source lockset {}",
+            source.digest
+        ));
+        details
+            .push("build a new image from this source (cibox image build) and qualify it".into());
+        return Err(ImageError::Refused {
+            message: format!(
+                "{id} was built from different lock files ({} changed, {} added, {} removed)",
+                diff.changed.len(),
+                diff.added.len(),
+                diff.removed.len()
+            ),
+            details,
+        });
+    }
+    Ok(Verified {
+        id: id.clone(),
+        lockset: digest.clone(),
+        files: source.files.len(),
+    })
+}

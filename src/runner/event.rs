@@ -1,0 +1,60 @@
+//! What the runner tells its reporters, in the order it happens. The runner prints
+//! nothing itself: every line, file and GitHub command comes from a reporter that
+//! handles these ([`super::reporter`]).
+
+use std::path::Path;
+
+use super::outcome::{BatchResult, RunOutcome};
+use super::plan::{BatchPlan, RunPlan};
+use crate::engine::EngineError;
+use crate::error::Error;
+use crate::gpu::WaitReport;
+use crate::gpu::pool::PoolGpu;
+
+pub enum Event<'a> {
+    /// The image is verified and the run's lock held; batches start next.
+    RunStarted { plan: &'a RunPlan },
+    /// Leftover containers of dead runs of this scope were removed.
+    Swept { scope: &'a str, removed: usize },
+    /// The batch's folder is ready (fresh, marked as cibox's); nothing runs yet.
+    BatchStarted { batch: &'a BatchPlan, dir: &'a Path },
+    /// The batch waits for its GPUs. Sent every poll (10 ms): `report` builds the
+    /// (costly) wait report, so a reporter builds one only when it shows it.
+    Waiting {
+        batch: &'a BatchPlan,
+        report: &'a dyn Fn() -> WaitReport,
+    },
+    /// The batch holds its GPUs until it ends.
+    LeaseGranted {
+        batch: &'a BatchPlan,
+        gpus: &'a [PoolGpu],
+    },
+    /// The batch's container runs; its output follows.
+    ContainerStarted {
+        batch: &'a BatchPlan,
+        container: &'a str,
+    },
+    /// A chunk of the container's output (stdout and stderr interleaved).
+    Output {
+        batch: &'a BatchPlan,
+        bytes: &'a [u8],
+    },
+    /// The container's output has closed.
+    OutputEnded { batch: &'a BatchPlan },
+    /// The batch hit its timeout; its container is being stopped.
+    TimedOut { batch: &'a BatchPlan },
+    /// The container's output could not be followed to its end.
+    OutputBroke {
+        batch: &'a BatchPlan,
+        error: &'a EngineError,
+    },
+    /// Something kept the batch from running to its end (its verdict follows).
+    BatchFailed {
+        batch: &'a BatchPlan,
+        error: &'a Error,
+    },
+    /// The batch's verdict and record.
+    BatchEnded { result: &'a BatchResult },
+    /// Every batch has ended (or a signal stopped the run).
+    RunEnded { outcome: &'a RunOutcome },
+}

@@ -1,0 +1,431 @@
+//! Executing a [`RunPlan`]: verify the image, hold the run's lock, sweep what dead runs
+//! left, then run each batch (lease → container → verdict → lease released) and hand
+//! back a [`RunOutcome`]. Everything it has to say goes to the [`Reporter`] as
+//! [`Event`]s; it prints nothing itself.
+
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Instant, SystemTime};
+
+use super::container::ContainerPlan;
+use super::event::Event;
+use super::junit::{self, Case, Totals};
+use super::outcome::{BatchResult, Ended, RunOutcome, Verdict, judge};
+use super::plan::{BatchPlan, RunPlan};
+use super::record::{GpuRef, RunRecord, create_fresh};
+use super::reporter::Reporter;
+use super::run_lock::{RunInfo, RunLock};
+use crate::engine::{Engine, FollowEnd, Followed, Stop};
+use crate::error::{Error, Result};
+use crate::gpu::lease::{Holder, Lease};
+use crate::gpu::pool::{self, PoolGpu};
+use crate::gpu::{self, Want, probe};
+use crate::image::{self, Lockset};
+use crate::lockdir::LockDir;
+use crate::signals;
+use crate::units::rfc3339;
+
+/// Grace between SIGTERM and SIGKILL when a batch times out.
+const STOP_GRACE_S: i32 = 10;
+
+/// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
+/// run that was killed (no `result.json` yet) is still known to be ours.
+const BATCH_DIR_MARKER: &str = ".cibox-batch";
+
+/// Runs the plan on `engine`; the image must carry `lockset`.
+pub fn execute(
+    plan: &RunPlan,
+    lockset: &Lockset,
+    engine: &Engine,
+    reporter: &mut dyn Reporter,
+) -> Result<RunOutcome> {
+    image::verify(engine, &plan.image, lockset)?;
+    let gpu = &plan.manifest.gpu;
+    // Held for the whole run, so that a sweep by another job of this scope leaves our
+    // containers alone; taken before our first container exists.
+    let lock_dir = LockDir::open(&gpu.lock_dir, gpu.allow_network_lock_dir)?;
+    let run_info = RunInfo {
+        project: plan.manifest.project.clone(),
+        scope: plan.scope.clone(),
+    };
+    let _run_lock = RunLock::hold(&lock_dir, &plan.run_id, &run_info).map_err(|e| {
+        Error::Infra(format!(
+            "lock dir {}: cannot take this run's lock: {e}",
+            lock_dir.path().display()
+        ))
+    })?;
+    let swept = super::sweep::sweep(
+        engine,
+        Some(&plan.manifest.project),
+        &plan.scope,
+        &lock_dir,
+        &plan.host,
+    )?;
+    let pool = if plan.needs_gpus() {
+        let snap = probe::probe(probe::timeout())?;
+        pool::resolve(&gpu.pool, &snap).map_err(Error::Usage)?
+    } else {
+        Vec::new()
+    };
+    for b in &plan.batches {
+        check_batch_dir(&b.dir)?;
+    }
+    let run = Execution {
+        plan,
+        engine,
+        lock_dir,
+        pool,
+        reporter: Mutex::new(reporter),
+        lockset: lockset.digest.clone(),
+    };
+    run.emit(&Event::Swept {
+        scope: &plan.scope,
+        removed: swept.removed,
+    })?;
+    run.emit(&Event::RunStarted { plan })?;
+    let mut batches = Vec::new();
+    if plan.parallel {
+        let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
+            let handles: Vec<_> = plan
+                .batches
+                .iter()
+                .map(|b| s.spawn(|| run.batch(b)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Infra("a batch's thread panicked".into())))
+                })
+                .collect()
+        });
+        for r in joined {
+            batches.push(r?);
+        }
+    } else {
+        for b in &plan.batches {
+            if signals::received().is_some() {
+                break; // a signal between two batches: start no more
+            }
+            let result = run.batch(b)?;
+            let stop = matches!(result.verdict, Verdict::Cancelled(_));
+            batches.push(result);
+            if stop {
+                break; // signals end the run at once
+            }
+        }
+    }
+    let stopped_by = batches
+        .iter()
+        .find_map(|b| match b.verdict {
+            Verdict::Cancelled(sig) => Some(sig),
+            _ => None,
+        })
+        .or_else(signals::received);
+    let outcome = RunOutcome {
+        batches,
+        stopped_by,
+        reports: plan.reports.clone(),
+    };
+    run.emit(&Event::RunEnded { outcome: &outcome })?;
+    Ok(outcome)
+}
+
+/// One run in progress: what its batches share.
+struct Execution<'a> {
+    plan: &'a RunPlan,
+    engine: &'a Engine,
+    lock_dir: LockDir,
+    pool: Vec<PoolGpu>,
+    reporter: Mutex<&'a mut dyn Reporter>,
+    lockset: String,
+}
+
+impl Execution<'_> {
+    fn emit(&self, event: &Event<'_>) -> Result<()> {
+        self.reporter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handle(event)
+            .map_err(Error::from)
+    }
+
+    /// Runs one batch to its verdict. An error here ends the run (a bad lock dir, an
+    /// unwritable reports folder); everything else ends only the batch.
+    fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
+        prepare_batch_dir(&b.dir)?;
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        let mut ended = match self.emit(&Event::BatchStarted {
+            batch: b,
+            dir: &b.dir,
+        }) {
+            Ok(()) => None,
+            Err(e) => Some(self.failed(b, e)?),
+        };
+        // The batch's GPUs, leased for its whole life.
+        let mut lease: Option<Lease> = None;
+        if b.gpus > 0 && ended.is_none() {
+            match self.lease(b) {
+                Ok(l) => {
+                    self.emit(&Event::LeaseGranted {
+                        batch: b,
+                        gpus: l.gpus(),
+                    })?;
+                    lease = Some(l);
+                }
+                Err(e) => ended = Some(self.failed(b, e)?),
+            }
+        }
+        let leased: Vec<PoolGpu> = lease
+            .as_ref()
+            .map(|l| l.gpus().to_vec())
+            .unwrap_or_default();
+        let ended = match ended {
+            Some(e) => e,
+            // An engine failure ends this batch, not the run: the others still run
+            // and the summary is still written.
+            None => match self.container(b, &leased) {
+                Ok(e) => e,
+                Err(e) => self.failed(b, e)?,
+            },
+        };
+        // The container is gone (or, if the engine failed to remove it, still named
+        // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
+        drop(lease);
+
+        let (cases, junit_problem) = read_reports(&b.dir);
+        let totals = Totals::of(&cases);
+        let (verdict, message) = judge(&ended, &totals, junit_problem, b.allow_empty);
+        let plan = self.plan;
+        let record = RunRecord {
+            schema: 1,
+            batch: b.name.clone(),
+            status: verdict.status(),
+            exit_code: verdict.exit_code(),
+            image: plan.image.to_string(),
+            lockset: self.lockset.clone(),
+            source: plan.source_info.clone(),
+            gpus: leased
+                .iter()
+                .map(|g| GpuRef {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                })
+                .collect(),
+            host: plan.host.clone(),
+            scope: plan.scope.clone(),
+            run: plan.run_id.clone(),
+            container: b.container.name.clone(),
+            fast: plan.fast,
+            started_at: rfc3339(started),
+            finished_at: rfc3339(SystemTime::now()),
+            duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
+            tests: totals,
+            cibox_version: env!("CARGO_PKG_VERSION").to_string(),
+            manifest_digest: plan.manifest.digest.clone(),
+            gpu_count: b.gpus,
+            env: b.container.manifest_env.clone(),
+            failed_tests: cases
+                .iter()
+                .filter(|c| matches!(c.outcome, junit::Outcome::Failed | junit::Outcome::Error))
+                .map(Case::id)
+                .collect(),
+            message,
+            container_exit_code: match ended {
+                Ended::Exited(code) => Some(code),
+                _ => None,
+            },
+        };
+        let result = BatchResult {
+            verdict,
+            record,
+            cases,
+            record_path: b.dir.join("result.json"),
+        };
+        self.emit(&Event::BatchEnded { result: &result })?;
+        Ok(result)
+    }
+
+    /// The ending of a batch that `e` kept from running, once reported; an error that
+    /// is the run's, not the batch's, ends the run.
+    fn failed(&self, b: &BatchPlan, e: Error) -> Result<Ended> {
+        let Some(verdict) = Verdict::of_error(&e) else {
+            return Err(e);
+        };
+        self.emit(&Event::BatchFailed {
+            batch: b,
+            error: &e,
+        })?;
+        Ok(Ended::Stopped {
+            verdict,
+            message: e.to_string(),
+        })
+    }
+
+    /// Waits in the queue for the batch's GPUs.
+    fn lease(&self, b: &BatchPlan) -> Result<Lease> {
+        let need = b.gpus as usize;
+        if need > self.pool.len() {
+            return Err(Error::Capacity(format!(
+                "batch {} needs {need} GPUs; the pool has {}",
+                b.name,
+                self.pool.len()
+            )));
+        }
+        let mut holder = Holder::this_process();
+        holder.batch = Some(b.name.clone());
+        holder.container = Some(b.container.name.clone());
+        holder.scope = Some(self.plan.scope.clone());
+        holder.run = Some(self.plan.run_id.clone());
+        let ticket = gpu::join_queue(&self.lock_dir, &holder, need)?;
+        gpu::acquire(
+            ticket,
+            &self.lock_dir,
+            &self.pool,
+            &Want::Count(need),
+            &self.plan.manifest.gpu.idle,
+            self.plan.wait,
+            &holder,
+            || {
+                let mut snap = probe::probe(probe::timeout())?;
+                crate::claims::mark(&mut snap, self.engine)?;
+                Ok(snap)
+            },
+            |report| {
+                // A reporter that fails here fails again, and counts, at the batch's end.
+                let _ = self.emit(&Event::Waiting { batch: b, report });
+            },
+        )
+    }
+
+    /// Creates, starts, follows and removes the batch's container. Never leaves it
+    /// behind.
+    fn container(&self, b: &BatchPlan, gpus: &[PoolGpu]) -> Result<Ended> {
+        let plan: &ContainerPlan = &b.container;
+        let id = self.engine.create_container(&plan.name, plan.body(gpus))?;
+        let outcome = self.follow(b, &id);
+        // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
+        let removed = self.engine.remove_container(&id);
+        let ended = outcome?;
+        removed?;
+        Ok(ended)
+    }
+
+    fn follow(&self, b: &BatchPlan, id: &str) -> Result<Ended> {
+        if let Err(why) = self.engine.start_container(id) {
+            let gpu_hint = if b.gpus > 0
+                && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi"))
+            {
+                "; the engine has no GPU runtime for this device request: install the NVIDIA Container Toolkit (see `cibox doctor`)"
+            } else {
+                ""
+            };
+            return Ok(Ended::Stopped {
+                verdict: Verdict::InfraError,
+                message: format!("the engine could not start the container: {why}{gpu_hint}"),
+            });
+        }
+        self.emit(&Event::ContainerStarted {
+            batch: b,
+            container: &b.container.name,
+        })?;
+        let mut signal = None;
+        let mut report_failed = None;
+        let followed = self.engine.follow(
+            id,
+            Instant::now() + b.timeout.0,
+            STOP_GRACE_S,
+            || {
+                signal = signal.or_else(signals::received);
+                signal.is_some()
+            },
+            |seen| {
+                let event = match seen {
+                    Followed::Output(bytes) => Event::Output { batch: b, bytes },
+                    Followed::DeadlinePassed => Event::TimedOut { batch: b },
+                    Followed::StreamBroke(error) => Event::OutputBroke { batch: b, error },
+                };
+                if let Err(e) = self.emit(&event) {
+                    report_failed.get_or_insert(e);
+                }
+            },
+        );
+        self.emit(&Event::OutputEnded { batch: b })?;
+        if let Some(e) = report_failed {
+            return Err(e);
+        }
+        Ok(match followed? {
+            FollowEnd {
+                stopped: Some(Stop::Interrupted),
+                ..
+            } => {
+                let sig = signal.unwrap_or(nix::sys::signal::Signal::SIGTERM);
+                Ended::Stopped {
+                    verdict: Verdict::Cancelled(sig),
+                    message: format!("cancelled by {sig}"),
+                }
+            }
+            FollowEnd {
+                stopped: Some(Stop::Deadline),
+                ..
+            } => Ended::Stopped {
+                verdict: Verdict::Timeout,
+                message: format!("the batch hit its timeout of {}", b.timeout),
+            },
+            FollowEnd {
+                exit: Some(code), ..
+            } => Ended::Exited(code),
+            FollowEnd { exit: None, .. } => Ended::Unknown,
+        })
+    }
+}
+
+/// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
+/// by the run). Checked for every batch before the first starts.
+fn check_batch_dir(dir: &Path) -> Result<()> {
+    let ours = !dir.exists()
+        || dir.join(BATCH_DIR_MARKER).exists()
+        || dir.join("result.json").exists()
+        || std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+    if !ours {
+        return Err(Error::Usage(format!(
+            "reports dir {} exists and holds files cibox did not write; choose another --reports",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Prepares `<reports>/<batch>/`: a fresh folder, replacing one only if cibox wrote it.
+fn prepare_batch_dir(dir: &Path) -> Result<()> {
+    check_batch_dir(dir)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)
+            .map_err(|e| Error::Usage(format!("cannot clear {}: {e}", dir.display())))?;
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    create_fresh(&dir.join(BATCH_DIR_MARKER))
+        .map_err(|e| Error::Infra(format!("cannot write in {}: {e}", dir.display())))?;
+    Ok(())
+}
+
+/// The test cases of the batch's JUnit reports, and the first report that could not
+/// be read.
+fn read_reports(dir: &Path) -> (Vec<Case>, Option<String>) {
+    let mut cases = Vec::new();
+    let mut problem = None;
+    for f in junit::files(dir) {
+        match junit::read(&f)
+            .map_err(|e| e.to_string())
+            .and_then(|t| junit::parse(&t))
+        {
+            Ok(c) => cases.extend(c),
+            Err(e) => {
+                problem.get_or_insert(format!("unreadable JUnit report {}: {e}", f.display()));
+            }
+        }
+    }
+    (cases, problem)
+}

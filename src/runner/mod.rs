@@ -1,0 +1,95 @@
+//! Running batches, each in its own disposable container (docs/interface.md §6, §7):
+//! plan → execute → events → reporters.
+//!
+//! A front end (`batch run`, `layer run`, `image qualify`, `reproduce`) builds a
+//! [`RunRequest`]; [`plan()`] resolves it against the manifest into a [`RunPlan`]
+//! without touching anything; [`execute()`] runs the plan and hands back a
+//! [`RunOutcome`], telling a [`Reporter`] what happens as it goes ([`Event`]).
+//!
+//! Per batch: lease its GPUs → create the container → start → stream its output →
+//! wait with the deadline (or a signal) → collect reports → remove the container by
+//! exact name → verdict → release the lease. The image is verified once, before
+//! anything starts.
+
+pub mod container;
+pub mod event;
+mod execute;
+pub mod junit;
+pub mod outcome;
+pub mod plan;
+pub mod record;
+pub mod reporter;
+pub mod run_lock;
+pub mod sweep;
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub use event::Event;
+pub use execute::execute;
+pub use outcome::{BatchResult, RunOutcome, Verdict};
+pub use plan::{BatchPlan, HostFacts, PlanError, RunPlan, RunRequest, plan};
+pub use record::SourceInfo;
+pub use reporter::Reporter;
+
+/// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
+/// is a checkout. Not being one is allowed and recorded.
+pub fn source_info(dir: &Path) -> SourceInfo {
+    let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
+        .ok()
+        .filter(|s| s.len() == 40);
+    let dirty = sha
+        .as_ref()
+        .and_then(|_| {
+            crate::git::text(dir, &["status", "--porcelain", "--untracked-files=normal"]).ok()
+        })
+        .map(|s| !s.is_empty());
+    SourceInfo {
+        sha,
+        dirty,
+        path: dir.display().to_string(),
+    }
+}
+
+/// The git toplevel of the current folder.
+pub fn git_toplevel() -> Option<PathBuf> {
+    crate::git::text(Path::new("."), &["rev-parse", "--show-toplevel"])
+        .ok()
+        .map(PathBuf::from)
+}
+
+/// The default scope: per workflow run on GitHub Actions, per user elsewhere.
+pub fn default_scope() -> String {
+    if let (Ok(id), Ok(attempt)) = (
+        std::env::var("GITHUB_RUN_ID"),
+        std::env::var("GITHUB_RUN_ATTEMPT"),
+    ) {
+        return format!("gh-{id}-{attempt}");
+    }
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| nix::unistd::getuid().to_string())
+        });
+    format!("local-{user}")
+}
+
+/// 16 hex digits from the kernel's random source.
+pub fn new_run_id() -> String {
+    let mut buf = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .is_err()
+    {
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        buf = (t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32).to_le_bytes();
+    }
+    crate::util::hex(&buf)
+}

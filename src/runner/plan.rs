@@ -1,0 +1,373 @@
+//! What a run will do, decided before anything runs: [`plan`] turns a manifest and a
+//! [`RunRequest`] into a [`RunPlan`] with every batch's image, environment, GPUs,
+//! limits, timeout, fast mode and names resolved. Pure: it reads no file, no variable
+//! and no engine (the host's facts come in as [`HostFacts`]), so it is unit-tested.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::container::ContainerPlan;
+use super::record::SourceInfo;
+use crate::image::ImageId;
+use crate::manifest::{Batch, Manifest};
+use crate::units::Span;
+use crate::util::did_you_mean;
+
+/// What to run, as a user (or `qualify`, or `reproduce`) asks for it.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// Batches by name; with `layer` too, they must belong to it.
+    pub names: Vec<String>,
+    /// A layer: its batches when no names are given, and its fast mode.
+    pub layer: Option<String>,
+    /// Fast mode forced on or off; `None`: the layer's.
+    pub fast: Option<bool>,
+    /// The image ID asked for (flag or `CIBOX_IMAGE`); `None`: the manifest's `image.id`.
+    pub image: Option<String>,
+    /// The source folder (canonical), and what git says of it.
+    pub source: PathBuf,
+    pub source_info: SourceInfo,
+    /// The reports folder (canonical, writable).
+    pub reports: PathBuf,
+    pub scope: String,
+    /// How long a batch may wait for its GPUs; `None`: the manifest's `gpu.wait`.
+    pub wait: Option<Duration>,
+    /// Run all batches at once; the lease queue decides which fit together.
+    pub parallel: bool,
+}
+
+/// What the plan needs to know of this host and process.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    pub host: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// This run's ID (16 hex digits).
+    pub run_id: String,
+    /// The host's values of the manifest's `pass_env` variables that are set.
+    pub pass_env: BTreeMap<String, String>,
+}
+
+impl HostFacts {
+    /// The facts of this process, for a manifest's `pass_env`.
+    pub fn current(m: &Manifest) -> HostFacts {
+        HostFacts {
+            host: crate::util::host_name(),
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            run_id: super::new_run_id(),
+            pass_env: m
+                .container
+                .pass_env
+                .iter()
+                .filter_map(|v| std::env::var(v).ok().map(|value| (v.clone(), value)))
+                .collect(),
+        }
+    }
+}
+
+/// Why a request cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown layer `{layer}`; {hint}")]
+    UnknownLayer { layer: String, hint: String },
+    #[error("unknown batch `{batch}`; {hint}")]
+    UnknownBatch { batch: String, hint: String },
+    #[error("batch `{batch}` is not in layer `{layer}` (its batches: {batches})")]
+    NotInLayer {
+        batch: String,
+        layer: String,
+        batches: String,
+    },
+    #[error("no batch to run: name batches or a --layer")]
+    NothingToRun,
+    #[error("no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
+    NoImage,
+    /// The ID is not a full `sha256:` image ID (an image refusal, exit 3).
+    #[error("image refused: {0}")]
+    BadImageId(String),
+}
+
+/// One batch, ready to run.
+#[derive(Debug, Clone)]
+pub struct BatchPlan {
+    pub name: String,
+    pub gpus: u32,
+    pub timeout: Span,
+    pub allow_empty: bool,
+    /// `<reports>/<batch>/`, mounted at `/reports`.
+    pub dir: PathBuf,
+    pub container: ContainerPlan,
+}
+
+/// A whole run, ready to execute.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub manifest: Manifest,
+    pub image: ImageId,
+    pub fast: bool,
+    pub batches: Vec<BatchPlan>,
+    pub source: PathBuf,
+    pub source_info: SourceInfo,
+    pub reports: PathBuf,
+    pub scope: String,
+    pub run_id: String,
+    pub host: String,
+    pub wait: Duration,
+    pub parallel: bool,
+}
+
+impl RunPlan {
+    pub fn needs_gpus(&self) -> bool {
+        self.batches.iter().any(|b| b.gpus > 0)
+    }
+}
+
+/// Which batches to run: the names given, or else the layer's. With both, the names
+/// run as part of the layer (its fast mode applies) and must belong to it: a workflow
+/// matrix runs `batch run "$BATCH" --layer L`, one batch per job.
+fn select(
+    m: &Manifest,
+    names: &[String],
+    layer: Option<&str>,
+) -> Result<(Vec<String>, bool), PlanError> {
+    let known: Vec<String> = m.batches.keys().cloned().collect();
+    let layer = match layer {
+        Some(l) => Some((
+            l,
+            m.layers.get(l).ok_or_else(|| {
+                let layers: Vec<String> = m.layers.keys().cloned().collect();
+                PlanError::UnknownLayer {
+                    layer: l.to_string(),
+                    hint: did_you_mean(l, &layers)
+                        .map(|s| format!("did you mean `{s}`?"))
+                        .unwrap_or_else(|| format!("layers: {}", layers.join(", "))),
+                }
+            })?,
+        )),
+        None => None,
+    };
+    let mut chosen: Vec<String> = Vec::new();
+    for n in names {
+        if !m.batches.contains_key(n) {
+            return Err(PlanError::UnknownBatch {
+                batch: n.clone(),
+                hint: did_you_mean(n, &known)
+                    .map(|s| format!("did you mean `{s}`?"))
+                    .unwrap_or_else(|| format!("batches: {}", known.join(", "))),
+            });
+        }
+        if let Some((l, layer)) = layer
+            && !layer.batches.contains(n)
+        {
+            return Err(PlanError::NotInLayer {
+                batch: n.clone(),
+                layer: l.to_string(),
+                batches: layer.batches.join(", "),
+            });
+        }
+        if !chosen.contains(n) {
+            chosen.push(n.clone());
+        }
+    }
+    if chosen.is_empty()
+        && let Some((_, layer)) = layer
+    {
+        chosen = layer.batches.clone();
+    }
+    if chosen.is_empty() {
+        return Err(PlanError::NothingToRun);
+    }
+    Ok((chosen, layer.is_some_and(|(_, l)| l.fast)))
+}
+
+/// The manifest-defined environment of a batch (no host values), for the record.
+pub fn manifest_env(m: &Manifest, batch: &Batch, fast: bool) -> BTreeMap<String, String> {
+    let mut env = m.container.env.clone();
+    env.extend(batch.env.clone());
+    if fast {
+        env.extend(batch.fast_env.clone());
+    }
+    env
+}
+
+/// Resolves everything the run's batches need.
+pub fn plan(
+    manifest: Manifest,
+    request: RunRequest,
+    host: &HostFacts,
+) -> Result<RunPlan, PlanError> {
+    let (names, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
+    let fast = request.fast.unwrap_or(layer_fast);
+    let raw_id = request
+        .image
+        .clone()
+        .or_else(|| manifest.image.id.clone())
+        .ok_or(PlanError::NoImage)?;
+    let image = ImageId::parse(raw_id.trim()).map_err(PlanError::BadImageId)?;
+    let wait = request.wait.unwrap_or(manifest.gpu.wait.0);
+    let identity = super::container::Identity {
+        project: &manifest.project,
+        scope: &request.scope,
+        run_id: &host.run_id,
+        host: &host.host,
+        image: &image,
+        source: &request.source,
+        source_sha: request.source_info.sha.as_deref(),
+        fast,
+        uid: host.uid,
+        gid: host.gid,
+        pass_env: &host.pass_env,
+    };
+    let batches = names
+        .iter()
+        .map(|name| {
+            let batch = &manifest.batches[name];
+            let dir = request.reports.join(name);
+            BatchPlan {
+                name: name.clone(),
+                gpus: batch.gpus,
+                timeout: batch.timeout,
+                allow_empty: batch.allow_empty,
+                container: ContainerPlan::new(&manifest, name, batch, &identity, &dir),
+                dir,
+            }
+        })
+        .collect();
+    Ok(RunPlan {
+        image,
+        fast,
+        batches,
+        source: request.source,
+        source_info: request.source_info,
+        reports: request.reports,
+        scope: request.scope,
+        run_id: host.run_id.clone(),
+        host: host.host.clone(),
+        wait,
+        parallel: request.parallel,
+        manifest,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IMAGE: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn manifest() -> Manifest {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {env: {A: base, B: base}, pass_env: [TOKEN]}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n  b: {gpus: 1, timeout: 2m, run: [\"true\"], env: {B: batch}, fast_env: {F: \"1\"}}\n  c: {gpus: 2, timeout: 1m, run: [\"true\"]}\nlayers:\n  \"2\": {batches: [a, b], fast: true}\n";
+        Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn host() -> HostFacts {
+        HostFacts {
+            host: "h".into(),
+            uid: 1000,
+            gid: 1000,
+            run_id: "0123456789abcdef".into(),
+            pass_env: BTreeMap::from([("TOKEN".to_string(), "secret".to_string())]),
+        }
+    }
+
+    fn request(names_: &[&str], layer: Option<&str>) -> RunRequest {
+        RunRequest {
+            names: names(names_),
+            layer: layer.map(str::to_string),
+            image: Some(IMAGE.into()),
+            source: "/src/p".into(),
+            reports: "/tmp/r".into(),
+            scope: "local-me".into(),
+            ..RunRequest::default()
+        }
+    }
+
+    #[test]
+    fn names_with_a_layer_run_only_those_names_in_its_mode() {
+        let m = manifest();
+        assert_eq!(
+            select(&m, &names(&["b"]), Some("2")).unwrap(),
+            (names(&["b"]), true)
+        );
+        assert_eq!(
+            select(&m, &[], Some("2")).unwrap(),
+            (names(&["a", "b"]), true)
+        );
+        assert_eq!(
+            select(&m, &names(&["c", "a", "c"]), None).unwrap(),
+            (names(&["c", "a"]), false)
+        );
+        let err = select(&m, &names(&["c"]), Some("2"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("batch `c` is not in layer `2` (its batches: a, b)"),
+            "{err}"
+        );
+        assert!(select(&m, &[], None).is_err());
+        let err = select(&m, &names(&["bb"]), None).unwrap_err().to_string();
+        assert_eq!(err, "unknown batch `bb`; did you mean `b`?");
+    }
+
+    #[test]
+    fn a_plan_resolves_each_batch() {
+        let p = plan(manifest(), request(&[], Some("2")), &host()).unwrap();
+        assert!(p.fast, "the layer's fast mode");
+        assert_eq!(p.wait, manifest().gpu.wait.0);
+        let b = &p.batches[1];
+        assert_eq!((b.name.as_str(), b.gpus), ("b", 1));
+        assert_eq!(b.timeout.to_string(), "2m");
+        assert_eq!(b.dir, PathBuf::from("/tmp/r/b"));
+        assert_eq!(b.container.name, "cibox-p-local-me-b-01234567");
+        // The record gets the manifest's variables, batch over base, fast ones on top,
+        // and never a host value.
+        assert_eq!(
+            b.container.manifest_env,
+            BTreeMap::from([
+                ("A".to_string(), "base".to_string()),
+                ("B".to_string(), "batch".to_string()),
+                ("F".to_string(), "1".to_string()),
+            ])
+        );
+        let body = b.container.body(&[]);
+        let env = body.env.unwrap();
+        assert!(env.contains(&"TOKEN=secret".to_string()), "{env:?}");
+        assert!(env.contains(&"CIBOX_FAST=1".to_string()), "{env:?}");
+        assert_eq!(body.user.as_deref(), Some("1000:1000"));
+        let forced = RunRequest {
+            fast: Some(false),
+            wait: Some(Duration::from_secs(7)),
+            ..request(&["b"], Some("2"))
+        };
+        let p = plan(manifest(), forced, &host()).unwrap();
+        assert!(!p.fast);
+        assert_eq!(p.wait, Duration::from_secs(7));
+        assert!(!p.batches[0].container.manifest_env.contains_key("F"));
+    }
+
+    #[test]
+    fn the_image_comes_from_the_request_else_the_manifest_and_must_be_an_id() {
+        let no_image = RunRequest {
+            image: None,
+            ..request(&["a"], None)
+        };
+        assert!(matches!(
+            plan(manifest(), no_image, &host()),
+            Err(PlanError::NoImage)
+        ));
+        let tag = RunRequest {
+            image: Some("ubuntu:latest".into()),
+            ..request(&["a"], None)
+        };
+        assert!(matches!(
+            plan(manifest(), tag, &host()),
+            Err(PlanError::BadImageId(_))
+        ));
+    }
+}

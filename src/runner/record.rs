@@ -1,0 +1,158 @@
+//! What a run leaves behind: `<reports>/<batch>/result.json` (docs/interface.md §7), and at the
+//! reports root `summary.md` and a merged `junit.xml`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::junit::Totals;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+    Timeout,
+    Cancelled,
+    InfraError,
+    ImageRefused,
+    Capacity,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::Timeout => "timeout",
+            Status::Cancelled => "cancelled",
+            Status::InfraError => "infra_error",
+            Status::ImageRefused => "image_refused",
+            Status::Capacity => "capacity",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SourceInfo {
+    /// The commit, when the source is a git checkout.
+    pub sha: Option<String>,
+    pub dirty: Option<bool>,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuRef {
+    pub index: u32,
+    pub uuid: String,
+}
+
+/// Why a run record cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a cibox run record: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: run record schema {schema} is not one this cibox reads (1)")]
+    Schema { path: String, schema: u32 },
+}
+
+/// The run record of one batch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub schema: u32,
+    pub batch: String,
+    pub status: Status,
+    pub exit_code: u8,
+    pub image: String,
+    pub lockset: String,
+    pub source: SourceInfo,
+    pub gpus: Vec<GpuRef>,
+    pub host: String,
+    pub scope: String,
+    pub run: String,
+    pub container: String,
+    pub fast: bool,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_s: f64,
+    pub tests: Totals,
+    pub cibox_version: String,
+    pub manifest_digest: String,
+    // Beyond the first contract (docs/interface.md §7): what a replay and a reader need.
+    /// How many GPUs the batch asked for.
+    pub gpu_count: u32,
+    /// The variables the manifest set in the container (never `pass_env` values).
+    pub env: BTreeMap<String, String>,
+    /// Failing and erroring test cases (`classname::name`).
+    pub failed_tests: Vec<String>,
+    /// Why the batch ended so, in one line, when it did not simply pass or fail.
+    pub message: Option<String>,
+    /// The container's exit code, when it ran to the end.
+    pub container_exit_code: Option<i64>,
+}
+
+/// Creates `path` as a new file, first removing whatever has that name. A container
+/// that can write the folder could have planted a symlink there (to `/etc/passwd`,
+/// say); removing unlinks the symlink itself, and creating with `O_EXCL` refuses, rather
+/// than follows, one planted in between.
+pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+impl RunRecord {
+    /// Writes `result.json` into `dir`, a folder the batch's container could write
+    /// too: nothing there is followed (see [`create_fresh`]), and the rename replaces
+    /// whatever `result.json` is, a planted symlink included, without following it.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let text = serde_json::to_string_pretty(self).expect("record serialises");
+        let tmp = dir.join(".result.json.partial");
+        create_fresh(&tmp)?.write_all((text + "\n").as_bytes())?;
+        std::fs::rename(tmp, dir.join("result.json"))
+    }
+
+    /// Reads a `result.json` (a user names it: `cibox reproduce`).
+    pub fn read(path: &Path) -> Result<RunRecord, RecordError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| RecordError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let record: RunRecord =
+            serde_json::from_str(&text).map_err(|source| RecordError::Parse {
+                path: shown.clone(),
+                source,
+            })?;
+        if record.schema != 1 {
+            return Err(RecordError::Schema {
+                path: shown,
+                schema: record.schema,
+            });
+        }
+        Ok(record)
+    }
+}
+
+/// The one line that replays a batch locally.
+pub fn reproduce_line(result: &Path) -> String {
+    format!("cibox reproduce {}", result.display())
+}

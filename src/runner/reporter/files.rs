@@ -1,0 +1,114 @@
+//! The reports folder: each batch's `log.txt` and `result.json`, and at the root
+//! `summary.md` and a merged `junit.xml` (docs/interface.md §7 and §8).
+//!
+//! A batch's folder is writable by its container, so nothing in it is followed: files
+//! are created fresh ([`create_fresh`]) and `result.json` is renamed into place.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{ReportError, Reporter, summary_markdown};
+use crate::runner::event::Event;
+use crate::runner::junit::Outcome;
+use crate::runner::outcome::BatchResult;
+use crate::runner::record::{Status, create_fresh};
+
+/// Writes the reports folder of a run.
+#[derive(Default)]
+pub struct Files {
+    /// Each running batch's `log.txt`.
+    logs: HashMap<String, File>,
+}
+
+impl Files {
+    pub fn new() -> Files {
+        Files::default()
+    }
+}
+
+impl Reporter for Files {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+        match event {
+            Event::BatchStarted { batch, dir } => {
+                // Created before the container exists, so it cannot be a link the
+                // batch planted.
+                let path = dir.join("log.txt");
+                let log = create_fresh(&path)
+                    .map_err(|e| ReportError::new(format!("cannot write {}", path.display()), e))?;
+                self.logs.insert(batch.name.clone(), log);
+            }
+            Event::Output { batch, bytes } => {
+                if let Some(log) = self.logs.get_mut(&batch.name) {
+                    let _ = log.write_all(bytes);
+                }
+            }
+            Event::BatchEnded { result } => {
+                self.logs.remove(&result.record.batch);
+                let dir = result
+                    .record_path
+                    .parent()
+                    .map(PathBuf::from)
+                    .unwrap_or_default();
+                result.record.write(&dir).map_err(|e| {
+                    ReportError::new(format!("writing {}/result.json", dir.display()), e)
+                })?;
+            }
+            Event::RunEnded { outcome } => {
+                let root = &outcome.reports;
+                let io = |e| ReportError::new(format!("reports dir {}", root.display()), e);
+                std::fs::write(root.join("summary.md"), summary_markdown(&outcome.batches))
+                    .map_err(io)?;
+                std::fs::write(root.join("junit.xml"), merged_junit(&outcome.batches))
+                    .map_err(io)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The merged `junit.xml`: one suite per batch with its cases.
+fn merged_junit(results: &[BatchResult]) -> String {
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut report = Report::new("cibox");
+    for BatchResult {
+        record: r, cases, ..
+    } in results
+    {
+        let mut suite = TestSuite::new(r.batch.clone());
+        for c in cases {
+            let mut status = match c.outcome {
+                Outcome::Passed => TestCaseStatus::success(),
+                Outcome::Failed => TestCaseStatus::non_success(NonSuccessKind::Failure),
+                Outcome::Error => TestCaseStatus::non_success(NonSuccessKind::Error),
+                Outcome::Skipped => TestCaseStatus::skipped(),
+            };
+            if let Some(m) = &c.message {
+                status.set_message(m.clone());
+            }
+            let mut tc = TestCase::new(c.name.clone(), status);
+            tc.set_classname(c.classname.clone());
+            if let Some(t) = c.time_s.filter(|t| t.is_finite() && *t >= 0.0) {
+                tc.set_time(std::time::Duration::from_secs_f64(t));
+            }
+            suite.add_test_case(tc);
+        }
+        if r.status != Status::Passed && r.status != Status::Failed {
+            // A batch that did not get to report still shows up as an error.
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+            status.set_message(
+                r.message
+                    .clone()
+                    .unwrap_or_else(|| r.status.as_str().to_string()),
+            );
+            suite.add_test_case(TestCase::new(
+                format!("cibox: batch {}", r.status.as_str()),
+                status,
+            ));
+        }
+        report.add_test_suite(suite);
+    }
+    report.to_string().unwrap_or_default()
+}

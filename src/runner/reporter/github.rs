@@ -1,0 +1,99 @@
+//! The run on GitHub Actions: each batch's output in a log group, one error annotation
+//! per failing test (with its file and line when the report gives them) and per batch
+//! that did not get to report, the step outputs `status` and `failed_batches`, and the
+//! summary as the step summary (docs/interface.md §9).
+
+use std::io::Write;
+
+use super::{ReportError, Reporter, summary_markdown};
+use crate::github::{append, escape_data, escape_property, output};
+use crate::runner::event::Event;
+use crate::runner::outcome::{RunOutcome, Verdict};
+use crate::runner::record::Status;
+
+/// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow).
+pub struct GitHub<W: Write + Send> {
+    out: W,
+}
+
+impl<W: Write + Send> GitHub<W> {
+    pub fn new(out: W) -> GitHub<W> {
+        GitHub { out }
+    }
+}
+
+impl GitHub<std::io::Stdout> {
+    pub fn stdout() -> GitHub<std::io::Stdout> {
+        GitHub::new(std::io::stdout())
+    }
+}
+
+impl<W: Write + Send> Reporter for GitHub<W> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+        match event {
+            Event::ContainerStarted { batch, .. } => {
+                let _ = writeln!(self.out, "::group::batch {}", batch.name);
+            }
+            Event::OutputEnded { .. } => {
+                let _ = writeln!(self.out, "::endgroup::");
+            }
+            Event::RunEnded { outcome } => {
+                append("GITHUB_STEP_SUMMARY", &summary_markdown(&outcome.batches));
+                let (status, failed) = step_outputs(outcome);
+                output("status", status);
+                output("failed_batches", &failed);
+                let _ = self.out.write_all(annotations(outcome).as_bytes());
+            }
+            _ => {}
+        }
+        let _ = self.out.flush();
+        Ok(())
+    }
+}
+
+/// The step's `status` and `failed_batches` outputs.
+pub fn step_outputs(outcome: &RunOutcome) -> (&'static str, String) {
+    let failed: Vec<&str> = outcome
+        .batches
+        .iter()
+        .filter(|b| b.verdict != Verdict::Passed)
+        .map(|b| b.record.batch.as_str())
+        .collect();
+    let status = if failed.is_empty() {
+        "passed"
+    } else {
+        "failed"
+    };
+    (status, failed.join(","))
+}
+
+/// One `::error` line per failing test case, and one per batch that did not get to
+/// report (timeout, cancel, infrastructure).
+pub fn annotations(outcome: &RunOutcome) -> String {
+    let mut out = String::new();
+    for b in &outcome.batches {
+        let r = &b.record;
+        for c in b.failing() {
+            let mut props = format!(
+                "title={}",
+                escape_property(&format!("{}: {}", r.batch, c.id()))
+            );
+            if let Some(f) = &c.file {
+                props.push_str(&format!(",file={}", escape_property(f)));
+                if let Some(l) = c.line {
+                    props.push_str(&format!(",line={l}"));
+                }
+            }
+            let msg = c.message.as_deref().unwrap_or("failed");
+            out.push_str(&format!("::error {props}::{}\n", escape_data(msg)));
+        }
+        if r.status != Status::Passed && r.status != Status::Failed {
+            out.push_str(&format!(
+                "::error title={}::{}\n",
+                escape_property(&format!("batch {} {}", r.batch, r.status.as_str())),
+                escape_data(r.message.as_deref().unwrap_or(""))
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,236 @@
+//! The run in a terminal or a CI log: the containers' output on stdout (each line
+//! prefixed `[batch] ` when several batches run), and on stderr the wait lines, timeouts,
+//! failures, each batch's verdict and how to replay what did not pass.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use super::{ReportError, Reporter};
+use crate::gpu::WaitReport;
+use crate::report;
+use crate::runner::event::Event;
+use crate::runner::outcome::Verdict;
+use crate::runner::record::reproduce_line;
+
+/// Shows that something waits for GPUs: a live line on a terminal (redrawn every
+/// 0.5 s, cleared when the wait ends), else a log line every 30 s, the first at once so
+/// a CI log says why it is waiting.
+pub struct WaitLine {
+    live: bool,
+    next: Instant,
+    shown: bool,
+}
+
+impl WaitLine {
+    /// `live` only where a person watches one wait at a time.
+    pub fn new(live: bool) -> WaitLine {
+        WaitLine {
+            live,
+            // A live line only for waits a person notices.
+            next: Instant::now()
+                + if live {
+                    Duration::from_millis(500)
+                } else {
+                    Duration::ZERO
+                },
+            shown: false,
+        }
+    }
+
+    /// A wait line for stderr: live when stderr is a terminal.
+    pub fn on_stderr() -> WaitLine {
+        WaitLine::new(std::io::stderr().is_terminal())
+    }
+
+    /// Shows `line(report)` if it is time to; the report is built only then.
+    pub fn tick(&mut self, report: &dyn Fn() -> WaitReport, line: impl Fn(&WaitReport) -> String) {
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next = Instant::now()
+            + if self.live {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(30)
+            };
+        self.shown = true;
+        let line = line(&report());
+        if self.live {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2Kcibox: {line}");
+            let _ = err.flush();
+        } else {
+            report::info(line);
+        }
+    }
+
+    /// Clears a live line; the wait is over.
+    pub fn finish(&mut self) {
+        if self.live && self.shown {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+            self.shown = false;
+        }
+    }
+}
+
+/// The terminal reporter of a run.
+pub struct Terminal<W: Write + Send> {
+    out: W,
+    /// Prefix each output line with its batch (several batches in one run).
+    prefixed: bool,
+    live: bool,
+    /// Per batch: whether its output is at the start of a line; its wait line.
+    at_line_start: HashMap<String, bool>,
+    waits: HashMap<String, WaitLine>,
+}
+
+impl<W: Write + Send> Terminal<W> {
+    /// Output goes to `out`; `live` allows a live wait line (one wait at a time on a
+    /// terminal).
+    pub fn new(out: W, live: bool) -> Terminal<W> {
+        Terminal {
+            out,
+            prefixed: false,
+            live,
+            at_line_start: HashMap::new(),
+            waits: HashMap::new(),
+        }
+    }
+
+    fn end_wait(&mut self, batch: &str) {
+        if let Some(mut w) = self.waits.remove(batch) {
+            w.finish();
+        }
+    }
+}
+
+impl Terminal<std::io::Stdout> {
+    pub fn stdout() -> Terminal<std::io::Stdout> {
+        Terminal::new(std::io::stdout(), std::io::stderr().is_terminal())
+    }
+}
+
+/// The output of a batch as one buffer, each line prefixed `[batch] ` when asked: one
+/// write per chunk, so parallel batches interleave whole lines.
+pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool) -> Vec<u8> {
+    let Some(name) = prefix else {
+        return bytes.to_vec();
+    };
+    let mut buf = Vec::with_capacity(bytes.len() + 64);
+    for piece in bytes.split_inclusive(|b| *b == b'\n') {
+        if *at_line_start {
+            buf.extend_from_slice(format!("[{name}] ").as_bytes());
+        }
+        buf.extend_from_slice(piece);
+        *at_line_start = piece.ends_with(b"\n");
+    }
+    buf
+}
+
+impl<W: Write + Send> Reporter for Terminal<W> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+        match event {
+            Event::Swept { scope, removed } if *removed > 0 => {
+                report::info(format!(
+                    "removed {removed} leftover container(s) of scope {scope}"
+                ));
+            }
+            Event::RunStarted { plan } => {
+                self.prefixed = plan.batches.len() > 1;
+                // Live lines of parallel waits would overwrite each other.
+                self.live &= !plan.parallel;
+            }
+            Event::Waiting { batch, report } => {
+                let live = self.live;
+                let gpus = batch.gpus;
+                let name = batch.name.clone();
+                self.waits
+                    .entry(batch.name.clone())
+                    .or_insert_with(|| WaitLine::new(live))
+                    .tick(*report, |r| {
+                        format!("batch {name}: waiting for {gpus} GPU(s): {}", r.describe())
+                    });
+            }
+            Event::LeaseGranted { batch, .. } => self.end_wait(&batch.name),
+            Event::Output { batch, bytes } => {
+                let start = self.at_line_start.entry(batch.name.clone()).or_insert(true);
+                let prefix = self.prefixed.then_some(batch.name.as_str());
+                let buf = prefix_lines(bytes, prefix, start);
+                let _ = self.out.write_all(&buf);
+            }
+            Event::OutputEnded { .. } => {
+                let _ = self.out.flush();
+            }
+            Event::TimedOut { batch } => {
+                report::error_line(&format!(
+                    "batch {}: timeout after {}; stopping its container",
+                    batch.name, batch.timeout
+                ));
+            }
+            Event::OutputBroke { batch, error } => {
+                report::warn(format!("batch {}: log stream broke: {error}", batch.name));
+            }
+            Event::BatchFailed { batch, error } => {
+                self.end_wait(&batch.name);
+                report::error(error);
+            }
+            Event::BatchEnded { result } => {
+                let r = &result.record;
+                let t = &r.tests;
+                let why = r
+                    .message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default();
+                report::info(format!(
+                    "batch {}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
+                    r.batch,
+                    r.status.as_str(),
+                    t.total,
+                    t.passed,
+                    t.failed,
+                    t.errors,
+                    t.skipped,
+                    r.duration_s
+                ));
+            }
+            Event::RunEnded { outcome } => {
+                for b in outcome
+                    .batches
+                    .iter()
+                    .filter(|b| b.verdict != Verdict::Passed)
+                {
+                    report::info(format!(
+                        "batch {} {}; replay it locally: {}",
+                        b.record.batch,
+                        b.record.status.as_str(),
+                        reproduce_line(&b.record_path)
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_output_is_prefixed_line_by_line() {
+        let mut start = true;
+        let a = prefix_lines(b"one\ntw", Some("4a"), &mut start);
+        let b = prefix_lines(b"o\nthree\n", Some("4a"), &mut start);
+        let text = String::from_utf8([a, b].concat()).unwrap();
+        insta::assert_snapshot!(text, @r"
+        [4a] one
+        [4a] two
+        [4a] three
+        ");
+        let mut start = true;
+        assert_eq!(prefix_lines(b"raw\n", None, &mut start), b"raw\n");
+    }
+}

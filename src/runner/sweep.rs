@@ -1,0 +1,186 @@
+//! Sweeping the containers of dead runs: what a killed cibox left behind.
+
+use crate::engine::{ContainerInfo, Engine};
+use crate::error::{Error, Result};
+use crate::lockdir::LockDir;
+use crate::report;
+
+use super::container::{self, LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE};
+use super::run_lock;
+
+/// What a sweep did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Containers of dead runs, removed.
+    pub removed: usize,
+    /// Containers of runs still alive on this host (another job sharing the scope).
+    pub live: usize,
+    /// Containers made from another host, which only that host can judge.
+    pub elsewhere: Vec<(String, String)>,
+}
+
+/// What the labels and name of a listed container say, before any lock is looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Candidate {
+    /// Not a container of this scope made by cibox (the engine's label filter is not
+    /// trusted alone: the name must be the one the labels imply).
+    NotOurs,
+    /// Made by a cibox on another host: only that host can tell whether its run lives.
+    Elsewhere(String),
+    /// Made on this host by this run ID: removed if the run is dead.
+    Run(String),
+}
+
+/// Judges one listed container for a sweep of `scope` on `host`.
+pub fn candidate(c: &ContainerInfo, scope: &str, host: &str) -> Candidate {
+    let label = |k: &str| c.labels.get(k).map(String::as_str);
+    let prefix = format!(
+        "cibox-{}-{}-",
+        container::sanitize(label(LABEL_PROJECT).unwrap_or_default()),
+        container::sanitize(scope)
+    );
+    if label(LABEL_OWNER) != Some("cibox")
+        || label(LABEL_SCOPE) != Some(scope)
+        || !c.name.starts_with(&prefix)
+    {
+        return Candidate::NotOurs;
+    }
+    let Some(run) = label(LABEL_RUN).filter(|r| run_lock::is_run_id(r)) else {
+        return Candidate::NotOurs;
+    };
+    // Containers made before the host label existed count as this host's.
+    match label(LABEL_HOST).filter(|h| *h != host) {
+        Some(other) => Candidate::Elsewhere(other.to_string()),
+        None => Candidate::Run(run.to_string()),
+    }
+}
+
+/// Removes the containers of this project and scope whose run is gone (its cibox died):
+/// exact owner/project/scope labels, the name prefix they imply, a run ID, made on this
+/// host, and the run's lock in `runs` free ([`run_lock`]). A live run's containers are
+/// left alone, as are those of another host. Then forgets the records of this scope's
+/// dead runs.
+pub fn sweep(
+    engine: &Engine,
+    project: Option<&str>,
+    scope: &str,
+    runs: &LockDir,
+    host: &str,
+) -> Result<Swept> {
+    let mut labels = vec![
+        format!("{LABEL_OWNER}=cibox"),
+        format!("{LABEL_SCOPE}={scope}"),
+    ];
+    if let Some(p) = project {
+        labels.push(format!("{LABEL_PROJECT}={p}"));
+    }
+    let mut swept = Swept::default();
+    for c in engine.containers_with_labels(&labels)? {
+        let run = match candidate(&c, scope, host) {
+            Candidate::NotOurs => continue,
+            Candidate::Elsewhere(other) => {
+                swept.elsewhere.push((c.name.clone(), other));
+                continue;
+            }
+            Candidate::Run(run) => run,
+        };
+        let alive = run_lock::is_alive(runs, &run).map_err(|e| {
+            Error::Infra(format!(
+                "lock dir {}: cannot tell whether run {run} is alive: {e}",
+                runs.path().display()
+            ))
+        })?;
+        if alive {
+            report::debug(format!("leaving {}: its run {run} is alive", c.name));
+            swept.live += 1;
+            continue;
+        }
+        report::info(format!(
+            "removing leftover container {} ({})",
+            c.name,
+            &c.id[..12.min(c.id.len())]
+        ));
+        engine.remove_container(&c.id)?;
+        swept.removed += 1;
+    }
+    // Every container of this scope's (and project's) dead runs is gone now: their
+    // records can go too, and with them the reason to ask the engine (see `claims`).
+    let dead = run_lock::dead_runs(runs)
+        .map_err(|e| Error::Infra(format!("lock dir {}: runs/: {e}", runs.path().display())))?;
+    for (run, info) in dead {
+        if let Some(info) = info
+            && info.scope == scope
+            && project.is_none_or(|p| p == info.project)
+        {
+            run_lock::forget(runs, &run);
+        }
+    }
+    for (name, other) in &swept.elsewhere {
+        report::warn(format!(
+            "leaving {name}: made on host {other}; run `cibox cleanup` there"
+        ));
+    }
+    Ok(swept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn listed(name: &str, labels: &[(&str, &str)]) -> ContainerInfo {
+        ContainerInfo {
+            id: "0123456789abcdef".into(),
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<HashMap<_, _>>(),
+            running: true,
+        }
+    }
+
+    const RUN: &str = "0123456789abcdef";
+
+    fn ours() -> Vec<(&'static str, &'static str)> {
+        vec![
+            (LABEL_OWNER, "cibox"),
+            (LABEL_PROJECT, "p"),
+            (LABEL_SCOPE, "gh-1-1"),
+            (LABEL_RUN, RUN),
+            (LABEL_HOST, "h"),
+        ]
+    }
+
+    #[test]
+    fn only_this_scopes_containers_of_this_host_are_swept() {
+        let c = listed("cibox-p-gh-1-1-a-01234567", &ours());
+        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::Run(RUN.into()));
+        // Another host's: left to that host.
+        assert_eq!(
+            candidate(&c, "gh-1-1", "other"),
+            Candidate::Elsewhere("h".into())
+        );
+        // Another scope, or a name that is not the one the labels imply.
+        assert_eq!(candidate(&c, "gh-2-1", "h"), Candidate::NotOurs);
+        let renamed = listed("precious-db", &ours());
+        assert_eq!(candidate(&renamed, "gh-1-1", "h"), Candidate::NotOurs);
+        // Labels a user put on a container of their own are not enough either.
+        let mut foreign = ours();
+        foreign[0] = (LABEL_OWNER, "someone");
+        let c = listed("cibox-p-gh-1-1-a-01234567", &foreign);
+        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::NotOurs);
+        // A run label that is no run ID is never turned into a path.
+        let mut bad_run = ours();
+        bad_run[3] = (LABEL_RUN, "../../etc/passwd");
+        let c = listed("cibox-p-gh-1-1-a-01234567", &bad_run);
+        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::NotOurs);
+        // Made before the host label existed: this host's.
+        let old: Vec<_> = ours()
+            .into_iter()
+            .filter(|(k, _)| *k != LABEL_HOST)
+            .collect();
+        let c = listed("cibox-p-gh-1-1-a-01234567", &old);
+        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::Run(RUN.into()));
+    }
+}

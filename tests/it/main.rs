@@ -1,0 +1,14 @@
+//! The integration tests, one binary with a module per area (so `common` is compiled
+//! once). Run one area with a filter, e.g. `cargo nextest run --test it gpu::`.
+
+mod common;
+
+mod batch;
+mod ci;
+mod cli;
+mod doctor;
+mod gpu;
+mod image;
+mod lockset;
+mod nix;
+mod python;
