@@ -6,17 +6,38 @@
 //! `gpu exec`, `gpu status`, `capacity`) adds what the engine says to nvidia-smi's
 //! view: a GPU named in the `org.cibox.gpus` label of a running cibox container is
 //! busy. Not being able to list the containers fails closed, like a probe failure.
+//! The GPU layer gets these claims as data, in the [`Snapshot`]; it never asks the
+//! engine itself.
 //!
-//! Such an orphan exists only while the record of a dead run does ([`run_lock`]), so
+//! Such an orphan exists only while the record of a dead run does ([`runs`]), so
 //! outside `batch run` (which talks to the engine anyway) the engine is asked only
 //! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing.
 
-use crate::engine::{ContainerInfo, Engine};
+use crate::engine::{ContainerInfo, Engine, EngineError};
+use crate::exit::Failure;
 use crate::gpu::probe::{self, ProbeError, Snapshot};
-use crate::lockdir::LockDir;
+use crate::labels::{LABEL_GPUS, LABEL_OWNER};
+use crate::lockdir::{LockDir, runs};
 use crate::report;
-use crate::runner::container::{LABEL_GPUS, LABEL_OWNER};
-use crate::runner::run_lock;
+
+/// Why the GPUs' state, claims included, is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimsError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// The engine answered but would not list cibox's containers, so which GPUs they
+    /// hold is unknown.
+    #[error(
+        "cannot list cibox containers to see which GPUs they hold: {0}; treating all GPUs as unavailable"
+    )]
+    Containers(#[source] EngineError),
+}
+
+impl ClaimsError {
+    pub fn failure(&self) -> Failure {
+        Failure::Infra
+    }
+}
 
 /// Probes GPUs, adding the claims of orphaned cibox containers when any can exist.
 pub struct ContainerClaims {
@@ -35,21 +56,19 @@ impl ContainerClaims {
     }
 
     /// nvidia-smi's view with the GPUs of running cibox containers marked busy.
-    pub fn probe(&mut self) -> Result<Snapshot, ProbeError> {
+    pub fn probe(&mut self) -> Result<Snapshot, ClaimsError> {
         let mut snap = probe::probe(probe::timeout())?;
         // An unreadable runs/ folder counts as a dead run: ask.
-        let orphans_possible = run_lock::dead_runs(&self.runs).map_or(true, |d| !d.is_empty());
+        let orphans_possible = runs::dead_runs(&self.runs).map_or(true, |d| !d.is_empty());
         if !orphans_possible {
             return Ok(snap);
         }
-        let engine = self.engine.get_or_insert_with(|| {
-            match Engine::connect() {
-                Ok(engine) => Some(engine),
-                Err(e) => {
-                    // No engine, no container: nothing can hold a GPU that way.
-                    report::debug(format!("no running cibox containers to consider: {e}"));
-                    None
-                }
+        let engine = self.engine.get_or_insert_with(|| match Engine::connect() {
+            Ok(engine) => Some(engine),
+            Err(e) => {
+                // No engine, no container: nothing can hold a GPU that way.
+                report::debug(format!("no running cibox containers to consider: {e}"));
+                None
             }
         });
         if let Some(engine) = engine {
@@ -60,11 +79,11 @@ impl ContainerClaims {
 }
 
 /// Marks the GPUs of running cibox containers in `snap` as claimed.
-pub fn mark(snap: &mut Snapshot, engine: &Engine) -> Result<(), ProbeError> {
+pub fn mark(snap: &mut Snapshot, engine: &Engine) -> Result<(), ClaimsError> {
     let labels = vec![format!("{LABEL_OWNER}=cibox")];
     let running = engine
         .containers_with_labels(&labels)
-        .map_err(|e| ProbeError::Containers(e.to_string()))?;
+        .map_err(ClaimsError::Containers)?;
     mark_running(snap, &running);
     Ok(())
 }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
-use crate::image::ImageId;
+use crate::exit::Failure;
 
 /// How long to wait for the engine to answer the first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -38,6 +38,18 @@ pub enum EngineError {
     ImageMissing { image: String },
     #[error("cannot start the async runtime for the engine: {0}")]
     Runtime(String),
+}
+
+impl EngineError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            // It would not take what we gave it, or the image is gone: the image's fault.
+            EngineError::Rejected { .. } | EngineError::ImageMissing { .. } => {
+                Failure::ImageRefused
+            }
+            _ => Failure::Infra,
+        }
+    }
 }
 
 /// What the engine's image IDs are a digest of.
@@ -238,13 +250,9 @@ impl Engine {
         })
     }
 
-    /// Looks an image up by its full ID. Never pulls; `None` when it is not present.
-    pub fn image(&self, id: &ImageId) -> Result<Option<ImageDetails>, EngineError> {
-        self.inspect(id.as_str())
-    }
-
-    /// Looks an image up by any reference the engine understands (used right after a
-    /// load that reported a tag).
+    /// Looks an image up by its full ID, or by any reference the engine understands
+    /// (right after a load that reported a tag). Never pulls; `None` when it is not
+    /// present.
     pub fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
         match self.rt.block_on(self.docker.inspect_image(reference)) {
             Ok(img) => Ok(Some(ImageDetails {
@@ -380,7 +388,7 @@ impl Engine {
 
     /// Writes `docker save` of one image to `to`, atomically (a temp file renamed into
     /// place), and returns the number of bytes written.
-    pub fn save(&self, id: &ImageId, to: &Path) -> Result<u64, EngineError> {
+    pub fn save(&self, id: &str, to: &Path) -> Result<u64, EngineError> {
         let io = |e: std::io::Error| EngineError::Io {
             action: format!("writing {}", to.display()),
             reason: e.to_string(),
@@ -396,7 +404,7 @@ impl Engine {
         ));
         let result = self.rt.block_on(async {
             let mut file = tokio::fs::File::create(&tmp).await.map_err(io)?;
-            let mut stream = self.docker.export_image(id.as_str());
+            let mut stream = self.docker.export_image(id);
             let mut written = 0u64;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| Self::api("saving the image", e))?;

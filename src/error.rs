@@ -1,15 +1,21 @@
-//! cibox's error type and the one place errors become exit codes.
+//! cibox's error type: every failure a command can end with, and the one place they
+//! become exit codes ([`Error::exit_code`], through [`Failure::code`]).
+//!
+//! Domain layers have error types of their own and say which kind of [`Failure`] each
+//! is; this type only gathers them for the commands.
 
+use crate::claims::ClaimsError;
 use crate::engine::EngineError;
-use crate::exit;
+use crate::exit::Failure;
+use crate::gpu::LeaseError;
 use crate::gpu::probe::ProbeError;
 use crate::image::ImageError;
+use crate::image::build_context::BuildContextError;
 use crate::image::lockset::LocksetError;
 use crate::lockdir::LockDirError;
 use crate::manifest::ManifestError;
-use crate::runner::PlanError;
 use crate::runner::record::RecordError;
-use crate::runner::reporter::ReportError;
+use crate::runner::{PlanError, RunError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -20,88 +26,71 @@ pub enum Error {
     Manifest(#[from] ManifestError),
     #[error(transparent)]
     Lockset(#[from] LocksetError),
-    /// The image cannot be used; `details` are printed under the headline, one per line.
-    #[error("image refused: {message}")]
-    ImageRefused {
-        message: String,
-        details: Vec<String>,
-    },
+    #[error(transparent)]
+    BuildContext(#[from] BuildContextError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
     Probe(#[from] ProbeError),
     #[error(transparent)]
+    Claims(#[from] ClaimsError),
+    #[error(transparent)]
     LockDir(#[from] LockDirError),
     #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Run(#[from] RunError),
     /// A run record a user named cannot be read.
     #[error(transparent)]
     Record(#[from] RecordError),
-    /// A reports file cannot be written.
-    #[error(transparent)]
-    Report(#[from] ReportError),
-    /// The GPUs asked for could not be leased within the wait allowed.
+    /// `capacity --require`: the GPUs a layer needs are not there.
     #[error("{0}")]
     Capacity(String),
-    /// cibox was asked to stop while it waited or ran.
-    #[error("stopped by {0}")]
-    Interrupted(nix::sys::signal::Signal),
     /// The host lacks something cibox needs (a tool, a runtime).
     #[error("{0}")]
     Infra(String),
 }
 
 impl Error {
+    /// An image refusal found by a command (not by verification).
     pub fn refused(message: impl Into<String>) -> Error {
-        Error::ImageRefused {
-            message: message.into(),
-            details: Vec::new(),
+        Error::Image(ImageError::refused(message))
+    }
+
+    /// What kind of failure this is.
+    pub fn failure(&self) -> Failure {
+        match self {
+            Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) | Error::Record(_) => {
+                Failure::Usage
+            }
+            Error::BuildContext(e) => e.failure(),
+            Error::Image(e) => e.failure(),
+            Error::Engine(e) => e.failure(),
+            Error::Probe(e) => e.failure(),
+            Error::Claims(e) => e.failure(),
+            Error::LockDir(e) => e.failure(),
+            Error::Lease(e) => e.failure(),
+            Error::Plan(e) => e.failure(),
+            Error::Run(e) => e.failure(),
+            Error::Capacity(_) => Failure::Capacity,
+            Error::Infra(_) => Failure::Infra,
         }
     }
 
-    /// The exit code for this error (docs/interface.md §2): the one place errors
-    /// become codes.
+    /// The exit code for this error (docs/interface.md §2).
     pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::Usage(_)
-            | Error::Manifest(_)
-            | Error::Lockset(_)
-            | Error::Record(_)
-            | Error::Plan(
-                PlanError::UnknownLayer { .. }
-                | PlanError::UnknownBatch { .. }
-                | PlanError::NotInLayer { .. }
-                | PlanError::NothingToRun
-                | PlanError::NoImage,
-            ) => exit::USAGE,
-            Error::ImageRefused { .. }
-            | Error::Plan(PlanError::BadImageId(_))
-            | Error::Engine(EngineError::Rejected { .. } | EngineError::ImageMissing { .. }) => {
-                exit::IMAGE_REFUSED
-            }
-            // A lock dir that cannot be used is configuration (gpu.lock_dir), like a bad
-            // pool entry.
-            Error::LockDir(_) => exit::USAGE,
-            Error::Capacity(_) => exit::CAPACITY,
-            Error::Interrupted(sig) => exit::signal(*sig as i32),
-            Error::Engine(_) | Error::Probe(_) | Error::Report(_) | Error::Infra(_) => exit::INFRA,
-        }
+        self.failure().code()
     }
 
     /// Lines to print under the headline.
     pub fn details(&self) -> &[String] {
         match self {
-            Error::ImageRefused { details, .. } => details,
+            Error::Image(e) | Error::Run(RunError::Image(e)) => e.details(),
             _ => &[],
-        }
-    }
-}
-
-impl From<ImageError> for Error {
-    fn from(e: ImageError) -> Error {
-        match e {
-            ImageError::Refused { message, details } => Error::ImageRefused { message, details },
-            ImageError::Engine(e) => Error::Engine(e),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The exit codes of docs/interface.md §2. Every path out of cibox ends in one of these; the
-//! mapping from errors lives in [`crate::error::Error::exit_code`].
+//! The exit codes of docs/interface.md §2. Every path out of cibox ends in one of these.
+//! Each error type says which kind of [`Failure`] it is, next to its definition;
+//! [`Failure::code`] is the one place a kind becomes a code.
 
 /// Success.
 pub const SUCCESS: u8 = 0;
@@ -15,6 +16,34 @@ pub const CAPACITY: u8 = 4;
 pub const INFRA: u8 = 5;
 /// A batch hit its timeout.
 pub const TIMEOUT: u8 = 124;
+
+/// The kinds of failure the exit codes tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A bad flag, manifest or configuration: fix the input.
+    Usage,
+    /// The image cannot be used.
+    ImageRefused,
+    /// The GPUs asked for could not be leased within the wait allowed.
+    Capacity,
+    /// The host, engine or GPUs failed (or could not be trusted).
+    Infra,
+    /// cibox was asked to stop by this signal.
+    Signal(nix::sys::signal::Signal),
+}
+
+impl Failure {
+    /// The exit code of a failure of this kind.
+    pub const fn code(self) -> u8 {
+        match self {
+            Failure::Usage => USAGE,
+            Failure::ImageRefused => IMAGE_REFUSED,
+            Failure::Capacity => CAPACITY,
+            Failure::Infra => INFRA,
+            Failure::Signal(sig) => signal(sig as i32),
+        }
+    }
+}
 
 /// The code for "ended by signal N" (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 pub const fn signal(signo: i32) -> u8 {

@@ -10,7 +10,7 @@
 //!   [`gpu`] (probe, pool, queue, leases), [`lockdir`] (the shared lock directory),
 //!   [`engine`] (the container engine, synchronous, owning the async runtime),
 //!   [`changed`], [`workflow`];
-//! - leaves: [`util`], [`units`], [`yaml`], [`git`], [`github`], [`process`],
+//! - leaves: [`labels`], [`util`], [`units`], [`yaml`], [`git`], [`github`], [`process`],
 //!   [`signals`], [`report`] and [`exit`].
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
@@ -27,6 +27,7 @@ pub mod git;
 pub mod github;
 pub mod gpu;
 pub mod image;
+pub mod labels;
 pub mod lockdir;
 pub mod manifest;
 pub mod process;

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     match cmd::dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            report::error(&e);
+            report::error(&e, e.details());
             ExitCode::from(e.exit_code())
         }
     }

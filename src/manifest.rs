@@ -150,7 +150,7 @@ impl PoolSpec {
         let mut seen = std::collections::HashSet::new();
         for item in &items {
             let index_ok = !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit());
-            let uuid_ok = crate::gpu::is_gpu_uuid(item);
+            let uuid_ok = is_gpu_uuid(item);
             if !index_ok && !uuid_ok {
                 return Err(format!(
                     "`{item}` is neither a GPU index (0, 1, …) nor a GPU UUID (GPU-xxxxxxxx-…)"
@@ -871,6 +871,19 @@ fn validate(
         changed: raw.changed,
         workflows: raw.workflows,
     })
+}
+
+/// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints.
+pub fn is_gpu_uuid(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("GPU-") else {
+        return false;
+    };
+    let groups: Vec<&str> = rest.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]

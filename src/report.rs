@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::error::Error;
+use std::fmt::Display;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -51,17 +51,12 @@ pub fn debug(msg: impl AsRef<str>) {
 }
 
 /// The error headline (always shown) and its detail lines.
-pub fn error(e: &Error) {
+pub fn error(headline: &dyn Display, details: &[String]) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "cibox: error: {e}");
-    for d in e.details() {
+    let _ = writeln!(err, "cibox: error: {headline}");
+    for d in details {
         let _ = writeln!(err, "  {d}");
     }
-}
-
-/// An error line that is no [`Error`] (a batch's timeout: the run goes on).
-pub fn error_line(msg: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "cibox: error: {msg}");
 }
 
 /// Prints a value as pretty JSON on stdout.

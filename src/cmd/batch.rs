@@ -188,7 +188,7 @@ pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
         reporters = reporters.with(GitHub::stdout());
     }
     reporters = reporters.with(Terminal::stdout());
-    runner::execute(&plan, &lockset, &engine, &mut reporters)
+    Ok(runner::execute(&plan, &lockset, &engine, &mut reporters)?)
 }
 
 /// `cibox cleanup --scope S`.

@@ -1,7 +1,6 @@
 //! `cibox gpu status` and `cibox gpu exec`.
 
-use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -13,11 +12,12 @@ use crate::exit;
 use crate::gpu::lease::{Holder, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe::Snapshot;
-use crate::gpu::{self, WaitReport, Want};
+use crate::gpu::{self, Want};
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
 use crate::process::{self, Ending};
 use crate::report::{self, Table};
+use crate::runner::reporter::terminal::WaitLine;
 use crate::signals;
 use crate::units::Span;
 
@@ -135,66 +135,6 @@ fn valid_env_name(s: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-/// Shows waiting progress: a live line on a terminal (every 0.5 s), a log line every
-/// 30 s otherwise (the first one at once, so a CI log says why it is waiting).
-struct Progress {
-    live: bool,
-    next: Instant,
-    shown: bool,
-    want: usize,
-}
-
-impl Progress {
-    fn new(want: usize) -> Progress {
-        let live = std::io::stderr().is_terminal();
-        Progress {
-            live,
-            // A live line only for waits a person notices.
-            next: Instant::now()
-                + if live {
-                    Duration::from_millis(500)
-                } else {
-                    Duration::ZERO
-                },
-            shown: false,
-            want,
-        }
-    }
-
-    fn tick(&mut self, report: &dyn Fn() -> WaitReport) {
-        if Instant::now() < self.next {
-            return;
-        }
-        self.next = Instant::now()
-            + if self.live {
-                Duration::from_millis(500)
-            } else {
-                Duration::from_secs(30)
-            };
-        self.shown = true;
-        let r = report();
-        let line = format!(
-            "waiting {}s for {} GPU(s): {}",
-            r.waited.as_secs(),
-            self.want,
-            r.describe()
-        );
-        if self.live {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2Kcibox: {line}");
-            let _ = err.flush();
-        } else {
-            report::info(line);
-        }
-    }
-
-    fn finish(&self) {
-        if self.live && self.shown {
-            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
-        }
-    }
-}
-
 /// `cibox gpu exec`.
 pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     if args.command.is_empty() {
@@ -255,7 +195,8 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         }
         (None, None) => unreachable!("checked above"),
     };
-    let mut progress = Progress::new(want.count());
+    let want_count = want.count();
+    let mut progress = WaitLine::on_stderr();
     let lease = gpu::acquire(
         ticket,
         &dir,
@@ -264,8 +205,16 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         &cfg.idle,
         wait,
         &holder,
-        || claims.probe(),
-        |r| progress.tick(r),
+        || claims.probe().map_err(Into::into),
+        |r| {
+            progress.tick(r, |r| {
+                format!(
+                    "waiting {}s for {want_count} GPU(s): {}",
+                    r.waited.as_secs(),
+                    r.describe()
+                )
+            })
+        },
     );
     progress.finish();
     let lease = lease?;

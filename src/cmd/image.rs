@@ -387,12 +387,12 @@ fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Resul
 pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
     let id = ImageId::parse(id).map_err(Error::refused)?;
     let engine = Engine::connect()?;
-    if engine.image(&id)?.is_none() {
+    if engine.inspect(id.as_str())?.is_none() {
         return Err(Error::refused(format!(
             "{id} is not present in the local engine"
         )));
     }
-    let bytes = engine.save(&id, to)?;
+    let bytes = engine.save(id.as_str(), to)?;
     if ctx.json {
         report::json(&json!({"image": id, "file": to, "bytes": bytes}));
     } else {

@@ -8,7 +8,7 @@ use super::{Context, batch};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::image::ImageId;
+use crate::image::{ImageError, ImageId};
 use crate::report::{self, Table};
 use crate::runner::RunRequest;
 use crate::runner::record::RunRecord;
@@ -68,14 +68,14 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         Err(_) => PathBuf::from(crate::manifest::FILE_NAME),
     };
     let engine = Engine::connect()?;
-    if engine.image(&image)?.is_none() {
-        return Err(Error::ImageRefused {
+    if engine.inspect(image.as_str())?.is_none() {
+        return Err(Error::Image(ImageError::Refused {
             message: format!("{image}, which the run used, is not present in the local engine"),
             details: vec![
                 "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
                 format!("or rebuild it from the recipe at {sha} (nix run .#image-build, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
             ],
-        });
+        }));
     }
     let plan = [
         format!(

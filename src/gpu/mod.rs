@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 pub use probe::is_gpu_uuid;
 
-use crate::error::Error;
+use crate::exit::Failure;
 use crate::lockdir::LockDir;
 use crate::manifest::IdlePolicy;
 use crate::signals;
 use lease::{Holder, Lease, LeaseState};
 use pool::PoolGpu;
-use probe::{ProbeError, Snapshot};
+use probe::Snapshot;
 
 /// How much earlier than its arrival a request counts, per GPU it asks for beyond the
 /// first. Jobs that a CI fan-out starts together reach the queue in a random order
@@ -33,17 +33,62 @@ pub const HEAD_START_PER_GPU: Duration = Duration::from_millis(100);
 /// against the pool when the place is taken).
 pub const MAX_HEAD_START: Duration = Duration::from_millis(1500);
 
+/// What a probe for a hand-out can fail with: nvidia-smi, or the engine asked which
+/// GPUs running containers hold. Either way nothing is handed out.
+pub type ProbeFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why GPUs were not leased.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The wait allowed ran out.
+    #[error("{0}")]
+    Capacity(String),
+    /// cibox was asked to stop while it waited.
+    #[error("stopped by {0}")]
+    Interrupted(nix::sys::signal::Signal),
+    /// The lock directory could not be used.
+    #[error("lease dir {dir}: {what}: {source}")]
+    Locks {
+        dir: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The GPUs could not be probed: all count as unavailable.
+    #[error("{0}")]
+    Probe(ProbeFailure),
+}
+
+impl LeaseError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            LeaseError::Capacity(_) => Failure::Capacity,
+            LeaseError::Interrupted(sig) => Failure::Signal(*sig),
+            LeaseError::Locks { .. } | LeaseError::Probe(_) => Failure::Infra,
+        }
+    }
+
+    fn locks(dir: &LockDir, what: &'static str) -> impl Fn(std::io::Error) -> LeaseError {
+        let dir = dir.path().display().to_string();
+        move |source| LeaseError::Locks {
+            dir: dir.clone(),
+            what,
+            source,
+        }
+    }
+}
+
 /// Takes a place in the queue for a request of `need` GPUs.
-pub fn join_queue(dir: &LockDir, holder: &Holder, need: usize) -> Result<queue::Ticket, Error> {
+pub fn join_queue(
+    dir: &LockDir,
+    holder: &Holder,
+    need: usize,
+) -> Result<queue::Ticket, LeaseError> {
     let description = serde_json::to_string(holder).expect("holder serialises");
     let head_start =
         (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
-    queue::Ticket::enqueue(dir, &description, head_start).map_err(|e| {
-        Error::Infra(format!(
-            "lease dir {}: joining the queue: {e}",
-            dir.path().display()
-        ))
-    })
+    queue::Ticket::enqueue(dir, &description, head_start)
+        .map_err(LeaseError::locks(dir, "joining the queue"))
 }
 
 /// What to lease.
@@ -248,14 +293,12 @@ pub fn acquire(
     policy: &IdlePolicy,
     wait: Duration,
     holder: &Holder,
-    mut probe: impl FnMut() -> Result<Snapshot, ProbeError>,
+    mut probe: impl FnMut() -> Result<Snapshot, ProbeFailure>,
     mut on_wait: impl FnMut(&dyn Fn() -> WaitReport),
-) -> Result<Lease, Error> {
+) -> Result<Lease, LeaseError> {
     let start = Instant::now();
     let deadline = start + wait;
-    let io = |what: &str, e: std::io::Error| {
-        Error::Infra(format!("lease dir {}: {what}: {e}", dir.path().display()))
-    };
+    let io = |what: &'static str, e: std::io::Error| LeaseError::locks(dir, what)(e);
     let candidates: Vec<PoolGpu> = match want {
         Want::Count(_) => pool.to_vec(),
         Want::Devices(d) => d.clone(),
@@ -283,7 +326,7 @@ pub fn acquire(
     let mut servable_since: Option<(queue::Place, Instant)> = None;
     loop {
         if let Some(sig) = signals::received() {
-            return Err(Error::Interrupted(sig));
+            return Err(LeaseError::Interrupted(sig));
         }
         let head = ticket.is_head().map_err(|e| io("reading the queue", e))?;
         let free: Vec<&PoolGpu> = candidates.iter().filter(|g| dir.is_free(&g.uuid)).collect();
@@ -301,7 +344,7 @@ pub fn acquire(
             }
             // One decision at a time: the head and any overtaker must not interleave.
             select.lock().map_err(|e| io("locking select.lock", e))?;
-            let attempt = (|| -> Result<Option<Lease>, Error> {
+            let attempt = (|| -> Result<Option<Lease>, LeaseError> {
                 let ahead = if head {
                     Vec::new()
                 } else {
@@ -329,14 +372,14 @@ pub fn acquire(
                                 return Ok(None);
                             }
                             next_busy_refresh = now + BUSY_RECHECK;
-                            busy = busy_among(&free, &probe()?, policy);
+                            busy = busy_among(&free, &probe().map_err(LeaseError::Probe)?, policy);
                             if overtake_allowed(dir, &ahead, &free, &busy, need) != Overtake::Yes {
                                 return Ok(None);
                             }
                         }
                     }
                 }
-                let snap = probe()?;
+                let snap = probe().map_err(LeaseError::Probe)?;
                 busy = busy_among(&free, &snap, policy);
                 let idle = idle_among(&free, &busy);
                 if idle.len() < need {
@@ -352,7 +395,7 @@ pub fn acquire(
                     return Ok(None);
                 }
                 // Re-check under the lock, immediately before the hand-out.
-                let snap = probe()?;
+                let snap = probe().map_err(LeaseError::Probe)?;
                 if !lease
                     .gpus()
                     .iter()
@@ -381,7 +424,7 @@ pub fn acquire(
         if Instant::now() >= deadline {
             let r = report();
             let free = candidates.len() - r.leased.len();
-            return Err(Error::Capacity(format!(
+            return Err(LeaseError::Capacity(format!(
                 "could not lease {need} GPU(s) within {}: {free} of {} unleased; {}",
                 crate::units::Span(wait),
                 candidates.len(),
@@ -438,4 +481,135 @@ fn take(dir: &LockDir, idle: &[&PoolGpu], need: usize) -> std::io::Result<Option
         }
     }
     Ok((gpus.len() == need).then(|| Lease::new(gpus, files)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus(n: u32) -> Vec<PoolGpu> {
+        (0..n)
+            .map(|i| PoolGpu {
+                index: i,
+                uuid: format!("GPU-{i:08x}-0000-0000-0000-000000000000"),
+            })
+            .collect()
+    }
+
+    fn place(at_ms: u64) -> queue::Place {
+        queue::Place { at_ms, seq: 0 }
+    }
+
+    /// A waiter at `at_ms` for `need` of `pool` (or exactly `devices`).
+    fn waiter(
+        at_ms: u64,
+        need: usize,
+        pool: &[PoolGpu],
+        devices: Option<&[PoolGpu]>,
+    ) -> (queue::Place, String) {
+        let request = Request {
+            need,
+            pool: pool.iter().map(|g| g.uuid.clone()).collect(),
+            devices: devices.map(|d| d.iter().map(|g| g.uuid.clone()).collect()),
+            holder: Holder::default(),
+        };
+        (place(at_ms), serde_json::to_string(&request).unwrap())
+    }
+
+    /// Leases `gpus` as granted to the queue place at `at_ms`.
+    fn leased(dir: &LockDir, gpus: &[PoolGpu], at_ms: u64) -> Lease {
+        let files = gpus
+            .iter()
+            .map(|g| dir.try_take(&g.uuid).unwrap().expect("free"))
+            .collect();
+        let mut lease = Lease::new(gpus.to_vec(), files);
+        let holder = Holder {
+            ticket: Some(place(at_ms)),
+            ..Holder::default()
+        };
+        lease.set_holder(&holder).unwrap();
+        lease
+    }
+
+    fn refs(g: &[PoolGpu]) -> Vec<&PoolGpu> {
+        g.iter().collect()
+    }
+
+    #[test]
+    fn a_full_pool_request_is_never_overtaken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
+        let pool = gpus(8);
+        // Four GPUs held by earlier holders, four free; an 8-GPU request waits ahead.
+        let _earlier = leased(&dir, &pool[..4], 10);
+        let ahead = [waiter(100, 8, &pool, None)];
+        let free = refs(&pool[4..]);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[4..5], &free),
+            Overtake::No,
+            "taking one would leave the 8-GPU request short once the earlier holders finish"
+        );
+    }
+
+    #[test]
+    fn overtakers_may_fill_only_what_the_head_cannot_use_yet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
+        let pool = gpus(8);
+        // Five GPUs held by holders from before the head: 3 free, the head needs 4.
+        let _earlier = leased(&dir, &pool[..5], 10);
+        let ahead = [waiter(100, 4, &pool, None)];
+        let free = refs(&pool[5..]);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[5..6], &free),
+            Overtake::Yes,
+            "1 overtaker + 4 for the head fit in 8"
+        );
+        // With two overtakers already holding GPUs (granted to places behind the head),
+        // three more would leave the head short: 2 + 3 + 4 > 8.
+        drop(_earlier);
+        let _before = leased(&dir, &pool[..3], 10);
+        let _overtakers = leased(&dir, &pool[3..5], 200);
+        assert_eq!(may_overtake(&dir, &ahead, &pool[5..8], &free), Overtake::No);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[5..7], &free),
+            Overtake::Yes,
+            "2 + 2 + 4 still fit"
+        );
+    }
+
+    #[test]
+    fn a_servable_waiter_ahead_takes_its_gpus_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
+        let pool = gpus(8);
+        let ahead = [waiter(100, 2, &pool, None)];
+        let free = refs(&pool);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[..1], &free),
+            Overtake::NotWhileServable(place(100))
+        );
+        // Exact devices: servable when all are available; otherwise only a request
+        // that would take one of them is held back.
+        let ahead = [waiter(100, 2, &pool, Some(&pool[6..8]))];
+        let some = refs(&pool[..7]);
+        assert_eq!(may_overtake(&dir, &ahead, &pool[..1], &some), Overtake::Yes);
+        assert_eq!(may_overtake(&dir, &ahead, &pool[6..7], &some), Overtake::No);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[..1], &free),
+            Overtake::NotWhileServable(place(100))
+        );
+    }
+
+    #[test]
+    fn an_unreadable_waiter_ahead_is_never_overtaken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
+        let pool = gpus(8);
+        let ahead = [(place(100), "not a request".to_string())];
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[..1], &refs(&pool)),
+            Overtake::No
+        );
+    }
 }

@@ -10,6 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::exit::Failure;
+
 pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
 const FORMAT: &str = "--format=csv,noheader,nounits";
@@ -47,12 +49,13 @@ pub enum ProbeError {
         line: usize,
         reason: String,
     },
-    /// The engine answered but would not list cibox's containers, so which GPUs they
-    /// hold is unknown.
-    #[error(
-        "cannot list cibox containers to see which GPUs they hold: {0}; treating all GPUs as unavailable"
-    )]
-    Containers(String),
+}
+
+impl ProbeError {
+    /// A probe that fails, hangs or says what cannot be parsed fails closed.
+    pub fn failure(&self) -> Failure {
+        Failure::Infra
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -189,18 +192,7 @@ fn run(program: &str, query: &'static str, timeout: Duration) -> Result<String, 
     })
 }
 
-/// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints.
-pub fn is_gpu_uuid(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("GPU-") else {
-        return false;
-    };
-    let groups: Vec<&str> = rest.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
-}
+pub use crate::manifest::is_gpu_uuid;
 
 fn fields<'a>(
     program: &str,

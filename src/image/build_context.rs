@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use crate::error::Error;
+use crate::exit::Failure;
 
 /// One `.dockerignore` pattern.
 #[derive(Debug)]
@@ -191,30 +191,75 @@ fn compile(pattern: &str) -> Result<Regex, String> {
     Regex::new(&re).map_err(|_| "not a valid pattern (check its `[…]` classes)".into())
 }
 
+/// Why a build context cannot be packed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildContextError {
+    /// `.dockerignore` cannot be read or parsed.
+    #[error("{0}")]
+    Ignore(String),
+    #[error("cannot read build context {dir}: {source}")]
+    Unreadable {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot pack build context {dir}: {source}")]
+    Pack {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    TempFile {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BuildContextError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            BuildContextError::TempFile { .. } => Failure::Infra,
+            _ => Failure::Usage,
+        }
+    }
+}
+
 /// Packs `dir` into a tar in an unnamed temporary file (streamed to the engine from
 /// there), less what `dir/.dockerignore` excludes; `dockerfile` (relative to `dir`) is
 /// always included.
-pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, Error> {
+pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, BuildContextError> {
     use std::io::Seek;
-    let mut rules = IgnoreRules::read(dir).map_err(Error::Usage)?;
+    let shown = dir.display().to_string();
+    let mut rules = IgnoreRules::read(dir).map_err(BuildContextError::Ignore)?;
     rules.keep(".dockerignore");
     rules.keep(&clean(dockerfile));
-    let file = tempfile::tempfile()
-        .map_err(|e| Error::Infra(format!("cannot create a temporary file: {e}")))?;
+    let file = tempfile::tempfile().map_err(|source| BuildContextError::TempFile {
+        what: "cannot create a temporary file",
+        source,
+    })?;
     let mut builder = tar::Builder::new(file);
     builder.follow_symlinks(false);
     // Complete, not Deterministic: that mode rewrites permissions to 0755/0644 and
     // would lose the sticky /tmp and /work of a rootfs context.
     builder.mode(tar::HeaderMode::Complete);
-    let unreadable = |e: std::io::Error| {
-        Error::Usage(format!("cannot read build context {}: {e}", dir.display()))
+    let unreadable = |source| BuildContextError::Unreadable {
+        dir: shown.clone(),
+        source,
     };
     add_folder(&mut builder, dir, "", &rules).map_err(unreadable)?;
     let mut file = builder
         .into_inner()
-        .map_err(|e| Error::Usage(format!("cannot pack build context {}: {e}", dir.display())))?;
+        .map_err(|source| BuildContextError::Pack {
+            dir: shown.clone(),
+            source,
+        })?;
     file.rewind()
-        .map_err(|e| Error::Infra(format!("temporary file: {e}")))?;
+        .map_err(|source| BuildContextError::TempFile {
+            what: "temporary file",
+            source,
+        })?;
     Ok(file)
 }
 

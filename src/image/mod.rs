@@ -10,6 +10,7 @@ pub use id::ImageId;
 pub use lockset::Lockset;
 
 use crate::engine::{Engine, EngineError};
+use crate::exit::Failure;
 
 /// Why an image cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,21 @@ pub enum ImageError {
 }
 
 impl ImageError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            ImageError::Refused { .. } => Failure::ImageRefused,
+            ImageError::Engine(e) => e.failure(),
+        }
+    }
+
+    /// Lines to print under the headline: what to do about it.
+    pub fn details(&self) -> &[String] {
+        match self {
+            ImageError::Refused { details, .. } => details,
+            ImageError::Engine(_) => &[],
+        }
+    }
+
     pub fn refused(message: impl Into<String>) -> ImageError {
         ImageError::Refused {
             message: message.into(),
@@ -42,7 +58,7 @@ pub struct Verified {
 
 /// Checks that `id` is present locally (never pulled) and carries the source's lockset.
 pub fn verify(engine: &Engine, id: &ImageId, source: &Lockset) -> Result<Verified, ImageError> {
-    let Some(img) = engine.image(id)? else {
+    let Some(img) = engine.inspect(id.as_str())? else {
         return Err(ImageError::Refused {
             message: format!("{id} is not present in the local engine, and cibox never pulls"),
             details: vec![

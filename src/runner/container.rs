@@ -14,16 +14,7 @@ use crate::gpu::pool::PoolGpu;
 use crate::image::ImageId;
 use crate::manifest::{Batch, GpuDriver, Manifest, Network};
 
-pub const LABEL_OWNER: &str = "org.cibox.owner";
-pub const LABEL_PROJECT: &str = "org.cibox.project";
-pub const LABEL_SCOPE: &str = "org.cibox.scope";
-pub const LABEL_RUN: &str = "org.cibox.run";
-pub const LABEL_BATCH: &str = "org.cibox.batch";
-pub const LABEL_SOURCE: &str = "org.cibox.source";
-pub const LABEL_GPUS: &str = "org.cibox.gpus";
-/// The host whose cibox made the container (docs/interface.md §6, beyond the first contract): only
-/// there can a sweep tell whether its run is alive.
-pub const LABEL_HOST: &str = "org.cibox.host";
+use crate::labels::*;
 
 /// What names and labels a run's containers, the same for each of its batches.
 pub struct Identity<'a> {

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
+use super::error::RunError;
 use super::outcome::{BatchResult, RunOutcome};
 use super::plan::{BatchPlan, RunPlan};
 use crate::engine::EngineError;
-use crate::error::Error;
 use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
 
@@ -51,7 +51,7 @@ pub enum Event<'a> {
     /// Something kept the batch from running to its end (its verdict follows).
     BatchFailed {
         batch: &'a BatchPlan,
-        error: &'a Error,
+        error: &'a RunError,
     },
     /// The batch's verdict and record.
     BatchEnded { result: &'a BatchResult },

@@ -8,20 +8,20 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
 use super::container::ContainerPlan;
+use super::error::RunError;
 use super::event::Event;
 use super::junit::{self, Case, Totals};
 use super::outcome::{BatchResult, Ended, RunOutcome, Verdict, judge};
 use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord, create_fresh};
 use super::reporter::Reporter;
-use super::run_lock::{RunInfo, RunLock};
 use crate::engine::{Engine, FollowEnd, Followed, Stop};
-use crate::error::{Error, Result};
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::{self, Want, probe};
 use crate::image::{self, Lockset};
 use crate::lockdir::LockDir;
+use crate::lockdir::runs::{RunInfo, RunLock};
 use crate::signals;
 use crate::units::rfc3339;
 
@@ -31,6 +31,8 @@ const STOP_GRACE_S: i32 = 10;
 /// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
 /// run that was killed (no `result.json` yet) is still known to be ours.
 const BATCH_DIR_MARKER: &str = ".cibox-batch";
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Runs the plan on `engine`; the image must carry `lockset`.
 pub fn execute(
@@ -48,12 +50,12 @@ pub fn execute(
         project: plan.manifest.project.clone(),
         scope: plan.scope.clone(),
     };
-    let _run_lock = RunLock::hold(&lock_dir, &plan.run_id, &run_info).map_err(|e| {
-        Error::Infra(format!(
-            "lock dir {}: cannot take this run's lock: {e}",
-            lock_dir.path().display()
-        ))
-    })?;
+    let _run_lock =
+        RunLock::hold(&lock_dir, &plan.run_id, &run_info).map_err(|source| RunError::RunLocks {
+            dir: lock_dir.path().display().to_string(),
+            what: "cannot take this run's lock".into(),
+            source,
+        })?;
     let swept = super::sweep::sweep(
         engine,
         Some(&plan.manifest.project),
@@ -63,7 +65,7 @@ pub fn execute(
     )?;
     let pool = if plan.needs_gpus() {
         let snap = probe::probe(probe::timeout())?;
-        pool::resolve(&gpu.pool, &snap).map_err(Error::Usage)?
+        pool::resolve(&gpu.pool, &snap).map_err(RunError::Pool)?
     } else {
         Vec::new()
     };
@@ -93,10 +95,7 @@ pub fn execute(
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Infra("a batch's thread panicked".into())))
-                })
+                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked)))
                 .collect()
         });
         for r in joined {
@@ -147,7 +146,7 @@ impl Execution<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .handle(event)
-            .map_err(Error::from)
+            .map_err(RunError::from)
     }
 
     /// Runs one batch to its verdict. An error here ends the run (a bad lock dir, an
@@ -249,7 +248,7 @@ impl Execution<'_> {
 
     /// The ending of a batch that `e` kept from running, once reported; an error that
     /// is the run's, not the batch's, ends the run.
-    fn failed(&self, b: &BatchPlan, e: Error) -> Result<Ended> {
+    fn failed(&self, b: &BatchPlan, e: RunError) -> Result<Ended> {
         let Some(verdict) = Verdict::of_error(&e) else {
             return Err(e);
         };
@@ -267,11 +266,11 @@ impl Execution<'_> {
     fn lease(&self, b: &BatchPlan) -> Result<Lease> {
         let need = b.gpus as usize;
         if need > self.pool.len() {
-            return Err(Error::Capacity(format!(
-                "batch {} needs {need} GPUs; the pool has {}",
-                b.name,
-                self.pool.len()
-            )));
+            return Err(RunError::PoolTooSmall {
+                batch: b.name.clone(),
+                need,
+                pool: self.pool.len(),
+            });
         }
         let mut holder = Holder::this_process();
         holder.batch = Some(b.name.clone());
@@ -279,7 +278,7 @@ impl Execution<'_> {
         holder.scope = Some(self.plan.scope.clone());
         holder.run = Some(self.plan.run_id.clone());
         let ticket = gpu::join_queue(&self.lock_dir, &holder, need)?;
-        gpu::acquire(
+        let lease = gpu::acquire(
             ticket,
             &self.lock_dir,
             &self.pool,
@@ -296,7 +295,8 @@ impl Execution<'_> {
                 // A reporter that fails here fails again, and counts, at the batch's end.
                 let _ = self.emit(&Event::Waiting { batch: b, report });
             },
-        )
+        );
+        Ok(lease?)
     }
 
     /// Creates, starts, follows and removes the batch's container. Never leaves it
@@ -389,10 +389,9 @@ fn check_batch_dir(dir: &Path) -> Result<()> {
         || dir.join("result.json").exists()
         || std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
     if !ours {
-        return Err(Error::Usage(format!(
-            "reports dir {} exists and holds files cibox did not write; choose another --reports",
-            dir.display()
-        )));
+        return Err(RunError::ForeignBatchDir {
+            dir: dir.display().to_string(),
+        });
     }
     Ok(())
 }
@@ -401,14 +400,20 @@ fn check_batch_dir(dir: &Path) -> Result<()> {
 fn prepare_batch_dir(dir: &Path) -> Result<()> {
     check_batch_dir(dir)?;
     if dir.exists() {
-        std::fs::remove_dir_all(dir)
-            .map_err(|e| Error::Usage(format!("cannot clear {}: {e}", dir.display())))?;
+        std::fs::remove_dir_all(dir).map_err(batch_dir_error(dir, "clear"))?;
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
-    create_fresh(&dir.join(BATCH_DIR_MARKER))
-        .map_err(|e| Error::Infra(format!("cannot write in {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(batch_dir_error(dir, "create"))?;
+    create_fresh(&dir.join(BATCH_DIR_MARKER)).map_err(batch_dir_error(dir, "write in"))?;
     Ok(())
+}
+
+fn batch_dir_error(dir: &Path, what: &'static str) -> impl Fn(std::io::Error) -> RunError {
+    let dir = dir.display().to_string();
+    move |source| RunError::BatchDir {
+        dir: dir.clone(),
+        what,
+        source,
+    }
 }
 
 /// The test cases of the batch's JUnit reports, and the first report that could not

@@ -12,6 +12,7 @@
 //! anything starts.
 
 pub mod container;
+pub mod error;
 pub mod event;
 mod execute;
 pub mod junit;
@@ -19,12 +20,12 @@ pub mod outcome;
 pub mod plan;
 pub mod record;
 pub mod reporter;
-pub mod run_lock;
 pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+pub use error::RunError;
 pub use event::Event;
 pub use execute::execute;
 pub use outcome::{BatchResult, RunOutcome, Verdict};

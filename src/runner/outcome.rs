@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
 
+use super::error::RunError;
 use super::junit::{Case, Totals};
 use super::record::{RunRecord, Status};
-use crate::error::Error;
-use crate::exit;
+use crate::exit::{self, Failure};
 
 /// How one batch ended. The record's `status` and `exit_code` both come from here
 /// (docs/interface.md §2 and §7).
@@ -52,17 +52,13 @@ impl Verdict {
     /// The verdict on a batch that an error kept from running to its end, or `None`
     /// when the error is not the batch's but the run's (bad configuration: it stops
     /// the run with its own exit code).
-    pub fn of_error(e: &Error) -> Option<Verdict> {
-        match e.exit_code() {
-            exit::USAGE => None,
-            _ => Some(match e {
-                Error::Interrupted(sig) => Verdict::Cancelled(*sig),
-                _ => match e.exit_code() {
-                    exit::CAPACITY => Verdict::Capacity,
-                    exit::IMAGE_REFUSED => Verdict::ImageRefused,
-                    _ => Verdict::InfraError,
-                },
-            }),
+    pub fn of_error(e: &RunError) -> Option<Verdict> {
+        match e.failure() {
+            Failure::Usage => None,
+            Failure::Signal(sig) => Some(Verdict::Cancelled(sig)),
+            Failure::Capacity => Some(Verdict::Capacity),
+            Failure::ImageRefused => Some(Verdict::ImageRefused),
+            Failure::Infra => Some(Verdict::InfraError),
         }
     }
 }
@@ -173,6 +169,8 @@ impl RunOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::EngineError;
+    use crate::gpu::LeaseError;
 
     fn totals(total: usize, failed: usize, errors: usize) -> Totals {
         Totals {
@@ -227,18 +225,33 @@ mod tests {
         );
         assert_eq!(Verdict::Timeout.exit_code(), 124);
         assert_eq!(Verdict::ImageRefused.exit_code(), 3);
+        let lease = |e| RunError::Lease(e);
         assert_eq!(
-            Verdict::of_error(&Error::Interrupted(Signal::SIGINT)),
+            Verdict::of_error(&lease(LeaseError::Interrupted(Signal::SIGINT))),
             Some(Verdict::Cancelled(Signal::SIGINT))
         );
-        assert_eq!(Verdict::of_error(&Error::Usage("x".into())), None);
+        assert_eq!(Verdict::of_error(&RunError::Pool("x".into())), None);
         assert_eq!(
-            Verdict::of_error(&Error::Capacity("x".into())),
+            Verdict::of_error(&lease(LeaseError::Capacity("x".into()))),
             Some(Verdict::Capacity)
         );
         assert_eq!(
-            Verdict::of_error(&Error::Infra("x".into())),
+            Verdict::of_error(&RunError::PoolTooSmall {
+                batch: "b".into(),
+                need: 9,
+                pool: 8
+            }),
+            Some(Verdict::Capacity)
+        );
+        assert_eq!(
+            Verdict::of_error(&RunError::Panicked),
             Some(Verdict::InfraError)
+        );
+        assert_eq!(
+            Verdict::of_error(&RunError::Engine(EngineError::ImageMissing {
+                image: "sha256:x".into()
+            })),
+            Some(Verdict::ImageRefused)
         );
     }
 }

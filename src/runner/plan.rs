@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::container::ContainerPlan;
 use super::record::SourceInfo;
+use crate::exit::Failure;
 use crate::image::ImageId;
 use crate::manifest::{Batch, Manifest};
 use crate::units::Span;
@@ -87,6 +88,15 @@ pub enum PlanError {
     /// The ID is not a full `sha256:` image ID (an image refusal, exit 3).
     #[error("image refused: {0}")]
     BadImageId(String),
+}
+
+impl PlanError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            PlanError::BadImageId(_) => Failure::ImageRefused,
+            _ => Failure::Usage,
+        }
+    }
 }
 
 /// One batch, ready to run.
@@ -252,8 +262,18 @@ pub fn plan(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A planned batch named `name` (batch `b` of the test manifest, 1 GPU).
+    pub(crate) fn batch_plan(name: &str) -> BatchPlan {
+        let mut b = plan(manifest(), request(&["b"], None), &host())
+            .unwrap()
+            .batches
+            .remove(0);
+        b.name = name.into();
+        b
+    }
 
     const IMAGE: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 

@@ -1,12 +1,13 @@
 //! Sweeping the containers of dead runs: what a killed cibox left behind.
 
+use super::error::RunError;
 use crate::engine::{ContainerInfo, Engine};
-use crate::error::{Error, Result};
 use crate::lockdir::LockDir;
 use crate::report;
 
-use super::container::{self, LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE};
-use super::run_lock;
+use super::container;
+use crate::labels::{LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE};
+use crate::lockdir::runs as run_lock;
 
 /// What a sweep did.
 #[derive(Debug, Default)]
@@ -66,7 +67,7 @@ pub fn sweep(
     scope: &str,
     runs: &LockDir,
     host: &str,
-) -> Result<Swept> {
+) -> Result<Swept, RunError> {
     let mut labels = vec![
         format!("{LABEL_OWNER}=cibox"),
         format!("{LABEL_SCOPE}={scope}"),
@@ -84,11 +85,10 @@ pub fn sweep(
             }
             Candidate::Run(run) => run,
         };
-        let alive = run_lock::is_alive(runs, &run).map_err(|e| {
-            Error::Infra(format!(
-                "lock dir {}: cannot tell whether run {run} is alive: {e}",
-                runs.path().display()
-            ))
+        let alive = run_lock::is_alive(runs, &run).map_err(|source| RunError::RunLocks {
+            dir: runs.path().display().to_string(),
+            what: format!("cannot tell whether run {run} is alive"),
+            source,
         })?;
         if alive {
             report::debug(format!("leaving {}: its run {run} is alive", c.name));
@@ -105,8 +105,11 @@ pub fn sweep(
     }
     // Every container of this scope's (and project's) dead runs is gone now: their
     // records can go too, and with them the reason to ask the engine (see `claims`).
-    let dead = run_lock::dead_runs(runs)
-        .map_err(|e| Error::Infra(format!("lock dir {}: runs/: {e}", runs.path().display())))?;
+    let dead = run_lock::dead_runs(runs).map_err(|source| RunError::RunLocks {
+        dir: runs.path().display().to_string(),
+        what: "runs/".into(),
+        source,
+    })?;
     for (run, info) in dead {
         if let Some(info) = info
             && info.scope == scope

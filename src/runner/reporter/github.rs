@@ -97,3 +97,32 @@ pub fn annotations(outcome: &RunOutcome) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::reporter::sample;
+
+    #[test]
+    fn annotations_and_outputs_of_a_mixed_run() {
+        let outcome = sample::outcome();
+        insta::assert_snapshot!(annotations(&outcome));
+        assert_eq!(step_outputs(&outcome), ("failed", "4a,8b".to_string()));
+    }
+
+    #[test]
+    fn groups_wrap_each_batchs_output() {
+        let b = crate::runner::plan::tests::batch_plan("4a");
+        let mut gh = GitHub::new(Vec::new());
+        gh.handle(&Event::ContainerStarted {
+            batch: &b,
+            container: "c",
+        })
+        .unwrap();
+        gh.handle(&Event::OutputEnded { batch: &b }).unwrap();
+        insta::assert_snapshot!(String::from_utf8(gh.out).unwrap(), @r"
+        ::group::batch 4a
+        ::endgroup::
+        ");
+    }
+}

@@ -104,3 +104,119 @@ pub fn summary_markdown(results: &[BatchResult]) -> String {
     }
     s
 }
+
+/// A run of three batches (passed; failed with two failing tests; timed out), for the
+/// reporters' snapshot tests.
+#[cfg(test)]
+pub(crate) mod sample {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use crate::runner::junit::{Case, Outcome, Totals};
+    use crate::runner::outcome::{BatchResult, RunOutcome, Verdict};
+    use crate::runner::record::{GpuRef, RunRecord, SourceInfo};
+
+    fn case(name: &str, outcome: Outcome, message: Option<&str>, file: Option<&str>) -> Case {
+        Case {
+            classname: "tests.test_model".into(),
+            name: name.into(),
+            outcome,
+            message: message.map(str::to_string),
+            time_s: Some(0.5),
+            file: file.map(str::to_string),
+            line: file.map(|_| 42),
+        }
+    }
+
+    fn result(
+        batch: &str,
+        verdict: Verdict,
+        message: Option<&str>,
+        cases: Vec<Case>,
+    ) -> BatchResult {
+        let tests = Totals::of(&cases);
+        let record = RunRecord {
+            schema: 1,
+            batch: batch.into(),
+            status: verdict.status(),
+            exit_code: verdict.exit_code(),
+            image: format!("sha256:{}", "a".repeat(64)),
+            lockset: format!("sha256:{}", "b".repeat(64)),
+            source: SourceInfo {
+                sha: Some("c".repeat(40)),
+                dirty: Some(false),
+                path: "/src/p".into(),
+            },
+            gpus: vec![GpuRef {
+                index: 0,
+                uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+            }],
+            host: "gpu-host".into(),
+            scope: "gh-1-1".into(),
+            run: "0123456789abcdef".into(),
+            container: format!("cibox-p-gh-1-1-{batch}-01234567"),
+            fast: false,
+            started_at: "2026-11-30T03:00:00Z".into(),
+            finished_at: "2026-11-30T03:00:12Z".into(),
+            duration_s: 12.25,
+            tests,
+            cibox_version: "0.1.0".into(),
+            manifest_digest: format!("sha256:{}", "d".repeat(64)),
+            gpu_count: 1,
+            env: BTreeMap::new(),
+            failed_tests: Vec::new(),
+            message: message.map(str::to_string),
+            container_exit_code: None,
+        };
+        BatchResult {
+            verdict,
+            record,
+            cases,
+            record_path: PathBuf::from(format!("/r/{batch}/result.json")),
+        }
+    }
+
+    pub fn outcome() -> RunOutcome {
+        RunOutcome {
+            batches: vec![
+                result(
+                    "unit",
+                    Verdict::Passed,
+                    None,
+                    vec![case("test_ok", Outcome::Passed, None, None)],
+                ),
+                result(
+                    "4a",
+                    Verdict::Failed,
+                    Some("1 failed, 1 errors"),
+                    vec![
+                        case("test_ok", Outcome::Passed, None, None),
+                        case(
+                            "test_loss",
+                            Outcome::Failed,
+                            Some("loss 0.9 > 0.5: diverged, again"),
+                            Some("tests/test_model.py"),
+                        ),
+                        case("test_nccl", Outcome::Error, None, None),
+                    ],
+                ),
+                result(
+                    "8b",
+                    Verdict::Timeout,
+                    Some("the batch hit its timeout of 30m"),
+                    Vec::new(),
+                ),
+            ],
+            stopped_by: None,
+            reports: PathBuf::from("/r"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn summary_markdown_of_a_mixed_run() {
+        insta::assert_snapshot!(super::summary_markdown(&super::sample::outcome().batches));
+    }
+}

@@ -10,8 +10,8 @@ use super::{ReportError, Reporter};
 use crate::gpu::WaitReport;
 use crate::report;
 use crate::runner::event::Event;
-use crate::runner::outcome::Verdict;
-use crate::runner::record::reproduce_line;
+use crate::runner::outcome::{RunOutcome, Verdict};
+use crate::runner::record::{RunRecord, reproduce_line};
 
 /// Shows that something waits for GPUs: a live line on a terminal (redrawn every
 /// 0.5 s, cleared when the wait ends), else a log line every 30 s, the first at once so
@@ -128,6 +128,44 @@ pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool
     buf
 }
 
+/// A batch's verdict in one line: status, why, counts, duration.
+pub fn verdict_line(r: &RunRecord) -> String {
+    let t = &r.tests;
+    let why = r
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    format!(
+        "batch {}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
+        r.batch,
+        r.status.as_str(),
+        t.total,
+        t.passed,
+        t.failed,
+        t.errors,
+        t.skipped,
+        r.duration_s
+    )
+}
+
+/// How to replay each batch that did not pass.
+pub fn replay_lines(outcome: &RunOutcome) -> Vec<String> {
+    outcome
+        .batches
+        .iter()
+        .filter(|b| b.verdict != Verdict::Passed)
+        .map(|b| {
+            format!(
+                "batch {} {}; replay it locally: {}",
+                b.record.batch,
+                b.record.status.as_str(),
+                reproduce_line(&b.record_path)
+            )
+        })
+        .collect()
+}
+
 impl<W: Write + Send> Reporter for Terminal<W> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
         match event {
@@ -163,17 +201,20 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                 let _ = self.out.flush();
             }
             Event::TimedOut { batch } => {
-                report::error_line(&format!(
-                    "batch {}: timeout after {}; stopping its container",
-                    batch.name, batch.timeout
-                ));
+                report::error(
+                    &format_args!(
+                        "batch {}: timeout after {}; stopping its container",
+                        batch.name, batch.timeout
+                    ),
+                    &[],
+                );
             }
             Event::OutputBroke { batch, error } => {
                 report::warn(format!("batch {}: log stream broke: {error}", batch.name));
             }
             Event::BatchFailed { batch, error } => {
                 self.end_wait(&batch.name);
-                report::error(error);
+                report::error(error, error.details());
             }
             Event::BatchEnded { result } => {
                 let r = &result.record;
@@ -232,5 +273,23 @@ mod tests {
         ");
         let mut start = true;
         assert_eq!(prefix_lines(b"raw\n", None, &mut start), b"raw\n");
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+    use crate::runner::reporter::sample;
+
+    #[test]
+    fn verdict_and_replay_lines_of_a_mixed_run() {
+        let outcome = sample::outcome();
+        let mut lines: Vec<String> = outcome
+            .batches
+            .iter()
+            .map(|b| verdict_line(&b.record))
+            .collect();
+        lines.extend(replay_lines(&outcome));
+        insta::assert_snapshot!(lines.join("\n"));
     }
 }

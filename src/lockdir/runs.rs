@@ -9,7 +9,7 @@
 //!
 //! A run that ends normally removes its file. A file whose lock is free is the record
 //! of a run that died: only then can an orphaned container exist, which is what lets
-//! `gpu exec` ask the engine only when there is reason to ([`super::claims`]). The file
+//! `gpu exec` ask the engine only when there is reason to ([`crate::claims`]). The file
 //! names the run's project and scope, so the sweep of that scope forgets the record
 //! once none of the run's containers is left.
 
@@ -18,9 +18,9 @@ use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use crate::lockdir::LockDir;
+use super::LockDir;
 
-/// Run IDs are 16 lowercase hex digits ([`super::new_run_id`]); anything else in a
+/// Run IDs are 16 lowercase hex digits ([`crate::runner::new_run_id`]); anything else in a
 /// label is not ours to interpret, let alone to turn into a path.
 pub fn is_run_id(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

@@ -1,7 +1,7 @@
 //! The shared lock directory (`gpu.lock_dir`, by default `/run/lock/cibox`): one folder
 //! that every cibox on the host uses for GPU leases (`<UUID>.lock`, [`crate::gpu::lease`]),
 //! the fair queue (`queue/`, `queue.seq`, [`crate::gpu::queue`]), the decision lock
-//! (`select.lock`) and run locks (`runs/`, [`crate::runner::run_lock`]). This module
+//! (`select.lock`) and run locks (`runs/`, [`runs`]). This module
 //! owns its layout and sharing rules; see docs/interface.md §11.
 //!
 //! It must be on local disk: `flock` over NFS or SMB is emulated, or not shared between
@@ -14,9 +14,13 @@
 //! another user's file. Files are opened without `O_CREAT` first, because Linux's
 //! `fs.protected_regular` refuses `O_CREAT` on another user's file in a sticky folder.
 
+pub mod runs;
+
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::exit::Failure;
 
 /// File systems whose `flock` cannot be trusted for leases.
 const NETWORK_FS: &[(i64, &str)] = &[
@@ -39,6 +43,14 @@ pub enum LockDirError {
     Network { dir: String, fs: &'static str },
     #[error("lock dir {dir}: {reason}")]
     Unusable { dir: String, reason: String },
+}
+
+impl LockDirError {
+    /// A lock dir that cannot be used is configuration (`gpu.lock_dir`), like a bad
+    /// pool entry.
+    pub fn failure(&self) -> Failure {
+        Failure::Usage
+    }
 }
 
 /// The nearest folder that exists: the lock dir itself, or the parent it will be made in.

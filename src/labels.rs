@@ -1,0 +1,13 @@
+//! The labels cibox puts on its containers (docs/interface.md §6): how a sweep finds a
+//! dead run's containers and how a probe learns which GPUs running ones hold. A leaf.
+
+pub const LABEL_OWNER: &str = "org.cibox.owner";
+pub const LABEL_PROJECT: &str = "org.cibox.project";
+pub const LABEL_SCOPE: &str = "org.cibox.scope";
+pub const LABEL_RUN: &str = "org.cibox.run";
+pub const LABEL_BATCH: &str = "org.cibox.batch";
+pub const LABEL_SOURCE: &str = "org.cibox.source";
+pub const LABEL_GPUS: &str = "org.cibox.gpus";
+/// The host whose cibox made the container (docs/interface.md §6, beyond the first contract): only
+/// there can a sweep tell whether its run is alive.
+pub const LABEL_HOST: &str = "org.cibox.host";
