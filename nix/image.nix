@@ -1,5 +1,5 @@
 # A CI image as a docker-archive stream: pinned contents, a fixed creation time, and the
-# lockset of its lock files in its labels (SPEC section 5), so the image ID is a
+# lockset of its lock files in its labels (docs/interface.md §5), so the image ID is a
 # function of the locks and `cibox image verify` can prove it.
 #
 # `recipe` comes from images/<name>/default.nix: { contents; env ? []; }.

@@ -1,5 +1,5 @@
-# The lockset of SPEC section 5, with Nix builtins only (no nixpkgs), so the flake can
-# label an image with the same digest `cibox image lockset` computes.
+# The lockset of docs/interface.md §5, with Nix builtins only (no nixpkgs), so the
+# flake can label an image with the same digest `cibox image lockset` computes.
 #
 #   import ./lockset.nix { root = ./.; locks = [ "flake.lock" "images/demo/*" ]; }
 #   => { files = [ { path; sha256; } ... ]; text = "<sha256>  <path>\n..."; digest = "sha256:..."; }

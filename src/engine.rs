@@ -271,7 +271,10 @@ impl Engine {
     /// archive is read on a thread of its own, in 256 KiB chunks, as the engine takes it.
     pub fn load(&self, archive: Box<dyn Read + Send>) -> Result<Vec<String>, EngineError> {
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-        let reader = std::thread::spawn(move || {
+        // Not joined: if the engine refuses the archive midway, the reader may sit in
+        // a read of a stalled producer; it ends at its next send (the body is gone)
+        // or at the producer's end.
+        std::thread::spawn(move || {
             let mut archive = archive;
             loop {
                 let mut buf = vec![0u8; 256 * 1024];
@@ -294,7 +297,7 @@ impl Engine {
         let body = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
         });
-        let loaded = self.rt.block_on(async {
+        self.rt.block_on(async {
             let opts = ImportImageOptionsBuilder::default().quiet(true).build();
             let mut progress = self.docker.import_image_stream(opts, body, None);
             let mut loaded = Vec::new();
@@ -314,10 +317,7 @@ impl Engine {
                 }
             }
             Ok(loaded)
-        });
-        // Dropping the stream closed the channel, so the reader ends too.
-        let _ = reader.join();
-        loaded
+        })
     }
 
     /// Builds a Dockerfile with the classic builder from a tar of its context, with the
@@ -470,6 +470,9 @@ impl Engine {
     /// `interrupted` is asked every 100 ms (true: kill it at once). Returns once the
     /// output has closed and the container's exit code is known (or, after 30 s more,
     /// it was killed).
+    ///
+    /// Both callbacks run inside the engine's runtime: they must be quick and must not
+    /// call the engine (that would nest `block_on`).
     pub fn follow(
         &self,
         id: &str,

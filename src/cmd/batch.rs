@@ -83,15 +83,7 @@ pub fn list(ctx: &Context) -> Result<u8> {
 /// `cibox batch run` and `cibox layer run`.
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
     let m = ctx.manifest()?;
-    let wait = match &opts.wait {
-        Some(w) => Some(
-            w.parse::<Span>()
-                .map_err(|e| Error::Usage(format!("--wait: {e}")))?
-                .0,
-        ),
-        None => None,
-    };
-    let request = RunRequest {
+    let mut request = RunRequest {
         names: names.to_vec(),
         layer: layer.map(str::to_string),
         fast: if opts.fast {
@@ -105,14 +97,22 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
             .image
             .clone()
             .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty())),
-        wait,
         parallel: opts.parallel,
-        ..where_to_run(
-            opts.source.clone(),
-            opts.reports.clone(),
-            opts.scope.clone(),
-        )?
+        ..RunRequest::default()
     };
+    runner::plan::check(&m, &request)?;
+    if let Some(w) = &opts.wait {
+        let wait = w
+            .parse::<Span>()
+            .map_err(|e| Error::Usage(format!("--wait: {e}")))?;
+        request.wait = Some(wait.0);
+    }
+    where_to_run(
+        &mut request,
+        opts.source.clone(),
+        opts.reports.clone(),
+        opts.scope.clone(),
+    )?;
     let outcome = run_plan(m, request)?;
     Ok(outcome.exit_code())
 }
@@ -121,10 +121,11 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
 /// (default: the git toplevel, else the current folder), the reports folder created
 /// and writable (default `cibox-reports`), the scope not empty.
 pub(super) fn where_to_run(
+    request: &mut RunRequest,
     source: Option<PathBuf>,
     reports: Option<PathBuf>,
     scope: Option<String>,
-) -> Result<RunRequest> {
+) -> Result<()> {
     let source = match source {
         Some(s) => s,
         None => runner::git_toplevel()
@@ -166,13 +167,11 @@ pub(super) fn where_to_run(
     if scope.is_empty() {
         return Err(Error::Usage("--scope is empty".into()));
     }
-    Ok(RunRequest {
-        source,
-        source_info,
-        reports,
-        scope,
-        ..RunRequest::default()
-    })
+    request.source = source;
+    request.source_info = source_info;
+    request.reports = reports;
+    request.scope = scope;
+    Ok(())
 }
 
 /// Plans and executes a run with the reporters of a front end: the terminal, the
@@ -183,11 +182,11 @@ pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
     let lockset = Lockset::compute(&plan.manifest.dir, &plan.manifest.image.locks)?;
     signals::install();
     let engine = Engine::connect()?;
-    let mut reporters = Fanout::new().with(Files::new());
+    // Files first: a batch's verdict is printed once its result.json is written.
+    let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
     if crate::github::active() {
         reporters = reporters.with(GitHub::stdout());
     }
-    reporters = reporters.with(Terminal::stdout());
     Ok(runner::execute(&plan, &lockset, &engine, &mut reporters)?)
 }
 
@@ -269,11 +268,12 @@ pub fn qualify(
             )));
         }
     }
-    let request = RunRequest {
+    let mut request = RunRequest {
         layer: Some("qualify".into()),
         image: Some(image.to_string()),
-        ..where_to_run(source, Some(reports), scope)?
+        ..RunRequest::default()
     };
+    where_to_run(&mut request, source, Some(reports), scope)?;
     let outcome = run_plan(m, request)?;
     if !outcome.passed() {
         report::info(format!(

@@ -143,16 +143,18 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         Some(_) => {}
     }
     let reports = PathBuf::from("cibox-reproduce").join(&record.run);
-    let request = RunRequest {
+    let mut request = RunRequest {
         names: vec![record.batch.clone()],
         fast: Some(record.fast),
         image: Some(image.to_string()),
-        ..batch::where_to_run(
-            Some(worktree.path.clone()),
-            Some(reports),
-            Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
-        )?
+        ..RunRequest::default()
     };
+    batch::where_to_run(
+        &mut request,
+        Some(worktree.path.clone()),
+        Some(reports),
+        Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
+    )?;
     drop(engine);
     let outcome = batch::run_plan(m, request)?;
     // No batch ran only when a signal stopped the run before it started.

@@ -17,7 +17,7 @@ pub enum Event<'a> {
     /// Leftover containers of dead runs of this scope were removed.
     Swept { scope: &'a str, removed: usize },
     /// The batch's folder is ready (fresh, marked as cibox's); nothing runs yet.
-    BatchStarted { batch: &'a BatchPlan, dir: &'a Path },
+    BatchStarted { batch: &'a BatchPlan },
     /// The batch waits for its GPUs. Sent every poll (10 ms): `report` builds the
     /// (costly) wait report, so a reporter builds one only when it shows it.
     Waiting {
@@ -29,6 +29,9 @@ pub enum Event<'a> {
         batch: &'a BatchPlan,
         gpus: &'a [PoolGpu],
     },
+    /// The batch's container is about to be created (its GPUs, if any, are leased):
+    /// its log can be opened. An error here fails the batch, not the run.
+    Launching { batch: &'a BatchPlan, dir: &'a Path },
     /// The batch's container runs; its output follows.
     ContainerStarted {
         batch: &'a BatchPlan,

@@ -63,6 +63,11 @@ pub fn execute(
         &lock_dir,
         &plan.host,
     )?;
+    // Said at once: whatever fails next, these are gone.
+    reporter.handle(&Event::Swept {
+        scope: &plan.scope,
+        removed: swept.removed,
+    })?;
     let pool = if plan.needs_gpus() {
         let snap = probe::probe(probe::timeout())?;
         pool::resolve(&gpu.pool, &snap).map_err(RunError::Pool)?
@@ -80,10 +85,6 @@ pub fn execute(
         reporter: Mutex::new(reporter),
         lockset: lockset.digest.clone(),
     };
-    run.emit(&Event::Swept {
-        scope: &plan.scope,
-        removed: swept.removed,
-    })?;
     run.emit(&Event::RunStarted { plan })?;
     let mut batches = Vec::new();
     if plan.parallel {
@@ -155,16 +156,11 @@ impl Execution<'_> {
         prepare_batch_dir(&b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
-        let mut ended = match self.emit(&Event::BatchStarted {
-            batch: b,
-            dir: &b.dir,
-        }) {
-            Ok(()) => None,
-            Err(e) => Some(self.failed(b, e)?),
-        };
+        self.emit(&Event::BatchStarted { batch: b })?;
+        let mut ended = None;
         // The batch's GPUs, leased for its whole life.
         let mut lease: Option<Lease> = None;
-        if b.gpus > 0 && ended.is_none() {
+        if b.gpus > 0 {
             match self.lease(b) {
                 Ok(l) => {
                     self.emit(&Event::LeaseGranted {
@@ -184,7 +180,13 @@ impl Execution<'_> {
             Some(e) => e,
             // An engine failure ends this batch, not the run: the others still run
             // and the summary is still written.
-            None => match self.container(b, &leased) {
+            None => match self
+                .emit(&Event::Launching {
+                    batch: b,
+                    dir: &b.dir,
+                })
+                .and_then(|()| self.container(b, &leased))
+            {
                 Ok(e) => e,
                 Err(e) => self.failed(b, e)?,
             },
@@ -231,10 +233,7 @@ impl Execution<'_> {
                 .map(Case::id)
                 .collect(),
             message,
-            container_exit_code: match ended {
-                Ended::Exited(code) => Some(code),
-                _ => None,
-            },
+            container_exit_code: ended.container_exit(),
         };
         let result = BatchResult {
             verdict,
@@ -259,6 +258,7 @@ impl Execution<'_> {
         Ok(Ended::Stopped {
             verdict,
             message: e.to_string(),
+            exit: None,
         })
     }
 
@@ -324,6 +324,7 @@ impl Execution<'_> {
             return Ok(Ended::Stopped {
                 verdict: Verdict::InfraError,
                 message: format!("the engine could not start the container: {why}{gpu_hint}"),
+                exit: None,
             });
         }
         self.emit(&Event::ContainerStarted {
@@ -355,28 +356,23 @@ impl Execution<'_> {
         if let Some(e) = report_failed {
             return Err(e);
         }
-        Ok(match followed? {
-            FollowEnd {
-                stopped: Some(Stop::Interrupted),
-                ..
-            } => {
+        let FollowEnd { stopped, exit } = followed?;
+        Ok(match (stopped, exit) {
+            (Some(Stop::Interrupted), _) => {
                 let sig = signal.unwrap_or(nix::sys::signal::Signal::SIGTERM);
                 Ended::Stopped {
                     verdict: Verdict::Cancelled(sig),
                     message: format!("cancelled by {sig}"),
+                    exit,
                 }
             }
-            FollowEnd {
-                stopped: Some(Stop::Deadline),
-                ..
-            } => Ended::Stopped {
+            (Some(Stop::Deadline), _) => Ended::Stopped {
                 verdict: Verdict::Timeout,
                 message: format!("the batch hit its timeout of {}", b.timeout),
+                exit,
             },
-            FollowEnd {
-                exit: Some(code), ..
-            } => Ended::Exited(code),
-            FollowEnd { exit: None, .. } => Ended::Unknown,
+            (None, Some(code)) => Ended::Exited(code),
+            (None, None) => Ended::Unknown,
         })
     }
 }

@@ -24,6 +24,17 @@ pub enum Verdict {
     Capacity,
 }
 
+impl Ended {
+    /// The container's exit code, when it had one.
+    pub fn container_exit(&self) -> Option<i64> {
+        match self {
+            Ended::Exited(code) => Some(*code),
+            Ended::Stopped { exit, .. } => *exit,
+            Ended::Unknown => None,
+        }
+    }
+}
+
 impl Verdict {
     pub fn status(self) -> Status {
         match self {
@@ -70,7 +81,12 @@ pub enum Ended {
     Exited(i64),
     /// It ended otherwise (timeout, cancel, an engine or lease failure): the verdict
     /// is decided, and why.
-    Stopped { verdict: Verdict, message: String },
+    Stopped {
+        verdict: Verdict,
+        message: String,
+        /// The container's exit code, when it had one (a timed-out container's 143).
+        exit: Option<i64>,
+    },
     /// Its output closed but its exit code could not be learnt.
     Unknown,
 }
@@ -83,7 +99,9 @@ pub fn judge(
     allow_empty: bool,
 ) -> (Verdict, Option<String>) {
     match ended {
-        Ended::Stopped { verdict, message } => return (*verdict, Some(message.clone())),
+        Ended::Stopped {
+            verdict, message, ..
+        } => return (*verdict, Some(message.clone())),
         Ended::Unknown => {
             return (
                 Verdict::InfraError,
@@ -207,6 +225,7 @@ mod tests {
         let stopped = Ended::Stopped {
             verdict: Verdict::Timeout,
             message: "the batch hit its timeout of 5s".into(),
+            exit: Some(143),
         };
         // A timeout stays a timeout whatever the reports say.
         assert_eq!(

@@ -202,6 +202,24 @@ pub fn manifest_env(m: &Manifest, batch: &Batch, fast: bool) -> BTreeMap<String,
     env
 }
 
+/// The checks of [`plan`] that need nothing but the manifest (which batches, which
+/// image ID), for a front end to make before it creates the reports folder: bad input
+/// must leave nothing behind.
+pub fn check(manifest: &Manifest, request: &RunRequest) -> Result<(), PlanError> {
+    select(manifest, &request.names, request.layer.as_deref())?;
+    image_id(manifest, request)?;
+    Ok(())
+}
+
+fn image_id(manifest: &Manifest, request: &RunRequest) -> Result<ImageId, PlanError> {
+    let raw_id = request
+        .image
+        .clone()
+        .or_else(|| manifest.image.id.clone())
+        .ok_or(PlanError::NoImage)?;
+    ImageId::parse(raw_id.trim()).map_err(PlanError::BadImageId)
+}
+
 /// Resolves everything the run's batches need.
 pub fn plan(
     manifest: Manifest,
@@ -210,12 +228,7 @@ pub fn plan(
 ) -> Result<RunPlan, PlanError> {
     let (names, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
     let fast = request.fast.unwrap_or(layer_fast);
-    let raw_id = request
-        .image
-        .clone()
-        .or_else(|| manifest.image.id.clone())
-        .ok_or(PlanError::NoImage)?;
-    let image = ImageId::parse(raw_id.trim()).map_err(PlanError::BadImageId)?;
+    let image = image_id(&manifest, &request)?;
     let wait = request.wait.unwrap_or(manifest.gpu.wait.0);
     let identity = super::container::Identity {
         project: &manifest.project,

@@ -31,7 +31,7 @@ impl Files {
 impl Reporter for Files {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
         match event {
-            Event::BatchStarted { batch, dir } => {
+            Event::Launching { batch, dir } => {
                 // Created before the container exists, so it cannot be a link the
                 // batch planted.
                 let path = dir.join("log.txt");

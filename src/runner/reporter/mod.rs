@@ -36,7 +36,9 @@ pub trait Reporter: Send {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError>;
 }
 
-/// Several reporters, in order; each sees every event, and the first error is kept.
+/// Several reporters, in order. An error stops the event there: the reporters after
+/// the one that failed do not see it (a run whose `summary.md` cannot be written
+/// publishes no GitHub summary either).
 #[derive(Default)]
 pub struct Fanout(Vec<Box<dyn Reporter>>);
 
@@ -53,15 +55,7 @@ impl Fanout {
 
 impl Reporter for Fanout {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
-        let mut first = Ok(());
-        for r in &mut self.0 {
-            if let Err(e) = r.handle(event)
-                && first.is_ok()
-            {
-                first = Err(e);
-            }
-        }
-        first
+        self.0.iter_mut().try_for_each(|r| r.handle(event))
     }
 }
 

@@ -106,8 +106,10 @@ impl<W: Write + Send> Terminal<W> {
 }
 
 impl Terminal<std::io::Stdout> {
+    /// Output on stdout; waits logged every 30 s (a run's log is read later more
+    /// often than watched).
     pub fn stdout() -> Terminal<std::io::Stdout> {
-        Terminal::new(std::io::stdout(), std::io::stderr().is_terminal())
+        Terminal::new(std::io::stdout(), false)
     }
 }
 
