@@ -43,14 +43,44 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<u32> {
     None
 }
 
-use crate::git::run as git;
+use crate::exit::Failure;
+use crate::git::{GitError, run as git};
+
+/// Why the changed files cannot be told.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangedError {
+    #[error("`{rev}` is not a revision in {dir}")]
+    NotARevision { rev: String, dir: String },
+    #[error("no merge base of {base} and {head}: {source}")]
+    NoMergeBase {
+        base: String,
+        head: String,
+        #[source]
+        source: GitError,
+    },
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// git printed what it should not have.
+    #[error("git {0}")]
+    Unexpected(String),
+}
+
+impl ChangedError {
+    /// Revisions and checkouts are the user's input.
+    pub fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
 
 /// Resolves a revision to a commit, or says it is not one.
-pub fn commit(dir: &Path, rev: &str) -> Result<String, String> {
+pub fn commit(dir: &Path, rev: &str) -> Result<String, ChangedError> {
     let spec = format!("{rev}^{{commit}}");
     git(dir, &["rev-parse", "--verify", "--quiet", &spec])
         .map(|o| String::from_utf8_lossy(&o).trim().to_string())
-        .map_err(|_| format!("`{rev}` is not a revision in {}", dir.display()))
+        .map_err(|_| ChangedError::NotARevision {
+            rev: rev.to_string(),
+            dir: dir.display().to_string(),
+        })
 }
 
 /// A changed file: its path (the new name for a rename) and its blob at head.
@@ -62,7 +92,7 @@ pub struct Changed {
 
 /// Files added, modified or renamed (new name) between the merge base of `base` and
 /// `head`, relative to `dir`.
-pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, String> {
+pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, ChangedError> {
     // `base...head` diffs from their merge base, in one git process.
     let range = format!("{base}...{head}");
     let args = [
@@ -78,11 +108,15 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>,
     ];
     let out = match git(dir, &args) {
         Ok(out) => out,
-        Err(e) => {
+        Err(source) => {
             // Say which side is wrong, and how.
             commit(dir, base)?;
             commit(dir, head)?;
-            return Err(format!("no merge base of {base} and {head}: {e}"));
+            return Err(ChangedError::NoMergeBase {
+                base: base.to_string(),
+                head: head.to_string(),
+                source,
+            });
         }
     };
     // -z raw output: ":MODE MODE SHA SHA STATUS" \0 PATH \0, and for renames and
@@ -97,7 +131,10 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>,
     while i < fields.len() {
         let meta: Vec<&str> = fields[i].trim_start_matches(':').split(' ').collect();
         let (Some(blob), Some(status)) = (meta.get(3), meta.get(4)) else {
-            return Err(format!("git diff: unexpected output {:?}", fields[i]));
+            return Err(ChangedError::Unexpected(format!(
+                "diff: unexpected output {:?}",
+                fields[i]
+            )));
         };
         let two_paths = status.starts_with('R') || status.starts_with('C');
         if let Some(path) = fields.get(if two_paths { i + 2 } else { i + 1 }) {
@@ -123,7 +160,7 @@ fn blob_id(bytes: &[u8]) -> String {
 /// The texts of changed files at head. In CI the checkout usually is head: a file whose
 /// bytes in the working tree hash to the blob is read from disk; the others come from
 /// one `git cat-file --batch`.
-pub fn texts(dir: &Path, files: &[&Changed]) -> Result<Vec<String>, String> {
+pub fn texts(dir: &Path, files: &[&Changed]) -> Result<Vec<String>, ChangedError> {
     let mut out: Vec<Option<String>> = files
         .iter()
         .map(|c| {
@@ -142,7 +179,7 @@ pub fn texts(dir: &Path, files: &[&Changed]) -> Result<Vec<String>, String> {
 
 /// The texts of many blobs, through one `git cat-file --batch`: a diff of hundreds of
 /// test files must not cost hundreds of processes.
-pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, String> {
+pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, ChangedError> {
     use std::io::{BufRead, BufReader, Read, Write};
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -154,7 +191,7 @@ pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, String> {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(GitError::Spawn)?;
     let mut stdin = child.stdin.take().expect("piped");
     let queries: String = ids.iter().map(|id| format!("{id}\n")).collect();
     // Write from a thread: git answers while we feed it, and both pipes are bounded.
@@ -167,7 +204,7 @@ pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, String> {
     for id in ids {
         let mut header = String::new();
         if let Err(e) = reader.read_line(&mut header) {
-            failure = Some(format!("git cat-file: {e}"));
+            failure = Some(format!("cat-file: {e}"));
             break;
         }
         let fields: Vec<&str> = header.split_whitespace().collect();
@@ -176,12 +213,12 @@ pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, String> {
             .filter(|_| fields.len() == 3)
             .and_then(|s| s.parse::<usize>().ok())
         else {
-            failure = Some(format!("git cat-file: object {id}: {}", header.trim()));
+            failure = Some(format!("cat-file: object {id}: {}", header.trim()));
             break;
         };
         let mut buf = vec![0u8; size + 1]; // the content and its trailing newline
         if let Err(e) = reader.read_exact(&mut buf) {
-            failure = Some(format!("git cat-file: {e}"));
+            failure = Some(format!("cat-file: {e}"));
             break;
         }
         buf.pop();
@@ -192,13 +229,13 @@ pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, String> {
     let _ = child.kill();
     let _ = child.wait();
     match failure {
-        Some(e) => Err(e),
+        Some(e) => Err(ChangedError::Unexpected(e)),
         None => Ok(texts),
     }
 }
 
 /// Tracked files under `dir`, relative to it.
-pub fn tracked(dir: &Path) -> Result<Vec<String>, String> {
+pub fn tracked(dir: &Path) -> Result<Vec<String>, ChangedError> {
     let out = git(dir, &["ls-files", "-z"])?;
     Ok(out
         .split(|b| *b == 0)

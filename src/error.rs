@@ -4,9 +4,11 @@
 //! Domain layers have error types of their own and say which kind of [`Failure`] each
 //! is; this type only gathers them for the commands.
 
+use crate::changed::ChangedError;
 use crate::claims::ClaimsError;
 use crate::engine::EngineError;
 use crate::exit::Failure;
+use crate::git::GitError;
 use crate::gpu::LeaseError;
 use crate::gpu::probe::ProbeError;
 use crate::image::ImageError;
@@ -44,6 +46,10 @@ pub enum Error {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Run(#[from] RunError),
+    #[error(transparent)]
+    Changed(#[from] ChangedError),
+    #[error(transparent)]
+    Git(#[from] GitError),
     /// A run record a user named cannot be read.
     #[error(transparent)]
     Record(#[from] RecordError),
@@ -68,6 +74,9 @@ impl Error {
                 Failure::Usage
             }
             Error::BuildContext(e) => e.failure(),
+            Error::Changed(e) => e.failure(),
+            // git is asked about the user's checkout and revisions.
+            Error::Git(_) => Failure::Usage,
             Error::Image(e) => e.failure(),
             Error::Engine(e) => e.failure(),
             Error::Probe(e) => e.failure(),

@@ -3,28 +3,39 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// Why git did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run git: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// git ran and failed; the first line it printed on stderr.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Runs `git -C dir ARGS`; stdout, or the first line git printed on stderr.
-pub fn run(dir: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+pub fn run(dir: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(GitError::Spawn)?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err
-            .lines()
-            .next()
-            .unwrap_or("git failed")
-            .trim()
-            .to_string());
+        return Err(GitError::Failed(
+            err.lines()
+                .next()
+                .unwrap_or("git failed")
+                .trim()
+                .to_string(),
+        ));
     }
     Ok(out.stdout)
 }
 
 /// Like [`run`], as trimmed text.
-pub fn text(dir: &Path, args: &[&str]) -> Result<String, String> {
+pub fn text(dir: &Path, args: &[&str]) -> Result<String, GitError> {
     run(dir, args).map(|o| String::from_utf8_lossy(&o).trim().to_string())
 }

@@ -16,7 +16,7 @@ use crate::report::{self, Table};
 use crate::runner::reporter::Fanout;
 use crate::runner::reporter::files::Files;
 use crate::runner::reporter::github::GitHub;
-use crate::runner::reporter::terminal::Terminal;
+use crate::runner::reporter::terminal::{Terminal, print_sweep_notes};
 use crate::runner::sweep::sweep;
 use crate::runner::{self, HostFacts, RunOutcome, RunRequest};
 use crate::signals;
@@ -214,6 +214,7 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
         &lock_dir,
         &crate::util::host_name(),
     )?;
+    print_sweep_notes(&swept);
     if ctx.json {
         let elsewhere: Vec<_> = swept
             .elsewhere
@@ -222,16 +223,19 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
             .collect();
         report::json(&json!({
             "scope": scope,
-            "removed": swept.removed,
-            "live": swept.live,
+            "removed": swept.removed.len(),
+            "live": swept.live.len(),
             "elsewhere": elsewhere,
         }));
     } else {
-        let mut line = format!("removed {} container(s) of scope {scope}", swept.removed);
-        if swept.live > 0 {
+        let mut line = format!(
+            "removed {} container(s) of scope {scope}",
+            swept.removed.len()
+        );
+        if !swept.live.is_empty() {
             line.push_str(&format!(
                 "; left {} of runs still alive (they remove their own)",
-                swept.live
+                swept.live.len()
             ));
         }
         println!("{line}");

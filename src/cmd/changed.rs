@@ -25,7 +25,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         return Err(Error::Usage("changed: --base REF is required".into()));
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
-    let paths = changed::changed_paths(dir, base, head).map_err(Error::Usage)?;
+    let paths = changed::changed_paths(dir, base, head)?;
     let tests: Vec<&changed::Changed> = paths
         .iter()
         .filter(|c| {
@@ -34,7 +34,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
                 .any(|pat| changed::glob_matches(pat, &c.path))
         })
         .collect();
-    let texts = changed::texts(dir, &tests).map_err(Error::Usage)?;
+    let texts = changed::texts(dir, &tests)?;
     let mut include = Vec::new();
     for (c, text) in tests.iter().zip(&texts) {
         let path = &c.path;
@@ -73,7 +73,7 @@ fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8
             "changed --unregistered: no batch names its test files; add `tests: [globs]` to the batches".into(),
         ));
     }
-    let files = changed::tracked(&m.dir).map_err(Error::Usage)?;
+    let files = changed::tracked(&m.dir)?;
     let orphans: Vec<&String> = files
         .iter()
         .filter(|f| patterns.iter().any(|p| changed::glob_matches(p, f)))

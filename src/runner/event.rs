@@ -7,6 +7,7 @@ use std::path::Path;
 use super::error::RunError;
 use super::outcome::{BatchResult, RunOutcome};
 use super::plan::{BatchPlan, RunPlan};
+use super::sweep::Swept;
 use crate::engine::EngineError;
 use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
@@ -14,8 +15,8 @@ use crate::gpu::pool::PoolGpu;
 pub enum Event<'a> {
     /// The image is verified and the run's lock held; batches start next.
     RunStarted { plan: &'a RunPlan },
-    /// Leftover containers of dead runs of this scope were removed.
-    Swept { scope: &'a str, removed: usize },
+    /// The sweep of this scope's leftover containers (of dead runs) is done.
+    Swept { scope: &'a str, swept: &'a Swept },
     /// The batch's folder is ready (fresh, marked as cibox's); nothing runs yet.
     BatchStarted { batch: &'a BatchPlan },
     /// The batch waits for its GPUs. Sent every poll (10 ms): `report` builds the

@@ -66,7 +66,7 @@ pub fn execute(
     // Said at once: whatever fails next, these are gone.
     reporter.handle(&Event::Swept {
         scope: &plan.scope,
-        removed: swept.removed,
+        swept: &swept,
     })?;
     let pool = if plan.needs_gpus() {
         let snap = probe::probe(probe::timeout())?;

@@ -3,21 +3,59 @@
 use super::error::RunError;
 use crate::engine::{ContainerInfo, Engine};
 use crate::lockdir::LockDir;
-use crate::report;
 
 use super::container;
 use crate::labels::{LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE};
 use crate::lockdir::runs as run_lock;
 
-/// What a sweep did.
+/// What a sweep did. It prints nothing: its caller says what it found ([`Swept::notes`]).
 #[derive(Debug, Default)]
 pub struct Swept {
-    /// Containers of dead runs, removed.
-    pub removed: usize,
-    /// Containers of runs still alive on this host (another job sharing the scope).
-    pub live: usize,
-    /// Containers made from another host, which only that host can judge.
+    /// Containers of dead runs, removed: name and ID.
+    pub removed: Vec<(String, String)>,
+    /// Containers of runs still alive on this host (another job sharing the scope):
+    /// name and run.
+    pub live: Vec<(String, String)>,
+    /// Containers made from another host, which only that host can judge: name and
+    /// host.
     pub elsewhere: Vec<(String, String)>,
+}
+
+/// How much a note about a sweep matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    Debug,
+    Info,
+    Warn,
+}
+
+impl Swept {
+    /// What to tell a user about each container the sweep looked at.
+    pub fn notes(&self) -> Vec<(Note, String)> {
+        let mut notes: Vec<(Note, String)> = Vec::new();
+        for (name, run) in &self.live {
+            notes.push((
+                Note::Debug,
+                format!("leaving {name}: its run {run} is alive"),
+            ));
+        }
+        for (name, id) in &self.removed {
+            notes.push((
+                Note::Info,
+                format!(
+                    "removing leftover container {name} ({})",
+                    &id[..12.min(id.len())]
+                ),
+            ));
+        }
+        for (name, other) in &self.elsewhere {
+            notes.push((
+                Note::Warn,
+                format!("leaving {name}: made on host {other}; run `cibox cleanup` there"),
+            ));
+        }
+        notes
+    }
 }
 
 /// What the labels and name of a listed container say, before any lock is looked at.
@@ -91,17 +129,11 @@ pub fn sweep(
             source,
         })?;
         if alive {
-            report::debug(format!("leaving {}: its run {run} is alive", c.name));
-            swept.live += 1;
+            swept.live.push((c.name.clone(), run));
             continue;
         }
-        report::info(format!(
-            "removing leftover container {} ({})",
-            c.name,
-            &c.id[..12.min(c.id.len())]
-        ));
         engine.remove_container(&c.id)?;
-        swept.removed += 1;
+        swept.removed.push((c.name.clone(), c.id.clone()));
     }
     // Every container of this scope's (and project's) dead runs is gone now: their
     // records can go too, and with them the reason to ask the engine (see `claims`).
@@ -117,11 +149,6 @@ pub fn sweep(
         {
             run_lock::forget(runs, &run);
         }
-    }
-    for (name, other) in &swept.elsewhere {
-        report::warn(format!(
-            "leaving {name}: made on host {other}; run `cibox cleanup` there"
-        ));
     }
     Ok(swept)
 }

@@ -12,6 +12,7 @@ use crate::report;
 use crate::runner::event::Event;
 use crate::runner::outcome::{RunOutcome, Verdict};
 use crate::runner::record::{RunRecord, reproduce_line};
+use crate::runner::sweep::{Note, Swept};
 
 /// Shows that something waits for GPUs: a live line on a terminal (redrawn every
 /// 0.5 s, cleared when the wait ends), else a log line every 30 s, the first at once so
@@ -130,6 +131,17 @@ pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool
     buf
 }
 
+/// Says what a sweep found, each note at its level.
+pub fn print_sweep_notes(swept: &Swept) {
+    for (note, text) in swept.notes() {
+        match note {
+            Note::Debug => report::debug(text),
+            Note::Info => report::info(text),
+            Note::Warn => report::warn(text),
+        }
+    }
+}
+
 /// A batch's verdict in one line: status, why, counts, duration.
 pub fn verdict_line(r: &RunRecord) -> String {
     let t = &r.tests;
@@ -171,10 +183,14 @@ pub fn replay_lines(outcome: &RunOutcome) -> Vec<String> {
 impl<W: Write + Send> Reporter for Terminal<W> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
         match event {
-            Event::Swept { scope, removed } if *removed > 0 => {
-                report::info(format!(
-                    "removed {removed} leftover container(s) of scope {scope}"
-                ));
+            Event::Swept { scope, swept } => {
+                print_sweep_notes(swept);
+                if !swept.removed.is_empty() {
+                    report::info(format!(
+                        "removed {} leftover container(s) of scope {scope}",
+                        swept.removed.len()
+                    ));
+                }
             }
             Event::RunStarted { plan } => {
                 self.prefixed = plan.batches.len() > 1;
