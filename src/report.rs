@@ -34,7 +34,7 @@ pub fn enabled(level: Level) -> bool {
 fn log(level: Level, prefix: &str, msg: &str) {
     if enabled(level) {
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "cibox: {prefix}{msg}");
+        let _ = writeln!(err, "cibox: {prefix}{}", crate::util::escape(msg));
     }
 }
 
@@ -53,9 +53,11 @@ pub fn debug(msg: impl AsRef<str>) {
 /// The error headline (always shown) and its detail lines.
 pub fn error(headline: &dyn Display, details: &[String]) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "cibox: error: {headline}");
+    // One line, whatever a quoted value holds.
+    let headline = headline.to_string();
+    let _ = writeln!(err, "cibox: error: {}", crate::util::escape(&headline));
     for d in details {
-        let _ = writeln!(err, "  {d}");
+        let _ = writeln!(err, "  {}", crate::util::escape(d));
     }
 }
 

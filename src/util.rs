@@ -44,3 +44,34 @@ pub fn host_name() -> String {
         .and_then(|h| h.into_string().ok())
         .unwrap_or_default()
 }
+
+/// `text` with control characters (newlines, terminal escapes) and bidirectional
+/// overrides written as escapes, so a value from a manifest or a path can neither
+/// forge a second line nor drive the terminal when cibox quotes it.
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_what_could_forge_a_line_or_drive_a_terminal() {
+        assert_eq!(super::escape("plain ünïcode"), "plain ünïcode");
+        assert_eq!(super::escape("a\nb"), "a\\nb");
+        assert_eq!(super::escape("\u{1b}[2Jx"), "\\u{1b}[2Jx");
+        assert_eq!(super::escape("\u{202e}txt"), "\\u{202e}txt");
+    }
+}

@@ -58,17 +58,42 @@ fn mark_of(m: &saphyr_parser::Marker) -> Mark {
     }
 }
 
+/// The most nodes a document may have once its aliases are expanded. A manifest of a
+/// hundred batches has a few thousand; nested aliases can otherwise make a 500-byte
+/// file expand to gigabytes ("billion laughs").
+pub const MAX_NODES: usize = 100_000;
+/// The deepest a document may nest (a manifest needs five or six levels); deeper trees
+/// would also cost stack in every recursive walk.
+pub const MAX_DEPTH: usize = 64;
+
 enum Frame {
-    Seq(Mark, usize, Vec<Node>),
-    Map(Mark, usize, Vec<(Node, Node)>, Option<Node>),
+    Seq {
+        mark: Mark,
+        anchor: usize,
+        items: Vec<Node>,
+        size: usize,
+    },
+    Map {
+        mark: Mark,
+        anchor: usize,
+        entries: Vec<(Node, Node)>,
+        /// The keys so far, so a duplicate is found in constant time.
+        keys: HashMap<String, Mark>,
+        pending: Option<Node>,
+        size: usize,
+    },
 }
 
-/// Parses one YAML document. An empty document gives `None`.
+/// Parses one YAML document. An empty document gives `None`. Linear in the size of
+/// the expanded document, which is bounded by [`MAX_NODES`] and [`MAX_DEPTH`].
 pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
     let mut stack: Vec<Frame> = Vec::new();
-    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    // Each anchored node with its size in nodes, so an alias is paid for before it is
+    // copied.
+    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
     let mut root: Option<Node> = None;
     let mut documents = 0;
+    let mut total = 0usize;
 
     for item in Parser::new_from_str(src) {
         let (event, span) = item.map_err(|e| YamlError {
@@ -76,7 +101,16 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
             message: e.info().to_string(),
         })?;
         let mark = mark_of(&span.start);
-        let finished: Option<(Node, usize)> = match event {
+        let too_big = |what: &str| YamlError {
+            mark,
+            message: format!(
+                "the document is too large: {what} (at most {MAX_NODES} values once aliases are expanded, nested at most {MAX_DEPTH} deep)"
+            ),
+        };
+        // The node, its anchor (0: none), its size in nodes, and how many nodes it adds
+        // to the document now (1 for a node of its own: its contents were counted as
+        // they came; an alias's whole copy).
+        let finished: Option<(Node, usize, usize, usize)> = match event {
             Event::DocumentStart(_) => {
                 documents += 1;
                 if documents > 1 {
@@ -96,9 +130,16 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     mark,
                 },
                 anchor,
+                1,
+                1,
             )),
             Event::Alias(id) => match anchors.get(&id) {
-                Some(node) => Some((node.clone(), 0)),
+                Some((node, size)) => {
+                    if total + size > MAX_NODES {
+                        return Err(too_big("its aliases expand too far"));
+                    }
+                    Some((node.clone(), 0, *size, *size))
+                }
                 None => {
                     return Err(YamlError {
                         mark,
@@ -107,67 +148,119 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                 }
             },
             Event::SequenceStart(anchor, _) => {
-                stack.push(Frame::Seq(mark, anchor, Vec::new()));
+                if stack.len() >= MAX_DEPTH {
+                    return Err(too_big("it nests too deep"));
+                }
+                stack.push(Frame::Seq {
+                    mark,
+                    anchor,
+                    items: Vec::new(),
+                    size: 1,
+                });
                 None
             }
             Event::MappingStart(anchor, _) => {
-                stack.push(Frame::Map(mark, anchor, Vec::new(), None));
+                if stack.len() >= MAX_DEPTH {
+                    return Err(too_big("it nests too deep"));
+                }
+                stack.push(Frame::Map {
+                    mark,
+                    anchor,
+                    entries: Vec::new(),
+                    keys: HashMap::new(),
+                    pending: None,
+                    size: 1,
+                });
                 None
             }
             Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Seq(m, anchor, items)) => Some((
+                Some(Frame::Seq {
+                    mark,
+                    anchor,
+                    items,
+                    size,
+                }) => Some((
                     Node {
                         value: NodeValue::Seq(items),
-                        mark: m,
+                        mark,
                     },
                     anchor,
+                    size,
+                    1,
                 )),
                 _ => unreachable!("parser emits balanced sequence events"),
             },
             Event::MappingEnd => match stack.pop() {
-                Some(Frame::Map(m, anchor, entries, _)) => Some((
+                Some(Frame::Map {
+                    mark,
+                    anchor,
+                    entries,
+                    size,
+                    ..
+                }) => Some((
                     Node {
                         value: NodeValue::Map(entries),
-                        mark: m,
+                        mark,
                     },
                     anchor,
+                    size,
+                    1,
                 )),
                 _ => unreachable!("parser emits balanced mapping events"),
             },
             _ => None,
         };
-        let Some((node, anchor)) = finished else {
+        let Some((node, anchor, size, adds)) = finished else {
             continue;
         };
+        total += adds;
+        if total > MAX_NODES {
+            return Err(too_big("it has too many values"));
+        }
         if anchor != 0 {
-            anchors.insert(anchor, node.clone());
+            anchors.insert(anchor, (node.clone(), size));
         }
         match stack.last_mut() {
             None => root = Some(node),
-            Some(Frame::Seq(_, _, items)) => items.push(node),
-            Some(Frame::Map(_, _, entries, pending)) => match pending.take() {
-                None => {
-                    let NodeValue::Scalar { text, .. } = &node.value else {
-                        return Err(YamlError {
-                            mark: node.mark,
-                            message: "mapping keys must be plain values, not lists or maps".into(),
-                        });
-                    };
-                    if let Some((first, _)) =
-                        entries.iter().find(|(k, _)| k.scalar_text() == Some(text))
-                    {
-                        return Err(YamlError {
-                            mark: node.mark,
-                            message: format!(
-                                "duplicate key `{text}` (first defined at line {})",
-                                first.mark.line
-                            ),
-                        });
+            Some(Frame::Seq {
+                items, size: outer, ..
+            }) => {
+                *outer += size;
+                items.push(node);
+            }
+            Some(Frame::Map {
+                entries,
+                keys,
+                pending,
+                size: outer,
+                ..
+            }) => {
+                *outer += size;
+                match pending.take() {
+                    None => {
+                        let NodeValue::Scalar { text, .. } = &node.value else {
+                            return Err(YamlError {
+                                mark: node.mark,
+                                message: "mapping keys must be plain values, not lists or maps"
+                                    .into(),
+                            });
+                        };
+                        if let Some(first) = keys.get(text) {
+                            return Err(YamlError {
+                                mark: node.mark,
+                                message: format!(
+                                    "duplicate key `{}` (first defined at line {})",
+                                    crate::util::escape(text),
+                                    first.line
+                                ),
+                            });
+                        }
+                        keys.insert(text.clone(), node.mark);
+                        *pending = Some(node);
                     }
-                    *pending = Some(node);
+                    Some(key) => entries.push((key, node)),
                 }
-                Some(key) => entries.push((key, node)),
-            },
+            }
         }
     }
     Ok(root)
@@ -313,6 +406,45 @@ mod tests {
             doc.get("y").unwrap().to_json(),
             serde_json::json!({"k": "v"})
         );
+    }
+
+    #[test]
+    fn nested_aliases_cannot_expand_without_bound() {
+        // Each level doubles the one below: 2^30 values from a few hundred bytes.
+        let mut doc = String::from("a0: &a0 [x, x]\n");
+        for i in 1..30 {
+            doc.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}]\n", p = i - 1));
+        }
+        let err = parse(&doc).unwrap_err();
+        assert!(err.message.contains("too large"), "{err}");
+        // A few aliases of a small anchor are fine.
+        let ok = parse("d: &d {timeout: 1m}\na: *d\nb: *d\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            ok.get("b").unwrap().to_json(),
+            serde_json::json!({"timeout": "1m"})
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        // The parser's own recursion limit or ours: an error with a position, either way.
+        let doc = "[".repeat(50_000) + &"]".repeat(50_000);
+        assert!(parse(&doc).is_err());
+        let doc = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
+        assert!(parse(&doc).unwrap_err().message.contains("nests too deep"));
+        assert!(parse(&("[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH))).is_ok());
+    }
+
+    #[test]
+    fn many_keys_parse_in_linear_time() {
+        // 200,000 keys took 20 s with a quadratic duplicate check; the bound refuses
+        // them, 40,000 parse.
+        let doc: String = (0..40_000).map(|i| format!("k{i}: {i}\n")).collect();
+        assert!(parse(&doc).is_ok());
+        let doc: String = (0..200_000).map(|i| format!("k{i}: {i}\n")).collect();
+        assert!(parse(&doc).unwrap_err().message.contains("too many values"));
     }
 
     #[test]

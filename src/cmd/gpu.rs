@@ -176,7 +176,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let dir = LockDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
-    let ticket = gpu::join_queue(&dir, &holder, need)?;
+    let ticket = gpu::join_queue(&dir, &holder, need, std::time::Instant::now() + wait)?;
     let mut claims = ContainerClaims::new(dir.clone());
     let (snap, pool) = probe_pool(&cfg, &mut claims)?;
     let want = match (&args.count, &args.devices) {

@@ -80,6 +80,20 @@ fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
     }
 }
 
+/// The ID of a loaded or built image on stdout (for scripts) and what was verified on
+/// stderr; or, with `--json`, the verification.
+fn print_result(ctx: &Context, v: &Verified, info: &EngineInfo, done: &str) {
+    if ctx.json {
+        print_verified(ctx, v, info);
+    } else {
+        println!("{}", v.id);
+        report::info(format!(
+            "{done}: lockset {} ({} lock files)",
+            v.lockset, v.files
+        ));
+    }
+}
+
 /// `cibox image verify [ID]`.
 pub fn verify(ctx: &Context, flag: Option<String>) -> Result<u8> {
     // A malformed ID given explicitly is refused before anything else is read.
@@ -181,15 +195,7 @@ fn finish_loaded(
         verified.push(image::verify(engine, id, source)?);
     }
     for v in &verified {
-        if ctx.json {
-            print_verified(ctx, v, info);
-        } else {
-            println!("{}", v.id);
-            report::info(format!(
-                "verified: lockset {} ({} lock files)",
-                v.lockset, v.files
-            ));
-        }
+        print_result(ctx, v, info, "verified");
     }
     Ok(exit::SUCCESS)
 }
@@ -300,15 +306,7 @@ fn build_dockerfile(
     })?;
     let id = ImageId::parse(&id).map_err(Error::refused)?;
     let v = image::verify(&engine, &id, source)?;
-    if ctx.json {
-        print_verified(ctx, &v, &info);
-    } else {
-        println!("{}", v.id);
-        report::info(format!(
-            "built and verified: lockset {} ({} lock files)",
-            v.lockset, v.files
-        ));
-    }
+    print_result(ctx, &v, &info, "built and verified");
     Ok(exit::SUCCESS)
 }
 

@@ -88,7 +88,7 @@ impl LockDir {
     /// Whether a GPU is leased, and by whom, without waiting and without keeping a lock.
     pub fn state(&self, uuid: &str) -> std::io::Result<LeaseState> {
         let path = self.gpu_file(uuid);
-        let mut f = match File::open(&path) {
+        let mut f = match crate::lockdir::open_read(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LeaseState::Free),
             Err(e) => return Err(e),
@@ -97,7 +97,8 @@ impl LockDir {
             Ok(()) => Ok(LeaseState::Free),
             Err(TryLockError::WouldBlock) => {
                 let mut text = String::new();
-                let _ = f.read_to_string(&mut text);
+                // A holder is a few hundred bytes; a bigger file is no holder.
+                let _ = (&mut f).take(64 * 1024).read_to_string(&mut text);
                 Ok(LeaseState::Held(
                     serde_json::from_str(text.trim()).ok().map(Box::new),
                 ))

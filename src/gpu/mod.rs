@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub use probe::is_gpu_uuid;
 
 use crate::exit::Failure;
-use crate::lockdir::LockDir;
+use crate::lockdir::{LockDir, LockWait, lock_until};
 use crate::manifest::IdlePolicy;
 use crate::signals;
 use lease::{Holder, Lease, LeaseState};
@@ -54,6 +54,9 @@ pub enum LeaseError {
         #[source]
         source: std::io::Error,
     },
+    /// Something other than a lock file sits where one belongs.
+    #[error("lock dir: {0}")]
+    Planted(#[source] std::io::Error),
     /// The GPUs could not be probed: all count as unavailable.
     #[error("{0}")]
     Probe(ProbeFailure),
@@ -64,6 +67,16 @@ impl LeaseError {
         match self {
             LeaseError::Capacity(_) => Failure::Capacity,
             LeaseError::Interrupted(sig) => Failure::Signal(*sig),
+            // A lock dir cibox may not write is configuration, like a bad gpu.lock_dir.
+            LeaseError::Locks { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                Failure::Usage
+            }
+            LeaseError::Planted(_) => Failure::Usage,
+            LeaseError::Locks { source, .. } if crate::lockdir::is_planted(source) => {
+                Failure::Usage
+            }
             LeaseError::Locks { .. } | LeaseError::Probe(_) => Failure::Infra,
         }
     }
@@ -83,12 +96,19 @@ pub fn join_queue(
     dir: &LockDir,
     holder: &Holder,
     need: usize,
+    deadline: Instant,
 ) -> Result<queue::Ticket, LeaseError> {
     let description = serde_json::to_string(holder).expect("holder serialises");
     let head_start =
         (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
-    queue::Ticket::enqueue(dir, &description, head_start)
-        .map_err(LeaseError::locks(dir, "joining the queue"))
+    queue::Ticket::enqueue(dir, &description, head_start, deadline).map_err(|w| match w {
+        LockWait::TimedOut => LeaseError::Capacity(format!(
+            "could not join the queue in {} within the wait: its queue.seq stays locked by another process",
+            dir.path().display()
+        )),
+        LockWait::Interrupted(sig) => LeaseError::Interrupted(sig),
+        LockWait::Io(e) => LeaseError::locks(dir, "joining the queue")(e),
+    })
 }
 
 /// What to lease.
@@ -329,7 +349,17 @@ pub fn acquire(
             return Err(LeaseError::Interrupted(sig));
         }
         let head = ticket.is_head().map_err(|e| io("reading the queue", e))?;
-        let free: Vec<&PoolGpu> = candidates.iter().filter(|g| dir.is_free(&g.uuid)).collect();
+        let mut free: Vec<&PoolGpu> = Vec::with_capacity(candidates.len());
+        for g in &candidates {
+            match dir.state(&g.uuid) {
+                Ok(LeaseState::Free) => free.push(g),
+                Ok(LeaseState::Held(_)) => {}
+                // Someone put a link, FIFO or hard link where a lock file belongs:
+                // refuse at once rather than wait for a lock that is no lock.
+                Err(e) if crate::lockdir::is_planted(&e) => return Err(LeaseError::Planted(e)),
+                Err(_) => {}
+            }
+        }
         let free_ids: Vec<String> = free.iter().map(|g| g.uuid.clone()).collect();
         if free_ids != last_free {
             // A lease came or went: worth asking nvidia-smi again right away.
@@ -343,7 +373,26 @@ pub fn acquire(
                 next_overtake = now + OVERTAKE_EVERY;
             }
             // One decision at a time: the head and any overtaker must not interleave.
-            select.lock().map_err(|e| io("locking select.lock", e))?;
+            // Waiting for the decision lock is bounded like the rest of the wait.
+            match lock_until(&select, deadline) {
+                Ok(()) => {}
+                Err(LockWait::TimedOut) => {
+                    let r = WaitReport {
+                        position: if head { 0 } else { ticket.position() },
+                        leased: leased_now(dir, &candidates),
+                        busy: busy.clone(),
+                        waited: start.elapsed(),
+                    };
+                    return Err(LeaseError::Capacity(format!(
+                        "could not lease {need} GPU(s) within {}: select.lock in {} stays locked by another process; {}",
+                        crate::units::Span(wait),
+                        dir.path().display(),
+                        r.describe()
+                    )));
+                }
+                Err(LockWait::Interrupted(sig)) => return Err(LeaseError::Interrupted(sig)),
+                Err(LockWait::Io(e)) => return Err(io("locking select.lock", e)),
+            }
             let attempt = (|| -> Result<Option<Lease>, LeaseError> {
                 let ahead = if head {
                     Vec::new()

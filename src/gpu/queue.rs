@@ -13,7 +13,7 @@ use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::lockdir::{LockDir, open_shared_file};
+use crate::lockdir::{LockDir, LockWait, lock_until, open_read, open_shared_file};
 
 /// Where a waiter stands: lower first. `at_ms` is its arrival on the host's boot clock
 /// (one clock for every process, unaffected by wall-clock steps) minus its head start;
@@ -41,6 +41,9 @@ fn boot_clock_ms() -> std::io::Result<u64> {
     Ok(t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
 }
 
+/// The most of a ticket that is read: its request, with a pool of many GPUs.
+const MAX_TICKET: u64 = 64 * 1024;
+
 pub struct Ticket {
     queue: PathBuf,
     name: String,
@@ -57,10 +60,11 @@ impl Ticket {
         dir: &LockDir,
         description: &str,
         head_start: std::time::Duration,
-    ) -> std::io::Result<Ticket> {
+        deadline: std::time::Instant,
+    ) -> Result<Ticket, LockWait> {
         let queue = dir.path().join("queue");
         let mut counter = open_shared_file(&dir.path().join("queue.seq"))?;
-        counter.lock()?;
+        lock_until(&counter, deadline)?;
         let mut text = String::new();
         counter.read_to_string(&mut text)?;
         // Never hand out a number below a live ticket, even if the counter was reset.
@@ -88,7 +92,7 @@ impl Ticket {
         // Locked before it becomes visible, so nobody can take a fresh ticket for dead.
         let tmp = queue.join(format!(".new-{pid}-{seq}"));
         let mut file = open_shared_file(&tmp)?;
-        file.lock()?;
+        lock_until(&file, deadline)?;
         file.write_all(description.as_bytes())?;
         std::fs::rename(&tmp, queue.join(&name))?;
         counter.set_len(0)?;
@@ -135,8 +139,8 @@ impl Ticket {
             .collect();
         ahead.sort_unstable_by_key(|(place, _)| std::cmp::Reverse(*place));
         for (_, name) in ahead {
-            let Ok(f) = File::open(self.queue.join(&name)) else {
-                continue; // left between listing and opening
+            let Ok(f) = open_read(&self.queue.join(&name)) else {
+                continue; // left between listing and opening, or not a ticket
             };
             match f.try_lock() {
                 Err(TryLockError::WouldBlock) => return Ok(Some((name, f))),
@@ -162,7 +166,7 @@ impl Ticket {
                 (Place::parse(&name)? < self.place).then_some(name)
             })
             .filter(|name| {
-                File::open(self.queue.join(name))
+                open_read(&self.queue.join(name))
                     .map(|f| matches!(f.try_lock_shared(), Err(TryLockError::WouldBlock)))
                     .unwrap_or(false)
             })
@@ -191,14 +195,16 @@ impl Ticket {
             let Some(place) = Place::parse(&name).filter(|p| *p < self.place) else {
                 continue;
             };
-            let Ok(mut f) = File::open(self.queue.join(&name)) else {
+            let Ok(f) = open_read(&self.queue.join(&name)) else {
                 continue;
             };
             if !matches!(f.try_lock_shared(), Err(TryLockError::WouldBlock)) {
                 continue; // its owner is gone
             }
+            // A ticket is a few hundred bytes; one that is not is read as far as that
+            // goes, and then cannot be parsed (the strictest case).
             let mut text = String::new();
-            let _ = f.read_to_string(&mut text);
+            let _ = f.take(MAX_TICKET).read_to_string(&mut text);
             out.push((place, text));
         }
         out.sort_unstable_by_key(|(p, _)| *p);
@@ -217,7 +223,11 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
 
     #[test]
     fn places_order_by_head_started_arrival_then_seq() {
@@ -226,10 +236,10 @@ mod tests {
         // A waiter killed between creating and renaming its ticket left this.
         let stale = tmp.path().join("queue/.new-99999-7");
         std::fs::write(&stale, "").unwrap();
-        let mut small = Ticket::enqueue(&dir, "{}", Duration::ZERO).unwrap();
+        let mut small = Ticket::enqueue(&dir, "{}", Duration::ZERO, far()).unwrap();
         assert!(!stale.exists(), "a stale .new- file survived");
-        let mut big = Ticket::enqueue(&dir, "{}", Duration::from_millis(700)).unwrap();
-        let mut later = Ticket::enqueue(&dir, "{}", Duration::ZERO).unwrap();
+        let mut big = Ticket::enqueue(&dir, "{}", Duration::from_millis(700), far()).unwrap();
+        let mut later = Ticket::enqueue(&dir, "{}", Duration::ZERO, far()).unwrap();
         assert!(big.place() < small.place() && small.place() < later.place());
         assert!(big.is_head().unwrap());
         assert!(!small.is_head().unwrap() && !later.is_head().unwrap());

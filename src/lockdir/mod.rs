@@ -137,18 +137,89 @@ fn create_shared_dir(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Opens `path` read-write, creating it with mode 0666 when it does not exist.
+/// Flags for every file cibox opens in the lock dir, whoever made it: never through a
+/// symlink, never blocking on a FIFO, never inherited by a child by accident.
+const SAFE_FLAGS: i32 = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC;
+
+/// Accepts only a regular file with one name: a FIFO, device or socket planted under a
+/// lock file's name would block or mislead, and a hard link could point at a file
+/// outside the lock dir.
+fn regular(file: File, path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::MetadataExt;
+    let md = file.metadata()?;
+    if !md.file_type().is_file() || md.nlink() != 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} is not a plain file (a FIFO, device, or a file with other names, {}); remove it",
+                path.display(),
+                owner_of(md.uid())
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+/// "owned by uid 1001 (mallory)".
+fn owner_of(uid: u32) -> String {
+    match nix::unistd::User::from_uid(uid.into()).ok().flatten() {
+        Some(u) => format!("owned by uid {uid} ({})", u.name),
+        None => format!("owned by uid {uid}"),
+    }
+}
+
+/// Whether an open failed because something other than a plain file was put under
+/// that name (a symlink, a FIFO, a hard link): never a file cibox made.
+pub fn is_planted(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::InvalidData
+}
+
+/// Opens a file of the lock dir for reading (a lease's holder, a ticket, a run's
+/// record) without following a link or blocking; only a plain file.
+pub fn open_read(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(SAFE_FLAGS)
+        .open(path)
+        .map_err(|e| refused_link(e, path))?;
+    regular(file, path)
+}
+
+/// `ELOOP` from `O_NOFOLLOW` means a symlink was planted: say so.
+fn refused_link(e: std::io::Error, path: &Path) -> std::io::Error {
+    if e.raw_os_error() == Some(nix::libc::ELOOP) {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::symlink_metadata(path)
+            .map(|m| format!(", {}", owner_of(m.uid())))
+            .unwrap_or_default();
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is a symbolic link{owner}; remove it", path.display()),
+        )
+    } else {
+        e
+    }
+}
+
+/// Opens `path` read-write, creating it with mode 0666 when it does not exist; never
+/// through a symlink, never a FIFO or another special file ([`open_read`]).
 pub fn open_shared_file(path: &Path) -> std::io::Result<File> {
     loop {
-        match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(f) => return Ok(f),
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(SAFE_FLAGS)
+            .open(path)
+        {
+            Ok(f) => return regular(f, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(refused_link(e, path)),
         }
         match OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .custom_flags(SAFE_FLAGS)
             .mode(0o666)
             .open(path)
         {
@@ -157,11 +228,89 @@ pub fn open_shared_file(path: &Path) -> std::io::Result<File> {
                 f.set_permissions(std::fs::Permissions::from_mode(0o666))?;
                 return Ok(f);
             }
-            // Someone else created it between our two opens: open theirs.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // Someone else created it between our two opens: open theirs. (A dangling
+            // symlink also says "exists": the open above then refuses it.)
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Err(refused_link(
+                        std::io::Error::from_raw_os_error(nix::libc::ELOOP),
+                        path,
+                    ));
+                }
+                continue;
+            }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Why a bounded wait for a lock ended without it.
+#[derive(Debug)]
+pub enum LockWait {
+    /// The deadline passed.
+    TimedOut,
+    /// A terminating signal arrived.
+    Interrupted(nix::sys::signal::Signal),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for LockWait {
+    fn from(e: std::io::Error) -> LockWait {
+        LockWait::Io(e)
+    }
+}
+
+/// Takes `file`'s exclusive lock, waiting at most until `deadline` and giving up at a
+/// signal: a lock held by any process (another user's, a stuck one) must not hold
+/// cibox past its `--wait` or make it ignore SIGTERM.
+pub fn lock_until(file: &File, deadline: std::time::Instant) -> Result<(), LockWait> {
+    let mut pause = std::time::Duration::from_micros(200);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(LockWait::Io(e)),
+        }
+        if let Some(sig) = crate::signals::received() {
+            return Err(LockWait::Interrupted(sig));
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Err(LockWait::TimedOut);
+        }
+        // Held briefly by design (a hand-out, a ticket): start fast, back off to 5 ms.
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Checks that a folder of the lock dir can be trusted: a real directory (not a
+/// symlink), owned by root or by the invoking user, and not writable by others unless
+/// sticky (so nobody can replace what another user made). Anyone can create
+/// `/run/lock/cibox` after a reboot; a folder made by someone else is refused.
+fn trusted_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(path).map_err(|e| format!("cannot stat it: {e}"))?;
+    if md.file_type().is_symlink() {
+        return Err("is a symbolic link; use the real folder".into());
+    }
+    if !md.is_dir() {
+        return Err("exists and is not a directory".into());
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if md.uid() != 0 && md.uid() != me {
+        return Err(format!(
+            "is {}, not by root or you (uid {me}); remove it, or set gpu.lock_dir to a folder root or you own",
+            owner_of(md.uid())
+        ));
+    }
+    if md.mode() & 0o022 != 0 && md.mode() & 0o1000 == 0 {
+        return Err(format!(
+            "is writable by others (mode {:o}) but not sticky; chmod +t it (mode 1777) so nobody can replace another's files",
+            md.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 impl LockDir {
@@ -179,9 +328,7 @@ impl LockDir {
             }
             create_shared_dir(path).map_err(|e| unusable(format!("cannot create it: {e}")))?;
         }
-        if !path.is_dir() {
-            return Err(unusable("exists and is not a directory".into()));
-        }
+        trusted_dir(path).map_err(&unusable)?;
         if !allow_network_fs {
             match network_fs(path) {
                 Ok(Some(fs)) => return Err(LockDirError::Network { dir: shown, fs }),
@@ -192,6 +339,7 @@ impl LockDir {
         for sub in ["queue", "runs"] {
             create_shared_dir(&path.join(sub))
                 .map_err(|e| unusable(format!("cannot create {sub}/: {e}")))?;
+            trusted_dir(&path.join(sub)).map_err(|why| unusable(format!("{sub}/ {why}")))?;
         }
         // A lease needs to write its lock files; find out now rather than mid-wait.
         let probe = path.join("queue.seq");

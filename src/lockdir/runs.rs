@@ -72,9 +72,12 @@ impl Drop for RunLock {
 
 /// Whether run `run` (a valid run ID) is alive on this host.
 pub fn is_alive(dir: &LockDir, run: &str) -> std::io::Result<bool> {
-    let file = match File::open(path(dir, run)) {
+    let file = match super::open_read(&path(dir, run)) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        // A live run's file is a plain file it made itself, which nobody else can
+        // replace in the sticky runs/; anything else under its name means no run holds it.
+        Err(e) if super::is_planted(&e) => return Ok(false),
         Err(e) => return Err(e),
     };
     match file.try_lock_shared() {
@@ -103,9 +106,10 @@ pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<(String, Option<RunInfo>)
         else {
             continue;
         };
-        let mut file = match File::open(e.path()) {
+        let mut file = match super::open_read(&e.path()) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // just ended
+            Err(e) if super::is_planted(&e) => continue,                    // not a run's record
             Err(e) => return Err(e),
         };
         match file.try_lock_shared() {
@@ -113,7 +117,9 @@ pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<(String, Option<RunInfo>)
             Err(TryLockError::Error(e)) => return Err(e),
             Ok(()) => {
                 let mut text = String::new();
-                let info = file
+                // A record is a few dozen bytes.
+                let info = (&mut file)
+                    .take(64 * 1024)
                     .read_to_string(&mut text)
                     .ok()
                     .and_then(|_| serde_json::from_str(&text).ok());

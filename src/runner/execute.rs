@@ -277,7 +277,12 @@ impl Execution<'_> {
         holder.container = Some(b.container.name.clone());
         holder.scope = Some(self.plan.scope.clone());
         holder.run = Some(self.plan.run_id.clone());
-        let ticket = gpu::join_queue(&self.lock_dir, &holder, need)?;
+        let ticket = gpu::join_queue(
+            &self.lock_dir,
+            &holder,
+            need,
+            Instant::now() + self.plan.wait,
+        )?;
         let lease = gpu::acquire(
             ticket,
             &self.lock_dir,

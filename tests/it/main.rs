@@ -8,6 +8,7 @@ mod ci;
 mod cli;
 mod doctor;
 mod gpu;
+mod hostile;
 mod image;
 mod lockset;
 mod nix;

@@ -234,38 +234,10 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                 self.end_wait(&batch.name);
                 report::error(error, error.details());
             }
-            Event::BatchEnded { result } => {
-                let r = &result.record;
-                let t = &r.tests;
-                let why = r
-                    .message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default();
-                report::info(format!(
-                    "batch {}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
-                    r.batch,
-                    r.status.as_str(),
-                    t.total,
-                    t.passed,
-                    t.failed,
-                    t.errors,
-                    t.skipped,
-                    r.duration_s
-                ));
-            }
+            Event::BatchEnded { result } => report::info(verdict_line(&result.record)),
             Event::RunEnded { outcome } => {
-                for b in outcome
-                    .batches
-                    .iter()
-                    .filter(|b| b.verdict != Verdict::Passed)
-                {
-                    report::info(format!(
-                        "batch {} {}; replay it locally: {}",
-                        b.record.batch,
-                        b.record.status.as_str(),
-                        reproduce_line(&b.record_path)
-                    ));
+                for line in replay_lines(outcome) {
+                    report::info(line);
                 }
             }
             _ => {}

@@ -1,0 +1,213 @@
+//! What another local user can plant in the shared lock dir, and hostile manifests:
+//! cibox refuses with one line and exit 2, never follows, never hangs past `--wait`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// Runs `cmd`, failing the test if it has not ended within `secs` (a hang detector:
+/// the bound is far above what the command is allowed to take).
+fn run_within(cmd: &mut std::process::Command, secs: u64) -> Run {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "cibox hung for {secs} s; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+}
+
+fn must_be_root() {
+    assert!(
+        nix::unistd::getuid().is_root(),
+        "this test plants files as another user and must run as root (CI does)"
+    );
+}
+
+#[test]
+fn a_lock_dir_made_by_another_user_is_refused() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    let dir = h.locks.path().join("planted");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    nix::unistd::chown(&dir, Some(65534.into()), Some(65534.into())).unwrap();
+    let r = run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &dir));
+    r.fails_with(2, "is owned by uid 65534 (nobody)");
+    // Nothing was made in it.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // A symlink to a trusted folder is refused as well, and so is a folder anyone may
+    // write without the sticky bit.
+    let link = h.locks.path().join("link");
+    std::os::unix::fs::symlink(h.locks.path(), &link).unwrap();
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &link))
+    .fails_with(2, "is a symbolic link");
+    let open = h.locks.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &open))
+    .fails_with(2, "not sticky");
+}
+
+#[test]
+fn a_symlink_planted_as_a_lock_file_is_never_followed() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    // The lock dir exists (a first run made it); then someone plants a link.
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    let victim = h.work.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let lock = h.locks.path().join(format!("{}.lock", uuid(0)));
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    let r = run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "2s", "--", "true"]),
+        30,
+    );
+    r.fails_with(2, "is a symbolic link");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // A dangling one does not spin either.
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(h.work.path().join("nowhere"), &lock).unwrap();
+    run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "2s", "--", "true"]),
+        30,
+    )
+    .fails_with(2, "is a symbolic link");
+    assert!(!h.work.path().join("nowhere").exists());
+}
+
+#[test]
+fn fifos_planted_in_the_lock_dir_do_not_block() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    let lock = h.locks.path().join(format!("{}.lock", uuid(0)));
+    std::fs::remove_file(&lock).unwrap();
+    mkfifo(&lock);
+    run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "2s", "--", "true"]),
+        30,
+    )
+    .fails_with(2, "not a plain file");
+    // gpu status reads lease states: it must not block on the FIFO either.
+    let r = run_within(&mut h.cmd(&["gpu", "status"]), 30);
+    assert_ne!(r.code, 0, "a planted FIFO is no lease state:\n{}", r.stderr);
+    std::fs::remove_file(&lock).unwrap();
+    let seq = h.locks.path().join("queue.seq");
+    std::fs::remove_file(&seq).unwrap();
+    mkfifo(&seq);
+    run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "2s", "--", "true"]),
+        30,
+    )
+    .fails_with(2, "not a plain file");
+}
+
+#[test]
+fn a_held_decision_lock_bounds_the_wait_and_yields_to_signals() {
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    // Another process holds select.lock and never lets go.
+    let select = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(h.locks.path().join("select.lock"))
+        .unwrap();
+    select.lock().unwrap();
+    run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"]),
+        20,
+    )
+    .fails_with(4, "select.lock");
+    // SIGTERM while it waits for that lock ends it with 143.
+    let child = h
+        .cmd(&["gpu", "exec", "--count", "1", "--wait", "60s", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut child = child;
+    assert!(
+        wait_until(20, || child.try_wait().unwrap().is_some()),
+        "cibox ignored SIGTERM while waiting for select.lock"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    drop(select);
+}
+
+#[test]
+fn manifest_aliases_and_nesting_are_bounded() {
+    // A few hundred bytes that would expand to 2^30 values.
+    let mut text = String::from("version: 1\nproject: p\nx0: &a0 [x, x]\n");
+    for i in 1..30 {
+        text.push_str(&format!("x{i}: &a{i} [*a{p}, *a{p}]\n", p = i - 1));
+    }
+    let p = Project::new(&text);
+    let r = run_within(&mut p_cmd(&p, &["batch", "list"]), 30);
+    r.fails_with(2, "too large");
+    // 50,000 levels of nesting: one line and exit 2, not a stack overflow.
+    let deep = format!(
+        "version: 1\nproject: {}{}\n",
+        "[".repeat(50_000),
+        "]".repeat(50_000)
+    );
+    let p = Project::new(&deep);
+    run_within(&mut p_cmd(&p, &["batch", "list"]), 30).fails_with(2, "cibox.yaml");
+}
+
+fn p_cmd(p: &Project, args: &[&str]) -> std::process::Command {
+    let mut c = cibox(p.path());
+    c.args(args);
+    c
+}
+
+#[test]
+fn values_quoted_in_errors_cannot_forge_lines_or_drive_the_terminal() {
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  \"a\\nb\\u001b[2J\": {gpus: 0, timeout: 1m, run: [\"true\"]}\n",
+    );
+    let r = p.cibox(&["batch", "list"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!r.stderr.contains('\u{1b}'), "{:?}", r.stderr);
+    assert_eq!(
+        r.stderr.lines().count(),
+        1,
+        "one line, whatever the value holds: {:?}",
+        r.stderr
+    );
+}
