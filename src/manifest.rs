@@ -457,6 +457,69 @@ struct RawLayer {
 // ---------------------------------------------------------------------------------
 // Loading.
 
+/// The CPU limits the engine takes: it refuses less than a hundredth of a CPU, and a
+/// value that small would otherwise round to "no limit".
+const CPUS_RANGE: &str = "must be between 0.01 and 4096";
+
+fn cpus_in_range(cpus: f64) -> bool {
+    cpus.is_finite() && (0.01..=4096.0).contains(&cpus)
+}
+
+/// The places that hold a mapping, `*` for any key. serde would fill a struct from a
+/// list by position (`container: [0.5, 256m, …, host]` would set the network without
+/// naming it): a mapping must be written as one.
+const MAPPINGS: &[&[&str]] = &[
+    &[],
+    &["image"],
+    &["source"],
+    &["container"],
+    &["container", "env"],
+    &["gpu"],
+    &["gpu", "idle"],
+    &["batches"],
+    &["batches", "*"],
+    &["batches", "*", "env"],
+    &["batches", "*", "fast_env"],
+    &["layers"],
+    &["layers", "*"],
+    &["changed"],
+    &["workflows"],
+];
+
+/// Refuses a list or a value where [`MAPPINGS`] says a mapping belongs.
+fn require_maps(node: &Node, check: &Checker<'_>, at: &[String]) -> Result<(), ManifestError> {
+    let expected = |path: &[String]| {
+        MAPPINGS.iter().any(|m| {
+            m.len() == path.len() && m.iter().zip(path).all(|(p, seg)| *p == "*" || p == seg)
+        })
+    };
+    if !expected(at) {
+        return Ok(());
+    }
+    let yaml::NodeValue::Map(entries) = &node.value else {
+        // `key:` with nothing after it is null, which serde takes as "not given".
+        if matches!(&node.value, yaml::NodeValue::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null")
+        {
+            return Ok(());
+        }
+        let what = if at.is_empty() {
+            "the manifest".to_string()
+        } else {
+            format!("`{}`", at.join("."))
+        };
+        return Err(check.at(
+            at,
+            format!("{what} must be a mapping (`key: value` lines), not a list or a single value"),
+        ));
+    };
+    for (k, v) in entries {
+        let mut path = at.to_vec();
+        path.push(k.scalar_text().unwrap_or_default().to_string());
+        require_maps(v, check, &path)?;
+    }
+    Ok(())
+}
+
 /// Finds `cibox.yaml` from `start` upwards, stopping at the git root.
 pub fn find(start: &Path) -> Result<PathBuf, ManifestError> {
     let mut dir = Some(start);
@@ -548,6 +611,7 @@ impl Manifest {
             file: file.clone(),
             root: &root,
         };
+        require_maps(&root, &check, &[])?;
         let raw: RawManifest =
             serde_path_to_error::deserialize(root.to_json()).map_err(|e| serde_error(&check, e))?;
         let dir = path
@@ -572,8 +636,16 @@ impl Manifest {
             let cpus: f64 = v
                 .parse()
                 .ok()
-                .filter(|c: &f64| *c > 0.0 && c.is_finite())
-                .ok_or_else(|| env_err("CIBOX_CPUS", format!("`{v}` is not a positive number")))?;
+                .filter(|c: &f64| cpus_in_range(*c))
+                .ok_or_else(|| {
+                    env_err(
+                        "CIBOX_CPUS",
+                        format!(
+                            "`{}` is not a CPU count: {CPUS_RANGE}",
+                            crate::util::escape(&v)
+                        ),
+                    )
+                })?;
             self.container.cpus = Some(cpus);
         }
         if let Some(v) = get("CIBOX_MEMORY") {
@@ -721,9 +793,9 @@ fn validate(
 
     let c = raw.container;
     if let Some(cpus) = c.cpus
-        && (cpus <= 0.0 || !cpus.is_finite())
+        && !cpus_in_range(cpus)
     {
-        return Err(check.at(&["container", "cpus"], "must be more than 0"));
+        return Err(check.at(&["container", "cpus"], CPUS_RANGE));
     }
     let pids = c.pids.unwrap_or(4096);
     if pids <= 0 || pids > u32::MAX as i64 {

@@ -286,7 +286,7 @@ pub fn lock_until(file: &File, deadline: std::time::Instant) -> Result<(), LockW
 
 /// Checks that a folder of the lock dir can be trusted: a real directory (not a
 /// symlink), owned by root or by the invoking user, and not writable by others unless
-/// sticky (so nobody can replace what another user made). Anyone can create
+/// sticky when anyone may write (so nobody can replace what another user made). Anyone can create
 /// `/run/lock/cibox` after a reboot; a folder made by someone else is refused.
 fn trusted_dir(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
@@ -304,9 +304,11 @@ fn trusted_dir(path: &Path) -> Result<(), String> {
             owner_of(md.uid())
         ));
     }
-    if md.mode() & 0o022 != 0 && md.mode() & 0o1000 == 0 {
+    // Group-writable is the admin's choice (a `ci` group, mode 2770); anyone-writable
+    // needs the sticky bit.
+    if md.mode() & 0o002 != 0 && md.mode() & 0o1000 == 0 {
         return Err(format!(
-            "is writable by others (mode {:o}) but not sticky; chmod +t it (mode 1777) so nobody can replace another's files",
+            "is writable by anyone (mode {:o}) but not sticky; chmod +t it (mode 1777) so nobody can replace another's files",
             md.mode() & 0o7777
         ));
     }

@@ -161,8 +161,9 @@ impl ContainerPlan {
         }
     }
 
-    /// The engine's create request, with a device request for exactly `gpus`.
-    pub fn body(&self, gpus: &[PoolGpu]) -> ContainerCreateBody {
+    /// The engine's create request, with a device request for exactly `gpus` and
+    /// `masks` (read-only binds over files of the source) after the source's bind.
+    pub fn body(&self, gpus: &[PoolGpu], masks: &[String]) -> ContainerCreateBody {
         let mut labels = self.labels.clone();
         let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
         labels.insert(LABEL_GPUS.to_string(), uuids.join(","));
@@ -204,7 +205,7 @@ impl ContainerPlan {
             working_dir: Some("/".into()),
             labels: Some(labels),
             host_config: Some(HostConfig {
-                binds: Some(self.binds.clone()),
+                binds: Some(self.binds.iter().chain(masks).cloned().collect()),
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 init: Some(true),

@@ -56,6 +56,8 @@ pub enum RunError {
     },
     #[error("a batch's thread panicked")]
     Panicked,
+    #[error("cannot write the source's git config without its credentials: {0}")]
+    GitMask(#[source] std::io::Error),
 }
 
 impl RunError {
@@ -79,9 +81,10 @@ impl RunError {
             RunError::Pool(_) | RunError::ForeignBatchDir { .. } => Failure::Usage,
             RunError::BatchDir { what, .. } if *what != "write in" => Failure::Usage,
             RunError::PoolTooSmall { .. } => Failure::Capacity,
-            RunError::RunLocks { .. } | RunError::BatchDir { .. } | RunError::Panicked => {
-                Failure::Infra
-            }
+            RunError::RunLocks { .. }
+            | RunError::BatchDir { .. }
+            | RunError::Panicked
+            | RunError::GitMask(_) => Failure::Infra,
         }
     }
 }

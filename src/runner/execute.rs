@@ -3,6 +3,7 @@
 //! back a [`RunOutcome`]. Everything it has to say goes to the [`Reporter`] as
 //! [`Event`]s; it prints nothing itself.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
@@ -10,7 +11,7 @@ use std::time::{Instant, SystemTime};
 use super::container::ContainerPlan;
 use super::error::RunError;
 use super::event::Event;
-use super::junit::{self, Case, Totals};
+use super::junit::{self, Case};
 use super::outcome::{BatchResult, Ended, RunOutcome, Verdict, judge};
 use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord, create_fresh};
@@ -24,6 +25,11 @@ use crate::lockdir::LockDir;
 use crate::lockdir::runs::{RunInfo, RunLock};
 use crate::signals;
 use crate::units::rfc3339;
+
+/// The most JUnit a batch's reports may hold in all.
+const MAX_REPORTS_BYTES: u64 = 256 << 20;
+/// The most failing tests named in a record (the count is in `tests`).
+const MAX_FAILED_NAMED: usize = 1000;
 
 /// Grace between SIGTERM and SIGKILL when a batch times out.
 const STOP_GRACE_S: i32 = 10;
@@ -77,6 +83,7 @@ pub fn execute(
     for b in &plan.batches {
         check_batch_dir(&b.dir)?;
     }
+    let git_masks = super::git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
     let run = Execution {
         plan,
         engine,
@@ -84,6 +91,7 @@ pub fn execute(
         pool,
         reporter: Mutex::new(reporter),
         lockset: lockset.digest.clone(),
+        git_masks: &git_masks.binds,
     };
     run.emit(&Event::RunStarted { plan })?;
     let mut batches = Vec::new();
@@ -139,6 +147,8 @@ struct Execution<'a> {
     pool: Vec<PoolGpu>,
     reporter: Mutex<&'a mut dyn Reporter>,
     lockset: String,
+    /// Binds that hide the source's git credentials.
+    git_masks: &'a [String],
 }
 
 impl Execution<'_> {
@@ -176,6 +186,8 @@ impl Execution<'_> {
             .as_ref()
             .map(|l| l.gpus().to_vec())
             .unwrap_or_default();
+        // How much the batch printed, for the record (log.txt keeps only so much).
+        let printed = Cell::new(0u64);
         let ended = match ended {
             Some(e) => e,
             // An engine failure ends this batch, not the run: the others still run
@@ -185,7 +197,7 @@ impl Execution<'_> {
                     batch: b,
                     dir: &b.dir,
                 })
-                .and_then(|()| self.container(b, &leased))
+                .and_then(|()| self.container(b, &leased, &printed))
             {
                 Ok(e) => e,
                 Err(e) => self.failed(b, e)?,
@@ -195,8 +207,12 @@ impl Execution<'_> {
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
 
-        let (cases, junit_problem) = read_reports(&b.dir);
-        let totals = Totals::of(&cases);
+        let (collected, junit_problem) = read_reports(&b.dir);
+        let junit::Collected {
+            cases,
+            totals,
+            dropped,
+        } = collected;
         let (verdict, message) = judge(&ended, &totals, junit_problem, b.allow_empty);
         let plan = self.plan;
         let record = RunRecord {
@@ -231,9 +247,12 @@ impl Execution<'_> {
                 .iter()
                 .filter(|c| matches!(c.outcome, junit::Outcome::Failed | junit::Outcome::Error))
                 .map(Case::id)
+                .take(MAX_FAILED_NAMED)
                 .collect(),
             message,
             container_exit_code: ended.container_exit(),
+            output_bytes: printed.get(),
+            cases_left_out: dropped,
         };
         let result = BatchResult {
             verdict,
@@ -306,10 +325,12 @@ impl Execution<'_> {
 
     /// Creates, starts, follows and removes the batch's container. Never leaves it
     /// behind.
-    fn container(&self, b: &BatchPlan, gpus: &[PoolGpu]) -> Result<Ended> {
+    fn container(&self, b: &BatchPlan, gpus: &[PoolGpu], printed: &Cell<u64>) -> Result<Ended> {
         let plan: &ContainerPlan = &b.container;
-        let id = self.engine.create_container(&plan.name, plan.body(gpus))?;
-        let outcome = self.follow(b, &id);
+        let id = self
+            .engine
+            .create_container(&plan.name, plan.body(gpus, self.git_masks))?;
+        let outcome = self.follow(b, &id, printed);
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove_container(&id);
         let ended = outcome?;
@@ -317,7 +338,7 @@ impl Execution<'_> {
         Ok(ended)
     }
 
-    fn follow(&self, b: &BatchPlan, id: &str) -> Result<Ended> {
+    fn follow(&self, b: &BatchPlan, id: &str, printed: &Cell<u64>) -> Result<Ended> {
         if let Err(why) = self.engine.start_container(id) {
             let gpu_hint = if b.gpus > 0
                 && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi"))
@@ -348,7 +369,10 @@ impl Execution<'_> {
             },
             |seen| {
                 let event = match seen {
-                    Followed::Output(bytes) => Event::Output { batch: b, bytes },
+                    Followed::Output(bytes) => {
+                        printed.set(printed.get() + bytes.len() as u64);
+                        Event::Output { batch: b, bytes }
+                    }
                     Followed::DeadlinePassed => Event::TimedOut { batch: b },
                     Followed::StreamBroke(error) => Event::OutputBroke { batch: b, error },
                 };
@@ -419,19 +443,31 @@ fn batch_dir_error(dir: &Path, what: &'static str) -> impl Fn(std::io::Error) ->
 
 /// The test cases of the batch's JUnit reports, and the first report that could not
 /// be read.
-fn read_reports(dir: &Path) -> (Vec<Case>, Option<String>) {
-    let mut cases = Vec::new();
+fn read_reports(dir: &Path) -> (junit::Collected, Option<String>) {
+    let mut collected = junit::Collected::default();
     let mut problem = None;
+    // Bounded like each file: a batch cannot make the host read more than this.
+    let mut budget = MAX_REPORTS_BYTES;
     for f in junit::files(dir) {
+        let size = std::fs::symlink_metadata(&f).map_or(0, |m| m.len());
+        if size > budget {
+            problem.get_or_insert(format!(
+                "JUnit report {} not read: the batch's reports pass {} MiB in all",
+                f.display(),
+                MAX_REPORTS_BYTES >> 20
+            ));
+            continue;
+        }
+        budget -= size;
         match junit::read(&f)
             .map_err(|e| e.to_string())
-            .and_then(|t| junit::parse(&t))
+            .and_then(|t| junit::parse_into(&t, &mut collected))
         {
-            Ok(c) => cases.extend(c),
+            Ok(()) => {}
             Err(e) => {
                 problem.get_or_insert(format!("unreadable JUnit report {}: {e}", f.display()));
             }
         }
     }
-    (cases, problem)
+    (collected, problem)
 }

@@ -41,6 +41,28 @@ impl Case {
     }
 }
 
+/// The most of one report file that is read: reports are parsed on the host, outside the
+/// container's memory limit, so a batch must not be able to make them arbitrarily big.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+/// The most test cases kept per batch (for the merged `junit.xml`, the summary, the
+/// annotations); cases beyond are still counted.
+pub const MAX_CASES_KEPT: usize = 20_000;
+/// The longest name, class name or message kept; longer ones end in `…`.
+pub const MAX_TEXT: usize = 1024;
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
+pub fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
 /// Totals over all of a batch's JUnit files (docs/interface.md §7, `tests`).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
@@ -52,29 +74,71 @@ pub struct Totals {
     pub skipped_reasons: BTreeMap<String, usize>,
 }
 
+/// The most distinct skip reasons counted apart; the rest count as "other reasons".
+const MAX_SKIP_REASONS: usize = 100;
+
 impl Totals {
     pub fn of(cases: &[Case]) -> Totals {
-        let mut t = Totals {
-            total: cases.len(),
-            ..Totals::default()
-        };
+        let mut t = Totals::default();
         for c in cases {
-            match c.outcome {
-                Outcome::Passed => t.passed += 1,
-                Outcome::Failed => t.failed += 1,
-                Outcome::Error => t.errors += 1,
-                Outcome::Skipped => {
-                    t.skipped += 1;
-                    let reason = c
-                        .message
-                        .clone()
-                        .filter(|m| !m.is_empty())
-                        .unwrap_or_else(|| "no reason given".into());
-                    *t.skipped_reasons.entry(reason).or_default() += 1;
-                }
-            }
+            t.count(c);
         }
         t
+    }
+
+    /// Counts one case.
+    pub fn count(&mut self, c: &Case) {
+        self.total += 1;
+        match c.outcome {
+            Outcome::Passed => self.passed += 1,
+            Outcome::Failed => self.failed += 1,
+            Outcome::Error => self.errors += 1,
+            Outcome::Skipped => {
+                self.skipped += 1;
+                let mut reason = c
+                    .message
+                    .clone()
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| "no reason given".into());
+                if !self.skipped_reasons.contains_key(&reason)
+                    && self.skipped_reasons.len() >= MAX_SKIP_REASONS
+                {
+                    reason = "other reasons".into();
+                }
+                *self.skipped_reasons.entry(reason).or_default() += 1;
+            }
+        }
+    }
+}
+
+/// A batch's reports: the cases kept (at most [`MAX_CASES_KEPT`], failing ones first
+/// in line) and the totals over all of them.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    pub cases: Vec<Case>,
+    pub totals: Totals,
+    /// Cases counted but not kept.
+    pub dropped: usize,
+}
+
+impl Collected {
+    /// Adds a case: counted always, kept while there is room (a failing case takes
+    /// the place of a kept passing one, so failures are never the ones dropped).
+    pub fn add(&mut self, c: Case) {
+        self.totals.count(&c);
+        if self.cases.len() < MAX_CASES_KEPT {
+            self.cases.push(c);
+            return;
+        }
+        self.dropped += 1;
+        if matches!(c.outcome, Outcome::Failed | Outcome::Error)
+            && let Some(i) = self
+                .cases
+                .iter()
+                .rposition(|k| !matches!(k.outcome, Outcome::Failed | Outcome::Error))
+        {
+            self.cases[i] = c;
+        }
     }
 }
 
@@ -86,22 +150,32 @@ fn attr(e: &BytesStart<'_>, name: &str) -> Option<String> {
     })
 }
 
+fn text_attr(e: &BytesStart<'_>, name: &str) -> Option<String> {
+    attr(e, name).map(|v| truncate(v, MAX_TEXT))
+}
+
 fn case(e: &BytesStart<'_>) -> Case {
     Case {
-        classname: attr(e, "classname").unwrap_or_default(),
-        name: attr(e, "name").unwrap_or_default(),
+        classname: text_attr(e, "classname").unwrap_or_default(),
+        name: text_attr(e, "name").unwrap_or_default(),
         outcome: Outcome::Passed,
         message: None,
         time_s: attr(e, "time").and_then(|t| t.parse().ok()),
-        file: attr(e, "file"),
+        file: text_attr(e, "file"),
         line: attr(e, "line").and_then(|l| l.parse().ok()),
     }
 }
 
 /// Parses one JUnit XML document.
 pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
+    let mut collected = Collected::default();
+    parse_into(xml, &mut collected)?;
+    Ok(collected.cases)
+}
+
+/// Parses one JUnit XML document into `out`.
+pub fn parse_into(xml: &str, out: &mut Collected) -> Result<(), String> {
     let mut reader = Reader::from_str(xml);
-    let mut cases = Vec::new();
     let mut current: Option<Case> = None;
     let mut in_result = false;
     loop {
@@ -111,7 +185,7 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
         match event {
             Event::Start(e) if e.name().as_ref() == "testcase" => current = Some(case(&e)),
             // `<testcase …/>`: passed, nothing inside.
-            Event::Empty(e) if e.name().as_ref() == "testcase" => cases.push(case(&e)),
+            Event::Empty(e) if e.name().as_ref() == "testcase" => out.add(case(&e)),
             Event::Start(e) | Event::Empty(e)
                 if matches!(e.name().as_ref(), "failure" | "error" | "skipped") =>
             {
@@ -124,7 +198,7 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
                     // A failure outranks a skip written in the same case.
                     if c.outcome == Outcome::Passed || outcome != Outcome::Skipped {
                         c.outcome = outcome;
-                        c.message = attr(&e, "message");
+                        c.message = text_attr(&e, "message");
                     }
                     in_result = true;
                 }
@@ -140,12 +214,16 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
                         .unwrap_or("")
                         .trim();
                     if !first.is_empty() {
-                        c.message = Some(first.to_string());
+                        c.message = Some(truncate(first.to_string(), MAX_TEXT));
                     }
                 }
             }
             Event::End(e) => match e.name().as_ref() {
-                "testcase" => cases.extend(current.take()),
+                "testcase" => {
+                    if let Some(c) = current.take() {
+                        out.add(c);
+                    }
+                }
                 "failure" | "error" | "skipped" => in_result = false,
                 _ => {}
             },
@@ -153,21 +231,40 @@ pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
             _ => {}
         }
     }
-    Ok(cases)
+    Ok(())
 }
 
 /// Reads a report the container wrote, never following a symlink (one planted in place
-/// of the file must not make cibox read, and report, a host file).
+/// of the file must not make cibox read, and report, a host file), never blocking on a
+/// FIFO, and never more than [`MAX_FILE_BYTES`].
 pub fn read(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut text = String::new();
-    std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(path)?
-        .read_to_string(&mut text)?;
-    Ok(text)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)?;
+    let md = file.metadata()?;
+    if !md.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a plain file",
+        ));
+    }
+    if md.len() > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} bytes; reports of at most {} MiB are read",
+                md.len(),
+                MAX_FILE_BYTES >> 20
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
 /// Every `*.xml` under `dir` (recursively), sorted; symlinks are neither followed nor
@@ -219,6 +316,39 @@ more</error></testcase>
         assert_eq!(cases[1].message.as_deref(), Some("assert 1 == 2"));
         assert_eq!(cases[2].message.as_deref(), Some("ImportError: x"));
         assert_eq!(cases[1].id(), "t.a::bad");
+    }
+
+    #[test]
+    fn cases_beyond_the_cap_are_counted_and_failures_kept() {
+        let mut c = Collected::default();
+        let case = |name: String, outcome| Case {
+            classname: String::new(),
+            name,
+            outcome,
+            message: Some("x".repeat(5000)),
+            time_s: None,
+            file: None,
+            line: None,
+        };
+        for i in 0..MAX_CASES_KEPT + 10 {
+            c.add(case(format!("ok{i}"), Outcome::Passed));
+        }
+        c.add(case("bad".into(), Outcome::Failed));
+        assert_eq!(c.cases.len(), MAX_CASES_KEPT);
+        assert_eq!(c.totals.total, MAX_CASES_KEPT + 11);
+        assert_eq!(c.totals.failed, 1);
+        assert!(
+            c.cases.iter().any(|k| k.name == "bad"),
+            "a failure is never dropped"
+        );
+        let xml = format!(
+            "<testsuite><testcase name='{}'><failure message='{}'/></testcase></testsuite>",
+            "n".repeat(5000),
+            "m".repeat(5000)
+        );
+        let cases = parse(&xml).unwrap();
+        assert!(cases[0].name.len() <= MAX_TEXT + '…'.len_utf8());
+        assert!(cases[0].message.as_ref().unwrap().ends_with('…'));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod container;
 pub mod error;
 pub mod event;
 mod execute;
+mod git_mask;
 pub mod junit;
 pub mod outcome;
 pub mod plan;

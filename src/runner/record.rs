@@ -100,6 +100,13 @@ pub struct RunRecord {
     pub message: Option<String>,
     /// The container's exit code, when it ran to the end.
     pub container_exit_code: Option<i64>,
+    /// How many bytes the batch printed (`log.txt` keeps at most 256 MiB of them).
+    #[serde(default)]
+    pub output_bytes: u64,
+    /// Test cases counted but left out of the merged `junit.xml` and the summary
+    /// (more than 20,000 in the batch).
+    #[serde(default)]
+    pub cases_left_out: usize,
 }
 
 /// Creates `path` as a new file, first removing whatever has that name. A container

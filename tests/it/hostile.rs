@@ -211,3 +211,107 @@ fn values_quoted_in_errors_cannot_forge_lines_or_drive_the_terminal() {
         r.stderr
     );
 }
+
+#[test]
+fn the_batch_sees_the_checkout_without_git_credentials() {
+    let p = busybox_project(
+        "  peek:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"cat /src/.git/config /src/.git/modules/sub/config > $CIBOX_REPORTS/config.txt; grep -rl SECRET /src/.git > $CIBOX_REPORTS/found.txt || true\"]\n",
+        "",
+    );
+    let dir = p.project.path();
+    git(dir, &["init", "-q"]);
+    git(
+        dir,
+        &[
+            "config",
+            "http.https://github.com/.extraheader",
+            "AUTHORIZATION: basic SECRETHEADER",
+        ],
+    );
+    git(
+        dir,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://x-access-token:SECRETTOKEN@github.com/o/r",
+        ],
+    );
+    git(
+        dir,
+        &["config", "credential.helper", "store --file /SECRETPATH"],
+    );
+    let sub = dir.join(".git/modules/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(
+        sub.join("config"),
+        "[core]\n\tbare = false\n[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic SECRETSUB\n",
+    )
+    .unwrap();
+    p.run(&["batch", "run", "peek"]).ok();
+    let seen = std::fs::read_to_string(p.reports().join("peek/config.txt")).unwrap();
+    assert!(!seen.contains("SECRET"), "the batch read:\n{seen}");
+    assert!(seen.contains("https://github.com/o/r"), "{seen}");
+    let found = std::fs::read_to_string(p.reports().join("peek/found.txt")).unwrap();
+    assert!(
+        found.trim().is_empty(),
+        "credentials found under /src/.git: {found}"
+    );
+    // The checkout itself is untouched.
+    let config = std::fs::read_to_string(dir.join(".git/config")).unwrap();
+    assert!(config.contains("SECRETHEADER"));
+}
+
+/// What the bomb batch runs: 25,000 cases (beyond the 20,000 kept), a failing case
+/// whose name tries to forge a summary row, and a 70 MB report (beyond the 64 MiB read
+/// per file).
+const JUNIT_BOMB: &str = r#"
+i=0
+{
+  echo '<testsuite>'
+  while [ $i -lt 25000 ]; do echo "<testcase classname='c' name='t$i'/>"; i=$((i+1)); done
+  echo "<testcase classname='c' name='x&#10;| forged | row |'><failure message='boom'/></testcase>"
+  echo '</testsuite>'
+} > "$CIBOX_REPORTS/a.xml"
+head -c 73400320 /dev/zero > "$CIBOX_REPORTS/big.xml"
+"#;
+
+#[test]
+fn junit_bombs_and_forged_markdown_stay_bounded() {
+    let p = busybox_project(
+        "  bomb:\n    gpus: 0\n    timeout: 2m\n    run: [\"sh /src/bomb.sh\"]\n",
+        "",
+    );
+    p.project.write("bomb.sh", JUNIT_BOMB);
+    let r = p.run(&["batch", "run", "bomb"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let rec = p.result("bomb");
+    assert_eq!(rec["tests"]["total"], 25001, "every case is counted");
+    assert_eq!(rec["cases_left_out"], 5001);
+    assert!(
+        rec["message"].as_str().unwrap().contains("64 MiB"),
+        "{}",
+        rec["message"]
+    );
+    let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
+    assert!(!summary.contains("\n| forged | row |"), "{summary}");
+    assert!(summary.len() < 600 * 1024);
+    let junit = std::fs::metadata(p.reports().join("junit.xml"))
+        .unwrap()
+        .len();
+    assert!(junit < 16 << 20, "merged junit.xml is {junit} bytes");
+}
+
+#[test]
+fn a_list_where_a_mapping_belongs_is_refused() {
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: [0.5, 256m, 1g, 64, host]\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n",
+    );
+    p.cibox(&["batch", "list"])
+        .fails_with(2, "`container` must be a mapping");
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {cpus: 1e-10}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n",
+    );
+    p.cibox(&["batch", "list"])
+        .fails_with(2, "between 0.01 and 4096");
+}

@@ -15,11 +15,22 @@ use crate::runner::junit::Outcome;
 use crate::runner::outcome::BatchResult;
 use crate::runner::record::{Status, create_fresh};
 
+/// The most of a batch's output `log.txt` keeps; past it the log ends with a marker
+/// (the terminal still shows everything). The record says how much there was.
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
+
+/// A batch's `log.txt` and how much has gone into it.
+struct Log {
+    file: File,
+    written: u64,
+    cut: bool,
+}
+
 /// Writes the reports folder of a run.
 #[derive(Default)]
 pub struct Files {
     /// Each running batch's `log.txt`.
-    logs: HashMap<String, File>,
+    logs: HashMap<String, Log>,
 }
 
 impl Files {
@@ -37,11 +48,31 @@ impl Reporter for Files {
                 let path = dir.join("log.txt");
                 let log = create_fresh(&path)
                     .map_err(|e| ReportError::new(format!("cannot write {}", path.display()), e))?;
-                self.logs.insert(batch.name.clone(), log);
+                self.logs.insert(
+                    batch.name.clone(),
+                    Log {
+                        file: log,
+                        written: 0,
+                        cut: false,
+                    },
+                );
             }
             Event::Output { batch, bytes } => {
-                if let Some(log) = self.logs.get_mut(&batch.name) {
-                    let _ = log.write_all(bytes);
+                if let Some(log) = self.logs.get_mut(&batch.name)
+                    && !log.cut
+                {
+                    let room = MAX_LOG_BYTES - log.written;
+                    let take = (bytes.len() as u64).min(room) as usize;
+                    let _ = log.file.write_all(&bytes[..take]);
+                    log.written += take as u64;
+                    if take < bytes.len() {
+                        log.cut = true;
+                        let _ = write!(
+                            log.file,
+                            "\n[cibox: log.txt cut at {} MiB; the record says how much the batch printed]\n",
+                            MAX_LOG_BYTES >> 20
+                        );
+                    }
                 }
             }
             Event::BatchEnded { result } => {

@@ -67,13 +67,22 @@ pub fn step_outputs(outcome: &RunOutcome) -> (&'static str, String) {
     (status, failed.join(","))
 }
 
-/// One `::error` line per failing test case, and one per batch that did not get to
-/// report (timeout, cancel, infrastructure).
+/// The most test annotations a run writes (GitHub shows ten per step; the rest are in
+/// the summary and the reports).
+const MAX_ANNOTATIONS: usize = 50;
+
+/// One `::error` line per failing test case (at most [`MAX_ANNOTATIONS`]), and one per
+/// batch that did not get to report (timeout, cancel, infrastructure).
 pub fn annotations(outcome: &RunOutcome) -> String {
     let mut out = String::new();
+    let mut written = 0;
     for b in &outcome.batches {
         let r = &b.record;
         for c in b.failing() {
+            written += 1;
+            if written > MAX_ANNOTATIONS {
+                break;
+            }
             let mut props = format!(
                 "title={}",
                 escape_property(&format!("{}: {}", r.batch, c.id()))

@@ -59,8 +59,57 @@ impl Reporter for Fanout {
     }
 }
 
-/// `summary.md`: one table row per batch, then the failing tests and replay commands.
+/// The most failing tests a summary lists per batch.
+const MAX_FAILING_LISTED: usize = 50;
+/// The longest summary: GitHub refuses step summaries over 1 MiB.
+const MAX_SUMMARY_BYTES: usize = 512 * 1024;
+
+/// Test output as Markdown text: one line, every character that Markdown or HTML would
+/// read as markup escaped, so a test name cannot forge a table row, a link or a tag.
+pub fn markdown_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if c.is_control() => {}
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '<' | '>' | '(' | ')' | '#' | '+'
+            | '-' | '.' | '!' | '|' | '~' | '&' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as an inline code span: fenced with more backticks than it holds, on one line.
+pub fn code_span(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let longest = one_line
+        .split(|c| c != '`')
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    format!("{fence} {one_line} {fence}")
+}
+
+/// `summary.md`: one table row per batch, then the failing tests and replay commands;
+/// cut at [`MAX_SUMMARY_BYTES`] with a note.
 pub fn summary_markdown(results: &[BatchResult]) -> String {
+    let mut s = summary_uncut(results);
+    if s.len() > MAX_SUMMARY_BYTES {
+        s = crate::runner::junit::truncate(s, MAX_SUMMARY_BYTES);
+        s.push_str("\n\n(summary cut at 512 KiB; see each batch's result.json and junit.xml)\n");
+    }
+    s
+}
+
+fn summary_uncut(results: &[BatchResult]) -> String {
     let mut s = String::from(
         "## cibox run\n\n| batch | status | tests | passed | failed | errors | skipped | GPUs | duration |\n|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -82,14 +131,19 @@ pub fn summary_markdown(results: &[BatchResult]) -> String {
         let r = &b.record;
         s.push_str(&format!("\n### {} ({})\n\n", r.batch, r.status.as_str()));
         if let Some(m) = &r.message {
-            s.push_str(&format!("{m}\n\n"));
+            s.push_str(&format!("{}\n\n", markdown_text(m)));
         }
-        for c in b.failing() {
+        let failing: Vec<_> = b.failing().collect();
+        for c in failing.iter().take(MAX_FAILING_LISTED) {
             s.push_str(&format!(
-                "- `{}`: {}\n",
-                c.id(),
-                c.message.as_deref().unwrap_or("(no message)")
+                "- {}: {}\n",
+                code_span(&c.id()),
+                markdown_text(c.message.as_deref().unwrap_or("(no message)"))
             ));
+        }
+        let unlisted = (r.tests.failed + r.tests.errors).saturating_sub(MAX_FAILING_LISTED);
+        if unlisted > 0 {
+            s.push_str(&format!("- … and {unlisted} more\n"));
         }
         s.push_str(&format!(
             "\nReplay locally: `{}`\n",
@@ -161,6 +215,8 @@ pub(crate) mod sample {
             failed_tests: Vec::new(),
             message: message.map(str::to_string),
             container_exit_code: None,
+            output_bytes: 0,
+            cases_left_out: 0,
         };
         BatchResult {
             verdict,
@@ -212,5 +268,15 @@ mod tests {
     #[test]
     fn summary_markdown_of_a_mixed_run() {
         insta::assert_snapshot!(super::summary_markdown(&super::sample::outcome().batches));
+    }
+
+    #[test]
+    fn test_names_cannot_forge_markdown() {
+        assert_eq!(
+            super::markdown_text("x\n| forged | row |\n<img src=x>"),
+            "x \\| forged \\| row \\| \\<img src=x\\>"
+        );
+        assert_eq!(super::code_span("a`b"), "`` a`b ``");
+        assert_eq!(super::code_span("t::x\ny"), "` t::x y `");
     }
 }
