@@ -1,9 +1,10 @@
 //! The container a batch runs in: name, labels, environment, limits, mounts.
 //!
-//! Locked down: the invoking uid:gid, all capabilities dropped, no-new-privileges, an
-//! init process, pids/cpu/memory/shm limits (swap adds nothing), network `none` unless
-//! the manifest says otherwise, the source read-only at `/src`, only `/reports`
-//! writable from the host, no engine socket, no host variable but `pass_env`.
+//! Locked down: the invoking uid:gid (never root: 65534:65534 when cibox runs as root),
+//! all capabilities dropped, no-new-privileges, an init process, pids/cpu/memory/shm
+//! limits (swap adds nothing), network `none` unless the manifest says otherwise, the
+//! source read-only at `/src` (its git credentials masked), only `/reports` writable
+//! from the host, no engine socket, no host variable but `pass_env`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

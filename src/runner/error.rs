@@ -56,6 +56,10 @@ pub enum RunError {
     },
     #[error("a batch's thread panicked")]
     Panicked,
+    #[error(
+        "batches run as uid {uid}, never as root, and cannot read the source {dir} (mode {mode:o}); make it readable by others (chmod o+rx), or run cibox as an unprivileged CI user"
+    )]
+    SourceUnreadable { dir: String, mode: u32, uid: u32 },
     #[error("cannot write the source's git config without its credentials: {0}")]
     GitMask(#[source] std::io::Error),
 }
@@ -78,8 +82,13 @@ impl RunError {
             RunError::Probe(e) => e.failure(),
             RunError::Claims(e) => e.failure(),
             RunError::Report(_) => Failure::Infra,
-            RunError::Pool(_) | RunError::ForeignBatchDir { .. } => Failure::Usage,
-            RunError::BatchDir { what, .. } if *what != "write in" => Failure::Usage,
+            RunError::Pool(_)
+            | RunError::ForeignBatchDir { .. }
+            | RunError::SourceUnreadable { .. } => Failure::Usage,
+            // A reports folder cibox cannot clear or make is the user's to fix.
+            RunError::BatchDir { what, .. } if matches!(*what, "clear" | "create") => {
+                Failure::Usage
+            }
             RunError::PoolTooSmall { .. } => Failure::Capacity,
             RunError::RunLocks { .. }
             | RunError::BatchDir { .. }

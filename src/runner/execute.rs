@@ -8,13 +8,14 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
+use super::batch_dir;
 use super::container::ContainerPlan;
 use super::error::RunError;
 use super::event::Event;
 use super::junit::{self, Case};
 use super::outcome::{BatchResult, Ended, RunOutcome, Verdict, judge};
 use super::plan::{BatchPlan, RunPlan};
-use super::record::{GpuRef, RunRecord, create_fresh};
+use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
 use crate::engine::{Engine, FollowEnd, Followed, Stop};
 use crate::gpu::lease::{Holder, Lease};
@@ -34,10 +35,6 @@ const MAX_FAILED_NAMED: usize = 1000;
 /// Grace between SIGTERM and SIGKILL when a batch times out.
 const STOP_GRACE_S: i32 = 10;
 
-/// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
-/// run that was killed (no `result.json` yet) is still known to be ours.
-const BATCH_DIR_MARKER: &str = ".cibox-batch";
-
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Runs the plan on `engine`; the image must carry `lockset`.
@@ -47,6 +44,7 @@ pub fn execute(
     engine: &Engine,
     reporter: &mut dyn Reporter,
 ) -> Result<RunOutcome> {
+    source_readable(plan)?;
     image::verify(engine, &plan.image, lockset)?;
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
@@ -81,7 +79,7 @@ pub fn execute(
         Vec::new()
     };
     for b in &plan.batches {
-        check_batch_dir(&b.dir)?;
+        batch_dir::check(&b.dir)?;
     }
     let git_masks = super::git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
     let run = Execution {
@@ -139,6 +137,40 @@ pub fn execute(
     Ok(outcome)
 }
 
+/// When batches run as another user than cibox (cibox is root), they read `/src` as
+/// "others": say so now rather than fail every batch at its first `cp`.
+fn source_readable(plan: &RunPlan) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    if plan.user == me {
+        return Ok(());
+    }
+    let md = std::fs::metadata(&plan.source).map_err(|source| RunError::BatchDir {
+        dir: plan.source.display().to_string(),
+        what: "read",
+        source,
+    })?;
+    let (uid, gid) = plan.user;
+    let bits = if md.uid() == uid {
+        md.mode() >> 6
+    } else if md.gid() == gid {
+        md.mode() >> 3
+    } else {
+        md.mode()
+    };
+    if bits & 0o5 != 0o5 {
+        return Err(RunError::SourceUnreadable {
+            dir: plan.source.display().to_string(),
+            mode: md.mode() & 0o7777,
+            uid,
+        });
+    }
+    Ok(())
+}
+
 /// One run in progress: what its batches share.
 struct Execution<'a> {
     plan: &'a RunPlan,
@@ -163,7 +195,7 @@ impl Execution<'_> {
     /// Runs one batch to its verdict. An error here ends the run (a bad lock dir, an
     /// unwritable reports folder); everything else ends only the batch.
     fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
-        prepare_batch_dir(&b.dir)?;
+        batch_dir::prepare(&b.dir, b.user)?;
         let started = SystemTime::now();
         let clock = Instant::now();
         self.emit(&Event::BatchStarted { batch: b })?;
@@ -206,6 +238,12 @@ impl Execution<'_> {
         // The container is gone (or, if the engine failed to remove it, still named
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
+        // Nothing the batch left may hurt who reads the folder next.
+        batch_dir::clean(&b.dir).map_err(|source| RunError::BatchDir {
+            dir: b.dir.display().to_string(),
+            what: "clean",
+            source,
+        })?;
 
         let (collected, junit_problem) = read_reports(&b.dir);
         let junit::Collected {
@@ -403,41 +441,6 @@ impl Execution<'_> {
             (None, Some(code)) => Ended::Exited(code),
             (None, None) => Ended::Unknown,
         })
-    }
-}
-
-/// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
-/// by the run). Checked for every batch before the first starts.
-fn check_batch_dir(dir: &Path) -> Result<()> {
-    let ours = !dir.exists()
-        || dir.join(BATCH_DIR_MARKER).exists()
-        || dir.join("result.json").exists()
-        || std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
-    if !ours {
-        return Err(RunError::ForeignBatchDir {
-            dir: dir.display().to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// Prepares `<reports>/<batch>/`: a fresh folder, replacing one only if cibox wrote it.
-fn prepare_batch_dir(dir: &Path) -> Result<()> {
-    check_batch_dir(dir)?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(batch_dir_error(dir, "clear"))?;
-    }
-    std::fs::create_dir_all(dir).map_err(batch_dir_error(dir, "create"))?;
-    create_fresh(&dir.join(BATCH_DIR_MARKER)).map_err(batch_dir_error(dir, "write in"))?;
-    Ok(())
-}
-
-fn batch_dir_error(dir: &Path, what: &'static str) -> impl Fn(std::io::Error) -> RunError {
-    let dir = dir.display().to_string();
-    move |source| RunError::BatchDir {
-        dir: dir.clone(),
-        what,
-        source,
     }
 }
 

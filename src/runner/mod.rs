@@ -11,6 +11,7 @@
 //! exact name → verdict → release the lease. The image is verified once, before
 //! anything starts.
 
+pub mod batch_dir;
 pub mod container;
 pub mod error;
 pub mod event;

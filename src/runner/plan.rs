@@ -38,10 +38,16 @@ pub struct RunRequest {
     pub parallel: bool,
 }
 
+/// The user batches run as when cibox runs as root: `nobody:nogroup` on Debian, by
+/// number (the image needs no entry for it). A batch must never be host root: it can
+/// write the host's reports folder.
+pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
+
 /// What the plan needs to know of this host and process.
 #[derive(Debug, Clone)]
 pub struct HostFacts {
     pub host: String,
+    /// The invoking user; batches run as them, or as [`UNPRIVILEGED`] when that is root.
     pub uid: u32,
     pub gid: u32,
     /// This run's ID (16 hex digits).
@@ -108,6 +114,8 @@ pub struct BatchPlan {
     pub allow_empty: bool,
     /// `<reports>/<batch>/`, mounted at `/reports`.
     pub dir: PathBuf,
+    /// The uid:gid the batch's processes run as.
+    pub user: (u32, u32),
     pub container: ContainerPlan,
 }
 
@@ -126,6 +134,8 @@ pub struct RunPlan {
     pub host: String,
     pub wait: Duration,
     pub parallel: bool,
+    /// The uid:gid batches run as.
+    pub user: (u32, u32),
 }
 
 impl RunPlan {
@@ -230,6 +240,11 @@ pub fn plan(
     let fast = request.fast.unwrap_or(layer_fast);
     let image = image_id(&manifest, &request)?;
     let wait = request.wait.unwrap_or(manifest.gpu.wait.0);
+    let user = if host.uid == 0 {
+        UNPRIVILEGED
+    } else {
+        (host.uid, host.gid)
+    };
     let identity = super::container::Identity {
         project: &manifest.project,
         scope: &request.scope,
@@ -239,8 +254,8 @@ pub fn plan(
         source: &request.source,
         source_sha: request.source_info.sha.as_deref(),
         fast,
-        uid: host.uid,
-        gid: host.gid,
+        uid: user.0,
+        gid: user.1,
         pass_env: &host.pass_env,
     };
     let batches = names
@@ -255,6 +270,7 @@ pub fn plan(
                 allow_empty: batch.allow_empty,
                 container: ContainerPlan::new(&manifest, name, batch, &identity, &dir),
                 dir,
+                user,
             }
         })
         .collect();
@@ -270,6 +286,7 @@ pub fn plan(
         host: host.host.clone(),
         wait,
         parallel: request.parallel,
+        user,
         manifest,
     })
 }
@@ -380,6 +397,20 @@ pub(crate) mod tests {
         };
         let p = plan(manifest(), forced, &host()).unwrap();
         assert!(!p.fast);
+        let root = HostFacts {
+            uid: 0,
+            gid: 0,
+            ..host()
+        };
+        let as_root = plan(manifest(), request(&["a"], None), &root).unwrap();
+        assert_eq!(
+            as_root.user, UNPRIVILEGED,
+            "a batch never runs as host root"
+        );
+        assert_eq!(
+            as_root.batches[0].container.body(&[], &[]).user.as_deref(),
+            Some("65534:65534")
+        );
         assert_eq!(p.wait, Duration::from_secs(7));
         assert!(!p.batches[0].container.manifest_env.contains_key("F"));
     }

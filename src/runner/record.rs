@@ -114,15 +114,21 @@ pub struct RunRecord {
 /// say); removing unlinks the symlink itself, and creating with `O_EXCL` refuses, rather
 /// than follows, one planted in between.
 pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    clear(path)?;
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
+}
+
+/// Removes whatever has `path`'s name, a folder the batch made there included.
+fn clear(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.is_dir() => super::batch_dir::remove_tree(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 impl RunRecord {
@@ -134,7 +140,12 @@ impl RunRecord {
         let text = serde_json::to_string_pretty(self).expect("record serialises");
         let tmp = dir.join(".result.json.partial");
         create_fresh(&tmp)?.write_all((text + "\n").as_bytes())?;
-        std::fs::rename(tmp, dir.join("result.json"))
+        // A folder named result.json cannot be renamed over: remove it first.
+        let path = dir.join("result.json");
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            clear(&path)?;
+        }
+        std::fs::rename(tmp, path)
     }
 
     /// Reads a `result.json` (a user names it: `cibox reproduce`).

@@ -315,3 +315,69 @@ fn a_list_where_a_mapping_belongs_is_refused() {
     p.cibox(&["batch", "list"])
         .fails_with(2, "between 0.01 and 4096");
 }
+
+/// What a hostile batch leaves in its reports folder.
+const LEAVINGS: &str = r#"
+id -u > "$CIBOX_REPORTS/uid.txt"
+cp /bin/busybox "$CIBOX_REPORTS/sh" && chmod 4755 "$CIBOX_REPORTS/sh"
+ln -s / "$CIBOX_REPORTS/hostroot"
+ln -s /etc/shadow "$CIBOX_REPORTS/x.xml"
+mkfifo "$CIBOX_REPORTS/pipe"
+mkdir "$CIBOX_REPORTS/shut" && echo '<testsuite/>' > "$CIBOX_REPORTS/shut/r.xml" && chmod 000 "$CIBOX_REPORTS/shut"
+mkdir -p "$CIBOX_REPORTS/result.json/x" "$CIBOX_REPORTS/.result.json.partial"
+"#;
+
+#[test]
+fn a_batch_is_never_host_root_and_its_leavings_are_cleaned() {
+    must_be_root();
+    let p = busybox_project(
+        "  leave:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"sh /src/leave.sh\"]\n  after:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"true\"]\n",
+        "",
+    );
+    p.project.write("leave.sh", LEAVINGS);
+    let r = p.run(&["batch", "run", "leave", "after"]);
+    assert_eq!(
+        r.code, 0,
+        "a folder named result.json stops nothing:\n{}",
+        r.stderr
+    );
+    let dir = p.reports().join("leave");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("uid.txt")).unwrap().trim(),
+        "65534",
+        "cibox runs as root here; its batch must not"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let mode = std::fs::metadata(dir.join("sh")).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "no setuid program is left on the host");
+    for gone in ["hostroot", "x.xml", "pipe"] {
+        assert!(
+            std::fs::symlink_metadata(dir.join(gone)).is_err(),
+            "{gone} is still there"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(dir.join("shut")).unwrap().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(p.result("leave")["status"], "passed");
+    assert_eq!(p.result("after")["status"], "passed");
+    assert!(p.reports().join("summary.md").exists());
+    // The next run replaces the folder, whatever it held.
+    p.run(&["batch", "run", "leave"]).ok();
+}
+
+#[test]
+fn a_source_batches_cannot_read_is_refused_before_anything_runs() {
+    must_be_root();
+    let p = busybox_project(
+        "  a:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"true\"]\n",
+        "",
+    );
+    let shut = p.project.path().join("shut-src");
+    std::fs::create_dir(&shut).unwrap();
+    std::fs::set_permissions(&shut, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let r = p.run(&["batch", "run", "a", "--source", &shut.display().to_string()]);
+    r.fails_with(2, "cannot read the source");
+    assert!(p.containers().is_empty(), "no container was made");
+}

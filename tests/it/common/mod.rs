@@ -100,6 +100,9 @@ pub struct Project {
 impl Project {
     pub fn new(manifest: &str) -> Project {
         let dir = tempfile::tempdir().expect("tempdir");
+        // A source batches can read: as root, cibox runs them as nobody.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::create_dir(dir.path().join(".git")).unwrap();
         std::fs::write(dir.path().join("cibox.yaml"), manifest).unwrap();
         Project { dir }
