@@ -12,7 +12,7 @@ Usage: bench/fuzz_manifest.py [path/to/cibox] [cases] [seconds]   (defaults: tar
 import os, random, resource, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
+CIBOX = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
 CASES = int(sys.argv[2]) if len(sys.argv) > 2 else 500
 BUDGET = float(sys.argv[3]) if len(sys.argv) > 3 else 120.0
 BASE = open(os.path.join(ROOT, "examples/demo/cibox.yaml")).read()
