@@ -11,7 +11,8 @@
 //!
 //! Such an orphan exists only while the record of a dead run does ([`runs`]), so
 //! outside `batch run` (which talks to the engine anyway) the engine is asked only
-//! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing.
+//! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing. And
+//! then it must answer: an engine that cannot be reached fails closed, like a probe.
 
 use crate::engine::{ContainerInfo, Engine, EngineError};
 use crate::exit::Failure;
@@ -31,6 +32,11 @@ pub enum ClaimsError {
         "cannot list cibox containers to see which GPUs they hold: {0}; treating all GPUs as unavailable"
     )]
     Containers(#[source] EngineError),
+    /// The engine cannot be reached while a dead run's container may hold GPUs.
+    #[error(
+        "a cibox run on this host died and its containers may still hold GPUs, but the engine cannot be asked: {0}; treating all GPUs as unavailable (start the engine, or run `cibox cleanup` where it can be reached)"
+    )]
+    Unreachable(#[source] EngineError),
 }
 
 impl ClaimsError {
@@ -42,8 +48,8 @@ impl ClaimsError {
 /// Probes GPUs, adding the claims of orphaned cibox containers when any can exist.
 pub struct ContainerClaims {
     runs: LockDir,
-    /// Connected on first need; `Some(None)` once no engine answered.
-    engine: Option<Option<Engine>>,
+    /// Connected on first need.
+    engine: Option<Engine>,
 }
 
 impl ContainerClaims {
@@ -63,17 +69,16 @@ impl ContainerClaims {
         if !orphans_possible {
             return Ok(snap);
         }
-        let engine = self.engine.get_or_insert_with(|| match Engine::connect() {
-            Ok(engine) => Some(engine),
-            Err(e) => {
-                // No engine, no container: nothing can hold a GPU that way.
-                report::debug(format!("no running cibox containers to consider: {e}"));
-                None
-            }
-        });
-        if let Some(engine) = engine {
-            mark(&mut snap, engine)?;
+        // Fail closed: an engine that cannot be asked cannot say the GPUs are free.
+        if self.engine.is_none() {
+            let engine = Engine::connect().map_err(ClaimsError::Unreachable)?;
+            report::debug(
+                "a dead run is on record: asking the engine which GPUs its containers hold",
+            );
+            self.engine = Some(engine);
         }
+        let engine = self.engine.as_ref().expect("connected above");
+        mark(&mut snap, engine)?;
         Ok(snap)
     }
 }

@@ -42,7 +42,8 @@ pub enum Command {
     /// Layers: run every batch of a layer.
     #[command(subcommand)]
     Layer(LayerCommand),
-    /// Remove this scope's containers (exact cibox labels and name; never prunes).
+    /// Remove the containers of dead runs on this host, of one scope or of all (exact
+    /// cibox labels and name; never prunes).
     Cleanup(CleanupArgs),
     /// Which layers could be admitted now (never waits).
     Capacity(CapacityArgs),
@@ -203,7 +204,7 @@ mod tests {
 
 #[derive(Debug, Args)]
 pub struct CleanupArgs {
-    /// The scope whose containers to remove.
+    /// Only this scope's containers (default: every scope).
     #[arg(long, env = "CIBOX_SCOPE")]
     pub scope: Option<String>,
 }

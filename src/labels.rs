@@ -11,3 +11,6 @@ pub const LABEL_GPUS: &str = "org.cibox.gpus";
 /// The host whose cibox made the container (docs/interface.md §6, beyond the first contract): only
 /// there can a sweep tell whether its run is alive.
 pub const LABEL_HOST: &str = "org.cibox.host";
+/// The lock dir whose `runs/` holds the run's lock (beyond the first contract): a sweep
+/// started with another `gpu.lock_dir` still judges the run where it lives.
+pub const LABEL_LOCK_DIR: &str = "org.cibox.lockdir";

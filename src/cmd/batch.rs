@@ -190,13 +190,11 @@ pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
     Ok(runner::execute(&plan, &lockset, &engine, &mut reporters)?)
 }
 
-/// `cibox cleanup --scope S`.
+/// `cibox cleanup [--scope S]`: the containers of dead runs of this host, of scope S
+/// or of every scope.
 pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
-    let scope = scope
-        .map(str::to_string)
-        .unwrap_or_else(runner::default_scope);
     // The project narrows what is touched when there is a manifest; without one, every
-    // cibox container of the scope goes.
+    // dead run's cibox container goes.
     let (project, gpu) = match ctx.manifest() {
         Ok(m) => (Some(m.project), m.gpu),
         Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) => {
@@ -210,7 +208,7 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
     let swept = sweep(
         &engine,
         project.as_deref(),
-        &scope,
+        scope,
         &lock_dir,
         &crate::util::host_name(),
     )?;
@@ -228,10 +226,11 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
             "elsewhere": elsewhere,
         }));
     } else {
-        let mut line = format!(
-            "removed {} container(s) of scope {scope}",
-            swept.removed.len()
-        );
+        let which = match scope {
+            Some(s) => format!("scope {s}"),
+            None => "dead runs in every scope".to_string(),
+        };
+        let mut line = format!("removed {} container(s) of {which}", swept.removed.len());
         if !swept.live.is_empty() {
             line.push_str(&format!(
                 "; left {} of runs still alive (they remove their own)",

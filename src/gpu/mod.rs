@@ -336,6 +336,9 @@ pub fn acquire(
     ticket
         .describe(&serde_json::to_string(&request).expect("request serialises"))
         .map_err(|e| io("writing the ticket", e))?;
+    let _heartbeat = ticket
+        .heartbeat()
+        .map_err(|e| io("starting the ticket's heartbeat", e))?;
     let select = crate::lockdir::open_shared_file(&dir.path().join("select.lock"))
         .map_err(|e| io("opening select.lock", e))?;
     let mut last_free: Vec<String> = Vec::new();

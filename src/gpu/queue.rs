@@ -11,6 +11,7 @@
 
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::lockdir::{LockDir, LockWait, lock_until, open_read, open_shared_file};
@@ -39,6 +40,33 @@ impl Place {
 fn boot_clock_ms() -> std::io::Result<u64> {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)?;
     Ok(t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+}
+
+/// How often a waiter marks its ticket as alive.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a ticket may go without a heartbeat before the waiters behind pass it over.
+pub const SILENT_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Stops a ticket's heartbeat when dropped.
+pub struct Heartbeat {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::Thread,
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.unpark();
+    }
+}
+
+/// Whether a ticket's waiter has not shown life for [`SILENT_AFTER`].
+fn silent(f: &File) -> bool {
+    f.metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > SILENT_AFTER)
 }
 
 /// The most of a ticket that is read: its request, with a pool of many GPUs.
@@ -185,7 +213,38 @@ impl Ticket {
         self._file.write_all(content.as_bytes())
     }
 
-    /// The live tickets ahead of ours, nearest the head first: place and content.
+    /// Keeps the ticket's heartbeat going from a thread of its own until the returned
+    /// guard is dropped: a waiter that is stopped (Ctrl-Z, SIGSTOP, a frozen cgroup)
+    /// stops all its threads, so its ticket falls silent and the waiters behind pass
+    /// it over ([`SILENT_AFTER`]) until it resumes; it keeps its place.
+    pub fn heartbeat(&self) -> std::io::Result<Heartbeat> {
+        // By name, through a description of its own: a duplicate of the ticket's would
+        // share its lock and keep the ticket alive after it is dropped.
+        let path = self.queue.join(&self.name);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("cibox-heartbeat".into())
+            .spawn(move || {
+                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    let touched = std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                        .open(&path)
+                        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                    if touched.is_err() {
+                        return; // the ticket is gone
+                    }
+                    std::thread::park_timeout(HEARTBEAT);
+                }
+            })?
+            .thread()
+            .clone();
+        Ok(Heartbeat { stop, thread })
+    }
+
+    /// The live tickets ahead of ours that show life, nearest the head first: place
+    /// and content. A silent one is passed over while it stays silent.
     pub fn ahead(&self) -> std::io::Result<Vec<(Place, String)>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.queue)?.flatten() {
@@ -200,6 +259,9 @@ impl Ticket {
             };
             if !matches!(f.try_lock_shared(), Err(TryLockError::WouldBlock)) {
                 continue; // its owner is gone
+            }
+            if silent(&f) {
+                continue; // its owner is stopped: not in the way until it resumes
             }
             // A ticket is a few hundred bytes; one that is not is read as far as that
             // goes, and then cannot be parsed (the strictest case).

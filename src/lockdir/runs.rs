@@ -70,20 +70,32 @@ impl Drop for RunLock {
     }
 }
 
-/// Whether run `run` (a valid run ID) is alive on this host.
-pub fn is_alive(dir: &LockDir, run: &str) -> std::io::Result<bool> {
+/// What the lock dir says of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its cibox holds its lock.
+    Alive,
+    /// Its record is there and nobody holds it: its cibox died.
+    Dead,
+    /// No record of it here (it used another lock dir, or this is no cibox's file):
+    /// it cannot be judged, and counts as alive.
+    Unknown,
+}
+
+/// What `dir` says of run `run` (a valid run ID).
+pub fn liveness(dir: &LockDir, run: &str) -> std::io::Result<Liveness> {
     let file = match super::open_read(&path(dir, run)) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        // A live run's file is a plain file it made itself, which nobody else can
-        // replace in the sticky runs/; anything else under its name means no run holds it.
-        Err(e) if super::is_planted(&e) => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Liveness::Unknown),
+        // A run's record is a plain file it made itself, which nobody else can replace
+        // in the sticky runs/; anything else under its name is no run's record.
+        Err(e) if super::is_planted(&e) => return Ok(Liveness::Unknown),
         Err(e) => return Err(e),
     };
     match file.try_lock_shared() {
-        Err(TryLockError::WouldBlock) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(Liveness::Alive),
         Err(TryLockError::Error(e)) => Err(e),
-        Ok(()) => Ok(false),
+        Ok(()) => Ok(Liveness::Dead),
     }
 }
 
@@ -151,19 +163,23 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LockDir::open(tmp.path(), false).unwrap();
         let run = "0123456789abcdef";
-        assert!(!is_alive(&dir, run).unwrap());
+        assert_eq!(liveness(&dir, run).unwrap(), Liveness::Unknown);
         let lock = RunLock::hold(&dir, run, &info()).unwrap();
-        assert!(is_alive(&dir, run).unwrap());
+        assert_eq!(liveness(&dir, run).unwrap(), Liveness::Alive);
         assert!(dead_runs(&dir).unwrap().is_empty());
         drop(lock);
-        assert!(!is_alive(&dir, run).unwrap());
+        assert_eq!(
+            liveness(&dir, run).unwrap(),
+            Liveness::Unknown,
+            "ended: no record"
+        );
         assert!(
             dead_runs(&dir).unwrap().is_empty(),
             "a run that ended is no record"
         );
         // A killed run leaves its file, unlocked: a dead run, until a sweep forgets it.
         std::fs::write(path(&dir, run), serde_json::to_vec(&info()).unwrap()).unwrap();
-        assert!(!is_alive(&dir, run).unwrap());
+        assert_eq!(liveness(&dir, run).unwrap(), Liveness::Dead);
         assert_eq!(dead_runs(&dir).unwrap(), [(run.to_string(), Some(info()))]);
         forget(&dir, run);
         assert!(dead_runs(&dir).unwrap().is_empty());

@@ -31,6 +31,8 @@ pub struct Identity<'a> {
     pub gid: u32,
     /// The host's values of `pass_env`.
     pub pass_env: &'a BTreeMap<String, String>,
+    /// The lock dir holding the run's lock.
+    pub lock_dir: &'a Path,
 }
 
 /// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
@@ -139,6 +141,10 @@ impl ContainerPlan {
             ),
             (LABEL_GPUS.to_string(), String::new()),
             (LABEL_HOST.to_string(), id.host.to_string()),
+            (
+                LABEL_LOCK_DIR.to_string(),
+                id.lock_dir.display().to_string(),
+            ),
         ]);
         ContainerPlan {
             name,

@@ -60,13 +60,9 @@ pub fn execute(
             what: "cannot take this run's lock".into(),
             source,
         })?;
-    let swept = super::sweep::sweep(
-        engine,
-        Some(&plan.manifest.project),
-        &plan.scope,
-        &lock_dir,
-        &plan.host,
-    )?;
+    // Host-wide: a run killed in any scope leaves containers (and GPUs) behind that
+    // nobody else would remove.
+    let swept = super::sweep::sweep(engine, None, None, &lock_dir, &plan.host)?;
     // Said at once: whatever fails next, these are gone.
     reporter.handle(&Event::Swept {
         scope: &plan.scope,

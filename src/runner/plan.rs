@@ -257,6 +257,7 @@ pub fn plan(
         uid: user.0,
         gid: user.1,
         pass_env: &host.pass_env,
+        lock_dir: &manifest.gpu.lock_dir,
     };
     let batches = names
         .iter()

@@ -5,8 +5,13 @@ use crate::engine::{ContainerInfo, Engine};
 use crate::lockdir::LockDir;
 
 use super::container;
-use crate::labels::{LABEL_HOST, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE};
+use std::path::PathBuf;
+
+use crate::labels::{
+    LABEL_HOST, LABEL_LOCK_DIR, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE,
+};
 use crate::lockdir::runs as run_lock;
+use crate::lockdir::runs::Liveness;
 
 /// What a sweep did. It prints nothing: its caller says what it found ([`Swept::notes`]).
 #[derive(Debug, Default)]
@@ -61,25 +66,32 @@ impl Swept {
 /// What the labels and name of a listed container say, before any lock is looked at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Candidate {
-    /// Not a container of this scope made by cibox (the engine's label filter is not
-    /// trusted alone: the name must be the one the labels imply).
+    /// Not a container made by cibox (the engine's label filter is not trusted alone:
+    /// the name must be the one the labels imply), or not of the scope swept.
     NotOurs,
     /// Made by a cibox on another host: only that host can tell whether its run lives.
     Elsewhere(String),
-    /// Made on this host by this run ID: removed if the run is dead.
-    Run(String),
+    /// Made on this host by this run, whose lock lives in `lock_dir` (when the
+    /// container says): removed if the run is dead.
+    Run {
+        run: String,
+        lock_dir: Option<PathBuf>,
+    },
 }
 
-/// Judges one listed container for a sweep of `scope` on `host`.
-pub fn candidate(c: &ContainerInfo, scope: &str, host: &str) -> Candidate {
+/// Judges one listed container for a sweep of `scope` (every scope: `None`) on `host`.
+pub fn candidate(c: &ContainerInfo, scope: Option<&str>, host: &str) -> Candidate {
     let label = |k: &str| c.labels.get(k).map(String::as_str);
+    let Some(its_scope) = label(LABEL_SCOPE) else {
+        return Candidate::NotOurs;
+    };
     let prefix = format!(
         "cibox-{}-{}-",
         container::sanitize(label(LABEL_PROJECT).unwrap_or_default()),
-        container::sanitize(scope)
+        container::sanitize(its_scope)
     );
     if label(LABEL_OWNER) != Some("cibox")
-        || label(LABEL_SCOPE) != Some(scope)
+        || scope.is_some_and(|s| s != its_scope)
         || !c.name.starts_with(&prefix)
     {
         return Candidate::NotOurs;
@@ -90,53 +102,83 @@ pub fn candidate(c: &ContainerInfo, scope: &str, host: &str) -> Candidate {
     // Containers made before the host label existed count as this host's.
     match label(LABEL_HOST).filter(|h| *h != host) {
         Some(other) => Candidate::Elsewhere(other.to_string()),
-        None => Candidate::Run(run.to_string()),
+        None => Candidate::Run {
+            run: run.to_string(),
+            lock_dir: label(LABEL_LOCK_DIR)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute()),
+        },
     }
 }
 
-/// Removes the containers of this project and scope whose run is gone (its cibox died):
-/// exact owner/project/scope labels, the name prefix they imply, a run ID, made on this
-/// host, and the run's lock in `runs` free ([`run_lock`]). A live run's containers are
-/// left alone, as are those of another host. Then forgets the records of this scope's
-/// dead runs.
+/// Judges one listed container and removes it if its run is dead; whether it did.
+fn sweep_one(
+    engine: &Engine,
+    c: &ContainerInfo,
+    scope: Option<&str>,
+    runs: &LockDir,
+    host: &str,
+    swept: &mut Swept,
+) -> Result<bool, RunError> {
+    let (run, lock_dir) = match candidate(c, scope, host) {
+        Candidate::NotOurs => return Ok(false),
+        Candidate::Elsewhere(other) => {
+            swept.elsewhere.push((c.name.clone(), other));
+            return Ok(false);
+        }
+        Candidate::Run { run, lock_dir } => (run, lock_dir),
+    };
+    let dir = match &lock_dir {
+        Some(d) if d != runs.path() => LockDir::existing(d),
+        _ => runs.clone(),
+    };
+    let liveness = run_lock::liveness(&dir, &run).map_err(|source| RunError::RunLocks {
+        dir: dir.path().display().to_string(),
+        what: format!("cannot tell whether run {run} is alive"),
+        source,
+    })?;
+    if liveness != Liveness::Dead {
+        swept.live.push((c.name.clone(), run));
+        return Ok(false);
+    }
+    engine.remove_container(&c.id)?;
+    swept.removed.push((c.name.clone(), c.id.clone()));
+    Ok(true)
+}
+
+/// Removes the containers of dead runs (their cibox died) on this host: of `scope`, or
+/// of every scope; of `project`, or of every project. A container is judged by its
+/// exact owner/scope labels, the name they imply, a run ID, this host, and the run's
+/// lock in the lock dir the container names (else `runs`): only a record whose lock is
+/// free is a dead run; a run that cannot be placed counts as alive. Then forgets the
+/// records in `runs` of the dead runs swept.
 pub fn sweep(
     engine: &Engine,
     project: Option<&str>,
-    scope: &str,
+    scope: Option<&str>,
     runs: &LockDir,
     host: &str,
 ) -> Result<Swept, RunError> {
-    let mut labels = vec![
-        format!("{LABEL_OWNER}=cibox"),
-        format!("{LABEL_SCOPE}={scope}"),
-    ];
+    let mut labels = vec![format!("{LABEL_OWNER}=cibox")];
+    if let Some(s) = scope {
+        labels.push(format!("{LABEL_SCOPE}={s}"));
+    }
     if let Some(p) = project {
         labels.push(format!("{LABEL_PROJECT}={p}"));
     }
     let mut swept = Swept::default();
+    // Runs with a container still there: their records must stay (they are what makes
+    // `gpu exec` ask the engine which GPUs such a container holds).
+    let mut kept: std::collections::HashSet<String> = std::collections::HashSet::new();
     for c in engine.containers_with_labels(&labels)? {
-        let run = match candidate(&c, scope, host) {
-            Candidate::NotOurs => continue,
-            Candidate::Elsewhere(other) => {
-                swept.elsewhere.push((c.name.clone(), other));
-                continue;
-            }
-            Candidate::Run(run) => run,
-        };
-        let alive = run_lock::is_alive(runs, &run).map_err(|source| RunError::RunLocks {
-            dir: runs.path().display().to_string(),
-            what: format!("cannot tell whether run {run} is alive"),
-            source,
-        })?;
-        if alive {
-            swept.live.push((c.name.clone(), run));
-            continue;
+        if !sweep_one(engine, &c, scope, runs, host, &mut swept)?
+            && let Some(run) = c.labels.get(LABEL_RUN)
+        {
+            kept.insert(run.clone());
         }
-        engine.remove_container(&c.id)?;
-        swept.removed.push((c.name.clone(), c.id.clone()));
     }
-    // Every container of this scope's (and project's) dead runs is gone now: their
-    // records can go too, and with them the reason to ask the engine (see `claims`).
+    // Every container of the swept dead runs is gone now: their records can go too,
+    // and with them the reason to ask the engine (see `claims`).
     let dead = run_lock::dead_runs(runs).map_err(|source| RunError::RunLocks {
         dir: runs.path().display().to_string(),
         what: "runs/".into(),
@@ -144,8 +186,9 @@ pub fn sweep(
     })?;
     for (run, info) in dead {
         if let Some(info) = info
-            && info.scope == scope
+            && scope.is_none_or(|s| s == info.scope)
             && project.is_none_or(|p| p == info.project)
+            && !kept.contains(&run)
         {
             run_lock::forget(runs, &run);
         }
@@ -185,32 +228,49 @@ mod tests {
     #[test]
     fn only_this_scopes_containers_of_this_host_are_swept() {
         let c = listed("cibox-p-gh-1-1-a-01234567", &ours());
-        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::Run(RUN.into()));
+        let ours_run = Candidate::Run {
+            run: RUN.into(),
+            lock_dir: None,
+        };
+        assert_eq!(candidate(&c, Some("gh-1-1"), "h"), ours_run);
+        // Every scope: this one too.
+        assert_eq!(candidate(&c, None, "h"), ours_run);
         // Another host's: left to that host.
         assert_eq!(
-            candidate(&c, "gh-1-1", "other"),
+            candidate(&c, Some("gh-1-1"), "other"),
             Candidate::Elsewhere("h".into())
         );
         // Another scope, or a name that is not the one the labels imply.
-        assert_eq!(candidate(&c, "gh-2-1", "h"), Candidate::NotOurs);
+        assert_eq!(candidate(&c, Some("gh-2-1"), "h"), Candidate::NotOurs);
         let renamed = listed("precious-db", &ours());
-        assert_eq!(candidate(&renamed, "gh-1-1", "h"), Candidate::NotOurs);
+        assert_eq!(candidate(&renamed, Some("gh-1-1"), "h"), Candidate::NotOurs);
         // Labels a user put on a container of their own are not enough either.
         let mut foreign = ours();
         foreign[0] = (LABEL_OWNER, "someone");
         let c = listed("cibox-p-gh-1-1-a-01234567", &foreign);
-        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::NotOurs);
+        assert_eq!(candidate(&c, Some("gh-1-1"), "h"), Candidate::NotOurs);
         // A run label that is no run ID is never turned into a path.
         let mut bad_run = ours();
         bad_run[3] = (LABEL_RUN, "../../etc/passwd");
         let c = listed("cibox-p-gh-1-1-a-01234567", &bad_run);
-        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::NotOurs);
+        assert_eq!(candidate(&c, Some("gh-1-1"), "h"), Candidate::NotOurs);
         // Made before the host label existed: this host's.
         let old: Vec<_> = ours()
             .into_iter()
             .filter(|(k, _)| *k != LABEL_HOST)
             .collect();
         let c = listed("cibox-p-gh-1-1-a-01234567", &old);
-        assert_eq!(candidate(&c, "gh-1-1", "h"), Candidate::Run(RUN.into()));
+        assert_eq!(candidate(&c, Some("gh-1-1"), "h"), ours_run);
+        // The lock dir it names is where its run is judged.
+        let mut placed = ours();
+        placed.push((LABEL_LOCK_DIR, "/srv/locks"));
+        let c = listed("cibox-p-gh-1-1-a-01234567", &placed);
+        assert_eq!(
+            candidate(&c, None, "h"),
+            Candidate::Run {
+                run: RUN.into(),
+                lock_dir: Some("/srv/locks".into())
+            }
+        );
     }
 }

@@ -381,3 +381,59 @@ fn a_source_batches_cannot_read_is_refused_before_anything_runs() {
     r.fails_with(2, "cannot read the source");
     assert!(p.containers().is_empty(), "no container was made");
 }
+
+#[test]
+fn a_stopped_waiter_does_not_freeze_the_queue() {
+    let h = GpuHost::new(8);
+    let holder = h
+        .cmd(&["gpu", "exec", "--count", "8", "--", "sleep", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || h.leased().len() == 8));
+    // The head of the queue waits for all 8 ... and is stopped (Ctrl-Z, SIGSTOP).
+    let mut head = h
+        .cmd(&[
+            "gpu", "exec", "--count", "8", "--wait", "120s", "--", "true",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || h.queued() == 1));
+    let head_pid = nix::unistd::Pid::from_raw(head.id() as i32);
+    nix::sys::signal::kill(head_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let mut holder = holder;
+    assert!(holder.wait().unwrap().success());
+    // All 8 are free; a 1-GPU request behind the stopped head still gets one.
+    let r = run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "60s", "--", "true"]),
+        90,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The head keeps its place and, once resumed, gets its GPUs.
+    nix::sys::signal::kill(head_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(wait_until(60, || head.try_wait().unwrap().is_some()));
+    assert_eq!(head.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn an_engine_that_cannot_be_asked_fails_closed_when_a_run_died() {
+    let h = GpuHost::new(2);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    // The record of a run whose cibox was killed: its containers may hold GPUs.
+    std::fs::write(
+        h.locks.path().join("runs/0123456789abcdef.lock"),
+        r#"{"project":"p","scope":"s"}"#,
+    )
+    .unwrap();
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock"))
+    .fails_with(5, "engine cannot be asked");
+    run(h
+        .cmd(&["gpu", "status"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock"))
+    .fails_with(5, "engine cannot be asked");
+}

@@ -12,4 +12,5 @@ mod hostile;
 mod image;
 mod lockset;
 mod nix;
+mod orphans;
 mod python;

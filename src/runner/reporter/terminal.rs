@@ -187,7 +187,7 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                 print_sweep_notes(swept);
                 if !swept.removed.is_empty() {
                     report::info(format!(
-                        "removed {} leftover container(s) of scope {scope}",
+                        "removed {} leftover container(s) of dead runs (this run's scope: {scope})",
                         swept.removed.len()
                     ));
                 }
