@@ -54,6 +54,12 @@ pub enum Command {
     Workflow(WorkflowCommand),
     /// Replay a recorded batch locally from its result.json.
     Reproduce(ReproduceArgs),
+    /// (Internal) the watchdog of a batch container: removes it if cibox dies.
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog {
+        /// The container's ID.
+        container: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

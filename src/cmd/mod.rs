@@ -76,5 +76,6 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
         Command::Workflow(WorkflowCommand::Lint) => workflow::lint(&ctx),
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
+        Command::Watchdog { container } => Ok(crate::runner::watchdog::watch(&container)),
     }
 }

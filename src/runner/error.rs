@@ -56,6 +56,8 @@ pub enum RunError {
     },
     #[error("a batch's thread panicked")]
     Panicked,
+    #[error("cannot start the watchdog of a batch container: {0}")]
+    Watchdog(#[source] std::io::Error),
     #[error(
         "batches run as uid {uid}, never as root, and cannot read the source {dir} (mode {mode:o}); make it readable by others (chmod o+rx), or run cibox as an unprivileged CI user"
     )]
@@ -93,6 +95,7 @@ impl RunError {
             RunError::RunLocks { .. }
             | RunError::BatchDir { .. }
             | RunError::Panicked
+            | RunError::Watchdog(_)
             | RunError::GitMask(_) => Failure::Infra,
         }
     }

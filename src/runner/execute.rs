@@ -4,6 +4,7 @@
 //! [`Event`]s; it prints nothing itself.
 
 use std::cell::Cell;
+use std::os::unix::io::RawFd;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
@@ -17,6 +18,7 @@ use super::outcome::{BatchResult, Ended, RunOutcome, Verdict, judge};
 use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
+use super::watchdog::Watchdog;
 use crate::engine::{Engine, FollowEnd, Followed, Stop};
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::{self, PoolGpu};
@@ -225,8 +227,10 @@ impl Execution<'_> {
                     batch: b,
                     dir: &b.dir,
                 })
-                .and_then(|()| self.container(b, &leased, &printed))
-            {
+                .and_then(|()| {
+                    let fds = lease.as_ref().map(|l| l.fds()).unwrap_or_default();
+                    self.container(b, &leased, &fds, &printed)
+                }) {
                 Ok(e) => e,
                 Err(e) => self.failed(b, e)?,
             },
@@ -359,14 +363,31 @@ impl Execution<'_> {
 
     /// Creates, starts, follows and removes the batch's container. Never leaves it
     /// behind.
-    fn container(&self, b: &BatchPlan, gpus: &[PoolGpu], printed: &Cell<u64>) -> Result<Ended> {
+    fn container(
+        &self,
+        b: &BatchPlan,
+        gpus: &[PoolGpu],
+        lease_fds: &[RawFd],
+        printed: &Cell<u64>,
+    ) -> Result<Ended> {
         let plan: &ContainerPlan = &b.container;
         let id = self
             .engine
             .create_container(&plan.name, plan.body(gpus, self.git_masks))?;
+        // From here on, if cibox dies the watchdog removes the container.
+        let watchdog = match Watchdog::start(&id, lease_fds) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = self.engine.remove_container(&id);
+                return Err(RunError::Watchdog(e));
+            }
+        };
         let outcome = self.follow(b, &id, printed);
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove_container(&id);
+        if removed.is_ok() {
+            watchdog.dismiss();
+        }
         let ended = outcome?;
         removed?;
         Ok(ended)

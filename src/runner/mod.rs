@@ -23,6 +23,7 @@ pub mod plan;
 pub mod record;
 pub mod reporter;
 pub mod sweep;
+pub mod watchdog;
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -3,6 +3,23 @@
 
 use crate::common::*;
 
+/// Whether the watchdog command line `cmdline` watches a container of `scope`.
+fn container_of_scope(cmdline: &str, scope: &str) -> bool {
+    let Some(id) = cmdline.split('\0').nth(2).map(str::trim) else {
+        return false;
+    };
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"org.cibox.scope\"}}",
+            id,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == scope
+}
+
 #[test]
 fn a_dead_run_in_another_scope_is_swept_and_a_live_one_never() {
     let p = busybox_project(
@@ -38,14 +55,85 @@ fn a_dead_run_in_another_scope_is_swept_and_a_live_one_never() {
         "cleanup removed a live run's container: {}",
         r.stdout
     );
-    // Killed, the run is dead: the next run in another scope (and another lock dir)
-    // removes its container.
+    // Killed with its watchdog (as a host's OOM killer might), the run is dead: the next
+    // run in another scope (and another lock dir) removes its container.
+    for pid in pids_with(&["__watchdog"]) {
+        let container = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let container = String::from_utf8_lossy(&container).to_string();
+        if container_of_scope(&container, &scope_a) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
     long.kill().unwrap();
     long.wait().unwrap();
+    assert_eq!(
+        ours(&scope_a),
+        1,
+        "the container outlives its cibox and watchdog"
+    );
     let scope_b = format!("{}-b", p.scope());
     p.run(&["batch", "run", "quick", "--scope", &scope_b]).ok();
     assert!(
         wait_until(10, || ours(&scope_a) == 0),
         "a dead run's container in another scope was left"
+    );
+}
+
+/// The PIDs of processes whose command line holds all of `words`.
+fn pids_with(words: &[&str]) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    let line = String::from_utf8_lossy(&c).replace('\0', " ");
+                    words.iter().all(|w| line.contains(w))
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[test]
+fn a_batch_container_dies_with_its_cibox() {
+    let p = busybox_project(
+        "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n",
+        "",
+    );
+    let mut cibox = p
+        .batch_cmd(&["batch", "run", "long"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(30, || p.containers().len() == 1));
+    let id = String::from_utf8(
+        std::process::Command::new("docker")
+            .args(["inspect", "--format", "{{.Id}}"])
+            .arg(&p.containers()[0])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    // Its watchdog runs beside cibox, in a session of its own.
+    assert!(wait_until(10, || pids_with(&["__watchdog", &id]).len() == 1));
+    let watchdog = pids_with(&["__watchdog", &id])[0];
+    cibox.kill().unwrap();
+    cibox.wait().unwrap();
+    assert!(
+        wait_until(15, || p.containers().is_empty()),
+        "the container of a SIGKILLed cibox is still there"
+    );
+    assert!(
+        wait_until(15, || !pid_alive(watchdog)),
+        "the watchdog did not leave"
     );
 }

@@ -1,0 +1,112 @@
+//! A batch container never outlives its cibox: each one gets a watchdog, a small
+//! process of its own (`cibox __watchdog`, in its own session, so neither a terminal's
+//! signals nor a kill of cibox's group reach it) that holds the batch's lease and waits
+//! on a pipe from cibox. When cibox ends normally it says so and the watchdog leaves;
+//! when cibox dies by any signal the pipe closes, and the watchdog removes the
+//! container at once, then lets the lease go. So the batch's timeout and its GPUs never
+//! depend on a later sweep.
+
+use std::io::{Read, Write};
+use std::os::unix::io::RawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+use crate::engine::Engine;
+
+/// What cibox writes when it has removed the container itself.
+const DISMISS: u8 = b'd';
+
+/// A running watchdog of one container.
+pub struct Watchdog {
+    child: Child,
+    pipe: Option<std::io::PipeWriter>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog of `container`, handing it `lease_fds` (the GPU lock files):
+    /// the GPUs stay leased until it has removed the container too.
+    pub fn start(container: &str, lease_fds: &[RawFd]) -> std::io::Result<Watchdog> {
+        let (reader, writer) = std::io::pipe()?;
+        let exe = std::env::current_exe()?;
+        let inherit = lease_fds.to_vec();
+        let mut cmd = Command::new(exe);
+        cmd.args(["__watchdog", container])
+            .stdin(Stdio::from(reader))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: only async-signal-safe calls (setsid, fcntl) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                for &fd in &inherit {
+                    if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        Ok(Watchdog {
+            child,
+            pipe: Some(writer),
+        })
+    }
+
+    /// cibox removed the container itself: the watchdog leaves, and with it its hold
+    /// on the lease (waited for, so the GPUs are free when this returns).
+    pub fn dismiss(mut self) {
+        if let Some(mut pipe) = self.pipe.take() {
+            let _ = pipe.write_all(&[DISMISS]);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Not dismissed (an error path): closing the pipe makes it remove the
+        // container, which is what must happen; reap it so no zombie stays.
+        self.pipe.take();
+        let _ = self.child.wait();
+    }
+}
+
+/// The watchdog itself: waits until cibox says it is done or dies, and in the second
+/// case removes `container`. Exits 0 either way; it has nobody to tell.
+pub fn watch(container: &str) -> u8 {
+    // Nothing to print to and nobody to stop it: a SIGPIPE or SIGHUP must not end it
+    // before the container is gone.
+    // SAFETY: setting dispositions of this single-threaded process.
+    unsafe {
+        for sig in [
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::Signal::SIGHUP,
+            nix::sys::signal::Signal::SIGINT,
+        ] {
+            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
+        }
+    }
+    let mut byte = [0u8; 1];
+    let said = loop {
+        match std::io::stdin().read(&mut byte) {
+            Ok(0) => break None,
+            Ok(_) => break Some(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break None,
+        }
+    };
+    if said == Some(DISMISS) {
+        return 0;
+    }
+    // cibox is gone. The engine may be slow to answer; try for a while.
+    for _ in 0..10 {
+        if let Ok(engine) = Engine::connect()
+            && engine.remove_container(container).is_ok()
+        {
+            return 0;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    0
+}
