@@ -121,6 +121,63 @@ fn group_alive(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
+/// Every live (not zombie) process below `root` in the process tree. cibox is a
+/// subreaper, so a worker that leaves the group with `setsid` (and closes the lock
+/// files it inherited) is still found here: as cibox's child once its parent is gone,
+/// or as a grandchild while it lives.
+fn descendants(root: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of: Vec<(i32, i32)> = Vec::new();
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let Some(ppid) = fields.next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if state != "Z" && state != "X" {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root.as_raw()];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|(_, ppid)| *ppid == p)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    found.into_iter().skip(1).map(Pid::from_raw).collect()
+}
+
+/// Sends `sig` to the group and to every other descendant of cibox.
+fn signal_workload(pgid: Pid, sig: Signal) {
+    let _ = killpg(pgid, sig);
+    for pid in descendants(nix::unistd::getpid()) {
+        let _ = nix::sys::signal::kill(pid, sig);
+    }
+}
+
+/// Whether any process of the workload lives: the group, or a descendant that left it.
+fn workload_alive(pgid: Pid) -> bool {
+    group_alive(pgid) || !descendants(nix::unistd::getpid()).is_empty()
+}
+
 /// Reaps every exited child; returns the leader's status when it is among them. A
 /// leader stopped from the terminal (Ctrl-Z) stops cibox too, and both go on together.
 fn reap(group: &Group) -> Option<WaitStatus> {
@@ -150,7 +207,8 @@ fn reap(group: &Group) -> Option<WaitStatus> {
 }
 
 /// Waits for the leader, forwarding terminating signals to the group, then makes sure
-/// the whole group is gone (SIGTERM, `grace`, SIGKILL) before returning.
+/// the whole workload is gone (SIGTERM, `grace`, SIGKILL), the group and any
+/// descendant that left it, before returning.
 pub fn supervise(group: &Group, grace: Duration) -> Ending {
     let pgid = group.leader;
     let mut ending = None;
@@ -169,12 +227,12 @@ pub fn supervise(group: &Group, grace: Duration) -> Ending {
         {
             // A signal wins over an exit seen at the same time: the run was cancelled.
             ending = Some(Ending::Interrupted(sig));
-            let _ = killpg(pgid, sig);
+            signal_workload(pgid, sig);
             kill_at = Some(Instant::now() + grace);
             terminated = true;
         }
         if let Some(end) = ending {
-            if !group_alive(pgid) {
+            if !workload_alive(pgid) {
                 // Reap what is left (zombies we now own) and report.
                 reap(group);
                 if group.interactive {
@@ -184,13 +242,13 @@ pub fn supervise(group: &Group, grace: Duration) -> Ending {
             }
             if !terminated {
                 // The leader is done; its stray workers must not keep the GPUs.
-                let _ = killpg(pgid, Signal::SIGTERM);
+                signal_workload(pgid, Signal::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
                 terminated = true;
             }
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
-            let _ = killpg(pgid, Signal::SIGKILL);
+            signal_workload(pgid, Signal::SIGKILL);
             kill_at = None;
         }
         std::thread::sleep(TICK);

@@ -705,3 +705,23 @@ fn a_head_waiting_on_a_gpu_busy_outside_cibox_does_not_hold_up_others() {
         "A got GPU 0 while it was busy"
     );
 }
+
+#[test]
+fn a_worker_that_leaves_the_group_and_its_locks_still_holds_the_lease() {
+    let h = GpuHost::new(1);
+    let pidfile = h.work.path().join("escaped.pid");
+    // A worker that starts its own session and closes every inherited descriptor (the
+    // lock files too), as Python's subprocess does by default; the command then exits.
+    let script = format!(
+        "python3 -c 'import os, subprocess, sys; p = subprocess.Popen([\"sleep\", \"1000\"], start_new_session=True, close_fds=True); open(sys.argv[1], \"w\").write(str(p.pid))' {}",
+        pidfile.display()
+    );
+    let r = h.run(&["gpu", "exec", "--count", "1", "--", "sh", "-c", &script]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let escaped = read_pid(&pidfile);
+    assert!(
+        !pid_alive(escaped),
+        "worker {escaped} outlived its gpu exec and its lease"
+    );
+    assert!(h.leased().is_empty());
+}
