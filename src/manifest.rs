@@ -457,6 +457,9 @@ struct RawLayer {
 // ---------------------------------------------------------------------------------
 // Loading.
 
+/// The largest manifest file read.
+const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
 /// The CPU limits the engine takes: it refuses less than a hundredth of a CPU, and a
 /// value that small would otherwise round to "no limit".
 const CPUS_RANGE: &str = "must be between 0.01 and 4096";
@@ -579,10 +582,41 @@ impl Checker<'_> {
 impl Manifest {
     /// Reads and validates a manifest file, then applies the `CIBOX_*` overrides.
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        let bytes = std::fs::read(path).map_err(|e| ManifestError::Read {
+        let read_err = |e: std::io::Error| ManifestError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
-        })?;
+        };
+        // Found on disk, so anyone's: a plain file (a FIFO would block), read only so far.
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(path)
+                .map_err(read_err)?
+        };
+        if !file.metadata().map_err(read_err)?.is_file() {
+            return Err(ManifestError::Read {
+                path: path.display().to_string(),
+                reason: "not a plain file".into(),
+            });
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, MAX_MANIFEST_BYTES as u64 + 1),
+            &mut bytes,
+        )
+        .map_err(read_err)?;
+        // A manifest is a few kilobytes; one of megabytes is no manifest.
+        if bytes.len() > MAX_MANIFEST_BYTES {
+            return Err(ManifestError::Read {
+                path: path.display().to_string(),
+                reason: format!(
+                    "larger than {} MiB, the most a manifest may have",
+                    MAX_MANIFEST_BYTES >> 20
+                ),
+            });
+        }
         let text = String::from_utf8(bytes.clone()).map_err(|_| ManifestError::Read {
             path: path.display().to_string(),
             reason: "not UTF-8 text".into(),

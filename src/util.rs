@@ -13,6 +13,25 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// `bytes` random bytes from the kernel's random source, in hex (time and pid if it
+/// cannot be read).
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seed = (t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32).to_le_bytes();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = seed[i % 8];
+        }
+    }
+    hex(&buf)
+}
+
 /// The closest known name, when it is close enough to be a typo.
 pub fn did_you_mean<'a>(bad: &str, known: &'a [String]) -> Option<&'a str> {
     known

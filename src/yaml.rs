@@ -65,6 +65,9 @@ pub const MAX_NODES: usize = 100_000;
 /// The deepest a document may nest (a manifest needs five or six levels); deeper trees
 /// would also cost stack in every recursive walk.
 pub const MAX_DEPTH: usize = 64;
+/// The most text (scalar bytes) a document may hold once its aliases are expanded: an
+/// alias of a long string would otherwise copy it again and again.
+pub const MAX_TEXT_BYTES: usize = 16 << 20;
 
 enum Frame {
     Seq {
@@ -91,6 +94,9 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
     // Each anchored node with its size in nodes, so an alias is paid for before it is
     // copied.
     let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
+    // Bytes of text per anchored node, and in the document so far.
+    let mut anchor_bytes: HashMap<usize, usize> = HashMap::new();
+    let mut bytes_total = 0usize;
     let mut root: Option<Node> = None;
     let mut documents = 0;
     let mut total = 0usize;
@@ -121,21 +127,32 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                 }
                 None
             }
-            Event::Scalar(text, style, anchor, _tag) => Some((
-                Node {
-                    value: NodeValue::Scalar {
-                        text: text.into_owned(),
-                        plain: style == ScalarStyle::Plain,
+            Event::Scalar(text, style, anchor, _tag) => {
+                bytes_total += text.len();
+                if anchor != 0 {
+                    anchor_bytes.insert(anchor, text.len());
+                }
+                Some((
+                    Node {
+                        value: NodeValue::Scalar {
+                            text: text.into_owned(),
+                            plain: style == ScalarStyle::Plain,
+                        },
+                        mark,
                     },
-                    mark,
-                },
-                anchor,
-                1,
-                1,
-            )),
+                    anchor,
+                    1,
+                    1,
+                ))
+            }
             Event::Alias(id) => match anchors.get(&id) {
                 Some((node, size)) => {
-                    if total + size > MAX_NODES {
+                    let bytes = anchor_bytes
+                        .get(&id)
+                        .copied()
+                        .unwrap_or_else(|| text_bytes(node));
+                    bytes_total += bytes;
+                    if total + size > MAX_NODES || bytes_total > MAX_TEXT_BYTES {
                         return Err(too_big("its aliases expand too far"));
                     }
                     Some((node.clone(), 0, *size, *size))
@@ -217,7 +234,13 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
         if total > MAX_NODES {
             return Err(too_big("it has too many values"));
         }
+        if bytes_total > MAX_TEXT_BYTES {
+            return Err(too_big("it holds too much text"));
+        }
         if anchor != 0 {
+            if !matches!(node.value, NodeValue::Scalar { .. }) {
+                anchor_bytes.insert(anchor, text_bytes(&node));
+            }
             anchors.insert(anchor, (node.clone(), size));
         }
         match stack.last_mut() {
@@ -264,6 +287,18 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
         }
     }
     Ok(root)
+}
+
+/// The bytes of text in a tree (computed once per anchor; the tree is bounded).
+fn text_bytes(node: &Node) -> usize {
+    match &node.value {
+        NodeValue::Scalar { text, .. } => text.len(),
+        NodeValue::Seq(items) => items.iter().map(text_bytes).sum(),
+        NodeValue::Map(entries) => entries
+            .iter()
+            .map(|(k, v)| text_bytes(k) + text_bytes(v))
+            .sum(),
+    }
 }
 
 impl Node {
@@ -425,6 +460,15 @@ mod tests {
             ok.get("b").unwrap().to_json(),
             serde_json::json!({"timeout": "1m"})
         );
+    }
+
+    #[test]
+    fn aliases_of_long_text_are_bounded_too() {
+        let mut doc = format!("x: &a \"{}\"\nl:\n", "y".repeat(1 << 20));
+        for _ in 0..1500 {
+            doc.push_str("  - *a\n");
+        }
+        assert!(parse(&doc).unwrap_err().message.contains("too large"));
     }
 
     #[test]

@@ -94,7 +94,7 @@ impl Ticket {
         let mut counter = open_shared_file(&dir.path().join("queue.seq"))?;
         lock_until(&counter, deadline)?;
         let mut text = String::new();
-        counter.read_to_string(&mut text)?;
+        (&mut counter).take(64).read_to_string(&mut text)?;
         // Never hand out a number below a live ticket, even if the counter was reset.
         // A `.new-*` file seen under this lock was left by a waiter killed before its
         // rename (each exists only while its maker holds the lock): remove it.
@@ -118,8 +118,27 @@ impl Ticket {
         let pid = std::process::id();
         let name = format!("{at_ms:020}-{seq:020}-{pid}");
         // Locked before it becomes visible, so nobody can take a fresh ticket for dead.
-        let tmp = queue.join(format!(".new-{pid}-{seq}"));
-        let mut file = open_shared_file(&tmp)?;
+        // Made new under a name nobody can guess: a file planted under a predictable
+        // one could be held, or be another user's.
+        let (tmp, mut file) = loop {
+            let tmp = queue.join(format!(".new-{pid}-{seq}-{}", crate::util::random_hex(8)));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+                .mode(0o666)
+                .open(&tmp)
+            {
+                Ok(f) => {
+                    use std::os::unix::fs::PermissionsExt;
+                    f.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+                    break (tmp, f);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
         lock_until(&file, deadline)?;
         file.write_all(description.as_bytes())?;
         std::fs::rename(&tmp, queue.join(&name))?;

@@ -141,13 +141,15 @@ fn create_shared_dir(path: &Path) -> std::io::Result<()> {
 /// symlink, never blocking on a FIFO, never inherited by a child by accident.
 const SAFE_FLAGS: i32 = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC;
 
-/// Accepts only a regular file with one name: a FIFO, device or socket planted under a
-/// lock file's name would block or mislead, and a hard link could point at a file
-/// outside the lock dir.
+/// Accepts only a regular file: a FIFO, device or socket planted under a lock file's
+/// name would block or mislead; and a file of root's only with one name.
 fn regular(file: File, path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::MetadataExt;
     let md = file.metadata()?;
-    if !md.file_type().is_file() || md.nlink() != 1 {
+    // A hard link could name a file outside the lock dir; only one owned by root can do
+    // harm (cibox, as root, writes holders into lock files), and anyone else's is
+    // theirs to spoil.
+    if !md.file_type().is_file() || (md.nlink() != 1 && md.uid() == 0) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
@@ -289,6 +291,16 @@ pub fn lock_until(file: &File, deadline: std::time::Instant) -> Result<(), LockW
 /// sticky when anyone may write (so nobody can replace what another user made). Anyone can create
 /// `/run/lock/cibox` after a reboot; a folder made by someone else is refused.
 fn trusted_dir(path: &Path) -> Result<(), String> {
+    trusted(path, true)
+}
+
+/// `queue/` and `runs/`: whoever ran cibox first made them, so any owner will do; but
+/// a real folder, and sticky when anyone may write it.
+fn trusted_subdir(path: &Path) -> Result<(), String> {
+    trusted(path, false)
+}
+
+fn trusted(path: &Path, check_owner: bool) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::symlink_metadata(path).map_err(|e| format!("cannot stat it: {e}"))?;
     if md.file_type().is_symlink() {
@@ -298,7 +310,7 @@ fn trusted_dir(path: &Path) -> Result<(), String> {
         return Err("exists and is not a directory".into());
     }
     let me = nix::unistd::geteuid().as_raw();
-    if md.uid() != 0 && md.uid() != me {
+    if check_owner && md.uid() != 0 && md.uid() != me {
         return Err(format!(
             "is {}, not by root or you (uid {me}); remove it, or set gpu.lock_dir to a folder root or you own",
             owner_of(md.uid())
@@ -341,7 +353,7 @@ impl LockDir {
         for sub in ["queue", "runs"] {
             create_shared_dir(&path.join(sub))
                 .map_err(|e| unusable(format!("cannot create {sub}/: {e}")))?;
-            trusted_dir(&path.join(sub)).map_err(|why| unusable(format!("{sub}/ {why}")))?;
+            trusted_subdir(&path.join(sub)).map_err(|why| unusable(format!("{sub}/ {why}")))?;
         }
         // A lease needs to write its lock files; find out now rather than mid-wait.
         let probe = path.join("queue.seq");

@@ -45,6 +45,9 @@ pub struct RunInfo {
 pub struct RunLock {
     path: PathBuf,
     _file: File,
+    /// Keep the record when the run ends: a container of it could not be removed, and
+    /// the record of a dead run is what gets it swept (and its GPUs counted busy).
+    keep: std::cell::Cell<bool>,
 }
 
 impl RunLock {
@@ -60,13 +63,26 @@ impl RunLock {
             .open(&path)?;
         file.lock()?;
         file.write_all(&serde_json::to_vec(info).expect("run info serialises"))?;
-        Ok(RunLock { path, _file: file })
+        Ok(RunLock {
+            path,
+            _file: file,
+            keep: std::cell::Cell::new(false),
+        })
+    }
+}
+
+impl RunLock {
+    /// Leaves the record behind when the run ends (unlocked: a dead run's).
+    pub fn leave_record(&self) {
+        self.keep.set(true);
     }
 }
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.keep.get() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -90,10 +90,11 @@ pub struct Cleaned {
     pub modes_fixed: usize,
 }
 
-/// Cleans what the batch left in `dir`, once its container is gone: removes every
-/// entry that is not a plain file or a folder, gives files mode 0644 (0755 if any
-/// execute bit was set) and folders 0755, and opens `dir` itself to readers (0755).
-/// Nothing is followed.
+/// Cleans what the batch left in `dir`, once its container is gone (never while it
+/// could still write there): removes every entry that is not a plain file or a folder,
+/// gives files mode 0644 (0755 if any execute bit was set) and folders 0755, and opens
+/// `dir` itself to readers (0755). Nothing is followed. An entry that cannot be cleaned
+/// (a tree deeper than a path can name, say) is removed whole.
 pub fn clean(dir: &Path) -> std::io::Result<Cleaned> {
     let mut cleaned = Cleaned::default();
     let mut stack = vec![dir.to_path_buf()];
@@ -101,40 +102,69 @@ pub fn clean(dir: &Path) -> std::io::Result<Cleaned> {
         let entries = match std::fs::read_dir(&d) {
             Ok(e) => e,
             Err(_) => {
-                // A folder the batch shut: open it for us, then read it.
-                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))?;
-                std::fs::read_dir(&d)?
+                // A folder the batch shut: open it for us, then read it; failing that,
+                // it goes.
+                match std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
+                    .and_then(|()| std::fs::read_dir(&d))
+                {
+                    Ok(e) => e,
+                    Err(_) if d != dir => {
+                        remove_whole(&d)?;
+                        cleaned.removed += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         };
         for e in entries.flatten() {
             let p = e.path();
-            let Ok(md) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            let ft = md.file_type();
-            let mode = md.mode() & 0o7777;
-            let wanted = if ft.is_dir() {
-                0o755
-            } else if ft.is_file() {
-                if mode & 0o111 != 0 { 0o755 } else { 0o644 }
-            } else {
-                std::fs::remove_file(&p)?;
-                cleaned.removed += 1;
-                continue;
-            };
-            if mode != wanted {
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(wanted))?;
-                if mode & 0o7022 != 0 {
-                    cleaned.modes_fixed += 1;
+            match clean_entry(&p, &mut cleaned) {
+                Ok(true) => stack.push(p),
+                Ok(false) => {}
+                Err(_) => {
+                    remove_whole(&p)?;
+                    cleaned.removed += 1;
                 }
-            }
-            if ft.is_dir() {
-                stack.push(p);
             }
         }
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     Ok(cleaned)
+}
+
+/// Cleans one entry; whether it is a folder to descend into.
+fn clean_entry(p: &Path, cleaned: &mut Cleaned) -> std::io::Result<bool> {
+    let md = std::fs::symlink_metadata(p)?;
+    let ft = md.file_type();
+    let mode = md.mode() & 0o7777;
+    let wanted = if ft.is_dir() {
+        0o755
+    } else if ft.is_file() {
+        if mode & 0o111 != 0 { 0o755 } else { 0o644 }
+    } else {
+        std::fs::remove_file(p)?;
+        cleaned.removed += 1;
+        return Ok(false);
+    };
+    if mode != wanted {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(wanted))?;
+        if mode & 0o7022 != 0 {
+            cleaned.modes_fixed += 1;
+        }
+    }
+    Ok(ft.is_dir())
+}
+
+/// Removes `p` whatever it is (std's removal works relative to open folders, so depth
+/// does not stop it, and never follows a link).
+fn remove_whole(p: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(md) if md.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -88,6 +88,7 @@ pub fn execute(
         reporter: Mutex::new(reporter),
         lockset: lockset.digest.clone(),
         git_masks: &git_masks.binds,
+        removal_failed: Mutex::new(Vec::new()),
     };
     run.emit(&Event::RunStarted { plan })?;
     let mut batches = Vec::new();
@@ -126,6 +127,14 @@ pub fn execute(
             _ => None,
         })
         .or_else(signals::received);
+    if !run
+        .removal_failed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_empty()
+    {
+        _run_lock.leave_record();
+    }
     let outcome = RunOutcome {
         batches,
         stopped_by,
@@ -179,6 +188,9 @@ struct Execution<'a> {
     lockset: String,
     /// Binds that hide the source's git credentials.
     git_masks: &'a [String],
+    /// A container could not be removed: the run's record stays when it ends, so the
+    /// run counts as dead and a later sweep removes the container.
+    removal_failed: Mutex<Vec<String>>,
 }
 
 impl Execution<'_> {
@@ -238,18 +250,27 @@ impl Execution<'_> {
         // The container is gone (or, if the engine failed to remove it, still named
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
-        // Nothing the batch left may hurt who reads the folder next.
-        batch_dir::clean(&b.dir).map_err(|source| RunError::BatchDir {
-            dir: b.dir.display().to_string(),
-            what: "clean",
-            source,
-        })?;
+        // Nothing the batch left may hurt who reads the folder next; but never while a
+        // container that could not be removed may still write there.
+        let still_there = self
+            .removal_failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&b.name);
+        if !still_there {
+            batch_dir::clean(&b.dir).map_err(|source| RunError::BatchDir {
+                dir: b.dir.display().to_string(),
+                what: "clean",
+                source,
+            })?;
+        }
 
         let (collected, junit_problem) = read_reports(&b.dir);
         let junit::Collected {
             cases,
             totals,
             dropped,
+            ..
         } = collected;
         let (verdict, message) = judge(&ended, &totals, junit_problem, b.allow_empty);
         let plan = self.plan;
@@ -387,6 +408,11 @@ impl Execution<'_> {
         let removed = self.engine.remove_container(&id);
         if removed.is_ok() {
             watchdog.dismiss();
+        } else {
+            self.removal_failed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(b.name.clone());
         }
         let ended = outcome?;
         removed?;

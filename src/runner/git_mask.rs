@@ -88,8 +88,17 @@ fn configs_under(git_dir: &Path) -> Vec<PathBuf> {
     if !std::fs::symlink_metadata(git_dir).is_ok_and(|m| m.is_dir()) {
         return out; // a worktree's `.git` file points outside the source
     }
-    if plain(&git_dir.join("config")) {
-        out.push(git_dir.join("config"));
+    for name in ["config", "config.worktree"] {
+        if plain(&git_dir.join(name)) {
+            out.push(git_dir.join(name));
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(git_dir.join("worktrees")) {
+        for e in entries.flatten() {
+            if plain(&e.path().join("config.worktree")) {
+                out.push(e.path().join("config.worktree"));
+            }
+        }
     }
     let mut stack = vec![(git_dir.join("modules"), 0)];
     while let Some((d, depth)) = stack.pop() {
@@ -129,11 +138,8 @@ pub fn clean_config(listed: &[u8]) -> String {
         if !KEPT_SECTIONS.contains(&top.as_str()) || dropped(&top, name) {
             continue;
         }
-        let value = if name.eq_ignore_ascii_case("url") {
-            without_user_info(value)
-        } else {
-            value.to_string()
-        };
+        // Any value can be a URL (`branch.*.remote`, `remote.pushDefault`).
+        let value = without_user_info(value);
         match sections.iter_mut().find(|(s, _)| s == section) {
             Some((_, entries)) => entries.push((name.to_string(), value)),
             None => sections.push((section.to_string(), vec![(name.to_string(), value)])),
@@ -160,13 +166,16 @@ fn dropped(top: &str, name: &str) -> bool {
     })
 }
 
-/// `https://user:token@host/x` → `https://host/x`; other forms as they are.
+/// `https://user:token@host/x` → `https://host/x`; user info may hold a `/` (git takes
+/// it), so it ends at the last `@` before the first `/` that follows an `@`. Other forms
+/// as they are. Cutting too much only spoils the copy; cutting too little leaks.
 fn without_user_info(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if let Some((_, host)) = authority.rsplit_once('@') {
-            return format!("{scheme}://{host}{path}");
-        }
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some(first_at) = rest.find('@')
+    {
+        let end = first_at + rest[first_at..].find('/').unwrap_or(rest.len() - first_at);
+        let last_at = rest[..end].rfind('@').unwrap_or(first_at);
+        return format!("{scheme}://{}", &rest[last_at + 1..]);
     }
     url.to_string()
 }
@@ -205,6 +214,7 @@ mod tests {
             "url.https://ghp_SECRET3@github.com/.insteadof\nhttps://github.com/",
             "branch.main.remote\norigin",
             "include.path\n/home/ci/.secrets",
+            "branch.main.pushremote\nhttps://u:tok/SECRET4@example.com/o/r",
         ]
         .join("\0");
         let clean = clean_config(listed.as_bytes());

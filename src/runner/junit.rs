@@ -119,6 +119,8 @@ pub struct Collected {
     pub totals: Totals,
     /// Cases counted but not kept.
     pub dropped: usize,
+    /// Where kept passing (or skipped) cases are, for a failure to take the place of.
+    replaceable: Vec<usize>,
 }
 
 impl Collected {
@@ -126,17 +128,16 @@ impl Collected {
     /// the place of a kept passing one, so failures are never the ones dropped).
     pub fn add(&mut self, c: Case) {
         self.totals.count(&c);
+        let failing = matches!(c.outcome, Outcome::Failed | Outcome::Error);
         if self.cases.len() < MAX_CASES_KEPT {
+            if !failing {
+                self.replaceable.push(self.cases.len());
+            }
             self.cases.push(c);
             return;
         }
         self.dropped += 1;
-        if matches!(c.outcome, Outcome::Failed | Outcome::Error)
-            && let Some(i) = self
-                .cases
-                .iter()
-                .rposition(|k| !matches!(k.outcome, Outcome::Failed | Outcome::Error))
-        {
+        if failing && let Some(i) = self.replaceable.pop() {
             self.cases[i] = c;
         }
     }

@@ -26,7 +26,6 @@ pub mod sweep;
 pub mod watchdog;
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 pub use error::RunError;
 pub use event::Event;
@@ -85,15 +84,5 @@ pub fn default_scope() -> String {
 
 /// 16 hex digits from the kernel's random source.
 pub fn new_run_id() -> String {
-    let mut buf = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
-        .is_err()
-    {
-        let t = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        buf = (t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32).to_le_bytes();
-    }
-    crate::util::hex(&buf)
+    crate::util::random_hex(8)
 }

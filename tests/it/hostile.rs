@@ -437,3 +437,51 @@ fn an_engine_that_cannot_be_asked_fails_closed_when_a_run_died() {
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock"))
     .fails_with(5, "engine cannot be asked");
 }
+
+#[test]
+fn queue_and_runs_folders_made_by_another_user_are_still_used() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    let dir = h.locks.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // Another user ran cibox first: queue/ and runs/ are theirs (sticky, as cibox
+    // makes them).
+    for sub in ["queue", "runs"] {
+        let p = dir.join(sub);
+        std::fs::create_dir(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        nix::unistd::chown(&p, Some(65534.into()), Some(65534.into())).unwrap();
+    }
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &dir))
+    .ok();
+}
+
+#[test]
+fn the_batch_folder_is_private_while_the_batch_runs() {
+    must_be_root();
+    let p = busybox_project(
+        "  slow:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"touch $CIBOX_REPORTS/started; sleep 3\"]\n",
+        "",
+    );
+    let mut child = p
+        .batch_cmd(&["batch", "run", "slow"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = p.reports().join("slow");
+    assert!(wait_until(30, || dir.join("started").exists()));
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(&dir).unwrap();
+    assert_eq!(
+        md.mode() & 0o7777,
+        0o1770,
+        "open to others while the batch runs"
+    );
+    assert_eq!(md.gid(), 65534, "the batch's group");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o755);
+}

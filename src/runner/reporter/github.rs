@@ -14,11 +14,17 @@ use crate::runner::record::Status;
 /// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow).
 pub struct GitHub<W: Write + Send> {
     out: W,
+    /// While a batch's output runs, workflow commands are off (`::stop-commands::`):
+    /// a test must not be able to write annotations, groups or outputs of its own.
+    token: String,
 }
 
 impl<W: Write + Send> GitHub<W> {
     pub fn new(out: W) -> GitHub<W> {
-        GitHub { out }
+        GitHub {
+            out,
+            token: format!("cibox-{}", crate::util::random_hex(16)),
+        }
     }
 }
 
@@ -33,8 +39,11 @@ impl<W: Write + Send> Reporter for GitHub<W> {
         match event {
             Event::ContainerStarted { batch, .. } => {
                 let _ = writeln!(self.out, "::group::batch {}", batch.name);
+                let _ = writeln!(self.out, "::stop-commands::{}", self.token);
             }
             Event::OutputEnded { .. } => {
+                // On a line of its own, whatever the output's last line was.
+                let _ = writeln!(self.out, "\n::{}::", self.token);
                 let _ = writeln!(self.out, "::endgroup::");
             }
             Event::RunEnded { outcome } => {
@@ -129,8 +138,13 @@ mod tests {
         })
         .unwrap();
         gh.handle(&Event::OutputEnded { batch: &b }).unwrap();
-        insta::assert_snapshot!(String::from_utf8(gh.out).unwrap(), @r"
+        let token = gh.token.clone();
+        let out = String::from_utf8(gh.out).unwrap().replace(&token, "TOKEN");
+        insta::assert_snapshot!(out, @r"
         ::group::batch 4a
+        ::stop-commands::TOKEN
+
+        ::TOKEN::
         ::endgroup::
         ");
     }
