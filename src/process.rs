@@ -124,8 +124,52 @@ fn group_alive(pgid: Pid) -> bool {
 /// Every live (not zombie) process below `root` in the process tree. cibox is a
 /// subreaper, so a worker that leaves the group with `setsid` (and closes the lock
 /// files it inherited) is still found here: as cibox's child once its parent is gone,
-/// or as a grandchild while it lives.
+/// or as a grandchild while it lives. Follows `/proc/<pid>/task/<tid>/children`, which
+/// visits only the tree itself; walks all of `/proc` where the kernel lacks it.
 fn descendants(root: Pid) -> Vec<Pid> {
+    match children_of(root.as_raw()) {
+        Some(first) => {
+            let mut found = Vec::new();
+            let mut todo = first;
+            while let Some(pid) = todo.pop() {
+                if live(pid) {
+                    found.push(Pid::from_raw(pid));
+                }
+                todo.extend(children_of(pid).unwrap_or_default());
+            }
+            found
+        }
+        None => descendants_by_walk(root),
+    }
+}
+
+/// The children of `pid`, from each of its threads; `None` when the kernel does not say.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    let mut said = false;
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            said = true;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    said.then_some(out)
+}
+
+/// Whether `pid` is alive and not a zombie.
+fn live(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+fn descendants_by_walk(root: Pid) -> Vec<Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
