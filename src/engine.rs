@@ -421,6 +421,14 @@ impl Engine {
     }
 }
 
+/// Who removed a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    /// It was gone, or going, already: someone else removed it.
+    ByOthers,
+}
+
 /// A container cibox created, as listed by the engine.
 #[derive(Debug, Clone)]
 pub struct ContainerInfo {
@@ -576,6 +584,12 @@ impl Engine {
 
     /// Removes a container (killing it if it runs) with its anonymous volumes.
     pub fn remove_container(&self, id: &str) -> Result<(), EngineError> {
+        self.remove(id).map(|_| ())
+    }
+
+    /// Removes a container as [`Engine::remove_container`] does, and says whether
+    /// someone else had removed it (or was removing it) first.
+    pub fn remove(&self, id: &str) -> Result<Removal, EngineError> {
         let opts = bollard::query_parameters::RemoveContainerOptions {
             force: true,
             v: true,
@@ -585,15 +599,15 @@ impl Engine {
             .rt
             .block_on(self.docker.remove_container(id, Some(opts)))
         {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(Removal::Removed),
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
-            }) => Ok(()),
+            }) => Ok(Removal::ByOthers),
             // Removal already in progress (a concurrent cleanup): it will be gone.
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 409,
                 message,
-            }) if message.contains("already in progress") => Ok(()),
+            }) if message.contains("already in progress") => Ok(Removal::ByOthers),
             Err(e) => Err(Self::api("removing the container", e)),
         }
     }

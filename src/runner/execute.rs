@@ -19,7 +19,7 @@ use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
 use super::watchdog::Watchdog;
-use crate::engine::{Engine, FollowEnd, Followed, Stop};
+use crate::engine::{Engine, FollowEnd, Followed, Removal, Stop};
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::{self, Want, probe};
@@ -405,7 +405,7 @@ impl Execution<'_> {
         };
         let outcome = self.follow(b, &id, printed);
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
-        let removed = self.engine.remove_container(&id);
+        let removed = self.engine.remove(&id);
         if removed.is_ok() {
             watchdog.dismiss();
         } else {
@@ -415,7 +415,15 @@ impl Execution<'_> {
                 .push(b.name.clone());
         }
         let ended = outcome?;
-        removed?;
+        if removed? == Removal::ByOthers {
+            // Someone removed it while it ran (a cleanup, a person): whatever its exit
+            // code says, the batch did not fail by itself.
+            return Ok(Ended::Stopped {
+                verdict: Verdict::InfraError,
+                message: "the container was removed by someone else while the batch ran".into(),
+                exit: ended.container_exit(),
+            });
+        }
         Ok(ended)
     }
 

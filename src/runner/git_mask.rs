@@ -36,11 +36,14 @@ pub struct GitMasks {
 }
 
 /// Makes cleaned copies of `source`'s git configs (`.git/config` and those of its
-/// submodules under `.git/modules`); none when the source has no `.git` folder. A
+/// submodules under `.git/modules`, and of repositories checked out inside it, such as
+/// a second `actions/checkout` into `deps/x`); none when there is no `.git` folder. A
 /// config git cannot read (or no git) is masked with an empty one.
 pub fn mask(source: &Path) -> std::io::Result<GitMasks> {
-    let git_dir = source.join(".git");
-    let configs = configs_under(&git_dir);
+    let mut configs = Vec::new();
+    for git_dir in git_dirs(source) {
+        configs.extend(configs_under(&git_dir));
+    }
     if configs.is_empty() {
         return Ok(GitMasks {
             _dir: None,
@@ -79,6 +82,40 @@ fn write_readable(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+}
+
+/// How deep below the source a nested checkout is looked for, and how many folders at
+/// most: a source of a million files must not cost a walk of all of them.
+const NESTED_DEPTH: usize = 4;
+const NESTED_FOLDERS: usize = 20_000;
+
+/// The `.git` folders of the source and of repositories inside it (bounded walk; no
+/// link followed; `.git` folders themselves not entered).
+fn git_dirs(source: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(source.to_path_buf(), 0usize)];
+    let mut seen = 0;
+    while let Some((d, depth)) = stack.pop() {
+        seen += 1;
+        if seen > NESTED_FOLDERS {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == ".git" {
+                out.push(e.path());
+            } else if depth < NESTED_DEPTH {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// `.git/config` and `.git/modules/**/config`, plain files only.

@@ -215,7 +215,7 @@ fn values_quoted_in_errors_cannot_forge_lines_or_drive_the_terminal() {
 #[test]
 fn the_batch_sees_the_checkout_without_git_credentials() {
     let p = busybox_project(
-        "  peek:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"cat /src/.git/config /src/.git/modules/sub/config > $CIBOX_REPORTS/config.txt; grep -rl SECRET /src/.git > $CIBOX_REPORTS/found.txt || true\"]\n",
+        "  peek:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"cat /src/.git/config /src/.git/modules/sub/config > $CIBOX_REPORTS/config.txt; grep -rl SECRET /src/.git /src/deps/x/.git > $CIBOX_REPORTS/found.txt || true\"]\n",
         "",
     );
     let dir = p.project.path();
@@ -248,6 +248,18 @@ fn the_batch_sees_the_checkout_without_git_credentials() {
         "[core]\n\tbare = false\n[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic SECRETSUB\n",
     )
     .unwrap();
+    // A second checkout inside the source, as `actions/checkout` with `path:` makes.
+    let nested = dir.join("deps/x");
+    std::fs::create_dir_all(&nested).unwrap();
+    git(&nested, &["init", "-q"]);
+    git(
+        &nested,
+        &[
+            "config",
+            "http.https://github.com/.extraheader",
+            "AUTHORIZATION: basic SECRETNESTED",
+        ],
+    );
     p.run(&["batch", "run", "peek"]).ok();
     let seen = std::fs::read_to_string(p.reports().join("peek/config.txt")).unwrap();
     assert!(!seen.contains("SECRET"), "the batch read:\n{seen}");

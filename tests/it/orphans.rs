@@ -137,3 +137,29 @@ fn a_batch_container_dies_with_its_cibox() {
         "the watchdog did not leave"
     );
 }
+
+#[test]
+fn a_container_removed_from_outside_is_an_infrastructure_error() {
+    let p = busybox_project(
+        "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n",
+        "",
+    );
+    let child = p
+        .batch_cmd(&["batch", "run", "long"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(30, || p.containers().len() == 1));
+    std::process::Command::new("docker")
+        .args(["rm", "-f", &p.containers()[0]])
+        .output()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(
+        p.result("long")["status"],
+        "infra_error",
+        "not a test failure"
+    );
+}
