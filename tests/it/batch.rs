@@ -257,21 +257,10 @@ fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
     );
     let mut child = p.batch_cmd(&["batch", "run", "long"]).spawn().unwrap();
     assert!(wait_until(30, || p.containers().len() == 1));
-    let run_id = String::from_utf8(
-        std::process::Command::new("docker")
-            .args([
-                "inspect",
-                "--format",
-                "{{index .Config.Labels \"org.cibox.run\"}}",
-            ])
-            .arg(&p.containers()[0])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+    let run_id = BusyboxProject::inspect(
+        &p.containers()[0],
+        "{{index .Config.Labels \"org.cibox.run\"}}",
+    );
     let record = std::path::Path::new("/run/lock/cibox/runs").join(format!("{run_id}.lock"));
     assert!(
         record.exists(),

@@ -478,12 +478,7 @@ fn the_batch_folder_is_private_while_the_batch_runs() {
         "  slow:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"touch $CIBOX_REPORTS/started; sleep 3\"]\n",
         "",
     );
-    let mut child = p
-        .batch_cmd(&["batch", "run", "slow"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = p.spawn(&["batch", "run", "slow"]);
     let dir = p.reports().join("slow");
     assert!(wait_until(30, || dir.join("started").exists()));
     use std::os::unix::fs::MetadataExt;

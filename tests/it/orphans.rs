@@ -105,24 +105,9 @@ fn a_batch_container_dies_with_its_cibox() {
         "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n",
         "",
     );
-    let mut cibox = p
-        .batch_cmd(&["batch", "run", "long"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cibox = p.spawn(&["batch", "run", "long"]);
     assert!(wait_until(30, || p.containers().len() == 1));
-    let id = String::from_utf8(
-        std::process::Command::new("docker")
-            .args(["inspect", "--format", "{{.Id}}"])
-            .arg(&p.containers()[0])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+    let id = BusyboxProject::inspect(&p.containers()[0], "{{.Id}}");
     // Its watchdog runs beside cibox, in a session of its own.
     assert!(wait_until(10, || pids_with(&["__watchdog", &id]).len() == 1));
     let watchdog = pids_with(&["__watchdog", &id])[0];
@@ -147,7 +132,7 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
     let child = p
         .batch_cmd(&["batch", "run", "long"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     assert!(wait_until(30, || p.containers().len() == 1));

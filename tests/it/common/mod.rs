@@ -482,6 +482,24 @@ impl BusyboxProject {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// Starts `cibox ARGS` (as [`BusyboxProject::batch_cmd`]) in the background, quiet.
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.batch_cmd(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// `docker inspect --format FORMAT CONTAINER`, trimmed.
+    pub fn inspect(container: &str, format: &str) -> String {
+        let out = Command::new("docker")
+            .args(["inspect", "--format", format, container])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Containers of this test's scope, running or not.
     pub fn containers(&self) -> Vec<String> {
         let out = Command::new("docker")
