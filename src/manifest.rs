@@ -587,20 +587,7 @@ impl Manifest {
             reason: e.to_string(),
         };
         // Found on disk, so anyone's: a plain file (a FIFO would block), read only so far.
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::libc::O_NONBLOCK)
-                .open(path)
-                .map_err(read_err)?
-        };
-        if !file.metadata().map_err(read_err)?.is_file() {
-            return Err(ManifestError::Read {
-                path: path.display().to_string(),
-                reason: "not a plain file".into(),
-            });
-        }
+        let (file, _) = crate::util::open_plain(path, true).map_err(read_err)?;
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(file, MAX_MANIFEST_BYTES as u64 + 1),

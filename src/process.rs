@@ -160,13 +160,19 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
     said.then_some(out)
 }
 
+/// The state letter and parent of `pid`, from `/proc/<pid>/stat` (`pid (comm) state
+/// ppid …`; comm may hold spaces and parentheses).
+fn stat(pid: i32) -> Option<(char, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = text.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
 /// Whether `pid` is alive and not a zombie.
 fn live(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
+    stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
 }
 
 fn descendants_by_walk(root: Pid) -> Vec<Pid> {
@@ -178,19 +184,9 @@ fn descendants_by_walk(root: Pid) -> Vec<Pid> {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let Some(ppid) = fields.next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        if state != "Z" && state != "X" {
+        if let Some((state, ppid)) = stat(pid)
+            && !matches!(state, 'Z' | 'X')
+        {
             parent_of.push((pid, ppid));
         }
     }

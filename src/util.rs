@@ -32,6 +32,32 @@ pub fn random_hex(bytes: usize) -> String {
     hex(&buf)
 }
 
+/// Opens a file someone else may have put there for reading: never blocking on a FIFO,
+/// following a symlink only if `follow`, and only if it is a plain file (else
+/// `InvalidData`). Returns its metadata too.
+pub fn open_plain(
+    path: &Path,
+    follow: bool,
+) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC;
+    if !follow {
+        flags |= nix::libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)?;
+    let md = file.metadata()?;
+    if !md.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a plain file",
+        ));
+    }
+    Ok((file, md))
+}
+
 /// The closest known name, when it is close enough to be a typo.
 pub fn did_you_mean<'a>(bad: &str, known: &'a [String]) -> Option<&'a str> {
     known

@@ -69,12 +69,33 @@ pub const MAX_DEPTH: usize = 64;
 /// alias of a long string would otherwise copy it again and again.
 pub const MAX_TEXT_BYTES: usize = 16 << 20;
 
+/// What a node weighs once its aliases are expanded: values, and bytes of text.
+#[derive(Debug, Clone, Copy, Default)]
+struct Weight {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Weight {
+    fn add(&mut self, other: Weight) {
+        self.nodes += other.nodes;
+        self.bytes += other.bytes;
+    }
+
+    fn too_big(self) -> bool {
+        self.nodes > MAX_NODES || self.bytes > MAX_TEXT_BYTES
+    }
+}
+
+/// A collection's own node: one value, no text.
+const ONE: Weight = Weight { nodes: 1, bytes: 0 };
+
 enum Frame {
     Seq {
         mark: Mark,
         anchor: usize,
         items: Vec<Node>,
-        size: usize,
+        weight: Weight,
     },
     Map {
         mark: Mark,
@@ -83,23 +104,20 @@ enum Frame {
         /// The keys so far, so a duplicate is found in constant time.
         keys: HashMap<String, Mark>,
         pending: Option<Node>,
-        size: usize,
+        weight: Weight,
     },
 }
 
 /// Parses one YAML document. An empty document gives `None`. Linear in the size of
-/// the expanded document, which is bounded by [`MAX_NODES`] and [`MAX_DEPTH`].
+/// the expanded document, which is bounded by [`MAX_NODES`], [`MAX_TEXT_BYTES`] and
+/// [`MAX_DEPTH`].
 pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
     let mut stack: Vec<Frame> = Vec::new();
-    // Each anchored node with its size in nodes, so an alias is paid for before it is
-    // copied.
-    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
-    // Bytes of text per anchored node, and in the document so far.
-    let mut anchor_bytes: HashMap<usize, usize> = HashMap::new();
-    let mut bytes_total = 0usize;
+    // Each anchored node with its weight, so an alias is paid for before it is copied.
+    let mut anchors: HashMap<usize, (Node, Weight)> = HashMap::new();
     let mut root: Option<Node> = None;
     let mut documents = 0;
-    let mut total = 0usize;
+    let mut total = Weight::default();
 
     for item in Parser::new_from_str(src) {
         let (event, span) = item.map_err(|e| YamlError {
@@ -113,10 +131,10 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                 "the document is too large: {what} (at most {MAX_NODES} values once aliases are expanded, nested at most {MAX_DEPTH} deep)"
             ),
         };
-        // The node, its anchor (0: none), its size in nodes, and how many nodes it adds
-        // to the document now (1 for a node of its own: its contents were counted as
-        // they came; an alias's whole copy).
-        let finished: Option<(Node, usize, usize, usize)> = match event {
+        // The node, its anchor (0: none), its weight, and what it adds to the document
+        // now (a collection only its own node: its contents were counted as they came;
+        // an alias its whole copy).
+        let finished: Option<(Node, usize, Weight, Weight)> = match event {
             Event::DocumentStart(_) => {
                 documents += 1;
                 if documents > 1 {
@@ -128,10 +146,10 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                 None
             }
             Event::Scalar(text, style, anchor, _tag) => {
-                bytes_total += text.len();
-                if anchor != 0 {
-                    anchor_bytes.insert(anchor, text.len());
-                }
+                let weight = Weight {
+                    nodes: 1,
+                    bytes: text.len(),
+                };
                 Some((
                     Node {
                         value: NodeValue::Scalar {
@@ -141,21 +159,18 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                         mark,
                     },
                     anchor,
-                    1,
-                    1,
+                    weight,
+                    weight,
                 ))
             }
             Event::Alias(id) => match anchors.get(&id) {
-                Some((node, size)) => {
-                    let bytes = anchor_bytes
-                        .get(&id)
-                        .copied()
-                        .unwrap_or_else(|| text_bytes(node));
-                    bytes_total += bytes;
-                    if total + size > MAX_NODES || bytes_total > MAX_TEXT_BYTES {
+                Some((node, weight)) => {
+                    let mut after = total;
+                    after.add(*weight);
+                    if after.too_big() {
                         return Err(too_big("its aliases expand too far"));
                     }
-                    Some((node.clone(), 0, *size, *size))
+                    Some((node.clone(), 0, *weight, *weight))
                 }
                 None => {
                     return Err(YamlError {
@@ -172,7 +187,7 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     mark,
                     anchor,
                     items: Vec::new(),
-                    size: 1,
+                    weight: ONE,
                 });
                 None
             }
@@ -186,7 +201,7 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     entries: Vec::new(),
                     keys: HashMap::new(),
                     pending: None,
-                    size: 1,
+                    weight: ONE,
                 });
                 None
             }
@@ -195,15 +210,15 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     mark,
                     anchor,
                     items,
-                    size,
+                    weight,
                 }) => Some((
                     Node {
                         value: NodeValue::Seq(items),
                         mark,
                     },
                     anchor,
-                    size,
-                    1,
+                    weight,
+                    ONE,
                 )),
                 _ => unreachable!("parser emits balanced sequence events"),
             },
@@ -212,7 +227,7 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     mark,
                     anchor,
                     entries,
-                    size,
+                    weight,
                     ..
                 }) => Some((
                     Node {
@@ -220,45 +235,44 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                         mark,
                     },
                     anchor,
-                    size,
-                    1,
+                    weight,
+                    ONE,
                 )),
                 _ => unreachable!("parser emits balanced mapping events"),
             },
             _ => None,
         };
-        let Some((node, anchor, size, adds)) = finished else {
+        let Some((node, anchor, weight, adds)) = finished else {
             continue;
         };
-        total += adds;
-        if total > MAX_NODES {
+        total.add(adds);
+        if total.nodes > MAX_NODES {
             return Err(too_big("it has too many values"));
         }
-        if bytes_total > MAX_TEXT_BYTES {
+        if total.bytes > MAX_TEXT_BYTES {
             return Err(too_big("it holds too much text"));
         }
         if anchor != 0 {
-            if !matches!(node.value, NodeValue::Scalar { .. }) {
-                anchor_bytes.insert(anchor, text_bytes(&node));
-            }
-            anchors.insert(anchor, (node.clone(), size));
+            anchors.insert(anchor, (node.clone(), weight));
         }
         match stack.last_mut() {
             None => root = Some(node),
             Some(Frame::Seq {
-                items, size: outer, ..
+                items,
+                weight: outer,
+                ..
             }) => {
-                *outer += size;
+                outer.add(weight);
                 items.push(node);
             }
             Some(Frame::Map {
                 entries,
                 keys,
                 pending,
-                size: outer,
+                weight: outer,
                 ..
             }) => {
-                *outer += size;
+                outer.add(weight);
                 match pending.take() {
                     None => {
                         let NodeValue::Scalar { text, .. } = &node.value else {
@@ -287,18 +301,6 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
         }
     }
     Ok(root)
-}
-
-/// The bytes of text in a tree (computed once per anchor; the tree is bounded).
-fn text_bytes(node: &Node) -> usize {
-    match &node.value {
-        NodeValue::Scalar { text, .. } => text.len(),
-        NodeValue::Seq(items) => items.iter().map(text_bytes).sum(),
-        NodeValue::Map(entries) => entries
-            .iter()
-            .map(|(k, v)| text_bytes(k) + text_bytes(v))
-            .sum(),
-    }
 }
 
 impl Node {

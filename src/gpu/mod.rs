@@ -347,6 +347,7 @@ pub fn acquire(
     let mut busy: Vec<(u32, String)> = Vec::new();
     let mut next_busy_refresh = start;
     let mut servable_since: Option<(queue::Place, Instant)> = None;
+    let mut select_held = false;
     loop {
         if let Some(sig) = signals::received() {
             return Err(LeaseError::Interrupted(sig));
@@ -376,27 +377,18 @@ pub fn acquire(
                 next_overtake = now + OVERTAKE_EVERY;
             }
             // One decision at a time: the head and any overtaker must not interleave.
-            // Waiting for the decision lock is bounded like the rest of the wait.
-            match lock_until(&select, deadline) {
-                Ok(()) => {}
-                Err(LockWait::TimedOut) => {
-                    let r = WaitReport {
-                        position: if head { 0 } else { ticket.position() },
-                        leased: leased_now(dir, &candidates),
-                        busy: busy.clone(),
-                        waited: start.elapsed(),
-                    };
-                    return Err(LeaseError::Capacity(format!(
-                        "could not lease {need} GPU(s) within {}: select.lock in {} stays locked by another process; {}",
-                        crate::units::Span(wait),
-                        dir.path().display(),
-                        r.describe()
-                    )));
-                }
-                Err(LockWait::Interrupted(sig)) => return Err(LeaseError::Interrupted(sig)),
-                Err(LockWait::Io(e)) => return Err(io("locking select.lock", e)),
-            }
             let attempt = (|| -> Result<Option<Lease>, LeaseError> {
+                // Waiting for the decision lock is bounded like the rest of the wait;
+                // held past our deadline, the wait ends below and says who held it.
+                match lock_until(&select, deadline) {
+                    Ok(()) => {}
+                    Err(LockWait::TimedOut) => {
+                        select_held = true;
+                        return Ok(None);
+                    }
+                    Err(LockWait::Interrupted(sig)) => return Err(LeaseError::Interrupted(sig)),
+                    Err(LockWait::Io(e)) => return Err(io("locking select.lock", e)),
+                }
                 let ahead = if head {
                     Vec::new()
                 } else {
@@ -476,8 +468,16 @@ pub fn acquire(
         if Instant::now() >= deadline {
             let r = report();
             let free = candidates.len() - r.leased.len();
+            let held = if select_held {
+                format!(
+                    "; select.lock in {} stays locked by another process",
+                    dir.path().display()
+                )
+            } else {
+                String::new()
+            };
             return Err(LeaseError::Capacity(format!(
-                "could not lease {need} GPU(s) within {}: {free} of {} unleased; {}",
+                "could not lease {need} GPU(s) within {}: {free} of {} unleased; {}{held}",
                 crate::units::Span(wait),
                 candidates.len(),
                 r.describe()

@@ -88,7 +88,6 @@ pub fn execute(
         reporter: Mutex::new(reporter),
         lockset: lockset.digest.clone(),
         git_masks: &git_masks.binds,
-        removal_failed: Mutex::new(Vec::new()),
     };
     run.emit(&Event::RunStarted { plan })?;
     let mut batches = Vec::new();
@@ -127,12 +126,7 @@ pub fn execute(
             _ => None,
         })
         .or_else(signals::received);
-    if !run
-        .removal_failed
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_empty()
-    {
+    if batches.iter().any(|b| b.container_left) {
         _run_lock.leave_record();
     }
     let outcome = RunOutcome {
@@ -178,6 +172,17 @@ fn source_readable(plan: &RunPlan) -> Result<()> {
     Ok(())
 }
 
+/// What watching one batch's container found.
+#[derive(Default)]
+struct Watched {
+    /// How much the batch printed, for the record (log.txt keeps only so much).
+    printed: Cell<u64>,
+    /// Its container could not be removed: its folder is not cleaned (it may still
+    /// write there) and the run's record stays when the run ends, so the run counts as
+    /// dead and a later sweep removes the container.
+    container_left: Cell<bool>,
+}
+
 /// One run in progress: what its batches share.
 struct Execution<'a> {
     plan: &'a RunPlan,
@@ -188,9 +193,6 @@ struct Execution<'a> {
     lockset: String,
     /// Binds that hide the source's git credentials.
     git_masks: &'a [String],
-    /// A container could not be removed: the run's record stays when it ends, so the
-    /// run counts as dead and a later sweep removes the container.
-    removal_failed: Mutex<Vec<String>>,
 }
 
 impl Execution<'_> {
@@ -228,8 +230,7 @@ impl Execution<'_> {
             .as_ref()
             .map(|l| l.gpus().to_vec())
             .unwrap_or_default();
-        // How much the batch printed, for the record (log.txt keeps only so much).
-        let printed = Cell::new(0u64);
+        let watched = Watched::default();
         let ended = match ended {
             Some(e) => e,
             // An engine failure ends this batch, not the run: the others still run
@@ -241,7 +242,7 @@ impl Execution<'_> {
                 })
                 .and_then(|()| {
                     let fds = lease.as_ref().map(|l| l.fds()).unwrap_or_default();
-                    self.container(b, &leased, &fds, &printed)
+                    self.container(b, &leased, &fds, &watched)
                 }) {
                 Ok(e) => e,
                 Err(e) => self.failed(b, e)?,
@@ -252,12 +253,7 @@ impl Execution<'_> {
         drop(lease);
         // Nothing the batch left may hurt who reads the folder next; but never while a
         // container that could not be removed may still write there.
-        let still_there = self
-            .removal_failed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&b.name);
-        if !still_there {
+        if !watched.container_left.get() {
             batch_dir::clean(&b.dir).map_err(|source| RunError::BatchDir {
                 dir: b.dir.display().to_string(),
                 what: "clean",
@@ -310,7 +306,7 @@ impl Execution<'_> {
                 .collect(),
             message,
             container_exit_code: ended.container_exit(),
-            output_bytes: printed.get(),
+            output_bytes: watched.printed.get(),
             cases_left_out: dropped,
         };
         let result = BatchResult {
@@ -318,6 +314,7 @@ impl Execution<'_> {
             record,
             cases,
             record_path: b.dir.join("result.json"),
+            container_left: watched.container_left.get(),
         };
         self.emit(&Event::BatchEnded { result: &result })?;
         Ok(result)
@@ -389,7 +386,7 @@ impl Execution<'_> {
         b: &BatchPlan,
         gpus: &[PoolGpu],
         lease_fds: &[RawFd],
-        printed: &Cell<u64>,
+        watched: &Watched,
     ) -> Result<Ended> {
         let plan: &ContainerPlan = &b.container;
         let id = self
@@ -403,16 +400,13 @@ impl Execution<'_> {
                 return Err(RunError::Watchdog(e));
             }
         };
-        let outcome = self.follow(b, &id, printed);
+        let outcome = self.follow(b, &id, &watched.printed);
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
         if removed.is_ok() {
             watchdog.dismiss();
         } else {
-            self.removal_failed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(b.name.clone());
+            watched.container_left.set(true);
         }
         let ended = outcome?;
         if removed? == Removal::ByOthers {

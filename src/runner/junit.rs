@@ -240,18 +240,7 @@ pub fn parse_into(xml: &str, out: &mut Collected) -> Result<(), String> {
 /// FIFO, and never more than [`MAX_FILE_BYTES`].
 pub fn read(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)?;
-    let md = file.metadata()?;
-    if !md.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a plain file",
-        ));
-    }
+    let (file, md) = crate::util::open_plain(path, false)?;
     if md.len() > MAX_FILE_BYTES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -145,6 +145,8 @@ pub struct BatchResult {
     pub cases: Vec<Case>,
     /// Where its `result.json` is.
     pub record_path: PathBuf,
+    /// Its container could not be removed.
+    pub container_left: bool,
 }
 
 impl BatchResult {

@@ -223,6 +223,7 @@ pub(crate) mod sample {
             record,
             cases,
             record_path: PathBuf::from(format!("/r/{batch}/result.json")),
+            container_left: false,
         }
     }
 

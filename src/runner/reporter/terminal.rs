@@ -80,20 +80,18 @@ pub struct Terminal<W: Write + Send> {
     out: W,
     /// Prefix each output line with its batch (several batches in one run).
     prefixed: bool,
-    live: bool,
     /// Per batch: whether its output is at the start of a line; its wait line.
     at_line_start: HashMap<String, bool>,
     waits: HashMap<String, WaitLine>,
 }
 
 impl<W: Write + Send> Terminal<W> {
-    /// Output goes to `out`; `live` allows a live wait line (one wait at a time on a
-    /// terminal).
-    pub fn new(out: W, live: bool) -> Terminal<W> {
+    /// Output goes to `out`. A run's waits are logged every 30 s, never as a live line:
+    /// its log is read later more often than watched (the live line is `gpu exec`'s).
+    pub fn new(out: W) -> Terminal<W> {
         Terminal {
             out,
             prefixed: false,
-            live,
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
         }
@@ -107,10 +105,8 @@ impl<W: Write + Send> Terminal<W> {
 }
 
 impl Terminal<std::io::Stdout> {
-    /// Output on stdout; waits logged every 30 s (a run's log is read later more
-    /// often than watched).
     pub fn stdout() -> Terminal<std::io::Stdout> {
-        Terminal::new(std::io::stdout(), false)
+        Terminal::new(std::io::stdout())
     }
 }
 
@@ -194,16 +190,13 @@ impl<W: Write + Send> Reporter for Terminal<W> {
             }
             Event::RunStarted { plan } => {
                 self.prefixed = plan.batches.len() > 1;
-                // Live lines of parallel waits would overwrite each other.
-                self.live &= !plan.parallel;
             }
             Event::Waiting { batch, report } => {
-                let live = self.live;
                 let gpus = batch.gpus;
                 let name = batch.name.clone();
                 self.waits
                     .entry(batch.name.clone())
-                    .or_insert_with(|| WaitLine::new(live))
+                    .or_insert_with(|| WaitLine::new(false))
                     .tick(*report, |r| {
                         format!("batch {name}: waiting for {gpus} GPU(s): {}", r.describe())
                     });
