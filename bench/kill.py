@@ -15,16 +15,15 @@ Usage: bench/kill.py [path/to/cibox] [rounds]   (run as root, engine up; default
 import os, random, signal, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CIBOX = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+CIBOX = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "--check" else os.path.join(ROOT, "target/release/cibox")
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 20
 SMI = os.path.join(ROOT, "tests/fixtures/nvidia-smi")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 rng = random.Random(int(os.environ.get("KILL_SEED", "7")))
 
 WORKER = r'''
 import os, subprocess, sys, time
-p = subprocess.Popen(["sleep", "600"], start_new_session=True, close_fds=True)
-open(sys.argv[1], "w").write(str(p.pid))
+subprocess.Popen(["sleep", sys.argv[1]], start_new_session=True, close_fds=True)
 time.sleep(600)
 '''
 
@@ -35,6 +34,24 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def workload(tag):
+    """Host PIDs of the live processes of one round's workload, found by the tag in
+    their arguments (the workload may run in a PID namespace, where its own idea of its
+    PIDs means nothing here)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if tag.encode() in args and alive(int(name)):
+            found.append(int(name))
+    return found
 
 
 def gpu_exec_rounds(work):
@@ -48,25 +65,27 @@ def gpu_exec_rounds(work):
     open(worker, "w").write(WORKER)
     clean = leasable = overlaps = 0
     for r in range(ROUNDS):
-        pidfile = os.path.join(work, f"w{r}.pid")
-        c = subprocess.Popen([CIBOX, "gpu", "exec", "--count", "2", "--", "python3", worker, pidfile],
+        tag = str(900000 + r)
+        c = subprocess.Popen([CIBOX, "gpu", "exec", "--count", "2", "--", "python3", worker, tag],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.1, 1.5))
         c.send_signal(signal.SIGKILL)
         c.wait()
         killed_at = time.time()
-        pid = int(open(pidfile).read()) if os.path.exists(pidfile) else None
-        while time.time() - killed_at < 5 and pid and alive(pid):
+        while time.time() - killed_at < 5 and workload(tag):
             time.sleep(0.05)
-        if not (pid and alive(pid)):
+        if not workload(tag):
             clean += 1
-        got = subprocess.run([CIBOX, "gpu", "exec", "--count", "2", "--wait", "5s", "--", "true"],
-                             env=env, capture_output=True)
-        if got.returncode == 0:
+        # The next lease looks, the moment it holds the GPUs, for what is left of the
+        # killed workload (as a subreaper, so it sees host PIDs).
+        got = subprocess.run([CIBOX, "gpu", "exec", "--count", "2", "--wait", "5s", "--",
+                              "python3", os.path.abspath(__file__), "--check", tag],
+                             env=dict(env, CIBOX_CONFINE="subreaper"), capture_output=True)
+        if got.returncode in (0, 9):
             leasable += 1
-            if pid and alive(pid):
-                overlaps += 1  # the next lease got GPUs the killed workload's worker still ran on
-        if pid and alive(pid):
+        if got.returncode == 9:
+            overlaps += 1  # the next lease got GPUs the killed workload still ran on
+        for pid in workload(tag):
             os.kill(pid, signal.SIGKILL)
     print(f"gpu exec, {ROUNDS} kills: nothing of the workload alive within 5 s {clean}/{ROUNDS}; "
           f"GPUs leasable again {leasable}/{ROUNDS}; occupancy overlaps {overlaps}")
@@ -98,6 +117,8 @@ def batch_rounds(work):
 
 
 def main():
+    if sys.argv[1:2] == ["--check"]:
+        sys.exit(9 if workload(sys.argv[2]) else 0)
     with tempfile.TemporaryDirectory() as work:
         gpu_exec_rounds(work)
     with tempfile.TemporaryDirectory() as work:

@@ -50,6 +50,8 @@ pub struct ContainerClaims {
     runs: LockDir,
     /// Connected on first need.
     engine: Option<Engine>,
+    /// Whether the warning about another user's record was given (once per command).
+    warned: bool,
 }
 
 impl ContainerClaims {
@@ -58,20 +60,44 @@ impl ContainerClaims {
         ContainerClaims {
             runs: lock_dir,
             engine: None,
+            warned: false,
         }
     }
 
     /// nvidia-smi's view with the GPUs of running cibox containers marked busy.
     pub fn probe(&mut self) -> Result<Snapshot, ClaimsError> {
         let mut snap = probe::probe(probe::timeout())?;
-        // An unreadable runs/ folder counts as a dead run: ask.
-        let orphans_possible = runs::dead_runs(&self.runs).map_or(true, |d| !d.is_empty());
-        if !orphans_possible {
+        // A record that cannot be read is one whose run died before it made any
+        // container (the record is written first). An unreadable runs/ folder counts as
+        // a dead run of root's: ask.
+        let (vouched, hearsay) = match runs::dead_runs(&self.runs) {
+            Ok(dead) => dead
+                .iter()
+                .filter(|d| d.info.is_some())
+                .fold((false, false), |(v, h), d| {
+                    (v || d.vouched_for(), h || !d.vouched_for())
+                }),
+            Err(_) => (true, false),
+        };
+        if !vouched && !hearsay {
             return Ok(snap);
         }
-        // Fail closed: an engine that cannot be asked cannot say the GPUs are free.
+        // Fail closed: an engine that cannot be asked cannot say the GPUs are free. But
+        // any local user can write into runs/: another user's record alone makes cibox
+        // ask, not stop.
         if self.engine.is_none() {
-            let engine = Engine::connect().map_err(ClaimsError::Unreachable)?;
+            let engine = match Engine::connect() {
+                Ok(engine) => engine,
+                Err(e) if !vouched => {
+                    if !std::mem::replace(&mut self.warned, true) {
+                        report::warn(format!(
+                            "the runs/ folder holds another user's record of a dead run, but the engine cannot be asked ({e}); going by nvidia-smi alone"
+                        ));
+                    }
+                    return Ok(snap);
+                }
+                Err(e) => return Err(ClaimsError::Unreachable(e)),
+            };
             report::debug(
                 "a dead run is on record: asking the engine which GPUs its containers hold",
             );

@@ -54,6 +54,10 @@ pub enum Command {
     Workflow(WorkflowCommand),
     /// Replay a recorded batch locally from its result.json.
     Reproduce(ReproduceArgs),
+    /// (Internal) the supervisor of a `gpu exec` command: confines it, and kills all of
+    /// it if cibox dies.
+    #[command(name = "__confine", hide = true)]
+    Confine(ConfineArgs),
     /// (Internal) the watchdog of a batch container: removes it if cibox dies.
     #[command(name = "__watchdog", hide = true)]
     Watchdog {
@@ -133,6 +137,22 @@ pub struct GpuExecArgs {
     pub index: bool,
     /// The command to run.
     #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfineArgs {
+    #[arg(long)]
+    pub owner: i32,
+    #[arg(long)]
+    pub report_fd: i32,
+    #[arg(long)]
+    pub grace_ms: u64,
+    #[arg(long)]
+    pub interactive: bool,
+    #[arg(long)]
+    pub subreaper: bool,
+    #[arg(last = true)]
     pub command: Vec<String>,
 }
 

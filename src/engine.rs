@@ -421,6 +421,18 @@ impl Engine {
     }
 }
 
+/// Why a container ended, when cibox did not stop it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndCause {
+    /// The kernel killed it for going over its memory limit.
+    OutOfMemory,
+    /// Someone killed it through the engine, with this signal (a number, or empty
+    /// when the engine did not say).
+    KilledThroughEngine(String),
+    /// Nothing says it was not its own doing.
+    Itself,
+}
+
 /// Who removed a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
@@ -609,6 +621,63 @@ impl Engine {
                 message,
             }) if message.contains("already in progress") => Ok(Removal::ByOthers),
             Err(e) => Err(Self::api("removing the container", e)),
+        }
+    }
+
+    /// Why a container that ended by itself (cibox did not stop it) ended, as far as
+    /// the engine knows: the out-of-memory flag of its state, and any `kill` event
+    /// (`docker kill`, `docker stop`) since `since_unix`. A kill from the host that
+    /// bypasses the engine leaves no trace and reads as [`EndCause::Itself`].
+    pub fn end_cause(&self, id: &str, since_unix: u64) -> Result<EndCause, EngineError> {
+        let details = self
+            .rt
+            .block_on(self.docker.inspect_container(id, None))
+            .map_err(|e| Self::api("inspecting the container", e))?;
+        if details.state.and_then(|s| s.oom_killed) == Some(true) {
+            return Ok(EndCause::OutOfMemory);
+        }
+        // Now, to the nanosecond: a whole second in the future would hold the stream
+        // open until then.
+        let until = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or("0".to_string(), |d| {
+                format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+            });
+        let opts = bollard::query_parameters::EventsOptions {
+            since: Some(since_unix.to_string()),
+            until: Some(until),
+            filters: Some(HashMap::from([
+                ("type".to_string(), vec!["container".to_string()]),
+                ("container".to_string(), vec![id.to_string()]),
+                ("event".to_string(), vec!["kill".to_string()]),
+            ])),
+        };
+        // With `until` the engine ends the stream itself; the timeout is for an engine
+        // that does not.
+        let events = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    self.docker.events(Some(opts)).take(1).collect::<Vec<_>>(),
+                )
+                .await
+            })
+            .map_err(|_| EngineError::Api {
+                action: "reading the container's events".into(),
+                reason: "no answer within 10 s".into(),
+            })?;
+        match events.into_iter().next() {
+            None => Ok(EndCause::Itself),
+            Some(event) => {
+                let event = event.map_err(|e| Self::api("reading the container's events", e))?;
+                let signal = event
+                    .actor
+                    .and_then(|a| a.attributes)
+                    .and_then(|a| a.get("signal").cloned())
+                    .unwrap_or_default();
+                Ok(EndCause::KilledThroughEngine(signal))
+            }
         }
     }
 

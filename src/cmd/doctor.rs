@@ -1,5 +1,7 @@
 //! `cibox doctor`: everything a GPU batch needs from the host, checked and explained.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::Context;
@@ -154,6 +156,65 @@ fn pool_finding(pool: &PoolSpec, snapshot: Option<&probe::Snapshot>) -> Finding 
     }
 }
 
+/// How `gpu exec` confines a command on this host, found by confining `true`.
+fn confinement_finding() -> Finding {
+    use crate::process::confine::{Confinement, Supervisor, Wanted};
+    const CHECK: &str = "gpu exec confinement";
+    let wanted = match Wanted::from_env() {
+        Ok(w) => w,
+        Err(e) => return finding(CHECK, Status::Fail, e, false),
+    };
+    let argv = ["true".to_string()];
+    let supervisor = match Supervisor::start(&argv, &[], &[], Duration::from_secs(5), wanted) {
+        Ok(s) => s,
+        Err(why) => return finding(CHECK, Status::Fail, why, false),
+    };
+    let started = supervisor.started.clone();
+    supervisor.wait();
+    let name = started.confinement.name();
+    let proc_note = " but /proc could not be mounted in it: commands see the host's /proc, \
+                     where their own PIDs name other processes";
+    match started.confinement {
+        Confinement::PidNamespace | Confinement::UserNamespace if !started.own_proc => {
+            finding(CHECK, Status::Warn, format!("{name}{proc_note}"), false)
+        }
+        Confinement::PidNamespace => finding(
+            CHECK,
+            Status::Ok,
+            format!(
+                "{name}: when cibox dies, by any signal, the kernel kills every process of the command"
+            ),
+            false,
+        ),
+        Confinement::UserNamespace => finding(
+            CHECK,
+            Status::Ok,
+            format!(
+                "{name}: a PID namespace in a user namespace that maps only uid {}; setuid \
+                 programs (sudo) do not work inside (CIBOX_CONFINE=subreaper if a command needs them)",
+                nix::unistd::getuid()
+            ),
+            false,
+        ),
+        Confinement::Subreaper => {
+            let why = if wanted == Wanted::Subreaper {
+                "asked for by CIBOX_CONFINE"
+            } else {
+                "no PID namespace here (not root, and unprivileged user namespaces are off)"
+            };
+            finding(
+                CHECK,
+                Status::Warn,
+                format!(
+                    "{name}, {why}: a supervisor reaps every descendant and kills them all when \
+                     cibox dies; only a SIGKILL of that supervisor itself would leave processes behind"
+                ),
+                false,
+            )
+        }
+    }
+}
+
 /// `cibox doctor`.
 pub fn run(ctx: &Context) -> Result<u8> {
     let mut findings = Vec::new();
@@ -246,6 +307,8 @@ pub fn run(ctx: &Context) -> Result<u8> {
         }
         Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
     }
+
+    findings.push(confinement_finding());
 
     let blocking = findings
         .iter()

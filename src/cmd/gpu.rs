@@ -15,7 +15,8 @@ use crate::gpu::probe::Snapshot;
 use crate::gpu::{self, Want};
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
-use crate::process::{self, Ending};
+use crate::process::Ending;
+use crate::process::confine::{Supervisor, Wanted};
 use crate::report::{self, Table};
 use crate::runner::reporter::terminal::WaitLine;
 use crate::signals;
@@ -163,6 +164,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
             "gpu exec: --env-name `{env_name}` is not a variable name"
         )));
     }
+    let confine = Wanted::from_env().map_err(Error::Usage)?;
     let cfg = settings(ctx)?;
     let wait = match &args.wait {
         Some(w) => {
@@ -232,11 +234,20 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         (env_name, visible.join(",")),
         ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
     ];
-    process::become_subreaper();
-    let group = process::spawn_group(&args.command, &env, &lease.fds())
-        .map_err(|e| Error::Usage(format!("gpu exec: cannot run `{}`: {e}", args.command[0])))?;
-    let ending = process::supervise(&group, GRACE);
-    // The whole group is gone: only now may the GPUs go to someone else.
+    let supervisor = Supervisor::start(&args.command, &env, &lease.fds(), GRACE, confine)
+        .map_err(|why| Error::Usage(format!("gpu exec: {why}")))?;
+    report::debug(format!(
+        "`{}` runs confined by {}{}",
+        args.command.join(" "),
+        supervisor.started.confinement.name(),
+        if supervisor.started.own_proc {
+            ""
+        } else {
+            " (with the host's /proc)"
+        }
+    ));
+    let ending = supervisor.wait();
+    // No process of the workload is left: only now may the GPUs go to someone else.
     lease.release();
     Ok(match ending {
         Ending::Exited(code) => code.clamp(0, 255) as u8,

@@ -76,6 +76,16 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
         Command::Workflow(WorkflowCommand::Lint) => workflow::lint(&ctx),
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
+        Command::Confine(a) => Ok(crate::process::confine::supervisor(
+            crate::process::confine::SupervisorArgs {
+                owner: a.owner,
+                report_fd: a.report_fd,
+                grace: std::time::Duration::from_millis(a.grace_ms),
+                interactive: a.interactive,
+                subreaper: a.subreaper,
+                argv: a.command,
+            },
+        )),
         Command::Watchdog { container } => Ok(crate::runner::watchdog::watch(&container)),
     }
 }

@@ -115,9 +115,26 @@ pub fn liveness(dir: &LockDir, run: &str) -> std::io::Result<Liveness> {
     }
 }
 
-/// The runs recorded in `runs/` whose cibox is gone: ID, and what the record says
-/// (`None` when it cannot be read).
-pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<(String, Option<RunInfo>)>> {
+/// The record of a run whose cibox is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadRun {
+    pub run: String,
+    /// What the record says (`None` when it cannot be read).
+    pub info: Option<RunInfo>,
+    /// Who wrote the record: `runs/` is writable by every user, so only root's records
+    /// and the caller's own are more than somebody's word.
+    pub owner: u32,
+}
+
+impl DeadRun {
+    /// Written by root or by the calling user.
+    pub fn vouched_for(&self) -> bool {
+        self.owner == 0 || self.owner == nix::unistd::geteuid().as_raw()
+    }
+}
+
+/// The runs recorded in `runs/` whose cibox is gone.
+pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<DeadRun>> {
     let entries = match std::fs::read_dir(runs_dir(dir)) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -140,6 +157,7 @@ pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<(String, Option<RunInfo>)
             Err(e) if super::is_planted(&e) => continue,                    // not a run's record
             Err(e) => return Err(e),
         };
+        let owner = std::os::unix::fs::MetadataExt::uid(&file.metadata()?);
         match file.try_lock_shared() {
             Err(TryLockError::WouldBlock) => continue,
             Err(TryLockError::Error(e)) => return Err(e),
@@ -151,7 +169,11 @@ pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<(String, Option<RunInfo>)
                     .read_to_string(&mut text)
                     .ok()
                     .and_then(|_| serde_json::from_str(&text).ok());
-                dead.push((run.to_string(), info));
+                dead.push(DeadRun {
+                    run: run.to_string(),
+                    info,
+                    owner,
+                });
             }
         }
     }
@@ -196,7 +218,15 @@ mod tests {
         // A killed run leaves its file, unlocked: a dead run, until a sweep forgets it.
         std::fs::write(path(&dir, run), serde_json::to_vec(&info()).unwrap()).unwrap();
         assert_eq!(liveness(&dir, run).unwrap(), Liveness::Dead);
-        assert_eq!(dead_runs(&dir).unwrap(), [(run.to_string(), Some(info()))]);
+        let owner = nix::unistd::geteuid().as_raw();
+        assert_eq!(
+            dead_runs(&dir).unwrap(),
+            [DeadRun {
+                run: run.to_string(),
+                info: Some(info()),
+                owner
+            }]
+        );
         forget(&dir, run);
         assert!(dead_runs(&dir).unwrap().is_empty());
     }

@@ -101,6 +101,13 @@ fn script(m: &Manifest, batch: &Batch) -> String {
 }
 
 impl ContainerPlan {
+    /// The memory limit as the manifest writes it (`none` without one).
+    pub fn memory_text(&self) -> String {
+        self.memory.map_or("none".to_string(), |m| {
+            crate::units::Size(m as u64).to_string()
+        })
+    }
+
     pub fn new(
         m: &Manifest,
         batch_name: &str,

@@ -19,7 +19,7 @@ use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
 use super::watchdog::Watchdog;
-use crate::engine::{Engine, FollowEnd, Followed, Removal, Stop};
+use crate::engine::{EndCause, Engine, FollowEnd, Followed, Removal, Stop};
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::{self, Want, probe};
@@ -421,7 +421,43 @@ impl Execution<'_> {
         Ok(ended)
     }
 
+    /// A container that ended by itself with a failing code: a failure of the batch,
+    /// unless the engine says someone killed it from outside, or says the batch went
+    /// over its memory limit (which is the batch's failure, told plainly). When the
+    /// engine cannot be asked, the exit code stands.
+    fn why_it_ended(&self, b: &BatchPlan, id: &str, started_at: u64, code: i64) -> Ended {
+        match self.engine.end_cause(id, started_at) {
+            Ok(EndCause::OutOfMemory) => Ended::Stopped {
+                verdict: Verdict::Failed,
+                message: format!(
+                    "the batch went over its memory limit ({}) and the kernel killed it (exit {code}); raise container.memory or make the tests use less",
+                    b.container.memory_text()
+                ),
+                exit: Some(code),
+            },
+            Ok(EndCause::KilledThroughEngine(signal)) => Ended::Stopped {
+                verdict: Verdict::InfraError,
+                message: format!(
+                    "the container was killed from outside through the engine (signal {}: `docker kill`, `docker stop`, a cleanup script) while the batch ran",
+                    if signal.is_empty() {
+                        "unknown"
+                    } else {
+                        &signal
+                    }
+                ),
+                exit: Some(code),
+            },
+            Ok(EndCause::Itself) | Err(_) => Ended::Exited(code),
+        }
+    }
+
     fn follow(&self, b: &BatchPlan, id: &str, printed: &Cell<u64>) -> Result<Ended> {
+        // Whole seconds, as the engine's event filter takes them: one early, so the
+        // start's own second is in.
+        let started_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(1);
         if let Err(why) = self.engine.start_container(id) {
             let gpu_hint = if b.gpus > 0
                 && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi"))
@@ -483,7 +519,8 @@ impl Execution<'_> {
                 message: format!("the batch hit its timeout of {}", b.timeout),
                 exit,
             },
-            (None, Some(code)) => Ended::Exited(code),
+            (None, Some(0)) => Ended::Exited(0),
+            (None, Some(code)) => self.why_it_ended(b, id, started_at, code),
             (None, None) => Ended::Unknown,
         })
     }

@@ -184,13 +184,13 @@ pub fn sweep(
         what: "runs/".into(),
         source,
     })?;
-    for (run, info) in dead {
-        if let Some(info) = info
+    for d in dead {
+        if let Some(info) = d.info
             && scope.is_none_or(|s| s == info.scope)
             && project.is_none_or(|p| p == info.project)
-            && !kept.contains(&run)
+            && !kept.contains(&d.run)
         {
-            run_lock::forget(runs, &run);
+            run_lock::forget(runs, &d.run);
         }
     }
     Ok(swept)

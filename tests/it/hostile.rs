@@ -451,6 +451,36 @@ fn an_engine_that_cannot_be_asked_fails_closed_when_a_run_died() {
 }
 
 #[test]
+fn another_users_word_in_runs_does_not_stop_gpu_exec() {
+    must_be_root();
+    let h = GpuHost::new(2);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    let no_engine = |args: &[&str]| {
+        run(h
+            .cmd(args)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock"))
+    };
+    // Anyone can write into the 1777 runs/: a well-formed record of a "dead run" written
+    // by nobody, and garbage (a run that died before it made any container).
+    let planted = h.locks.path().join("runs/0123456789abcdef.lock");
+    std::fs::write(&planted, r#"{"project":"p","scope":"s"}"#).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    std::fs::write(h.locks.path().join("runs/fedcba9876543210.lock"), "garbage").unwrap();
+    let r = no_engine(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"]);
+    r.ok();
+    assert!(
+        r.stderr.contains("another user's record of a dead run") && r.stderr.lines().count() == 1,
+        "one warning: {}",
+        r.stderr
+    );
+    // The same record written by root (or by the caller) is more than a word: it fails
+    // closed.
+    std::os::unix::fs::chown(&planted, Some(0), Some(0)).unwrap();
+    no_engine(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"])
+        .fails_with(5, "engine cannot be asked");
+}
+
+#[test]
 fn queue_and_runs_folders_made_by_another_user_are_still_used() {
     must_be_root();
     let h = GpuHost::new(1);

@@ -6,6 +6,7 @@ mod common;
 mod batch;
 mod ci;
 mod cli;
+mod confine;
 mod doctor;
 mod gpu;
 mod hostile;

@@ -82,23 +82,6 @@ fn a_dead_run_in_another_scope_is_swept_and_a_live_one_never() {
     );
 }
 
-/// The PIDs of processes whose command line holds all of `words`.
-fn pids_with(words: &[&str]) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    let line = String::from_utf8_lossy(&c).replace('\0', " ");
-                    words.iter().all(|w| line.contains(w))
-                })
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
 #[test]
 fn a_batch_container_dies_with_its_cibox() {
     let p = busybox_project(
@@ -146,5 +129,54 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
         p.result("long")["status"],
         "infra_error",
         "not a test failure"
+    );
+}
+
+#[test]
+fn a_container_killed_from_outside_is_an_infrastructure_error() {
+    let p = busybox_project(
+        "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n",
+        "",
+    );
+    let child = p
+        .batch_cmd(&["batch", "run", "long"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(30, || p.containers().len() == 1));
+    std::process::Command::new("docker")
+        .args(["kill", &p.containers()[0]])
+        .output()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let result = p.result("long");
+    assert_eq!(result["status"], "infra_error", "not a test failure");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("killed from outside through the engine (signal 9"),
+        "{result}"
+    );
+}
+
+#[test]
+fn a_batch_over_its_memory_limit_fails_and_says_so() {
+    let p = busybox_project(
+        "  hungry:\n    gpus: 0\n    timeout: 10m\n    run: [\"head -c 600000000 /dev/zero | sort > /dev/null\"]\n",
+        "",
+    );
+    let r = p.run(&["batch", "run", "hungry"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let result = p.result("hungry");
+    assert_eq!(result["status"], "failed");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("went over its memory limit (256m)"),
+        "{result}"
     );
 }

@@ -1,12 +1,14 @@
-//! A child command in its own process group, bound to cibox's life and to its lease:
-//! it dies if cibox dies (parent-death signal), it inherits the lease's lock files (so
-//! the GPUs stay leased while any process of it lives, even if cibox is SIGKILLed), and
-//! cibox returns only once the whole group is gone.
+//! A command as a workload: started in its own process group, watched until every
+//! process of it is gone, torn down in order (SIGTERM, a grace period, SIGKILL).
+//! [`confine`] decides where it runs (a PID namespace, or under a subreaper) and binds
+//! it to cibox's life.
 //!
-//! On an interactive terminal the child's group becomes the terminal's foreground
+//! On an interactive terminal the command's group becomes the terminal's foreground
 //! group, as a shell does for a job: otherwise a command that reads the terminal (a
 //! REPL, a `pdb` breakpoint) would be stopped by SIGTTIN and wait forever. Ctrl-C then
 //! reaches the command directly, and Ctrl-Z stops cibox with it.
+
+pub mod confine;
 
 use std::os::unix::io::RawFd;
 use std::os::unix::process::CommandExt;
@@ -32,10 +34,10 @@ pub enum Ending {
 }
 
 /// How often the supervisor looks at the child and the signal flag.
-const TICK: Duration = Duration::from_millis(10);
+pub(crate) const TICK: Duration = Duration::from_millis(10);
 
 /// Whether cibox runs in the foreground of a terminal (its standard input).
-fn in_terminal_foreground() -> bool {
+pub fn in_terminal_foreground() -> bool {
     let stdin = std::io::stdin();
     std::io::IsTerminal::is_terminal(&stdin)
         && nix::unistd::tcgetpgrp(&stdin) == Ok(nix::unistd::getpgrp())
@@ -44,7 +46,7 @@ fn in_terminal_foreground() -> bool {
 /// Makes `pgrp` the foreground group of the terminal on standard input. Called from a
 /// background group too, so SIGTTOU (which would stop the caller) is blocked around
 /// the call. Async-signal-safe (no allocation), so the child may call it before exec.
-fn hand_terminal(pgrp: Pid) {
+pub fn hand_terminal(pgrp: Pid) {
     use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
     let mut ttou = SigSet::empty();
     ttou.add(Signal::SIGTTOU);
@@ -63,15 +65,16 @@ pub struct Group {
     interactive: bool,
 }
 
-/// Starts `argv` in a new process group with `env` added, keeping `inherit` open in it.
+/// Starts `argv` in a new process group with `env` added, keeping `inherit` open in it,
+/// killed if its parent dies; `interactive` gives it the terminal.
 pub fn spawn_group(
     argv: &[String],
     env: &[(String, String)],
     inherit: &[RawFd],
+    interactive: bool,
 ) -> std::io::Result<Group> {
     let parent = nix::unistd::getpid();
     let inherit = inherit.to_vec();
-    let interactive = in_terminal_foreground();
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(env.iter().cloned())
@@ -81,7 +84,7 @@ pub fn spawn_group(
     unsafe {
         cmd.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            // cibox may have died before the line above took effect.
+            // The parent may have died before the line above took effect.
             if nix::unistd::getppid() != parent {
                 let _ = nix::sys::signal::raise(Signal::SIGKILL);
             }
@@ -111,18 +114,18 @@ pub fn spawn_group(
     })
 }
 
-/// Makes cibox the reaper of orphans it leaves (descendants of its children), so a
-/// group's stray workers are reaped here and "the group is gone" can be observed.
-pub fn become_subreaper() {
-    let _ = nix::sys::prctl::set_child_subreaper(true);
+/// Makes this process the reaper of orphans it leaves (descendants of its children),
+/// so a group's stray workers are reaped here and "the group is gone" can be observed.
+pub fn become_subreaper() -> nix::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true)
 }
 
 fn group_alive(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
-/// Every live (not zombie) process below `root` in the process tree. cibox is a
-/// subreaper, so a worker that leaves the group with `setsid` (and closes the lock
+/// Every live (not zombie) process below `root` in the process tree. The supervisor is
+/// a subreaper, so a worker that leaves the group with `setsid` (and closes the lock
 /// files it inherited) is still found here: as cibox's child once its parent is gone,
 /// or as a grandchild while it lives. Follows `/proc/<pid>/task/<tid>/children`, which
 /// visits only the tree itself; walks all of `/proc` where the kernel lacks it.
@@ -205,90 +208,152 @@ fn descendants_by_walk(root: Pid) -> Vec<Pid> {
     found.into_iter().skip(1).map(Pid::from_raw).collect()
 }
 
-/// Sends `sig` to the group and to every other descendant of cibox.
-fn signal_workload(pgid: Pid, sig: Signal) {
-    let _ = killpg(pgid, sig);
-    for pid in descendants(nix::unistd::getpid()) {
-        let _ = nix::sys::signal::kill(pid, sig);
+/// Where the processes of a workload are, and so how all of them are signalled and
+/// how "none is left" is seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The caller is the init of a PID namespace that holds exactly the workload:
+    /// `kill(-1)` reaches all of it, and every orphan is the caller's child.
+    Namespace,
+    /// The caller is a subreaper: the workload is the group and every descendant.
+    Tree,
+}
+
+impl Scope {
+    /// Sends `sig` to every process of the workload.
+    fn signal(self, pgid: Pid, sig: Signal) {
+        match self {
+            Scope::Namespace => {
+                // kill(-1) from the init of a PID namespace reaches the namespace only;
+                // from anywhere else it would reach the whole host.
+                if nix::unistd::getpid().as_raw() == 1 {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(-1), sig);
+                }
+            }
+            Scope::Tree => {
+                let _ = killpg(pgid, sig);
+                for pid in descendants(nix::unistd::getpid()) {
+                    let _ = nix::sys::signal::kill(pid, sig);
+                }
+            }
+        }
+    }
+
+    /// Whether any process of the workload lives; `children_left` is what the last
+    /// reap saw.
+    fn alive(self, pgid: Pid, children_left: bool) -> bool {
+        match self {
+            Scope::Namespace => children_left,
+            Scope::Tree => group_alive(pgid) || !descendants(nix::unistd::getpid()).is_empty(),
+        }
     }
 }
 
-/// Whether any process of the workload lives: the group, or a descendant that left it.
-fn workload_alive(pgid: Pid) -> bool {
-    group_alive(pgid) || !descendants(nix::unistd::getpid()).is_empty()
+/// Whom the supervising process answers to.
+pub trait Owner {
+    /// Whether the owner is gone: the workload is then killed at once.
+    fn gone(&mut self) -> bool;
+    /// The command was stopped from the terminal (Ctrl-Z): stop the owner's job too,
+    /// and return once it is continued (`fg`).
+    fn stop_job(&mut self);
 }
 
-/// Reaps every exited child; returns the leader's status when it is among them. A
-/// leader stopped from the terminal (Ctrl-Z) stops cibox too, and both go on together.
-fn reap(group: &Group) -> Option<WaitStatus> {
-    let mut leader_status = None;
+/// What one reap saw: the leader's status if it ended, whether it stopped, and whether
+/// any child is left.
+struct Reaped {
+    leader: Option<WaitStatus>,
+    stopped: bool,
+    children_left: bool,
+}
+
+/// Reaps every exited child.
+fn reap(group: &Group) -> Reaped {
+    let mut seen = Reaped {
+        leader: None,
+        stopped: false,
+        children_left: true,
+    };
     loop {
         match waitpid(
             Pid::from_raw(-1),
             Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
         ) {
-            Ok(WaitStatus::StillAlive) | Err(_) => return leader_status,
+            Ok(WaitStatus::StillAlive) => return seen,
+            Err(_) => {
+                seen.children_left = false;
+                return seen;
+            }
             Ok(WaitStatus::Stopped(pid, _)) => {
-                if pid == group.leader && group.interactive {
-                    hand_terminal(nix::unistd::getpgrp());
-                    // Stops here until the shell continues the job (`fg`).
-                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                    hand_terminal(group.leader);
-                    let _ = killpg(group.leader, Signal::SIGCONT);
+                if pid == group.leader {
+                    seen.stopped = true;
                 }
             }
             Ok(status) => {
                 if status.pid() == Some(group.leader) {
-                    leader_status = Some(status);
+                    seen.leader = Some(status);
                 }
             }
         }
     }
 }
 
-/// Waits for the leader, forwarding terminating signals to the group, then makes sure
-/// the whole workload is gone (SIGTERM, `grace`, SIGKILL), the group and any
-/// descendant that left it, before returning.
-pub fn supervise(group: &Group, grace: Duration) -> Ending {
+/// Waits for the leader, forwarding terminating signals to the workload, then makes
+/// sure all of it is gone (SIGTERM, `grace`, SIGKILL) before returning. When the owner
+/// is gone the workload is killed at once.
+pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn Owner) -> Ending {
     let pgid = group.leader;
     let mut ending = None;
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
+    let mut orphaned = false;
     loop {
-        if let Some(status) = reap(group) {
+        let seen = reap(group);
+        if seen.stopped && group.interactive {
+            // A shell's job control, one level up: the owner's job stops with the
+            // command and both go on together.
+            owner.stop_job();
+            hand_terminal(group.leader);
+            let _ = killpg(group.leader, Signal::SIGCONT);
+        }
+        if let Some(status) = seen.leader {
             ending.get_or_insert(match status {
                 WaitStatus::Exited(_, code) => Ending::Exited(code),
                 WaitStatus::Signaled(_, sig, _) => Ending::Killed(sig as i32),
                 _ => Ending::Exited(1),
             });
         }
+        if !orphaned && owner.gone() {
+            orphaned = true;
+            ending = Some(Ending::Interrupted(Signal::SIGKILL));
+            scope.signal(pgid, Signal::SIGKILL);
+            terminated = true;
+            kill_at = None;
+        }
         if let Some(sig) = signals::received()
             && !matches!(ending, Some(Ending::Interrupted(_)))
         {
             // A signal wins over an exit seen at the same time: the run was cancelled.
             ending = Some(Ending::Interrupted(sig));
-            signal_workload(pgid, sig);
+            scope.signal(pgid, sig);
             kill_at = Some(Instant::now() + grace);
             terminated = true;
         }
         if let Some(end) = ending {
-            if !workload_alive(pgid) {
-                // Reap what is left (zombies we now own) and report.
+            if !scope.alive(pgid, seen.children_left) {
+                // Reap what is left (zombies we now own) and report. The owner takes
+                // the terminal back.
                 reap(group);
-                if group.interactive {
-                    hand_terminal(nix::unistd::getpgrp());
-                }
                 return end;
             }
             if !terminated {
                 // The leader is done; its stray workers must not keep the GPUs.
-                signal_workload(pgid, Signal::SIGTERM);
+                scope.signal(pgid, Signal::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
                 terminated = true;
             }
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
-            signal_workload(pgid, Signal::SIGKILL);
+            scope.signal(pgid, Signal::SIGKILL);
             kill_at = None;
         }
         std::thread::sleep(TICK);

@@ -1,0 +1,358 @@
+//! `gpu exec` confinement: every process of a workload dies with its cibox, whatever it
+//! does (fork, `setsid`, closing its descriptors), and the GPUs are free only once none
+//! is left. Each test runs in the confinements this host gives: a PID namespace (as
+//! root), one inside a user namespace (as `nobody`), and the subreaper (asked for).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Root,
+    Nobody,
+    Subreaper,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Root, Mode::Nobody, Mode::Subreaper];
+
+    /// What `-v` says the command runs confined by.
+    fn confinement(self) -> &'static str {
+        match self {
+            Mode::Root => "pid-namespace",
+            Mode::Nobody => "user-namespace",
+            Mode::Subreaper => "subreaper",
+        }
+    }
+
+    /// Numbers that make each mode's `sleep` workers unique on the host.
+    fn tag(self, n: u32) -> String {
+        let base = match self {
+            Mode::Root => 710_000,
+            Mode::Nobody => 720_000,
+            Mode::Subreaper => 730_000,
+        };
+        (base + n).to_string()
+    }
+}
+
+/// A GPU host whose lock dir, fake nvidia-smi and cibox binary user `nobody` can use too.
+struct Host {
+    h: GpuHost,
+    locks: PathBuf,
+    bin: PathBuf,
+    smi: PathBuf,
+}
+
+impl Host {
+    fn new(gpus: usize) -> Host {
+        assert!(
+            nix::unistd::getuid().is_root(),
+            "the confinement tests switch to user nobody with setpriv and must run as root (CI does)"
+        );
+        let h = GpuHost::new(gpus);
+        for d in [h.locks.path(), h.smi.state.path(), h.work.path()] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let bin = h.work.path().join("cibox");
+        let smi = h.work.path().join("nvidia-smi");
+        std::fs::copy(BIN, &bin).unwrap();
+        std::fs::copy(FakeSmi::program(), &smi).unwrap();
+        let host = Host {
+            locks: h.locks.path().join("shared"),
+            h,
+            bin,
+            smi,
+        };
+        // root makes the shared lease dir (mode 1777) and the lock files.
+        run(&mut host.cmd(Mode::Root, &["gpu", "exec", "--count", "1", "--", "true"])).ok();
+        host
+    }
+
+    fn cmd(&self, mode: Mode, args: &[&str]) -> Command {
+        let mut c = match mode {
+            Mode::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&self.bin);
+                c
+            }
+            Mode::Root | Mode::Subreaper => Command::new(&self.bin),
+        };
+        c.args(args)
+            .env("CIBOX_NVIDIA_SMI", &self.smi)
+            .env("CIBOX_FAKE_SMI_STATE", self.h.smi.state.path())
+            .env("CIBOX_GPU_LOCK_DIR", &self.locks)
+            .env("CIBOX_PROBE_TIMEOUT", "2s")
+            .env_remove("CIBOX_CONFINE")
+            .current_dir(self.h.work.path())
+            .stdin(Stdio::null());
+        if let Mode::Subreaper = mode {
+            c.env("CIBOX_CONFINE", "subreaper");
+        }
+        c
+    }
+
+    /// Leases `gpus` GPUs as soon as they are free (up to 20 s) and reports whether any
+    /// of `pids` still existed at that moment; run in the subreaper so it sees host PIDs.
+    fn lease_finds_none_of(&self, gpus: usize, pids: &[i32]) -> Run {
+        let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+        let check = format!(
+            "for p in {}; do [ -e /proc/$p ] && echo alive $p && exit 9; done; exit 0",
+            list.join(" ")
+        );
+        run(&mut self.cmd(
+            Mode::Subreaper,
+            &[
+                "gpu",
+                "exec",
+                "--count",
+                &gpus.to_string(),
+                "--wait",
+                "20s",
+                "--",
+                "sh",
+                "-c",
+                &check,
+            ],
+        ))
+    }
+}
+
+/// A command whose workers cover every way out of a process group: a background
+/// child, a worker in its own session with every inherited descriptor closed (as
+/// Python's `subprocess` does by default), and the command itself; all `sleep`s tagged.
+fn escaping_workload(mode: Mode, case: u32) -> (String, [String; 3]) {
+    let tags = [1, 2, 3].map(|k| mode.tag(case * 10 + k));
+    let script = format!(
+        "sleep {} & /usr/bin/python3 -c 'import subprocess; subprocess.Popen([\"sleep\", \"{}\"], start_new_session=True, close_fds=True)'; exec sleep {}",
+        tags[0], tags[1], tags[2]
+    );
+    (script, tags)
+}
+
+fn worker_pids(tags: &[String]) -> Option<Vec<i32>> {
+    let mut pids = Vec::new();
+    for t in tags {
+        match pids_running(&["sleep", t]).as_slice() {
+            [pid] => pids.push(*pid),
+            _ => return None,
+        }
+    }
+    Some(pids)
+}
+
+#[test]
+fn sigkill_of_cibox_kills_every_worker_before_the_gpus_are_free() {
+    let host = Host::new(2);
+    for mode in Mode::ALL {
+        let (script, tags) = escaping_workload(mode, 1);
+        let log = host.h.work.path().join(format!("{mode:?}.stderr"));
+        let mut cibox = host
+            .cmd(
+                mode,
+                &[
+                    "-v", "gpu", "exec", "--count", "2", "--", "sh", "-c", &script,
+                ],
+            )
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(20, || worker_pids(&tags).is_some()),
+            "{mode:?}: the workers did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let pids = worker_pids(&tags).unwrap();
+        let said = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            said.contains(&format!("runs confined by {}", mode.confinement())),
+            "{mode:?}: not confined as expected: {said}"
+        );
+        // While they run, nobody else gets a GPU.
+        run(&mut host.cmd(
+            Mode::Root,
+            &["gpu", "exec", "--count", "1", "--wait", "0s", "--", "true"],
+        ))
+        .fails_with(4, "could not lease");
+        cibox.kill().unwrap();
+        cibox.wait().unwrap();
+        // The next lease comes only once every worker is gone.
+        let next = host.lease_finds_none_of(2, &pids);
+        assert_eq!(
+            next.code, 0,
+            "{mode:?}: the GPUs were free while a worker lived: {}{}",
+            next.stdout, next.stderr
+        );
+        assert!(
+            wait_until(20, || pids.iter().all(|p| !pid_alive(*p))),
+            "{mode:?}: a worker outlived its cibox"
+        );
+    }
+}
+
+#[test]
+fn workers_that_leave_the_group_are_gone_before_gpu_exec_returns() {
+    let host = Host::new(1);
+    for mode in Mode::ALL {
+        let (script, tags) = escaping_workload(mode, 2);
+        // The command itself exits 3 once its workers are started.
+        let script = script.replace(&format!("exec sleep {}", tags[2]), "exit 3");
+        let r = run(&mut host.cmd(
+            mode,
+            &["gpu", "exec", "--count", "1", "--", "sh", "-c", &script],
+        ));
+        assert_eq!(r.code, 3, "{mode:?}: {}", r.stderr);
+        for t in &tags[..2] {
+            assert!(
+                pids_running(&["sleep", t]).is_empty(),
+                "{mode:?}: worker `sleep {t}` outlived its gpu exec and its lease"
+            );
+        }
+        let leased = run(&mut host.cmd(Mode::Root, &["gpu", "status", "--json"]));
+        assert!(
+            leased.stdout.contains("\"lease_holder\": null"),
+            "{mode:?}: {}",
+            leased.stdout
+        );
+    }
+}
+
+#[test]
+fn signals_are_forwarded_to_every_worker_and_end_the_run_with_128_plus_n() {
+    let host = Host::new(1);
+    let cases = [
+        (Mode::Root, nix::libc::SIGINT, 130),
+        (Mode::Root, nix::libc::SIGTERM, 143),
+        (Mode::Root, nix::libc::SIGHUP, 129),
+        (Mode::Nobody, nix::libc::SIGTERM, 143),
+        (Mode::Subreaper, nix::libc::SIGTERM, 143),
+    ];
+    for (i, (mode, sig, code)) in cases.into_iter().enumerate() {
+        let (script, tags) = escaping_workload(mode, 3 + i as u32);
+        let mut cibox = host
+            .cmd(
+                mode,
+                &["gpu", "exec", "--count", "1", "--", "sh", "-c", &script],
+            )
+            .spawn()
+            .unwrap();
+        assert!(wait_until(20, || worker_pids(&tags).is_some()), "{mode:?}");
+        let pids = worker_pids(&tags).unwrap();
+        unsafe { nix::libc::kill(cibox.id() as i32, sig) };
+        let status = cibox.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "{mode:?}: signal {sig}");
+        for p in pids {
+            assert!(!pid_alive(p), "{mode:?}: worker {p} survived signal {sig}");
+        }
+    }
+}
+
+#[test]
+fn a_bad_confinement_is_refused_with_exit_2_before_any_lease() {
+    let host = Host::new(1);
+    let r = run(host
+        .cmd(Mode::Root, &["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_CONFINE", "jail\x1b[31m"));
+    r.fails_with(
+        2,
+        "CIBOX_CONFINE: `jail\\u{1b}[31m` is not `auto` or `subreaper`",
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn doctor_says_how_gpu_exec_confines() {
+    let host = Host::new(1);
+    for mode in Mode::ALL {
+        let r = run(&mut host.cmd(mode, &["doctor"]));
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("gpu exec confinement"))
+            .unwrap_or_else(|| panic!("{mode:?}: no confinement line: {}", r.stdout))
+            .to_string();
+        assert!(line.contains(mode.confinement()), "{mode:?}: {line}");
+        let status = if let Mode::Subreaper = mode {
+            "warn"
+        } else {
+            "ok"
+        };
+        assert!(
+            line.split_whitespace().nth(3) == Some(status),
+            "{mode:?}: {line}"
+        );
+    }
+}
+
+/// Runs `command` from an interactive bash on a fresh pseudo-terminal, stops it with
+/// Ctrl-Z once it printed `ready` (a cue its echoed text must not hold), continues it with `fg`, then types `hello`; returns
+/// what the terminal showed (Python's `pty`; each step waits up to 20 s for its cue).
+fn stopped_and_continued(command: &str) -> String {
+    const DRIVER: &str = r#"
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
+seen = b""
+def until(cue):
+    global seen
+    end = time.time() + 20
+    while cue not in seen and time.time() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                seen += os.read(fd, 4096)
+            except OSError:
+                break
+    if cue not in seen:
+        print("NO CUE", cue, seen.decode(errors="replace"))
+        sys.exit(1)
+os.write(fd, sys.argv[1].encode() + b"\n")
+until(b"ready")
+os.write(fd, b"\x1a")
+until(b"Stopped")
+os.write(fd, b"fg\n")
+os.write(fd, b"hello\n")
+until(b"got:hello")
+os.write(fd, b"echo STATUS=$?; exit\n")
+until(b"STATUS=3")
+time.sleep(0.2)
+print(seen.decode(errors="replace"))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(command)
+        .output()
+        .expect("python3 runs the terminal driver");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn ctrl_z_stops_the_job_and_fg_gives_the_command_its_terminal_back() {
+    let host = Host::new(1);
+    for mode in Mode::ALL {
+        let base = host.cmd(mode, &[]);
+        let mut line: Vec<String> = base
+            .get_envs()
+            .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, v?.to_str()?)))
+            .collect();
+        if let Mode::Nobody = mode {
+            line.push("setpriv --reuid=65534 --regid=65534 --clear-groups".into());
+        }
+        line.push(format!(
+            "{} gpu exec --count 1 -- sh -c 'printf \"rea%s\\n\" dy; read x; echo got:$x; exit 3'",
+            host.bin.display()
+        ));
+        let shown = stopped_and_continued(&format!(
+            "cd {} && {}",
+            host.h.work.path().display(),
+            line.join(" ")
+        ));
+        assert!(shown.contains("got:hello"), "{mode:?}: {shown}");
+        assert!(shown.contains("STATUS=3"), "{mode:?}: {shown}");
+    }
+}
