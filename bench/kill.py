@@ -10,7 +10,8 @@
 Within 5 s of each kill: is any process (gpu exec) or container (batch run) of the
 killed workload alive, and can its GPUs be leased again? For gpu exec also: was a GPU
 ever held by two live workloads (the killed one's worker and the next lease)?
-Usage: bench/kill.py [path/to/cibox] [rounds]   (run as root, engine up; default 20)
+Usage: bench/kill.py [path/to/cibox] [rounds]   (run as root, engine up; default 20;
+       KILL_ONLY=gpu or KILL_ONLY=batch runs one half)
 """
 import os, random, signal, subprocess, sys, tempfile, time
 
@@ -49,7 +50,12 @@ def workload(tag):
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if tag.encode() in args and alive(int(name)):
+        # Exactly the worker and its sleeper: not the checker, nor cibox's own
+        # processes, whose arguments hold the tag too.
+        args = [a for a in args if a]
+        ours = len(args) >= 2 and args[-1] == tag.encode() and (
+            args[-2] == b"sleep" or args[-2].endswith(b"worker.py"))
+        if ours and alive(int(name)):
             found.append(int(name))
     return found
 
@@ -119,10 +125,13 @@ def batch_rounds(work):
 def main():
     if sys.argv[1:2] == ["--check"]:
         sys.exit(9 if workload(sys.argv[2]) else 0)
-    with tempfile.TemporaryDirectory() as work:
-        gpu_exec_rounds(work)
-    with tempfile.TemporaryDirectory() as work:
-        batch_rounds(work)
+    only = os.environ.get("KILL_ONLY")
+    if only in (None, "gpu"):
+        with tempfile.TemporaryDirectory() as work:
+            gpu_exec_rounds(work)
+    if only in (None, "batch"):
+        with tempfile.TemporaryDirectory() as work:
+            batch_rounds(work)
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ pub enum Stop {
     Interrupted,
 }
 
-/// What [`Engine::follow`] reports while it follows a container.
+/// What [`Engine::follow_exec`] reports while it follows a batch.
 pub enum Followed<'a> {
     /// A chunk of the container's output (stdout and stderr interleaved).
     Output(&'a [u8]),
@@ -174,10 +174,22 @@ pub struct FollowEnd {
     pub exit: Option<i64>,
 }
 
-/// How often [`Engine::follow`] asks whether it was interrupted.
+/// What [`Engine::follow_exec`] runs: `cmd` as `user`, stopped at `deadline` (SIGTERM,
+/// then SIGKILL after `grace`).
+pub struct Steps<'a> {
+    pub cmd: Vec<String>,
+    pub user: &'a str,
+    pub deadline: Instant,
+    pub grace: Duration,
+}
+
+/// How often [`Engine::follow_exec`] asks whether it was interrupted.
 const INTERRUPT_POLL: Duration = Duration::from_millis(100);
-/// How long a container whose output has closed gets to report its exit.
+/// How long a command whose output has closed gets to report its exit.
 const EXIT_WAIT: Duration = Duration::from_secs(30);
+/// How long the output of a command that has ended may stay open (held by a worker it
+/// left in the background) before it is no longer followed.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 
 impl Engine {
     /// Connects to `DOCKER_HOST` (default the local socket) and negotiates the API
@@ -441,6 +453,43 @@ pub enum Removal {
     ByOthers,
 }
 
+/// A tar archive streamed from a container, read as a plain [`Read`]: each read waits
+/// for the next chunk (up to [`CHUNK_WAIT`]).
+pub struct Download<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    stream: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<Bytes, bollard::errors::Error>> + 'a>,
+    >,
+    chunk: Bytes,
+}
+
+/// How long one chunk of a download may take.
+const CHUNK_WAIT: Duration = Duration::from_secs(30);
+
+impl Read for Download<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(CHUNK_WAIT, self.stream.next()).await });
+            match next {
+                Err(_) => {
+                    return Err(std::io::Error::other(format!(
+                        "no data from the engine within {} s",
+                        CHUNK_WAIT.as_secs()
+                    )));
+                }
+                Ok(None) => return Ok(0),
+                Ok(Some(Err(e))) => return Err(std::io::Error::other(reason(&e))),
+                Ok(Some(Ok(b))) => self.chunk = b,
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
+}
+
 /// A container cibox created, as listed by the engine.
 #[derive(Debug, Clone)]
 pub struct ContainerInfo {
@@ -484,39 +533,69 @@ impl Engine {
             .map_err(|e| reason(&e))
     }
 
-    /// Follows a started container to its end: its output goes to `on`, its
-    /// `deadline` is enforced (stop with `grace` seconds, then SIGKILL), and
-    /// `interrupted` is asked every 100 ms (true: kill it at once). Returns once the
-    /// output has closed and the container's exit code is known (or, after 30 s more,
-    /// it was killed).
+    /// Runs a batch's steps in a running container and follows them to their end: their
+    /// output goes to `on`, its `deadline` is enforced (SIGTERM to every process of
+    /// `user` in the container, then SIGKILL after `grace`), and `interrupted` is asked
+    /// every 100 ms (true: SIGKILL to all of them at once). Returns once the command has
+    /// ended and its exit code is known (`None` when the engine cannot say, as when the
+    /// container itself died). The container lives on, so that what the batch left in
+    /// its mounts can still be copied out.
     ///
     /// Both callbacks run inside the engine's runtime: they must be quick and must not
     /// call the engine (that would nest `block_on`).
-    pub fn follow(
+    pub fn follow_exec(
         &self,
         id: &str,
-        deadline: Instant,
-        grace: i32,
+        run: Steps<'_>,
         mut interrupted: impl FnMut() -> bool,
         mut on: impl FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
+        let Steps {
+            cmd,
+            user,
+            deadline,
+            grace,
+        } = run;
         self.rt.block_on(async {
-            let opts = bollard::query_parameters::LogsOptions {
-                follow: true,
-                stdout: true,
-                stderr: true,
-                ..Default::default()
+            let exec = self
+                .docker
+                .create_exec(
+                    id,
+                    bollard::exec::CreateExecOptions {
+                        attach_stdout: Some(true),
+                        attach_stderr: Some(true),
+                        cmd: Some(cmd),
+                        user: Some(user.to_string()),
+                        working_dir: Some("/".to_string()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| Self::api("starting the batch in its container", e))?
+                .id;
+            let started = self
+                .docker
+                .start_exec(&exec, None)
+                .await
+                .map_err(|e| Self::api("starting the batch in its container", e))?;
+            let bollard::exec::StartExecResults::Attached { mut output, .. } = started else {
+                return Err(EngineError::Api {
+                    action: "starting the batch in its container".into(),
+                    reason: "the engine did not attach its output".into(),
+                });
             };
-            let mut logs = self.docker.logs(id, Some(opts));
             let deadline = tokio::time::Instant::from_std(deadline);
             let mut tick = tokio::time::interval(INTERRUPT_POLL);
             let mut stopped = None;
+            let mut kill_at: Option<tokio::time::Instant> = None;
+            // When the command ended while a process it left holds its output open.
+            let mut ended_at: Option<tokio::time::Instant> = None;
             loop {
                 tokio::select! {
-                    chunk = logs.next() => match chunk {
+                    chunk = output.next() => match chunk {
                         Some(Ok(out)) => on(Followed::Output(&out.into_bytes())),
                         Some(Err(e)) => {
-                            on(Followed::StreamBroke(&Self::api("reading logs", e)));
+                            on(Followed::StreamBroke(&Self::api("reading the batch's output", e)));
                             break;
                         }
                         None => break,
@@ -524,73 +603,113 @@ impl Engine {
                     _ = tokio::time::sleep_until(deadline), if stopped.is_none() => {
                         stopped = Some(Stop::Deadline);
                         on(Followed::DeadlinePassed);
-                        self.stop(id, grace).await?;
+                        self.signal_all(id, user, "TERM").await?;
+                        kill_at = Some(tokio::time::Instant::now() + grace);
                     }
-                    _ = tick.tick(), if stopped != Some(Stop::Interrupted) => {
-                        if interrupted() {
+                    _ = async { tokio::time::sleep_until(kill_at.unwrap_or(deadline)).await }, if kill_at.is_some() => {
+                        kill_at = None;
+                        self.signal_all(id, user, "KILL").await?;
+                    }
+                    _ = tick.tick() => {
+                        if stopped != Some(Stop::Interrupted) && interrupted() {
                             stopped = Some(Stop::Interrupted);
-                            self.kill(id).await?;
+                            kill_at = None;
+                            self.signal_all(id, user, "KILL").await?;
+                        }
+                        // A worker the command left in the background can keep its
+                        // output open after it ended: give that a moment, then go on.
+                        match ended_at {
+                            Some(t) if tokio::time::Instant::now() >= t + OUTPUT_DRAIN => break,
+                            Some(_) => {}
+                            None => if self.exec_exit(&exec).await.is_some() {
+                                ended_at = Some(tokio::time::Instant::now());
+                            },
                         }
                     }
                 }
             }
-            let exit = match tokio::time::timeout(EXIT_WAIT, self.wait(id)).await {
-                Ok(code) => Some(code?),
-                Err(_) => {
-                    self.kill(id).await?;
-                    None
+            // The output closes a moment before the engine reports the exit.
+            let until = tokio::time::Instant::now() + EXIT_WAIT;
+            let exit = loop {
+                match self.exec_exit(&exec).await {
+                    Some(code) => break Some(code),
+                    None if tokio::time::Instant::now() >= until || !self.running(id).await => {
+                        break None;
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
             };
             Ok(FollowEnd { stopped, exit })
         })
     }
 
-    /// Waits for the container to stop; a non-zero exit is data, not an error.
-    async fn wait(&self, id: &str) -> Result<i64, EngineError> {
-        let mut s = self
+    /// The exit code of an exec that has ended; `None` while it runs or when the
+    /// engine cannot say.
+    async fn exec_exit(&self, exec: &str) -> Option<i64> {
+        match self.docker.inspect_exec(exec).await {
+            Ok(r) if r.running != Some(true) => r.exit_code,
+            _ => None,
+        }
+    }
+
+    /// Whether a container still runs (false when it is gone).
+    async fn running(&self, id: &str) -> bool {
+        self.docker
+            .inspect_container(id, None)
+            .await
+            .is_ok_and(|c| c.state.and_then(|s| s.running) == Some(true))
+    }
+
+    /// Sends `signal` to every process of `user` in the container (`kill -1` from a
+    /// shell of that user; the container's keeper belongs to root and stays).
+    async fn signal_all(&self, id: &str, user: &str, signal: &str) -> Result<(), EngineError> {
+        let created = self
             .docker
-            .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
-        match s.next().await {
-            Some(Ok(r)) => Ok(r.status_code),
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(e)) => Err(Self::api("waiting for the container", e)),
-            None => Err(EngineError::Api {
-                action: "waiting for the container".into(),
-                reason: "the engine closed the wait stream".into(),
-            }),
-        }
-    }
-
-    /// SIGTERM, then SIGKILL after `grace` seconds (the engine kills every process of
-    /// the container, not only its first).
-    async fn stop(&self, id: &str, grace: i32) -> Result<(), EngineError> {
-        let opts = bollard::query_parameters::StopContainerOptions {
-            t: Some(grace),
-            signal: None,
-        };
-        match self.docker.stop_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304 | 404,
-                ..
-            }) => Ok(()),
-            Err(e) => Err(Self::api("stopping the container", e)),
-        }
-    }
-
-    /// SIGKILL to every process of the container.
-    async fn kill(&self, id: &str) -> Result<(), EngineError> {
-        let opts = bollard::query_parameters::KillContainerOptions {
-            signal: "KILL".into(),
-        };
-        match self.docker.kill_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            // Not running (409) or gone (404): nothing to kill.
+            .create_exec(
+                id,
+                bollard::exec::CreateExecOptions {
+                    cmd: Some(vec![
+                        "/bin/sh".to_string(),
+                        "-c".to_string(),
+                        format!("kill -{signal} -1"),
+                    ]),
+                    user: Some(user.to_string()),
+                    ..Default::default()
+                },
+            )
+            .await;
+        let exec = match created {
+            Ok(r) => r.id,
+            // The container is gone or stopped: nothing is left to signal.
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404 | 409,
                 ..
+            }) => return Ok(()),
+            Err(e) => return Err(Self::api("signalling the batch", e)),
+        };
+        let opts = bollard::exec::StartExecOptions {
+            detach: true,
+            ..Default::default()
+        };
+        match self.docker.start_exec(&exec, Some(opts)).await {
+            Ok(_)
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
             }) => Ok(()),
-            Err(e) => Err(Self::api("killing the container", e)),
+            Err(e) => Err(Self::api("signalling the batch", e)),
+        }
+    }
+
+    /// Streams the tar archive of `path` in a container (the engine's archive API).
+    pub fn download(&self, id: &str, path: &str) -> Download<'_> {
+        let opts = bollard::query_parameters::DownloadFromContainerOptions {
+            path: path.to_string(),
+        };
+        Download {
+            rt: &self.rt,
+            stream: Box::pin(self.docker.download_from_container(id, Some(opts))),
+            chunk: Bytes::new(),
         }
     }
 
@@ -625,8 +744,8 @@ impl Engine {
     }
 
     /// Why a container that ended by itself (cibox did not stop it) ended, as far as
-    /// the engine knows: the out-of-memory flag of its state, and any `kill` event
-    /// (`docker kill`, `docker stop`) since `since_unix`. A kill from the host that
+    /// the engine knows: the out-of-memory flag of its state, and its `oom` and `kill`
+    /// events (`docker kill`, `docker stop`) since `since_unix`. A kill from the host that
     /// bypasses the engine leaves no trace and reads as [`EndCause::Itself`].
     pub fn end_cause(&self, id: &str, since_unix: u64) -> Result<EndCause, EngineError> {
         let details = self
@@ -649,7 +768,10 @@ impl Engine {
             filters: Some(HashMap::from([
                 ("type".to_string(), vec!["container".to_string()]),
                 ("container".to_string(), vec![id.to_string()]),
-                ("event".to_string(), vec!["kill".to_string()]),
+                (
+                    "event".to_string(),
+                    vec!["kill".to_string(), "oom".to_string()],
+                ),
             ])),
         };
         // With `until` the engine ends the stream itself; the timeout is for an engine
@@ -659,7 +781,7 @@ impl Engine {
             .block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(10),
-                    self.docker.events(Some(opts)).take(1).collect::<Vec<_>>(),
+                    self.docker.events(Some(opts)).take(64).collect::<Vec<_>>(),
                 )
                 .await
             })
@@ -667,18 +789,21 @@ impl Engine {
                 action: "reading the container's events".into(),
                 reason: "no answer within 10 s".into(),
             })?;
-        match events.into_iter().next() {
-            None => Ok(EndCause::Itself),
-            Some(event) => {
-                let event = event.map_err(|e| Self::api("reading the container's events", e))?;
-                let signal = event
-                    .actor
-                    .and_then(|a| a.attributes)
-                    .and_then(|a| a.get("signal").cloned())
-                    .unwrap_or_default();
-                Ok(EndCause::KilledThroughEngine(signal))
+        // Out of memory wins: the kernel's kill is the cause, any other kill came after.
+        let mut cause = EndCause::Itself;
+        for event in events {
+            let event = event.map_err(|e| Self::api("reading the container's events", e))?;
+            if event.action.as_deref() == Some("oom") {
+                return Ok(EndCause::OutOfMemory);
             }
+            let signal = event
+                .actor
+                .and_then(|a| a.attributes)
+                .and_then(|a| a.get("signal").cloned())
+                .unwrap_or_default();
+            cause = EndCause::KilledThroughEngine(signal);
         }
+        Ok(cause)
     }
 
     /// Containers (running or not) carrying all of `labels` (`key=value`).

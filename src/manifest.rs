@@ -99,6 +99,12 @@ pub struct ContainerConfig {
     pub memory: Option<Size>,
     #[serde(serialize_with = "ser_display")]
     pub shm: Size,
+    /// The size of each of `/work` and `/tmp` (memory-backed, so charged to `memory`).
+    #[serde(serialize_with = "ser_display")]
+    pub disk: Size,
+    /// The size of `/reports` (memory-backed too), and the most that is copied out.
+    #[serde(serialize_with = "ser_display")]
+    pub reports_size: Size,
     pub pids: u32,
     pub network: Network,
     pub env: BTreeMap<String, String>,
@@ -398,6 +404,8 @@ struct RawContainer {
     cpus: Option<f64>,
     memory: Option<Size>,
     shm: Option<Size>,
+    disk: Option<Size>,
+    reports_size: Option<Size>,
     pids: Option<i64>,
     network: Option<Network>,
     #[serde(default)]
@@ -830,10 +838,17 @@ fn validate(
             ));
         }
     }
+    for (field, size) in [("disk", c.disk), ("reports_size", c.reports_size)] {
+        if size.is_some_and(|s| s.0 < 1 << 20) {
+            return Err(check.at(&["container", field], "must be at least 1m"));
+        }
+    }
     let container = ContainerConfig {
         cpus: c.cpus,
         memory: c.memory,
         shm: c.shm.unwrap_or(Size(1 << 30)),
+        disk: c.disk.unwrap_or(Size(10 << 30)),
+        reports_size: c.reports_size.unwrap_or(Size(1 << 30)),
         pids: pids as u32,
         network: c.network.unwrap_or(Network::None),
         env: env_map(check, &["container", "env"], c.env)?,

@@ -9,7 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountType, MountVolumeOptions,
+    MountVolumeOptionsDriverConfig,
+};
 
 use crate::gpu::pool::PoolGpu;
 use crate::image::ImageId;
@@ -64,7 +67,12 @@ pub struct ContainerPlan {
     pub manifest_env: BTreeMap<String, String>,
     script: String,
     binds: Vec<String>,
+    /// Who the batch runs as (`uid:gid`); the container's keeper is root.
     user: String,
+    uid: u32,
+    gid: u32,
+    disk: u64,
+    reports_size: u64,
     m_cpus: Option<f64>,
     memory: Option<i64>,
     shm: i64,
@@ -100,7 +108,26 @@ fn script(m: &Manifest, batch: &Batch) -> String {
     s
 }
 
+/// The container's first process: waits on its standard input (kept open by the
+/// engine), ignoring the signals a batch or a stop could send; needs nothing but `sh`.
+const KEEPER: &str = "trap '' TERM INT HUP; while read -r _; do :; done";
+
 impl ContainerPlan {
+    /// What runs the batch: its script, in `sh`, as [`ContainerPlan::user`].
+    pub fn steps(&self) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), self.script.clone()]
+    }
+
+    /// The size of `/reports`, and so the most that is copied out of it.
+    pub fn reports_size(&self) -> u64 {
+        self.reports_size
+    }
+
+    /// Who the batch runs as, `uid:gid`.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
     /// The memory limit as the manifest writes it (`none` without one).
     pub fn memory_text(&self) -> String {
         self.memory.map_or("none".to_string(), |m| {
@@ -108,13 +135,7 @@ impl ContainerPlan {
         })
     }
 
-    pub fn new(
-        m: &Manifest,
-        batch_name: &str,
-        batch: &Batch,
-        id: &Identity<'_>,
-        reports: &Path,
-    ) -> ContainerPlan {
+    pub fn new(m: &Manifest, batch_name: &str, batch: &Batch, id: &Identity<'_>) -> ContainerPlan {
         let name = format!(
             "cibox-{}-{}-{}-{}",
             sanitize(id.project),
@@ -161,11 +182,12 @@ impl ContainerPlan {
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             manifest_env,
             script: script(m, batch),
-            binds: vec![
-                format!("{}:/src:ro", id.source.display()),
-                format!("{}:/reports:rw", reports.display()),
-            ],
+            binds: vec![format!("{}:/src:ro", id.source.display())],
             user: format!("{}:{}", id.uid, id.gid),
+            uid: id.uid,
+            gid: id.gid,
+            disk: m.container.disk.0,
+            reports_size: m.container.reports_size.0,
             m_cpus: m.container.cpus,
             memory: m.container.memory.map(|s| s.0 as i64),
             shm: m.container.shm.0 as i64,
@@ -210,16 +232,58 @@ impl ContainerPlan {
             Network::Bridge => "bridge",
             Network::Host => "host",
         };
+        let (uid, gid) = (self.uid, self.gid);
+        // Memory-backed and sized: what a batch can grow is bounded (and charged to its
+        // memory limit), and owned by the batch whatever the image's folders say.
+        let tmpfs = |size: u64, exec: &str| {
+            format!("rw,{exec},nosuid,nodev,size={size},uid={uid},gid={gid},mode=1777")
+        };
+        // `/reports` is a volume, not a plain tmpfs: the engine's archive API sees
+        // volumes (not tmpfs mounts), so cibox can copy it out while the container
+        // lives; anonymous, it goes with the container.
+        let reports = Mount {
+            typ: Some(MountType::VOLUME),
+            target: Some("/reports".into()),
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                driver_config: Some(MountVolumeOptionsDriverConfig {
+                    name: Some("local".into()),
+                    options: Some(HashMap::from([
+                        ("type".to_string(), "tmpfs".to_string()),
+                        ("device".to_string(), "tmpfs".to_string()),
+                        (
+                            "o".to_string(),
+                            format!(
+                                "size={},uid={uid},gid={gid},mode=0700,nosuid,nodev,noexec",
+                                self.reports_size
+                            ),
+                        ),
+                    ])),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         ContainerCreateBody {
             image: Some(self.image.clone()),
-            user: Some(self.user.clone()),
+            // The container's first process is a keeper that waits, as root (so the
+            // batch, another uid without capabilities, cannot signal it): the batch
+            // runs beside it (an exec as `user`), and the container outlives the batch
+            // until cibox has copied `/reports` out.
+            user: Some("0:0".into()),
             env: Some(env),
             entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
-            cmd: Some(vec![self.script.clone()]),
+            cmd: Some(vec![KEEPER.into()]),
+            open_stdin: Some(true),
             working_dir: Some("/".into()),
             labels: Some(labels),
             host_config: Some(HostConfig {
                 binds: Some(self.binds.iter().chain(masks).cloned().collect()),
+                mounts: Some(vec![reports]),
+                tmpfs: Some(HashMap::from([
+                    ("/work".to_string(), tmpfs(self.disk, "exec")),
+                    ("/tmp".to_string(), tmpfs(self.disk, "exec")),
+                ])),
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 init: Some(true),

@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
-use super::batch_dir;
 use super::container::ContainerPlan;
 use super::error::RunError;
 use super::event::Event;
@@ -19,7 +18,8 @@ use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
 use super::watchdog::Watchdog;
-use crate::engine::{EndCause, Engine, FollowEnd, Followed, Removal, Stop};
+use super::{batch_dir, collect};
+use crate::engine::{EndCause, Engine, FollowEnd, Followed, Removal, Steps, Stop};
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::{self, Want, probe};
@@ -35,7 +35,7 @@ const MAX_REPORTS_BYTES: u64 = 256 << 20;
 const MAX_FAILED_NAMED: usize = 1000;
 
 /// Grace between SIGTERM and SIGKILL when a batch times out.
-const STOP_GRACE_S: i32 = 10;
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -181,6 +181,8 @@ struct Watched {
     /// write there) and the run's record stays when the run ends, so the run counts as
     /// dead and a later sweep removes the container.
     container_left: Cell<bool>,
+    /// What came out of its `/reports`.
+    reports: std::cell::RefCell<collect::Copied>,
 }
 
 /// One run in progress: what its batches share.
@@ -207,7 +209,7 @@ impl Execution<'_> {
     /// Runs one batch to its verdict. An error here ends the run (a bad lock dir, an
     /// unwritable reports folder); everything else ends only the batch.
     fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
-        batch_dir::prepare(&b.dir, b.user)?;
+        batch_dir::prepare(&b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
         self.emit(&Event::BatchStarted { batch: b })?;
@@ -251,16 +253,6 @@ impl Execution<'_> {
         // The container is gone (or, if the engine failed to remove it, still named
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
-        // Nothing the batch left may hurt who reads the folder next; but never while a
-        // container that could not be removed may still write there.
-        if !watched.container_left.get() {
-            batch_dir::clean(&b.dir).map_err(|source| RunError::BatchDir {
-                dir: b.dir.display().to_string(),
-                what: "clean",
-                source,
-            })?;
-        }
-
         let (collected, junit_problem) = read_reports(&b.dir);
         let junit::Collected {
             cases,
@@ -308,6 +300,7 @@ impl Execution<'_> {
             container_exit_code: ended.container_exit(),
             output_bytes: watched.printed.get(),
             cases_left_out: dropped,
+            reports: watched.reports.take(),
         };
         let result = BatchResult {
             verdict,
@@ -401,6 +394,12 @@ impl Execution<'_> {
             }
         };
         let outcome = self.follow(b, &id, &watched.printed);
+        // The container still lives (its keeper waits): copy `/reports` out now.
+        if outcome.is_ok() {
+            let caps = collect::Caps::with_bytes(b.container.reports_size());
+            *watched.reports.borrow_mut() =
+                collect::extract(self.engine.download(&id, "/reports"), &b.dir, &caps);
+        }
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
         if removed.is_ok() {
@@ -421,19 +420,20 @@ impl Execution<'_> {
         Ok(ended)
     }
 
-    /// A container that ended by itself with a failing code: a failure of the batch,
+    /// A batch that ended by itself with a failing or unknown code: as the code says,
     /// unless the engine says someone killed it from outside, or says the batch went
     /// over its memory limit (which is the batch's failure, told plainly). When the
     /// engine cannot be asked, the exit code stands.
-    fn why_it_ended(&self, b: &BatchPlan, id: &str, started_at: u64, code: i64) -> Ended {
+    fn why_it_ended(&self, b: &BatchPlan, id: &str, started_at: u64, code: Option<i64>) -> Ended {
+        let shown = code.map_or("unknown".to_string(), |c| c.to_string());
         match self.engine.end_cause(id, started_at) {
             Ok(EndCause::OutOfMemory) => Ended::Stopped {
                 verdict: Verdict::Failed,
                 message: format!(
-                    "the batch went over its memory limit ({}) and the kernel killed it (exit {code}); raise container.memory or make the tests use less",
+                    "the batch went over its memory limit ({}) and the kernel killed it (exit {shown}); raise container.memory or make the tests use less",
                     b.container.memory_text()
                 ),
-                exit: Some(code),
+                exit: code,
             },
             Ok(EndCause::KilledThroughEngine(signal)) => Ended::Stopped {
                 verdict: Verdict::InfraError,
@@ -445,9 +445,9 @@ impl Execution<'_> {
                         &signal
                     }
                 ),
-                exit: Some(code),
+                exit: code,
             },
-            Ok(EndCause::Itself) | Err(_) => Ended::Exited(code),
+            Ok(EndCause::Itself) | Err(_) => code.map_or(Ended::Unknown, Ended::Exited),
         }
     }
 
@@ -478,10 +478,14 @@ impl Execution<'_> {
         })?;
         let mut signal = None;
         let mut report_failed = None;
-        let followed = self.engine.follow(
+        let followed = self.engine.follow_exec(
             id,
-            Instant::now() + b.timeout.0,
-            STOP_GRACE_S,
+            Steps {
+                cmd: b.container.steps(),
+                user: b.container.user(),
+                deadline: Instant::now() + b.timeout.0,
+                grace: STOP_GRACE,
+            },
             || {
                 signal = signal.or_else(signals::received);
                 signal.is_some()
@@ -504,7 +508,19 @@ impl Execution<'_> {
         if let Some(e) = report_failed {
             return Err(e);
         }
-        let FollowEnd { stopped, exit } = followed?;
+        let FollowEnd { stopped, exit } = match followed {
+            Ok(end) => end,
+            // The batch could not be started or followed: if the container was killed
+            // from outside meanwhile, that is what to say.
+            Err(e) => {
+                return match self.engine.end_cause(id, started_at) {
+                    Ok(EndCause::KilledThroughEngine(_) | EndCause::OutOfMemory) => {
+                        Ok(self.why_it_ended(b, id, started_at, None))
+                    }
+                    _ => Err(e.into()),
+                };
+            }
+        };
         Ok(match (stopped, exit) {
             (Some(Stop::Interrupted), _) => {
                 let sig = signal.unwrap_or(nix::sys::signal::Signal::SIGTERM);
@@ -520,8 +536,7 @@ impl Execution<'_> {
                 exit,
             },
             (None, Some(0)) => Ended::Exited(0),
-            (None, Some(code)) => self.why_it_ended(b, id, started_at, code),
-            (None, None) => Ended::Unknown,
+            (None, code) => self.why_it_ended(b, id, started_at, code),
         })
     }
 }

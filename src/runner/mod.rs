@@ -12,6 +12,7 @@
 //! anything starts.
 
 pub mod batch_dir;
+pub mod collect;
 pub mod container;
 pub mod error;
 pub mod event;

@@ -269,7 +269,7 @@ pub fn plan(
                 gpus: batch.gpus,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,
-                container: ContainerPlan::new(&manifest, name, batch, &identity, &dir),
+                container: ContainerPlan::new(&manifest, name, batch, &identity),
                 dir,
                 user,
             }
@@ -390,7 +390,12 @@ pub(crate) mod tests {
         let env = body.env.unwrap();
         assert!(env.contains(&"TOKEN=secret".to_string()), "{env:?}");
         assert!(env.contains(&"CIBOX_FAST=1".to_string()), "{env:?}");
-        assert_eq!(body.user.as_deref(), Some("1000:1000"));
+        assert_eq!(b.container.user(), "1000:1000");
+        assert_eq!(
+            body.user.as_deref(),
+            Some("0:0"),
+            "the keeper, not the batch"
+        );
         let forced = RunRequest {
             fast: Some(false),
             wait: Some(Duration::from_secs(7)),
@@ -408,10 +413,7 @@ pub(crate) mod tests {
             as_root.user, UNPRIVILEGED,
             "a batch never runs as host root"
         );
-        assert_eq!(
-            as_root.batches[0].container.body(&[], &[]).user.as_deref(),
-            Some("65534:65534")
-        );
+        assert_eq!(as_root.batches[0].container.user(), "65534:65534");
         assert_eq!(p.wait, Duration::from_secs(7));
         assert!(!p.batches[0].container.manifest_env.contains_key("F"));
     }

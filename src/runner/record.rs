@@ -107,6 +107,9 @@ pub struct RunRecord {
     /// (more than 20,000 in the batch).
     #[serde(default)]
     pub cases_left_out: usize,
+    /// What was copied out of the batch's `/reports`.
+    #[serde(default)]
+    pub reports: super::collect::Copied,
 }
 
 /// Creates `path` as a new file, first removing whatever has that name. A container

@@ -751,3 +751,16 @@ fn a_run_after_a_killed_run_takes_over_its_reports_folder() {
     assert_eq!(p.result("nap")["status"], "passed");
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn a_worker_left_in_the_background_does_not_hold_the_batch_open() {
+    // The worker keeps the batch's output open; the batch is over when its steps are.
+    let p = busybox_project(
+        "  bg:\n    gpus: 0\n    timeout: 5m\n    allow_empty: true\n    run: [\"sleep 600 & echo left\"]\n",
+        "",
+    );
+    let r = p.run(&["batch", "run", "bg"]);
+    r.ok();
+    assert_eq!(p.result("bg")["status"], "passed");
+    assert!(p.containers().is_empty(), "the worker's container is gone");
+}

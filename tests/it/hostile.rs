@@ -502,23 +502,46 @@ fn queue_and_runs_folders_made_by_another_user_are_still_used() {
 }
 
 #[test]
-fn the_batch_folder_is_private_while_the_batch_runs() {
+fn reports_are_collected_not_shared_and_what_a_batch_grows_is_capped() {
     must_be_root();
     let p = busybox_project(
-        "  slow:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"touch $CIBOX_REPORTS/started; sleep 3\"]\n",
-        "",
+        concat!(
+            "  grow:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run:\n",
+            "      - \"touch $CIBOX_REPORTS/started; echo started; sleep 2\"\n",
+            // /tmp and /work are capped by container.disk: these writes must fail.
+            "      - \"! head -c 20000000 /dev/zero > /tmp/big\"\n",
+            "      - \"! head -c 20000000 /dev/zero > /work/big\"\n",
+            // /reports by container.reports_size: this one stops at the cap.
+            "      - \"! head -c 20000000 /dev/zero > $CIBOX_REPORTS/big\"\n",
+        ),
+        "  disk: 8m\n  reports_size: 4m\n",
     );
-    let mut child = p.spawn(&["batch", "run", "slow"]);
-    let dir = p.reports().join("slow");
-    assert!(wait_until(30, || dir.join("started").exists()));
+    let mut child = p.spawn(&["batch", "run", "grow"]);
+    let dir = p.reports().join("grow");
+    assert!(wait_until(30, || std::fs::read_to_string(
+        dir.join("log.txt")
+    )
+    .is_ok_and(|l| l.contains("started"))));
+    // The batch writes its own /reports, not a host folder.
+    assert!(
+        !dir.join("started").exists(),
+        "a file the batch is writing showed up on the host"
+    );
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::metadata(&dir).unwrap();
     assert_eq!(
-        md.mode() & 0o7777,
-        0o1770,
-        "open to others while the batch runs"
+        (md.mode() & 0o7777, md.uid()),
+        (0o755, 0),
+        "cibox's own folder"
     );
-    assert_eq!(md.gid(), 65534, "the batch's group");
     assert!(child.wait().unwrap().success());
-    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o755);
+    let result = p.result("grow");
+    assert_eq!(result["status"], "passed", "{result}");
+    assert_eq!(result["reports"]["files"], 2, "{result}");
+    assert!(dir.join("started").is_file());
+    let big = std::fs::metadata(dir.join("big")).unwrap().len();
+    assert!(
+        big > 0 && big <= 4 << 20,
+        "{big} bytes came out of a 4m /reports"
+    );
 }

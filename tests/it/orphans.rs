@@ -138,28 +138,37 @@ fn a_container_killed_from_outside_is_an_infrastructure_error() {
         "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n",
         "",
     );
-    let child = p
-        .batch_cmd(&["batch", "run", "long"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_until(30, || p.containers().len() == 1));
-    std::process::Command::new("docker")
-        .args(["kill", &p.containers()[0]])
-        .output()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(5));
-    let result = p.result("long");
-    assert_eq!(result["status"], "infra_error", "not a test failure");
-    assert!(
-        result["message"]
-            .as_str()
-            .unwrap()
-            .contains("killed from outside through the engine (signal 9"),
-        "{result}"
-    );
+    // Killed while its batch runs, and as soon as it exists (before or as the batch
+    // starts): both are the engine's doing, not the test's.
+    for while_running in [true, false] {
+        let child = p
+            .batch_cmd(&["batch", "run", "long"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_until(30, || p.containers().len() == 1));
+        if while_running {
+            let log = p.reports().join("long/log.txt");
+            assert!(wait_until(30, || std::fs::read_to_string(&log)
+                .is_ok_and(|l| l.contains("cibox run: sleep 600"))));
+        }
+        std::process::Command::new("docker")
+            .args(["kill", &p.containers()[0]])
+            .output()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(5));
+        let result = p.result("long");
+        assert_eq!(result["status"], "infra_error", "not a test failure");
+        assert!(
+            result["message"]
+                .as_str()
+                .unwrap()
+                .contains("killed from outside through the engine (signal 9"),
+            "{result}"
+        );
+    }
 }
 
 #[test]

@@ -217,6 +217,7 @@ pub(crate) mod sample {
             container_exit_code: None,
             output_bytes: 0,
             cases_left_out: 0,
+            reports: Default::default(),
         };
         BatchResult {
             verdict,
