@@ -187,6 +187,8 @@ pub struct Steps<'a> {
 const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 /// How long a command whose output has closed gets to report its exit.
 const EXIT_WAIT: Duration = Duration::from_secs(30);
+/// How long a batch's output may stay open after its processes were sent SIGKILL.
+const KILL_WAIT: Duration = Duration::from_secs(10);
 /// How long the output of a command that has ended may stay open (held by a worker it
 /// left in the background) before it is no longer followed.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
@@ -588,6 +590,9 @@ impl Engine {
             let mut tick = tokio::time::interval(INTERRUPT_POLL);
             let mut stopped = None;
             let mut kill_at: Option<tokio::time::Instant> = None;
+            // When the last SIGKILL went out: a process stuck where no signal reaches
+            // (in a driver, say) must not hold cibox past KILL_WAIT after it.
+            let mut killed_at: Option<tokio::time::Instant> = None;
             // When the command ended while a process it left holds its output open.
             let mut ended_at: Option<tokio::time::Instant> = None;
             loop {
@@ -608,13 +613,18 @@ impl Engine {
                     }
                     _ = async { tokio::time::sleep_until(kill_at.unwrap_or(deadline)).await }, if kill_at.is_some() => {
                         kill_at = None;
+                        killed_at = Some(tokio::time::Instant::now());
                         self.signal_all(id, user, "KILL").await?;
                     }
                     _ = tick.tick() => {
                         if stopped != Some(Stop::Interrupted) && interrupted() {
                             stopped = Some(Stop::Interrupted);
                             kill_at = None;
+                            killed_at = Some(tokio::time::Instant::now());
                             self.signal_all(id, user, "KILL").await?;
+                        }
+                        if killed_at.is_some_and(|t| tokio::time::Instant::now() >= t + KILL_WAIT) {
+                            break;
                         }
                         // A worker the command left in the background can keep its
                         // output open after it ended: give that a moment, then go on.
@@ -629,7 +639,12 @@ impl Engine {
                 }
             }
             // The output closes a moment before the engine reports the exit.
-            let until = tokio::time::Instant::now() + EXIT_WAIT;
+            let until = tokio::time::Instant::now()
+                + if killed_at.is_some() {
+                    OUTPUT_DRAIN
+                } else {
+                    EXIT_WAIT
+                };
             let exit = loop {
                 match self.exec_exit(&exec).await {
                     Some(code) => break Some(code),
@@ -649,6 +664,45 @@ impl Engine {
         match self.docker.inspect_exec(exec).await {
             Ok(r) if r.running != Some(true) => r.exit_code,
             _ => None,
+        }
+    }
+
+    /// Whether a container still runs (false when it is gone or cannot be asked).
+    pub fn is_running(&self, id: &str) -> bool {
+        self.rt.block_on(self.running(id))
+    }
+
+    /// The name of the volume mounted at `target` in a container, if any.
+    pub fn volume_at(&self, id: &str, target: &str) -> Option<String> {
+        let details = self
+            .rt
+            .block_on(self.docker.inspect_container(id, None))
+            .ok()?;
+        details
+            .mounts?
+            .into_iter()
+            .find(|m| m.destination.as_deref() == Some(target))?
+            .name
+    }
+
+    /// Removes a volume; one already gone is no error. A volume still in use (its
+    /// container being removed by someone else) is tried again for up to 5 s.
+    pub fn remove_volume(&self, name: &str) -> Result<(), EngineError> {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.rt.block_on(
+                self.docker
+                    .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>),
+            ) {
+                Ok(())
+                | Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => return Ok(()),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 409, ..
+                }) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => return Err(Self::api("removing the reports volume", e)),
+            }
         }
     }
 

@@ -408,9 +408,11 @@ fn hung_up(fd: RawFd) -> bool {
     })
 }
 
-/// What the supervisor sends up when the command stopped, and down when the job goes on.
+/// What the init sends up when the command stopped, and the supervisor down when the
+/// job goes on, in the foreground or in the background.
 const STOPPED: u8 = b'S';
 const CONTINUED: u8 = b'C';
+const CONTINUED_IN_BACKGROUND: u8 = b'B';
 
 /// The supervisor, seen from the namespace's init.
 struct Upstream {
@@ -424,16 +426,17 @@ impl Owner for Upstream {
         false
     }
 
-    fn stop_job(&mut self) {
+    fn stop_job(&mut self) -> bool {
         // Only the supervisor can name cibox's job from here.
         if self.up.write_all(&[STOPPED]).is_err() {
-            return;
+            return false;
         }
         let mut byte = [0u8; 1];
         loop {
             match self.down.read(&mut byte) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                _ => return,
+                Ok(1) => return byte[0] == CONTINUED,
+                _ => return false,
             }
         }
     }
@@ -450,7 +453,7 @@ impl Owner for Cibox {
         nix::unistd::getppid() != self.pid
     }
 
-    fn stop_job(&mut self) {
+    fn stop_job(&mut self) -> bool {
         super::hand_terminal(self.pgrp);
         let _ = killpg(self.pgrp, Signal::SIGSTOP);
         let stopped = |me: &mut Cibox| !me.gone() && process_state(me.pid) == Some('T');
@@ -463,6 +466,9 @@ impl Owner for Cibox {
         while stopped(self) {
             std::thread::sleep(Duration::from_millis(20));
         }
+        // `fg` gave cibox's job the terminal; `bg` left it with the shell.
+        let stdin = std::io::stdin();
+        nix::unistd::tcgetpgrp(&stdin) == Ok(self.pgrp)
     }
 }
 
@@ -517,8 +523,12 @@ fn supervise_init(
         if let Ok(1) = up.read(&mut byte)
             && byte[0] == STOPPED
         {
-            owner.stop_job();
-            let _ = down.write_all(&[CONTINUED]);
+            let reply = if owner.stop_job() {
+                CONTINUED
+            } else {
+                CONTINUED_IN_BACKGROUND
+            };
+            let _ = down.write_all(&[reply]);
         }
         std::thread::sleep(TICK);
     }

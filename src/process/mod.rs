@@ -219,10 +219,25 @@ pub enum Scope {
     Tree,
 }
 
-impl Scope {
+/// The processes a supervisor answers for.
+struct Workload {
+    scope: Scope,
+    pgid: Pid,
+    /// The group was seen empty: its ID may be reused, so it is not used again.
+    group_gone: bool,
+}
+
+impl Workload {
+    fn group_alive(&mut self) -> bool {
+        if !self.group_gone && !group_alive(self.pgid) {
+            self.group_gone = true;
+        }
+        !self.group_gone
+    }
+
     /// Sends `sig` to every process of the workload.
-    fn signal(self, pgid: Pid, sig: Signal) {
-        match self {
+    fn signal(&mut self, sig: Signal) {
+        match self.scope {
             Scope::Namespace => {
                 // kill(-1) from the init of a PID namespace reaches the namespace only;
                 // from anywhere else it would reach the whole host.
@@ -231,7 +246,9 @@ impl Scope {
                 }
             }
             Scope::Tree => {
-                let _ = killpg(pgid, sig);
+                if self.group_alive() {
+                    let _ = killpg(self.pgid, sig);
+                }
                 for pid in descendants(nix::unistd::getpid()) {
                     let _ = nix::sys::signal::kill(pid, sig);
                 }
@@ -241,10 +258,10 @@ impl Scope {
 
     /// Whether any process of the workload lives; `children_left` is what the last
     /// reap saw.
-    fn alive(self, pgid: Pid, children_left: bool) -> bool {
-        match self {
+    fn alive(&mut self, children_left: bool) -> bool {
+        match self.scope {
             Scope::Namespace => children_left,
-            Scope::Tree => group_alive(pgid) || !descendants(nix::unistd::getpid()).is_empty(),
+            Scope::Tree => self.group_alive() || !descendants(nix::unistd::getpid()).is_empty(),
         }
     }
 }
@@ -254,8 +271,9 @@ pub trait Owner {
     /// Whether the owner is gone: the workload is then killed at once.
     fn gone(&mut self) -> bool;
     /// The command was stopped from the terminal (Ctrl-Z): stop the owner's job too,
-    /// and return once it is continued (`fg`).
-    fn stop_job(&mut self);
+    /// and return once it is continued: true in the foreground (`fg`), false in the
+    /// background (`bg`, where the terminal stays the shell's).
+    fn stop_job(&mut self) -> bool;
 }
 
 /// What one reap saw: the leader's status if it ended, whether it stopped, and whether
@@ -301,18 +319,26 @@ fn reap(group: &Group) -> Reaped {
 /// sure all of it is gone (SIGTERM, `grace`, SIGKILL) before returning. When the owner
 /// is gone the workload is killed at once.
 pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn Owner) -> Ending {
-    let pgid = group.leader;
+    let mut workload = Workload {
+        scope,
+        pgid: group.leader,
+        group_gone: false,
+    };
     let mut ending = None;
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
     let mut orphaned = false;
+    // Past the grace (or orphaned): SIGKILL on every tick while anything lives, so a
+    // process forked between a look at the tree and the kill cannot stay.
+    let mut killing = false;
     loop {
         let seen = reap(group);
         if seen.stopped && group.interactive {
             // A shell's job control, one level up: the owner's job stops with the
-            // command and both go on together.
-            owner.stop_job();
-            hand_terminal(group.leader);
+            // command and both go on together, in the foreground only after `fg`.
+            if owner.stop_job() {
+                hand_terminal(group.leader);
+            }
             let _ = killpg(group.leader, Signal::SIGCONT);
         }
         if let Some(status) = seen.leader {
@@ -325,21 +351,21 @@ pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn O
         if !orphaned && owner.gone() {
             orphaned = true;
             ending = Some(Ending::Interrupted(Signal::SIGKILL));
-            scope.signal(pgid, Signal::SIGKILL);
             terminated = true;
             kill_at = None;
+            killing = true;
         }
         if let Some(sig) = signals::received()
             && !matches!(ending, Some(Ending::Interrupted(_)))
         {
             // A signal wins over an exit seen at the same time: the run was cancelled.
             ending = Some(Ending::Interrupted(sig));
-            scope.signal(pgid, sig);
+            workload.signal(sig);
             kill_at = Some(Instant::now() + grace);
             terminated = true;
         }
         if let Some(end) = ending {
-            if !scope.alive(pgid, seen.children_left) {
+            if !workload.alive(seen.children_left) {
                 // Reap what is left (zombies we now own) and report. The owner takes
                 // the terminal back.
                 reap(group);
@@ -347,14 +373,17 @@ pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn O
             }
             if !terminated {
                 // The leader is done; its stray workers must not keep the GPUs.
-                scope.signal(pgid, Signal::SIGTERM);
+                workload.signal(Signal::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
                 terminated = true;
             }
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
-            scope.signal(pgid, Signal::SIGKILL);
             kill_at = None;
+            killing = true;
+        }
+        if killing {
+            workload.signal(Signal::SIGKILL);
         }
         std::thread::sleep(TICK);
     }

@@ -10,6 +10,7 @@ use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +35,41 @@ impl Caps {
             path_len: 1024,
             depth: 32,
         }
+    }
+}
+
+/// How long the whole copy may take.
+const COPY_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The archive stream, bounded: in bytes (what the caps allow, with room for the tar
+/// headers), in time, and by cibox's signals. A batch cannot make the copy read more
+/// than it may keep (sparse files claim any size) or outlast a Ctrl-C.
+struct Bounded<R> {
+    inner: R,
+    left: u64,
+    deadline: Instant,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(sig) = crate::signals::received() {
+            return Err(std::io::Error::other(format!("interrupted by {sig}")));
+        }
+        if Instant::now() >= self.deadline {
+            return Err(std::io::Error::other(format!(
+                "not done within {} s",
+                COPY_DEADLINE.as_secs()
+            )));
+        }
+        if self.left == 0 {
+            return Err(std::io::Error::other(
+                "the archive is longer than its caps allow",
+            ));
+        }
+        let want = buf.len().min(self.left.min(usize::MAX as u64) as usize);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
     }
 }
 
@@ -124,7 +160,15 @@ fn make_dirs(dest: &Path, rel: &Path) -> std::io::Result<()> {
 /// folder, which exists). Never fails: what could not be copied is in the result.
 pub fn extract(archive: impl Read, dest: &Path, caps: &Caps) -> Copied {
     let mut copied = Copied::default();
-    let mut archive = tar::Archive::new(archive);
+    let bounded = Bounded {
+        inner: archive,
+        // Each entry takes a header (two with a long name) and padding.
+        left: caps.bytes + 2048 * (caps.entries as u64 + 2),
+        deadline: Instant::now() + COPY_DEADLINE,
+    };
+    let mut archive = tar::Archive::new(bounded);
+    // What the entries claim to hold, copied or not: a skipped one is read through too.
+    let mut claimed = 0u64;
     let entries = match archive.entries() {
         Ok(e) => e,
         Err(e) => {
@@ -146,6 +190,14 @@ pub fn extract(archive: impl Read, dest: &Path, caps: &Caps) -> Copied {
             copied.stopped = Some(format!(
                 "more than {} files and folders: the rest was not copied",
                 caps.entries
+            ));
+            break;
+        }
+        claimed = claimed.saturating_add(entry.size());
+        if claimed > caps.bytes {
+            copied.stopped = Some(format!(
+                "the entries claim more than the {} byte cap: the copy stopped there",
+                caps.bytes
             ));
             break;
         }
@@ -188,13 +240,6 @@ pub fn extract(archive: impl Read, dest: &Path, caps: &Caps) -> Copied {
             continue;
         }
         let size = entry.size();
-        if copied.bytes.saturating_add(size) > caps.bytes {
-            copied.stopped = Some(format!(
-                "`{shown}` would pass the {} byte cap: it and the rest were not copied",
-                caps.bytes
-            ));
-            break;
-        }
         if let Some(parent) = rel.parent()
             && let Err(e) = make_dirs(dest, parent)
         {
@@ -348,6 +393,15 @@ mod tests {
         let c = extract(&tar[..], dest.path(), &Caps::with_bytes(550));
         assert_eq!(c.files, 5);
         assert!(c.stopped.unwrap().contains("550 byte cap"));
+        // What a skipped entry claims counts too (a sparse file can claim any size).
+        let claims = archive(|b| {
+            file(b, "reports/result.json", 0o644, &[b'x'; 400]);
+            file(b, "reports/ok", 0o644, &[b'x'; 400]);
+        });
+        let dest = tempfile::tempdir().unwrap();
+        let c = extract(&claims[..], dest.path(), &Caps::with_bytes(550));
+        assert_eq!((c.files, c.skipped_count), (0, 1), "{c:?}");
+        assert!(c.stopped.unwrap().contains("claim more than"));
         let dest = tempfile::tempdir().unwrap();
         let caps = Caps {
             entries: 3,

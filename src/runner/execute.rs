@@ -393,12 +393,26 @@ impl Execution<'_> {
                 return Err(RunError::Watchdog(e));
             }
         };
+        // Anonymous, it goes with the container; but one removed by someone else
+        // without its volumes leaves it.
+        let volume = self.engine.volume_at(&id, "/reports");
         let outcome = self.follow(b, &id, &watched.printed);
         // The container still lives (its keeper waits): copy `/reports` out now.
         if outcome.is_ok() {
             let caps = collect::Caps::with_bytes(b.container.reports_size());
-            *watched.reports.borrow_mut() =
-                collect::extract(self.engine.download(&id, "/reports"), &b.dir, &caps);
+            let lost = || {
+                Some("the container had stopped before /reports was copied: what the batch wrote there went with it".to_string())
+            };
+            let mut copied = collect::Copied::default();
+            if self.engine.is_running(&id) {
+                copied = collect::extract(self.engine.download(&id, "/reports"), &b.dir, &caps);
+            }
+            // Checked after the copy too: one that raced the container's end may have
+            // read nothing.
+            if copied.stopped.is_none() && !self.engine.is_running(&id) {
+                copied.stopped = lost();
+            }
+            *watched.reports.borrow_mut() = copied;
         }
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
@@ -409,6 +423,9 @@ impl Execution<'_> {
         }
         let ended = outcome?;
         if removed? == Removal::ByOthers {
+            if let Some(v) = volume {
+                let _ = self.engine.remove_volume(&v);
+            }
             // Someone removed it while it ran (a cleanup, a person): whatever its exit
             // code says, the batch did not fail by itself.
             return Ok(Ended::Stopped {

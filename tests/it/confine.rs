@@ -222,6 +222,36 @@ fn workers_that_leave_the_group_are_gone_before_gpu_exec_returns() {
 }
 
 #[test]
+fn a_worker_that_keeps_forking_cannot_outrun_the_kill() {
+    // A fork loop in its own session: a look at the process tree is always one child
+    // behind it, so the kill must go on until nothing is left.
+    let host = Host::new(1);
+    for mode in [Mode::Root, Mode::Subreaper] {
+        let tag = mode.tag(90);
+        let script = format!(
+            "setsid sh -c 'while :; do sleep {tag} & sleep 0.003; done' & exec sleep {}",
+            mode.tag(91)
+        );
+        let mut cibox = host
+            .cmd(
+                mode,
+                &["gpu", "exec", "--count", "1", "--", "sh", "-c", &script],
+            )
+            .spawn()
+            .unwrap();
+        assert!(wait_until(20, || pids_running(&["sleep", &tag]).len() > 10));
+        cibox.kill().unwrap();
+        cibox.wait().unwrap();
+        let next = host.lease_finds_none_of(1, &[]);
+        assert_eq!(next.code, 0, "{mode:?}: {}", next.stderr);
+        assert!(
+            pids_running(&["sleep", &tag]).is_empty(),
+            "{mode:?}: the forker's children outlived the lease"
+        );
+    }
+}
+
+#[test]
 fn signals_are_forwarded_to_every_worker_and_end_the_run_with_128_plus_n() {
     let host = Host::new(1);
     let cases = [

@@ -119,6 +119,11 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
         .spawn()
         .unwrap();
     assert!(wait_until(30, || p.containers().len() == 1));
+    let volume = BusyboxProject::inspect(
+        &p.containers()[0],
+        "{{range .Mounts}}{{if eq .Destination \"/reports\"}}{{.Name}}{{end}}{{end}}",
+    );
+    assert!(!volume.is_empty(), "/reports is a volume");
     std::process::Command::new("docker")
         .args(["rm", "-f", &p.containers()[0]])
         .output()
@@ -129,6 +134,15 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
         p.result("long")["status"],
         "infra_error",
         "not a test failure"
+    );
+    // Removed without its volumes (`rm -f`, no `-v`): cibox removes the /reports one.
+    let left = std::process::Command::new("docker")
+        .args(["volume", "inspect", &volume])
+        .output()
+        .unwrap();
+    assert!(
+        !left.status.success(),
+        "the /reports volume {volume} was left"
     );
 }
 
@@ -168,6 +182,14 @@ fn a_container_killed_from_outside_is_an_infrastructure_error() {
                 .contains("killed from outside through the engine (signal 9"),
             "{result}"
         );
+        if while_running {
+            assert!(
+                result["reports"]["stopped"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("had stopped before /reports was copied")),
+                "the record says the reports were lost: {result}"
+            );
+        }
     }
 }
 
