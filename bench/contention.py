@@ -9,12 +9,15 @@ together on 8 fixture GPUs:
 Prints makespan against the ideal (sum of size x 2 s / 8 = 12.5 s) and the overlaps.
 cibox runs twice: spawned back to back (arrival order is then whatever order the 16
 processes reach the queue) and spawned 20 ms apart (arrival in the listed order).
-Usage: bench/contention.py [path/to/cibox]   (default target/release/cibox)
+With a latency (seconds), every nvidia-smi call takes that long first, as a real one's
+start-up does (the old wrapper never asks nvidia-smi).
+Usage: bench/contention.py [path/to/cibox] [latency]   (default target/release/cibox, 0)
 """
 import fcntl, os, random, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
+LATENCY = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 SMI = os.path.join(ROOT, "tests/fixtures/nvidia-smi")
 SIZES = [8, 1, 1, 2, 4, 1, 2, 8, 1, 4, 2, 1, 1, 2, 4, 8]
 HOLD = 2.0
@@ -81,7 +84,10 @@ def main():
             for i in range(GPUS):
                 f.write(f"{i}, GPU-11111111-2222-3333-4444-{i:012}, 0, 81559, 0\n")
         open(os.path.join(work, "apps.csv"), "w").close()
-        print(f"16 jobs, sizes {SIZES}, {HOLD:.0f} s each, {GPUS} GPUs; ideal makespan {IDEAL:.1f} s")
+        with open(os.path.join(work, "latency"), "w") as f:
+            f.write(f"{LATENCY}\n" if LATENCY else "")
+        print(f"16 jobs, sizes {SIZES}, {HOLD:.0f} s each, {GPUS} GPUs; ideal makespan {IDEAL:.1f} s; "
+              f"nvidia-smi latency {LATENCY:g} s per call")
         for kind, stagger, how in (("cibox", 0, "together"), ("cibox", 0.02, "in order"), ("naive", 0, "together")):
             makespan, overlaps, last8 = run(kind, work, stagger)
             print(f"{kind:6s} {how:8s} makespan {makespan:5.1f} s = {makespan / IDEAL:.2f} x ideal, "

@@ -456,13 +456,15 @@ pub enum Removal {
 }
 
 /// A tar archive streamed from a container, read as a plain [`Read`]: each read waits
-/// for the next chunk (up to [`CHUNK_WAIT`]).
+/// for the next chunk (up to [`CHUNK_WAIT`]), asking `stop` every 100 ms meanwhile (its
+/// reason ends the read).
 pub struct Download<'a> {
     rt: &'a tokio::runtime::Runtime,
     stream: std::pin::Pin<
         Box<dyn futures_util::Stream<Item = Result<Bytes, bollard::errors::Error>> + 'a>,
     >,
     chunk: Bytes,
+    stop: Box<dyn Fn() -> Option<String> + 'a>,
 }
 
 /// How long one chunk of a download may take.
@@ -470,17 +472,22 @@ const CHUNK_WAIT: Duration = Duration::from_secs(30);
 
 impl Read for Download<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let give_up = Instant::now() + CHUNK_WAIT;
         while self.chunk.is_empty() {
+            if let Some(why) = (self.stop)() {
+                return Err(std::io::Error::other(why));
+            }
             let next = self
                 .rt
-                .block_on(async { tokio::time::timeout(CHUNK_WAIT, self.stream.next()).await });
+                .block_on(async { tokio::time::timeout(INTERRUPT_POLL, self.stream.next()).await });
             match next {
-                Err(_) => {
+                Err(_) if Instant::now() >= give_up => {
                     return Err(std::io::Error::other(format!(
                         "no data from the engine within {} s",
                         CHUNK_WAIT.as_secs()
                     )));
                 }
+                Err(_) => {}
                 Ok(None) => return Ok(0),
                 Ok(Some(Err(e))) => return Err(std::io::Error::other(reason(&e))),
                 Ok(Some(Ok(b))) => self.chunk = b,
@@ -755,8 +762,14 @@ impl Engine {
         }
     }
 
-    /// Streams the tar archive of `path` in a container (the engine's archive API).
-    pub fn download(&self, id: &str, path: &str) -> Download<'_> {
+    /// Streams the tar archive of `path` in a container (the engine's archive API),
+    /// until `stop` gives a reason.
+    pub fn download<'a>(
+        &'a self,
+        id: &str,
+        path: &str,
+        stop: impl Fn() -> Option<String> + 'a,
+    ) -> Download<'a> {
         let opts = bollard::query_parameters::DownloadFromContainerOptions {
             path: path.to_string(),
         };
@@ -764,6 +777,7 @@ impl Engine {
             rt: &self.rt,
             stream: Box::pin(self.docker.download_from_container(id, Some(opts))),
             chunk: Bytes::new(),
+            stop: Box::new(stop),
         }
     }
 

@@ -2,15 +2,23 @@
 //! handler. The code that owns a workload polls [`received`] and tears it down in order
 //! (workload first, lease last), then exits 128+N.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+static COUNT: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn record(signo: i32) {
     // Keep the first one: it decides the exit code.
     let _ = RECEIVED.compare_exchange(0, signo, Ordering::SeqCst, Ordering::SeqCst);
+    COUNT.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How many terminating signals have arrived: a step that must still run after the
+/// first (copying a cancelled batch's reports) stops at the next one.
+pub fn count() -> u32 {
+    COUNT.load(Ordering::SeqCst)
 }
 
 pub const TERMINATING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];

@@ -106,10 +106,21 @@ pub fn program() -> String {
 /// Runs both queries and parses them.
 pub fn probe(timeout: Duration) -> Result<Snapshot, ProbeError> {
     let program = program();
-    let gpus_out = run(&program, QUERY_GPUS, timeout)?;
-    let gpus = parse_gpus(&program, &gpus_out)?;
-    let apps_out = run(&program, QUERY_APPS, timeout)?;
-    let apps = parse_apps(&program, &apps_out, &gpus)?;
+    let deadline = Instant::now() + timeout;
+    // Both queries at once: a real nvidia-smi spends most of a call starting up and
+    // initialising the driver's view, so two in a row cost twice that.
+    let gpus_query = Query::start(&program, QUERY_GPUS)?;
+    let apps_query = match Query::start(&program, QUERY_APPS) {
+        Ok(q) => q,
+        Err(e) => {
+            gpus_query.kill();
+            return Err(e);
+        }
+    };
+    let gpus_out = gpus_query.finish(deadline, timeout);
+    let apps_out = apps_query.finish(deadline, timeout);
+    let gpus = parse_gpus(&program, &gpus_out?)?;
+    let apps = parse_apps(&program, &apps_out?, &gpus)?;
     Ok(Snapshot {
         gpus,
         apps,
@@ -117,79 +128,107 @@ pub fn probe(timeout: Duration) -> Result<Snapshot, ProbeError> {
     })
 }
 
-fn run(program: &str, query: &'static str, timeout: Duration) -> Result<String, ProbeError> {
-    let mut child = Command::new(program)
-        .args([query, FORMAT])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so a timeout kills a wrapper script and its children.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| ProbeError::Spawn {
-            program: program.into(),
-            reason: e.to_string(),
-        })?;
-    // Read both pipes on threads so a chatty child cannot block on a full pipe.
-    let mut stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stdout.read_to_end(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stderr.read_to_end(&mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-                let _ = child.wait();
-                return Err(ProbeError::Timeout {
-                    program: program.into(),
-                    query,
-                    secs: timeout.as_secs().max(1),
-                });
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => {
-                return Err(ProbeError::Spawn {
-                    program: program.into(),
-                    reason: e.to_string(),
-                });
-            }
-        }
-    };
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    if !status.success() {
-        let stderr = String::from_utf8_lossy(&stderr);
-        let first = stderr
-            .lines()
-            .chain(std::str::from_utf8(&stdout).unwrap_or("").lines())
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no output")
-            .trim()
-            .to_string();
-        return Err(ProbeError::Failed {
+/// One nvidia-smi query, running.
+struct Query {
+    program: String,
+    query: &'static str,
+    child: std::process::Child,
+    out_reader: std::thread::JoinHandle<Vec<u8>>,
+    err_reader: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl Query {
+    fn start(program: &str, query: &'static str) -> Result<Query, ProbeError> {
+        let mut child = Command::new(program)
+            .args([query, FORMAT])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout kills a wrapper script and its children.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| ProbeError::Spawn {
+                program: program.into(),
+                reason: e.to_string(),
+            })?;
+        // Read both pipes on threads so a chatty child cannot block on a full pipe.
+        let mut stdout = child.stdout.take().expect("piped");
+        let mut stderr = child.stderr.take().expect("piped");
+        let out_reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = stdout.read_to_end(&mut s);
+            s
+        });
+        let err_reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = stderr.read_to_end(&mut s);
+            s
+        });
+        Ok(Query {
             program: program.into(),
             query,
-            status: status.to_string(),
-            stderr: first,
-        });
+            child,
+            out_reader,
+            err_reader,
+        })
     }
-    String::from_utf8(stdout).map_err(|_| ProbeError::Parse {
-        program: program.into(),
-        query,
-        line: 0,
-        reason: "output is not UTF-8".into(),
-    })
+
+    /// Kills the query's whole process group and reaps it.
+    fn kill(mut self) {
+        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the query until `deadline`; its output, or why there is none.
+    fn finish(mut self, deadline: Instant, timeout: Duration) -> Result<String, ProbeError> {
+        let (program, query) = (self.program.clone(), self.query);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    self.kill();
+                    return Err(ProbeError::Timeout {
+                        program,
+                        query,
+                        secs: timeout.as_secs().max(1),
+                    });
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => {
+                    self.kill();
+                    return Err(ProbeError::Spawn {
+                        program,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        };
+        let stdout = self.out_reader.join().unwrap_or_default();
+        let stderr = self.err_reader.join().unwrap_or_default();
+        if !status.success() {
+            let stderr = String::from_utf8_lossy(&stderr);
+            let first = stderr
+                .lines()
+                .chain(std::str::from_utf8(&stdout).unwrap_or("").lines())
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output")
+                .trim()
+                .to_string();
+            return Err(ProbeError::Failed {
+                program,
+                query,
+                status: status.to_string(),
+                stderr: first,
+            });
+        }
+        String::from_utf8(stdout).map_err(|_| ProbeError::Parse {
+            program,
+            query,
+            line: 0,
+            reason: "output is not UTF-8".into(),
+        })
+    }
 }
 
 pub use crate::manifest::is_gpu_uuid;

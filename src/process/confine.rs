@@ -411,6 +411,7 @@ fn hung_up(fd: RawFd) -> bool {
 /// What the init sends up when the command stopped, and the supervisor down when the
 /// job goes on, in the foreground or in the background.
 const STOPPED: u8 = b'S';
+const STOPPED_IN_BACKGROUND: u8 = b's';
 const CONTINUED: u8 = b'C';
 const CONTINUED_IN_BACKGROUND: u8 = b'B';
 
@@ -426,9 +427,14 @@ impl Owner for Upstream {
         false
     }
 
-    fn stop_job(&mut self) -> bool {
+    fn stop_job(&mut self, foreground: bool) -> bool {
         // Only the supervisor can name cibox's job from here.
-        if self.up.write_all(&[STOPPED]).is_err() {
+        let said = if foreground {
+            STOPPED
+        } else {
+            STOPPED_IN_BACKGROUND
+        };
+        if self.up.write_all(&[said]).is_err() {
             return false;
         }
         let mut byte = [0u8; 1];
@@ -453,8 +459,10 @@ impl Owner for Cibox {
         nix::unistd::getppid() != self.pid
     }
 
-    fn stop_job(&mut self) -> bool {
-        super::hand_terminal(self.pgrp);
+    fn stop_job(&mut self, foreground: bool) -> bool {
+        if foreground {
+            super::hand_terminal(self.pgrp);
+        }
         let _ = killpg(self.pgrp, Signal::SIGSTOP);
         let stopped = |me: &mut Cibox| !me.gone() && process_state(me.pid) == Some('T');
         // The stop is delivered asynchronously: see it happen first, then wait until
@@ -521,9 +529,9 @@ fn supervise_init(
         }
         let mut byte = [0u8; 1];
         if let Ok(1) = up.read(&mut byte)
-            && byte[0] == STOPPED
+            && matches!(byte[0], STOPPED | STOPPED_IN_BACKGROUND)
         {
-            let reply = if owner.stop_job() {
+            let reply = if owner.stop_job(byte[0] == STOPPED) {
                 CONTINUED
             } else {
                 CONTINUED_IN_BACKGROUND

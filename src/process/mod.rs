@@ -270,10 +270,12 @@ impl Workload {
 pub trait Owner {
     /// Whether the owner is gone: the workload is then killed at once.
     fn gone(&mut self) -> bool;
-    /// The command was stopped from the terminal (Ctrl-Z): stop the owner's job too,
-    /// and return once it is continued: true in the foreground (`fg`), false in the
-    /// background (`bg`, where the terminal stays the shell's).
-    fn stop_job(&mut self) -> bool;
+    /// The command was stopped from the terminal (Ctrl-Z; SIGTTIN when it read the
+    /// terminal from the background): stop the owner's job too, handing the owner the
+    /// terminal only if the command had it (`foreground`), and return once the job is
+    /// continued: true in the foreground (`fg`), false in the background (`bg`, where
+    /// the terminal stays the shell's).
+    fn stop_job(&mut self, foreground: bool) -> bool;
 }
 
 /// What one reap saw: the leader's status if it ended, whether it stopped, and whether
@@ -336,7 +338,8 @@ pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn O
         if seen.stopped && group.interactive {
             // A shell's job control, one level up: the owner's job stops with the
             // command and both go on together, in the foreground only after `fg`.
-            if owner.stop_job() {
+            let foreground = nix::unistd::tcgetpgrp(std::io::stdin()) == Ok(group.leader);
+            if owner.stop_job(foreground) {
                 hand_terminal(group.leader);
             }
             let _ = killpg(group.leader, Signal::SIGCONT);

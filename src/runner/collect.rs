@@ -38,28 +38,55 @@ impl Caps {
     }
 }
 
-/// How long the whole copy may take.
+/// How long the whole copy may take; after a cancel, at most [`COPY_AFTER_CANCEL`].
 const COPY_DEADLINE: Duration = Duration::from_secs(300);
+const COPY_AFTER_CANCEL: Duration = Duration::from_secs(10);
 
-/// The archive stream, bounded: in bytes (what the caps allow, with room for the tar
-/// headers), in time, and by cibox's signals. A batch cannot make the copy read more
-/// than it may keep (sparse files claim any size) or outlast a Ctrl-C.
+/// When a copy must stop: a terminating signal beyond those received before it began (a
+/// cancelled batch's reports are still copied, a second Ctrl-C stops that), or its
+/// deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct StopWhen {
+    signals_before: u32,
+    deadline: Instant,
+}
+
+impl StopWhen {
+    pub fn now() -> StopWhen {
+        let signals_before = crate::signals::count();
+        let budget = if signals_before > 0 {
+            COPY_AFTER_CANCEL
+        } else {
+            COPY_DEADLINE
+        };
+        StopWhen {
+            signals_before,
+            deadline: Instant::now() + budget,
+        }
+    }
+
+    /// Why the copy must stop now, if it must.
+    pub fn reason(&self) -> Option<String> {
+        if crate::signals::count() > self.signals_before {
+            return Some("interrupted by a signal".into());
+        }
+        (Instant::now() >= self.deadline).then(|| "not done in time".to_string())
+    }
+}
+
+/// The archive stream, bounded in bytes (what the caps allow, with room for the tar
+/// headers) and by [`StopWhen`]: a batch cannot make the copy read more than it may keep
+/// (sparse files claim any size) or outlast its time.
 struct Bounded<R> {
     inner: R,
     left: u64,
-    deadline: Instant,
+    stop: StopWhen,
 }
 
 impl<R: Read> Read for Bounded<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(sig) = crate::signals::received() {
-            return Err(std::io::Error::other(format!("interrupted by {sig}")));
-        }
-        if Instant::now() >= self.deadline {
-            return Err(std::io::Error::other(format!(
-                "not done within {} s",
-                COPY_DEADLINE.as_secs()
-            )));
+        if let Some(why) = self.stop.reason() {
+            return Err(std::io::Error::other(why));
         }
         if self.left == 0 {
             return Err(std::io::Error::other(
@@ -158,13 +185,14 @@ fn make_dirs(dest: &Path, rel: &Path) -> std::io::Result<()> {
 
 /// Copies what is safe from the tar stream of `/reports` into `dest` (cibox's batch
 /// folder, which exists). Never fails: what could not be copied is in the result.
-pub fn extract(archive: impl Read, dest: &Path, caps: &Caps) -> Copied {
+pub fn extract(archive: impl Read, dest: &Path, caps: &Caps, stop: StopWhen) -> Copied {
     let mut copied = Copied::default();
     let bounded = Bounded {
         inner: archive,
-        // Each entry takes a header (two with a long name) and padding.
-        left: caps.bytes + 2048 * (caps.entries as u64 + 2),
-        deadline: Instant::now() + COPY_DEADLINE,
+        // Each entry takes a header, an extended one for a long name (PAX, with the
+        // name), and padding.
+        left: caps.bytes + 6144 * (caps.entries as u64 + 2),
+        stop,
     };
     let mut archive = tar::Archive::new(bounded);
     // What the entries claim to hold, copied or not: a skipped one is read through too.
@@ -325,7 +353,12 @@ mod tests {
             file(b, "reports/deep/er/notes.txt", 0o600, b"hi");
         });
         let dest = tempfile::tempdir().unwrap();
-        let c = extract(&tar[..], dest.path(), &Caps::with_bytes(1 << 20));
+        let c = extract(
+            &tar[..],
+            dest.path(),
+            &Caps::with_bytes(1 << 20),
+            StopWhen::now(),
+        );
         assert_eq!((c.files, c.bytes, c.skipped_count), (2, 14, 0), "{c:?}");
         assert_eq!(mode(&dest.path().join("junit.xml")), 0o755, "no setuid");
         assert_eq!(mode(&dest.path().join("deep/er/notes.txt")), 0o644);
@@ -362,7 +395,12 @@ mod tests {
         let dest = tempfile::tempdir().unwrap();
         let inner = dest.path().join("batch");
         std::fs::create_dir(&inner).unwrap();
-        let c = extract(&tar[..], &inner, &Caps::with_bytes(1 << 20));
+        let c = extract(
+            &tar[..],
+            &inner,
+            &Caps::with_bytes(1 << 20),
+            StopWhen::now(),
+        );
         assert_eq!(c.files, 1, "{c:?}");
         assert_eq!(c.skipped_count, 7, "{c:?}");
         assert!(inner.join("ok.xml").is_file());
@@ -390,7 +428,12 @@ mod tests {
             }
         });
         let dest = tempfile::tempdir().unwrap();
-        let c = extract(&tar[..], dest.path(), &Caps::with_bytes(550));
+        let c = extract(
+            &tar[..],
+            dest.path(),
+            &Caps::with_bytes(550),
+            StopWhen::now(),
+        );
         assert_eq!(c.files, 5);
         assert!(c.stopped.unwrap().contains("550 byte cap"));
         // What a skipped entry claims counts too (a sparse file can claim any size).
@@ -399,7 +442,12 @@ mod tests {
             file(b, "reports/ok", 0o644, &[b'x'; 400]);
         });
         let dest = tempfile::tempdir().unwrap();
-        let c = extract(&claims[..], dest.path(), &Caps::with_bytes(550));
+        let c = extract(
+            &claims[..],
+            dest.path(),
+            &Caps::with_bytes(550),
+            StopWhen::now(),
+        );
         assert_eq!((c.files, c.skipped_count), (0, 1), "{c:?}");
         assert!(c.stopped.unwrap().contains("claim more than"));
         let dest = tempfile::tempdir().unwrap();
@@ -407,12 +455,17 @@ mod tests {
             entries: 3,
             ..Caps::with_bytes(1 << 20)
         };
-        let c = extract(&tar[..], dest.path(), &caps);
+        let c = extract(&tar[..], dest.path(), &caps, StopWhen::now());
         assert!(c.files <= 3, "{c:?}");
         assert!(c.stopped.unwrap().contains("more than 3 files"));
         let deep = archive(|b| file(b, &format!("reports/{}x", "d/".repeat(40)), 0o644, b"x"));
         let dest = tempfile::tempdir().unwrap();
-        let c = extract(&deep[..], dest.path(), &Caps::with_bytes(1 << 20));
+        let c = extract(
+            &deep[..],
+            dest.path(),
+            &Caps::with_bytes(1 << 20),
+            StopWhen::now(),
+        );
         assert_eq!((c.files, c.skipped_count), (0, 1), "{c:?}");
     }
 }

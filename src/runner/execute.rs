@@ -405,11 +405,14 @@ impl Execution<'_> {
             };
             let mut copied = collect::Copied::default();
             if self.engine.is_running(&id) {
-                copied = collect::extract(self.engine.download(&id, "/reports"), &b.dir, &caps);
+                let stop = collect::StopWhen::now();
+                let archive = self.engine.download(&id, "/reports", move || stop.reason());
+                copied = collect::extract(archive, &b.dir, &caps, stop);
             }
-            // Checked after the copy too: one that raced the container's end may have
-            // read nothing.
-            if copied.stopped.is_none() && !self.engine.is_running(&id) {
+            // Checked after the copy too: one that raced the container's end read
+            // nothing (a copy that found nothing in a live container is no loss).
+            let nothing = copied.files == 0 && copied.skipped_count == 0;
+            if copied.stopped.is_none() && nothing && !self.engine.is_running(&id) {
                 copied.stopped = lost();
             }
             *watched.reports.borrow_mut() = copied;
@@ -421,11 +424,13 @@ impl Execution<'_> {
         } else {
             watched.container_left.set(true);
         }
+        if matches!(removed, Ok(Removal::ByOthers))
+            && let Some(v) = &volume
+        {
+            let _ = self.engine.remove_volume(v);
+        }
         let ended = outcome?;
         if removed? == Removal::ByOthers {
-            if let Some(v) = volume {
-                let _ = self.engine.remove_volume(&v);
-            }
             // Someone removed it while it ran (a cleanup, a person): whatever its exit
             // code says, the batch did not fail by itself.
             return Ok(Ended::Stopped {

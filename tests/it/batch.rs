@@ -221,7 +221,13 @@ fn a_timeout_kills_stubborn_workers_and_exits_124() {
 #[test]
 fn sigterm_cancels_removes_and_exits_143() {
     let p = busybox_project(
-        &batch("long", 0, "10m", &["echo started; sleep 600"], ""),
+        &batch(
+            "long",
+            0,
+            "10m",
+            &["echo '<testsuite/>' > $CIBOX_REPORTS/partial.xml; echo started; sleep 600"],
+            "",
+        ),
         "",
     );
     let mut child = p
@@ -229,11 +235,12 @@ fn sigterm_cancels_removes_and_exits_143() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let log = p.reports().join("long/log.txt");
     assert!(
-        wait_until(30, || !p.containers().is_empty()),
-        "container never appeared"
+        wait_until(30, || std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains("started"))),
+        "the batch never started"
     );
-    std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     unsafe { nix::libc::kill(child.id() as i32, nix::libc::SIGTERM) };
     let status = child.wait().unwrap();
@@ -243,6 +250,12 @@ fn sigterm_cancels_removes_and_exits_143() {
     assert_eq!(p.result("long")["status"], "cancelled");
     assert_eq!(p.result("long")["exit_code"], 143);
     assert!(p.containers().is_empty());
+    // What the cancelled batch had written is still copied out.
+    assert!(
+        p.reports().join("long/partial.xml").is_file(),
+        "{}",
+        p.result("long")["reports"]
+    );
 }
 
 #[test]

@@ -612,3 +612,19 @@ fn a_head_waiting_on_a_gpu_busy_outside_cibox_does_not_hold_up_others() {
         "A got GPU 0 while it was busy"
     );
 }
+
+#[test]
+fn the_two_nvidia_smi_queries_of_a_probe_run_at_once() {
+    // A real nvidia-smi spends most of a call starting up: two in a row cost twice that.
+    let h = GpuHost::new(2);
+    h.smi.set("latency", "0.3");
+    h.smi.set("calls.log", "");
+    h.run(&["gpu", "status"]).ok();
+    let calls = std::fs::read_to_string(h.smi.state.path().join("calls.log")).unwrap();
+    let kinds: Vec<&str> = calls.lines().filter_map(|l| l.split(' ').next()).collect();
+    assert_eq!(
+        kinds,
+        ["start", "start", "end", "end"],
+        "both queries start before either answers:\n{calls}"
+    );
+}
