@@ -345,6 +345,9 @@ pub fn acquire(
     let mut next_probe = start;
     let mut next_overtake = start;
     let mut busy: Vec<(u32, String)> = Vec::new();
+    // When `busy` was last seen; older than BUSY_RECHECK it is not trusted to rule a GPU
+    // out (the hand-out's own probe still rules).
+    let mut busy_seen: Option<Instant> = None;
     let mut next_busy_refresh = start;
     let mut servable_since: Option<(queue::Place, Instant)> = None;
     let mut select_held = false;
@@ -417,14 +420,19 @@ pub fn acquire(
                             }
                             next_busy_refresh = now + BUSY_RECHECK;
                             busy = busy_among(&free, &probe().map_err(LeaseError::Probe)?, policy);
+                            busy_seen = Some(Instant::now());
                             if overtake_allowed(dir, &ahead, &free, &busy, need) != Overtake::Yes {
                                 return Ok(None);
                             }
                         }
                     }
                 }
-                let snap = probe().map_err(LeaseError::Probe)?;
-                busy = busy_among(&free, &snap, policy);
+                // Choose by what the last probe said (nothing, when it is old): the
+                // hand-out's own probe comes after the GPUs are locked, outside this
+                // lock, so hand-outs are not queued behind nvidia-smi.
+                if busy_seen.is_none_or(|t| t.elapsed() > BUSY_RECHECK) {
+                    busy.clear();
+                }
                 let idle = idle_among(&free, &busy);
                 if idle.len() < need {
                     next_probe = Instant::now() + BUSY_RECHECK;
@@ -438,16 +446,8 @@ pub fn acquire(
                 {
                     return Ok(None);
                 }
-                // Re-check under the lock, immediately before the hand-out.
-                let snap = probe().map_err(LeaseError::Probe)?;
-                if !lease
-                    .gpus()
-                    .iter()
-                    .all(|g| pool::busy_reason(&g.uuid, &snap, policy).is_none())
-                {
-                    next_probe = Instant::now() + BUSY_RECHECK;
-                    return Ok(None);
-                }
+                // Named at once, so `gpu status` shows who holds them while they are
+                // checked; a busy verdict clears it with the lease.
                 lease
                     .set_holder(&holder)
                     .map_err(|e| io("writing the holder", e))?;
@@ -455,8 +455,22 @@ pub fn acquire(
             })();
             let _ = select.unlock();
             if let Some(lease) = attempt? {
-                drop(ticket);
-                return Ok(lease);
+                // The probe that decides: it starts after our GPUs are locked, so no one
+                // else can take them meanwhile, and a busy verdict lets them go again.
+                let snap = probe().map_err(LeaseError::Probe)?;
+                busy = busy_among(&free, &snap, policy);
+                busy_seen = Some(Instant::now());
+                if lease
+                    .gpus()
+                    .iter()
+                    .all(|g| pool::busy_reason(&g.uuid, &snap, policy).is_none())
+                {
+                    drop(ticket);
+                    return Ok(lease);
+                }
+                // Busy outside cibox: let them go, and choose again knowing that.
+                drop(lease);
+                next_probe = Instant::now();
             }
         }
         let report = || WaitReport {

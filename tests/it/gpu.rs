@@ -306,7 +306,7 @@ fn read_log(log: &std::path::Path) -> Vec<Interval> {
 fn three_jobs(h: GpuHost, a: (usize, &str), b: (usize, &str), c: (usize, &str)) -> Vec<Interval> {
     let log = h.work.path().join("three.log");
     let mut pa = timed_job(&h, a.0, a.1, &log, "A");
-    assert!(wait_until(10, || h.leased().len() == a.0));
+    assert!(wait_until(10, || h.leased().len() == a.0 && h.queued() == 0));
     let mut pb = timed_job(&h, b.0, b.1, &log, "B");
     std::thread::sleep(Duration::from_millis(200));
     let mut pc = timed_job(&h, c.0, c.1, &log, "C");
@@ -366,7 +366,7 @@ fn a_big_request_of_a_burst_goes_first_but_not_one_that_came_later() {
     let h = GpuHost::new(8);
     let log = h.work.path().join("burst.log");
     let mut a = timed_job(&h, 8, "2", &log, "A");
-    assert!(wait_until(10, || h.leased().len() == 8));
+    assert!(wait_until(10, || h.leased().len() == 8 && h.queued() == 0));
     let mut b = timed_job(&h, 1, "0.3", &log, "B");
     assert!(wait_until(10, || h.queued() == 1));
     let mut c = timed_job(&h, 8, "0.3", &log, "C");
@@ -427,7 +427,9 @@ fn waiting_is_logged_with_holders() {
         .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "1"])
         .spawn()
         .unwrap();
-    assert!(wait_until(10, || h.leased() == [0]));
+    // Leased and out of the queue: a hand-out keeps its place until its probe says the
+    // GPUs are idle.
+    assert!(wait_until(10, || h.leased() == [0] && h.queued() == 0));
     let r = h.run(&["gpu", "exec", "--count", "1", "--wait", "30s", "--", "true"]);
     r.ok();
     assert!(
@@ -627,4 +629,36 @@ fn the_two_nvidia_smi_queries_of_a_probe_run_at_once() {
         ["start", "start", "end", "end"],
         "both queries start before either answers:\n{calls}"
     );
+}
+
+#[test]
+fn a_gpu_found_busy_after_it_was_locked_is_let_go_and_another_taken() {
+    // GPU 0 runs a process cibox does not know. Nothing has probed yet, so the first
+    // choice may fall on it: the hand-out's own probe (after the lock) must catch that,
+    // let it go, and take GPU 1 instead; and GPU 0 must not stay leased.
+    let h = GpuHost::new(2);
+    h.smi.set("apps.csv", &format!("{}, 4242, 100\n", uuid(0)));
+    let r = h.run(&[
+        "gpu",
+        "exec",
+        "--count",
+        "1",
+        "--wait",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), uuid(1));
+    assert!(h.leased().is_empty());
+    // Both busy: the wait ends in exit 4, nothing kept.
+    h.smi.set(
+        "apps.csv",
+        &format!("{}, 4242, 100\n{}, 4243, 100\n", uuid(0), uuid(1)),
+    );
+    h.run(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"])
+        .fails_with(4, "could not lease");
+    assert!(h.leased().is_empty());
 }

@@ -403,7 +403,8 @@ fn a_stopped_waiter_does_not_freeze_the_queue() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(20, || h.leased().len() == 8));
+    // Leased and out of the queue (a hand-out keeps its ticket until its probe).
+    assert!(wait_until(20, || h.leased().len() == 8 && h.queued() == 0));
     // The head of the queue waits for all 8 ... and is stopped (Ctrl-Z, SIGSTOP).
     let mut head = h
         .cmd(&[
