@@ -1,8 +1,8 @@
 //! GPUs: probing what they do ([`probe`]), which ones CI may use ([`pool`]), and
 //! leasing them ([`lease`], behind the fair [`queue`]).
 //!
-//! A GPU is handed out only when it is in the pool, not leased, and idle by nvidia-smi,
-//! re-checked right before the hand-out. Anything uncertain fails closed.
+//! A GPU is handed out only when it is in the pool, not leased, and idle by a probe that
+//! started after it was locked for the hand-out. Anything uncertain fails closed.
 
 pub mod lease;
 pub mod pool;
@@ -201,7 +201,7 @@ impl WaitReport {
 }
 
 /// How often the waiter looks at the queue and the locks: hand-off latency is bounded
-/// by this plus two nvidia-smi calls.
+/// by this plus one nvidia-smi call (and one more per busy verdict).
 const POLL: Duration = Duration::from_millis(10);
 /// How often a waiter behind the head tries to overtake it (see [`may_overtake`]).
 const OVERTAKE_EVERY: Duration = Duration::from_millis(50);
@@ -250,6 +250,15 @@ fn may_overtake(
         let Ok(a) = serde_json::from_str::<Request>(text) else {
             return Overtake::No; // a waiter we cannot read: assume the strictest case
         };
+        // A waiter that holds GPUs under its own place is checking them (its probe
+        // runs after it locked them): it may yet let them go and need others, so
+        // nobody goes ahead of it meanwhile.
+        let checking = a.pool.iter().any(|uuid| {
+            matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(*place))
+        });
+        if checking {
+            return Overtake::No;
+        }
         if let Some(devices) = &a.devices {
             if devices
                 .iter()
@@ -427,13 +436,17 @@ pub fn acquire(
                         }
                     }
                 }
-                // Choose by what the last probe said (nothing, when it is old): the
-                // hand-out's own probe comes after the GPUs are locked, outside this
-                // lock, so hand-outs are not queued behind nvidia-smi.
-                if busy_seen.is_none_or(|t| t.elapsed() > BUSY_RECHECK) {
-                    busy.clear();
-                }
-                let idle = idle_among(&free, &busy);
+                // Choose by what the last probe said: the hand-out's own probe comes
+                // after the GPUs are locked, outside this lock, so hand-outs are not
+                // queued behind nvidia-smi. Past BUSY_RECHECK that word is old: every
+                // free GPU may be chosen, those last seen busy last.
+                let idle = if busy_seen.is_none_or(|t| t.elapsed() > BUSY_RECHECK) {
+                    let mut all = free.clone();
+                    all.sort_by_key(|g| busy.iter().any(|(i, _)| *i == g.index));
+                    all
+                } else {
+                    idle_among(&free, &busy)
+                };
                 if idle.len() < need {
                     next_probe = Instant::now() + BUSY_RECHECK;
                     return Ok(None);

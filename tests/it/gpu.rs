@@ -662,3 +662,26 @@ fn a_gpu_found_busy_after_it_was_locked_is_let_go_and_another_taken() {
         .fails_with(4, "could not lease");
     assert!(h.leased().is_empty());
 }
+
+#[test]
+fn nobody_overtakes_a_head_while_it_checks_the_gpus_it_locked() {
+    // GPU 2 of 4 is busy outside cibox and nothing has probed yet. A (the head) wants
+    // 3: it may lock 0,1,2 first and find 2 busy only with its probe. B, behind it,
+    // wants 1: taking GPU 3 meanwhile would leave A short, so B must wait for A.
+    let h = GpuHost::new(4);
+    h.smi.set("apps.csv", &format!("{}, 4242, 100\n", uuid(2)));
+    h.smi.set("latency", "0.3");
+    let log = h.work.path().join("head.log");
+    let mut a = timed_job(&h, 3, "1", &log, "A");
+    assert!(wait_until(10, || h.queued() == 1));
+    let mut b = timed_job(&h, 1, "0.1", &log, "B");
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let jobs = read_log(&log);
+    let at = |t: &str| jobs.iter().find(|j| j.tag == t).unwrap();
+    assert!(!at("A").gpus.contains(&uuid(2)), "A got the busy GPU");
+    assert!(
+        at("B").start >= at("A").start,
+        "B overtook A while A checked its GPUs"
+    );
+}
