@@ -140,14 +140,7 @@ impl Supervisor {
         inherit.push(report_w.as_raw_fd());
         // SAFETY: only fcntl, async-signal-safe, between fork and exec.
         unsafe {
-            cmd.pre_exec(move || {
-                for &fd in &inherit {
-                    if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || super::keep_open(&inherit));
         }
         let mut child = cmd.spawn().map_err(io)?;
         drop(report_w);
@@ -464,7 +457,9 @@ impl Owner for Cibox {
             super::hand_terminal(self.pgrp);
         }
         let _ = killpg(self.pgrp, Signal::SIGSTOP);
-        let stopped = |me: &mut Cibox| !me.gone() && process_state(me.pid) == Some('T');
+        let stopped = |me: &mut Cibox| {
+            !me.gone() && super::stat(me.pid.as_raw()).is_some_and(|(state, _)| state == 'T')
+        };
         // The stop is delivered asynchronously: see it happen first, then wait until
         // the shell continues the job (`fg`).
         let seen_by = Instant::now() + Duration::from_secs(1);
@@ -478,17 +473,6 @@ impl Owner for Cibox {
         let stdin = std::io::stdin();
         nix::unistd::tcgetpgrp(&stdin) == Ok(self.pgrp)
     }
-}
-
-/// The state letter of `pid` (`R`, `S`, `T` for stopped, …).
-fn process_state(pid: Pid) -> Option<char> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
 }
 
 /// The supervisor's side in a namespace: waits for the init (which returns only once

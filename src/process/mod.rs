@@ -88,12 +88,7 @@ pub fn spawn_group(
             if nix::unistd::getppid() != parent {
                 let _ = nix::sys::signal::raise(Signal::SIGKILL);
             }
-            for &fd in &inherit {
-                let rc = nix::libc::fcntl(fd, nix::libc::F_SETFD, 0);
-                if rc == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
+            keep_open(&inherit)?;
             if interactive {
                 // Take the terminal before exec, so the command never reads it from
                 // the background.
@@ -112,6 +107,18 @@ pub fn spawn_group(
         leader,
         interactive,
     })
+}
+
+/// Clears close-on-exec on `fds`, so a child about to exec keeps them (the lease's lock
+/// files, a report pipe). Async-signal-safe: for `pre_exec`.
+pub fn keep_open(fds: &[RawFd]) -> std::io::Result<()> {
+    for &fd in fds {
+        // SAFETY: fcntl on descriptors the caller owns.
+        if unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) } == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Makes this process the reaper of orphans it leaves (descendants of its children),
@@ -165,7 +172,7 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
 
 /// The state letter and parent of `pid`, from `/proc/<pid>/stat` (`pid (comm) state
 /// ppid …`; comm may hold spaces and parentheses).
-fn stat(pid: i32) -> Option<(char, i32)> {
+pub(crate) fn stat(pid: i32) -> Option<(char, i32)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut fields = text.rsplit_once(')')?.1.split_whitespace();
     let state = fields.next()?.chars().next()?;

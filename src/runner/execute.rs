@@ -19,7 +19,7 @@ use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
 use super::watchdog::Watchdog;
 use super::{batch_dir, collect};
-use crate::engine::{EndCause, Engine, FollowEnd, Followed, Removal, Steps, Stop};
+use crate::engine::{EndCause, Engine, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::{self, Want, probe};
@@ -442,37 +442,6 @@ impl Execution<'_> {
         Ok(ended)
     }
 
-    /// A batch that ended by itself with a failing or unknown code: as the code says,
-    /// unless the engine says someone killed it from outside, or says the batch went
-    /// over its memory limit (which is the batch's failure, told plainly). When the
-    /// engine cannot be asked, the exit code stands.
-    fn why_it_ended(&self, b: &BatchPlan, id: &str, started_at: u64, code: Option<i64>) -> Ended {
-        let shown = code.map_or("unknown".to_string(), |c| c.to_string());
-        match self.engine.end_cause(id, started_at) {
-            Ok(EndCause::OutOfMemory) => Ended::Stopped {
-                verdict: Verdict::Failed,
-                message: format!(
-                    "the batch went over its memory limit ({}) and the kernel killed it (exit {shown}); raise container.memory or make the tests use less",
-                    b.container.memory_text()
-                ),
-                exit: code,
-            },
-            Ok(EndCause::KilledThroughEngine(signal)) => Ended::Stopped {
-                verdict: Verdict::InfraError,
-                message: format!(
-                    "the container was killed from outside through the engine (signal {}: `docker kill`, `docker stop`, a cleanup script) while the batch ran",
-                    if signal.is_empty() {
-                        "unknown"
-                    } else {
-                        &signal
-                    }
-                ),
-                exit: code,
-            },
-            Ok(EndCause::Itself) | Err(_) => code.map_or(Ended::Unknown, Ended::Exited),
-        }
-    }
-
     fn follow(&self, b: &BatchPlan, id: &str, printed: &Cell<u64>) -> Result<Ended> {
         // Whole seconds, as the engine's event filter takes them: one early, so the
         // start's own second is in.
@@ -536,8 +505,8 @@ impl Execution<'_> {
             // from outside meanwhile, that is what to say.
             Err(e) => {
                 return match self.engine.end_cause(id, started_at) {
-                    Ok(EndCause::KilledThroughEngine(_) | EndCause::OutOfMemory) => {
-                        Ok(self.why_it_ended(b, id, started_at, None))
+                    cause @ Ok(EndCause::KilledThroughEngine(_) | EndCause::OutOfMemory) => {
+                        Ok(why_it_ended(b, cause, None))
                     }
                     _ => Err(e.into()),
                 };
@@ -558,8 +527,39 @@ impl Execution<'_> {
                 exit,
             },
             (None, Some(0)) => Ended::Exited(0),
-            (None, code) => self.why_it_ended(b, id, started_at, code),
+            (None, code) => why_it_ended(b, self.engine.end_cause(id, started_at), code),
         })
+    }
+}
+
+/// A batch that ended by itself with a failing or unknown code: as the code says,
+/// unless the engine (`cause`) says someone killed it from outside, or says the batch went
+/// over its memory limit (which is the batch's failure, told plainly). When the
+/// engine cannot be asked, the exit code stands.
+fn why_it_ended(b: &BatchPlan, cause: Result<EndCause, EngineError>, code: Option<i64>) -> Ended {
+    let shown = code.map_or("unknown".to_string(), |c| c.to_string());
+    match cause {
+        Ok(EndCause::OutOfMemory) => Ended::Stopped {
+            verdict: Verdict::Failed,
+            message: format!(
+                "the batch went over its memory limit ({}) and the kernel killed it (exit {shown}); raise container.memory or make the tests use less",
+                b.container.memory_text()
+            ),
+            exit: code,
+        },
+        Ok(EndCause::KilledThroughEngine(signal)) => Ended::Stopped {
+            verdict: Verdict::InfraError,
+            message: format!(
+                "the container was killed from outside through the engine (signal {}: `docker kill`, `docker stop`, a cleanup script) while the batch ran",
+                if signal.is_empty() {
+                    "unknown"
+                } else {
+                    &signal
+                }
+            ),
+            exit: code,
+        },
+        Ok(EndCause::Itself) | Err(_) => code.map_or(Ended::Unknown, Ended::Exited),
     }
 }
 

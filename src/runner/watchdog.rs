@@ -38,12 +38,7 @@ impl Watchdog {
         unsafe {
             cmd.pre_exec(move || {
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
-                for &fd in &inherit {
-                    if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
+                crate::process::keep_open(&inherit)
             });
         }
         let child = cmd.spawn()?;

@@ -96,6 +96,14 @@ impl Host {
         c
     }
 
+    /// `gpu exec` of `sh -c script` on `gpus` GPUs.
+    fn exec(&self, mode: Mode, gpus: &str, script: &str) -> Command {
+        self.cmd(
+            mode,
+            &["gpu", "exec", "--count", gpus, "--", "sh", "-c", script],
+        )
+    }
+
     /// Leases `gpus` GPUs as soon as they are free (up to 20 s) and reports whether any
     /// of `pids` still existed at that moment; run in the subreaper so it sees host PIDs.
     fn lease_finds_none_of(&self, gpus: usize, pids: &[i32]) -> Run {
@@ -201,10 +209,7 @@ fn workers_that_leave_the_group_are_gone_before_gpu_exec_returns() {
         let (script, tags) = escaping_workload(mode, 2);
         // The command itself exits 3 once its workers are started.
         let script = script.replace(&format!("exec sleep {}", tags[2]), "exit 3");
-        let r = run(&mut host.cmd(
-            mode,
-            &["gpu", "exec", "--count", "1", "--", "sh", "-c", &script],
-        ));
+        let r = run(&mut host.exec(mode, "1", &script));
         assert_eq!(r.code, 3, "{mode:?}: {}", r.stderr);
         for t in &tags[..2] {
             assert!(
@@ -232,13 +237,7 @@ fn a_worker_that_keeps_forking_cannot_outrun_the_kill() {
             "setsid sh -c 'while :; do sleep {tag} & sleep 0.003; done' & exec sleep {}",
             mode.tag(91)
         );
-        let mut cibox = host
-            .cmd(
-                mode,
-                &["gpu", "exec", "--count", "1", "--", "sh", "-c", &script],
-            )
-            .spawn()
-            .unwrap();
+        let mut cibox = host.exec(mode, "1", &script).spawn().unwrap();
         assert!(wait_until(20, || pids_running(&["sleep", &tag]).len() > 10));
         cibox.kill().unwrap();
         cibox.wait().unwrap();
@@ -263,13 +262,7 @@ fn signals_are_forwarded_to_every_worker_and_end_the_run_with_128_plus_n() {
     ];
     for (i, (mode, sig, code)) in cases.into_iter().enumerate() {
         let (script, tags) = escaping_workload(mode, 3 + i as u32);
-        let mut cibox = host
-            .cmd(
-                mode,
-                &["gpu", "exec", "--count", "1", "--", "sh", "-c", &script],
-            )
-            .spawn()
-            .unwrap();
+        let mut cibox = host.exec(mode, "1", &script).spawn().unwrap();
         assert!(wait_until(20, || worker_pids(&tags).is_some()), "{mode:?}");
         let pids = worker_pids(&tags).unwrap();
         unsafe { nix::libc::kill(cibox.id() as i32, sig) };

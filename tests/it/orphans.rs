@@ -112,12 +112,7 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
         "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n",
         "",
     );
-    let child = p
-        .batch_cmd(&["batch", "run", "long"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = p.spawn(&["batch", "run", "long"]);
     assert!(wait_until(30, || p.containers().len() == 1));
     let volume = BusyboxProject::inspect(
         &p.containers()[0],
@@ -128,8 +123,7 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
         .args(["rm", "-f", &p.containers()[0]])
         .output()
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(child.wait().unwrap().code(), Some(5));
     assert_eq!(
         p.result("long")["status"],
         "infra_error",
@@ -155,12 +149,7 @@ fn a_container_killed_from_outside_is_an_infrastructure_error() {
     // Killed while its batch runs, and as soon as it exists (before or as the batch
     // starts): both are the engine's doing, not the test's.
     for while_running in [true, false] {
-        let child = p
-            .batch_cmd(&["batch", "run", "long"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = p.spawn(&["batch", "run", "long"]);
         assert!(wait_until(30, || p.containers().len() == 1));
         if while_running {
             let log = p.reports().join("long/log.txt");
@@ -171,8 +160,7 @@ fn a_container_killed_from_outside_is_an_infrastructure_error() {
             .args(["kill", &p.containers()[0]])
             .output()
             .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(5));
+        assert_eq!(child.wait().unwrap().code(), Some(5));
         let result = p.result("long");
         assert_eq!(result["status"], "infra_error", "not a test failure");
         assert!(
