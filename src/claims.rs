@@ -16,7 +16,7 @@
 
 use crate::engine::{ContainerInfo, Engine, EngineError};
 use crate::exit::Failure;
-use crate::gpu::probe::{self, ProbeError, Snapshot};
+use crate::gpu::probe::{HostInstant, ProbeError, Prober, Snapshot};
 use crate::labels::{LABEL_GPUS, LABEL_OWNER};
 use crate::lockdir::{LockDir, runs};
 use crate::report;
@@ -47,6 +47,7 @@ impl ClaimsError {
 
 /// Probes GPUs, adding the claims of orphaned cibox containers when any can exist.
 pub struct ContainerClaims {
+    prober: Prober,
     runs: LockDir,
     /// Connected on first need.
     engine: Option<Engine>,
@@ -55,18 +56,25 @@ pub struct ContainerClaims {
 }
 
 impl ContainerClaims {
-    /// For the runs recorded in `lock_dir`.
-    pub fn new(lock_dir: LockDir) -> ContainerClaims {
+    /// For the runs recorded in `lock_dir`, probing with `prober`.
+    pub fn new(lock_dir: LockDir, prober: Prober) -> ContainerClaims {
         ContainerClaims {
+            prober,
             runs: lock_dir,
             engine: None,
             warned: false,
         }
     }
 
-    /// nvidia-smi's view with the GPUs of running cibox containers marked busy.
+    /// The driver's view with the GPUs of running cibox containers marked busy.
     pub fn probe(&mut self) -> Result<Snapshot, ClaimsError> {
-        let mut snap = probe::probe(probe::timeout())?;
+        self.probe_since(None)
+    }
+
+    /// The same, from a probe that started at `since` or later (see
+    /// [`Prober::probe_since`]).
+    pub fn probe_since(&mut self, since: Option<HostInstant>) -> Result<Snapshot, ClaimsError> {
+        let mut snap = self.prober.probe_since(since)?;
         // A record that cannot be read is one whose run died before it made any
         // container (the record is written first). An unreadable runs/ folder counts as
         // a dead run of root's: ask.

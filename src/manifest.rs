@@ -201,6 +201,19 @@ impl<'de> Deserialize<'de> for PoolSpec {
     }
 }
 
+/// `gpu.probe`: which backend asks the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeChoice {
+    /// NVML when `libnvidia-ml.so.1` can be loaded, else nvidia-smi; nvidia-smi when
+    /// `CIBOX_NVIDIA_SMI` names one.
+    Auto,
+    /// NVML only: a library that cannot be loaded fails closed.
+    Nvml,
+    /// nvidia-smi only.
+    NvidiaSmi,
+}
+
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdlePolicy {
@@ -226,6 +239,8 @@ impl Default for IdlePolicy {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GpuConfig {
     pub pool: PoolSpec,
+    /// Which backend asks the driver what the GPUs do.
+    pub probe: ProbeChoice,
     pub lock_dir: PathBuf,
     pub idle: IdlePolicy,
     #[serde(serialize_with = "ser_display")]
@@ -238,6 +253,7 @@ impl Default for GpuConfig {
     fn default() -> Self {
         GpuConfig {
             pool: PoolSpec::All,
+            probe: ProbeChoice::Auto,
             lock_dir: PathBuf::from("/run/lock/cibox"),
             idle: IdlePolicy::default(),
             wait: Span(std::time::Duration::ZERO),
@@ -254,11 +270,25 @@ impl GpuConfig {
         Ok(g)
     }
 
-    /// `CIBOX_GPU_POOL`, `CIBOX_GPU_LOCK_DIR` and `CIBOX_ALLOW_NETWORK_LOCK_DIR=1`.
+    /// `CIBOX_GPU_POOL`, `CIBOX_GPU_PROBE`, `CIBOX_GPU_LOCK_DIR` and
+    /// `CIBOX_ALLOW_NETWORK_LOCK_DIR=1`.
     pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ManifestError> {
         let env_err = |var, message: String| ManifestError::Env { var, message };
         if let Some(v) = get("CIBOX_GPU_POOL") {
             self.pool = PoolSpec::parse_list(&v).map_err(|e| env_err("CIBOX_GPU_POOL", e))?;
+        }
+        if let Some(v) = get("CIBOX_GPU_PROBE").filter(|v| !v.is_empty()) {
+            self.probe = match v.as_str() {
+                "auto" => ProbeChoice::Auto,
+                "nvml" => ProbeChoice::Nvml,
+                "nvidia-smi" => ProbeChoice::NvidiaSmi,
+                _ => {
+                    return Err(env_err(
+                        "CIBOX_GPU_PROBE",
+                        format!("`{v}`: use auto, nvml or nvidia-smi"),
+                    ));
+                }
+            };
         }
         if let Some(v) = get("CIBOX_GPU_LOCK_DIR") {
             if v.is_empty() {
@@ -419,6 +449,7 @@ struct RawContainer {
 #[serde(deny_unknown_fields)]
 struct RawGpu {
     pool: Option<PoolSpec>,
+    probe: Option<ProbeChoice>,
     lock_dir: Option<PathBuf>,
     #[serde(default)]
     idle: IdlePolicy,
@@ -864,6 +895,7 @@ fn validate(
     }
     let gpu = GpuConfig {
         pool: raw.gpu.pool.unwrap_or(PoolSpec::All),
+        probe: raw.gpu.probe.unwrap_or(ProbeChoice::Auto),
         lock_dir: raw
             .gpu
             .lock_dir

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::LeaseState;
 use crate::gpu::pool;
+use crate::gpu::probe::Prober;
 use crate::lockdir::LockDir;
 use crate::report::{self, Table};
 
@@ -34,7 +35,8 @@ pub fn run(
         layers.to_vec()
     };
     // A probe failure is exit 5, never "ready".
-    let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir)).probe()?;
+    let prober = Prober::new(m.gpu.probe);
+    let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
     let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
     let dir = LockDir::existing(&m.gpu.lock_dir);
     let mut leased = 0;

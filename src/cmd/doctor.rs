@@ -276,23 +276,26 @@ pub fn run(ctx: &Context) -> Result<u8> {
         Err(e) => findings.push(finding("engine", Status::Fail, e.to_string(), true)),
     }
 
-    let snapshot = match probe::probe(probe::timeout()) {
+    let prober = probe::Prober::new(
+        gpu_cfg
+            .as_ref()
+            .map_or(probe::ProbeChoice::Auto, |g| g.probe),
+    );
+    let snapshot = match prober.probe() {
         Ok(s) => {
             let busy = s.apps.len();
+            // Decided by the probe above: this only names it.
+            let backend = prober.backend().unwrap_or_else(|e| e.to_string());
             findings.push(finding(
-                "nvidia-smi",
+                "gpu probe",
                 Status::Ok,
-                format!(
-                    "{}: {} GPUs, {busy} compute processes",
-                    probe::program(),
-                    s.gpus.len()
-                ),
+                format!("{backend}: {} GPUs, {busy} compute processes", s.gpus.len()),
                 true,
             ));
             Some(s)
         }
         Err(e) => {
-            findings.push(finding("nvidia-smi", Status::Fail, e.to_string(), true));
+            findings.push(finding("gpu probe", Status::Fail, e.to_string(), true));
             None
         }
     };

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{Holder, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
-use crate::gpu::probe::Snapshot;
+use crate::gpu::probe::{Prober, Snapshot};
 use crate::gpu::{self, Want};
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
@@ -48,8 +48,11 @@ fn probe_pool(cfg: &GpuConfig, claims: &mut ContainerClaims) -> Result<(Snapshot
 /// `cibox gpu status`: one row per GPU, without waiting on any lock.
 pub fn status(ctx: &Context) -> Result<u8> {
     let cfg = settings(ctx)?;
-    let mut claims = ContainerClaims::new(LockDir::existing(&cfg.lock_dir));
+    let prober = Prober::new(cfg.probe);
+    let mut claims = ContainerClaims::new(LockDir::existing(&cfg.lock_dir), prober.clone());
     let (snap, pool) = probe_pool(&cfg, &mut claims)?;
+    // Decided by the probe above: this only names it.
+    let backend = prober.backend()?;
     let dir = LockDir::existing(&cfg.lock_dir);
     let mut rows = Vec::new();
     for g in &snap.gpus {
@@ -96,7 +99,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
                 })
             })
             .collect();
-        report::json(&json!({"gpus": v, "lock_dir": cfg.lock_dir}));
+        report::json(&json!({"gpus": v, "lock_dir": cfg.lock_dir, "probe": backend}));
         return Ok(exit::SUCCESS);
     }
     let mut t = Table::new(&[
@@ -126,6 +129,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
             verdict.clone(),
         ]);
     }
+    println!("probe: {backend}");
     print!("{}", t.render());
     Ok(exit::SUCCESS)
 }
@@ -179,7 +183,8 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
     let ticket = gpu::join_queue(&dir, &holder, need, std::time::Instant::now() + wait)?;
-    let mut claims = ContainerClaims::new(dir.clone());
+    let prober = Prober::shared_through(cfg.probe, dir.path());
+    let mut claims = ContainerClaims::new(dir.clone(), prober);
     let (snap, pool) = probe_pool(&cfg, &mut claims)?;
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {
@@ -207,7 +212,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         &cfg.idle,
         wait,
         &holder,
-        || claims.probe().map_err(Into::into),
+        |since| claims.probe_since(since).map_err(Into::into),
         |r| {
             progress.tick(r, |r| {
                 format!(

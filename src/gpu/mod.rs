@@ -19,7 +19,7 @@ use crate::manifest::IdlePolicy;
 use crate::signals;
 use lease::{Holder, Lease, LeaseState};
 use pool::PoolGpu;
-use probe::Snapshot;
+use probe::{HostInstant, Snapshot};
 
 /// How much earlier than its arrival a request counts, per GPU it asks for beyond the
 /// first. Jobs that a CI fan-out starts together reach the queue in a random order
@@ -322,7 +322,7 @@ pub fn acquire(
     policy: &IdlePolicy,
     wait: Duration,
     holder: &Holder,
-    mut probe: impl FnMut() -> Result<Snapshot, ProbeFailure>,
+    mut probe: impl FnMut(Option<HostInstant>) -> Result<Snapshot, ProbeFailure>,
     mut on_wait: impl FnMut(&dyn Fn() -> WaitReport),
 ) -> Result<Lease, LeaseError> {
     let start = Instant::now();
@@ -360,6 +360,10 @@ pub fn acquire(
     let mut next_busy_refresh = start;
     let mut servable_since: Option<(queue::Place, Instant)> = None;
     let mut select_held = false;
+    // Set under select.lock when the GPUs should be probed once it is let go.
+    let mut refresh_busy = false;
+    // When the GPUs of the lease being decided were locked.
+    let mut locked_at: Option<HostInstant> = None;
     loop {
         if let Some(sig) = signals::received() {
             return Err(LeaseError::Interrupted(sig));
@@ -428,11 +432,10 @@ pub fn acquire(
                                 return Ok(None);
                             }
                             next_busy_refresh = now + BUSY_RECHECK;
-                            busy = busy_among(&free, &probe().map_err(LeaseError::Probe)?, policy);
-                            busy_seen = Some(Instant::now());
-                            if overtake_allowed(dir, &ahead, &free, &busy, need) != Overtake::Yes {
-                                return Ok(None);
-                            }
+                            // Probed after select.lock is let go (below); the next
+                            // round decides with what it says.
+                            refresh_busy = true;
+                            return Ok(None);
                         }
                     }
                 }
@@ -454,6 +457,7 @@ pub fn acquire(
                 let Some(mut lease) = take(dir, &idle, need).map_err(|e| io("locking", e))? else {
                     return Ok(None);
                 };
+                locked_at = HostInstant::now();
                 if !ahead.is_empty()
                     && may_overtake(dir, &ahead, lease.gpus(), &idle) != Overtake::Yes
                 {
@@ -467,10 +471,17 @@ pub fn acquire(
                 Ok(Some(lease))
             })();
             let _ = select.unlock();
+            if std::mem::take(&mut refresh_busy) {
+                let snap = probe(HostInstant::now()).map_err(LeaseError::Probe)?;
+                busy = busy_among(&free, &snap, policy);
+                busy_seen = Some(Instant::now());
+                continue;
+            }
             if let Some(lease) = attempt? {
                 // The probe that decides: it starts after our GPUs are locked, so no one
                 // else can take them meanwhile, and a busy verdict lets them go again.
-                let snap = probe().map_err(LeaseError::Probe)?;
+                // Waiters served at once share one (see `probe::Prober::probe_since`).
+                let snap = probe(locked_at).map_err(LeaseError::Probe)?;
                 busy = busy_among(&free, &snap, policy);
                 busy_seen = Some(Instant::now());
                 if lease

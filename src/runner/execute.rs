@@ -70,8 +70,9 @@ pub fn execute(
         scope: &plan.scope,
         swept: &swept,
     })?;
+    let prober = probe::Prober::shared_through(gpu.probe, lock_dir.path());
     let pool = if plan.needs_gpus() {
-        let snap = probe::probe(probe::timeout())?;
+        let snap = prober.probe()?;
         pool::resolve(&gpu.pool, &snap).map_err(RunError::Pool)?
     } else {
         Vec::new()
@@ -85,6 +86,7 @@ pub fn execute(
         engine,
         lock_dir,
         pool,
+        prober,
         reporter: Mutex::new(reporter),
         lockset: lockset.digest.clone(),
         git_masks: &git_masks.binds,
@@ -191,6 +193,8 @@ struct Execution<'a> {
     engine: &'a Engine,
     lock_dir: LockDir,
     pool: Vec<PoolGpu>,
+    /// Shared by the batches: NVML is opened once.
+    prober: probe::Prober,
     reporter: Mutex<&'a mut dyn Reporter>,
     lockset: String,
     /// Binds that hide the source's git credentials.
@@ -359,8 +363,8 @@ impl Execution<'_> {
             &self.plan.manifest.gpu.idle,
             self.plan.wait,
             &holder,
-            || {
-                let mut snap = probe::probe(probe::timeout())?;
+            |since| {
+                let mut snap = self.prober.probe_since(since)?;
                 crate::claims::mark(&mut snap, self.engine)?;
                 Ok(snap)
             },

@@ -44,7 +44,7 @@ fn doctor_reports_each_check() {
     let (r, v) = doctor(&smi, locks.path());
     assert_eq!(status(&v, "engine"), "ok");
     assert_eq!(status(&v, "storage"), "ok");
-    assert_eq!(status(&v, "nvidia-smi"), "ok");
+    assert_eq!(status(&v, "gpu probe"), "ok");
     assert_eq!(status(&v, "lock dir"), "ok");
     assert_eq!(status(&v, "gpu pool"), "ok");
     // This host's engine has no NVIDIA runtime unless it really does; doctor must say
@@ -72,7 +72,7 @@ fn doctor_fails_closed_on_a_broken_or_hanging_probe() {
         let smi = FakeSmi::idle();
         smi.set(file, contents);
         let (r, v) = doctor(&smi, locks.path());
-        assert_eq!(status(&v, "nvidia-smi"), "fail", "{file}={contents}");
+        assert_eq!(status(&v, "gpu probe"), "fail", "{file}={contents}");
         assert_eq!(r.code, 5);
     }
 }

@@ -14,4 +14,5 @@ mod image;
 mod lockset;
 mod nix;
 mod orphans;
+mod probe;
 mod python;

@@ -15,7 +15,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(out: Output) -> Run {
+    pub fn from(out: Output) -> Run {
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -566,4 +566,71 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The NVML test double (`tests/nvml-double`), built once for all test processes with
+/// plain `rustc` (it has no dependencies), so `cargo nextest run` needs no extra step.
+pub fn nvml_double() -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nvml-double/src/lib.rs");
+    // target/<profile>/deps/it-… → target/nvml-double/
+    let exe = std::env::current_exe().expect("test binary path");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test binary lives in target/<profile>/deps");
+    let dir = target.join("nvml-double");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libnvml_double.so");
+    // Test processes run at once: one builds, the others wait for it.
+    let lock = std::fs::File::create(dir.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    let fresh = |lib: &Path| {
+        let built = std::fs::metadata(lib).and_then(|m| m.modified());
+        let source = std::fs::metadata(&src).and_then(|m| m.modified());
+        matches!((built, source), (Ok(b), Ok(s)) if b >= s)
+    };
+    if !fresh(&lib) {
+        let tmp = dir.join("libnvml_double.so.tmp");
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let out = Command::new(&rustc)
+            .args(["--edition", "2024", "--crate-type", "cdylib", "-O"])
+            .args(["--crate-name", "nvml_double"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&tmp)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `{rustc}` to build the NVML double: {e}"));
+        assert!(
+            out.status.success(),
+            "building the NVML double failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &lib).unwrap();
+    }
+    lib
+}
+
+/// Which GPU probe backend a test command uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    NvidiaSmi,
+    Nvml,
+}
+
+impl Backend {
+    pub const BOTH: [Backend; 2] = [Backend::NvidiaSmi, Backend::Nvml];
+
+    /// Points `cmd` (set up by [`FakeSmi::apply`]) at this backend.
+    pub fn apply(self, cmd: &mut Command) {
+        match self {
+            Backend::NvidiaSmi => {
+                cmd.env("CIBOX_GPU_PROBE", "nvidia-smi");
+            }
+            Backend::Nvml => {
+                cmd.env_remove("CIBOX_NVIDIA_SMI")
+                    .env("CIBOX_GPU_PROBE", "nvml")
+                    .env("CIBOX_NVML_LIB", nvml_double());
+            }
+        }
+    }
 }

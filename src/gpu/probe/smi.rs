@@ -1,8 +1,4 @@
-//! Asking nvidia-smi what the GPUs are doing (docs/interface.md §6), strictly.
-//!
-//! Anything odd (a non-zero exit, a hang, `N/A` where a number belongs, a wrong column
-//! count, a malformed or duplicate UUID, a process on an unknown GPU) is a probe failure:
-//! the caller treats every GPU as unavailable. "Could not tell" never means "idle".
+//! The nvidia-smi backend: two CSV queries, run at once, parsed strictly.
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -10,90 +6,11 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::exit::Failure;
+use super::{ComputeApp, GpuState, ProbeError, is_gpu_uuid};
 
 pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
 const FORMAT: &str = "--format=csv,noheader,nounits";
-
-/// How long one nvidia-smi call may take; a wedged driver makes it hang for minutes.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    #[error(
-        "GPU probe: cannot run `{program}`: {reason} (set CIBOX_NVIDIA_SMI to the nvidia-smi to use)"
-    )]
-    Spawn { program: String, reason: String },
-    #[error("GPU probe: `{program} {query}` exited with {status}: {stderr}")]
-    Failed {
-        program: String,
-        query: &'static str,
-        status: String,
-        stderr: String,
-    },
-    #[error(
-        "GPU probe: `{program} {query}` did not answer within {secs}s; the driver may be wedged"
-    )]
-    Timeout {
-        program: String,
-        query: &'static str,
-        secs: u64,
-    },
-    #[error(
-        "GPU probe: `{program} {query}` line {line}: {reason}; treating all GPUs as unavailable"
-    )]
-    Parse {
-        program: String,
-        query: &'static str,
-        line: usize,
-        reason: String,
-    },
-}
-
-impl ProbeError {
-    /// A probe that fails, hangs or says what cannot be parsed fails closed.
-    pub fn failure(&self) -> Failure {
-        Failure::Infra
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct GpuState {
-    pub index: u32,
-    pub uuid: String,
-    pub memory_used_mib: u64,
-    pub memory_total_mib: u64,
-    pub utilization: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ComputeApp {
-    pub gpu_uuid: String,
-    pub pid: u32,
-    pub used_memory_mib: u64,
-}
-
-/// One consistent reading of the host's GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Snapshot {
-    pub gpus: Vec<GpuState>,
-    pub apps: Vec<ComputeApp>,
-    /// GPUs that something cibox knows of is using though nvidia-smi may not show it
-    /// yet (UUID, by whom): a running cibox container whose lease died with its cibox.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub claimed: Vec<(String, String)>,
-}
-
-/// The probe timeout: `CIBOX_PROBE_TIMEOUT` (a duration such as `5s`) or 10 s.
-pub fn timeout() -> Duration {
-    std::env::var("CIBOX_PROBE_TIMEOUT")
-        .ok()
-        .and_then(|v| v.parse::<crate::units::Span>().ok())
-        .map(|s| s.0)
-        .filter(|d| !d.is_zero())
-        .unwrap_or(DEFAULT_TIMEOUT)
-}
 
 /// The program to run: `CIBOX_NVIDIA_SMI`, else `nvidia-smi` from `PATH`.
 pub fn program() -> String {
@@ -103,14 +20,16 @@ pub fn program() -> String {
         .unwrap_or_else(|| "nvidia-smi".into())
 }
 
-/// Runs both queries and parses them.
-pub fn probe(timeout: Duration) -> Result<Snapshot, ProbeError> {
-    let program = program();
+/// Runs both queries of `program` and parses them.
+pub fn probe(
+    program: &str,
+    timeout: Duration,
+) -> Result<(Vec<GpuState>, Vec<ComputeApp>), ProbeError> {
     let deadline = Instant::now() + timeout;
     // Both queries at once: a real nvidia-smi spends most of a call starting up and
     // initialising the driver's view, so two in a row cost twice that.
-    let gpus_query = Query::start(&program, QUERY_GPUS)?;
-    let apps_query = match Query::start(&program, QUERY_APPS) {
+    let gpus_query = Query::start(program, QUERY_GPUS)?;
+    let apps_query = match Query::start(program, QUERY_APPS) {
         Ok(q) => q,
         Err(e) => {
             gpus_query.kill();
@@ -119,13 +38,9 @@ pub fn probe(timeout: Duration) -> Result<Snapshot, ProbeError> {
     };
     let gpus_out = gpus_query.finish(deadline, timeout);
     let apps_out = apps_query.finish(deadline, timeout);
-    let gpus = parse_gpus(&program, &gpus_out?)?;
-    let apps = parse_apps(&program, &apps_out?, &gpus)?;
-    Ok(Snapshot {
-        gpus,
-        apps,
-        claimed: Vec::new(),
-    })
+    let gpus = parse_gpus(program, &gpus_out?)?;
+    let apps = parse_apps(program, &apps_out?, &gpus)?;
+    Ok((gpus, apps))
 }
 
 /// One nvidia-smi query, running.
@@ -230,8 +145,6 @@ impl Query {
         })
     }
 }
-
-pub use crate::manifest::is_gpu_uuid;
 
 fn fields<'a>(
     program: &str,

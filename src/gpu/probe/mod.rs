@@ -1,0 +1,338 @@
+//! Asking the driver what the GPUs are doing (docs/interface.md §6), strictly: through
+//! NVML ([`nvml`]) when it can be loaded, else through nvidia-smi ([`smi`]).
+//!
+//! Anything odd (an error, a hang, `N/A` where a number belongs, a malformed or
+//! duplicate UUID, a process on an unknown GPU, a GPU that an earlier probe showed and
+//! this one does not) is a probe failure: the caller treats every GPU as unavailable.
+//! "Could not tell" never means "idle".
+
+mod nvml;
+mod shared;
+pub mod smi;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::exit::Failure;
+pub use crate::manifest::{ProbeChoice, is_gpu_uuid};
+
+/// How long one probe may take; a wedged driver makes nvidia-smi hang for minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "GPU probe: cannot run `{program}`: {reason} (set CIBOX_NVIDIA_SMI to the nvidia-smi to use)"
+    )]
+    Spawn { program: String, reason: String },
+    #[error("GPU probe: `{program} {query}` exited with {status}: {stderr}")]
+    Failed {
+        program: String,
+        query: &'static str,
+        status: String,
+        stderr: String,
+    },
+    #[error(
+        "GPU probe: `{program} {query}` did not answer within {secs}s; the driver may be wedged"
+    )]
+    Timeout {
+        program: String,
+        query: &'static str,
+        secs: u64,
+    },
+    #[error(
+        "GPU probe: `{program} {query}` line {line}: {reason}; treating all GPUs as unavailable"
+    )]
+    Parse {
+        program: String,
+        query: &'static str,
+        line: usize,
+        reason: String,
+    },
+    /// NVML said something other than a plain answer.
+    #[error("GPU probe: NVML ({lib}): {call}: {message}; treating all GPUs as unavailable")]
+    Nvml {
+        lib: String,
+        call: String,
+        message: String,
+    },
+    /// An NVML call that does not return cannot be interrupted: the thread that made it
+    /// stays stuck, and every later probe of this process fails at once.
+    #[error(
+        "GPU probe: NVML ({lib}): {call} did not answer within {secs}s; the driver may be wedged"
+    )]
+    NvmlTimeout {
+        lib: String,
+        call: String,
+        secs: u64,
+    },
+    /// A GPU that an earlier probe showed is gone: fallen off the bus, or a driver
+    /// reset under way.
+    #[error(
+        "GPU probe: {backend}: GPU {index} ({uuid}) was there at an earlier probe and is gone now; treating all GPUs as unavailable"
+    )]
+    Lost {
+        backend: String,
+        index: u32,
+        uuid: String,
+    },
+    /// The failure of a probe another cibox ran for us (one probe serves many).
+    #[error("{0}")]
+    Shared(String),
+}
+
+impl ProbeError {
+    /// A probe that fails, hangs or says what cannot be parsed fails closed.
+    pub fn failure(&self) -> Failure {
+        Failure::Infra
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GpuState {
+    pub index: u32,
+    pub uuid: String,
+    pub memory_used_mib: u64,
+    pub memory_total_mib: u64,
+    pub utilization: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ComputeApp {
+    pub gpu_uuid: String,
+    pub pid: u32,
+    pub used_memory_mib: u64,
+}
+
+/// What one backend read: the GPUs and the compute processes on them.
+pub type Reading = (Vec<GpuState>, Vec<ComputeApp>);
+
+/// One consistent reading of the host's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Snapshot {
+    pub gpus: Vec<GpuState>,
+    pub apps: Vec<ComputeApp>,
+    /// GPUs that something cibox knows of is using though the driver may not show it
+    /// yet (UUID, by whom): a running cibox container whose lease died with its cibox.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<(String, String)>,
+}
+
+/// The probe timeout: `CIBOX_PROBE_TIMEOUT` (a duration such as `5s`) or 10 s.
+pub fn timeout() -> Duration {
+    std::env::var("CIBOX_PROBE_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<crate::units::Span>().ok())
+        .map(|s| s.0)
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// A point on the host's monotonic clock: one clock for every process on the host, so a
+/// probe's start can be compared with the moment another process locked its GPUs.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct HostInstant(u64);
+
+impl HostInstant {
+    /// Now; `None` if the clock cannot be read (then nothing is shared).
+    pub fn now() -> Option<HostInstant> {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
+        let secs = u64::try_from(t.tv_sec()).ok()?;
+        let nanos = u64::try_from(t.tv_nsec()).ok()?;
+        Some(HostInstant(
+            secs.checked_mul(1_000_000_000)?.checked_add(nanos)?,
+        ))
+    }
+}
+
+/// The backend that answers, decided at the first probe.
+enum Backend {
+    Smi {
+        program: String,
+        /// Why NVML was not used, when `auto` fell back.
+        fallback: Option<String>,
+    },
+    Nvml(nvml::Session),
+}
+
+impl Backend {
+    fn describe(&self) -> String {
+        match self {
+            Backend::Smi { program, fallback } => match fallback {
+                Some(why) => format!("nvidia-smi ({program}); NVML not loaded: {why}"),
+                None => format!("nvidia-smi ({program})"),
+            },
+            Backend::Nvml(s) => s.describe(),
+        }
+    }
+
+    /// Which results of other processes may serve ours: the same backend, asked the
+    /// same way.
+    fn key(&self) -> String {
+        match self {
+            Backend::Smi { program, .. } => format!("nvidia-smi {program}"),
+            Backend::Nvml(s) => format!("nvml {}", s.lib()),
+        }
+    }
+
+    fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
+        match self {
+            Backend::Smi { program, fallback } => {
+                smi::probe(program, timeout).map_err(|e| match (e, fallback) {
+                    // Neither backend is there: say both.
+                    (ProbeError::Spawn { program, reason }, Some(why)) => ProbeError::Spawn {
+                        program,
+                        reason: format!("{reason}; and NVML was not loaded: {why}"),
+                    },
+                    (e, _) => e,
+                })
+            }
+            Backend::Nvml(s) => s.read(timeout),
+        }
+    }
+}
+
+/// Probes the GPUs through the backend `gpu.probe` chooses, for the life of the process:
+/// an NVML handle is opened once, so a waiter's probes cost milliseconds. Cheap to
+/// clone; clones share the backend.
+#[derive(Clone)]
+pub struct Prober {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    choice: ProbeChoice,
+    backend: Mutex<Option<Arc<Backend>>>,
+    /// Every GPU an earlier probe showed (index, UUID).
+    seen: Mutex<Vec<(u32, String)>>,
+    /// The lock dir through which hand-outs share one probe.
+    share: Option<PathBuf>,
+}
+
+impl Prober {
+    pub fn new(choice: ProbeChoice) -> Prober {
+        Prober::with_share(choice, None)
+    }
+
+    /// A prober whose hand-out probes ([`Prober::probe_since`]) are shared with the other
+    /// waiters of `lock_dir`.
+    pub fn shared_through(choice: ProbeChoice, lock_dir: &Path) -> Prober {
+        Prober::with_share(choice, Some(lock_dir.to_path_buf()))
+    }
+
+    fn with_share(choice: ProbeChoice, share: Option<PathBuf>) -> Prober {
+        Prober {
+            inner: Arc::new(Inner {
+                choice,
+                backend: Mutex::new(None),
+                seen: Mutex::new(Vec::new()),
+                share,
+            }),
+        }
+    }
+
+    /// Which backend answers, for `doctor` and `gpu status`: deciding it may load NVML.
+    pub fn backend(&self) -> Result<String, ProbeError> {
+        Ok(self.resolve()?.describe())
+    }
+
+    /// Reads the GPUs now.
+    pub fn probe(&self) -> Result<Snapshot, ProbeError> {
+        let backend = self.resolve()?;
+        let reading = backend.read(timeout())?;
+        self.check_none_lost(&backend, reading)
+    }
+
+    /// A reading from a probe that started at `since` or later: with a lock dir to share
+    /// through, another waiter's probe may serve, so N waiters served at once cost one
+    /// probe.
+    pub fn probe_since(&self, since: Option<HostInstant>) -> Result<Snapshot, ProbeError> {
+        let (Some(dir), Some(since)) = (&self.inner.share, since) else {
+            return self.probe();
+        };
+        let backend = self.resolve()?;
+        let timeout = timeout();
+        let reading = shared::probe(dir, &backend.key(), since, timeout, || {
+            backend.read(timeout)
+        })?;
+        self.check_none_lost(&backend, reading)
+    }
+
+    fn resolve(&self) -> Result<Arc<Backend>, ProbeError> {
+        let mut slot = self
+            .inner
+            .backend
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(b) = &*slot {
+            return Ok(b.clone());
+        }
+        let smi = |fallback| Backend::Smi {
+            program: smi::program(),
+            fallback,
+        };
+        let explicit_smi = std::env::var("CIBOX_NVIDIA_SMI").is_ok_and(|v| !v.is_empty());
+        let backend = match self.inner.choice {
+            ProbeChoice::NvidiaSmi => smi(None),
+            ProbeChoice::Auto if explicit_smi => smi(None),
+            ProbeChoice::Nvml => {
+                Backend::Nvml(nvml::Session::open(timeout()).map_err(ProbeError::from)?)
+            }
+            ProbeChoice::Auto => match nvml::Session::open(timeout()) {
+                Ok(s) => Backend::Nvml(s),
+                // Only the default library may be missing: a host without the driver's
+                // NVML still has nvidia-smi's answer (or its failure).
+                Err(nvml::OpenError::NotLoadable(why)) if !nvml::library_named() => smi(Some(why)),
+                Err(e) => return Err(e.into()),
+            },
+        };
+        let backend = Arc::new(backend);
+        *slot = Some(backend.clone());
+        Ok(backend)
+    }
+
+    /// Fails when a GPU an earlier probe showed is missing; remembers the ones shown.
+    fn check_none_lost(&self, backend: &Backend, reading: Reading) -> Result<Snapshot, ProbeError> {
+        let (gpus, apps) = reading;
+        let mut seen = self
+            .inner
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((index, uuid)) = seen
+            .iter()
+            .find(|(_, uuid)| !gpus.iter().any(|g| &g.uuid == uuid))
+        {
+            return Err(ProbeError::Lost {
+                backend: backend.describe(),
+                index: *index,
+                uuid: uuid.clone(),
+            });
+        }
+        for g in &gpus {
+            if !seen.iter().any(|(_, u)| *u == g.uuid) {
+                seen.push((g.index, g.uuid.clone()));
+            }
+        }
+        Ok(Snapshot {
+            gpus,
+            apps,
+            claimed: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_instants_are_ordered_across_calls() {
+        let a = HostInstant::now().unwrap();
+        let b = HostInstant::now().unwrap();
+        assert!(a <= b);
+    }
+}

@@ -1,0 +1,266 @@
+//! The NVML backend: `libnvidia-ml.so.1` (or `CIBOX_NVML_LIB`) loaded at run time
+//! through `nvml-wrapper`, so nothing links against the driver.
+//!
+//! One worker thread opens the library and keeps it open for the life of the process:
+//! a waiter's probes then cost a few driver calls, not a process start and a driver
+//! initialisation. A driver call cannot be interrupted, so every call is made on that
+//! thread and waited for with the probe timeout; one that does not answer leaves the
+//! thread stuck and the session wedged, and every later probe fails at once.
+
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+
+use super::{ComputeApp, GpuState, ProbeError, Reading, is_gpu_uuid};
+
+/// The library NVML ships as with the driver (the unversioned name comes only with
+/// development packages).
+pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+const MIB: u64 = 1 << 20;
+
+/// `CIBOX_NVML_LIB`, else the driver's library.
+pub fn library() -> String {
+    std::env::var("CIBOX_NVML_LIB")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_LIBRARY.into())
+}
+
+/// Whether `CIBOX_NVML_LIB` names the library (then it must load).
+pub fn library_named() -> bool {
+    std::env::var("CIBOX_NVML_LIB").is_ok_and(|v| !v.is_empty())
+}
+
+/// Why NVML could not be used.
+pub enum OpenError {
+    /// The library could not be loaded at all (no such file, not a shared object).
+    NotLoadable(String),
+    /// It loaded but did not initialise, or did not answer.
+    Failed(ProbeError),
+}
+
+impl From<OpenError> for ProbeError {
+    fn from(e: OpenError) -> ProbeError {
+        match e {
+            OpenError::NotLoadable(message) => ProbeError::Nvml {
+                lib: library(),
+                call: "loading the library".into(),
+                message: format!("{message} (set CIBOX_NVML_LIB, or gpu.probe: nvidia-smi)"),
+            },
+            OpenError::Failed(e) => e,
+        }
+    }
+}
+
+/// A question for the worker thread, with where to send the answer.
+type Job = mpsc::SyncSender<Result<Reading, Refusal>>;
+
+/// What NVML refused, and in which call.
+struct Refusal {
+    call: String,
+    message: String,
+}
+
+/// An open NVML, answering on its worker thread.
+pub struct Session {
+    lib: String,
+    version: String,
+    driver: String,
+    jobs: mpsc::Sender<Job>,
+    /// Set when a call did not answer: the worker is stuck in the driver.
+    wedged: AtomicBool,
+}
+
+impl Session {
+    /// Loads and initialises NVML, waiting at most `timeout` for the driver.
+    pub fn open(timeout: Duration) -> Result<Session, OpenError> {
+        let lib = library();
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(String, String), OpenError>>(1);
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let path = lib.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nvml".into())
+            .spawn(move || {
+                let nvml = match Nvml::builder().lib_path(OsStr::new(&path)).init() {
+                    Ok(nvml) => nvml,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(open_error(&path, e)));
+                        return;
+                    }
+                };
+                let version = nvml.sys_nvml_version().unwrap_or_else(|_| "?".into());
+                let driver = nvml.sys_driver_version().unwrap_or_else(|_| "?".into());
+                if ready_tx.send(Ok((version, driver))).is_err() {
+                    return;
+                }
+                for job in job_rx {
+                    let _ = job.send(read(&nvml));
+                }
+            });
+        if let Err(e) = spawned {
+            return Err(OpenError::Failed(ProbeError::Nvml {
+                lib,
+                call: "starting its thread".into(),
+                message: e.to_string(),
+            }));
+        }
+        match ready_rx.recv_timeout(timeout) {
+            Ok(Ok((version, driver))) => Ok(Session {
+                lib,
+                version,
+                driver,
+                jobs,
+                wedged: AtomicBool::new(false),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(OpenError::Failed(ProbeError::NvmlTimeout {
+                lib,
+                call: "nvmlInit".into(),
+                secs: timeout.as_secs().max(1),
+            })),
+        }
+    }
+
+    pub fn lib(&self) -> &str {
+        &self.lib
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "NVML {} ({}), driver {}",
+            self.version, self.lib, self.driver
+        )
+    }
+
+    /// Reads every GPU and its compute processes.
+    pub fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
+        let wedged = || ProbeError::NvmlTimeout {
+            lib: self.lib.clone(),
+            call: "an earlier call".into(),
+            secs: timeout.as_secs().max(1),
+        };
+        if self.wedged.load(Ordering::SeqCst) {
+            return Err(wedged());
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self.jobs.send(tx).is_err() {
+            return Err(wedged());
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(reading)) => Ok(reading),
+            Ok(Err(r)) => Err(ProbeError::Nvml {
+                lib: self.lib.clone(),
+                call: r.call,
+                message: r.message,
+            }),
+            Err(_) => {
+                self.wedged.store(true, Ordering::SeqCst);
+                Err(ProbeError::NvmlTimeout {
+                    lib: self.lib.clone(),
+                    call: "reading the GPUs".into(),
+                    secs: timeout.as_secs().max(1),
+                })
+            }
+        }
+    }
+}
+
+fn open_error(lib: &str, e: NvmlError) -> OpenError {
+    match e {
+        NvmlError::LibloadingError(e) => OpenError::NotLoadable(e.to_string()),
+        NvmlError::FailedToLoadSymbol(s) => OpenError::Failed(ProbeError::Nvml {
+            lib: lib.into(),
+            call: "nvmlInit_v2".into(),
+            message: format!("{s}: this library is not NVML"),
+        }),
+        e => OpenError::Failed(ProbeError::Nvml {
+            lib: lib.into(),
+            call: "nvmlInit_v2".into(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Everything cibox asks, strictly: any error or value NVML cannot give is a refusal.
+fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
+    let refused = |call: String| {
+        move |e: NvmlError| Refusal {
+            call,
+            message: e.to_string(),
+        }
+    };
+    let count = nvml
+        .device_count()
+        .map_err(refused("nvmlDeviceGetCount".into()))?;
+    let mut gpus: Vec<GpuState> = Vec::with_capacity(count as usize);
+    let mut apps = Vec::new();
+    for i in 0..count {
+        let at = |what: &str| format!("GPU {i}: {what}");
+        let d = nvml
+            .device_by_index(i)
+            .map_err(refused(at("nvmlDeviceGetHandleByIndex")))?;
+        let uuid = d.uuid().map_err(refused(at("nvmlDeviceGetUUID")))?;
+        let index = d.index().map_err(refused(at("nvmlDeviceGetIndex")))?;
+        let memory = d
+            .memory_info()
+            .map_err(refused(at("nvmlDeviceGetMemoryInfo")))?;
+        let utilization = d
+            .utilization_rates()
+            .map_err(refused(at("nvmlDeviceGetUtilizationRates")))?
+            .gpu;
+        let strange = |message: String| Refusal {
+            call: at("its answer"),
+            message,
+        };
+        if !is_gpu_uuid(&uuid) {
+            return Err(strange(format!("`{uuid}` is not a GPU UUID")));
+        }
+        if utilization > 100 {
+            return Err(strange(format!("utilization {utilization} is over 100")));
+        }
+        if memory.used > memory.total {
+            return Err(strange(format!(
+                "{} bytes used of {} in all",
+                memory.used, memory.total
+            )));
+        }
+        if let Some(other) = gpus.iter().find(|g| g.uuid == uuid || g.index == index) {
+            return Err(strange(format!(
+                "UUID {uuid} or index {index} is also GPU {}'s",
+                other.index
+            )));
+        }
+        for p in d
+            .running_compute_processes()
+            .map_err(refused(at("nvmlDeviceGetComputeRunningProcesses")))?
+        {
+            let used = match p.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => bytes / MIB,
+                UsedGpuMemory::Unavailable => {
+                    return Err(strange(format!(
+                        "process {} uses an amount of memory NVML cannot give",
+                        p.pid
+                    )));
+                }
+            };
+            apps.push(ComputeApp {
+                gpu_uuid: uuid.clone(),
+                pid: p.pid,
+                used_memory_mib: used,
+            });
+        }
+        gpus.push(GpuState {
+            index,
+            uuid,
+            memory_used_mib: memory.used / MIB,
+            memory_total_mib: memory.total / MIB,
+            utilization,
+        });
+    }
+    Ok((gpus, apps))
+}
