@@ -3,7 +3,7 @@
 //! A batch's lease names its container, and dies with its cibox. If cibox is
 //! SIGKILLed the container may run on, between steps (a `pip install`) showing no
 //! process on its GPUs. So everything that hands out or judges GPUs (`batch run`,
-//! `gpu exec`, `gpu status`, `capacity`) adds what the engine says to nvidia-smi's
+//! `gpu exec`, `gpu status`, `capacity`) adds what the engine says to the GPU probe's
 //! view: a GPU named in the `org.cibox.gpus` label of a running cibox container is
 //! busy. Not being able to list the containers fails closed, like a probe failure.
 //! The GPU layer gets these claims as data, in the [`Snapshot`]; it never asks the
@@ -99,7 +99,7 @@ impl ContainerClaims {
                 Err(e) if !vouched => {
                     if !std::mem::replace(&mut self.warned, true) {
                         report::warn(format!(
-                            "the runs/ folder holds another user's record of a dead run, but the engine cannot be asked ({e}); going by nvidia-smi alone"
+                            "the runs/ folder holds another user's record of a dead run, but the engine cannot be asked ({e}); going by the GPU probe alone"
                         ));
                     }
                     return Ok(snap);

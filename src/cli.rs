@@ -31,7 +31,7 @@ pub enum Command {
     /// Images: lockset, verify, load, build, save, qualify.
     #[command(subcommand)]
     Image(ImageCommand),
-    /// Check the engine, GPU runtime, nvidia-smi, lock dir and pool.
+    /// Check the engine, GPU runtime, GPU probe (NVML or nvidia-smi), lock dir and pool.
     Doctor,
     /// GPUs: status, and leased execution.
     #[command(subcommand)]

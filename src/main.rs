@@ -19,13 +19,23 @@ fn main() -> ExitCode {
         Err(e) => return ExitCode::from(usage_error(e)),
     };
     report::init(cli.verbose);
-    match cmd::dispatch(cli) {
-        Ok(code) => ExitCode::from(code),
+    let code = match cmd::dispatch(cli) {
+        Ok(code) => code,
         Err(e) => {
             report::error(&e, e.details());
-            ExitCode::from(e.exit_code())
+            e.exit_code()
         }
+    };
+    if cibox::gpu::probe::stuck_in_driver() {
+        // A thread is stuck in the driver or the loader, maybe holding the loader's
+        // lock that the exit handlers take: leave without them.
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: ends the process at once; nothing runs after it.
+        unsafe { nix::libc::_exit(i32::from(code)) }
     }
+    ExitCode::from(code)
 }
 
 /// Help and version go to stdout with 0; a usage error is one line and exit 2.

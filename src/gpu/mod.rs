@@ -33,7 +33,7 @@ pub const HEAD_START_PER_GPU: Duration = Duration::from_millis(100);
 /// against the pool when the place is taken).
 pub const MAX_HEAD_START: Duration = Duration::from_millis(1500);
 
-/// What a probe for a hand-out can fail with: nvidia-smi, or the engine asked which
+/// What a probe for a hand-out can fail with: the driver, or the engine asked which
 /// GPUs running containers hold. Either way nothing is handed out.
 pub type ProbeFailure = Box<dyn std::error::Error + Send + Sync>;
 
@@ -201,12 +201,12 @@ impl WaitReport {
 }
 
 /// How often the waiter looks at the queue and the locks: hand-off latency is bounded
-/// by this plus one nvidia-smi call (and one more per busy verdict).
+/// by this plus one probe (and one more per busy verdict).
 const POLL: Duration = Duration::from_millis(10);
 /// How often a waiter behind the head tries to overtake it (see [`may_overtake`]).
 const OVERTAKE_EVERY: Duration = Duration::from_millis(50);
 /// When GPUs are unleased but busy with work cibox does not know about, how long to
-/// wait before asking nvidia-smi again.
+/// wait before probing again.
 const BUSY_RECHECK: Duration = Duration::from_secs(1);
 
 /// What a ticket tells the waiters behind it.
@@ -251,15 +251,29 @@ fn may_overtake(
             return Overtake::No; // a waiter we cannot read: assume the strictest case
         };
         // A waiter that holds GPUs under its own place is checking them (its probe
-        // runs after it locked them): it may yet let them go and need others, so
-        // nobody goes ahead of it meanwhile.
+        // runs after it locked them). It may yet let them go and need others: we go
+        // ahead of it only if, after our take, enough GPUs are still available for
+        // its whole request. So hand-outs overlap, and their probes can be one.
         let checking = a.pool.iter().any(|uuid| {
             matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(*place))
         });
         if checking {
-            return Overtake::No;
-        }
-        if let Some(devices) = &a.devices {
+            // Exact devices it holds all of (all or none): nobody can take them.
+            if let Some(devices) = &a.devices {
+                if mine.iter().any(|g| devices.contains(&g.uuid)) {
+                    return Overtake::No;
+                }
+                continue;
+            }
+            let left = available
+                .iter()
+                .filter(|g| a.pool.contains(&g.uuid))
+                .filter(|g| !mine.iter().any(|m| m.uuid == g.uuid))
+                .count();
+            if left < a.need {
+                return Overtake::No;
+            }
+        } else if let Some(devices) = &a.devices {
             if devices
                 .iter()
                 .all(|d| available.iter().any(|g| &g.uuid == d))
@@ -270,8 +284,7 @@ fn may_overtake(
                 return Overtake::No;
             }
             continue;
-        }
-        if available
+        } else if available
             .iter()
             .filter(|g| a.pool.contains(&g.uuid))
             .count()
@@ -311,7 +324,7 @@ enum Overtake {
 /// holds our place (taken on arrival, before the probe, so the order of arrival is the
 /// order of service). The head of the queue takes GPUs as soon as enough are free and
 /// idle; waiters behind it take idle GPUs only where [`may_overtake`] allows. `probe`
-/// asks nvidia-smi; `on_wait` is called every poll while waiting with a function that
+/// asks the driver, from a probe that started at the given instant or later; `on_wait` is called every poll while waiting with a function that
 /// builds the (costly) report, so it can build one only when it means to show it.
 #[allow(clippy::too_many_arguments)]
 pub fn acquire(
@@ -382,7 +395,7 @@ pub fn acquire(
         }
         let free_ids: Vec<String> = free.iter().map(|g| g.uuid.clone()).collect();
         if free_ids != last_free {
-            // A lease came or went: worth asking nvidia-smi again right away.
+            // A lease came or went: worth probing again right away.
             next_probe = Instant::now();
             last_free = free_ids;
         }
@@ -441,7 +454,7 @@ pub fn acquire(
                 }
                 // Choose by what the last probe said: the hand-out's own probe comes
                 // after the GPUs are locked, outside this lock, so hand-outs are not
-                // queued behind nvidia-smi. Past BUSY_RECHECK that word is old: every
+                // queued behind the driver. Past BUSY_RECHECK that word is old: every
                 // free GPU may be chosen, those last seen busy last.
                 let idle = if busy_seen.is_none_or(|t| t.elapsed() > BUSY_RECHECK) {
                     let mut all = free.clone();
@@ -472,7 +485,11 @@ pub fn acquire(
             })();
             let _ = select.unlock();
             if std::mem::take(&mut refresh_busy) {
-                let snap = probe(HostInstant::now()).map_err(LeaseError::Probe)?;
+                let snap = probe(HostInstant::now());
+                if let Some(sig) = signals::received() {
+                    return Err(LeaseError::Interrupted(sig));
+                }
+                let snap = snap.map_err(LeaseError::Probe)?;
                 busy = busy_among(&free, &snap, policy);
                 busy_seen = Some(Instant::now());
                 continue;
@@ -481,7 +498,13 @@ pub fn acquire(
                 // The probe that decides: it starts after our GPUs are locked, so no one
                 // else can take them meanwhile, and a busy verdict lets them go again.
                 // Waiters served at once share one (see `probe::Prober::probe_since`).
-                let snap = probe(locked_at).map_err(LeaseError::Probe)?;
+                let snap = probe(locked_at);
+                // Stopped meanwhile (the probe may have waited for another's): the
+                // lease is dropped, not handed out.
+                if let Some(sig) = signals::received() {
+                    return Err(LeaseError::Interrupted(sig));
+                }
+                let snap = snap.map_err(LeaseError::Probe)?;
                 busy = busy_among(&free, &snap, policy);
                 busy_seen = Some(Instant::now());
                 if lease
@@ -688,6 +711,31 @@ mod tests {
         assert_eq!(
             may_overtake(&dir, &ahead, &pool[..1], &free),
             Overtake::NotWhileServable(place(100))
+        );
+    }
+
+    #[test]
+    fn a_waiter_checking_its_gpus_is_overtaken_only_with_enough_left_for_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
+        let pool = gpus(4);
+        // The head holds GPUs 0-2 under its own place while its probe runs; it needs 3.
+        let _checking = leased(&dir, &pool[..3], 100);
+        let ahead = [waiter(100, 3, &pool, None)];
+        let free = refs(&pool[3..]);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[3..4], &free),
+            Overtake::No,
+            "if its GPUs are busy, it needs GPU 3"
+        );
+        // The head needs 1 and checks GPU 0: GPUs 2 and 3 stay for it if we take 1.
+        drop(_checking);
+        let _checking = leased(&dir, &pool[..1], 100);
+        let ahead = [waiter(100, 1, &pool, None)];
+        let free = refs(&pool[1..]);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[1..2], &free),
+            Overtake::Yes
         );
     }
 

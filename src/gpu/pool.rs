@@ -28,7 +28,7 @@ pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, Str
                     .find(|g| g.uuid == *item || g.index.to_string() == *item)
                     .ok_or_else(|| {
                         format!(
-                            "GPU pool entry `{item}` is not a GPU on this host (nvidia-smi shows {})",
+                            "GPU pool entry `{item}` is not a GPU on this host (the GPU probe shows {})",
                             describe(snapshot)
                         )
                     })?;
@@ -56,7 +56,7 @@ fn describe(s: &Snapshot) -> String {
 /// utilisation within the policy.
 pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Option<String> {
     let Some(g) = snapshot.gpus.iter().find(|g| g.uuid == uuid) else {
-        return Some("not reported by nvidia-smi".into());
+        return Some("not reported by the GPU probe".into());
     };
     if let Some((_, by)) = snapshot.claimed.iter().find(|(u, _)| u == uuid) {
         return Some(format!("used by {by}"));

@@ -141,8 +141,12 @@ fn a_library_that_is_not_a_working_nvml_fails_closed() {
     let h = GpuHost::new(2);
     let not_a_library = h.work.path().join("libnvidia-ml.so.1");
     std::fs::write(&not_a_library, "not an ELF file").unwrap();
+    // A FIFO would block the loader's open for ever.
+    let fifo = h.work.path().join("fifo.so");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let cases = [
         ("/nonexistent/libnvidia-ml.so.1", "loading the library"),
+        (fifo.to_str().unwrap(), "is not a plain file"),
         (not_a_library.to_str().unwrap(), "loading the library"),
         // A real shared object without NVML's entry points.
         ("libc.so.6", "this library is not NVML"),
@@ -259,4 +263,44 @@ fn nvml_is_initialised_once_per_process_however_often_it_probes() {
         probes >= 2,
         "the waiter probed again while it waited:\n{calls}"
     );
+}
+
+#[test]
+fn waiters_served_at_once_share_one_probe() {
+    // Two waiters lock their GPUs while a third party holds probe.lock (as a waiter
+    // whose probe is running would); once it is let go, the first probes and the second
+    // is served by that probe, which started after both had locked their GPUs.
+    let h = GpuHost::new(4);
+    let lock_path = h.locks.path().join("probe.lock");
+    let held = std::fs::File::create(&lock_path).unwrap();
+    std::fs::set_permissions(
+        &lock_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+    )
+    .unwrap();
+    held.lock().unwrap();
+    let spawn = || {
+        h.cmd(&["gpu", "exec", "--count", "1", "--wait", "20s", "--", "true"])
+            .env("CIBOX_PROBE_TIMEOUT", "20s")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    assert!(
+        wait_until(15, || h.leased().len() == 2),
+        "both waiters lock a GPU and wait for probe.lock"
+    );
+    h.smi.set("calls.log", "");
+    held.unlock().unwrap();
+    for w in [a, b] {
+        Run::from(w.wait_with_output().unwrap()).ok();
+    }
+    let calls = std::fs::read_to_string(h.smi.state.path().join("calls.log")).unwrap();
+    let gpu_queries = calls
+        .lines()
+        .filter(|l| l.starts_with("start --query-gpu"))
+        .count();
+    assert_eq!(gpu_queries, 1, "one probe served both:\n{calls}");
 }

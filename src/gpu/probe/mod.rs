@@ -17,6 +17,12 @@ use std::time::Duration;
 use crate::exit::Failure;
 pub use crate::manifest::{ProbeChoice, is_gpu_uuid};
 
+/// Whether a driver call of this process never returned: the process must then leave
+/// with `_exit` (see `main`), since its exit handlers could wait for that call for ever.
+pub fn stuck_in_driver() -> bool {
+    nvml::stuck()
+}
+
 /// How long one probe may take; a wedged driver makes nvidia-smi hang for minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -77,9 +83,9 @@ pub enum ProbeError {
         index: u32,
         uuid: String,
     },
-    /// The failure of a probe another cibox ran for us (one probe serves many).
-    #[error("{0}")]
-    Shared(String),
+    /// A signal arrived while the probe waited for another waiter's.
+    #[error("GPU probe: stopped by {0} while waiting for another waiter's probe")]
+    Interrupted(nix::sys::signal::Signal),
 }
 
 impl ProbeError {
@@ -255,7 +261,19 @@ impl Prober {
         };
         let backend = self.resolve()?;
         let timeout = timeout();
-        let reading = shared::probe(dir, &backend.key(), since, timeout, || {
+        // Only a reading that shows the GPUs this process saw serves it: a cibox in a
+        // container may see fewer, and its reading would look like a lost GPU here.
+        let fits = |(gpus, _): &Reading| {
+            let seen = self
+                .inner
+                .seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            !seen.is_empty()
+                && gpus.len() == seen.len()
+                && gpus.iter().all(|g| seen.iter().any(|(_, u)| *u == g.uuid))
+        };
+        let reading = shared::probe(dir, &backend.key(), since, timeout, fits, || {
             backend.read(timeout)
         })?;
         self.check_none_lost(&backend, reading)

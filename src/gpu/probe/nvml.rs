@@ -9,7 +9,7 @@
 
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use nvml_wrapper::Nvml;
@@ -22,6 +22,17 @@ use super::{ComputeApp, GpuState, ProbeError, Reading, is_gpu_uuid};
 /// development packages).
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 const MIB: u64 = 1 << 20;
+
+/// Set once a driver call of this process did not answer. Its thread is stuck inside
+/// the driver or the loader, maybe holding the loader's lock, which the exit handlers
+/// (`dlclose`, destructors) need: such a process must leave with `_exit`, or it hangs
+/// at its exit for ever.
+static STUCK: AtomicBool = AtomicBool::new(false);
+
+/// Whether a driver call of this process is stuck (see [`STUCK`]).
+pub fn stuck() -> bool {
+    STUCK.load(Ordering::SeqCst)
+}
 
 /// `CIBOX_NVML_LIB`, else the driver's library.
 pub fn library() -> String {
@@ -71,15 +82,23 @@ pub struct Session {
     lib: String,
     version: String,
     driver: String,
-    jobs: mpsc::Sender<Job>,
-    /// Set when a call did not answer: the worker is stuck in the driver.
-    wedged: AtomicBool,
+    /// One question at a time, so that a probe's timeout counts from when the worker
+    /// takes it up, not from the end of another thread's queue.
+    jobs: Mutex<mpsc::Sender<Job>>,
 }
 
 impl Session {
     /// Loads and initialises NVML, waiting at most `timeout` for the driver.
     pub fn open(timeout: Duration) -> Result<Session, OpenError> {
         let lib = library();
+        // A path must name a plain file: opening a FIFO would block the loader.
+        if lib.contains('/') {
+            match std::fs::metadata(&lib) {
+                Ok(md) if md.is_file() => {}
+                Ok(_) => return Err(OpenError::NotLoadable(format!("{lib} is not a plain file"))),
+                Err(e) => return Err(OpenError::NotLoadable(format!("{lib}: {e}"))),
+            }
+        }
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(String, String), OpenError>>(1);
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let path = lib.clone();
@@ -114,15 +133,17 @@ impl Session {
                 lib,
                 version,
                 driver,
-                jobs,
-                wedged: AtomicBool::new(false),
+                jobs: Mutex::new(jobs),
             }),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(OpenError::Failed(ProbeError::NvmlTimeout {
-                lib,
-                call: "nvmlInit".into(),
-                secs: timeout.as_secs().max(1),
-            })),
+            Err(_) => {
+                STUCK.store(true, Ordering::SeqCst);
+                Err(OpenError::Failed(ProbeError::NvmlTimeout {
+                    lib,
+                    call: "nvmlInit".into(),
+                    secs: timeout.as_secs().max(1),
+                }))
+            }
         }
     }
 
@@ -144,11 +165,12 @@ impl Session {
             call: "an earlier call".into(),
             secs: timeout.as_secs().max(1),
         };
-        if self.wedged.load(Ordering::SeqCst) {
+        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        if stuck() {
             return Err(wedged());
         }
         let (tx, rx) = mpsc::sync_channel(1);
-        if self.jobs.send(tx).is_err() {
+        if jobs.send(tx).is_err() {
             return Err(wedged());
         }
         match rx.recv_timeout(timeout) {
@@ -159,7 +181,7 @@ impl Session {
                 message: r.message,
             }),
             Err(_) => {
-                self.wedged.store(true, Ordering::SeqCst);
+                STUCK.store(true, Ordering::SeqCst);
                 Err(ProbeError::NvmlTimeout {
                     lib: self.lib.clone(),
                     call: "reading the GPUs".into(),

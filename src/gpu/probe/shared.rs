@@ -7,6 +7,13 @@
 //! locked its GPUs before that probe started; otherwise the waiter probes and leaves its
 //! result for the ones after it.
 //!
+//! The start is read on the monotonic clock, which is one clock for the processes of one
+//! boot and one time namespace: a record counts only from the same boot (the kernel's
+//! boot id) and time namespace, and never when it claims to have started after now.
+//! It counts only when it shows the GPUs the waiter itself saw (a cibox in a container
+//! may see fewer). Failures are not shared: they may be one process's own (a short
+//! timeout, a killed child), and each waiter finds out for itself.
+//!
 //! Anyone who may write the lock dir may write there, and a forged "idle" would hand
 //! out a busy GPU. So a result counts only from a plain file of the caller's own or
 //! root's, writable by nobody else; any other is ignored and the waiter probes itself.
@@ -19,7 +26,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{ComputeApp, GpuState, HostInstant, ProbeError, Reading};
-use crate::lockdir::{lock_until, open_read, open_shared_file};
+use crate::lockdir::{LockWait, lock_until, open_read, open_shared_file};
 
 const LOCK: &str = "probe.lock";
 const RESULT: &str = "probe.json";
@@ -29,59 +36,64 @@ const MAX_RESULT: u64 = 4 << 20;
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Record {
     backend: String,
+    /// Where `started` was read: the boot and the time namespace.
+    clock: String,
     started: HostInstant,
-    outcome: Outcome,
+    gpus: Vec<GpuState>,
+    apps: Vec<ComputeApp>,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-enum Outcome {
-    Read {
-        gpus: Vec<GpuState>,
-        apps: Vec<ComputeApp>,
-    },
-    Failed(String),
+/// The boot and time namespace this process reads the monotonic clock in.
+fn clock_identity() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    // Kernels without time namespaces have no such link: one clock for all.
+    let ns = std::fs::read_link("/proc/self/ns/time")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    Some(format!("{} {ns}", boot.trim()))
 }
 
-/// A reading from a probe of `backend` that started at `since` or later: another
-/// waiter's, or ours (`own`), left for the others.
+/// A reading from a probe of `backend` that started at `since` or later and that
+/// `fits` (the GPUs the caller sees): another waiter's, or ours (`own`), left for the
+/// others.
 pub fn probe(
     dir: &Path,
     backend: &str,
     since: HostInstant,
     timeout: Duration,
+    fits: impl Fn(&Reading) -> bool,
     own: impl FnOnce() -> Result<Reading, ProbeError>,
 ) -> Result<Reading, ProbeError> {
-    let Ok(lock) = open_shared_file(&dir.join(LOCK)) else {
+    let (Ok(lock), Some(clock)) = (open_shared_file(&dir.join(LOCK)), clock_identity()) else {
         return own();
     };
     // A holder is done within one probe timeout; one that holds the lock longer is
     // stuck or hostile, and we probe alone.
-    if lock_until(&lock, Instant::now() + timeout).is_err() {
-        return own();
+    match lock_until(&lock, Instant::now() + timeout) {
+        Ok(()) => {}
+        Err(LockWait::Interrupted(sig)) => return Err(ProbeError::Interrupted(sig)),
+        Err(LockWait::TimedOut | LockWait::Io(_)) => return own(),
     }
     if let Some(r) = read_trusted(&dir.join(RESULT))
         && r.backend == backend
+        && r.clock == clock
         && r.started >= since
+        && HostInstant::now().is_some_and(|now| r.started <= now)
     {
-        return match r.outcome {
-            Outcome::Read { gpus, apps } => Ok((gpus, apps)),
-            Outcome::Failed(message) => Err(ProbeError::Shared(message)),
-        };
+        let reading = (r.gpus, r.apps);
+        if fits(&reading) {
+            return Ok(reading);
+        }
     }
     let started = HostInstant::now();
     let result = own();
-    if let Some(started) = started {
-        let outcome = match &result {
-            Ok((gpus, apps)) => Outcome::Read {
-                gpus: gpus.clone(),
-                apps: apps.clone(),
-            },
-            Err(e) => Outcome::Failed(e.to_string()),
-        };
+    if let (Some(started), Ok((gpus, apps))) = (started, &result) {
         let record = Record {
             backend: backend.to_string(),
+            clock,
             started,
-            outcome,
+            gpus: gpus.clone(),
+            apps: apps.clone(),
         };
         // Not being able to leave it only costs the next waiter a probe.
         let _ = write(dir, &record);
@@ -146,31 +158,62 @@ mod tests {
         };
         let before = HostInstant::now().unwrap();
         let t = Duration::from_secs(5);
-        let first = probe(tmp.path(), "smi", before, t, || own(1)).unwrap();
+        let any = |_: &Reading| true;
+        let first = probe(tmp.path(), "smi", before, t, any, || own(1)).unwrap();
         assert_eq!(first.0[0].memory_used_mib, 1);
         // Locked before that probe started: served by it.
-        let second = probe(tmp.path(), "smi", before, t, || own(2)).unwrap();
+        let second = probe(tmp.path(), "smi", before, t, any, || own(2)).unwrap();
         assert_eq!((second.0[0].memory_used_mib, calls.get()), (1, 1));
         // Locked after it started: needs its own.
         let later = HostInstant::now().unwrap();
-        let third = probe(tmp.path(), "smi", later, t, || own(3)).unwrap();
+        let third = probe(tmp.path(), "smi", later, t, any, || own(3)).unwrap();
         assert_eq!((third.0[0].memory_used_mib, calls.get()), (3, 2));
         // Another backend's result never serves.
-        let fourth = probe(tmp.path(), "nvml", before, t, || own(4)).unwrap();
+        let fourth = probe(tmp.path(), "nvml", before, t, any, || own(4)).unwrap();
         assert_eq!((fourth.0[0].memory_used_mib, calls.get()), (4, 3));
+        // Nor one that shows other GPUs than the caller sees.
+        let none = |_: &Reading| false;
+        let fifth = probe(tmp.path(), "nvml", before, t, none, || own(5)).unwrap();
+        assert_eq!((fifth.0[0].memory_used_mib, calls.get()), (5, 4));
     }
 
     #[test]
-    fn a_shared_failure_fails_the_waiters_it_serves() {
+    fn a_record_of_another_boot_or_from_the_future_never_serves() {
         let tmp = tempfile::tempdir().unwrap();
         let since = HostInstant::now().unwrap();
         let t = Duration::from_secs(5);
-        let failed = probe(tmp.path(), "smi", since, t, || {
-            Err(ProbeError::Shared("GPU probe: it broke".into()))
+        let any = |_: &Reading| true;
+        probe(tmp.path(), "smi", since, t, any, || Ok(reading(1))).unwrap();
+        let path = tmp.path().join(RESULT);
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            f(&mut v);
+            std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        };
+        edit(&|v| v["clock"] = "another-boot".into());
+        let mine = probe(tmp.path(), "smi", since, t, any, || Ok(reading(2))).unwrap();
+        assert_eq!(mine.0[0].memory_used_mib, 2);
+        edit(&|v| v["started"] = (u64::MAX / 2).into());
+        let mine = probe(tmp.path(), "smi", since, t, any, || Ok(reading(3))).unwrap();
+        assert_eq!(mine.0[0].memory_used_mib, 3);
+    }
+
+    #[test]
+    fn a_failure_is_not_shared() {
+        let tmp = tempfile::tempdir().unwrap();
+        let since = HostInstant::now().unwrap();
+        let t = Duration::from_secs(5);
+        let any = |_: &Reading| true;
+        let failed = probe(tmp.path(), "smi", since, t, any, || {
+            Err(ProbeError::Spawn {
+                program: "x".into(),
+                reason: "it broke".into(),
+            })
         });
         assert!(failed.is_err());
-        let served = probe(tmp.path(), "smi", since, t, || Ok(reading(0)));
-        assert_eq!(served.unwrap_err().to_string(), "GPU probe: it broke");
+        let mine = probe(tmp.path(), "smi", since, t, any, || Ok(reading(7))).unwrap();
+        assert_eq!(mine.0[0].memory_used_mib, 7);
     }
 
     #[test]
@@ -178,10 +221,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let since = HostInstant::now().unwrap();
         let t = Duration::from_secs(5);
-        probe(tmp.path(), "smi", since, t, || Ok(reading(1))).unwrap();
+        probe(tmp.path(), "smi", since, t, |_| true, || Ok(reading(1))).unwrap();
         let path = tmp.path().join(RESULT);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let mine = probe(tmp.path(), "smi", since, t, || Ok(reading(2))).unwrap();
+        let mine = probe(tmp.path(), "smi", since, t, |_| true, || Ok(reading(2))).unwrap();
         assert_eq!(
             mine.0[0].memory_used_mib, 2,
             "a world-writable result is not trusted"
@@ -191,7 +234,7 @@ mod tests {
         let elsewhere = tmp.path().join("elsewhere.json");
         std::fs::write(&elsewhere, b"{}").unwrap();
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
-        let mine = probe(tmp.path(), "smi", since, t, || Ok(reading(3))).unwrap();
+        let mine = probe(tmp.path(), "smi", since, t, |_| true, || Ok(reading(3))).unwrap();
         assert_eq!(mine.0[0].memory_used_mib, 3);
     }
 }
