@@ -175,6 +175,7 @@ impl Supervisor {
     /// left, forwarding the first terminating signal cibox receives.
     pub fn wait(self) -> Ending {
         let pid = Pid::from_raw(self.child.id() as i32);
+        let supervisor_exit = super::ExitWatch::of(pid);
         let mut forwarded = None;
         let ending = loop {
             match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
@@ -194,7 +195,7 @@ impl Supervisor {
                 let _ = kill(pid, sig);
                 forwarded = Some(sig);
             }
-            std::thread::sleep(TICK);
+            supervisor_exit.pause(TICK);
         };
         if self.interactive {
             super::hand_terminal(nix::unistd::getpgrp());
@@ -486,6 +487,7 @@ fn supervise_init(
     mut down: std::io::PipeWriter,
 ) -> u8 {
     set_nonblocking(up.as_raw_fd());
+    let init_exit = super::ExitWatch::of(init);
     let mut forwarded = false;
     let mut orphaned = false;
     let mut backstop: Option<Instant> = None;
@@ -522,7 +524,7 @@ fn supervise_init(
             };
             let _ = down.write_all(&[reply]);
         }
-        std::thread::sleep(TICK);
+        init_exit.pause(TICK);
     }
 }
 

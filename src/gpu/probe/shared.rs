@@ -1,11 +1,13 @@
 //! One probe serves many (docs/interface.md §6).
 //!
 //! A hand-out needs a probe that started after its GPUs were locked. Waiters served at
-//! once each need one, and with a slow nvidia-smi each would cost a process start. So
-//! they take turns under `probe.lock` in the lock dir: under it, the last result
-//! (`probe.json`: which backend, when it started, what it said) serves every waiter that
-//! locked its GPUs before that probe started; otherwise the waiter probes and leaves its
-//! result for the ones after it.
+//! once each need one, and with a slow nvidia-smi each would cost a process start. So a
+//! waiter that finds `probe.lock` free takes it, notes in `probe.started` when its probe
+//! starts, probes, and leaves the reading in `probe.json` for the others. A waiter that
+//! finds the lock taken by a probe that started after its own GPUs were locked waits for
+//! that probe and takes its reading; one whose GPUs were locked after that probe started
+//! cannot use it, and probes at once on its own instead of queueing behind it. A free
+//! lock with a fresh enough `probe.json` serves too.
 //!
 //! The start is read on the monotonic clock, which is one clock for the processes of one
 //! boot and one time namespace: a record counts only from the same boot (the kernel's
@@ -33,12 +35,33 @@ const RESULT: &str = "probe.json";
 /// A result file larger than this is not one cibox wrote (a thousand GPUs fit).
 const MAX_RESULT: u64 = 4 << 20;
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Record {
+const STARTED: &str = "probe.started";
+
+/// Where and when a probe started: the record of one in flight, and the head of one
+/// done.
+#[derive(serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+struct Start {
     backend: String,
     /// Where `started` was read: the boot and the time namespace.
     clock: String,
     started: HostInstant,
+}
+
+impl Start {
+    /// Whether a probe that started so serves a waiter whose GPUs were locked at
+    /// `since`: same backend, same clock, not before `since`, not after now.
+    fn serves(&self, backend: &str, clock: &str, since: HostInstant) -> bool {
+        self.backend == backend
+            && self.clock == clock
+            && self.started >= since
+            && HostInstant::now().is_some_and(|now| self.started <= now)
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    #[serde(flatten)]
+    start: Start,
     gpus: Vec<GpuState>,
     apps: Vec<ComputeApp>,
 }
@@ -67,43 +90,59 @@ pub fn probe(
     let (Ok(lock), Some(clock)) = (open_shared_file(&dir.join(LOCK)), clock_identity()) else {
         return own();
     };
-    // A holder is done within one probe timeout; one that holds the lock longer is
-    // stuck or hostile, and we probe alone.
-    match lock_until(&lock, Instant::now() + timeout) {
+    let done = |since| {
+        read_trusted::<Record>(&dir.join(RESULT))
+            .filter(|r| r.start.serves(backend, &clock, since))
+            .map(|r| (r.gpus, r.apps))
+            .filter(&fits)
+    };
+    match lock.try_lock() {
         Ok(()) => {}
-        Err(LockWait::Interrupted(sig)) => return Err(ProbeError::Interrupted(sig)),
-        Err(LockWait::TimedOut | LockWait::Io(_)) => return own(),
-    }
-    if let Some(r) = read_trusted(&dir.join(RESULT))
-        && r.backend == backend
-        && r.clock == clock
-        && r.started >= since
-        && HostInstant::now().is_some_and(|now| r.started <= now)
-    {
-        let reading = (r.gpus, r.apps);
-        if fits(&reading) {
-            return Ok(reading);
+        Err(std::fs::TryLockError::WouldBlock) => {
+            // A probe is under way. Only one that started after our GPUs were locked
+            // can serve us: wait for it (a holder is done within one probe timeout;
+            // past that it is stuck or hostile). Any other: probe now, on our own.
+            let in_flight = read_trusted::<Start>(&dir.join(STARTED))
+                .is_some_and(|s| s.serves(backend, &clock, since));
+            if !in_flight {
+                return own();
+            }
+            match lock_until(&lock, Instant::now() + timeout) {
+                Ok(()) => {}
+                Err(LockWait::Interrupted(sig)) => return Err(ProbeError::Interrupted(sig)),
+                Err(LockWait::TimedOut | LockWait::Io(_)) => return own(),
+            }
         }
+        Err(std::fs::TryLockError::Error(_)) => return own(),
     }
-    let started = HostInstant::now();
+    if let Some(reading) = done(since) {
+        return Ok(reading);
+    }
+    let Some(started) = HostInstant::now() else {
+        return own();
+    };
+    let start = Start {
+        backend: backend.to_string(),
+        clock,
+        started,
+    };
+    // Not being able to leave these only costs others a probe of their own.
+    let _ = write(dir, STARTED, &start);
     let result = own();
-    if let (Some(started), Ok((gpus, apps))) = (started, &result) {
+    if let Ok((gpus, apps)) = &result {
         let record = Record {
-            backend: backend.to_string(),
-            clock,
-            started,
+            start,
             gpus: gpus.clone(),
             apps: apps.clone(),
         };
-        // Not being able to leave it only costs the next waiter a probe.
-        let _ = write(dir, &record);
+        let _ = write(dir, RESULT, &record);
     }
     drop(lock);
     result
 }
 
 /// The record at `path` if it is one cibox of this user (or root) left.
-fn read_trusted(path: &Path) -> Option<Record> {
+fn read_trusted<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     let file = open_read(path).ok()?;
     let md = file.metadata().ok()?;
     let me = nix::unistd::geteuid().as_raw();
@@ -117,14 +156,14 @@ fn read_trusted(path: &Path) -> Option<Record> {
 }
 
 /// Replaces the record whole (a reader sees the old one or the new one).
-fn write(dir: &Path, record: &Record) -> std::io::Result<()> {
+fn write(dir: &Path, name: &str, record: &impl serde::Serialize) -> std::io::Result<()> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".probe.")
         .tempfile_in(dir)?;
     tmp.as_file()
         .set_permissions(std::fs::Permissions::from_mode(0o644))?;
     tmp.write_all(&serde_json::to_vec(record).map_err(std::io::Error::other)?)?;
-    tmp.persist(dir.join(RESULT)).map_err(|e| e.error)?;
+    tmp.persist(dir.join(name)).map_err(|e| e.error)?;
     Ok(())
 }
 
@@ -175,6 +214,50 @@ mod tests {
         let none = |_: &Reading| false;
         let fifth = probe(tmp.path(), "nvml", before, t, none, || own(5)).unwrap();
         assert_eq!((fifth.0[0].memory_used_mib, calls.get()), (5, 4));
+    }
+
+    #[test]
+    fn a_probe_in_flight_serves_those_locked_before_it_started_and_no_one_else_waits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let t = Duration::from_secs(30);
+        let before = HostInstant::now().unwrap();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        // A probe that starts, says so, and answers only when told.
+        let first = {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                probe(
+                    &dir,
+                    "smi",
+                    before,
+                    t,
+                    |_| true,
+                    || {
+                        started_tx.send(()).unwrap();
+                        hold.recv().unwrap();
+                        Ok(reading(1))
+                    },
+                )
+            })
+        };
+        started.recv().unwrap();
+        // Locked after that probe started: it cannot serve, so this one probes at once
+        // (were it to wait, the test would hang: the first answers only after this).
+        let after = HostInstant::now().unwrap();
+        let own = probe(&dir, "smi", after, t, |_| true, || Ok(reading(3))).unwrap();
+        assert_eq!(own.0[0].memory_used_mib, 3);
+        // Locked before it started: waits for it and takes its reading.
+        let waiter = {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                probe(&dir, "smi", before, t, |_| true, || Ok(reading(2))).unwrap()
+            })
+        };
+        release.send(()).unwrap();
+        assert_eq!(first.join().unwrap().unwrap().0[0].memory_used_mib, 1);
+        assert_eq!(waiter.join().unwrap().0[0].memory_used_mib, 1);
     }
 
     #[test]
