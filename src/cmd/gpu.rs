@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{Holder, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
-use crate::gpu::probe::{Prober, Snapshot};
+use crate::gpu::probe::{HostInstant, Prober, Snapshot};
 use crate::gpu::{self, Want};
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
@@ -39,8 +39,14 @@ pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
 
 /// Probes (with the GPUs of running cibox containers, see [`ContainerClaims`]) and
 /// resolves the pool; an unknown pool entry is a configuration error.
-fn probe_pool(cfg: &GpuConfig, claims: &mut ContainerClaims) -> Result<(Snapshot, Vec<PoolGpu>)> {
-    let snap = claims.probe()?;
+/// `since`: a probe that started then or later will do (one shared with the waiters
+/// that arrived with us; see [`Prober::probe_since`]).
+fn probe_pool(
+    cfg: &GpuConfig,
+    claims: &mut ContainerClaims,
+    since: Option<HostInstant>,
+) -> Result<(Snapshot, Vec<PoolGpu>)> {
+    let snap = claims.probe_since(since)?;
     let pool = pool::resolve(&cfg.pool, &snap).map_err(Error::Usage)?;
     Ok((snap, pool))
 }
@@ -50,7 +56,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
     let cfg = settings(ctx)?;
     let prober = Prober::new(cfg.probe);
     let mut claims = ContainerClaims::new(LockDir::existing(&cfg.lock_dir), prober.clone());
-    let (snap, pool) = probe_pool(&cfg, &mut claims)?;
+    let (snap, pool) = probe_pool(&cfg, &mut claims, None)?;
     // Decided by the probe above: this only names it.
     let backend = prober.backend()?;
     let dir = LockDir::existing(&cfg.lock_dir);
@@ -142,6 +148,9 @@ fn valid_env_name(s: &str) -> bool {
 
 /// `cibox gpu exec`.
 pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
+    // The pool is resolved by a probe that started after we arrived: the jobs of a CI
+    // fan-out that arrive together share one.
+    let arrived = HostInstant::now();
     if args.command.is_empty() {
         return Err(Error::Usage(
             "gpu exec: no command given; write it after `--`".into(),
@@ -185,7 +194,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let ticket = gpu::join_queue(&dir, &holder, need, std::time::Instant::now() + wait)?;
     let prober = Prober::shared_through(cfg.probe, dir.path());
     let mut claims = ContainerClaims::new(dir.clone(), prober);
-    let (snap, pool) = probe_pool(&cfg, &mut claims)?;
+    let (snap, pool) = probe_pool(&cfg, &mut claims, arrived)?;
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {
             let n = *n as usize;

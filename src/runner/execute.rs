@@ -72,7 +72,8 @@ pub fn execute(
     })?;
     let prober = probe::Prober::shared_through(gpu.probe, lock_dir.path());
     let pool = if plan.needs_gpus() {
-        let snap = prober.probe()?;
+        // One shared with the runs that started with us will do.
+        let snap = prober.probe_since(probe::HostInstant::now())?;
         pool::resolve(&gpu.pool, &snap).map_err(RunError::Pool)?
     } else {
         Vec::new()

@@ -261,17 +261,18 @@ impl Prober {
         };
         let backend = self.resolve()?;
         let timeout = timeout();
-        // Only a reading that shows the GPUs this process saw serves it: a cibox in a
-        // container may see fewer, and its reading would look like a lost GPU here.
+        // Only a reading that shows the GPUs this process saw serves it (a lost GPU is
+        // for our own probe to find); readings come only from processes that see the
+        // same device files (the same mount namespace).
         let fits = |(gpus, _): &Reading| {
             let seen = self
                 .inner
                 .seen
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            !seen.is_empty()
-                && gpus.len() == seen.len()
-                && gpus.iter().all(|g| seen.iter().any(|(_, u)| *u == g.uuid))
+            seen.is_empty()
+                || (gpus.len() == seen.len()
+                    && gpus.iter().all(|g| seen.iter().any(|(_, u)| *u == g.uuid)))
         };
         let reading = shared::probe(dir, &backend.key(), since, timeout, fits, || {
             backend.read(timeout)

@@ -42,7 +42,7 @@ const STARTED: &str = "probe.started";
 #[derive(serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 struct Start {
     backend: String,
-    /// Where `started` was read: the boot and the time namespace.
+    /// Where `started` was read: the boot, the time and the mount namespace.
     clock: String,
     started: HostInstant,
 }
@@ -66,14 +66,17 @@ struct Record {
     apps: Vec<ComputeApp>,
 }
 
-/// The boot and time namespace this process reads the monotonic clock in.
+/// The boot and time namespace this process reads the monotonic clock in, and the
+/// mount namespace it sees the GPUs' device files in (a cibox in a container may see
+/// fewer GPUs than one on the host).
 fn clock_identity() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     // Kernels without time namespaces have no such link: one clock for all.
-    let ns = std::fs::read_link("/proc/self/ns/time")
+    let time = std::fs::read_link("/proc/self/ns/time")
         .map(|l| l.display().to_string())
         .unwrap_or_default();
-    Some(format!("{} {ns}", boot.trim()))
+    let mnt = std::fs::read_link("/proc/self/ns/mnt").ok()?;
+    Some(format!("{} {time} {}", boot.trim(), mnt.display()))
 }
 
 /// A reading from a probe of `backend` that started at `since` or later and that
