@@ -251,28 +251,13 @@ fn may_overtake(
             return Overtake::No; // a waiter we cannot read: assume the strictest case
         };
         // A waiter that holds GPUs under its own place is checking them (its probe
-        // runs after it locked them). It may yet let them go and need others: we go
-        // ahead of it only if, after our take, enough GPUs are still available for
-        // its whole request. So hand-outs overlap, and their probes can be one.
+        // runs after it locked them): it may yet let them go and need others, so
+        // nobody goes ahead of it meanwhile.
         let checking = a.pool.iter().any(|uuid| {
             matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(*place))
         });
         if checking {
-            // Exact devices it holds all of (all or none): nobody can take them.
-            if let Some(devices) = &a.devices {
-                if mine.iter().any(|g| devices.contains(&g.uuid)) {
-                    return Overtake::No;
-                }
-                continue;
-            }
-            let left = available
-                .iter()
-                .filter(|g| a.pool.contains(&g.uuid))
-                .filter(|g| !mine.iter().any(|m| m.uuid == g.uuid))
-                .count();
-            if left < a.need {
-                return Overtake::No;
-            }
+            return Overtake::No;
         } else if let Some(devices) = &a.devices {
             if devices
                 .iter()
@@ -715,27 +700,18 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_checking_its_gpus_is_overtaken_only_with_enough_left_for_it() {
+    fn a_waiter_checking_its_gpus_is_never_overtaken() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LockDir::open(tmp.path(), false).unwrap();
         let pool = gpus(4);
-        // The head holds GPUs 0-2 under its own place while its probe runs; it needs 3.
-        let _checking = leased(&dir, &pool[..3], 100);
-        let ahead = [waiter(100, 3, &pool, None)];
-        let free = refs(&pool[3..]);
-        assert_eq!(
-            may_overtake(&dir, &ahead, &pool[3..4], &free),
-            Overtake::No,
-            "if its GPUs are busy, it needs GPU 3"
-        );
-        // The head needs 1 and checks GPU 0: GPUs 2 and 3 stay for it if we take 1.
-        drop(_checking);
+        // The head holds GPU 0 under its own place while its probe runs; it needs 1.
         let _checking = leased(&dir, &pool[..1], 100);
         let ahead = [waiter(100, 1, &pool, None)];
         let free = refs(&pool[1..]);
         assert_eq!(
             may_overtake(&dir, &ahead, &pool[1..2], &free),
-            Overtake::Yes
+            Overtake::No,
+            "it may find GPU 0 busy and need another"
         );
     }
 

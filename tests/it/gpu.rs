@@ -664,7 +664,7 @@ fn a_gpu_found_busy_after_it_was_locked_is_let_go_and_another_taken() {
 }
 
 #[test]
-fn nobody_overtakes_a_head_checking_its_gpus_when_it_would_leave_it_short() {
+fn nobody_overtakes_a_head_while_it_checks_the_gpus_it_locked() {
     // GPU 2 of 4 is busy outside cibox and nothing has probed yet. A (the head) wants
     // 3: it may lock 0,1,2 first and find 2 busy only with its probe. B, behind it,
     // wants 1: taking GPU 3 meanwhile would leave A short, so B must wait for A.
