@@ -162,6 +162,12 @@ fn regular(file: File, path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
+/// Whether a file or folder of `uid`'s in the lock dir is more than somebody's word:
+/// anyone may write there, so only root's and the caller's own are.
+pub fn vouched_for(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
 /// "owned by uid 1001 (mallory)".
 fn owner_of(uid: u32) -> String {
     match nix::unistd::User::from_uid(uid.into()).ok().flatten() {
@@ -310,7 +316,7 @@ fn trusted(path: &Path, check_owner: bool) -> Result<(), String> {
         return Err("exists and is not a directory".into());
     }
     let me = nix::unistd::geteuid().as_raw();
-    if check_owner && md.uid() != 0 && md.uid() != me {
+    if check_owner && !vouched_for(md.uid()) {
         return Err(format!(
             "is {}, not by root or you (uid {me}); remove it, or set gpu.lock_dir to a folder root or you own",
             owner_of(md.uid())

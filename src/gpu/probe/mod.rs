@@ -293,7 +293,7 @@ impl Prober {
             program: smi::program(),
             fallback,
         };
-        let explicit_smi = std::env::var("CIBOX_NVIDIA_SMI").is_ok_and(|v| !v.is_empty());
+        let explicit_smi = smi::program_named().is_some();
         let backend = match self.inner.choice {
             ProbeChoice::NvidiaSmi => smi(None),
             ProbeChoice::Auto if explicit_smi => smi(None),
@@ -304,7 +304,9 @@ impl Prober {
                 Ok(s) => Backend::Nvml(s),
                 // Only the default library may be missing: a host without the driver's
                 // NVML still has nvidia-smi's answer (or its failure).
-                Err(nvml::OpenError::NotLoadable(why)) if !nvml::library_named() => smi(Some(why)),
+                Err(nvml::OpenError::NotLoadable(why)) if nvml::library_named().is_none() => {
+                    smi(Some(why))
+                }
                 Err(e) => return Err(e.into()),
             },
         };

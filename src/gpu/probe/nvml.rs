@@ -36,15 +36,14 @@ pub fn stuck() -> bool {
 
 /// `CIBOX_NVML_LIB`, else the driver's library.
 pub fn library() -> String {
+    library_named().unwrap_or_else(|| DEFAULT_LIBRARY.into())
+}
+
+/// The library `CIBOX_NVML_LIB` names, if any (then it must load).
+pub fn library_named() -> Option<String> {
     std::env::var("CIBOX_NVML_LIB")
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| DEFAULT_LIBRARY.into())
-}
-
-/// Whether `CIBOX_NVML_LIB` names the library (then it must load).
-pub fn library_named() -> bool {
-    std::env::var("CIBOX_NVML_LIB").is_ok_and(|v| !v.is_empty())
 }
 
 /// Why NVML could not be used.

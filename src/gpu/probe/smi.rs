@@ -14,10 +14,14 @@ const FORMAT: &str = "--format=csv,noheader,nounits";
 
 /// The program to run: `CIBOX_NVIDIA_SMI`, else `nvidia-smi` from `PATH`.
 pub fn program() -> String {
+    program_named().unwrap_or_else(|| "nvidia-smi".into())
+}
+
+/// The program `CIBOX_NVIDIA_SMI` names, if any (under `auto` it chooses nvidia-smi).
+pub fn program_named() -> Option<String> {
     std::env::var("CIBOX_NVIDIA_SMI")
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "nvidia-smi".into())
 }
 
 /// Runs both queries of `program` and parses them.
