@@ -272,8 +272,15 @@ pub enum WorkflowCommand {
         #[arg(long)]
         check: bool,
     },
-    /// Refuse workflows that run untrusted pull-request code on self-hosted runners.
-    Lint,
+    /// Refuse workflows that let outsiders' code or text onto self-hosted runners.
+    Lint(LintArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Workflow files or folders (their *.yml and *.yaml). Default: the manifest's
+    /// `workflows.dir`, or without a manifest `.github/workflows` of the repository.
+    pub paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -74,7 +74,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Changed(a) => changed::run(&ctx, &a),
         Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
-        Command::Workflow(WorkflowCommand::Lint) => workflow::lint(&ctx),
+        Command::Workflow(WorkflowCommand::Lint(args)) => workflow::lint(&ctx, &args.paths),
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
         Command::Confine(a) => Ok(crate::process::confine::supervisor(
             crate::process::confine::SupervisorArgs {

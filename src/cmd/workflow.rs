@@ -1,10 +1,13 @@
 //! `cibox workflow render [--check]` and `cibox workflow lint`.
 
+use std::path::{Path, PathBuf};
+
 use serde_json::json;
 
 use super::Context;
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::manifest;
 use crate::report;
 use crate::workflow::{lint, render};
 
@@ -72,55 +75,94 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-pub fn lint(ctx: &Context) -> Result<u8> {
-    let m = ctx.manifest()?;
-    let dir = m.resolve(&m.workflows.dir.to_string_lossy());
-    let entries = std::fs::read_dir(&dir)
-        .map_err(|e| Error::Usage(format!("workflows dir {}: {e}", dir.display())))?;
-    let mut files: Vec<_> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
-        .collect();
-    files.sort();
-    let mut findings = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| Error::Usage(format!("{}: {e}", f.display())))?;
-        let doc = crate::yaml::parse(&text)
-            .map_err(|e| {
-                Error::Usage(format!(
-                    "{}:{}: not YAML: {}",
-                    f.display(),
-                    e.mark,
-                    e.message
-                ))
-            })?
-            .map(|n| n.to_json())
-            .unwrap_or_default();
-        findings.extend(lint::lint(f, &doc));
+/// The workflow files to lint: the paths given, else the manifest's `workflows.dir`, else
+/// `.github/workflows` of the repository around the current folder.
+fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let yaml_files = |dir: &Path| -> Result<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| Error::Usage(format!("workflows folder {}: {e}", dir.display())))?;
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
+            .collect();
+        files.sort();
+        Ok(files)
+    };
+    if !paths.is_empty() {
+        let mut files = Vec::new();
+        for p in paths {
+            match std::fs::metadata(p) {
+                Ok(md) if md.is_dir() => files.extend(yaml_files(p)?),
+                Ok(_) => files.push(p.clone()),
+                Err(e) => {
+                    return Err(Error::Usage(format!(
+                        "{}: {e}: give workflow files or folders",
+                        p.display()
+                    )));
+                }
+            }
+        }
+        return Ok(files);
     }
-    let errors = findings
-        .iter()
-        .filter(|f| f.severity == lint::Severity::Error)
-        .count();
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::Usage(format!("cannot read the current folder: {e}")))?;
+    let manifest_found = ctx.manifest_path.is_some() || manifest::find(&cwd).is_ok();
+    let dir = if manifest_found {
+        let m = ctx.manifest()?;
+        m.resolve(&m.workflows.dir.to_string_lossy())
+    } else {
+        // A repository that has not adopted cibox: its own workflows.
+        let root = cwd
+            .ancestors()
+            .find(|d| d.join(".git").exists())
+            .unwrap_or(&cwd);
+        root.join(".github/workflows")
+    };
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "no workflows folder at {}: give workflow files or folders to lint",
+            dir.display()
+        )));
+    }
+    yaml_files(&dir)
+}
+
+pub fn lint(ctx: &Context, paths: &[PathBuf]) -> Result<u8> {
+    let files = lint_targets(ctx, paths)?;
+    let mut findings: Vec<lint::Finding> = Vec::new();
+    for f in &files {
+        findings.extend(lint::lint_file(f));
+    }
+    let count = |pred: &dyn Fn(&lint::Finding) -> bool| findings.iter().filter(|f| pred(f)).count();
+    let unparsable = count(&|f| f.rule == lint::Rule::Unparsable);
+    let errors = count(&|f| f.severity == lint::Severity::Error) - unparsable;
+    let warnings = count(&|f| f.severity == lint::Severity::Warning);
     if ctx.json {
-        report::json(&json!({"files": files.len(), "errors": errors, "findings": findings}));
+        report::json(&json!({
+            "files": files.len(),
+            "errors": errors,
+            "warnings": warnings,
+            "unparsable": unparsable,
+            "findings": findings,
+        }));
     } else {
         for f in &findings {
-            let sev = match f.severity {
-                lint::Severity::Error => "error",
-                lint::Severity::Warning => "warning",
-            };
-            println!("{sev}: {}: job {}: {}", f.file, f.job, f.reason);
+            println!("{f}");
         }
+        let unreadable = if unparsable > 0 {
+            format!(", {unparsable} not readable as a workflow")
+        } else {
+            String::new()
+        };
         report::info(format!(
-            "{} workflow(s), {errors} error(s), {} warning(s)",
-            files.len(),
-            findings.len() - errors
+            "{} workflow(s), {errors} error(s), {warnings} warning(s){unreadable}",
+            files.len()
         ));
     }
-    Ok(if errors > 0 {
+    Ok(if unparsable > 0 {
+        exit::USAGE
+    } else if errors > 0 {
         exit::TESTS_FAILED
     } else {
         exit::SUCCESS

@@ -1,5 +1,5 @@
 //! CI workflows from the manifest: rendering templates ([`render`]) and refusing
-//! workflows that run untrusted code on self-hosted runners ([`lint`]).
+//! workflows that let outsiders onto self-hosted runners ([`lint`]).
 
 pub mod lint;
 pub mod render;

@@ -129,18 +129,20 @@ fn lint_refuses_untrusted_code_on_self_hosted_runners() {
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(
         r.stdout
-            .contains("a.yml: job gpu: runs on a self-hosted runner"),
+            .contains("a.yml:4:14: job gpu: runs on a self-hosted runner"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(
+            "b.yml:7:9: job t, step 1 (actions/checkout@v4): checks out the pull request's code"
+        ),
         "{}",
         r.stdout
     );
     assert!(
         r.stdout
-            .contains("b.yml: job t: checks out the pull request's head"),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stdout.contains("c.yml: job s: reads secrets"),
+            .contains("c.yml:3:3: job s: reads `secrets.deploy`"),
         "{}",
         r.stdout
     );

@@ -11,6 +11,7 @@ mod doctor;
 mod gpu;
 mod hostile;
 mod image;
+mod lint;
 mod lockset;
 mod nix;
 mod orphans;

@@ -1,0 +1,155 @@
+//! Finding `${{ … }}` in workflow text and naming the contexts an expression reads.
+//!
+//! The parsing itself is `github-actions-expressions` (zizmor's parser); this module only
+//! cuts expressions out of the surrounding text and compares context paths.
+
+use github_actions_expressions::{Expr, SpannedExpr, context::Context};
+
+/// One `${{ … }}` in a piece of text: where it starts (a byte offset of `${{`), its whole
+/// text with the delimiters, and its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Embedded<'a> {
+    pub offset: usize,
+    pub raw: &'a str,
+    pub body: &'a str,
+}
+
+/// Every `${{ … }}` in `text`, in order. A `}}` inside a single-quoted string does not end
+/// the expression (`''` inside a string toggles twice, so it needs no special case). An
+/// unterminated `${{` ends the scan: GitHub refuses such a workflow anyway.
+pub fn embedded(text: &str) -> Vec<Embedded<'_>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(start) = text[from..].find("${{").map(|i| from + i) {
+        let body_start = start + 3;
+        let bytes = text.as_bytes();
+        let mut quoted = false;
+        let mut end = None;
+        let mut i = body_start;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\'' => quoted = !quoted,
+                b'}' if !quoted && bytes.get(i + 1) == Some(&b'}') => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        let Some(end) = end else { break };
+        out.push(Embedded {
+            offset: start,
+            raw: &text[start..end + 2],
+            body: text[body_start..end].trim(),
+        });
+        from = end + 2;
+    }
+    out
+}
+
+/// The body of an `if:` value: GitHub evaluates `if:` as an expression with or without
+/// the `${{ }}` around it. `None` when the value mixes text and expressions, which makes it
+/// a non-empty string: always true.
+pub fn condition_body(text: &str) -> Option<&str> {
+    let t = text.trim();
+    let found = embedded(t);
+    match found.as_slice() {
+        [] => Some(t),
+        [only] if only.offset == 0 && only.raw.len() == t.len() => Some(only.body),
+        _ => None,
+    }
+}
+
+/// A context as a lower-case dotted path (`github.event.pull_request.title`), with `*`
+/// for a star or a computed index. `None` for a context on a function call's result.
+pub fn path(ctx: &Context<'_>) -> Option<String> {
+    ctx.as_pattern()
+}
+
+/// Whether a context path matches a pattern segment by segment (`*` matches one
+/// segment), the path being at least as long as the pattern.
+pub fn under(path: &str, pattern: &str) -> bool {
+    let mut p = path.split('.');
+    for want in pattern.split('.') {
+        match p.next() {
+            Some(got) if want == "*" || got == "*" || got == want => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Whether a path is under the pattern or above it: `toJSON(github.event)` carries every
+/// field of the event, the untrusted ones included.
+pub fn related(path: &str, pattern: &str) -> bool {
+    under(path, pattern) || under(pattern, path)
+}
+
+/// All context paths an expression mentions (conditions included).
+pub fn all_paths(e: &SpannedExpr<'_>) -> Vec<String> {
+    e.contexts()
+        .into_iter()
+        .filter_map(|(c, _)| path(c))
+        .collect()
+}
+
+/// The context paths whose value can become the expression's value (not those only
+/// compared or tested): what ends up in a script when the expression is inlined.
+pub fn value_paths(e: &SpannedExpr<'_>) -> Vec<String> {
+    e.dataflow_contexts()
+        .into_iter()
+        .filter_map(|(c, _)| path(c))
+        .collect()
+}
+
+/// The context path of an expression that is a bare context.
+pub fn context_path(e: &Expr<'_>) -> Option<String> {
+    match e {
+        Expr::Context(c) => path(c),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_expressions_out_of_text() {
+        let t = "echo ${{ a.b }} and ${{ format('}}{0}', c) }} ${{ x";
+        let found = embedded(t);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].body, "a.b");
+        assert_eq!(found[1].body, "format('}}{0}', c)");
+        assert_eq!(&t[found[1].offset..found[1].offset + 3], "${{");
+    }
+
+    #[test]
+    fn conditions_with_and_without_delimiters() {
+        assert_eq!(condition_body(" a == b "), Some("a == b"));
+        assert_eq!(condition_body("${{ a == b }}"), Some("a == b"));
+        assert_eq!(condition_body("${{ a }} && b"), None);
+    }
+
+    #[test]
+    fn paths_match_by_segment() {
+        assert!(under(
+            "github.event.pull_request.title",
+            "github.event.pull_request.title"
+        ));
+        assert!(under(
+            "github.event.commits.*.message",
+            "github.event.commits.*.message"
+        ));
+        assert!(!under(
+            "github.event.pull_request",
+            "github.event.pull_request.title"
+        ));
+        assert!(related("github.event", "github.event.pull_request.title"));
+        assert!(!related(
+            "github.event_name",
+            "github.event.pull_request.title"
+        ));
+    }
+}

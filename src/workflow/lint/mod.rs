@@ -1,0 +1,294 @@
+//! `workflow lint`: refusing workflows that let outsiders' code or text onto self-hosted
+//! runners (and other places holding the base repository's permissions).
+//!
+//! Workflows are read with `github-actions-models` (zizmor's typed models of GitHub
+//! Actions) and conditions with `github-actions-expressions`; positions come from our own
+//! YAML tree ([`crate::yaml`]), which keeps a line and column for every node.
+//!
+//! - [`guard`]: which events outsiders can cause, and whether an `if:` keeps them out;
+//! - [`rules`]: what a job may not do when outsiders can reach it;
+//! - [`expr`]: expressions inside text, and context paths.
+
+pub mod expr;
+pub mod guard;
+mod rules;
+
+use std::path::Path;
+
+use github_actions_models::workflow::Workflow;
+
+use crate::yaml::{self, Mark, Node};
+
+/// The largest workflow file read; GitHub's own limit is far lower, and a bigger file is
+/// more likely a mistake (or a trap) than a workflow.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Where findings about a whole file point.
+const FILE_START: Mark = Mark { line: 1, col: 1 };
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// What a finding is about; the name is printed after each finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// The file is not a workflow we can read.
+    Unparsable,
+    /// A self-hosted job that an outsider's event starts without a guard.
+    UntrustedSelfHosted,
+    /// The pull request's code checked out where the base repository's token and secrets
+    /// are.
+    PrHeadCheckout,
+    /// Text an outsider controls inlined into a script.
+    ScriptInjection,
+    /// Write permissions on a job an outsider can drive.
+    WritePermissions,
+    /// Secrets in a `pull_request_target` job an outsider can start.
+    SecretsExposed,
+    /// An artifact of a pull request's run trusted on a self-hosted runner.
+    UntrustedArtifact,
+    /// A self-hosted job without `timeout-minutes`.
+    NoTimeout,
+}
+
+impl Rule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::Unparsable => "unparsable",
+            Rule::UntrustedSelfHosted => "untrusted-self-hosted",
+            Rule::PrHeadCheckout => "pr-head-checkout",
+            Rule::ScriptInjection => "script-injection",
+            Rule::WritePermissions => "write-permissions",
+            Rule::SecretsExposed => "secrets-exposed",
+            Rule::UntrustedArtifact => "untrusted-artifact",
+            Rule::NoTimeout => "no-timeout",
+        }
+    }
+
+    pub fn severity(self) -> Severity {
+        match self {
+            Rule::NoTimeout => Severity::Warning,
+            _ => Severity::Error,
+        }
+    }
+}
+
+/// A step as findings name it: its number in the job (from 1) and what it is called.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StepLabel {
+    pub number: usize,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    pub rule: Rule,
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub job: Option<String>,
+    pub step: Option<StepLabel>,
+    pub message: String,
+}
+
+impl Finding {
+    fn unparsable(file: &str, mark: Mark, message: impl Into<String>) -> Finding {
+        Finding {
+            severity: Severity::Error,
+            rule: Rule::Unparsable,
+            file: file.to_string(),
+            line: mark.line,
+            col: mark.col,
+            job: None,
+            step: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let severity = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{severity}: {}:{}:{}: ", self.file, self.line, self.col)?;
+        if let Some(job) = &self.job {
+            write!(f, "job {job}")?;
+            if let Some(step) = &self.step {
+                write!(f, ", step {} ({})", step.number, step.name)?;
+            }
+            write!(f, ": ")?;
+        }
+        write!(f, "{} [{}]", self.message, self.rule.name())
+    }
+}
+
+/// Positions in one workflow's source.
+pub(crate) struct Source<'a> {
+    root: &'a Node,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    /// The position of the node at `path` (or the closest one above it).
+    fn at<S: AsRef<str>>(&self, path: &[S]) -> Mark {
+        self.root.locate(path).mark
+    }
+
+    /// The position of a map key (a job's id), else of its value.
+    fn key_at(&self, parent: &[&str], key: &str) -> Mark {
+        let parent_node = self.root.locate(parent);
+        parent_node
+            .key(key)
+            .map(|k| k.mark)
+            .unwrap_or(parent_node.mark)
+    }
+
+    /// Where `needle` first appears at or after the node at `path` (a `${{ }}` inside a
+    /// block script is lines below the `run:` key).
+    fn text_at<S: AsRef<str>>(&self, path: &[S], needle: &str) -> Mark {
+        let start = self.at(path);
+        for (i, line) in self
+            .text
+            .lines()
+            .enumerate()
+            .skip(start.line.saturating_sub(1))
+        {
+            if let Some(col) = line.find(needle) {
+                return Mark {
+                    line: i + 1,
+                    col: line[..col].chars().count() + 1,
+                };
+            }
+        }
+        start
+    }
+}
+
+/// Lints one workflow file's text. A file that cannot be read as a workflow gives one
+/// `unparsable` finding.
+pub fn lint_source(file: &str, text: &str) -> Vec<Finding> {
+    let root = match yaml::parse(text) {
+        Ok(Some(root)) => root,
+        Ok(None) => return vec![Finding::unparsable(file, FILE_START, "empty file")],
+        Err(e) => {
+            return vec![Finding::unparsable(
+                file,
+                e.mark,
+                format!("not YAML: {}", e.message),
+            )];
+        }
+    };
+    let json = root.to_json();
+    let workflow: Workflow = match serde_path_to_error::deserialize(&json) {
+        Ok(w) => w,
+        Err(e) => {
+            let (path, message) = explain(&json, e);
+            let mark = root.locate(&path).mark;
+            let at = if path.is_empty() {
+                String::new()
+            } else {
+                format!(" at `{}`", path.join("."))
+            };
+            return vec![Finding::unparsable(
+                file,
+                mark,
+                format!("not a GitHub Actions workflow{at}: {message}"),
+            )];
+        }
+    };
+    let source = Source { root: &root, text };
+    rules::check(file, &workflow, &source)
+}
+
+fn segments(path: &serde_path_to_error::Path) -> Vec<String> {
+    path.iter()
+        .filter_map(|seg| match seg {
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The path and message of a model error. A job or a step is one of several shapes
+/// (serde's "untagged" enums), whose error only says that no shape matched: parse it
+/// again as the shape its keys ask for, to name the field that is wrong.
+fn explain(
+    json: &serde_json::Value,
+    e: serde_path_to_error::Error<serde_json::Error>,
+) -> (Vec<String>, String) {
+    use github_actions_models::workflow::job::{
+        NormalJob, ReusableWorkflowCallJob, RunStep, UsesStep,
+    };
+    let mut path = segments(e.path());
+    let mut message = e.into_inner().to_string();
+    // A step inside a job: refine the job, then the step.
+    for _ in 0..2 {
+        let Some(node) = path.iter().try_fold(json, |v, seg| {
+            v.get(seg)
+                .or_else(|| seg.parse::<usize>().ok().and_then(|i| v.get(i)))
+        }) else {
+            break;
+        };
+        let has = |k: &str| node.get(k).is_some();
+        let inner = match path.as_slice() {
+            [jobs, _] if jobs == "jobs" && has("uses") => {
+                serde_path_to_error::deserialize::<_, ReusableWorkflowCallJob>(node).err()
+            }
+            [jobs, _] if jobs == "jobs" => {
+                serde_path_to_error::deserialize::<_, NormalJob>(node).err()
+            }
+            [.., steps, _] if steps == "steps" && has("run") => {
+                serde_path_to_error::deserialize::<_, RunStep>(node).err()
+            }
+            [.., steps, _] if steps == "steps" && has("uses") => {
+                serde_path_to_error::deserialize::<_, UsesStep>(node).err()
+            }
+            _ => None,
+        };
+        let Some(inner) = inner else { break };
+        path.extend(segments(inner.path()));
+        message = inner.into_inner().to_string();
+    }
+    if message.starts_with("data did not match any variant") {
+        message = "not a value this key takes".to_string();
+    }
+    (path, message)
+}
+
+/// Reads and lints one file; unreadable files are `unparsable` findings too.
+pub fn lint_file(path: &Path) -> Vec<Finding> {
+    use std::io::Read;
+    let file = path.display().to_string();
+    let read = || -> std::io::Result<Option<String>> {
+        // A workflow folder is someone else's writing: no FIFO, device or endless file.
+        let (f, md) = crate::util::open_plain(path, true)?;
+        if md.len() > MAX_FILE_BYTES {
+            return Ok(None);
+        }
+        let mut text = String::new();
+        f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+        Ok((text.len() as u64 <= MAX_FILE_BYTES).then_some(text))
+    };
+    match read() {
+        Ok(Some(text)) => lint_source(&file, &text),
+        Ok(None) => vec![Finding::unparsable(
+            &file,
+            FILE_START,
+            format!("larger than {} KiB: not read", MAX_FILE_BYTES >> 10),
+        )],
+        Err(e) => vec![Finding::unparsable(
+            &file,
+            FILE_START,
+            format!("cannot read: {e}"),
+        )],
+    }
+}

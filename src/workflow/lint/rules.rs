@@ -1,0 +1,746 @@
+//! What a job may not do when someone outside the project can start it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::LazyLock;
+
+use github_actions_expressions::Expr;
+use github_actions_models::common::expr::LoE;
+use github_actions_models::common::{BasePermission, Env, EnvValue, Permission, Permissions, Uses};
+use github_actions_models::workflow::job::{
+    NormalJob, ParallelStep, RunStep, RunsOn, Secrets, Step, UsesStep,
+};
+use github_actions_models::workflow::{Job, Workflow};
+use regex::Regex;
+
+use super::expr;
+use super::guard::{Condition, JobCondition, Trigger};
+use super::{Finding, Rule, Source, StepLabel};
+
+/// Fields of an event that whoever caused it writes freely: inlined into a script, they
+/// are code.
+const ATTACKER_TEXT: &[&str] = &[
+    "github.head_ref",
+    "github.event.pull_request.title",
+    "github.event.pull_request.body",
+    "github.event.pull_request.head.ref",
+    "github.event.pull_request.head.label",
+    "github.event.pull_request.head.repo.description",
+    "github.event.pull_request.head.repo.homepage",
+    "github.event.pull_request.head.repo.default_branch",
+    "github.event.issue.title",
+    "github.event.issue.body",
+    "github.event.comment.body",
+    "github.event.review.body",
+    "github.event.review_comment.body",
+    "github.event.discussion.title",
+    "github.event.discussion.body",
+    "github.event.pages.*.page_name",
+    "github.event.commits.*.message",
+    "github.event.commits.*.author.email",
+    "github.event.commits.*.author.name",
+    "github.event.head_commit.message",
+    "github.event.head_commit.author.email",
+    "github.event.head_commit.author.name",
+    "github.event.workflow_run.head_branch",
+    "github.event.workflow_run.display_title",
+    "github.event.workflow_run.head_commit.message",
+    "github.event.workflow_run.head_commit.author.email",
+    "github.event.workflow_run.head_commit.author.name",
+    "github.event.workflow_run.head_repository.description",
+    "github.event.workflow_run.pull_requests.*.head.ref",
+];
+
+/// Contexts that name the pull request's head (its code).
+const PR_HEAD: &[&str] = &[
+    "github.head_ref",
+    "github.event.pull_request.head",
+    "github.event.pull_request.merge_commit_sha",
+    "github.event.workflow_run.head_sha",
+    "github.event.workflow_run.head_branch",
+    "github.event.workflow_run.head_repository",
+    "github.event.workflow_run.pull_requests",
+];
+
+/// Labels of GitHub's own runners. Anything else (a custom label alone, a group, an
+/// expression) is taken as self-hosted: a larger hosted runner with a custom name is a
+/// false alarm we accept over missing a GPU box.
+static HOSTED_LABEL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(ubuntu-(latest|slim|\d+\.\d+)(-arm)?|windows-(latest|\d{4}|11-arm)|macos-(latest|\d+)(-(large|xlarge|intel))?)$",
+    )
+    .expect("valid regex")
+});
+
+/// A script line that fetches or checks out a pull request's head without naming it
+/// through a context: `gh pr checkout 12`, `git fetch origin pull/12/head`,
+/// `refs/pull/12/merge`.
+static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"\bgh\s+pr\s+(checkout|co)\b|(^|[\s:/'\x22])(refs/)?pull/(\$\{\{[^}]*\}\}|[^\s/]+)/(head|merge)\b",
+    )
+        .expect("valid regex")
+});
+static GIT_COMMAND: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\bgit\s+").expect("valid regex"));
+static SHELL_VAR: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)").expect("valid regex"));
+
+/// A step, flattened out of `parallel:` blocks, with where it is.
+struct StepView<'a> {
+    label: StepLabel,
+    path: Vec<String>,
+    body: StepBody<'a>,
+}
+
+enum StepBody<'a> {
+    Uses(&'a UsesStep),
+    Run(&'a RunStep),
+}
+
+impl StepView<'_> {
+    fn env(&self) -> &LoE<Env> {
+        match self.body {
+            StepBody::Uses(s) => &s.shared.env,
+            StepBody::Run(s) => &s.shared.env,
+        }
+    }
+}
+
+fn steps_of<'a>(job_id: &str, job: &'a NormalJob) -> Vec<StepView<'a>> {
+    let label = |n: usize, name: Option<&String>, id: Option<&String>, what: String| StepLabel {
+        number: n,
+        name: name.or(id).cloned().unwrap_or(what),
+    };
+    let describe_uses = |s: &UsesStep| s.uses.raw().to_string();
+    let describe_run = |s: &RunStep| {
+        let first = s.run.lines().next().unwrap_or("").trim();
+        let short: String = first.chars().take(40).collect();
+        if short.len() < first.len() {
+            format!("{short}…")
+        } else {
+            short
+        }
+    };
+    let mut out = Vec::new();
+    for (i, step) in job.steps.iter().enumerate() {
+        let base = vec![
+            "jobs".to_string(),
+            job_id.to_string(),
+            "steps".to_string(),
+            i.to_string(),
+        ];
+        let mut push = |path: Vec<String>, body: StepBody<'a>| {
+            let l = match &body {
+                StepBody::Uses(s) => label(
+                    i + 1,
+                    s.shared.name.as_ref(),
+                    s.shared.id.as_ref(),
+                    describe_uses(s),
+                ),
+                StepBody::Run(s) => label(
+                    i + 1,
+                    s.shared.name.as_ref(),
+                    s.shared.id.as_ref(),
+                    describe_run(s),
+                ),
+            };
+            out.push(StepView {
+                label: l,
+                path,
+                body,
+            });
+        };
+        match step {
+            Step::Uses(s) => push(base, StepBody::Uses(s)),
+            Step::Run(s) => push(base, StepBody::Run(s)),
+            Step::Parallel { parallel } => {
+                for (j, inner) in parallel.iter().enumerate() {
+                    let mut path = base.clone();
+                    path.extend(["parallel".to_string(), j.to_string()]);
+                    match inner {
+                        ParallelStep::Uses(s) => push(path, StepBody::Uses(s)),
+                        ParallelStep::Run(s) => push(path, StepBody::Run(s)),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn is_action(uses: &Uses, slug: &str) -> bool {
+    matches!(uses, Uses::Repository(r) if r.slug().eq_ignore_ascii_case(slug))
+}
+
+fn self_hosted(job: &NormalJob) -> Option<String> {
+    match &job.runs_on {
+        LoE::Expr(e) => Some(format!("`{}`, an expression", e.as_curly())),
+        LoE::Literal(RunsOn::Group { group, labels }) => Some(match group {
+            Some(g) => format!("runner group `{g}`"),
+            None => format!("labels {}", labels.join(", ")),
+        }),
+        LoE::Literal(RunsOn::Target(labels)) => {
+            let custom: Vec<&String> = labels
+                .iter()
+                .filter(|l| !HOSTED_LABEL.is_match(l.trim()))
+                .collect();
+            (!custom.is_empty() || labels.is_empty()).then(|| {
+                if labels.is_empty() {
+                    "no label".to_string()
+                } else {
+                    format!(
+                        "label{} {}",
+                        if custom.len() > 1 { "s" } else { "" },
+                        custom
+                            .iter()
+                            .map(|l| format!("`{l}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            })
+        }
+    }
+}
+
+fn env_text(env: &LoE<Env>) -> Vec<(&str, String)> {
+    match env {
+        LoE::Expr(_) => Vec::new(),
+        LoE::Literal(map) => map
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn env_value<'a>(env: &'a LoE<Env>, name: &str) -> Option<&'a EnvValue> {
+    match env {
+        LoE::Expr(_) => None,
+        LoE::Literal(map) => map.get(name),
+    }
+}
+
+/// The untrusted data a job's contexts can carry: which matrix keys are built from
+/// expressions, and which environment variables hold attacker text.
+struct Taint<'a> {
+    workflow: &'a Workflow,
+    job: &'a NormalJob,
+    /// `None`: every key is dynamic (the matrix is one expression).
+    dynamic_matrix: Option<BTreeSet<String>>,
+}
+
+fn json_has_expression(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => s.contains("${{"),
+        serde_json::Value::Array(a) => a.iter().any(json_has_expression),
+        serde_json::Value::Object(o) => o.values().any(json_has_expression),
+        _ => false,
+    }
+}
+
+impl<'a> Taint<'a> {
+    fn new(workflow: &'a Workflow, job: &'a NormalJob) -> Taint<'a> {
+        let dynamic_matrix = match job.strategy.as_ref().and_then(|s| s.matrix.as_ref()) {
+            None => Some(BTreeSet::new()),
+            Some(LoE::Expr(_)) => None,
+            Some(LoE::Literal(m)) => {
+                let mut keys = BTreeSet::new();
+                let mut all = false;
+                match &m.dimensions {
+                    LoE::Expr(_) => all = true,
+                    LoE::Literal(dims) => {
+                        for (k, v) in dims {
+                            let dynamic = match v {
+                                LoE::Expr(_) => true,
+                                LoE::Literal(vals) => serde_json::to_value(vals)
+                                    .map(|j| json_has_expression(&j))
+                                    .unwrap_or(true),
+                            };
+                            if dynamic {
+                                keys.insert(k.to_lowercase());
+                            }
+                        }
+                    }
+                }
+                match &m.include {
+                    LoE::Expr(_) => all = true,
+                    LoE::Literal(entries) => {
+                        for entry in entries {
+                            for (k, v) in entry {
+                                if serde_json::to_value(v)
+                                    .map(|j| json_has_expression(&j))
+                                    .unwrap_or(true)
+                                {
+                                    keys.insert(k.to_lowercase());
+                                }
+                            }
+                        }
+                    }
+                }
+                (!all).then_some(keys)
+            }
+        };
+        Taint {
+            workflow,
+            job,
+            dynamic_matrix,
+        }
+    }
+
+    /// What makes a context path untrusted, or `None`. `depth` bounds the `env.X` chain.
+    fn why(&self, path: &str, step_env: &LoE<Env>, depth: u8) -> Option<String> {
+        if let Some(p) = ATTACKER_TEXT.iter().find(|p| expr::related(path, p)) {
+            return Some(format!("`{p}` is written by whoever opened the event"));
+        }
+        if expr::under(path, "steps.*.outputs") || expr::under(path, "needs.*.outputs") {
+            return Some(
+                "a step's output can carry anything its inputs held (file names, branch names)"
+                    .into(),
+            );
+        }
+        if expr::under(path, "matrix") {
+            let key = path.split('.').nth(1);
+            let dynamic = match (&self.dynamic_matrix, key) {
+                (None, _) => true,
+                (Some(keys), Some("*")) | (Some(keys), None) => !keys.is_empty(),
+                (Some(keys), Some(k)) => keys.contains(k),
+            };
+            if dynamic {
+                return Some(
+                    "this matrix value is computed (for example from changed file names)".into(),
+                );
+            }
+        }
+        if depth > 0
+            && let Some(name) = path.strip_prefix("env.")
+        {
+            let name = name.split('.').next().unwrap_or(name);
+            let all_env = [step_env, &self.job.env, &self.workflow.env];
+            // The innermost definition wins, as on GitHub (names compare case-insensitively
+            // on the runner only on Windows; we compare as written, lower-cased paths).
+            let value = all_env.iter().find_map(|env| match env {
+                LoE::Literal(map) => map
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.to_string()),
+                LoE::Expr(_) => None,
+            })?;
+            for e in expr::embedded(&value) {
+                let Ok(parsed) = Expr::parse(e.body) else {
+                    continue;
+                };
+                for inner in expr::value_paths(&parsed) {
+                    if let Some(why) = self.why(&inner, &LoE::Literal(Env::default()), depth - 1) {
+                        return Some(format!("`env.{name}` is set from `{inner}`: {why}"));
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Whether text names the pull request's head: a `refs/pull/…` ref, or an expression
+/// reading the head's ref, sha or repository.
+fn names_pr_head(text: &str) -> Option<String> {
+    if text.contains("refs/pull/") {
+        return Some("`refs/pull/…`".into());
+    }
+    for e in expr::embedded(text) {
+        let Ok(parsed) = Expr::parse(e.body) else {
+            continue;
+        };
+        for p in expr::all_paths(&parsed) {
+            if PR_HEAD.iter().any(|h| expr::under(&p, h)) {
+                return Some(format!("`{p}`"));
+            }
+        }
+    }
+    None
+}
+
+/// How a step checks out or fetches the pull request's code, if it does.
+fn checks_out_pr_head(step: &StepView<'_>, job: &NormalJob, workflow: &Workflow) -> Option<String> {
+    match step.body {
+        StepBody::Uses(s) if is_action(&s.uses, "actions/checkout") => {
+            for input in ["ref", "repository"] {
+                if let Some(v) = env_value(&s.with, input)
+                    && let Some(what) = names_pr_head(&v.to_string())
+                {
+                    return Some(format!("actions/checkout with `{input}:` from {what}"));
+                }
+            }
+            None
+        }
+        StepBody::Uses(_) => None,
+        StepBody::Run(s) => {
+            for line in s.run.lines() {
+                if let Some(m) = PR_REF_IN_SCRIPT.find(line) {
+                    return Some(format!("`{}` in the script", m.as_str().trim()));
+                }
+                if !GIT_COMMAND.is_match(line) {
+                    continue;
+                }
+                if let Some(what) = names_pr_head(line) {
+                    return Some(format!("a git command on {what}"));
+                }
+                // `git checkout "$HEAD_SHA"` with `HEAD_SHA: ${{ …head.sha }}` in env.
+                for cap in SHELL_VAR.captures_iter(line) {
+                    let name = &cap[1];
+                    let value = [step.env(), &job.env, &workflow.env]
+                        .into_iter()
+                        .find_map(|env| env_value(env, name));
+                    if let Some(v) = value
+                        && let Some(what) = names_pr_head(&v.to_string())
+                    {
+                        return Some(format!("a git command on `${name}`, set from {what}"));
+                    }
+                }
+            }
+            None
+        }
+    }
+}
+
+/// A step that downloads what the triggering run (a pull request's code) uploaded.
+fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
+    match step.body {
+        StepBody::Uses(s) if is_action(&s.uses, "actions/download-artifact") => {
+            let from_run = env_value(&s.with, "run-id")
+                .is_some_and(|v| v.to_string().contains("github.event.workflow_run"));
+            from_run.then_some("actions/download-artifact of the triggering run")
+        }
+        StepBody::Uses(s) if is_action(&s.uses, "dawidd6/action-download-artifact") => {
+            Some("dawidd6/action-download-artifact")
+        }
+        StepBody::Run(s) if s.run.contains("gh run download") => Some("`gh run download`"),
+        _ => None,
+    }
+}
+
+fn writes(perms: &Permissions) -> Option<String> {
+    match perms {
+        Permissions::Base(BasePermission::WriteAll) => Some("write-all".into()),
+        Permissions::Base(_) => None,
+        Permissions::Explicit(map) => {
+            let w: Vec<&str> = map
+                .iter()
+                .filter(|(_, p)| **p == Permission::Write)
+                .map(|(k, _)| k.as_str())
+                .collect();
+            (!w.is_empty()).then(|| format!("{}: write", w.join(", ")))
+        }
+    }
+}
+
+/// Every string in a job that GitHub evaluates, for secret lookups.
+fn job_strings(job: &NormalJob) -> Vec<String> {
+    let mut out: Vec<String> = env_text(&job.env).into_iter().map(|(_, v)| v).collect();
+    for s in &job.steps {
+        let mut add = |s: &Step| match s {
+            Step::Uses(u) => {
+                out.extend(env_text(&u.with).into_iter().map(|(_, v)| v));
+                out.extend(env_text(&u.shared.env).into_iter().map(|(_, v)| v));
+            }
+            Step::Run(r) => {
+                out.push(r.run.clone());
+                out.extend(env_text(&r.shared.env).into_iter().map(|(_, v)| v));
+            }
+            _ => {}
+        };
+        match s {
+            Step::Parallel { parallel } => {
+                for p in parallel {
+                    match p {
+                        ParallelStep::Uses(u) => {
+                            out.extend(env_text(&u.with).into_iter().map(|(_, v)| v));
+                            out.extend(env_text(&u.shared.env).into_iter().map(|(_, v)| v));
+                        }
+                        ParallelStep::Run(r) => {
+                            out.push(r.run.clone());
+                            out.extend(env_text(&r.shared.env).into_iter().map(|(_, v)| v));
+                        }
+                    }
+                }
+            }
+            other => add(other),
+        }
+    }
+    out
+}
+
+fn reads_secrets(texts: &[String]) -> Option<String> {
+    for t in texts {
+        for e in expr::embedded(t) {
+            let Ok(parsed) = Expr::parse(e.body) else {
+                continue;
+            };
+            for p in expr::all_paths(&parsed) {
+                if expr::under(&p, "secrets") && p != "secrets.github_token" {
+                    return Some(p);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The untrusted triggers each job can still be started by, after its own `if:` and the
+/// jobs it needs (a skipped needed job skips it, unless a status function overrides).
+fn open_triggers(workflow: &Workflow, triggers: &[Trigger]) -> HashMap<String, Vec<Trigger>> {
+    fn guarded(id: &str, t: Trigger, workflow: &Workflow, seen: &mut Vec<String>) -> bool {
+        let Some(job) = workflow.jobs.get(id) else {
+            return false;
+        };
+        if seen.iter().any(|s| s == id) {
+            return false;
+        }
+        seen.push(id.to_string());
+        let (cond, needs) = match job {
+            Job::NormalJob(j) => (&j.r#if, &j.needs),
+            Job::ReusableWorkflowCallJob(j) => (&j.r#if, &j.needs),
+        };
+        let cond = JobCondition::new(cond.as_ref());
+        if cond.for_trigger(t) == Condition::Guards {
+            return true;
+        }
+        !cond.overrides_needs() && needs.iter().any(|n| guarded(n, t, workflow, seen))
+    }
+    workflow
+        .jobs
+        .keys()
+        .map(|id| {
+            let open = triggers
+                .iter()
+                .copied()
+                .filter(|t| !guarded(id, *t, workflow, &mut Vec::new()))
+                .collect();
+            (id.clone(), open)
+        })
+        .collect()
+}
+
+fn names(triggers: &[Trigger]) -> String {
+    triggers
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The guard to suggest for the triggers that reach a job.
+fn suggested_guard(open: &[Trigger]) -> &'static str {
+    let first = open.first().copied().unwrap_or(Trigger::PullRequest);
+    match first {
+        Trigger::PullRequest
+        | Trigger::PullRequestReview
+        | Trigger::PullRequestReviewComment
+        | Trigger::PullRequestTarget => {
+            "`if: github.event.pull_request.head.repo.full_name == github.repository`"
+        }
+        Trigger::WorkflowRun => {
+            "`if: github.event.workflow_run.head_repository.full_name == github.repository`"
+        }
+        Trigger::IssueComment | Trigger::DiscussionComment => {
+            "`if: contains(fromJSON('[\"OWNER\", \"MEMBER\", \"COLLABORATOR\"]'), github.event.comment.author_association)`"
+        }
+        Trigger::Issues => {
+            "`if: contains(fromJSON('[\"OWNER\", \"MEMBER\", \"COLLABORATOR\"]'), github.event.issue.author_association)`"
+        }
+        Trigger::Discussion => {
+            "`if: contains(fromJSON('[\"OWNER\", \"MEMBER\", \"COLLABORATOR\"]'), github.event.discussion.author_association)`"
+        }
+    }
+}
+
+pub(super) fn check(file: &str, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
+    let triggers = Trigger::of(&workflow.on.events);
+    let open = open_triggers(workflow, &triggers);
+    let privileged_trigger = triggers.iter().any(|t| t.privileged());
+    let mut out = Vec::new();
+    for (id, job) in &workflow.jobs {
+        let open_here: &[Trigger] = open.get(id).map(Vec::as_slice).unwrap_or(&[]);
+        let open_privileged: Vec<Trigger> = open_here
+            .iter()
+            .copied()
+            .filter(|t| t.privileged())
+            .collect();
+        let job_mark = src.key_at(&["jobs"], id);
+        let mut push =
+            |rule: Rule, mark: crate::yaml::Mark, step: Option<&StepLabel>, message: String| {
+                out.push(Finding {
+                    severity: rule.severity(),
+                    rule,
+                    file: file.to_string(),
+                    line: mark.line,
+                    col: mark.col,
+                    job: Some(id.clone()),
+                    step: step.cloned(),
+                    message,
+                })
+            };
+        let job = match job {
+            Job::NormalJob(j) => j,
+            Job::ReusableWorkflowCallJob(call) => {
+                if open_here.contains(&Trigger::PullRequestTarget) {
+                    let leaks = match &call.secrets {
+                        Some(Secrets::Inherit) => Some("secrets: inherit".to_string()),
+                        Some(Secrets::Env(env)) => {
+                            reads_secrets(&env.values().map(|v| v.to_string()).collect::<Vec<_>>())
+                        }
+                        None => None,
+                    };
+                    if let Some(what) = leaks {
+                        push(
+                            Rule::SecretsExposed,
+                            src.at(&["jobs", id, "secrets"]),
+                            None,
+                            format!(
+                                "passes `{what}` under pull_request_target without a guard: any fork's pull request can start it"
+                            ),
+                        );
+                    }
+                }
+                continue;
+            }
+        };
+        let cond = JobCondition::new(job.r#if.as_ref());
+        let unreadable = if cond.unreadable {
+            " (its `if:` mixes text and `${{ }}`, which makes it always true)"
+        } else {
+            ""
+        };
+        let runner = self_hosted(job);
+        let steps = steps_of(id, job);
+
+        if let Some(runner) = &runner
+            && !open_here.is_empty()
+        {
+            push(
+                Rule::UntrustedSelfHosted,
+                src.at(&["jobs", id, "runs-on"]),
+                None,
+                format!(
+                    "runs on a self-hosted runner ({runner}) and {} can start it without a guard{unreadable}: add {}",
+                    names(open_here),
+                    suggested_guard(open_here)
+                ),
+            );
+        }
+
+        let mut checks_out_head = false;
+        if !open_privileged.is_empty() {
+            for step in &steps {
+                if let Some(how) = checks_out_pr_head(step, job, workflow) {
+                    checks_out_head = true;
+                    push(
+                        Rule::PrHeadCheckout,
+                        src.at(&step.path),
+                        Some(&step.label),
+                        format!(
+                            "checks out the pull request's code ({how}) under {}, with the base repository's token and secrets, and no guard{unreadable}",
+                            names(&open_privileged)
+                        ),
+                    );
+                }
+            }
+        }
+
+        if !open_privileged.is_empty() && (runner.is_some() || checks_out_head) {
+            let perms = match &job.permissions {
+                Permissions::Base(BasePermission::Default) => &workflow.permissions,
+                p => p,
+            };
+            if let Some(w) = writes(perms) {
+                let at = if matches!(job.permissions, Permissions::Base(BasePermission::Default)) {
+                    src.key_at(&[], "permissions")
+                } else {
+                    src.key_at(&["jobs", id], "permissions")
+                };
+                push(
+                    Rule::WritePermissions,
+                    at,
+                    None,
+                    format!(
+                        "has `{w}` while {} lets outsiders drive it: give it `permissions: {{contents: read}}` and move writes to a job that runs no outside code",
+                        names(&open_privileged)
+                    ),
+                );
+            }
+        }
+
+        if open_here.contains(&Trigger::PullRequestTarget)
+            && let Some(secret) = reads_secrets(&job_strings(job))
+        {
+            push(
+                Rule::SecretsExposed,
+                job_mark,
+                None,
+                format!(
+                    "reads `{secret}` under pull_request_target without a guard: any fork's pull request can start it"
+                ),
+            );
+        }
+
+        if runner.is_some() && open_here.contains(&Trigger::WorkflowRun) {
+            for step in &steps {
+                if let Some(how) = downloads_run_artifact(step) {
+                    push(
+                        Rule::UntrustedArtifact,
+                        src.at(&step.path),
+                        Some(&step.label),
+                        format!(
+                            "downloads what the triggering run uploaded ({how}) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them"
+                        ),
+                    );
+                }
+            }
+        }
+
+        // Injection: reported on self-hosted runners, and anywhere under a privileged
+        // trigger, whatever the guard (a guard limits who, not what a value holds).
+        if !triggers.is_empty() && (runner.is_some() || privileged_trigger) {
+            let taint = Taint::new(workflow, job);
+            for step in &steps {
+                let StepBody::Run(run) = step.body else {
+                    continue;
+                };
+                let mut seen = BTreeSet::new();
+                for e in expr::embedded(&run.run) {
+                    let Ok(parsed) = Expr::parse(e.body) else {
+                        continue;
+                    };
+                    for p in expr::value_paths(&parsed) {
+                        if let Some(why) = taint.why(&p, step.env(), 2)
+                            && seen.insert(e.raw)
+                        {
+                            let mut run_path = step.path.clone();
+                            run_path.push("run".into());
+                            push(
+                                Rule::ScriptInjection,
+                                src.text_at(&run_path, e.raw),
+                                Some(&step.label),
+                                format!(
+                                    "`{}` is pasted into the script: {why}; pass it through `env:` and use \"$VAR\"",
+                                    e.raw
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+
+        if runner.is_some() && job.timeout_minutes.is_none() {
+            push(
+                Rule::NoTimeout,
+                job_mark,
+                None,
+                "self-hosted job without `timeout-minutes`: a hung job holds the runner (and its GPUs) for 6 hours".into(),
+            );
+        }
+    }
+    out.sort_by_key(|f| (f.line, f.col, f.rule));
+    out
+}

@@ -1,0 +1,174 @@
+//! `workflow lint`: the corpus of real attack patterns, their fixed forms and false
+//! alarms (`tests/corpus/workflows`), and how lint treats bad files and missing setup.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::common::{cibox, run};
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/workflows")
+}
+
+/// `# expect: RULE JOB LINE` lines of a corpus file (`# expect: nothing` gives none).
+fn expected(text: &str) -> BTreeSet<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# expect: "))
+        .collect();
+    assert!(!lines.is_empty(), "a corpus file without `# expect:`");
+    lines
+        .into_iter()
+        .filter(|l| *l != "nothing")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_corpus_gives_exactly_the_expected_findings() {
+    let dir = corpus();
+    let r = run(cibox(&dir).args(["--json", "workflow", "lint", "."]));
+    assert_eq!(
+        r.code, 1,
+        "errors found, every file readable:\n{}{}",
+        r.stdout, r.stderr
+    );
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON report");
+    let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in report["findings"].as_array().unwrap() {
+        let file = Path::new(f["file"].as_str().unwrap())
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        found.entry(file).or_default().insert(format!(
+            "{} {} {}",
+            f["rule"].as_str().unwrap(),
+            f["job"].as_str().unwrap_or("-"),
+            f["line"]
+        ));
+    }
+    let mut files = 0;
+    let mut failures = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yml") {
+            continue;
+        }
+        files += 1;
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let want = expected(&std::fs::read_to_string(&path).unwrap());
+        let got = found.remove(&name).unwrap_or_default();
+        if want != got {
+            failures.push(format!(
+                "{name}:\n  missing: {:?}\n  unexpected: {:?}",
+                want.difference(&got).collect::<Vec<_>>(),
+                got.difference(&want).collect::<Vec<_>>()
+            ));
+        }
+    }
+    assert!(files >= 10, "corpus not found in {}", dir.display());
+    assert_eq!(report["files"], files);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn findings_name_file_line_job_and_step() {
+    let dir = corpus();
+    let r = run(cibox(&dir).args(["workflow", "lint", "tp-issue-comment-checkout.yml"]));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.lines().any(|l| l
+            == "error: tp-issue-comment-checkout.yml:29:9: job gh, step 2 (Check out the PR): checks out the pull request's code (`gh pr checkout` in the script) under issue_comment, with the base repository's token and secrets, and no guard [pr-head-checkout]"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("1 workflow(s), 5 error(s), 0 warning(s)"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn lint_keeps_going_past_unreadable_files_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("a-not-yaml.yml"), "on: [push\njobs: {}\n").unwrap();
+    std::fs::write(
+        d.join("b-not-workflow.yml"),
+        "on: push\njobs:\n  x:\n    runs-on: 3\n    steps: 4\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("c-empty.yaml"), "").unwrap();
+    std::fs::write(
+        d.join("d-bad.yml"),
+        "on: pull_request\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    timeout-minutes: 5\n    steps: [{run: make}]\n",
+    )
+    .unwrap();
+    // A FIFO must not block the read; a huge file is not read.
+    nix::unistd::mkfifo(
+        &d.join("e-fifo.yml"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    std::fs::write(d.join("f-huge.yml"), vec![b'#'; 2 << 20]).unwrap();
+    std::fs::write(d.join("notes.txt"), "not a workflow, not read").unwrap();
+    let r = run(cibox(d).args(["workflow", "lint"]).arg(d));
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let has = |needle: &str| lines.iter().any(|l| l.contains(needle));
+    assert!(has("a-not-yaml.yml:2:5: not YAML"), "{}", r.stdout);
+    assert!(
+        has("b-not-workflow.yml:4:14: not a GitHub Actions workflow at `jobs.x.runs-on`"),
+        "{}",
+        r.stdout
+    );
+    assert!(has("c-empty.yaml:1:1: empty file"), "{}", r.stdout);
+    assert!(
+        has("d-bad.yml:4:14: job gpu: runs on a self-hosted runner"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        has("e-fifo.yml:1:1: cannot read: not a plain file"),
+        "{}",
+        r.stdout
+    );
+    assert!(has("f-huge.yml:1:1: larger than 1024 KiB"), "{}", r.stdout);
+    assert!(!has("notes.txt"), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("6 workflow(s), 1 error(s), 0 warning(s), 5 not readable as a workflow"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
+fn lint_needs_no_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".git")).unwrap();
+    std::fs::create_dir_all(d.join(".github/workflows")).unwrap();
+    std::fs::create_dir_all(d.join("src/deep")).unwrap();
+    std::fs::write(
+        d.join(".github/workflows/gpu.yml"),
+        "on: pull_request\njobs:\n  gpu:\n    runs-on: gpu-8x-h100\n    timeout-minutes: 5\n    steps: [{run: make}]\n",
+    )
+    .unwrap();
+    // From a subfolder of a repository without cibox.yaml: its .github/workflows.
+    let r = run(cibox(&d.join("src/deep")).args(["--json", "workflow", "lint"]));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(report["files"], 1);
+    assert_eq!(report["errors"], 1);
+    assert_eq!(report["findings"][0]["rule"], "untrusted-self-hosted");
+    assert_eq!(report["findings"][0]["line"], 4);
+    // Nothing to lint: one clear line, exit 2.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir(empty.path().join(".git")).unwrap();
+    run(cibox(empty.path()).args(["workflow", "lint"])).fails_with(2, "no workflows folder at");
+    run(cibox(empty.path()).args(["workflow", "lint", "missing.yml"])).fails_with(2, "missing.yml");
+}
