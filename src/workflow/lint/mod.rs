@@ -172,23 +172,51 @@ impl Source<'_> {
     }
 }
 
-/// Lints one workflow file's text. A file that cannot be read as a workflow gives one
-/// `unparsable` finding.
-pub fn lint_source(file: &str, text: &str) -> Vec<Finding> {
+/// Reads a workflow that a job calls (`uses: ./.github/workflows/gpu.yml`): its file
+/// name for findings and its text, or `None` when it is not at hand.
+pub type Resolver<'r> = &'r dyn Fn(&str) -> Option<(String, String)>;
+
+/// Who reaches a workflow: its own triggers, or those of the job that calls it.
+pub(crate) struct Scope<'r> {
+    file: String,
+    /// `None`: the workflow's own `on:`; else the untrusted triggers the calling job
+    /// lets through.
+    triggers: Option<Vec<guard::Trigger>>,
+    /// Of those, the ones the calling job (or a job it needs) already keeps out.
+    guarded: Vec<guard::Trigger>,
+    /// "called by FILE job JOB", for findings inside a called workflow.
+    via: Option<String>,
+    /// The files of the calls that led here (a workflow calling itself is refused by
+    /// GitHub; we just stop).
+    chain: Vec<String>,
+    resolve: Resolver<'r>,
+}
+
+/// GitHub nests reusable workflows at most four deep.
+const MAX_CALL_DEPTH: usize = 4;
+
+/// Parses a workflow, or says why it is not one.
+fn parse(file: &str, text: &str) -> Result<(Node, Workflow), Box<Finding>> {
     let root = match yaml::parse(text) {
         Ok(Some(root)) => root,
-        Ok(None) => return vec![Finding::unparsable(file, FILE_START, "empty file")],
+        Ok(None) => {
+            return Err(Box::new(Finding::unparsable(
+                file,
+                FILE_START,
+                "empty file",
+            )));
+        }
         Err(e) => {
-            return vec![Finding::unparsable(
+            return Err(Box::new(Finding::unparsable(
                 file,
                 e.mark,
                 format!("not YAML: {}", e.message),
-            )];
+            )));
         }
     };
     let json = root.to_json();
-    let workflow: Workflow = match serde_path_to_error::deserialize(&json) {
-        Ok(w) => w,
+    match serde_path_to_error::deserialize(&json) {
+        Ok(w) => Ok((root, w)),
         Err(e) => {
             let (path, message) = explain(&json, e);
             let mark = root.locate(&path).mark;
@@ -197,15 +225,37 @@ pub fn lint_source(file: &str, text: &str) -> Vec<Finding> {
             } else {
                 format!(" at `{}`", path.join("."))
             };
-            return vec![Finding::unparsable(
+            Err(Box::new(Finding::unparsable(
                 file,
                 mark,
                 format!("not a GitHub Actions workflow{at}: {message}"),
-            )];
+            )))
         }
+    }
+}
+
+/// Lints one workflow file's text. A file that cannot be read as a workflow gives one
+/// `unparsable` finding. Workflows it calls are read through `resolve`, and linted as
+/// reached by the calling job's triggers.
+pub fn lint_source(file: &str, text: &str, resolve: Resolver<'_>) -> Vec<Finding> {
+    let scope = Scope {
+        file: file.to_string(),
+        triggers: None,
+        guarded: Vec::new(),
+        via: None,
+        chain: vec![file.to_string()],
+        resolve,
+    };
+    lint_in(&scope, text)
+}
+
+fn lint_in(scope: &Scope<'_>, text: &str) -> Vec<Finding> {
+    let (root, workflow) = match parse(&scope.file, text) {
+        Ok(parsed) => parsed,
+        Err(finding) => return vec![*finding],
     };
     let source = Source { root: &root, text };
-    rules::check(file, &workflow, &source)
+    rules::check(scope, &workflow, &source)
 }
 
 fn segments(path: &serde_path_to_error::Path) -> Vec<String> {
@@ -264,31 +314,43 @@ fn explain(
     (path, message)
 }
 
-/// Reads and lints one file; unreadable files are `unparsable` findings too.
-pub fn lint_file(path: &Path) -> Vec<Finding> {
+/// Reads a workflow file someone else wrote: a plain file (no FIFO or device), at most
+/// [`MAX_FILE_BYTES`].
+fn read_workflow(path: &Path) -> Result<String, String> {
     use std::io::Read;
+    let (f, md) = crate::util::open_plain(path, true).map_err(|e| format!("cannot read: {e}"))?;
+    let too_big = || format!("larger than {} KiB: not read", MAX_FILE_BYTES >> 10);
+    if md.len() > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+}
+
+/// Reads and lints one file; an unreadable file is an `unparsable` finding too. A local
+/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder.
+pub fn lint_file(path: &Path) -> Vec<Finding> {
     let file = path.display().to_string();
-    let read = || -> std::io::Result<Option<String>> {
-        // A workflow folder is someone else's writing: no FIFO, device or endless file.
-        let (f, md) = crate::util::open_plain(path, true)?;
-        if md.len() > MAX_FILE_BYTES {
-            return Ok(None);
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let resolve = move |uses: &str| -> Option<(String, String)> {
+        let rel = uses.trim().trim_start_matches("./");
+        let name = rel.strip_prefix(".github/workflows/")?;
+        if name.contains('/') || name.contains('@') {
+            return None;
         }
-        let mut text = String::new();
-        f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
-        Ok((text.len() as u64 <= MAX_FILE_BYTES).then_some(text))
+        let callee = dir.join(name);
+        let text = read_workflow(&callee).ok()?;
+        Some((callee.display().to_string(), text))
     };
-    match read() {
-        Ok(Some(text)) => lint_source(&file, &text),
-        Ok(None) => vec![Finding::unparsable(
-            &file,
-            FILE_START,
-            format!("larger than {} KiB: not read", MAX_FILE_BYTES >> 10),
-        )],
-        Err(e) => vec![Finding::unparsable(
-            &file,
-            FILE_START,
-            format!("cannot read: {e}"),
-        )],
+    match read_workflow(path) {
+        Ok(text) => lint_source(&file, &text, &resolve),
+        Err(why) => vec![Finding::unparsable(&file, FILE_START, why)],
     }
 }

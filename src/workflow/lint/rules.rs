@@ -14,7 +14,7 @@ use regex::Regex;
 
 use super::expr;
 use super::guard::{Condition, JobCondition, Trigger};
-use super::{Finding, Rule, Source, StepLabel};
+use super::{Finding, MAX_CALL_DEPTH, Rule, Scope, Source, StepLabel};
 
 /// Fields of an event that whoever caused it writes freely: inlined into a script, they
 /// are code.
@@ -554,11 +554,19 @@ fn suggested_guard(open: &[Trigger]) -> &'static str {
     }
 }
 
-pub(super) fn check(file: &str, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
-    let triggers = Trigger::of(&workflow.on.events);
-    let open = open_triggers(workflow, &triggers);
+pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
+    let file = scope.file.as_str();
+    let triggers = match &scope.triggers {
+        Some(t) => t.clone(),
+        None => Trigger::of(&workflow.on.events),
+    };
+    let mut open = open_triggers(workflow, &triggers);
+    for list in open.values_mut() {
+        list.retain(|t| !scope.guarded.contains(t));
+    }
     let privileged_trigger = triggers.iter().any(|t| t.privileged());
     let mut out = Vec::new();
+    let mut called = Vec::new();
     for (id, job) in &workflow.jobs {
         let open_here: &[Trigger] = open.get(id).map(Vec::as_slice).unwrap_or(&[]);
         let open_privileged: Vec<Trigger> = open_here
@@ -583,6 +591,34 @@ pub(super) fn check(file: &str, workflow: &Workflow, src: &Source<'_>) -> Vec<Fi
         let job = match job {
             Job::NormalJob(j) => j,
             Job::ReusableWorkflowCallJob(call) => {
+                if let Uses::Local(local) = &call.uses
+                    && !triggers.is_empty()
+                    && scope.chain.len() < MAX_CALL_DEPTH
+                    && let Some((callee, text)) = (scope.resolve)(local.raw())
+                    && !scope.chain.contains(&callee)
+                {
+                    let mut chain = scope.chain.clone();
+                    chain.push(callee.clone());
+                    let inner = Scope {
+                        file: callee,
+                        triggers: Some(triggers.clone()),
+                        guarded: triggers
+                            .iter()
+                            .copied()
+                            .filter(|t| !open_here.contains(t))
+                            .collect(),
+                        via: Some(format!("called by {file} job {id}")),
+                        chain,
+                        resolve: scope.resolve,
+                    };
+                    // The called file's own problems (unparsable) are reported when it
+                    // is linted itself.
+                    called.extend(
+                        super::lint_in(&inner, &text)
+                            .into_iter()
+                            .filter(|f| f.rule != Rule::Unparsable),
+                    );
+                }
                 if open_here.contains(&Trigger::PullRequestTarget) {
                     let leaks = match &call.secrets {
                         Some(Secrets::Inherit) => Some("secrets: inherit".to_string()),
@@ -741,6 +777,12 @@ pub(super) fn check(file: &str, workflow: &Workflow, src: &Source<'_>) -> Vec<Fi
             );
         }
     }
+    if let Some(via) = &scope.via {
+        for f in &mut out {
+            f.message = format!("{} ({via})", f.message);
+        }
+    }
     out.sort_by_key(|f| (f.line, f.col, f.rule));
+    out.extend(called);
     out
 }
