@@ -739,11 +739,19 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
         if !triggers.is_empty() && (runner.is_some() || privileged_trigger) {
             let taint = Taint::new(workflow, job);
             for step in &steps {
-                let StepBody::Run(run) = step.body else {
-                    continue;
+                // A shell script, or the JavaScript of actions/github-script.
+                let (script, key) = match step.body {
+                    StepBody::Run(run) => (run.run.clone(), "run"),
+                    StepBody::Uses(u) if is_action(&u.uses, "actions/github-script") => {
+                        match env_value(&u.with, "script") {
+                            Some(v) => (v.to_string(), "with"),
+                            None => continue,
+                        }
+                    }
+                    StepBody::Uses(_) => continue,
                 };
                 let mut seen = BTreeSet::new();
-                for e in expr::embedded(&run.run) {
+                for e in expr::embedded(&script) {
                     let Ok(parsed) = Expr::parse(e.body) else {
                         continue;
                     };
@@ -752,14 +760,19 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                             && seen.insert(e.raw)
                         {
                             let mut run_path = step.path.clone();
-                            run_path.push("run".into());
+                            run_path.push(key.into());
                             push(
                                 Rule::ScriptInjection,
                                 src.text_at(&run_path, e.raw),
                                 Some(&step.label),
                                 format!(
-                                    "`{}` is pasted into the script: {why}; pass it through `env:` and use \"$VAR\"",
-                                    e.raw
+                                    "`{}` is pasted into the script: {why}; pass it through `env:` and use {}",
+                                    e.raw,
+                                    if key == "run" {
+                                        "\"$VAR\""
+                                    } else {
+                                        "process.env.VAR"
+                                    }
                                 ),
                             );
                         }
