@@ -948,6 +948,12 @@ fn validate(
     let known: Vec<String> = batches.keys().cloned().collect();
     let mut layers = IndexMap::new();
     for (name, l) in raw.layers {
+        if !is_name(&name, true) {
+            return Err(check.at_key(
+                &["layers", &name],
+                format!("`{name}` is not a valid layer name: use letters, digits, `_`, `.` and `-`, starting with a letter or digit (it reaches workflow files)"),
+            ));
+        }
         let (list, all) = match l.batches {
             RawLayerBatches::Named(s) if s == "all" => (known.clone(), true),
             RawLayerBatches::Named(s) => {

@@ -45,7 +45,11 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
             stale += 1;
             print!(
                 "{}",
-                render::diff(&r.output, current.as_deref().unwrap_or(""), &r.text)
+                render::diff(
+                    r.output.strip_prefix(&m.dir).unwrap_or(&r.output),
+                    current.as_deref().unwrap_or(""),
+                    &r.text
+                )
             );
             report::info(format!(
                 "{} {}",

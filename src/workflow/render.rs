@@ -1,11 +1,17 @@
 //! `*.yml.j2` → `*.yml` with minijinja. Delimiters `<% %>`, `<< >>`, `<# #>` so GitHub's
 //! `${{ … }}` passes through untouched; undefined variables are errors; the output
-//! must parse as YAML; rendering is deterministic.
+//! must parse as YAML and pass `workflow lint`; rendering is deterministic.
+//!
+//! `<< x >>` inserts text, as in Jinja. Quoting is the template's choice, per context,
+//! through filters: `ghstr` (a GitHub expression string literal), `shell` (one POSIX
+//! shell word), `tojson` (JSON) and `yaml` (a YAML flow value). minijinja would
+//! otherwise JSON-escape every value in a `.yml.j2` file, which breaks label checks,
+//! job ids and shell lines alike.
 
 use std::path::{Path, PathBuf};
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value as TemplateValue};
 use serde_json::{Value, json};
 
 use crate::manifest::Manifest;
@@ -91,6 +97,31 @@ pub fn templates(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// A GitHub expression string literal: single quotes, a quote inside doubled.
+pub fn gh_string(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// One POSIX shell word: as is when it holds only characters no shell treats specially,
+/// else single-quoted (a quote inside becomes `'\''`).
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_@%+=:,./-".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn to_text(v: &TemplateValue) -> String {
+    match v.as_str() {
+        Some(s) => s.to_string(),
+        None => v.to_string(),
+    }
+}
+
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_syntax(
@@ -105,6 +136,19 @@ fn environment() -> Environment<'static> {
             .expect("valid delimiters"),
     );
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.add_filter("ghstr", |v: TemplateValue| gh_string(&to_text(&v)));
+    env.add_filter("shell", |v: TemplateValue| shell_word(&to_text(&v)));
+    // JSON is YAML (1.2) in flow style: strings double-quoted and escaped, lists and maps
+    // in brackets, so a value can never open a new key or block.
+    env.add_filter(
+        "yaml",
+        |v: TemplateValue| -> Result<String, minijinja::Error> {
+            serde_json::to_string(&v).map_err(|e| {
+                minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+            })
+        },
+    );
     env
 }
 
@@ -138,6 +182,21 @@ pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
         )
     })?;
     let output = template.with_file_name(name.trim_end_matches(".j2"));
+    // What we write must be a workflow our own lint accepts: a value can change what a
+    // condition means or what a script runs.
+    let out_name = name.trim_end_matches(".j2");
+    let errors: Vec<String> = super::lint::lint_source(out_name, &text, &|_| None)
+        .into_iter()
+        .filter(|f| f.severity == super::lint::Severity::Error)
+        .map(|f| f.to_string())
+        .collect();
+    if !errors.is_empty() {
+        return Err(format!(
+            "{}: the rendered output fails `workflow lint` (nothing written): {}",
+            template.display(),
+            errors.join("; ")
+        ));
+    }
     Ok(Rendered {
         template: template.to_path_buf(),
         output,
@@ -148,7 +207,15 @@ pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
 fn describe(template: &Path, e: &minijinja::Error) -> String {
     let line = e.line().map(|l| format!(":{l}")).unwrap_or_default();
     let detail = e.detail().map(|d| format!(": {d}")).unwrap_or_default();
-    format!("{}{line}: {}{detail}", template.display(), e.kind())
+    // Name what was undefined: minijinja gives only the span of the expression.
+    let what = match (e.kind(), e.range(), e.template_source(), e.detail()) {
+        (minijinja::ErrorKind::UndefinedError, Some(r), Some(src), None) => src
+            .get(r)
+            .map(|t| format!(": `{}` is not defined", t.trim()))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    format!("{}{line}: {}{what}{detail}", template.display(), e.kind())
 }
 
 /// A unified diff of `old` → `new`, labelled with the path.
@@ -160,4 +227,19 @@ pub fn diff(path: &Path, old: &str, new: &str) -> String {
             &format!("b/{}", path.display()),
         )
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_filters() {
+        assert_eq!(gh_string("run-ci"), "'run-ci'");
+        assert_eq!(gh_string("it's"), "'it''s'");
+        assert_eq!(shell_word("tests/a_b-1.py"), "tests/a_b-1.py");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("$(rm -rf /)"), "'$(rm -rf /)'");
+        assert_eq!(shell_word("a'b"), "'a'\\''b'");
+    }
 }

@@ -67,13 +67,81 @@ fn render_uses_the_manifest_and_passes_github_expressions_through() {
 }
 
 #[test]
+fn templates_insert_text_and_quote_through_filters() {
+    let p = Project::new(
+        "version: 1\nproject: ci\nimage: {locks: [cibox.yaml]}\nbatches:\n  b: {gpus: 0, timeout: 5m, run: [x]}\nlayers:\n  zeta: {batches: [b]}\n  alpha: {batches: [b]}\nworkflows: {dir: wf}\n",
+    );
+    p.write(
+        "wf/gpu.yml.j2",
+        r#"name: << project >> gpu
+on: pull_request
+jobs:
+<% for name, layer in layers | items %>
+  l-<< name >>:
+    if: github.event.pull_request.head.repo.full_name == github.repository && contains(github.event.pull_request.labels.*.name, << ("run-ci-" ~ name) | ghstr >>)
+    runs-on: [self-hosted, gpu]
+    timeout-minutes: 10
+    steps:
+      - run: pip install << "a b'c" | shell >> << "plain-1.0" | shell >>
+      - run: echo "$NOTE"
+        env:
+          NOTE: << "v: #x" | yaml >>
+<% endfor %>
+"#,
+    );
+    p.cibox(&["workflow", "render"]).ok();
+    let out = std::fs::read_to_string(p.path().join("wf/gpu.yml")).unwrap();
+    assert!(out.contains("name: ci gpu\n"), "{out}");
+    assert!(
+        out.contains("contains(github.event.pull_request.labels.*.name, 'run-ci-zeta')"),
+        "{out}"
+    );
+    assert!(out.contains(r#"pip install 'a b'\''c' plain-1.0"#), "{out}");
+    assert!(out.contains(r#"NOTE: "v: #x""#), "{out}");
+    // Manifest order, not alphabetical.
+    let (z, a) = (out.find("l-zeta:").unwrap(), out.find("l-alpha:").unwrap());
+    assert!(z < a, "{out}");
+
+    // An undefined name is named, with the template and line.
+    p.write(
+        "wf/gpu.yml.j2",
+        "name: x\non: push\njobs:\n  a:\n    runs-on: << layers.nope.runner >>\n",
+    );
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "gpu.yml.j2:5: undefined value: `layers.nope` is undefined",
+    );
+
+    // What renders must pass lint: nothing is written otherwise.
+    std::fs::remove_file(p.path().join("wf/gpu.yml")).unwrap();
+    p.write(
+        "wf/gpu.yml.j2",
+        "name: x\non: pull_request\njobs:\n  a:\n    runs-on: [self-hosted, << project >>]\n    timeout-minutes: 5\n    steps: [{run: make}]\n",
+    );
+    p.cibox(&["workflow", "render"])
+        .fails_with(2, "the rendered output fails `workflow lint` (nothing written): error: gpu.yml:6:14: job a: runs on a self-hosted runner");
+    assert!(!p.path().join("wf/gpu.yml").exists());
+}
+
+#[test]
+fn names_that_reach_workflows_are_checked() {
+    let p = Project::new(
+        "version: 1\nproject: ci\nimage: {locks: [cibox.yaml]}\nbatches:\n  b: {gpus: 0, timeout: 5m, run: [x]}\nlayers:\n  \"a'b\": {batches: [b]}\n",
+    );
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "cibox.yaml:7:3: layers.a'b: `a'b` is not a valid layer name",
+    );
+}
+
+#[test]
 fn check_shows_a_diff_and_writes_nothing() {
     let p = project();
     p.write("wf/a.yml.j2", "name: << project >>\non: [push]\njobs: {}\n");
     let r = p.cibox(&["workflow", "render", "--check"]);
     assert_eq!(r.code, 1);
     assert!(
-        r.stdout.contains("+++ b/") && r.stdout.contains("+name: \"ci\""),
+        r.stdout.contains("+++ b/wf/a.yml\n") && r.stdout.contains("+name: ci\n"),
         "{}",
         r.stdout
     );
@@ -93,7 +161,10 @@ fn check_shows_a_diff_and_writes_nothing() {
 fn render_refuses_bad_templates_naming_them() {
     let cases = [
         ("name: << project >\n", "syntax error"),
-        ("name: << no_such_thing >>\n", "undefined"),
+        (
+            "name: << no_such_thing >>\n",
+            "t.yml.j2:1: undefined value: `no_such_thing` is undefined",
+        ),
         (
             "name: [unclosed << project >>\n",
             "the rendered output is not YAML",
@@ -101,7 +172,7 @@ fn render_refuses_bad_templates_naming_them() {
     ];
     for (text, why) in cases {
         let p = project();
-        p.write("wf/good.yml.j2", "name: fine\n");
+        p.write("wf/good.yml.j2", "name: fine\non: push\njobs: {}\n");
         p.write("wf/t.yml.j2", text);
         let r = p.cibox(&["workflow", "render"]);
         r.fails_with(2, "t.yml.j2");
