@@ -33,9 +33,50 @@ pub fn append(var: &str, text: &str) {
     }
 }
 
-/// Writes `name=value` to `$GITHUB_OUTPUT` (values here are single-line).
+/// Writes `name=value` to `$GITHUB_OUTPUT` when it is set (values here are single-line):
+/// the run reporter's outputs, which nothing asked for explicitly.
 pub fn output(name: &str, value: &str) {
     append("GITHUB_OUTPUT", &format!("{name}={value}\n"));
+}
+
+/// The step-outputs file (`$GITHUB_OUTPUT`), opened before a command does its work: a
+/// missing or unwritable file is an error, never outputs silently left empty (a job
+/// gated on them would be skipped without a word).
+pub struct Outputs {
+    file: std::fs::File,
+    path: String,
+}
+
+impl Outputs {
+    pub fn open() -> Result<Outputs, String> {
+        let path = std::env::var("GITHUB_OUTPUT").unwrap_or_default();
+        if path.is_empty() {
+            return Err("--github-output: GITHUB_OUTPUT is not set; run inside a GitHub Actions step, or drop --github-output".into());
+        }
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(|e| format!("--github-output: cannot write GITHUB_OUTPUT ({path}): {e}"))?;
+        Ok(Outputs { file, path })
+    }
+
+    /// Appends `name=value` lines in one write; a value with a newline uses the
+    /// `name<<DELIMITER` form.
+    pub fn write(&mut self, pairs: &[(&str, &str)]) -> Result<(), String> {
+        let mut text = String::new();
+        for (name, value) in pairs {
+            if value.contains('\n') {
+                let delimiter = format!("CIBOX_EOF_{}", crate::util::random_hex(8));
+                text.push_str(&format!("{name}<<{delimiter}\n{value}\n{delimiter}\n"));
+            } else {
+                text.push_str(&format!("{name}={value}\n"));
+            }
+        }
+        self.file
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("writing GITHUB_OUTPUT ({}): {e}", self.path))
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,10 @@ pub fn run(
             )));
         }
     }
+    let mut outputs = match github_output {
+        true => Some(crate::github::Outputs::open().map_err(Error::Usage)?),
+        false => None,
+    };
     let chosen: Vec<String> = if layers.is_empty() {
         m.layers.keys().cloned().collect()
     } else {
@@ -77,23 +81,28 @@ pub fn run(
         };
         rows.push((name.clone(), ready, largest, reason));
     }
-    if github_output {
-        for (name, ready, _, _) in &rows {
-            let key: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            crate::github::output(
-                &format!("{key}_ready"),
-                if *ready { "true" } else { "false" },
-            );
-        }
+    if let Some(out) = &mut outputs {
+        let keys: Vec<(String, &str)> = rows
+            .iter()
+            .map(|(name, ready, _, _)| {
+                let key: String = name
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                (
+                    format!("{key}_ready"),
+                    if *ready { "true" } else { "false" },
+                )
+            })
+            .collect();
+        let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        out.write(&pairs).map_err(Error::Infra)?;
     }
     if ctx.json {
         let v: Vec<_> = rows

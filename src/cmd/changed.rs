@@ -24,6 +24,10 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     let Some(base) = &args.base else {
         return Err(Error::Usage("changed: --base REF is required".into()));
     };
+    let mut outputs = match args.github_output {
+        true => Some(crate::github::Outputs::open().map_err(Error::Usage)?),
+        false => None,
+    };
     let head = args.head.as_deref().unwrap_or("HEAD");
     let paths = changed::changed_paths(dir, base, head)?;
     let tests: Vec<&changed::Changed> = paths
@@ -53,9 +57,12 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     let has_tests = !include.is_empty();
     // Serialised, never pasted: names with quotes, `$(…)` or newlines stay data.
     let matrix = serde_json::to_string(&json!({ "include": include })).expect("serialises");
-    if args.github_output {
-        crate::github::output("matrix", &matrix);
-        crate::github::output("has_tests", if has_tests { "true" } else { "false" });
+    if let Some(out) = &mut outputs {
+        out.write(&[
+            ("matrix", &matrix),
+            ("has_tests", if has_tests { "true" } else { "false" }),
+        ])
+        .map_err(Error::Infra)?;
     }
     if ctx.json {
         report::json(&json!({"include": include, "has_tests": has_tests}));

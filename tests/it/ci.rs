@@ -279,6 +279,28 @@ fn git_project() -> (tempfile::TempDir, String) {
 }
 
 #[test]
+fn github_output_fails_closed() {
+    let (dir, base) = git_project();
+    let d = dir.path();
+    let mut unset = cibox(d);
+    unset
+        .args(["changed", "--base", &base, "--github-output"])
+        .env_remove("GITHUB_OUTPUT");
+    run(&mut unset).fails_with(2, "GITHUB_OUTPUT is not set");
+    // A folder cannot take outputs; neither can a file in a missing folder.
+    for bad in [d.to_path_buf(), d.join("no/such/file")] {
+        run(cibox(d)
+            .args(["changed", "--base", &base, "--github-output"])
+            .env("GITHUB_OUTPUT", &bad))
+        .fails_with(2, "cannot write GITHUB_OUTPUT");
+        run(cibox(d)
+            .args(["capacity", "--github-output"])
+            .env("GITHUB_OUTPUT", &bad))
+        .fails_with(2, "cannot write GITHUB_OUTPUT");
+    }
+}
+
+#[test]
 fn changed_maps_tests_to_gpus_and_keeps_names_as_data() {
     let (dir, base) = git_project();
     let d = dir.path();
