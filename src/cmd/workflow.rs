@@ -81,14 +81,16 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
 
 /// The workflow files to lint: the paths given, else the manifest's `workflows.dir`, else
 /// `.github/workflows` of the repository around the current folder.
-fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let yaml_files = |dir: &Path| -> Result<Vec<PathBuf>> {
+/// Each with whether it may be a symbolic link (named, not found in a folder).
+fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    let yaml_files = |dir: &Path| -> Result<Vec<(PathBuf, bool)>> {
         let entries = std::fs::read_dir(dir)
             .map_err(|e| Error::Usage(format!("workflows folder {}: {e}", dir.display())))?;
-        let mut files: Vec<PathBuf> = entries
+        let mut files: Vec<(PathBuf, bool)> = entries
             .flatten()
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
+            .map(|p| (p, false))
             .collect();
         files.sort();
         Ok(files)
@@ -98,7 +100,7 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         for p in paths {
             match std::fs::metadata(p) {
                 Ok(md) if md.is_dir() => files.extend(yaml_files(p)?),
-                Ok(_) => files.push(p.clone()),
+                Ok(_) => files.push((p.clone(), true)),
                 Err(e) => {
                     return Err(Error::Usage(format!(
                         "{}: {e}: give workflow files or folders",
@@ -135,8 +137,8 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 pub fn lint(ctx: &Context, paths: &[PathBuf]) -> Result<u8> {
     let files = lint_targets(ctx, paths)?;
     let mut findings: Vec<lint::Finding> = Vec::new();
-    for f in &files {
-        findings.extend(lint::lint_file(f));
+    for (f, follow) in &files {
+        findings.extend(lint::lint_file(f, *follow));
     }
     let count = |pred: &dyn Fn(&lint::Finding) -> bool| findings.iter().filter(|f| pred(f)).count();
     let unparsable = count(&|f| f.rule == lint::Rule::Unparsable);

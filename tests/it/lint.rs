@@ -172,3 +172,99 @@ fn lint_needs_no_manifest() {
     run(cibox(empty.path()).args(["workflow", "lint"])).fails_with(2, "no workflows folder at");
     run(cibox(empty.path()).args(["workflow", "lint", "missing.yml"])).fails_with(2, "missing.yml");
 }
+
+#[test]
+fn hostile_workflow_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let wf = d.join("wf");
+    std::fs::create_dir(&wf).unwrap();
+    // A chain of 25,000 `&&` would overflow the stack of a recursive parser.
+    let chain = vec!["a"; 25_000].join(" && ");
+    std::fs::write(
+        wf.join("a-long.yml"),
+        format!("on: pull_request\njobs:\n  gpu:\n    if: {chain}\n    runs-on: [self-hosted]\n    timeout-minutes: 5\n    steps:\n      - run: echo ${{{{ {chain} }}}}\n"),
+    )
+    .unwrap();
+    // A link in the folder is not followed, and no message quotes what it points to.
+    let secret = d.join("credentials");
+    std::fs::write(&secret, "aws_secret_access_key = AKIAEXAMPLESECRET123\n").unwrap();
+    std::os::unix::fs::symlink(&secret, wf.join("b-link.yml")).unwrap();
+    // A called workflow fanned out over many jobs, three levels deep, is linted once
+    // per level and reported once.
+    let calls = |callee: &str| {
+        let mut s = String::from("on: {pull_request: {}, workflow_call: {}}\njobs:\n");
+        for i in 0..150 {
+            s.push_str(&format!(
+                "  j{i}:\n    uses: ./.github/workflows/{callee}\n"
+            ));
+        }
+        s
+    };
+    std::fs::write(wf.join("c-top.yml"), calls("d-mid.yml")).unwrap();
+    std::fs::write(
+        wf.join("d-mid.yml"),
+        calls("e-low.yml").replace("pull_request: {}, ", ""),
+    )
+    .unwrap();
+    std::fs::write(
+        wf.join("e-low.yml"),
+        calls("f-gpu.yml").replace("pull_request: {}, ", ""),
+    )
+    .unwrap();
+    std::fs::write(
+        wf.join("f-gpu.yml"),
+        "on: workflow_call\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    timeout-minutes: 5\n    steps: [{run: make}]\n",
+    )
+    .unwrap();
+    let r = run(cibox(d).args(["--json", "workflow", "lint"]).arg(&wf));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!r.stdout.contains("AKIAEXAMPLESECRET123"), "{}", r.stdout);
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let findings = report["findings"].as_array().unwrap();
+    let of = |file: &str| -> Vec<&serde_json::Value> {
+        findings
+            .iter()
+            .filter(|f| f["file"].as_str().unwrap().ends_with(file))
+            .collect()
+    };
+    let long = of("a-long.yml");
+    assert_eq!(long.len(), 2, "{long:?}");
+    assert!(
+        long[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 4096 bytes")
+    );
+    assert!(
+        long[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too long to check")
+    );
+    let link = of("b-link.yml");
+    assert_eq!(link[0]["rule"], "unparsable");
+    assert!(
+        link[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a symbolic link: not followed")
+    );
+    let gpu = of("f-gpu.yml");
+    assert_eq!(gpu.len(), 1, "{gpu:?}");
+    assert_eq!(gpu[0]["rule"], "untrusted-self-hosted");
+    assert_eq!(gpu[0]["called_by_count"], 150 * 150 * 150);
+    assert_eq!(gpu[0]["called_by"].as_array().unwrap().len(), 3);
+
+    // Named on the command line, a link is followed; the message still quotes nothing.
+    let r = run(cibox(d)
+        .args(["workflow", "lint"])
+        .arg(wf.join("b-link.yml")));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("not a GitHub Actions workflow"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("AKIA"), "{}", r.stdout);
+}

@@ -48,15 +48,48 @@ pub fn embedded(text: &str) -> Vec<Embedded<'_>> {
     out
 }
 
+/// The longest expression body we parse. Real conditions are a few hundred bytes; the
+/// parser and our walks recurse once per operator, so a long chain of `&&` in a hostile
+/// file could otherwise overflow the stack.
+pub const MAX_EXPRESSION_BYTES: usize = 4096;
+
+/// Why an expression was not parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unparsed {
+    /// Longer than [`MAX_EXPRESSION_BYTES`].
+    TooLong,
+    /// Not an expression (GitHub refuses the workflow).
+    Invalid(String),
+}
+
+/// Parses an expression body (without `${{ }}`), refusing very long ones.
+pub fn parse(body: &str) -> Result<SpannedExpr<'_>, Unparsed> {
+    if body.len() > MAX_EXPRESSION_BYTES {
+        return Err(Unparsed::TooLong);
+    }
+    Expr::parse(body).map_err(|e| Unparsed::Invalid(one_line(&e.to_string())))
+}
+
+/// Text on one line, for messages: newlines and runs of spaces folded, at most 200
+/// characters.
+pub fn one_line(text: &str) -> String {
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if folded.chars().count() > 200 {
+        format!("{}…", folded.chars().take(200).collect::<String>())
+    } else {
+        folded
+    }
+}
+
 /// The body of an `if:` value: GitHub evaluates `if:` as an expression with or without
-/// the `${{ }}` around it. `None` when the value mixes text and expressions, which makes it
-/// a non-empty string: always true.
+/// the `${{ }}` around it. `None` when the value holds `${{ }}` and anything else, even a
+/// trailing newline (`if: |` block): then it is a non-empty string, always true.
 pub fn condition_body(text: &str) -> Option<&str> {
-    let t = text.trim();
-    let found = embedded(t);
-    match found.as_slice() {
-        [] => Some(t),
-        [only] if only.offset == 0 && only.raw.len() == t.len() => Some(only.body),
+    if !text.contains("${{") {
+        return Some(text.trim());
+    }
+    match embedded(text).as_slice() {
+        [only] if only.offset == 0 && only.raw.len() == text.len() => Some(only.body),
         _ => None,
     }
 }
@@ -95,12 +128,22 @@ pub fn all_paths(e: &SpannedExpr<'_>) -> Vec<String> {
 }
 
 /// The context paths whose value can become the expression's value (not those only
-/// compared or tested): what ends up in a script when the expression is inlined.
+/// compared or tested): what ends up in a script when the expression is inlined. A
+/// context on a call's result (`fromJSON(steps.x.outputs.y).z`) carries the contexts of
+/// the call.
 pub fn value_paths(e: &SpannedExpr<'_>) -> Vec<String> {
-    e.dataflow_contexts()
-        .into_iter()
-        .filter_map(|(c, _)| path(c))
-        .collect()
+    let mut out = Vec::new();
+    for (c, _) in e.dataflow_contexts() {
+        match path(c) {
+            Some(p) => out.push(p),
+            None => {
+                for part in &c.parts {
+                    out.extend(all_paths(part));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The context path of an expression that is a bare context.
@@ -130,6 +173,20 @@ mod tests {
         assert_eq!(condition_body(" a == b "), Some("a == b"));
         assert_eq!(condition_body("${{ a == b }}"), Some("a == b"));
         assert_eq!(condition_body("${{ a }} && b"), None);
+        // A block scalar keeps its newline: a string, always true.
+        assert_eq!(condition_body("${{ a == b }}\n"), None);
+        assert_eq!(condition_body("${{ a == b }} "), None);
+    }
+
+    #[test]
+    fn values_through_calls_and_limits() {
+        let e = parse("fromJSON(steps.x.outputs.y).z").unwrap();
+        assert_eq!(value_paths(&e), vec!["steps.x.outputs.y".to_string()]);
+        let e = parse("a == b && c.d").unwrap();
+        assert_eq!(value_paths(&e), vec!["c.d".to_string()]);
+        let long = vec!["a"; 3000].join(" && ");
+        assert_eq!(parse(&long).err(), Some(Unparsed::TooLong));
+        assert!(matches!(parse("a &&"), Err(Unparsed::Invalid(_))));
     }
 
     #[test]

@@ -12,8 +12,9 @@ use github_actions_models::workflow::event::Events;
 use super::expr;
 
 /// An event that someone without write access can cause: a fork's pull request, a
-/// comment, an issue, a run of another workflow made by a fork's code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// comment, an issue, a run of another workflow made by a fork's code, a star, a fork, a
+/// wiki edit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Trigger {
     PullRequest,
     PullRequestReview,
@@ -24,10 +25,13 @@ pub enum Trigger {
     WorkflowRun,
     Discussion,
     DiscussionComment,
+    Fork,
+    Watch,
+    Gollum,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 9] = [
+    pub const ALL: [Trigger; 12] = [
         Trigger::PullRequest,
         Trigger::PullRequestReview,
         Trigger::PullRequestReviewComment,
@@ -37,6 +41,9 @@ impl Trigger {
         Trigger::WorkflowRun,
         Trigger::Discussion,
         Trigger::DiscussionComment,
+        Trigger::Fork,
+        Trigger::Watch,
+        Trigger::Gollum,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +57,9 @@ impl Trigger {
             Trigger::WorkflowRun => "workflow_run",
             Trigger::Discussion => "discussion",
             Trigger::DiscussionComment => "discussion_comment",
+            Trigger::Fork => "fork",
+            Trigger::Watch => "watch",
+            Trigger::Gollum => "gollum",
         }
     }
 
@@ -62,15 +72,42 @@ impl Trigger {
         )
     }
 
-    /// Carries `github.event.pull_request` (so its head repository can be tested).
-    fn has_pull_request(self) -> bool {
-        matches!(
-            self,
-            Trigger::PullRequest
-                | Trigger::PullRequestReview
-                | Trigger::PullRequestReviewComment
-                | Trigger::PullRequestTarget
-        )
+    /// Whether the event's payload has `github.event.<root>` (`pull_request`, `comment`,
+    /// …). Where it has not, a comparison of one of its fields with a string is false.
+    fn has(self, root: &str) -> bool {
+        use Trigger::*;
+        match root {
+            "pull_request" => matches!(
+                self,
+                PullRequest | PullRequestReview | PullRequestReviewComment | PullRequestTarget
+            ),
+            "comment" => matches!(
+                self,
+                IssueComment | DiscussionComment | PullRequestReviewComment
+            ),
+            "review" => self == PullRequestReview,
+            "issue" => matches!(self, Issues | IssueComment),
+            "discussion" => matches!(self, Discussion | DiscussionComment),
+            "workflow_run" => self == WorkflowRun,
+            // Fields we do not know: assume present (fail closed).
+            _ => true,
+        }
+    }
+
+    /// The `author_association` that says who is behind this event's code or request:
+    /// the commenter who asked for a run, the pull request's author (not a reviewer:
+    /// a member's review of a fork's pull request does not vouch for its code).
+    fn vouching_field(self) -> Option<&'static str> {
+        use Trigger::*;
+        match self {
+            PullRequest | PullRequestReview | PullRequestReviewComment | PullRequestTarget => {
+                Some("github.event.pull_request.author_association")
+            }
+            IssueComment | DiscussionComment => Some("github.event.comment.author_association"),
+            Issues => Some("github.event.issue.author_association"),
+            Discussion => Some("github.event.discussion.author_association"),
+            WorkflowRun | Fork | Watch | Gollum => None,
+        }
     }
 
     /// The untrusted events a workflow's `on:` lists.
@@ -85,6 +122,9 @@ impl Trigger {
             Trigger::WorkflowRun => events.workflow_run.is_present(),
             Trigger::Discussion => events.discussion.is_present(),
             Trigger::DiscussionComment => events.discussion_comment.is_present(),
+            Trigger::Fork => events.fork.is_present(),
+            Trigger::Watch => events.watch.is_present(),
+            Trigger::Gollum => events.gollum.is_present(),
         };
         Trigger::ALL.into_iter().filter(|t| on(*t)).collect()
     }
@@ -105,34 +145,44 @@ pub struct JobCondition {
     /// is a constant.
     source: Option<String>,
     constant: Option<bool>,
-    /// The `if:` could not be read as one expression: it counts as always true.
-    pub unreadable: bool,
+    /// Why the `if:` counts as always true although it is there, for messages.
+    pub unreadable: Option<String>,
 }
 
 impl JobCondition {
     pub fn new(cond: Option<&github_actions_models::common::If>) -> JobCondition {
         use github_actions_models::common::If;
+        let constant = |b: bool, why: Option<String>| JobCondition {
+            source: None,
+            constant: Some(b),
+            unreadable: why,
+        };
         match cond {
             None => JobCondition {
                 source: None,
                 constant: None,
-                unreadable: false,
+                unreadable: None,
             },
-            Some(If::Bool(b)) => JobCondition {
-                source: None,
-                constant: Some(*b),
-                unreadable: false,
-            },
+            Some(If::Bool(b)) => constant(*b, None),
             Some(If::Expr(text)) => match expr::condition_body(text) {
-                Some(body) if Expr::parse(body).is_ok() => JobCondition {
-                    source: Some(body.to_string()),
-                    constant: None,
-                    unreadable: false,
-                },
-                _ => JobCondition {
-                    source: None,
-                    constant: Some(true),
-                    unreadable: true,
+                None => constant(
+                    true,
+                    Some("its `if:` holds text besides one `${{ }}` (a `|` block adds a newline), which makes it a string: always true".into()),
+                ),
+                Some(body) => match expr::parse(body) {
+                    Ok(_) => JobCondition {
+                        source: Some(body.to_string()),
+                        constant: None,
+                        unreadable: None,
+                    },
+                    Err(expr::Unparsed::TooLong) => constant(
+                        true,
+                        Some(format!("its `if:` is longer than {} bytes, not checked", expr::MAX_EXPRESSION_BYTES)),
+                    ),
+                    Err(expr::Unparsed::Invalid(e)) => constant(
+                        true,
+                        Some(format!("its `if:` is not a valid expression ({e})")),
+                    ),
                 },
             },
         }
@@ -146,45 +196,101 @@ impl JobCondition {
         let Some(src) = &self.source else {
             return Condition::Open;
         };
-        match Expr::parse(src) {
+        match expr::parse(src) {
             Ok(e) if only_if_trusted(&e, false, trigger) => Condition::Guards,
             _ => Condition::Open,
         }
     }
 
-    /// Whether the job runs even when a job it needs was skipped: a status function
-    /// other than `success()` replaces the implied `success() &&`.
+    /// Whether the job may run when a job it needs was skipped. Any status function
+    /// (`success()` too) replaces the implied `success() &&`; only a `success()` that
+    /// must hold keeps the needed jobs' guard (`success() || x` does not).
     pub fn overrides_needs(&self) -> bool {
         let Some(src) = &self.source else {
             return false;
         };
-        Expr::parse(src).is_ok_and(|e| uses_status_override(&e))
+        match expr::parse(src) {
+            Ok(e) => uses_status_function(&e) && !requires_success(&e),
+            Err(_) => true,
+        }
     }
 }
 
-fn uses_status_override(e: &SpannedExpr<'_>) -> bool {
+fn uses_status_function(e: &SpannedExpr<'_>) -> bool {
     match &e.inner {
         Expr::Call(Call { func, args }) => {
             matches!(
                 func,
-                Function::Always | Function::Failure | Function::Cancelled
-            ) || args.iter().any(uses_status_override)
+                Function::Always | Function::Failure | Function::Cancelled | Function::Success
+            ) || args.iter().any(uses_status_function)
         }
         Expr::BinExpr(BinExpr { lhs, rhs, .. }) => {
-            uses_status_override(lhs) || uses_status_override(rhs)
+            uses_status_function(lhs) || uses_status_function(rhs)
         }
-        Expr::UnExpr { expr, .. } => uses_status_override(expr),
-        Expr::Index(i) => uses_status_override(i),
-        Expr::Context(c) => c.parts.iter().any(uses_status_override),
+        Expr::UnExpr { expr, .. } => uses_status_function(expr),
+        Expr::Index(i) => uses_status_function(i),
+        Expr::Context(c) => c.parts.iter().any(uses_status_function),
         _ => false,
     }
 }
 
-const SAME_REPO: [&str; 2] = [
-    "github.event.pull_request.head.repo.full_name",
-    "github.event.workflow_run.head_repository.full_name",
+/// `success()` as a conjunct that has to hold.
+fn requires_success(e: &SpannedExpr<'_>) -> bool {
+    match &e.inner {
+        Expr::Call(Call {
+            func: Function::Success,
+            ..
+        }) => true,
+        Expr::BinExpr(BinExpr {
+            lhs,
+            op: BinOp::And,
+            rhs,
+        }) => requires_success(lhs) || requires_success(rhs),
+        Expr::BinExpr(BinExpr {
+            lhs,
+            op: BinOp::Or,
+            rhs,
+        }) => requires_success(lhs) && requires_success(rhs),
+        _ => false,
+    }
+}
+
+/// Pairs whose equality means the pull request's head repository is the base one. A
+/// fork cannot live under the same owner as its parent, so equal owners count too.
+/// (`head.repo.fork` does not: a deleted fork's `head.repo` is null, and `!null`, like
+/// `null == false`, is true.)
+const SAME_REPO: &[(&str, &[&str])] = &[
+    (
+        "github.event.pull_request.head.repo.full_name",
+        &[
+            "github.repository",
+            "github.event.repository.full_name",
+            "github.event.pull_request.base.repo.full_name",
+        ],
+    ),
+    (
+        "github.event.pull_request.head.repo.id",
+        &[
+            "github.repository_id",
+            "github.event.repository.id",
+            "github.event.pull_request.base.repo.id",
+        ],
+    ),
+    (
+        "github.event.pull_request.head.repo.owner.login",
+        &["github.repository_owner"],
+    ),
+    (
+        "github.event.workflow_run.head_repository.full_name",
+        &["github.repository", "github.event.repository.full_name"],
+    ),
 ];
 const TRUSTED_ROLES: [&str; 3] = ["OWNER", "MEMBER", "COLLABORATOR"];
+
+/// The `github.event.<root>` of a path, when it is one.
+fn event_root(path: &str) -> Option<&str> {
+    path.strip_prefix("github.event.")?.split('.').next()
+}
 
 /// Whether `e` (negated when `negated`) can only be true when `trigger`'s run is not
 /// driven by an outsider. Negation is pushed down (De Morgan), so a guard counts only as
@@ -211,30 +317,33 @@ fn only_if_trusted(e: &SpannedExpr<'_>, negated: bool, trigger: Trigger) -> bool
         Expr::Literal(Literal::Boolean(b)) => *b == negated,
         Expr::Literal(Literal::Null) => !negated,
         Expr::Context(_) => {
-            let Some(p) = expr::context_path(&e.inner) else {
-                return false;
-            };
-            if negated {
-                // `!github.event.pull_request.head.repo.fork`
-                trigger.has_pull_request() && p == "github.event.pull_request.head.repo.fork"
-                    || trigger == Trigger::WorkflowRun
-                        && p == "github.event.workflow_run.head_repository.fork"
-            } else {
-                // A merged pull request's code was accepted by a maintainer.
-                p == "github.event.pull_request.merged"
-            }
+            // A merged pull request's code was accepted by a maintainer (and the field
+            // is null, so false, for events without a pull request).
+            !negated
+                && expr::context_path(&e.inner).as_deref()
+                    == Some("github.event.pull_request.merged")
         }
         Expr::Call(Call {
             func: Function::Contains,
             args,
         }) if !negated && args.len() == 2 => {
             // `contains(fromJSON('["OWNER","MEMBER"]'), github.event.comment.author_association)`
-            let needle_is_role = expr::context_path(&args[1].inner)
-                .is_some_and(|p| expr::under(&p, "github.event.*.author_association"));
-            needle_is_role && literal_roles(&args[0]).is_some_and(|r| !r.is_empty())
+            let vouches =
+                expr::context_path(&args[1].inner).is_some_and(|p| vouches_for(&p, trigger));
+            vouches && literal_roles(&args[0]).is_some_and(|r| !r.is_empty())
         }
         _ => false,
     }
+}
+
+/// Whether a trusted `author_association` in this field keeps the trigger's untrusted
+/// runs out: it is the field that vouches for the trigger, or the trigger's payload has
+/// no such field (null never equals a role).
+fn vouches_for(path: &str, trigger: Trigger) -> bool {
+    if !expr::under(path, "github.event.*.author_association") || path.split('.').count() != 4 {
+        return false;
+    }
+    trigger.vouching_field() == Some(path) || event_root(path).is_some_and(|r| !trigger.has(r))
 }
 
 /// The roles a `fromJSON('[…]')` literal lists, if all are trusted ones.
@@ -267,27 +376,25 @@ fn string_literal<'a>(e: &'a SpannedExpr<'_>) -> Option<&'a str> {
 /// A comparison that must hold (`equal`: `==`, else `!=`).
 fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Trigger) -> bool {
     let (pa, pb) = (expr::context_path(&a.inner), expr::context_path(&b.inner));
-    let sides = [(pa.as_deref(), b), (pb.as_deref(), a)];
-    for (path, other) in sides {
+    let sides = [
+        (pa.as_deref(), b, pb.as_deref()),
+        (pb.as_deref(), a, pa.as_deref()),
+    ];
+    for (path, other, other_path) in sides {
         let Some(path) = path else { continue };
-        let other_path = expr::context_path(&other.inner);
         let other_lit = string_literal(other);
         let other_bool = match &other.inner {
             Expr::Literal(Literal::Boolean(v)) => Some(*v),
             _ => None,
         };
         // The head repository is the base repository. Where the event has no such field
-        // the left side is null and never equal, so this keeps every trigger out.
-        if equal && SAME_REPO.contains(&path) && other_path.as_deref() == Some("github.repository")
+        // the head side is null and never equal, so this keeps every trigger out.
+        if equal
+            && let Some(other_path) = other_path
+            && SAME_REPO
+                .iter()
+                .any(|(head, bases)| *head == path && bases.contains(&other_path))
         {
-            return true;
-        }
-        // `head.repo.fork == false` / `!= true`. Only for the events that have the field:
-        // elsewhere it is null, and null == false in GitHub's loose equality.
-        let fork = trigger.has_pull_request() && path == "github.event.pull_request.head.repo.fork"
-            || trigger == Trigger::WorkflowRun
-                && path == "github.event.workflow_run.head_repository.fork";
-        if fork && other_bool == Some(!equal) {
             return true;
         }
         if path == "github.event.pull_request.merged" && other_bool == Some(equal) {
@@ -311,8 +418,7 @@ fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Tr
             return true;
         }
         if equal
-            && expr::under(path, "github.event.*.author_association")
-            && path.split('.').count() == 4
+            && vouches_for(path, trigger)
             && other_lit.is_some_and(|l| TRUSTED_ROLES.iter().any(|r| r.eq_ignore_ascii_case(l)))
         {
             return true;
@@ -361,20 +467,46 @@ mod tests {
     #[test]
     fn other_guards_by_meaning() {
         let pr = Trigger::PullRequest;
-        assert!(guards("!github.event.pull_request.head.repo.fork", pr));
-        assert!(guards(
+        // A deleted fork's head repository is null: `!null` and `null == false` hold.
+        for fork in [
+            "!github.event.pull_request.head.repo.fork",
             "github.event.pull_request.head.repo.fork == false",
-            pr
-        ));
-        assert!(guards(
             "github.event.pull_request.head.repo.fork != true",
+        ] {
+            assert!(!guards(fork, pr), "{fork}");
+        }
+        for same in [
+            "github.event.pull_request.head.repo.full_name == github.event.repository.full_name",
+            "github.event.pull_request.head.repo.id == github.event.pull_request.base.repo.id",
+            "github.event.pull_request.head.repo.owner.login == github.repository_owner",
+        ] {
+            assert!(guards(same, pr), "{same}");
+        }
+        assert!(!guards(
+            "github.event.pull_request.base.repo.full_name == github.repository",
             pr
         ));
-        assert!(!guards("github.event.pull_request.head.repo.fork", pr));
-        assert!(!guards(
-            "github.event.pull_request.head.repo.fork == false",
+        // Who vouches: the commenter for a comment, the author for a pull request; a
+        // member's review, or a member's issue commented on by a stranger, does not.
+        let t = |c: &str, t: Trigger| guards(c, t);
+        assert!(!t(
+            "github.event.review.author_association == 'MEMBER'",
+            Trigger::PullRequestReview
+        ));
+        assert!(t(
+            "github.event.pull_request.author_association == 'MEMBER'",
+            Trigger::PullRequestReview
+        ));
+        assert!(!t(
+            "github.event.issue.author_association == 'MEMBER'",
             Trigger::IssueComment
         ));
+        assert!(t(
+            "github.event.issue.author_association == 'MEMBER'",
+            Trigger::Issues
+        ));
+        // A field the event lacks is null: never equal, so the job never runs for it.
+        assert!(t("github.event.comment.author_association == 'MEMBER'", pr));
         assert!(guards(
             "github.event.action == 'closed' && github.event.pull_request.merged == true",
             Trigger::PullRequestTarget
@@ -419,7 +551,16 @@ mod tests {
         let c = |s: &str| JobCondition::new(Some(&If::Expr(s.to_string())));
         assert!(c("always()").overrides_needs());
         assert!(c("${{ !cancelled() && x }}").overrides_needs());
+        assert!(c("success() || needs.guard.result == 'skipped'").overrides_needs());
         assert!(!c("success() && x").overrides_needs());
-        assert!(c("${{ a }} || b").unreadable);
+        assert!(!c("x == 'y'").overrides_needs());
+        assert!(c("${{ a }} || b").unreadable.is_some());
+        assert!(c("${{ a == b }}\n").unreadable.is_some());
+        assert!(
+            c("a &&")
+                .unreadable
+                .unwrap()
+                .contains("not a valid expression")
+        );
     }
 }

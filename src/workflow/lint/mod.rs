@@ -13,6 +13,8 @@ pub mod expr;
 pub mod guard;
 mod rules;
 
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use github_actions_models::workflow::Workflow;
@@ -54,6 +56,9 @@ pub enum Rule {
     UntrustedArtifact,
     /// A self-hosted job without `timeout-minutes`.
     NoTimeout,
+    /// A reusable workflow lint cannot read (another repository), called where
+    /// outsiders can reach it.
+    UncheckedCall,
 }
 
 impl Rule {
@@ -67,12 +72,13 @@ impl Rule {
             Rule::SecretsExposed => "secrets-exposed",
             Rule::UntrustedArtifact => "untrusted-artifact",
             Rule::NoTimeout => "no-timeout",
+            Rule::UncheckedCall => "unchecked-call",
         }
     }
 
     pub fn severity(self) -> Severity {
         match self {
-            Rule::NoTimeout => Severity::Warning,
+            Rule::NoTimeout | Rule::UncheckedCall => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -95,6 +101,46 @@ pub struct Finding {
     pub job: Option<String>,
     pub step: Option<StepLabel>,
     pub message: String,
+    /// For a finding in a called workflow: the calling jobs (`FILE job JOB`, a chain
+    /// joined by ` → `), at most [`MAX_CALLERS_SHOWN`] of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub called_by: Vec<String>,
+    /// How many calling jobs there are in all.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub called_by_count: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Callers listed per finding; the rest are counted.
+pub const MAX_CALLERS_SHOWN: usize = 3;
+
+/// Findings with the same place, rule and message, merged: their callers joined. A
+/// workflow called from many jobs gives one finding per problem, not one per call.
+fn merge(findings: Vec<Finding>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    let mut index: HashMap<(String, usize, usize, Rule, String), usize> = HashMap::new();
+    for f in findings {
+        let key = (f.file.clone(), f.line, f.col, f.rule, f.message.clone());
+        match index.get(&key) {
+            Some(&i) => {
+                let into = &mut out[i];
+                into.called_by_count += f.called_by_count;
+                for c in f.called_by {
+                    if into.called_by.len() < MAX_CALLERS_SHOWN && !into.called_by.contains(&c) {
+                        into.called_by.push(c);
+                    }
+                }
+            }
+            None => {
+                index.insert(key, out.len());
+                out.push(f);
+            }
+        }
+    }
+    out
 }
 
 impl Finding {
@@ -107,7 +153,9 @@ impl Finding {
             col: mark.col,
             job: None,
             step: None,
-            message: message.into(),
+            message: expr::one_line(&message.into()),
+            called_by: Vec::new(),
+            called_by_count: 0,
         }
     }
 }
@@ -126,7 +174,15 @@ impl std::fmt::Display for Finding {
             }
             write!(f, ": ")?;
         }
-        write!(f, "{} [{}]", self.message, self.rule.name())
+        write!(f, "{}", self.message)?;
+        if let Some(first) = self.called_by.first() {
+            write!(f, " (called by {first}")?;
+            if self.called_by_count > 1 {
+                write!(f, ", and {} more", self.called_by_count - 1)?;
+            }
+            write!(f, ")")?;
+        }
+        write!(f, " [{}]", self.rule.name())
     }
 }
 
@@ -179,17 +235,19 @@ pub type Resolver<'r> = &'r dyn Fn(&str) -> Option<(String, String)>;
 /// Who reaches a workflow: its own triggers, or those of the job that calls it.
 pub(crate) struct Scope<'r> {
     file: String,
-    /// `None`: the workflow's own `on:`; else the untrusted triggers the calling job
-    /// lets through.
+    /// `None`: the workflow's own `on:`; else the untrusted triggers of the caller.
     triggers: Option<Vec<guard::Trigger>>,
     /// Of those, the ones the calling job (or a job it needs) already keeps out.
     guarded: Vec<guard::Trigger>,
-    /// "called by FILE job JOB", for findings inside a called workflow.
-    via: Option<String>,
+    /// The inputs the caller fills with untrusted values (lower-case name → why).
+    tainted_inputs: BTreeMap<String, String>,
     /// The files of the calls that led here (a workflow calling itself is refused by
     /// GitHub; we just stop).
     chain: Vec<String>,
     resolve: Resolver<'r>,
+    /// Called workflows already linted, by file and by what reaches them: each is
+    /// linted once however many jobs call it.
+    cache: &'r RefCell<HashMap<String, Vec<Finding>>>,
 }
 
 /// GitHub nests reusable workflows at most four deep.
@@ -238,13 +296,15 @@ fn parse(file: &str, text: &str) -> Result<(Node, Workflow), Box<Finding>> {
 /// `unparsable` finding. Workflows it calls are read through `resolve`, and linted as
 /// reached by the calling job's triggers.
 pub fn lint_source(file: &str, text: &str, resolve: Resolver<'_>) -> Vec<Finding> {
+    let cache = RefCell::new(HashMap::new());
     let scope = Scope {
         file: file.to_string(),
         triggers: None,
         guarded: Vec::new(),
-        via: None,
+        tainted_inputs: BTreeMap::new(),
         chain: vec![file.to_string()],
         resolve,
+        cache: &cache,
     };
     lint_in(&scope, text)
 }
@@ -255,7 +315,7 @@ fn lint_in(scope: &Scope<'_>, text: &str) -> Vec<Finding> {
         Err(finding) => return vec![*finding],
     };
     let source = Source { root: &root, text };
-    rules::check(scope, &workflow, &source)
+    merge(rules::check(scope, &workflow, &source))
 }
 
 fn segments(path: &serde_path_to_error::Path) -> Vec<String> {
@@ -311,14 +371,52 @@ fn explain(
     if message.starts_with("data did not match any variant") {
         message = "not a value this key takes".to_string();
     }
-    (path, message)
+    // serde quotes the offending value; it may be anything (a linked file's secrets).
+    (path, elide_quoted(&message))
+}
+
+/// A message with its double-quoted values replaced by `"…"`.
+fn elide_quoted(message: &str) -> String {
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(start) = rest.find('"') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in after.char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => {
+                    end = Some(i);
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        match end {
+            Some(i) => {
+                out.push_str("\"…\"");
+                rest = &after[i + 1..];
+            }
+            None => {
+                out.push_str("\"…");
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Reads a workflow file someone else wrote: a plain file (no FIFO or device), at most
 /// [`MAX_FILE_BYTES`].
-fn read_workflow(path: &Path) -> Result<String, String> {
+fn read_workflow(path: &Path, follow: bool) -> Result<String, String> {
     use std::io::Read;
-    let (f, md) = crate::util::open_plain(path, true).map_err(|e| format!("cannot read: {e}"))?;
+    if !follow && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err("a symbolic link: not followed (it could point anywhere on this host; name the file itself to lint it)".into());
+    }
+    let (f, md) = crate::util::open_plain(path, follow).map_err(|e| format!("cannot read: {e}"))?;
     let too_big = || format!("larger than {} KiB: not read", MAX_FILE_BYTES >> 10);
     if md.len() > MAX_FILE_BYTES {
         return Err(too_big());
@@ -335,8 +433,10 @@ fn read_workflow(path: &Path) -> Result<String, String> {
 }
 
 /// Reads and lints one file; an unreadable file is an `unparsable` finding too. A local
-/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder.
-pub fn lint_file(path: &Path) -> Vec<Finding> {
+/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder,
+/// never through a symbolic link; `follow` says whether `path` itself may be one (a file
+/// named on the command line, not one found in a folder).
+pub fn lint_file(path: &Path, follow: bool) -> Vec<Finding> {
     let file = path.display().to_string();
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let resolve = move |uses: &str| -> Option<(String, String)> {
@@ -346,10 +446,10 @@ pub fn lint_file(path: &Path) -> Vec<Finding> {
             return None;
         }
         let callee = dir.join(name);
-        let text = read_workflow(&callee).ok()?;
+        let text = read_workflow(&callee, false).ok()?;
         Some((callee.display().to_string(), text))
     };
-    match read_workflow(path) {
+    match read_workflow(path, follow) {
         Ok(text) => lint_source(&file, &text, &resolve),
         Err(why) => vec![Finding::unparsable(&file, FILE_START, why)],
     }

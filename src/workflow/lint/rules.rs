@@ -1,11 +1,12 @@
 //! What a job may not do when someone outside the project can start it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::LazyLock;
 
-use github_actions_expressions::Expr;
 use github_actions_models::common::expr::LoE;
-use github_actions_models::common::{BasePermission, Env, EnvValue, Permission, Permissions, Uses};
+use github_actions_models::common::{
+    BasePermission, Env, EnvValue, If, Permission, Permissions, Uses,
+};
 use github_actions_models::workflow::job::{
     NormalJob, ParallelStep, RunStep, RunsOn, Secrets, Step, UsesStep,
 };
@@ -48,6 +49,8 @@ const ATTACKER_TEXT: &[&str] = &[
     "github.event.workflow_run.head_commit.author.name",
     "github.event.workflow_run.head_repository.description",
     "github.event.workflow_run.pull_requests.*.head.ref",
+    // The previous title or body of an `edited` event.
+    "github.event.changes",
 ];
 
 /// Contexts that name the pull request's head (its code).
@@ -56,6 +59,7 @@ const PR_HEAD: &[&str] = &[
     "github.event.pull_request.head",
     "github.event.pull_request.merge_commit_sha",
     "github.event.workflow_run.head_sha",
+    "github.event.workflow_run.head_commit",
     "github.event.workflow_run.head_branch",
     "github.event.workflow_run.head_repository",
     "github.event.workflow_run.pull_requests",
@@ -80,8 +84,9 @@ static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
     )
         .expect("valid regex")
 });
-static GIT_COMMAND: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\bgit\s+").expect("valid regex"));
+/// Commands that fetch code: a head context or variable on such a line is a checkout.
+static FETCH_COMMAND: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\b(git|gh|hub|curl|wget)\s+").expect("valid regex"));
 static SHELL_VAR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)").expect("valid regex"));
 
@@ -90,6 +95,23 @@ struct StepView<'a> {
     label: StepLabel,
     path: Vec<String>,
     body: StepBody<'a>,
+}
+
+impl StepView<'_> {
+    fn cond(&self) -> Option<&If> {
+        match self.body {
+            StepBody::Uses(s) => s.shared.r#if.as_ref(),
+            StepBody::Run(s) => s.shared.r#if.as_ref(),
+        }
+    }
+
+    /// Whether the step's own `if:` keeps all these triggers' untrusted runs out.
+    fn guarded_for(&self, triggers: &[Trigger]) -> bool {
+        let cond = JobCondition::new(self.cond());
+        triggers
+            .iter()
+            .all(|t| cond.for_trigger(*t) == Condition::Guards)
+    }
 }
 
 enum StepBody<'a> {
@@ -221,11 +243,24 @@ fn env_value<'a>(env: &'a LoE<Env>, name: &str) -> Option<&'a EnvValue> {
     }
 }
 
+/// An env value by name, as `env.NAME` finds it (context paths are lower-cased).
+fn env_value_ci<'a>(env: &'a LoE<Env>, name: &str) -> Option<&'a EnvValue> {
+    match env {
+        LoE::Expr(_) => None,
+        LoE::Literal(map) => map
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v),
+    }
+}
+
 /// The untrusted data a job's contexts can carry: which matrix keys are built from
 /// expressions, and which environment variables hold attacker text.
 struct Taint<'a> {
     workflow: &'a Workflow,
     job: &'a NormalJob,
+    /// Inputs a caller fills with untrusted values.
+    inputs: &'a BTreeMap<String, String>,
     /// `None`: every key is dynamic (the matrix is one expression).
     dynamic_matrix: Option<BTreeSet<String>>,
 }
@@ -240,7 +275,11 @@ fn json_has_expression(v: &serde_json::Value) -> bool {
 }
 
 impl<'a> Taint<'a> {
-    fn new(workflow: &'a Workflow, job: &'a NormalJob) -> Taint<'a> {
+    fn new(
+        workflow: &'a Workflow,
+        job: &'a NormalJob,
+        inputs: &'a BTreeMap<String, String>,
+    ) -> Taint<'a> {
         let dynamic_matrix = match job.strategy.as_ref().and_then(|s| s.matrix.as_ref()) {
             None => Some(BTreeSet::new()),
             Some(LoE::Expr(_)) => None,
@@ -284,16 +323,17 @@ impl<'a> Taint<'a> {
         Taint {
             workflow,
             job,
+            inputs,
             dynamic_matrix,
         }
     }
 
     /// What makes a context path untrusted, or `None`. `depth` bounds the `env.X` chain.
     fn why(&self, path: &str, step_env: &LoE<Env>, depth: u8) -> Option<String> {
-        if let Some(p) = ATTACKER_TEXT.iter().find(|p| expr::related(path, p)) {
-            return Some(format!("`{p}` is written by whoever opened the event"));
+        if let Some(why) = untrusted_value(path, self.inputs) {
+            return Some(why);
         }
-        if expr::under(path, "steps.*.outputs") || expr::under(path, "needs.*.outputs") {
+        if expr::under(path, "steps.*.outputs") {
             return Some(
                 "a step's output can carry anything its inputs held (file names, branch names)"
                     .into(),
@@ -327,7 +367,7 @@ impl<'a> Taint<'a> {
                 LoE::Expr(_) => None,
             })?;
             for e in expr::embedded(&value) {
-                let Ok(parsed) = Expr::parse(e.body) else {
+                let Ok(parsed) = expr::parse(e.body) else {
                     continue;
                 };
                 for inner in expr::value_paths(&parsed) {
@@ -341,60 +381,150 @@ impl<'a> Taint<'a> {
     }
 }
 
+/// Untrusted values any job can see: attacker text, job outputs, a caller's inputs
+/// filled from those.
+fn untrusted_value(path: &str, inputs: &BTreeMap<String, String>) -> Option<String> {
+    if let Some(p) = ATTACKER_TEXT.iter().find(|p| expr::related(path, p)) {
+        return Some(format!("`{p}` is written by whoever opened the event"));
+    }
+    if expr::under(path, "needs.*.outputs") {
+        return Some(
+            "a job's output can carry anything its steps saw (file names, branch names)".into(),
+        );
+    }
+    if let Some(name) = path.strip_prefix("inputs.") {
+        let name = name.split('.').next().unwrap_or(name);
+        if let Some(why) = inputs.get(name) {
+            return Some(format!("the caller fills `inputs.{name}` from {why}"));
+        }
+    }
+    None
+}
+
+/// The inputs of a reusable workflow that its caller fills with untrusted values.
+fn tainted_inputs(with: &LoE<Env>, inputs: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in env_text(with) {
+        for e in expr::embedded(&v) {
+            let Ok(parsed) = expr::parse(e.body) else {
+                continue;
+            };
+            if let Some(p) = expr::value_paths(&parsed)
+                .into_iter()
+                .find(|p| untrusted_value(p, inputs).is_some())
+            {
+                out.insert(k.to_lowercase(), format!("`{p}`"));
+            }
+        }
+    }
+    out
+}
+
 /// Whether text names the pull request's head: a `refs/pull/…` ref, or an expression
-/// reading the head's ref, sha or repository.
-fn names_pr_head(text: &str) -> Option<String> {
+/// reading the head's ref, sha or repository, directly or through `env.X`.
+fn names_pr_head(text: &str, envs: &[&LoE<Env>]) -> Option<String> {
     if text.contains("refs/pull/") {
         return Some("`refs/pull/…`".into());
     }
     for e in expr::embedded(text) {
-        let Ok(parsed) = Expr::parse(e.body) else {
+        let Ok(parsed) = expr::parse(e.body) else {
             continue;
         };
         for p in expr::all_paths(&parsed) {
             if PR_HEAD.iter().any(|h| expr::under(&p, h)) {
                 return Some(format!("`{p}`"));
             }
+            if let Some(name) = p.strip_prefix("env.")
+                && let Some(v) = envs.iter().find_map(|env| env_value_ci(env, name))
+                && let Some(what) = names_pr_head(&v.to_string(), &[])
+            {
+                return Some(format!("`{p}`, set from {what}"));
+            }
         }
     }
     None
 }
 
+/// A ref an earlier step or job computed: under `issue_comment` and the like, that is
+/// how the pull request's head is usually found (`gh pr view`), and lint cannot tell.
+fn computed_ref(text: &str) -> Option<String> {
+    for e in expr::embedded(text) {
+        let Ok(parsed) = expr::parse(e.body) else {
+            continue;
+        };
+        for p in expr::all_paths(&parsed) {
+            if expr::under(&p, "steps.*.outputs") || expr::under(&p, "needs.*.outputs") {
+                return Some(format!(
+                    "`{p}`, computed by an earlier step (lint cannot tell it is not the pull request's head)"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The script's lines with `\`-continued lines joined, as the shell reads them.
+fn logical_lines(script: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in script.lines() {
+        match line.trim_end().strip_suffix('\\') {
+            Some(head) => {
+                current.push_str(head);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(line);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
 /// How a step checks out or fetches the pull request's code, if it does.
 fn checks_out_pr_head(step: &StepView<'_>, job: &NormalJob, workflow: &Workflow) -> Option<String> {
+    let envs = [step.env(), &job.env, &workflow.env];
     match step.body {
         StepBody::Uses(s) if is_action(&s.uses, "actions/checkout") => {
             for input in ["ref", "repository"] {
-                if let Some(v) = env_value(&s.with, input)
-                    && let Some(what) = names_pr_head(&v.to_string())
-                {
-                    return Some(format!("actions/checkout with `{input}:` from {what}"));
+                if let Some(v) = env_value(&s.with, input) {
+                    let v = v.to_string();
+                    if let Some(what) = names_pr_head(&v, &envs) {
+                        return Some(format!("actions/checkout with `{input}:` from {what}"));
+                    }
+                    if input == "ref"
+                        && let Some(what) = computed_ref(&v)
+                    {
+                        return Some(format!("actions/checkout with `ref:` from {what}"));
+                    }
                 }
             }
             None
         }
         StepBody::Uses(_) => None,
         StepBody::Run(s) => {
-            for line in s.run.lines() {
-                if let Some(m) = PR_REF_IN_SCRIPT.find(line) {
-                    return Some(format!("`{}` in the script", m.as_str().trim()));
+            for line in logical_lines(&s.run) {
+                if let Some(m) = PR_REF_IN_SCRIPT.find(&line) {
+                    return Some(format!("`{}` in the script", expr::one_line(m.as_str())));
                 }
-                if !GIT_COMMAND.is_match(line) {
+                if !FETCH_COMMAND.is_match(&line) {
                     continue;
                 }
-                if let Some(what) = names_pr_head(line) {
-                    return Some(format!("a git command on {what}"));
+                if let Some(what) = names_pr_head(&line, &envs) {
+                    return Some(format!("a fetch or checkout on {what}"));
                 }
                 // `git checkout "$HEAD_SHA"` with `HEAD_SHA: ${{ …head.sha }}` in env.
-                for cap in SHELL_VAR.captures_iter(line) {
+                for cap in SHELL_VAR.captures_iter(&line) {
                     let name = &cap[1];
-                    let value = [step.env(), &job.env, &workflow.env]
-                        .into_iter()
-                        .find_map(|env| env_value(env, name));
+                    let value = envs.iter().find_map(|env| env_value(env, name));
                     if let Some(v) = value
-                        && let Some(what) = names_pr_head(&v.to_string())
+                        && let Some(what) = names_pr_head(&v.to_string(), &[])
                     {
-                        return Some(format!("a git command on `${name}`, set from {what}"));
+                        return Some(format!("a fetch or checkout on `${name}`, set from {what}"));
                     }
                 }
             }
@@ -413,6 +543,14 @@ fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
         }
         StepBody::Uses(s) if is_action(&s.uses, "dawidd6/action-download-artifact") => {
             Some("dawidd6/action-download-artifact")
+        }
+        StepBody::Uses(s) if is_action(&s.uses, "actions/github-script") => {
+            env_value(&s.with, "script")
+                .is_some_and(|v| {
+                    let v = v.to_string();
+                    v.contains("downloadArtifact") || v.contains("listWorkflowRunArtifacts")
+                })
+                .then_some("actions/github-script downloading artifacts")
         }
         StepBody::Run(s) if s.run.contains("gh run download") => Some("`gh run download`"),
         _ => None,
@@ -473,7 +611,7 @@ fn job_strings(job: &NormalJob) -> Vec<String> {
 fn reads_secrets(texts: &[String]) -> Option<String> {
     for t in texts {
         for e in expr::embedded(t) {
-            let Ok(parsed) = Expr::parse(e.body) else {
+            let Ok(parsed) = expr::parse(e.body) else {
                 continue;
             };
             for p in expr::all_paths(&parsed) {
@@ -551,7 +689,79 @@ fn suggested_guard(open: &[Trigger]) -> &'static str {
         Trigger::Discussion => {
             "`if: contains(fromJSON('[\"OWNER\", \"MEMBER\", \"COLLABORATOR\"]'), github.event.discussion.author_association)`"
         }
+        Trigger::Fork | Trigger::Watch | Trigger::Gollum => {
+            "a condition on `github.event_name` that leaves it out (anyone can star, fork or edit a public wiki), or move the job to a GitHub-hosted runner"
+        }
     }
+}
+
+/// Lints the workflow a job calls (`uses: ./.github/workflows/NAME`) as reached by the
+/// caller's triggers, once per file and reach (the cache), and returns its findings with
+/// the calling job prepended to their callers.
+fn lint_called(
+    scope: &Scope<'_>,
+    triggers: &[Trigger],
+    open_here: &[Trigger],
+    id: &str,
+    uses: &str,
+    with: &LoE<Env>,
+) -> Option<Vec<Finding>> {
+    if scope.chain.len() >= MAX_CALL_DEPTH {
+        return Some(Vec::new());
+    }
+    let (callee, text) = (scope.resolve)(uses)?;
+    if scope.chain.contains(&callee) {
+        return Some(Vec::new());
+    }
+    let guarded: Vec<Trigger> = triggers
+        .iter()
+        .copied()
+        .filter(|t| !open_here.contains(t))
+        .collect();
+    let tainted = tainted_inputs(with, &scope.tainted_inputs);
+    let key = format!("{callee}\n{triggers:?}\n{guarded:?}\n{tainted:?}");
+    let cached = scope.cache.borrow().get(&key).cloned();
+    let findings = match cached {
+        Some(f) => f,
+        None => {
+            let mut chain = scope.chain.clone();
+            chain.push(callee.clone());
+            let inner = Scope {
+                file: callee,
+                triggers: Some(triggers.to_vec()),
+                guarded,
+                tainted_inputs: tainted,
+                chain,
+                resolve: scope.resolve,
+                cache: scope.cache,
+            };
+            // The called file's own problems (unparsable) are reported when it is
+            // linted itself.
+            let f: Vec<Finding> = super::lint_in(&inner, &text)
+                .into_iter()
+                .filter(|f| f.rule != Rule::Unparsable)
+                .collect();
+            scope.cache.borrow_mut().insert(key, f.clone());
+            f
+        }
+    };
+    let caller = format!("{} job {id}", scope.file);
+    Some(
+        findings
+            .into_iter()
+            .map(|mut f| {
+                if f.called_by.is_empty() {
+                    f.called_by = vec![caller.clone()];
+                    f.called_by_count = 1;
+                } else {
+                    for c in &mut f.called_by {
+                        *c = format!("{caller} → {c}");
+                    }
+                }
+                f
+            })
+            .collect(),
+    )
 }
 
 pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
@@ -586,38 +796,34 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                     job: Some(id.clone()),
                     step: step.cloned(),
                     message,
+                    called_by: Vec::new(),
+                    called_by_count: 0,
                 })
             };
         let job = match job {
             Job::NormalJob(j) => j,
             Job::ReusableWorkflowCallJob(call) => {
-                if let Uses::Local(local) = &call.uses
-                    && !triggers.is_empty()
-                    && scope.chain.len() < MAX_CALL_DEPTH
-                    && let Some((callee, text)) = (scope.resolve)(local.raw())
-                    && !scope.chain.contains(&callee)
-                {
-                    let mut chain = scope.chain.clone();
-                    chain.push(callee.clone());
-                    let inner = Scope {
-                        file: callee,
-                        triggers: Some(triggers.clone()),
-                        guarded: triggers
-                            .iter()
-                            .copied()
-                            .filter(|t| !open_here.contains(t))
-                            .collect(),
-                        via: Some(format!("called by {file} job {id}")),
-                        chain,
-                        resolve: scope.resolve,
+                if !triggers.is_empty() {
+                    let linted = match &call.uses {
+                        Uses::Local(local) => {
+                            lint_called(scope, &triggers, open_here, id, local.raw(), &call.with)
+                        }
+                        _ => None,
                     };
-                    // The called file's own problems (unparsable) are reported when it
-                    // is linted itself.
-                    called.extend(
-                        super::lint_in(&inner, &text)
-                            .into_iter()
-                            .filter(|f| f.rule != Rule::Unparsable),
-                    );
+                    match linted {
+                        Some(findings) => called.extend(findings),
+                        None if !open_here.is_empty() => push(
+                            Rule::UncheckedCall,
+                            src.at(&["jobs", id, "uses"]),
+                            None,
+                            format!(
+                                "{} can start this call of `{}`, which lint cannot read here: lint that workflow where it lives, or guard this job",
+                                names(open_here),
+                                call.uses.raw()
+                            ),
+                        ),
+                        None => {}
+                    }
                 }
                 if open_here.contains(&Trigger::PullRequestTarget) {
                     let leaks = match &call.secrets {
@@ -642,11 +848,11 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
             }
         };
         let cond = JobCondition::new(job.r#if.as_ref());
-        let unreadable = if cond.unreadable {
-            " (its `if:` mixes text and `${{ }}`, which makes it always true)"
-        } else {
-            ""
-        };
+        let unreadable = cond
+            .unreadable
+            .as_ref()
+            .map(|why| format!(" ({why})"))
+            .unwrap_or_default();
         let runner = self_hosted(job);
         let steps = steps_of(id, job);
 
@@ -668,6 +874,9 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
         let mut checks_out_head = false;
         if !open_privileged.is_empty() {
             for step in &steps {
+                if step.guarded_for(&open_privileged) {
+                    continue;
+                }
                 if let Some(how) = checks_out_pr_head(step, job, workflow) {
                     checks_out_head = true;
                     push(
@@ -721,6 +930,9 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
 
         if runner.is_some() && open_here.contains(&Trigger::WorkflowRun) {
             for step in &steps {
+                if step.guarded_for(&[Trigger::WorkflowRun]) {
+                    continue;
+                }
                 if let Some(how) = downloads_run_artifact(step) {
                     push(
                         Rule::UntrustedArtifact,
@@ -737,7 +949,7 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
         // Injection: reported on self-hosted runners, and anywhere under a privileged
         // trigger, whatever the guard (a guard limits who, not what a value holds).
         if !triggers.is_empty() && (runner.is_some() || privileged_trigger) {
-            let taint = Taint::new(workflow, job);
+            let taint = Taint::new(workflow, job, &scope.tainted_inputs);
             for step in &steps {
                 // A shell script, or the JavaScript of actions/github-script.
                 let (script, key) = match step.body {
@@ -750,32 +962,38 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                     }
                     StepBody::Uses(_) => continue,
                 };
+                let use_instead = if key == "run" {
+                    "\"$VAR\""
+                } else {
+                    "process.env.VAR"
+                };
                 let mut seen = BTreeSet::new();
                 for e in expr::embedded(&script) {
-                    let Ok(parsed) = Expr::parse(e.body) else {
-                        continue;
+                    let why = match expr::parse(e.body) {
+                        Ok(parsed) => expr::value_paths(&parsed)
+                            .iter()
+                            .find_map(|p| taint.why(p, step.env(), 4)),
+                        // Fail closed: what we cannot read, we cannot call safe.
+                        Err(expr::Unparsed::TooLong) => Some(format!(
+                            "it is longer than {} bytes, too long to check",
+                            expr::MAX_EXPRESSION_BYTES
+                        )),
+                        Err(expr::Unparsed::Invalid(_)) => None,
                     };
-                    for p in expr::value_paths(&parsed) {
-                        if let Some(why) = taint.why(&p, step.env(), 2)
-                            && seen.insert(e.raw)
-                        {
-                            let mut run_path = step.path.clone();
-                            run_path.push(key.into());
-                            push(
-                                Rule::ScriptInjection,
-                                src.text_at(&run_path, e.raw),
-                                Some(&step.label),
-                                format!(
-                                    "`{}` is pasted into the script: {why}; pass it through `env:` and use {}",
-                                    e.raw,
-                                    if key == "run" {
-                                        "\"$VAR\""
-                                    } else {
-                                        "process.env.VAR"
-                                    }
-                                ),
-                            );
-                        }
+                    if let Some(why) = why
+                        && seen.insert(e.raw)
+                    {
+                        let mut run_path = step.path.clone();
+                        run_path.push(key.into());
+                        let shown: String = expr::one_line(e.raw);
+                        push(
+                            Rule::ScriptInjection,
+                            src.text_at(&run_path, e.raw.lines().next().unwrap_or(e.raw)),
+                            Some(&step.label),
+                            format!(
+                                "`{shown}` is pasted into the script: {why}; pass it through `env:` and use {use_instead}"
+                            ),
+                        );
                     }
                 }
             }
@@ -788,11 +1006,6 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                 None,
                 "self-hosted job without `timeout-minutes`: a hung job holds the runner (and its GPUs) for 6 hours".into(),
             );
-        }
-    }
-    if let Some(via) = &scope.via {
-        for f in &mut out {
-            f.message = format!("{} ({via})", f.message);
         }
     }
     out.sort_by_key(|f| (f.line, f.col, f.rule));
