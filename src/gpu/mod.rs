@@ -103,7 +103,7 @@ pub fn join_queue(
         (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
     queue::Ticket::enqueue(dir, &description, head_start, deadline).map_err(|w| match w {
         LockWait::TimedOut => LeaseError::Capacity(format!(
-            "could not join the queue in {} within the wait: its queue.seq stays locked by another process",
+            "could not join the queue in {} within the wait",
             dir.path().display()
         )),
         LockWait::Interrupted(sig) => LeaseError::Interrupted(sig),

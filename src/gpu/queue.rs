@@ -3,8 +3,9 @@
 //! so an 8-GPU request is not starved by a stream of small ones.
 //!
 //! Each waiter holds a ticket: a file `queue/<at_ms>-<seq>-<pid>` that it keeps locked
-//! while it waits. Tickets get their sequence number and appear in the folder
-//! atomically, under the lock of `queue.seq`. Only the waiter with the lowest live place
+//! while it waits. Tickets appear in the folder atomically (a rename) and are numbered
+//! without a shared lock: a waiter stopped (Ctrl-Z) while joining would otherwise hold
+//! that lock and freeze everyone's arrival. Only the waiter with the lowest live place
 //! (the head) may take GPUs. A waiter that dies releases its ticket's lock with its last
 //! file descriptor; the next waiter sees that and removes the file, so the dead leave
 //! the queue by themselves.
@@ -14,11 +15,12 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::lockdir::{LockDir, LockWait, lock_until, open_read, open_shared_file};
+use crate::lockdir::{LockDir, LockWait, lock_until, open_read};
 
 /// Where a waiter stands: lower first. `at_ms` is its arrival on the host's boot clock
 /// (one clock for every process, unaffected by wall-clock steps) minus its head start;
-/// `seq`, handed out under a lock, orders arrivals in the same millisecond.
+/// `seq` orders arrivals in the same millisecond: the nanoseconds of the arrival within
+/// it, then the waiter's pid (unique among live processes), so no two places are equal.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -37,9 +39,43 @@ impl Place {
     }
 }
 
-fn boot_clock_ms() -> std::io::Result<u64> {
+fn boot_clock_ns() -> std::io::Result<u64> {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)?;
-    Ok(t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+    Ok(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
+/// Pids fit in 22 bits (Linux's `pid_max` is at most 2^22).
+const PID_BITS: u32 = 22;
+
+/// A ticket being made (`.new-*`) that is unlocked this long after it was made was left
+/// by a waiter killed before its rename: its maker locks it right after creating it.
+const STALE_NEW_TICKET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Removes `.new-*` tickets left by waiters killed while joining (not locked, old).
+fn remove_stale_new_tickets(queue: &Path) {
+    let Ok(entries) = std::fs::read_dir(queue) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !name.to_str().is_some_and(|n| n.starts_with(".new-")) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(file) = open_read(&path) else {
+            continue;
+        };
+        let old = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_NEW_TICKET);
+        if old && file.try_lock().is_ok() {
+            // Another user's file in the sticky folder cannot be removed: left as is.
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// How often a waiter marks its ticket as alive.
@@ -91,31 +127,12 @@ impl Ticket {
         deadline: std::time::Instant,
     ) -> Result<Ticket, LockWait> {
         let queue = dir.path().join("queue");
-        let mut counter = open_shared_file(&dir.path().join("queue.seq"))?;
-        lock_until(&counter, deadline)?;
-        let mut text = String::new();
-        (&mut counter).take(64).read_to_string(&mut text)?;
-        // Never hand out a number below a live ticket, even if the counter was reset.
-        // A `.new-*` file seen under this lock was left by a waiter killed before its
-        // rename (each exists only while its maker holds the lock): remove it.
-        let mut highest_live = None;
-        for e in std::fs::read_dir(&queue)?.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with(".new-") {
-                let _ = std::fs::remove_file(e.path());
-            } else if let Some(p) = Place::parse(name) {
-                highest_live = highest_live.max(Some(p.seq));
-            }
-        }
-        let seq = text
-            .trim()
-            .parse::<u64>()
-            .unwrap_or(0)
-            .max(highest_live.map_or(0, |s| s + 1));
-        let at_ms = boot_clock_ms()?.saturating_sub(head_start.as_millis() as u64);
-        let place = Place { at_ms, seq };
+        remove_stale_new_tickets(&queue);
         let pid = std::process::id();
+        let now = boot_clock_ns()?;
+        let at_ms = (now / 1_000_000).saturating_sub(head_start.as_millis() as u64);
+        let seq = ((now % 1_000_000) << PID_BITS) | u64::from(pid & ((1 << PID_BITS) - 1));
+        let place = Place { at_ms, seq };
         let name = format!("{at_ms:020}-{seq:020}-{pid}");
         // Locked before it becomes visible, so nobody can take a fresh ticket for dead.
         // Made new under a name nobody can guess: a file planted under a predictable
@@ -142,10 +159,6 @@ impl Ticket {
         lock_until(&file, deadline)?;
         file.write_all(description.as_bytes())?;
         std::fs::rename(&tmp, queue.join(&name))?;
-        counter.set_len(0)?;
-        counter.rewind()?;
-        write!(counter, "{}", seq + 1)?;
-        drop(counter);
         Ok(Ticket {
             queue,
             name,
@@ -314,11 +327,21 @@ mod tests {
     fn places_order_by_head_started_arrival_then_seq() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LockDir::open(tmp.path(), false).unwrap();
-        // A waiter killed between creating and renaming its ticket left this.
+        // A waiter killed between creating and renaming its ticket left this a minute
+        // ago; one being made now (fresh) is left alone.
         let stale = tmp.path().join("queue/.new-99999-7");
         std::fs::write(&stale, "").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
+            .unwrap();
+        let fresh = tmp.path().join("queue/.new-99998-7");
+        std::fs::write(&fresh, "").unwrap();
         let mut small = Ticket::enqueue(&dir, "{}", Duration::ZERO, far()).unwrap();
         assert!(!stale.exists(), "a stale .new- file survived");
+        assert!(fresh.exists(), "a .new- file being made was removed");
         let mut big = Ticket::enqueue(&dir, "{}", Duration::from_millis(700), far()).unwrap();
         let mut later = Ticket::enqueue(&dir, "{}", Duration::ZERO, far()).unwrap();
         assert!(big.place() < small.place() && small.place() < later.place());
