@@ -28,12 +28,10 @@ fn expected(text: &str) -> BTreeSet<String> {
 fn the_corpus_gives_exactly_the_expected_findings() {
     let dir = corpus();
     let r = run(cibox(&dir).args(["--json", "workflow", "lint", "."]));
-    assert_eq!(
-        r.code, 1,
-        "errors found, every file readable:\n{}{}",
-        r.stdout, r.stderr
-    );
+    // Errors found, and one file (reusable-broken.yml) deliberately not YAML: exit 2.
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     let report: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON report");
+    assert_eq!(report["unparsable"], 1, "{}", r.stdout);
     let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in report["findings"].as_array().unwrap() {
         let file = Path::new(f["file"].as_str().unwrap())
@@ -267,4 +265,46 @@ fn hostile_workflow_files() {
         r.stdout
     );
     assert!(!r.stdout.contains("AKIA"), "{}", r.stdout);
+}
+
+#[test]
+fn calls_deeper_than_github_allows_are_named_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // w00 (pull_request) calls w01, … calls w11: GitHub stops at ten workflows.
+    for i in 0..12 {
+        let on = if i == 0 {
+            "pull_request"
+        } else {
+            "workflow_call"
+        };
+        let text = if i < 11 {
+            format!(
+                "on: {on}\njobs:\n  next:\n    uses: ./.github/workflows/w{:02}.yml\n",
+                i + 1
+            )
+        } else {
+            format!(
+                "on: {on}\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    timeout-minutes: 5\n    steps: [{{run: make}}]\n"
+            )
+        };
+        std::fs::write(d.join(format!("w{i:02}.yml")), text).unwrap();
+    }
+    let r = run(cibox(d).args(["--json", "workflow", "lint", "w00.yml"]));
+    assert_eq!(r.code, 0, "warnings only:\n{}{}", r.stdout, r.stderr);
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["rule"], "unchecked-call");
+    assert!(
+        findings[0]["file"].as_str().unwrap().ends_with("w09.yml"),
+        "{findings:?}"
+    );
+    assert!(
+        findings[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 10 calls deep"),
+        "{findings:?}"
+    );
 }

@@ -13,7 +13,7 @@ use super::expr;
 
 /// An event that someone without write access can cause: a fork's pull request, a
 /// comment, an issue, a run of another workflow made by a fork's code, a star, a fork, a
-/// wiki edit.
+/// wiki edit, a status or check reported on a fork's commit by a CI app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Trigger {
     PullRequest,
@@ -28,10 +28,13 @@ pub enum Trigger {
     Fork,
     Watch,
     Gollum,
+    Status,
+    CheckRun,
+    CheckSuite,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 12] = [
+    pub const ALL: [Trigger; 15] = [
         Trigger::PullRequest,
         Trigger::PullRequestReview,
         Trigger::PullRequestReviewComment,
@@ -44,6 +47,9 @@ impl Trigger {
         Trigger::Fork,
         Trigger::Watch,
         Trigger::Gollum,
+        Trigger::Status,
+        Trigger::CheckRun,
+        Trigger::CheckSuite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +66,9 @@ impl Trigger {
             Trigger::Fork => "fork",
             Trigger::Watch => "watch",
             Trigger::Gollum => "gollum",
+            Trigger::Status => "status",
+            Trigger::CheckRun => "check_run",
+            Trigger::CheckSuite => "check_suite",
         }
     }
 
@@ -89,6 +98,9 @@ impl Trigger {
             "issue" => matches!(self, Issues | IssueComment),
             "discussion" => matches!(self, Discussion | DiscussionComment),
             "workflow_run" => self == WorkflowRun,
+            "check_run" => self == CheckRun,
+            "check_suite" => self == CheckSuite,
+            "repository" => true,
             // Fields we do not know: assume present (fail closed).
             _ => true,
         }
@@ -106,7 +118,7 @@ impl Trigger {
             IssueComment | DiscussionComment => Some("github.event.comment.author_association"),
             Issues => Some("github.event.issue.author_association"),
             Discussion => Some("github.event.discussion.author_association"),
-            WorkflowRun | Fork | Watch | Gollum => None,
+            WorkflowRun | Fork | Watch | Gollum | Status | CheckRun | CheckSuite => None,
         }
     }
 
@@ -125,6 +137,9 @@ impl Trigger {
             Trigger::Fork => events.fork.is_present(),
             Trigger::Watch => events.watch.is_present(),
             Trigger::Gollum => events.gollum.is_present(),
+            Trigger::Status => events.status.is_present(),
+            Trigger::CheckRun => events.check_run.is_present(),
+            Trigger::CheckSuite => events.check_suite.is_present(),
         };
         Trigger::ALL.into_iter().filter(|t| on(*t)).collect()
     }
@@ -389,11 +404,15 @@ fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Tr
         };
         // The head repository is the base repository. Where the event has no such field
         // the head side is null and never equal, so this keeps every trigger out.
+        // The head repository is the base repository. Where the event has no head
+        // field, the head side is null: against a value that is always there
+        // (`github.repository`) it is never equal, which keeps the trigger out; against a
+        // base field of the same missing object it is null == null, true.
         if equal
             && let Some(other_path) = other_path
-            && SAME_REPO
-                .iter()
-                .any(|(head, bases)| *head == path && bases.contains(&other_path))
+            && let Some((_, bases)) = SAME_REPO.iter().find(|(head, _)| *head == path)
+            && bases.contains(&other_path)
+            && event_root(other_path).is_none_or(|r| trigger.has(r))
         {
             return true;
         }
@@ -485,6 +504,14 @@ mod tests {
         assert!(!guards(
             "github.event.pull_request.base.repo.full_name == github.repository",
             pr
+        ));
+        // For a comment both sides are null, and null == null.
+        let both = "github.event.pull_request.head.repo.full_name == github.event.pull_request.base.repo.full_name";
+        assert!(guards(both, pr));
+        assert!(!guards(both, Trigger::IssueComment));
+        assert!(guards(
+            "github.event.pull_request.head.repo.full_name == github.repository",
+            Trigger::IssueComment
         ));
         // Who vouches: the commenter for a comment, the author for a pull request; a
         // member's review, or a member's issue commented on by a stranger, does not.

@@ -241,6 +241,10 @@ pub(crate) struct Scope<'r> {
     guarded: Vec<guard::Trigger>,
     /// The inputs the caller fills with untrusted values (lower-case name → why).
     tainted_inputs: BTreeMap<String, String>,
+    /// The inputs the caller fills with the pull request's head (a ref, a sha).
+    head_inputs: BTreeMap<String, String>,
+    /// Whether the workflow has secrets: its own, or ones its caller passes.
+    secrets_passed: bool,
     /// The files of the calls that led here (a workflow calling itself is refused by
     /// GitHub; we just stop).
     chain: Vec<String>,
@@ -250,8 +254,8 @@ pub(crate) struct Scope<'r> {
     cache: &'r RefCell<HashMap<String, Vec<Finding>>>,
 }
 
-/// GitHub nests reusable workflows at most four deep.
-const MAX_CALL_DEPTH: usize = 4;
+/// GitHub nests reusable workflows at most ten deep (the caller and nine below).
+const MAX_CALL_DEPTH: usize = 10;
 
 /// Parses a workflow, or says why it is not one.
 fn parse(file: &str, text: &str) -> Result<(Node, Workflow), Box<Finding>> {
@@ -302,6 +306,8 @@ pub fn lint_source(file: &str, text: &str, resolve: Resolver<'_>) -> Vec<Finding
         triggers: None,
         guarded: Vec::new(),
         tainted_inputs: BTreeMap::new(),
+        head_inputs: BTreeMap::new(),
+        secrets_passed: true,
         chain: vec![file.to_string()],
         resolve,
         cache: &cache,

@@ -8,7 +8,7 @@ use github_actions_models::common::{
     BasePermission, Env, EnvValue, If, Permission, Permissions, Uses,
 };
 use github_actions_models::workflow::job::{
-    NormalJob, ParallelStep, RunStep, RunsOn, Secrets, Step, UsesStep,
+    Container, NormalJob, ParallelStep, RunStep, RunsOn, Secrets, Step, UsesStep,
 };
 use github_actions_models::workflow::{Job, Workflow};
 use regex::Regex;
@@ -51,6 +51,18 @@ const ATTACKER_TEXT: &[&str] = &[
     "github.event.workflow_run.pull_requests.*.head.ref",
     // The previous title or body of an `edited` event.
     "github.event.changes",
+    // A review comment's file and diff, a wiki page's title and summary, a fork's text.
+    "github.event.comment.path",
+    "github.event.comment.diff_hunk",
+    "github.event.pages.*.title",
+    "github.event.pages.*.summary",
+    "github.event.forkee.description",
+    "github.event.forkee.homepage",
+    // A status's description and the commit behind it.
+    "github.event.description",
+    "github.event.commit.commit.message",
+    "github.event.check_suite.head_branch",
+    "github.event.check_run.output",
 ];
 
 /// Contexts that name the pull request's head (its code).
@@ -60,6 +72,14 @@ const PR_HEAD: &[&str] = &[
     "github.event.pull_request.merge_commit_sha",
     "github.event.workflow_run.head_sha",
     "github.event.workflow_run.head_commit",
+    // `synchronize`'s new head.
+    "github.event.after",
+    // A status or check reported on a fork's commit.
+    "github.event.sha",
+    "github.event.check_suite.head_sha",
+    "github.event.check_suite.head_branch",
+    "github.event.check_run.head_sha",
+    "github.event.check_run.check_suite.head_sha",
     "github.event.workflow_run.head_branch",
     "github.event.workflow_run.head_repository",
     "github.event.workflow_run.pull_requests",
@@ -80,7 +100,7 @@ static HOSTED_LABEL: LazyLock<Regex> = LazyLock::new(|| {
 /// `refs/pull/12/merge`.
 static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"\bgh\s+pr\s+(checkout|co)\b|(^|[\s:/'\x22])(refs/)?pull/(\$\{\{[^}]*\}\}|[^\s/]+)/(head|merge)\b",
+        r"\b(gh|hub)\s+pr\s+(checkout|co)\b|\bhub\s+checkout\b|(^|[\s:/'\x22])(refs/)?pull/(\$\{\{[^}]*\}\}|[^\s/]+)/(head|merge)\b",
     )
         .expect("valid regex")
 });
@@ -195,8 +215,61 @@ fn is_action(uses: &Uses, slug: &str) -> bool {
     matches!(uses, Uses::Repository(r) if r.slug().eq_ignore_ascii_case(slug))
 }
 
+/// The values a literal matrix gives `key` (its dimension and its `include` entries), or
+/// `None` when any comes from an expression.
+fn matrix_values(job: &NormalJob, key: &str) -> Option<Vec<serde_json::Value>> {
+    let Some(LoE::Literal(m)) = job.strategy.as_ref().and_then(|s| s.matrix.as_ref()) else {
+        return None;
+    };
+    let mut out = Vec::new();
+    match &m.dimensions {
+        LoE::Expr(_) => return None,
+        LoE::Literal(dims) => {
+            for (k, v) in dims {
+                if k.eq_ignore_ascii_case(key) {
+                    match v {
+                        LoE::Expr(_) => return None,
+                        LoE::Literal(vals) => {
+                            for v in vals {
+                                out.push(serde_json::to_value(v).ok()?);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    match &m.include {
+        LoE::Expr(_) => return None,
+        LoE::Literal(entries) => {
+            for e in entries {
+                for (k, v) in e {
+                    if k.eq_ignore_ascii_case(key) {
+                        out.push(serde_json::to_value(v).ok()?);
+                    }
+                }
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 fn self_hosted(job: &NormalJob) -> Option<String> {
     match &job.runs_on {
+        // `runs-on: ${{ matrix.os }}` over a literal list of GitHub's runners.
+        LoE::Expr(e)
+            if expr::parse(e.as_bare())
+                .ok()
+                .and_then(|x| expr::context_path(&x.inner))
+                .and_then(|p| p.strip_prefix("matrix.").map(str::to_string))
+                .and_then(|key| matrix_values(job, &key))
+                .is_some_and(|vals| {
+                    vals.iter()
+                        .all(|v| v.as_str().is_some_and(|l| HOSTED_LABEL.is_match(l.trim())))
+                }) =>
+        {
+            None
+        }
         LoE::Expr(e) => Some(format!("`{}`, an expression", e.as_curly())),
         LoE::Literal(RunsOn::Group { group, labels }) => Some(match group {
             Some(g) => format!("runner group `{g}`"),
@@ -420,9 +493,22 @@ fn tainted_inputs(with: &LoE<Env>, inputs: &BTreeMap<String, String>) -> BTreeMa
     out
 }
 
+/// The inputs of a reusable workflow that its caller fills with the pull request's head.
+fn head_inputs(with: &LoE<Env>, inputs: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    env_text(with)
+        .into_iter()
+        .filter_map(|(k, v)| names_pr_head(&v, &[], inputs).map(|what| (k.to_lowercase(), what)))
+        .collect()
+}
+
 /// Whether text names the pull request's head: a `refs/pull/…` ref, or an expression
-/// reading the head's ref, sha or repository, directly or through `env.X`.
-fn names_pr_head(text: &str, envs: &[&LoE<Env>]) -> Option<String> {
+/// reading the head's ref, sha or repository, directly, through `env.X`, or through an
+/// input the caller fills with one.
+fn names_pr_head(
+    text: &str,
+    envs: &[&LoE<Env>],
+    inputs: &BTreeMap<String, String>,
+) -> Option<String> {
     if text.contains("refs/pull/") {
         return Some("`refs/pull/…`".into());
     }
@@ -436,9 +522,14 @@ fn names_pr_head(text: &str, envs: &[&LoE<Env>]) -> Option<String> {
             }
             if let Some(name) = p.strip_prefix("env.")
                 && let Some(v) = envs.iter().find_map(|env| env_value_ci(env, name))
-                && let Some(what) = names_pr_head(&v.to_string(), &[])
+                && let Some(what) = names_pr_head(&v.to_string(), &[], inputs)
             {
                 return Some(format!("`{p}`, set from {what}"));
+            }
+            if let Some(name) = p.strip_prefix("inputs.")
+                && let Some(what) = inputs.get(name.split('.').next().unwrap_or(name))
+            {
+                return Some(format!("`{p}`, which the caller sets from {what}"));
             }
         }
     }
@@ -486,14 +577,19 @@ fn logical_lines(script: &str) -> Vec<String> {
 }
 
 /// How a step checks out or fetches the pull request's code, if it does.
-fn checks_out_pr_head(step: &StepView<'_>, job: &NormalJob, workflow: &Workflow) -> Option<String> {
+fn checks_out_pr_head(
+    step: &StepView<'_>,
+    job: &NormalJob,
+    workflow: &Workflow,
+    inputs: &BTreeMap<String, String>,
+) -> Option<String> {
     let envs = [step.env(), &job.env, &workflow.env];
     match step.body {
         StepBody::Uses(s) if is_action(&s.uses, "actions/checkout") => {
             for input in ["ref", "repository"] {
                 if let Some(v) = env_value(&s.with, input) {
                     let v = v.to_string();
-                    if let Some(what) = names_pr_head(&v, &envs) {
+                    if let Some(what) = names_pr_head(&v, &envs, inputs) {
                         return Some(format!("actions/checkout with `{input}:` from {what}"));
                     }
                     if input == "ref"
@@ -514,15 +610,18 @@ fn checks_out_pr_head(step: &StepView<'_>, job: &NormalJob, workflow: &Workflow)
                 if !FETCH_COMMAND.is_match(&line) {
                     continue;
                 }
-                if let Some(what) = names_pr_head(&line, &envs) {
+                if let Some(what) = names_pr_head(&line, &envs, inputs) {
                     return Some(format!("a fetch or checkout on {what}"));
+                }
+                if line.contains("GITHUB_EVENT_PATH") {
+                    return Some("a fetch or checkout on a value read from the event payload (`$GITHUB_EVENT_PATH`)".into());
                 }
                 // `git checkout "$HEAD_SHA"` with `HEAD_SHA: ${{ …head.sha }}` in env.
                 for cap in SHELL_VAR.captures_iter(&line) {
                     let name = &cap[1];
                     let value = envs.iter().find_map(|env| env_value(env, name));
                     if let Some(v) = value
-                        && let Some(what) = names_pr_head(&v.to_string(), &[])
+                        && let Some(what) = names_pr_head(&v.to_string(), &[], inputs)
                     {
                         return Some(format!("a fetch or checkout on `${name}`, set from {what}"));
                     }
@@ -573,8 +672,24 @@ fn writes(perms: &Permissions) -> Option<String> {
 }
 
 /// Every string in a job that GitHub evaluates, for secret lookups.
-fn job_strings(job: &NormalJob) -> Vec<String> {
-    let mut out: Vec<String> = env_text(&job.env).into_iter().map(|(_, v)| v).collect();
+fn job_strings(job: &NormalJob, workflow: &Workflow) -> Vec<String> {
+    let mut out: Vec<String> = env_text(&job.env)
+        .into_iter()
+        .chain(env_text(&workflow.env))
+        .map(|(_, v)| v)
+        .collect();
+    // A job container's and its services' credentials and variables.
+    for c in job.container.iter().chain(job.services.values()) {
+        if let Container::Container {
+            credentials, env, ..
+        } = c
+        {
+            out.extend(env_text(env).into_iter().map(|(_, v)| v));
+            if let Some(creds) = credentials {
+                out.extend(creds.username.iter().chain(&creds.password).cloned());
+            }
+        }
+    }
     for s in &job.steps {
         let mut add = |s: &Step| match s {
             Step::Uses(u) => {
@@ -627,36 +742,61 @@ fn reads_secrets(texts: &[String]) -> Option<String> {
 /// The untrusted triggers each job can still be started by, after its own `if:` and the
 /// jobs it needs (a skipped needed job skips it, unless a status function overrides).
 fn open_triggers(workflow: &Workflow, triggers: &[Trigger]) -> HashMap<String, Vec<Trigger>> {
-    fn guarded(id: &str, t: Trigger, workflow: &Workflow, seen: &mut Vec<String>) -> bool {
-        let Some(job) = workflow.jobs.get(id) else {
+    // Each `if:` read once; guardedness remembered per (job, trigger): a long `needs`
+    // chain would otherwise be walked again for every job (hours for a hostile file).
+    let conditions: HashMap<&str, (JobCondition, &Vec<String>)> = workflow
+        .jobs
+        .iter()
+        .map(|(id, job)| {
+            let (cond, needs) = match job {
+                Job::NormalJob(j) => (&j.r#if, &j.needs),
+                Job::ReusableWorkflowCallJob(j) => (&j.r#if, &j.needs),
+            };
+            (id.as_str(), (JobCondition::new(cond.as_ref()), needs))
+        })
+        .collect();
+    fn guarded<'a>(
+        id: &'a str,
+        t: Trigger,
+        conditions: &HashMap<&'a str, (JobCondition, &'a Vec<String>)>,
+        memo: &mut HashMap<&'a str, bool>,
+        depth: usize,
+    ) -> bool {
+        if let Some(known) = memo.get(id) {
+            return *known;
+        }
+        let Some((cond, needs)) = conditions.get(id) else {
             return false;
         };
-        if seen.iter().any(|s| s == id) {
+        // A cycle (GitHub refuses those) or a chain deeper than any real one: not guarded.
+        memo.insert(id, false);
+        if depth > 256 {
             return false;
         }
-        seen.push(id.to_string());
-        let (cond, needs) = match job {
-            Job::NormalJob(j) => (&j.r#if, &j.needs),
-            Job::ReusableWorkflowCallJob(j) => (&j.r#if, &j.needs),
-        };
-        let cond = JobCondition::new(cond.as_ref());
-        if cond.for_trigger(t) == Condition::Guards {
-            return true;
-        }
-        !cond.overrides_needs() && needs.iter().any(|n| guarded(n, t, workflow, seen))
+        let result = cond.for_trigger(t) == Condition::Guards
+            || (!cond.overrides_needs()
+                && needs.iter().any(|n| {
+                    conditions
+                        .get_key_value(n.as_str())
+                        .is_some_and(|(k, _)| guarded(k, t, conditions, memo, depth + 1))
+                }));
+        memo.insert(id, result);
+        result
     }
-    workflow
+    let mut open: HashMap<String, Vec<Trigger>> = workflow
         .jobs
         .keys()
-        .map(|id| {
-            let open = triggers
-                .iter()
-                .copied()
-                .filter(|t| !guarded(id, *t, workflow, &mut Vec::new()))
-                .collect();
-            (id.clone(), open)
-        })
-        .collect()
+        .map(|id| (id.clone(), Vec::new()))
+        .collect();
+    for t in triggers {
+        let mut memo = HashMap::new();
+        for id in workflow.jobs.keys() {
+            if !guarded(id.as_str(), *t, &conditions, &mut memo, 0) {
+                open.get_mut(id).expect("every job has an entry").push(*t);
+            }
+        }
+    }
+    open
 }
 
 fn names(triggers: &[Trigger]) -> String {
@@ -689,15 +829,21 @@ fn suggested_guard(open: &[Trigger]) -> &'static str {
         Trigger::Discussion => {
             "`if: contains(fromJSON('[\"OWNER\", \"MEMBER\", \"COLLABORATOR\"]'), github.event.discussion.author_association)`"
         }
-        Trigger::Fork | Trigger::Watch | Trigger::Gollum => {
-            "a condition on `github.event_name` that leaves it out (anyone can star, fork or edit a public wiki), or move the job to a GitHub-hosted runner"
+        Trigger::Fork
+        | Trigger::Watch
+        | Trigger::Gollum
+        | Trigger::Status
+        | Trigger::CheckRun
+        | Trigger::CheckSuite => {
+            "a condition on `github.event_name` that leaves it out (anyone can star or fork, edit a public wiki, or get a CI app to report on a fork's commit), or move the job to a GitHub-hosted runner"
         }
     }
 }
 
 /// Lints the workflow a job calls (`uses: ./.github/workflows/NAME`) as reached by the
 /// caller's triggers, once per file and reach (the cache), and returns its findings with
-/// the calling job prepended to their callers.
+/// the calling job prepended to their callers; or why it could not be linted.
+#[allow(clippy::too_many_arguments)]
 fn lint_called(
     scope: &Scope<'_>,
     triggers: &[Trigger],
@@ -705,13 +851,18 @@ fn lint_called(
     id: &str,
     uses: &str,
     with: &LoE<Env>,
-) -> Option<Vec<Finding>> {
+    secrets_passed: bool,
+) -> Result<Vec<Finding>, String> {
     if scope.chain.len() >= MAX_CALL_DEPTH {
-        return Some(Vec::new());
+        return Err(format!(
+            "it is more than {MAX_CALL_DEPTH} calls deep, further than GitHub goes"
+        ));
     }
-    let (callee, text) = (scope.resolve)(uses)?;
+    let (callee, text) = (scope.resolve)(uses)
+        .ok_or_else(|| "it is not a readable file in this folder".to_string())?;
     if scope.chain.contains(&callee) {
-        return Some(Vec::new());
+        // A workflow calling itself: GitHub refuses to run it.
+        return Ok(Vec::new());
     }
     let guarded: Vec<Trigger> = triggers
         .iter()
@@ -719,7 +870,9 @@ fn lint_called(
         .filter(|t| !open_here.contains(t))
         .collect();
     let tainted = tainted_inputs(with, &scope.tainted_inputs);
-    let key = format!("{callee}\n{triggers:?}\n{guarded:?}\n{tainted:?}");
+    let head = head_inputs(with, &scope.head_inputs);
+    let key =
+        format!("{callee}\n{triggers:?}\n{guarded:?}\n{tainted:?}\n{head:?}\n{secrets_passed}");
     let cached = scope.cache.borrow().get(&key).cloned();
     let findings = match cached {
         Some(f) => f,
@@ -731,37 +884,38 @@ fn lint_called(
                 triggers: Some(triggers.to_vec()),
                 guarded,
                 tainted_inputs: tainted,
+                head_inputs: head,
+                secrets_passed,
                 chain,
                 resolve: scope.resolve,
                 cache: scope.cache,
             };
-            // The called file's own problems (unparsable) are reported when it is
-            // linted itself.
-            let f: Vec<Finding> = super::lint_in(&inner, &text)
-                .into_iter()
-                .filter(|f| f.rule != Rule::Unparsable)
-                .collect();
+            let f = super::lint_in(&inner, &text);
             scope.cache.borrow_mut().insert(key, f.clone());
             f
         }
     };
+    if let Some(bad) = findings.iter().find(|f| f.rule == Rule::Unparsable) {
+        return Err(format!(
+            "it is not a readable workflow ({}:{}: {})",
+            bad.file, bad.line, bad.message
+        ));
+    }
     let caller = format!("{} job {id}", scope.file);
-    Some(
-        findings
-            .into_iter()
-            .map(|mut f| {
-                if f.called_by.is_empty() {
-                    f.called_by = vec![caller.clone()];
-                    f.called_by_count = 1;
-                } else {
-                    for c in &mut f.called_by {
-                        *c = format!("{caller} → {c}");
-                    }
+    Ok(findings
+        .into_iter()
+        .map(|mut f| {
+            if f.called_by.is_empty() {
+                f.called_by = vec![caller.clone()];
+                f.called_by_count = 1;
+            } else {
+                for c in &mut f.called_by {
+                    *c = format!("{caller} → {c}");
                 }
-                f
-            })
-            .collect(),
-    )
+            }
+            f
+        })
+        .collect())
 }
 
 pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
@@ -805,24 +959,30 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
             Job::ReusableWorkflowCallJob(call) => {
                 if !triggers.is_empty() {
                     let linted = match &call.uses {
-                        Uses::Local(local) => {
-                            lint_called(scope, &triggers, open_here, id, local.raw(), &call.with)
-                        }
-                        _ => None,
+                        Uses::Local(local) => lint_called(
+                            scope,
+                            &triggers,
+                            open_here,
+                            id,
+                            local.raw(),
+                            &call.with,
+                            call.secrets.is_some(),
+                        ),
+                        _ => Err("it is in another repository".to_string()),
                     };
                     match linted {
-                        Some(findings) => called.extend(findings),
-                        None if !open_here.is_empty() => push(
+                        Ok(findings) => called.extend(findings),
+                        Err(why) if !open_here.is_empty() => push(
                             Rule::UncheckedCall,
                             src.at(&["jobs", id, "uses"]),
                             None,
                             format!(
-                                "{} can start this call of `{}`, which lint cannot read here: lint that workflow where it lives, or guard this job",
+                                "{} can start this call of `{}`, which lint cannot check ({why}): lint that workflow where it lives, or guard this job",
                                 names(open_here),
                                 call.uses.raw()
                             ),
                         ),
-                        None => {}
+                        Err(_) => {}
                     }
                 }
                 if open_here.contains(&Trigger::PullRequestTarget) {
@@ -877,7 +1037,7 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                 if step.guarded_for(&open_privileged) {
                     continue;
                 }
-                if let Some(how) = checks_out_pr_head(step, job, workflow) {
+                if let Some(how) = checks_out_pr_head(step, job, workflow, &scope.head_inputs) {
                     checks_out_head = true;
                     push(
                         Rule::PrHeadCheckout,
@@ -916,7 +1076,8 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
         }
 
         if open_here.contains(&Trigger::PullRequestTarget)
-            && let Some(secret) = reads_secrets(&job_strings(job))
+            && scope.secrets_passed
+            && let Some(secret) = reads_secrets(&job_strings(job, workflow))
         {
             push(
                 Rule::SecretsExposed,
