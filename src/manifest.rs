@@ -110,7 +110,114 @@ pub struct ContainerConfig {
     pub env: BTreeMap<String, String>,
     pub pass_env: Vec<String>,
     pub gpu_driver: GpuDriver,
+    /// Host folders (or files) mounted read-only: models, datasets, caches.
+    pub mounts: Vec<HostMount>,
+    pub ipc: Ipc,
+    /// By name (`memlock`, `nofile`, …); -1 is unlimited.
+    pub ulimits: BTreeMap<String, Ulimit>,
+    /// Capabilities given back after dropping all, from [`CAP_ADD_ALLOWED`].
+    pub cap_add: Vec<String>,
+    pub user: ContainerUser,
 }
+
+impl ContainerConfig {
+    /// What this container allows beyond cibox's locked-down default, for the record.
+    pub fn loosenings(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        if !self.mounts.is_empty() {
+            out.insert("mounts".into(), serde_json::json!(self.mounts));
+        }
+        if self.ipc == Ipc::Host {
+            out.insert("ipc".into(), "host".into());
+        }
+        if !self.ulimits.is_empty() {
+            out.insert("ulimits".into(), serde_json::json!(self.ulimits));
+        }
+        if !self.cap_add.is_empty() {
+            out.insert("cap_add".into(), serde_json::json!(self.cap_add));
+        }
+        if self.user != ContainerUser::Invoker {
+            out.insert("user".into(), self.user.to_string().into());
+        }
+        if self.network != Network::None {
+            out.insert("network".into(), serde_json::json!(self.network));
+        }
+        serde_json::Value::Object(out)
+    }
+}
+
+/// A host path mounted read-only at `target`; `mark` is where the manifest names it,
+/// for errors found when a run checks the host.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostMount {
+    pub source: PathBuf,
+    pub target: String,
+    #[serde(skip)]
+    pub mark: Mark,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ipc {
+    /// The container's own IPC namespace (its `/dev/shm` sized by `shm`).
+    Private,
+    /// The host's: NCCL's shared-memory transport between processes, as `--ipc=host`.
+    Host,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Ulimit {
+    pub soft: i64,
+    pub hard: i64,
+}
+
+/// Who a batch runs as inside its container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerUser {
+    /// The invoking uid:gid (65534:65534 when cibox runs as root).
+    Invoker,
+    /// uid 0 in the container, still without capabilities and with no-new-privileges.
+    Root,
+    Ids(u32, u32),
+}
+
+impl fmt::Display for ContainerUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContainerUser::Invoker => f.write_str("invoker"),
+            ContainerUser::Root => f.write_str("root"),
+            ContainerUser::Ids(u, g) => write!(f, "{u}:{g}"),
+        }
+    }
+}
+
+impl serde::Serialize for ContainerUser {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The capabilities `container.cap_add` may give back: what NCCL and profilers need.
+pub const CAP_ADD_ALLOWED: [&str; 3] = ["IPC_LOCK", "SYS_NICE", "SYS_PTRACE"];
+
+/// `ulimit` names the engine knows.
+const ULIMIT_NAMES: [&str; 15] = [
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+];
 
 /// Which GPUs CI may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,6 +432,10 @@ pub struct Batch {
     pub allow_empty: bool,
     /// The test files this batch runs (globs), for `cibox changed --unregistered`.
     pub tests: Vec<String>,
+    /// The top-level `container` with this batch's own keys laid over it.
+    pub container: ContainerConfig,
+    /// Free data for templates (a mapping of plain values).
+    pub meta: serde_json::Value,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -335,6 +446,8 @@ pub struct Layer {
     /// Whether the layer ran with `batches: all`.
     pub all: bool,
     pub fast: bool,
+    /// Free data for templates (a mapping of plain values).
+    pub meta: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -428,7 +541,7 @@ struct RawManifest {
     workflows: WorkflowsConfig,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawContainer {
     cpus: Option<f64>,
@@ -443,6 +556,14 @@ struct RawContainer {
     #[serde(default)]
     pass_env: Vec<String>,
     gpu_driver: Option<GpuDriver>,
+    #[serde(default)]
+    mounts: Vec<serde_json::Value>,
+    ipc: Option<Ipc>,
+    #[serde(default)]
+    ulimits: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    cap_add: Vec<String>,
+    user: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -463,7 +584,9 @@ struct RawGpu {
 struct RawBatch {
     description: Option<String>,
     gpus: i64,
-    timeout: Span,
+    /// Required; an `Option` so that its absence is named (serde would complain about
+    /// the missing value's unit).
+    timeout: Option<Span>,
     #[serde(default)]
     preflight: Vec<String>,
     run: Vec<String>,
@@ -475,6 +598,9 @@ struct RawBatch {
     allow_empty: bool,
     #[serde(default)]
     tests: Vec<String>,
+    /// The top-level `container` with this batch's keys laid over it (see `prepare`).
+    container: Option<RawContainer>,
+    meta: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -491,6 +617,7 @@ struct RawLayer {
     batches: RawLayerBatches,
     #[serde(default)]
     fast: bool,
+    meta: Option<serde_json::Value>,
 }
 
 // ---------------------------------------------------------------------------------
@@ -516,12 +643,18 @@ const MAPPINGS: &[&[&str]] = &[
     &["source"],
     &["container"],
     &["container", "env"],
+    &["container", "ulimits"],
     &["gpu"],
     &["gpu", "idle"],
     &["batches"],
     &["batches", "*"],
     &["batches", "*", "env"],
     &["batches", "*", "fast_env"],
+    &["batches", "*", "container"],
+    &["batches", "*", "container", "env"],
+    &["batches", "*", "container", "ulimits"],
+    &["batches", "*", "meta"],
+    &["layers", "*", "meta"],
     &["layers"],
     &["layers", "*"],
     &["changed"],
@@ -560,6 +693,116 @@ fn require_maps(node: &Node, check: &Checker<'_>, at: &[String]) -> Result<(), M
         require_maps(v, check, &path)?;
     }
     Ok(())
+}
+
+/// `b` laid over `a`: mappings merge key by key (recursively), anything else in `b`
+/// replaces `a`. Entries from `a` keep their positions, so an error in a default points
+/// at the default.
+fn overlay(a: &Node, b: Node) -> Node {
+    match (&a.value, b.value) {
+        (yaml::NodeValue::Map(base), yaml::NodeValue::Map(over)) => {
+            let mut entries: Vec<(Node, Node)> = Vec::new();
+            for (k, v) in over {
+                let key = k.scalar_text().unwrap_or_default().to_string();
+                let merged = match base.iter().find(|(bk, _)| bk.scalar_text() == Some(&key)) {
+                    Some((_, bv)) => overlay(bv, v),
+                    None => v,
+                };
+                entries.push((k, merged));
+            }
+            for (k, v) in base {
+                let key = k.scalar_text().unwrap_or_default();
+                if !entries
+                    .iter()
+                    .any(|(have, _)| have.scalar_text() == Some(key))
+                {
+                    entries.push((k.clone(), v.clone()));
+                }
+            }
+            Node {
+                value: yaml::NodeValue::Map(entries),
+                mark: b.mark,
+            }
+        }
+        (_, value) => Node {
+            value,
+            mark: b.mark,
+        },
+    }
+}
+
+/// Before the manifest is read: top-level `x-*` keys are dropped (a place for anchors,
+/// the compose convention), `defaults:` is laid under every batch, and the top-level
+/// `container:` under each batch's own `container:` (a batch overrides any key).
+fn prepare(root: Node) -> Result<Node, (Mark, String)> {
+    let Node { value, mark } = root;
+    let yaml::NodeValue::Map(entries) = value else {
+        return Ok(Node { value, mark });
+    };
+    let mut defaults: Option<Node> = None;
+    let mut kept = Vec::new();
+    for (k, v) in entries {
+        match k.scalar_text() {
+            Some(name) if name.starts_with("x-") => {}
+            Some("defaults") => {
+                if !matches!(v.value, yaml::NodeValue::Map(_)) {
+                    return Err((
+                        v.mark,
+                        "defaults: must be a mapping of batch keys (`timeout: 1h`, `allow_empty: true`, …)".into(),
+                    ));
+                }
+                defaults = Some(v);
+            }
+            _ => kept.push((k, v)),
+        }
+    }
+    let container = kept
+        .iter()
+        .find(|(k, _)| k.scalar_text() == Some("container"))
+        .map(|(_, v)| v.clone());
+    for (k, v) in &mut kept {
+        if k.scalar_text() != Some("batches") {
+            continue;
+        }
+        let yaml::NodeValue::Map(batches) = &mut v.value else {
+            continue;
+        };
+        for (_, batch) in batches.iter_mut() {
+            if !matches!(batch.value, yaml::NodeValue::Map(_)) {
+                continue;
+            }
+            let mut b = std::mem::replace(
+                batch,
+                Node {
+                    value: yaml::NodeValue::Seq(Vec::new()),
+                    mark: batch.mark,
+                },
+            );
+            if let Some(d) = &defaults {
+                b = overlay(d, b);
+            }
+            if let Some(top) = &container
+                && let yaml::NodeValue::Map(fields) = &mut b.value
+                && let Some((_, own)) = fields
+                    .iter_mut()
+                    .find(|(k, _)| k.scalar_text() == Some("container"))
+            {
+                let mine = std::mem::replace(
+                    own,
+                    Node {
+                        value: yaml::NodeValue::Seq(Vec::new()),
+                        mark: own.mark,
+                    },
+                );
+                *own = overlay(top, mine);
+            }
+            *batch = b;
+        }
+    }
+    Ok(Node {
+        value: yaml::NodeValue::Map(kept),
+        mark,
+    })
 }
 
 /// Finds `cibox.yaml` from `start` upwards, stopping at the git root.
@@ -667,6 +910,11 @@ impl Manifest {
                 mark: Mark { line: 1, col: 1 },
                 message: "the manifest is empty; start with `version: 1`".into(),
             })?;
+        let root = prepare(root).map_err(|(mark, message)| ManifestError::At {
+            path: file.clone(),
+            mark,
+            message,
+        })?;
         let check = Checker {
             file: file.clone(),
             root: &root,
@@ -706,16 +954,30 @@ impl Manifest {
                         ),
                     )
                 })?;
-            self.container.cpus = Some(cpus);
+            for c in self.containers_mut() {
+                c.cpus = Some(cpus);
+            }
         }
         if let Some(v) = get("CIBOX_MEMORY") {
-            self.container.memory = Some(v.parse().map_err(|e| env_err("CIBOX_MEMORY", e))?);
+            let memory: Size = v.parse().map_err(|e| env_err("CIBOX_MEMORY", e))?;
+            for c in self.containers_mut() {
+                c.memory = Some(memory);
+            }
         }
         if let Some(v) = get("CIBOX_SHM") {
-            self.container.shm = v.parse().map_err(|e| env_err("CIBOX_SHM", e))?;
+            let shm: Size = v.parse().map_err(|e| env_err("CIBOX_SHM", e))?;
+            for c in self.containers_mut() {
+                c.shm = shm;
+            }
         }
         self.gpu.apply_env(&get)?;
         Ok(())
+    }
+
+    /// The top-level container and each batch's: what a `CIBOX_*` override changes.
+    fn containers_mut(&mut self) -> impl Iterator<Item = &mut ContainerConfig> {
+        std::iter::once(&mut self.container)
+            .chain(self.batches.values_mut().map(|b| &mut b.container))
     }
 
     /// Resolves a path written in the manifest against the manifest's folder.
@@ -812,6 +1074,312 @@ fn env_map(
         .collect()
 }
 
+/// Where the engine's socket usually is: mounting it (or a folder holding it) hands
+/// the batch root on the host.
+pub const ENGINE_SOCKETS: [&str; 3] = [
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+];
+
+/// Whether a host path may be mounted into a batch container (read-only). Checked on the
+/// path as written when the manifest is read, and on the resolved path before a run.
+pub fn check_mount_source(p: &Path) -> Result<(), String> {
+    if !p.is_absolute() {
+        return Err("must be an absolute host path".into());
+    }
+    if p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err("must not contain `..`".into());
+    }
+    let under = |root: &str| p.starts_with(root);
+    if p == Path::new("/") {
+        return Err("is the whole host".into());
+    }
+    if ["/proc", "/sys", "/dev", "/boot", "/etc"]
+        .iter()
+        .any(|r| under(r))
+    {
+        return Err("is the host's system, kernel or device files".into());
+    }
+    if ["/home", "/root"].iter().any(|r| under(r))
+        || std::env::var_os("HOME").is_some_and(|h| !h.is_empty() && h != "/" && p.starts_with(&h))
+    {
+        return Err("is in a home folder, where keys and tokens live; keep shared models and data elsewhere (e.g. /data)".into());
+    }
+    let engine = ENGINE_SOCKETS
+        .iter()
+        .any(|s| Path::new(s).starts_with(p) || p.starts_with(s))
+        || [
+            "/var/lib/docker",
+            "/var/lib/containerd",
+            "/run/docker",
+            "/var/run/docker",
+        ]
+        .iter()
+        .any(|r| under(r) || Path::new(r).starts_with(p));
+    if engine {
+        return Err("holds the container engine's socket or state (root on the host)".into());
+    }
+    Ok(())
+}
+
+/// Where a mount may go in the container: not over what cibox provides or the system.
+pub fn check_mount_target(t: &str) -> Result<(), String> {
+    let p = Path::new(t);
+    if !p.is_absolute() {
+        return Err("must be an absolute path in the container".into());
+    }
+    if p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err("must not contain `..`".into());
+    }
+    if t.contains([',', ':']) {
+        return Err("must not contain `,` or `:`".into());
+    }
+    if p == Path::new("/") {
+        return Err("is the container's root".into());
+    }
+    let reserved = [
+        "/src", "/work", "/tmp", "/reports", "/proc", "/sys", "/dev", "/etc", "/bin", "/usr",
+        "/lib",
+    ];
+    if let Some(r) = reserved.iter().find(|r| p.starts_with(r)) {
+        return Err(format!("is under `{r}`, which cibox or the image provides"));
+    }
+    Ok(())
+}
+
+/// `meta`: a mapping of plain data (strings, numbers, booleans, lists and mappings of
+/// them), passed to templates untouched.
+fn plain_meta(
+    check: &Checker<'_>,
+    at: &[&str],
+    meta: Option<serde_json::Value>,
+) -> Result<serde_json::Value, ManifestError> {
+    fn plain(v: &serde_json::Value, path: &mut Vec<String>) -> Result<(), Vec<String>> {
+        match v {
+            serde_json::Value::Null => Err(path.clone()),
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    path.push(i.to_string());
+                    plain(item, path)?;
+                    path.pop();
+                }
+                Ok(())
+            }
+            serde_json::Value::Object(map) => {
+                for (k, item) in map {
+                    path.push(k.clone());
+                    plain(item, path)?;
+                    path.pop();
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    let Some(meta) = meta else {
+        return Ok(serde_json::Value::Object(Default::default()));
+    };
+    let mut path: Vec<String> = at.iter().map(|s| s.to_string()).collect();
+    if !meta.is_object() {
+        return Err(check.at(
+            &path,
+            "must be a mapping of plain values (`label: run-ci-gpu`)",
+        ));
+    }
+    plain(&meta, &mut path).map_err(|bad| {
+        check.at(
+            &bad,
+            "is empty (null): meta holds plain data only (strings, numbers, booleans, lists, mappings); quote it, \"\", if you mean an empty string",
+        )
+    })?;
+    Ok(meta)
+}
+
+/// Reads a `container:` block (the top-level one, or a batch's merged over it).
+fn validate_container(
+    check: &Checker<'_>,
+    at: &[&str],
+    c: RawContainer,
+) -> Result<ContainerConfig, ManifestError> {
+    let at_key =
+        |key: &[&str]| -> Vec<String> { at.iter().chain(key).map(|s| s.to_string()).collect() };
+    if let Some(cpus) = c.cpus
+        && !cpus_in_range(cpus)
+    {
+        return Err(check.at(&at_key(&["cpus"]), CPUS_RANGE));
+    }
+    let pids = c.pids.unwrap_or(4096);
+    if pids <= 0 || pids > u32::MAX as i64 {
+        return Err(check.at(&at_key(&["pids"]), "must be a positive whole number"));
+    }
+    for (i, name) in c.pass_env.iter().enumerate() {
+        if !is_env_name(name) {
+            return Err(check.at(
+                &at_key(&["pass_env", &i.to_string()]),
+                format!("`{name}` is not a valid environment variable name"),
+            ));
+        }
+    }
+    for (field, size) in [("disk", c.disk), ("reports_size", c.reports_size)] {
+        if size.is_some_and(|s| s.0 < 1 << 20) {
+            return Err(check.at(&at_key(&[field]), "must be at least 1m"));
+        }
+    }
+    let mut mounts = Vec::new();
+    for (i, m) in c.mounts.iter().enumerate() {
+        let idx = i.to_string();
+        let here = at_key(&["mounts", &idx]);
+        let (source, target) = match m {
+            serde_json::Value::String(text) => match text.split_once(':') {
+                Some((s, t)) => (s.to_string(), t.to_string()),
+                None => (text.clone(), text.clone()),
+            },
+            serde_json::Value::Object(o) => {
+                if let Some(k) = o.keys().find(|k| *k != "source" && *k != "target") {
+                    return Err(check.at(
+                        &here,
+                        format!("unknown key `{k}`; a mount has `source` and `target` (always read-only)"),
+                    ));
+                }
+                let text = |k: &str| o.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                match (text("source"), text("target")) {
+                    (Some(s), Some(t)) => (s, t),
+                    (Some(s), None) => (s.clone(), s),
+                    _ => {
+                        return Err(check.at(
+                            &here,
+                            "needs `source:` (a host path) and may have `target:`",
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(check.at(
+                    &here,
+                    "a mount is `SOURCE:TARGET` or {source: …, target: …}",
+                ));
+            }
+        };
+        let mark = check.root.locate(&here).mark;
+        let source_path = PathBuf::from(&source);
+        if let Err(why) = check_mount_source(&source_path) {
+            return Err(check.at(&here, format!("source `{source}`: {why}")));
+        }
+        if let Err(why) = check_mount_target(&target) {
+            return Err(check.at(&here, format!("target `{target}`: {why}")));
+        }
+        mounts.push(HostMount {
+            source: source_path,
+            target,
+            mark,
+        });
+    }
+    let mut ulimits = BTreeMap::new();
+    for (name, value) in &c.ulimits {
+        let here = at_key(&["ulimits", name]);
+        if !ULIMIT_NAMES.contains(&name.as_str()) {
+            return Err(check.at(
+                &here,
+                format!(
+                    "`{name}` is not a ulimit; known: {}",
+                    ULIMIT_NAMES.join(", ")
+                ),
+            ));
+        }
+        let one = |v: &serde_json::Value| -> Option<i64> {
+            match v {
+                serde_json::Value::String(s) if s == "unlimited" => Some(-1),
+                serde_json::Value::Number(n) => n.as_i64().filter(|n| *n >= 0),
+                _ => None,
+            }
+        };
+        let limit = match value {
+            serde_json::Value::Object(o) => match (
+                o.get("soft").and_then(one),
+                o.get("hard").and_then(one),
+                o.len(),
+            ) {
+                (Some(soft), Some(hard), 2) => Ulimit { soft, hard },
+                _ => return Err(check.at(&here, "is a number, `unlimited`, or {soft: …, hard: …}")),
+            },
+            v => match one(v) {
+                Some(n) => Ulimit { soft: n, hard: n },
+                None => {
+                    return Err(check.at(&here, "is a number, `unlimited`, or {soft: …, hard: …}"));
+                }
+            },
+        };
+        if limit.hard != -1 && (limit.soft == -1 || limit.soft > limit.hard) {
+            return Err(check.at(&here, "the soft limit is above the hard one"));
+        }
+        ulimits.insert(name.clone(), limit);
+    }
+    let mut cap_add = Vec::new();
+    for (i, cap) in c.cap_add.iter().enumerate() {
+        let name = cap.trim().to_ascii_uppercase();
+        let name = name.strip_prefix("CAP_").unwrap_or(&name).to_string();
+        if !CAP_ADD_ALLOWED.contains(&name.as_str()) {
+            return Err(check.at(
+                &at_key(&["cap_add", &i.to_string()]),
+                format!(
+                    "`{cap}` is not allowed; cap_add takes only {} (every other capability stays dropped)",
+                    CAP_ADD_ALLOWED.join(", ")
+                ),
+            ));
+        }
+        if !cap_add.contains(&name) {
+            cap_add.push(name);
+        }
+    }
+    let user = match c.user.as_deref() {
+        None | Some("invoker") => ContainerUser::Invoker,
+        Some("root") => ContainerUser::Root,
+        Some(text) => {
+            let ids = text
+                .split_once(':')
+                .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)));
+            match ids {
+                Some((u, g)) => ContainerUser::Ids(u, g),
+                None => {
+                    return Err(check.at(
+                        &at_key(&["user"]),
+                        format!("`{text}` is not `invoker`, `root` or `UID:GID` (numbers)"),
+                    ));
+                }
+            }
+        }
+    };
+    Ok(ContainerConfig {
+        cpus: c.cpus,
+        memory: c.memory,
+        shm: c.shm.unwrap_or(Size(1 << 30)),
+        disk: c.disk.unwrap_or(Size(10 << 30)),
+        reports_size: c.reports_size.unwrap_or(Size(1 << 30)),
+        pids: pids as u32,
+        network: c.network.unwrap_or(Network::None),
+        env: env_map(
+            check,
+            &at_key(&["env"])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            c.env,
+        )?,
+        pass_env: c.pass_env,
+        gpu_driver: c.gpu_driver.unwrap_or(GpuDriver::Nvidia),
+        mounts,
+        ipc: c.ipc.unwrap_or(Ipc::Private),
+        ulimits,
+        cap_add,
+        user,
+    })
+}
+
 fn validate(
     raw: RawManifest,
     check: &Checker<'_>,
@@ -851,41 +1419,8 @@ fn validate(
         }
     }
 
-    let c = raw.container;
-    if let Some(cpus) = c.cpus
-        && !cpus_in_range(cpus)
-    {
-        return Err(check.at(&["container", "cpus"], CPUS_RANGE));
-    }
-    let pids = c.pids.unwrap_or(4096);
-    if pids <= 0 || pids > u32::MAX as i64 {
-        return Err(check.at(&["container", "pids"], "must be a positive whole number"));
-    }
-    for (i, name) in c.pass_env.iter().enumerate() {
-        if !is_env_name(name) {
-            return Err(check.at(
-                &["container", "pass_env", &i.to_string()],
-                format!("`{name}` is not a valid environment variable name"),
-            ));
-        }
-    }
-    for (field, size) in [("disk", c.disk), ("reports_size", c.reports_size)] {
-        if size.is_some_and(|s| s.0 < 1 << 20) {
-            return Err(check.at(&["container", field], "must be at least 1m"));
-        }
-    }
-    let container = ContainerConfig {
-        cpus: c.cpus,
-        memory: c.memory,
-        shm: c.shm.unwrap_or(Size(1 << 30)),
-        disk: c.disk.unwrap_or(Size(10 << 30)),
-        reports_size: c.reports_size.unwrap_or(Size(1 << 30)),
-        pids: pids as u32,
-        network: c.network.unwrap_or(Network::None),
-        env: env_map(check, &["container", "env"], c.env)?,
-        pass_env: c.pass_env,
-        gpu_driver: c.gpu_driver.unwrap_or(GpuDriver::Nvidia),
-    };
+    let top_container = raw.container.clone();
+    let container = validate_container(check, &["container"], raw.container)?;
 
     if raw.gpu.idle.max_utilization > 100 {
         return Err(check.at(
@@ -925,22 +1460,34 @@ fn validate(
         if b.gpus > u32::MAX as i64 {
             return Err(check.at(&["batches", &name, "gpus"], "is too large"));
         }
-        if b.timeout.0.is_zero() {
+        let Some(timeout) = b.timeout else {
+            return Err(check.at(
+                &["batches", &name],
+                "missing required key `timeout`: add one (`timeout: 30m`), or set it for every batch under `defaults:`",
+            ));
+        };
+        if timeout.0.is_zero() {
             return Err(check.at(&["batches", &name, "timeout"], "must be more than 0s"));
         }
         if b.run.is_empty() || b.run.iter().all(|s| s.trim().is_empty()) {
             return Err(check.at(&["batches", &name, "run"], "needs at least one command"));
         }
+        let batch_container = match b.container {
+            Some(c) => validate_container(check, &["batches", &name, "container"], c)?,
+            None => validate_container(check, &["container"], top_container.clone())?,
+        };
         let batch = Batch {
             description: b.description,
             gpus: b.gpus as u32,
-            timeout: b.timeout,
+            timeout,
             preflight: b.preflight,
             run: b.run,
             env: env_map(check, &["batches", &name, "env"], b.env)?,
             fast_env: env_map(check, &["batches", &name, "fast_env"], b.fast_env)?,
             allow_empty: b.allow_empty,
             tests: b.tests,
+            container: batch_container,
+            meta: plain_meta(check, &["batches", &name, "meta"], b.meta)?,
         };
         batches.insert(name, batch);
     }
@@ -980,6 +1527,7 @@ fn validate(
                 return Err(check.at(&at, format!("batch `{b}` is listed twice")));
             }
         }
+        let meta = plain_meta(check, &["layers", &name, "meta"], l.meta)?;
         layers.insert(
             name,
             Layer {
@@ -987,6 +1535,7 @@ fn validate(
                 batches: list,
                 all,
                 fast: l.fast,
+                meta,
             },
         );
     }
@@ -1059,6 +1608,196 @@ layers:
 
     fn parse(text: &str) -> Result<Manifest, String> {
         Manifest::parse(text, Path::new("cibox.yaml")).map_err(|e| e.to_string())
+    }
+
+    /// A manifest for real GPU tests: defaults, merge keys, `x-*` anchors, meta, and a
+    /// batch overriding container keys.
+    const REAL: &str = r#"
+version: 1
+project: rl
+x-nccl: &nccl
+  ipc: host
+  ulimits: {memlock: unlimited, stack: 67108864, nofile: {soft: 1024, hard: 65536}}
+  cap_add: [SYS_NICE, cap_ipc_lock]
+image: {locks: [flake.lock]}
+container:
+  mounts: ["/data/models:/models", {source: /data/datasets}]
+  user: root
+  env: {A: top}
+defaults:
+  timeout: 2h
+  allow_empty: true
+  env: {SHARED: "1"}
+  meta: {runner: gpu-8x}
+batches:
+  e2e:
+    gpus: 8
+    run: [bash tests/e2e.sh]
+    env: {OWN: "2"}
+    meta: {label: run-ci-e2e}
+    container:
+      <<: *nccl
+      network: bridge
+      env: {B: mine}
+  cpu:
+    gpus: 0
+    timeout: 10m
+    run: [pytest]
+    container: {user: invoker, mounts: []}
+layers:
+  gpu: {batches: [e2e], meta: {label: run-ci-gpu, deps: [flash-attn]}}
+"#;
+
+    #[test]
+    fn a_manifest_for_real_gpu_tests() {
+        let m = parse(REAL).unwrap();
+        let e2e = &m.batches["e2e"];
+        assert_eq!(e2e.timeout.to_string(), "2h");
+        assert!(e2e.allow_empty);
+        assert_eq!(e2e.env["SHARED"], "1");
+        assert_eq!(e2e.env["OWN"], "2");
+        // Mappings merge key by key: the batch's meta and env keep the defaults'.
+        assert_eq!(
+            e2e.meta,
+            serde_json::json!({"label": "run-ci-e2e", "runner": "gpu-8x"})
+        );
+        let c = &e2e.container;
+        assert_eq!(c.ipc, Ipc::Host);
+        assert_eq!(c.network, Network::Bridge);
+        assert_eq!(c.cap_add, ["SYS_NICE", "IPC_LOCK"]);
+        assert_eq!(c.ulimits["memlock"], Ulimit { soft: -1, hard: -1 });
+        assert_eq!(
+            c.ulimits["nofile"],
+            Ulimit {
+                soft: 1024,
+                hard: 65536
+            }
+        );
+        assert_eq!(c.user, ContainerUser::Root);
+        assert_eq!(c.env["A"], "top");
+        assert_eq!(c.env["B"], "mine");
+        let mounts: Vec<(String, &str)> = c
+            .mounts
+            .iter()
+            .map(|m| (m.source.display().to_string(), m.target.as_str()))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/data/models".to_string(), "/models"),
+                ("/data/datasets".to_string(), "/data/datasets")
+            ]
+        );
+        // The other batch overrides the user and drops the mounts; the rest is the top's.
+        let cpu = &m.batches["cpu"].container;
+        assert_eq!(cpu.user, ContainerUser::Invoker);
+        assert!(cpu.mounts.is_empty());
+        assert_eq!(cpu.ipc, Ipc::Private);
+        assert_eq!(m.batches["cpu"].timeout.to_string(), "10m");
+        assert_eq!(m.layers["gpu"].meta["deps"][0], "flash-attn");
+        // What the record says was loosened.
+        let loose = e2e.container.loosenings();
+        assert_eq!(loose["ipc"], "host");
+        assert_eq!(loose["user"], "root");
+        assert_eq!(loose["network"], "bridge");
+        assert_eq!(cpu.loosenings(), serde_json::json!({}));
+    }
+
+    #[test]
+    fn real_gpu_settings_refuse_bad_input_with_a_position() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "/data/models:/models",
+                "/proc:/p",
+                "cibox.yaml:10:12: container.mounts.0: source `/proc`: is the host's system",
+            ),
+            (
+                "/data/models:/models",
+                "/home/ci/.cache:/cache",
+                "container.mounts.0: source `/home/ci/.cache`: is in a home folder",
+            ),
+            (
+                "/data/models:/models",
+                "/var/run/docker.sock:/s",
+                "container.mounts.0: source `/var/run/docker.sock`: holds the container engine's socket",
+            ),
+            (
+                "/data/models:/models",
+                "/var/run:/r",
+                "holds the container engine's socket",
+            ),
+            (
+                "/data/models:/models",
+                "/:/host",
+                "source `/`: is the whole host",
+            ),
+            (
+                "/data/models:/models",
+                "data/models:/models",
+                "container.mounts.0: source `data/models`: must be an absolute host path",
+            ),
+            (
+                "/data/models:/models",
+                "/data/models:/work/m",
+                "target `/work/m`: is under `/work`",
+            ),
+            (
+                "cap_ipc_lock",
+                "SYS_ADMIN",
+                "batches.e2e.container.cap_add.1: `SYS_ADMIN` is not allowed; cap_add takes only IPC_LOCK, SYS_NICE, SYS_PTRACE",
+            ),
+            (
+                "user: root",
+                "user: admin",
+                "container.user: `admin` is not `invoker`, `root` or `UID:GID`",
+            ),
+            (
+                "memlock: unlimited",
+                "memlock: lots",
+                "ulimits.memlock: is a number, `unlimited`, or {soft: …, hard: …}",
+            ),
+            (
+                "memlock: unlimited",
+                "memlok: 1",
+                "`memlok` is not a ulimit",
+            ),
+            (
+                "      <<: *nccl",
+                "      <<: 3",
+                "cibox.yaml:25:11: YAML syntax: a merge key (`<<`) takes a mapping or a list of mappings",
+            ),
+            (
+                "meta: {label: run-ci-e2e}",
+                "meta: {label: ~}",
+                "batches.e2e.meta.label: is empty (null)",
+            ),
+            (
+                "meta: {label: run-ci-e2e}",
+                "meta: [a]",
+                "batches.e2e.meta: `batches.e2e.meta` must be a mapping",
+            ),
+            (
+                "ipc: host",
+                "ipc: shareable",
+                "`shareable` is not allowed here",
+            ),
+            (
+                "defaults:\n  timeout: 2h",
+                "defaults:\n  timout: 2h",
+                "unknown key `timout`; did you mean `timeout`?",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(REAL.contains(from), "{from}");
+            let err = parse(&REAL.replacen(from, to, 1)).unwrap_err();
+            assert!(err.contains(want), "{to}: {err}");
+        }
+        // Without defaults, a batch without a timeout says so.
+        let err = parse(&REAL.replace("defaults:\n  timeout: 2h\n", "defaults:\n")).unwrap_err();
+        assert!(
+            err.contains("batches.e2e: missing required key `timeout`"),
+            "{err}"
+        );
     }
 
     #[test]

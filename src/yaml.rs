@@ -231,7 +231,7 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     ..
                 }) => Some((
                     Node {
-                        value: NodeValue::Map(entries),
+                        value: NodeValue::Map(merge_keys(entries)?),
                         mark,
                     },
                     anchor,
@@ -301,6 +301,58 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
         }
     }
     Ok(root)
+}
+
+/// Applies YAML merge keys (`<<: *defaults`, or a list of mappings): their entries join
+/// the mapping where it does not set the key itself (its own keys win, then earlier
+/// mappings of the list). The compose convention for sharing settings through anchors.
+fn merge_keys(entries: Vec<(Node, Node)>) -> Result<Vec<(Node, Node)>, YamlError> {
+    let is_merge =
+        |k: &Node| matches!(&k.value, NodeValue::Scalar { text, plain: true } if text == "<<");
+    if !entries.iter().any(|(k, _)| is_merge(k)) {
+        return Ok(entries);
+    }
+    let mut own = Vec::new();
+    let mut sources = Vec::new();
+    for (k, v) in entries {
+        if !is_merge(&k) {
+            own.push((k, v));
+            continue;
+        }
+        let maps = match v.value {
+            NodeValue::Map(m) => vec![m],
+            NodeValue::Seq(items) => items
+                .into_iter()
+                .map(|item| match item.value {
+                    NodeValue::Map(m) => Ok(m),
+                    _ => Err(YamlError {
+                        mark: item.mark,
+                        message: "a merge key (`<<`) takes a mapping or a list of mappings".into(),
+                    }),
+                })
+                .collect::<Result<_, _>>()?,
+            NodeValue::Scalar { .. } => {
+                return Err(YamlError {
+                    mark: v.mark,
+                    message: "a merge key (`<<`) takes a mapping or a list of mappings, not a single value".into(),
+                });
+            }
+        };
+        sources.extend(maps);
+    }
+    let mut out = own;
+    for map in sources {
+        for (k, v) in map {
+            let key = k.scalar_text().unwrap_or_default().to_string();
+            if !out
+                .iter()
+                .any(|(have, _)| have.scalar_text() == Some(key.as_str()))
+            {
+                out.push((k, v));
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl Node {
@@ -412,6 +464,20 @@ fn plain_scalar(text: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_keys_fill_what_the_mapping_does_not_set() {
+        let doc = parse("d: &d {a: 1, b: 2}\ne: &e {c: 3, a: 9}\nx:\n  <<: [*d, *e]\n  b: 5\n")
+            .unwrap()
+            .unwrap();
+        let x = doc.get("x").unwrap().to_json();
+        assert_eq!(x, serde_json::json!({"b": 5, "a": 1, "c": 3}));
+        let err = parse("x:\n  <<: 3\n").unwrap_err();
+        assert_eq!(err.mark.line, 2);
+        assert!(err.message.contains("merge key"), "{}", err.message);
+        let err = parse("x:\n  <<: [{a: 1}, 2]\n").unwrap_err();
+        assert!(err.message.contains("list of mappings"), "{}", err.message);
+    }
 
     #[test]
     fn positions_and_types() {

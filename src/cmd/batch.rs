@@ -100,7 +100,8 @@ pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptio
         parallel: opts.parallel,
         ..RunRequest::default()
     };
-    runner::plan::check(&m, &request)?;
+    let names = runner::plan::check(&m, &request)?;
+    runner::mounts::check_host(&m, &names)?;
     if let Some(w) = &opts.wait {
         let wait = w
             .parse::<Span>()
@@ -177,6 +178,9 @@ pub(super) fn where_to_run(
 /// Plans and executes a run with the reporters of a front end: the terminal, the
 /// reports folder, and GitHub when cibox runs in a workflow.
 pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
+    // Again for the front ends that come here directly (qualify, reproduce).
+    let names = runner::plan::check(&m, &request)?;
+    runner::mounts::check_host(&m, &names)?;
     let host = HostFacts::current(&m);
     let plan = runner::plan(m, request, &host)?;
     let lockset = Lockset::compute(&plan.manifest.dir, &plan.manifest.image.locks)?;

@@ -5,18 +5,22 @@
 //! limits (swap adds nothing), network `none` unless the manifest says otherwise, the
 //! source read-only at `/src` (its git credentials masked), only `/reports` writable
 //! from the host, no engine socket, no host variable but `pass_env`.
+//!
+//! What a manifest may loosen, each recorded in `result.json`: read-only host mounts,
+//! the host's IPC namespace, ulimits, three capabilities given back, and the user
+//! (`root` in the container still has no other capability and no-new-privileges).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountType, MountVolumeOptions,
-    MountVolumeOptionsDriverConfig,
+    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountBindOptions, MountType,
+    MountVolumeOptions, MountVolumeOptionsDriverConfig, ResourcesUlimits,
 };
 
 use crate::gpu::pool::PoolGpu;
 use crate::image::ImageId;
-use crate::manifest::{Batch, GpuDriver, Manifest, Network};
+use crate::manifest::{Batch, ContainerConfig, GpuDriver, Ipc, Manifest, Network};
 
 use crate::labels::*;
 
@@ -79,6 +83,8 @@ pub struct ContainerPlan {
     pids: i64,
     network: Network,
     driver: GpuDriver,
+    /// The batch's `container` block: mounts, IPC, ulimits, capabilities.
+    loosened: ContainerConfig,
 }
 
 /// The script the container runs: copy the source in (`cp -R`: ownership cannot be
@@ -123,6 +129,11 @@ impl ContainerPlan {
         self.reports_size
     }
 
+    /// What the container allows beyond the locked-down default, for the record.
+    pub fn loosened(&self) -> serde_json::Value {
+        self.loosened.loosenings()
+    }
+
     /// Who the batch runs as, `uid:gid`.
     pub fn user(&self) -> &str {
         &self.user
@@ -135,7 +146,15 @@ impl ContainerPlan {
         })
     }
 
-    pub fn new(m: &Manifest, batch_name: &str, batch: &Batch, id: &Identity<'_>) -> ContainerPlan {
+    /// `user` is who the batch runs as (the invoker, or what its `container.user` says).
+    pub fn new(
+        m: &Manifest,
+        batch_name: &str,
+        batch: &Batch,
+        id: &Identity<'_>,
+        user: (u32, u32),
+    ) -> ContainerPlan {
+        let c = &batch.container;
         let name = format!(
             "cibox-{}-{}-{}-{}",
             sanitize(id.project),
@@ -143,9 +162,15 @@ impl ContainerPlan {
             sanitize(batch_name),
             &id.run_id[..8.min(id.run_id.len())]
         );
-        let manifest_env = super::plan::manifest_env(m, batch, id.fast);
+        let manifest_env = super::plan::manifest_env(batch, id.fast);
         let mut env: BTreeMap<String, String> = manifest_env.clone();
-        env.extend(id.pass_env.clone());
+        // Only what this batch's `pass_env` names (each batch may name its own).
+        env.extend(
+            id.pass_env
+                .iter()
+                .filter(|(k, _)| c.pass_env.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         env.insert("HOME".into(), "/tmp".into());
         env.insert("CIBOX_REPORTS".into(), "/reports".into());
         env.insert("CIBOX_BATCH".into(), batch_name.into());
@@ -183,17 +208,18 @@ impl ContainerPlan {
             manifest_env,
             script: script(m, batch),
             binds: vec![format!("{}:/src:ro", id.source.display())],
-            user: format!("{}:{}", id.uid, id.gid),
-            uid: id.uid,
-            gid: id.gid,
-            disk: m.container.disk.0,
-            reports_size: m.container.reports_size.0,
-            m_cpus: m.container.cpus,
-            memory: m.container.memory.map(|s| s.0 as i64),
-            shm: m.container.shm.0 as i64,
-            pids: i64::from(m.container.pids),
-            network: m.container.network,
-            driver: m.container.gpu_driver,
+            user: format!("{}:{}", user.0, user.1),
+            uid: user.0,
+            gid: user.1,
+            disk: c.disk.0,
+            reports_size: c.reports_size.0,
+            m_cpus: c.cpus,
+            memory: c.memory.map(|s| s.0 as i64),
+            shm: c.shm.0 as i64,
+            pids: i64::from(c.pids),
+            network: c.network,
+            driver: c.gpu_driver,
+            loosened: c.clone(),
         }
     }
 
@@ -264,6 +290,30 @@ impl ContainerPlan {
             }),
             ..Default::default()
         };
+        let mut mounts = vec![reports];
+        // Read-only, and not recursively writable: a writable mount below the folder
+        // stays read-only too.
+        mounts.extend(self.loosened.mounts.iter().map(|m| Mount {
+            typ: Some(MountType::BIND),
+            source: Some(m.source.display().to_string()),
+            target: Some(m.target.clone()),
+            read_only: Some(true),
+            bind_options: Some(MountBindOptions {
+                read_only_force_recursive: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        let ulimits: Vec<ResourcesUlimits> = self
+            .loosened
+            .ulimits
+            .iter()
+            .map(|(name, l)| ResourcesUlimits {
+                name: Some(name.clone()),
+                soft: Some(l.soft),
+                hard: Some(l.hard),
+            })
+            .collect();
         ContainerCreateBody {
             image: Some(self.image.clone()),
             // The container's first process is a keeper that waits, as root (so the
@@ -279,12 +329,27 @@ impl ContainerPlan {
             labels: Some(labels),
             host_config: Some(HostConfig {
                 binds: Some(self.binds.iter().chain(masks).cloned().collect()),
-                mounts: Some(vec![reports]),
+                mounts: Some(mounts),
                 tmpfs: Some(HashMap::from([
                     ("/work".to_string(), tmpfs(self.disk, "exec")),
                     ("/tmp".to_string(), tmpfs(self.disk, "exec")),
                 ])),
                 cap_drop: Some(vec!["ALL".into()]),
+                cap_add: (!self.loosened.cap_add.is_empty()).then(|| {
+                    self.loosened
+                        .cap_add
+                        .iter()
+                        .map(|c| format!("CAP_{c}"))
+                        .collect()
+                }),
+                ipc_mode: Some(
+                    match self.loosened.ipc {
+                        Ipc::Private => "private",
+                        Ipc::Host => "host",
+                    }
+                    .into(),
+                ),
+                ulimits: (!ulimits.is_empty()).then_some(ulimits),
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 init: Some(true),
                 pids_limit: Some(self.pids),

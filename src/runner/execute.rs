@@ -141,36 +141,42 @@ pub fn execute(
     Ok(outcome)
 }
 
-/// When batches run as another user than cibox (cibox is root), they read `/src` as
-/// "others": say so now rather than fail every batch at its first `cp`.
+/// When batches run as another user than cibox (cibox is root, or a batch's
+/// `container.user` says so), they read `/src` as that user, without capabilities: say
+/// so now rather than fail every batch at its first `cp`.
 fn source_readable(plan: &RunPlan) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let me = (
         nix::unistd::geteuid().as_raw(),
         nix::unistd::getegid().as_raw(),
     );
-    if plan.user == me {
-        return Ok(());
-    }
-    let md = std::fs::metadata(&plan.source).map_err(|source| RunError::BatchDir {
-        dir: plan.source.display().to_string(),
-        what: "read",
-        source,
-    })?;
-    let (uid, gid) = plan.user;
-    let bits = if md.uid() == uid {
-        md.mode() >> 6
-    } else if md.gid() == gid {
-        md.mode() >> 3
-    } else {
-        md.mode()
-    };
-    if bits & 0o5 != 0o5 {
-        return Err(RunError::SourceUnreadable {
+    let mut users: Vec<(u32, u32)> = plan.batches.iter().map(|b| b.user).collect();
+    users.sort_unstable();
+    users.dedup();
+    for (uid, gid) in users {
+        if (uid, gid) == me {
+            continue;
+        }
+        let md = std::fs::metadata(&plan.source).map_err(|source| RunError::BatchDir {
             dir: plan.source.display().to_string(),
-            mode: md.mode() & 0o7777,
-            uid,
-        });
+            what: "read",
+            source,
+        })?;
+        // uid 0 in the container has no capability: it reads as an owner or "other".
+        let bits = if md.uid() == uid {
+            md.mode() >> 6
+        } else if md.gid() == gid {
+            md.mode() >> 3
+        } else {
+            md.mode()
+        };
+        if bits & 0o5 != 0o5 {
+            return Err(RunError::SourceUnreadable {
+                dir: plan.source.display().to_string(),
+                mode: md.mode() & 0o7777,
+                uid,
+            });
+        }
     }
     Ok(())
 }
@@ -306,6 +312,7 @@ impl Execution<'_> {
             output_bytes: watched.printed.get(),
             cases_left_out: dropped,
             reports: watched.reports.take(),
+            loosened: b.container.loosened(),
         };
         let result = BatchResult {
             verdict,

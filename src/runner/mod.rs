@@ -19,6 +19,7 @@ pub mod event;
 mod execute;
 mod git_mask;
 pub mod junit;
+pub mod mounts;
 pub mod outcome;
 pub mod plan;
 pub mod record;

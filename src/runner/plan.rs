@@ -11,7 +11,7 @@ use super::container::ContainerPlan;
 use super::record::SourceInfo;
 use crate::exit::Failure;
 use crate::image::ImageId;
-use crate::manifest::{Batch, Manifest};
+use crate::manifest::{Batch, ContainerUser, Manifest};
 use crate::units::Span;
 use crate::util::did_you_mean;
 
@@ -64,10 +64,12 @@ impl HostFacts {
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
             run_id: super::new_run_id(),
+            // Every batch's own `pass_env` (each a merge of the top-level one).
             pass_env: m
-                .container
-                .pass_env
-                .iter()
+                .batches
+                .values()
+                .flat_map(|b| b.container.pass_env.iter())
+                .chain(&m.container.pass_env)
                 .filter_map(|v| std::env::var(v).ok().map(|value| (v.clone(), value)))
                 .collect(),
         }
@@ -203,8 +205,8 @@ fn select(
 }
 
 /// The manifest-defined environment of a batch (no host values), for the record.
-pub fn manifest_env(m: &Manifest, batch: &Batch, fast: bool) -> BTreeMap<String, String> {
-    let mut env = m.container.env.clone();
+pub fn manifest_env(batch: &Batch, fast: bool) -> BTreeMap<String, String> {
+    let mut env = batch.container.env.clone();
     env.extend(batch.env.clone());
     if fast {
         env.extend(batch.fast_env.clone());
@@ -215,10 +217,11 @@ pub fn manifest_env(m: &Manifest, batch: &Batch, fast: bool) -> BTreeMap<String,
 /// The checks of [`plan`] that need nothing but the manifest (which batches, which
 /// image ID), for a front end to make before it creates the reports folder: bad input
 /// must leave nothing behind.
-pub fn check(manifest: &Manifest, request: &RunRequest) -> Result<(), PlanError> {
-    select(manifest, &request.names, request.layer.as_deref())?;
+/// Returns the batches the run will have.
+pub fn check(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
+    let (names, _) = select(manifest, &request.names, request.layer.as_deref())?;
     image_id(manifest, request)?;
-    Ok(())
+    Ok(names)
 }
 
 fn image_id(manifest: &Manifest, request: &RunRequest) -> Result<ImageId, PlanError> {
@@ -264,14 +267,19 @@ pub fn plan(
         .map(|name| {
             let batch = &manifest.batches[name];
             let dir = request.reports.join(name);
+            let batch_user = match batch.container.user {
+                ContainerUser::Invoker => user,
+                ContainerUser::Root => (0, 0),
+                ContainerUser::Ids(u, g) => (u, g),
+            };
             BatchPlan {
                 name: name.clone(),
                 gpus: batch.gpus,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,
-                container: ContainerPlan::new(&manifest, name, batch, &identity),
+                container: ContainerPlan::new(&manifest, name, batch, &identity, batch_user),
                 dir,
-                user,
+                user: batch_user,
             }
         })
         .collect();

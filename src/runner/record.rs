@@ -110,6 +110,10 @@ pub struct RunRecord {
     /// What was copied out of the batch's `/reports`.
     #[serde(default)]
     pub reports: super::collect::Copied,
+    /// What the batch's container allowed beyond cibox's locked-down default (host
+    /// mounts, IPC, ulimits, capabilities, user, network); empty when nothing.
+    #[serde(default)]
+    pub loosened: serde_json::Value,
 }
 
 /// Creates `path` as a new file, first removing whatever has that name. A container

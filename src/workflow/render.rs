@@ -37,6 +37,7 @@ pub fn context(m: &Manifest) -> Value {
             "fast_env": b.fast_env,
             "allow_empty": b.allow_empty,
             "tests": b.tests,
+            "meta": b.meta,
         })
     };
     let batches: Vec<Value> = m.batches.keys().map(|n| batch(n)).collect();
@@ -66,6 +67,7 @@ pub fn context(m: &Manifest) -> Value {
                     "batch_list": l.batches.iter().map(|b| batch(b)).collect::<Vec<_>>(),
                     "max_gpus": max_gpus,
                     "max_timeout_minutes": max_minutes,
+                    "meta": l.meta,
                 }),
             )
         })

@@ -777,3 +777,78 @@ fn a_worker_left_in_the_background_does_not_hold_the_batch_open() {
     assert_eq!(p.result("bg")["status"], "passed");
     assert!(p.containers().is_empty(), "the worker's container is gone");
 }
+
+#[test]
+fn a_batch_gets_the_host_settings_real_gpu_tests_need() {
+    // Model weights in a host folder, read-only; NCCL's host IPC, memlock and SYS_NICE;
+    // root in the container, still without other capabilities.
+    let weights = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(weights.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(weights.path().join("hello.txt"), "weights").unwrap();
+    std::fs::set_permissions(
+        weights.path().join("hello.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let host_ipc = std::fs::read_link("/proc/self/ns/ipc")
+        .unwrap()
+        .display()
+        .to_string();
+    let checks = [
+        "test \"$(cat /models/hello.txt)\" = weights",
+        "! touch /models/x 2>/dev/null",
+        "test \"$(id -u)\" = 0",
+        // IPC_LOCK (bit 14) and SYS_NICE (bit 23), nothing else.
+        "grep -q '^CapEff:[[:space:]]*0000000000804000$' /proc/self/status",
+        "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status",
+        // (`unlimited`, what NCCL wants, needs an engine allowed to raise its own
+        // limit; this one's hard memlock limit is 8 MiB.)
+        "test \"$(ulimit -l)\" = 4096",
+        "test \"$(ulimit -n)\" = 1024",
+        "test \"$(readlink /proc/self/ns/ipc)\" = \"$HOST_IPC\"",
+        JUNIT_OK,
+    ];
+    let container = format!(
+        "    container:\n      mounts: [\"{}:/models\"]\n      ipc: host\n      ulimits: {{memlock: 4194304, nofile: {{soft: 1024, hard: 4096}}}}\n      cap_add: [IPC_LOCK, SYS_NICE]\n      user: root\n      pass_env: [HOST_IPC]\n",
+        weights.path().display()
+    );
+    let p = busybox_project(&batch("nccl", 0, "1m", &checks, &container), "");
+    let r = run(p
+        .batch_cmd(&["batch", "run", "nccl"])
+        .env("HOST_IPC", &host_ipc));
+    r.ok();
+    let v = p.result("nccl");
+    let loose = &v["loosened"];
+    assert_eq!(loose["ipc"], "host", "{v}");
+    assert_eq!(loose["user"], "root", "{v}");
+    assert_eq!(
+        loose["cap_add"],
+        serde_json::json!(["IPC_LOCK", "SYS_NICE"])
+    );
+    assert_eq!(loose["ulimits"]["memlock"]["soft"], 4194304);
+    assert_eq!(loose["mounts"][0]["target"], "/models");
+}
+
+#[test]
+fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-folder");
+    let home_link = dir.path().join("models");
+    std::os::unix::fs::symlink("/root", &home_link).unwrap();
+    for (source, want) in [
+        (missing.clone(), "No such file or directory".to_string()),
+        (
+            home_link.clone(),
+            "(resolves to /root) is in a home folder".to_string(),
+        ),
+    ] {
+        let extra = format!("  mounts: [\"{}:/models\"]\n", source.display());
+        let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), &extra);
+        let r = p.run(&["batch", "run", "m"]);
+        r.fails_with(2, "cibox.yaml:9:12: batches.m.container.mounts: source");
+        assert!(r.stderr.contains(&want), "{}", r.stderr);
+        assert!(p.containers().is_empty(), "no container was made");
+        assert!(!p.reports().join("m").exists(), "no report was made");
+    }
+}
