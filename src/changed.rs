@@ -18,8 +18,18 @@ pub fn glob_matches(pattern: &str, path: &str) -> bool {
     glob::Pattern::new(pattern).is_ok_and(|p| p.matches_with(path, opts))
 }
 
-/// The value of a top-level `MARKER = <int>` or `MARKER: int = <int>` line.
-pub fn gpus_marker(text: &str, marker: &str) -> Option<u32> {
+/// What a test file's GPU marker says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuMarker {
+    pub gpus: u32,
+    /// The value as written, when it is not one number (`2 if FEW_GPU else 4`): `gpus`
+    /// is then the largest whole number in it, enough for every branch.
+    pub expression: Option<String>,
+}
+
+/// The value of a top-level `MARKER = <value>` or `MARKER: int = <value>` line: a whole
+/// number, or an expression whose largest whole number is taken.
+pub fn gpus_marker(text: &str, marker: &str) -> Option<GpuMarker> {
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(marker) else {
             continue;
@@ -35,9 +45,42 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<u32> {
         let Some(value) = rest.strip_prefix('=') else {
             continue;
         };
+        // `==` is a comparison, not an assignment.
+        if value.starts_with('=') {
+            continue;
+        }
         let value = value.split('#').next().unwrap_or("").trim();
         if let Ok(n) = value.parse::<u32>() {
-            return Some(n);
+            return Some(GpuMarker {
+                gpus: n,
+                expression: None,
+            });
+        }
+        // Whole numbers standing alone: a digit run inside a name (`GPU2`) is no count.
+        let bytes = value.as_bytes();
+        let mut largest: Option<u32> = None;
+        let mut i = 0;
+        while i < bytes.len() {
+            if !bytes[i].is_ascii_digit() {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            let in_name = start > 0
+                && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_')
+                || i < bytes.len() && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_');
+            if !in_name && let Ok(n) = value[start..i].parse::<u32>() {
+                largest = largest.max(Some(n));
+            }
+        }
+        if let Some(n) = largest {
+            return Some(GpuMarker {
+                gpus: n,
+                expression: Some(value.to_string()),
+            });
         }
     }
     None
@@ -49,6 +92,10 @@ use crate::git::{GitError, run as git};
 /// Why the changed files cannot be told.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangedError {
+    #[error(
+        "{dir} (the manifest's folder) is not in a git checkout: run cibox in one, or point --manifest at the cibox.yaml of one"
+    )]
+    NotACheckout { dir: String },
     #[error("`{rev}` is not a revision in {dir}")]
     NotARevision { rev: String, dir: String },
     #[error("no merge base of {base} and {head}: {source}")]
@@ -69,6 +116,16 @@ impl ChangedError {
     /// Revisions and checkouts are the user's input.
     pub fn failure(&self) -> Failure {
         Failure::Usage
+    }
+}
+
+/// Says so when `dir` is not in a git checkout (git's own message names no cause).
+pub fn checkout(dir: &Path) -> Result<(), ChangedError> {
+    match git(dir, &["rev-parse", "--is-inside-work-tree"]) {
+        Ok(out) if String::from_utf8_lossy(&out).trim() == "true" => Ok(()),
+        _ => Err(ChangedError::NotACheckout {
+            dir: dir.display().to_string(),
+        }),
     }
 }
 
@@ -93,6 +150,7 @@ pub struct Changed {
 /// Files added, modified or renamed (new name) between the merge base of `base` and
 /// `head`, relative to `dir`.
 pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, ChangedError> {
+    checkout(dir)?;
     // `base...head` diffs from their merge base, in one git process.
     let range = format!("{base}...{head}");
     let args = [
@@ -236,6 +294,7 @@ pub fn blobs(dir: &Path, ids: &[&str]) -> Result<Vec<String>, ChangedError> {
 
 /// Tracked files under `dir`, relative to it.
 pub fn tracked(dir: &Path) -> Result<Vec<String>, ChangedError> {
+    checkout(dir)?;
     let out = git(dir, &["ls-files", "-z"])?;
     Ok(out
         .split(|b| *b == 0)
@@ -250,17 +309,19 @@ mod tests {
 
     #[test]
     fn markers() {
-        assert_eq!(gpus_marker("import x\nNUM_GPUS = 4\n", "NUM_GPUS"), Some(4));
-        assert_eq!(
-            gpus_marker("NUM_GPUS: int = 2  # two\n", "NUM_GPUS"),
-            Some(2)
-        );
-        assert_eq!(gpus_marker("NUM_GPUS=8", "NUM_GPUS"), Some(8));
-        assert_eq!(gpus_marker("    NUM_GPUS = 4\n", "NUM_GPUS"), None);
-        assert_eq!(
-            gpus_marker("NUM_GPUS_X = 4\nNUM_GPUS = five\n", "NUM_GPUS"),
-            None
-        );
+        let n = |text: &str| gpus_marker(text, "NUM_GPUS").map(|m| m.gpus);
+        assert_eq!(n("import x\nNUM_GPUS = 4\n"), Some(4));
+        assert_eq!(n("NUM_GPUS: int = 2  # two\n"), Some(2));
+        assert_eq!(n("NUM_GPUS=8"), Some(8));
+        assert_eq!(n("    NUM_GPUS = 4\n"), None);
+        assert_eq!(n("NUM_GPUS_X = 4\nNUM_GPUS = five\n"), None);
+        assert_eq!(n("NUM_GPUS == 4\n"), None);
+        // A conditional: the largest number, and what was found.
+        let m = gpus_marker("NUM_GPUS = 2 if FEW_GPU else 4\n", "NUM_GPUS").unwrap();
+        assert_eq!(m.gpus, 4);
+        assert_eq!(m.expression.as_deref(), Some("2 if FEW_GPU else 4"));
+        assert_eq!(n("NUM_GPUS = int(os.environ.get('N', 8))\n"), Some(8));
+        assert_eq!(n("NUM_GPUS = 1 if GPU2 else 2\n"), Some(2));
     }
 
     #[test]

@@ -43,7 +43,17 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     for (c, text) in tests.iter().zip(&texts) {
         let path = &c.path;
         let gpus = match changed::gpus_marker(text, &cfg.gpus_marker) {
-            Some(n) => n,
+            Some(changed::GpuMarker {
+                gpus,
+                expression: Some(expr),
+            }) => {
+                report::warn(format!(
+                    "{path}: `{} = {expr}` is not one number; taking the largest in it, {gpus}",
+                    cfg.gpus_marker
+                ));
+                gpus
+            }
+            Some(m) => m.gpus,
             None => {
                 report::warn(format!(
                     "{path}: no top-level `{} = <int>`; assuming {} GPUs",

@@ -262,6 +262,10 @@ fn git_project() -> (tempfile::TempDir, String) {
         "NUM_GPUS=1\n",
     );
     write("tests/test_new\nline.py", "NUM_GPUS = 3\n");
+    write(
+        "tests/fp8/test_few.py",
+        "FEW_GPU = False\nNUM_GPUS = 2 if FEW_GPU else 4\n",
+    );
     write("tests/cpu/test_old.py", "NUM_GPUS = 2\n");
     write("docs/test_not_a_test_dir.py", "");
     std::fs::create_dir_all(d.join("tests/cpu/deep")).unwrap();
@@ -276,6 +280,18 @@ fn git_project() -> (tempfile::TempDir, String) {
     git(d, &["add", "-A"]);
     git(d, &["commit", "-qm", "pr"]);
     (dir, base)
+}
+
+#[test]
+fn changed_outside_a_checkout_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cibox.yaml"), MANIFEST).unwrap();
+    let manifest = dir.path().join("cibox.yaml");
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for args in [&["changed", "--base", "HEAD"][..], &["changed", "--unregistered"]] {
+        run(cibox(here).arg("--manifest").arg(&manifest).args(args))
+            .fails_with(2, "(the manifest's folder) is not in a git checkout");
+    }
 }
 
 #[test]
@@ -326,6 +342,7 @@ fn changed_maps_tests_to_gpus_and_keeps_names_as_data() {
     let want: std::collections::BTreeMap<String, u64> = [
         ("tests/cpu/deep/test_renamed.py", 2),
         ("tests/cpu/test_old.py", 2),
+        ("tests/fp8/test_few.py", 4),
         ("tests/fp8/test_new.py", 4),
         ("tests/fp8/test_nomarker.py", 8),
         ("tests/test_\"quote\" $(touch pwned) `id`.py", 1),
@@ -338,6 +355,13 @@ fn changed_maps_tests_to_gpus_and_keeps_names_as_data() {
     assert!(
         r.stderr.contains(
             "tests/fp8/test_nomarker.py: no top-level `NUM_GPUS = <int>`; assuming 8 GPUs"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(
+            "tests/fp8/test_few.py: `NUM_GPUS = 2 if FEW_GPU else 4` is not one number; taking the largest in it, 4"
         ),
         "{}",
         r.stderr
