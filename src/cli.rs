@@ -249,7 +249,10 @@ pub struct CapacityArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ChangedArgs {
+    #[command(subcommand)]
+    pub command: Option<ChangedCommand>,
     /// Base revision.
     #[arg(long)]
     pub base: Option<String>,
@@ -262,6 +265,34 @@ pub struct ChangedArgs {
     /// List test files that no batch runs.
     #[arg(long)]
     pub unregistered: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChangedCommand {
+    /// Run test files, each as a batch in its own container with its own GPU count, as
+    /// `changed.run` says. The files come as the JSON matrix `cibox changed` prints (or
+    /// one of its entries), from a file or a variable: never on the command line, so a
+    /// workflow never pastes a file name into a shell.
+    Run(ChangedRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ChangedRunArgs {
+    /// A file holding the matrix (`{"include": [{"test_file", "num_gpus"}, …]}`), a
+    /// list of entries, or one entry.
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with = "matrix_env",
+        required_unless_present = "matrix_env"
+    )]
+    pub matrix_file: Option<PathBuf>,
+    /// An environment variable holding it (in a workflow:
+    /// `env: {CIBOX_MATRIX: "${{ toJSON(matrix) }}"}`).
+    #[arg(long, value_name = "VAR")]
+    pub matrix_env: Option<String>,
+    #[command(flatten)]
+    pub options: RunOptions,
 }
 
 #[derive(Debug, Subcommand)]

@@ -450,15 +450,66 @@ pub struct Layer {
     pub meta: serde_json::Value,
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ChangedConfig {
     pub patterns: Vec<String>,
-    #[serde(default = "default_marker")]
     pub gpus_marker: String,
-    #[serde(default = "default_gpus")]
     pub default_gpus: u32,
+    /// How one changed test file runs in a container (`cibox changed run`).
+    pub run: Option<ChangedRun>,
 }
+
+/// `changed.run`: a batch template for one test file, named in the container by
+/// `$CIBOX_TEST_FILE` (never pasted into the command). Keys not given come from
+/// `defaults`, the container from the top-level `container`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChangedRun {
+    pub command: String,
+    #[serde(serialize_with = "ser_display")]
+    pub timeout: Span,
+    pub preflight: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub fast_env: BTreeMap<String, String>,
+    pub allow_empty: bool,
+    pub container: ContainerConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChanged {
+    patterns: Vec<String>,
+    #[serde(default = "default_marker")]
+    gpus_marker: String,
+    #[serde(default = "default_gpus")]
+    default_gpus: u32,
+    run: Option<RawChangedRun>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChangedRun {
+    command: String,
+    timeout: Option<Span>,
+    #[serde(default)]
+    preflight: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, EnvValue>,
+    #[serde(default)]
+    fast_env: BTreeMap<String, EnvValue>,
+    #[serde(default)]
+    allow_empty: bool,
+    container: Option<RawContainer>,
+}
+
+/// The `defaults` keys that `changed.run` takes (the rest describe named batches).
+const CHANGED_RUN_DEFAULTS: [&str; 6] = [
+    "timeout",
+    "preflight",
+    "env",
+    "fast_env",
+    "allow_empty",
+    "container",
+];
 
 fn default_marker() -> String {
     "NUM_GPUS".into()
@@ -536,7 +587,7 @@ struct RawManifest {
     batches: IndexMap<String, RawBatch>,
     #[serde(default)]
     layers: IndexMap<String, RawLayer>,
-    changed: Option<ChangedConfig>,
+    changed: Option<RawChanged>,
     #[serde(default)]
     workflows: WorkflowsConfig,
 }
@@ -658,6 +709,9 @@ const MAPPINGS: &[&[&str]] = &[
     &["layers"],
     &["layers", "*"],
     &["changed"],
+    &["changed", "run"],
+    &["changed", "run", "env"],
+    &["changed", "run", "container"],
     &["workflows"],
 ];
 
@@ -798,6 +852,80 @@ fn prepare(root: Node) -> Result<Node, (Mark, String)> {
             }
             *batch = b;
         }
+    }
+    // `changed.run` is a batch template: the defaults that fit it, and the container.
+    for (k, v) in &mut kept {
+        if k.scalar_text() != Some("changed") {
+            continue;
+        }
+        let yaml::NodeValue::Map(fields) = &mut v.value else {
+            continue;
+        };
+        let Some((_, run)) = fields
+            .iter_mut()
+            .find(|(k, _)| k.scalar_text() == Some("run"))
+        else {
+            continue;
+        };
+        if !matches!(run.value, yaml::NodeValue::Map(_)) {
+            continue;
+        }
+        let mut r = std::mem::replace(
+            run,
+            Node {
+                value: yaml::NodeValue::Seq(Vec::new()),
+                mark: run.mark,
+            },
+        );
+        if let Some(Node {
+            value: yaml::NodeValue::Map(d),
+            mark,
+        }) = &defaults
+        {
+            let fitting = Node {
+                value: yaml::NodeValue::Map(
+                    d.iter()
+                        .filter(|(k, _)| {
+                            k.scalar_text()
+                                .is_some_and(|k| CHANGED_RUN_DEFAULTS.contains(&k))
+                        })
+                        .cloned()
+                        .collect(),
+                ),
+                mark: *mark,
+            };
+            r = overlay(&fitting, r);
+        }
+        if let Some(top) = &container
+            && let yaml::NodeValue::Map(fields) = &mut r.value
+        {
+            match fields
+                .iter_mut()
+                .find(|(k, _)| k.scalar_text() == Some("container"))
+            {
+                Some((_, own)) => {
+                    let mine = std::mem::replace(
+                        own,
+                        Node {
+                            value: yaml::NodeValue::Seq(Vec::new()),
+                            mark: own.mark,
+                        },
+                    );
+                    *own = overlay(top, mine);
+                }
+                None => fields.push((
+                    Node {
+                        value: yaml::NodeValue::Scalar {
+                            text: "container".into(),
+                            plain: true,
+                        },
+                        mark: top.mark,
+                    },
+                    top.clone(),
+                )),
+            }
+        }
+        *run = r;
     }
     Ok(Node {
         value: yaml::NodeValue::Map(kept),
@@ -1540,17 +1668,53 @@ fn validate(
         );
     }
 
-    if let Some(ch) = &raw.changed {
-        if ch.patterns.is_empty() {
-            return Err(check.at(&["changed", "patterns"], "lists no pattern"));
+    let changed = match raw.changed {
+        None => None,
+        Some(ch) => {
+            if ch.patterns.is_empty() {
+                return Err(check.at(&["changed", "patterns"], "lists no pattern"));
+            }
+            if !is_env_name(&ch.gpus_marker) {
+                return Err(check.at(
+                    &["changed", "gpus_marker"],
+                    "must be a Python identifier such as NUM_GPUS",
+                ));
+            }
+            let run = match ch.run {
+                None => None,
+                Some(r) => {
+                    let Some(timeout) = r.timeout.filter(|t| !t.0.is_zero()) else {
+                        return Err(check.at(
+                            &["changed", "run"],
+                            "needs a `timeout` of more than 0s (here or under `defaults:`)",
+                        ));
+                    };
+                    if r.command.trim().is_empty() {
+                        return Err(check.at(&["changed", "run", "command"], "is empty"));
+                    }
+                    let container = match r.container {
+                        Some(c) => validate_container(check, &["changed", "run", "container"], c)?,
+                        None => validate_container(check, &["container"], top_container.clone())?,
+                    };
+                    Some(ChangedRun {
+                        command: r.command,
+                        timeout,
+                        preflight: r.preflight,
+                        env: env_map(check, &["changed", "run", "env"], r.env)?,
+                        fast_env: env_map(check, &["changed", "run", "fast_env"], r.fast_env)?,
+                        allow_empty: r.allow_empty,
+                        container,
+                    })
+                }
+            };
+            Some(ChangedConfig {
+                patterns: ch.patterns,
+                gpus_marker: ch.gpus_marker,
+                default_gpus: ch.default_gpus,
+                run,
+            })
         }
-        if !is_env_name(&ch.gpus_marker) {
-            return Err(check.at(
-                &["changed", "gpus_marker"],
-                "must be a Python identifier such as NUM_GPUS",
-            ));
-        }
-    }
+    };
 
     Ok(Manifest {
         path,
@@ -1563,7 +1727,7 @@ fn validate(
         gpu,
         batches,
         layers,
-        changed: raw.changed,
+        changed,
         workflows: raw.workflows,
     })
 }
@@ -1798,6 +1962,27 @@ layers:
             err.contains("batches.e2e: missing required key `timeout`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn changed_run_takes_the_defaults_that_fit_and_the_container() {
+        let text = REAL.replace(
+            "layers:",
+            "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: pytest \"$CIBOX_TEST_FILE\"\n    container: {ipc: host}\nlayers:",
+        );
+        let m = parse(&text).unwrap();
+        let run = m.changed.unwrap().run.unwrap();
+        assert_eq!(run.timeout.to_string(), "2h");
+        assert!(run.allow_empty);
+        assert_eq!(run.env["SHARED"], "1");
+        assert_eq!(run.container.ipc, Ipc::Host);
+        assert_eq!(run.container.user, ContainerUser::Root);
+        assert_eq!(run.container.mounts.len(), 2);
+        let no_default = text
+            .replace("defaults:\n  timeout: 2h\n", "defaults:\n")
+            .replace("    gpus: 8\n", "    gpus: 8\n    timeout: 1h\n");
+        let err = parse(&no_default).unwrap_err();
+        assert!(err.contains("changed.run: needs a `timeout`"), "{err}");
     }
 
     #[test]

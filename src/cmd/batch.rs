@@ -82,7 +82,16 @@ pub fn list(ctx: &Context) -> Result<u8> {
 
 /// `cibox batch run` and `cibox layer run`.
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
-    let m = ctx.manifest()?;
+    run_manifest(ctx.manifest()?, names, layer, opts)
+}
+
+/// Runs batches of a manifest (which `changed run` extends with its own).
+pub(super) fn run_manifest(
+    m: Manifest,
+    names: &[String],
+    layer: Option<&str>,
+    opts: &RunOptions,
+) -> Result<u8> {
     let mut request = RunRequest {
         names: names.to_vec(),
         layer: layer.map(str::to_string),

@@ -4,12 +4,17 @@ use serde_json::json;
 
 use super::Context;
 use crate::changed;
-use crate::cli::ChangedArgs;
+use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::manifest::{Batch, Manifest};
 use crate::report;
+use crate::util;
 
 pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
+    if let Some(ChangedCommand::Run(a)) = &args.command {
+        return run_files(ctx, a);
+    }
     let m = ctx.manifest()?;
     let Some(cfg) = &m.changed else {
         return Err(Error::Usage(format!(
@@ -108,5 +113,224 @@ fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8
             orphans.len()
         ));
         Ok(exit::TESTS_FAILED)
+    }
+}
+
+/// The most test files one `changed run` runs, and the most matrix text it reads.
+const MAX_FILES: usize = 256;
+const MAX_MATRIX_BYTES: u64 = 1 << 20;
+
+/// One test file to run and its GPUs, from the matrix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TestFile {
+    path: String,
+    gpus: u32,
+}
+
+/// Reads the matrix: `{"include": [...]}`, a list of entries, or one entry, each
+/// `{"test_file": PATH, "num_gpus": N}` (other keys ignored, as a workflow matrix may
+/// carry more).
+fn parse_matrix(text: &str, from: &str) -> std::result::Result<Vec<TestFile>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("{from}: not JSON: {e}"))?;
+    let entries: Vec<&serde_json::Value> = match &v {
+        serde_json::Value::Object(o) if o.contains_key("include") => match &o["include"] {
+            serde_json::Value::Array(a) => a.iter().collect(),
+            _ => return Err(format!("{from}: `include` is not a list")),
+        },
+        serde_json::Value::Object(_) => vec![&v],
+        serde_json::Value::Array(a) => a.iter().collect(),
+        _ => {
+            return Err(format!(
+                "{from}: expected the matrix `cibox changed` prints"
+            ));
+        }
+    };
+    if entries.len() > MAX_FILES {
+        return Err(format!(
+            "{from}: {} test files; at most {MAX_FILES} run at once",
+            entries.len()
+        ));
+    }
+    let mut out: Vec<TestFile> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let path = e
+            .get("test_file")
+            .and_then(|p| p.as_str())
+            .ok_or_else(|| format!("{from}: entry {i} has no `test_file` string"))?;
+        let gpus = e
+            .get("num_gpus")
+            .and_then(|n| n.as_u64())
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| {
+                format!(
+                    "{from}: entry {i} ({}) has no whole `num_gpus`",
+                    util::escape(path)
+                )
+            })?;
+        if out.iter().any(|t| t.path == path) {
+            return Err(format!("{from}: `{}` is listed twice", util::escape(path)));
+        }
+        out.push(TestFile {
+            path: path.to_string(),
+            gpus,
+        });
+    }
+    Ok(out)
+}
+
+/// The batch name of the `n`th file (from 1): `changed-N-<file stem>`, in the
+/// characters a batch name allows.
+fn batch_name(n: usize, path: &str) -> String {
+    let stem = std::path::Path::new(path)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let clean: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(48)
+        .collect();
+    format!("changed-{n}-{clean}")
+}
+
+/// `cibox changed run`: each test file of the matrix as a batch made from
+/// `changed.run`, with the file's GPU count and `CIBOX_TEST_FILE` naming it.
+fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
+    let mut m: Manifest = ctx.manifest()?;
+    let Some(cfg) = m.changed.clone() else {
+        return Err(Error::Usage(format!(
+            "{}: no `changed` section (patterns, and run: for `changed run`)",
+            m.path.display()
+        )));
+    };
+    let Some(template) = cfg.run.clone() else {
+        return Err(Error::Usage(format!(
+            "{}: `changed.run` is missing: say how one test file runs (`run: {{command: 'pytest \"$CIBOX_TEST_FILE\"', timeout: 30m}}`)",
+            m.path.display()
+        )));
+    };
+    let (text, from) = match (&args.matrix_file, &args.matrix_env) {
+        (Some(path), _) => {
+            use std::io::Read;
+            let (f, _) = util::open_plain(path, true)
+                .map_err(|e| Error::Usage(format!("--matrix-file {}: {e}", path.display())))?;
+            let mut text = String::new();
+            f.take(MAX_MATRIX_BYTES + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| Error::Usage(format!("--matrix-file {}: {e}", path.display())))?;
+            (text, format!("--matrix-file {}", path.display()))
+        }
+        (None, Some(var)) => {
+            let text = std::env::var(var).map_err(|_| {
+                Error::Usage(format!(
+                    "--matrix-env {var}: the variable is not set (or not UTF-8)"
+                ))
+            })?;
+            (text, format!("--matrix-env {var}"))
+        }
+        (None, None) => {
+            return Err(Error::Usage(
+                "changed run: give --matrix-file or --matrix-env".into(),
+            ));
+        }
+    };
+    if text.len() as u64 > MAX_MATRIX_BYTES {
+        return Err(Error::Usage(format!("{from}: larger than 1 MiB")));
+    }
+    let files = parse_matrix(&text, &from).map_err(Error::Usage)?;
+    // A matrix is data someone else made: run only what `changed` itself would list.
+    for f in &files {
+        let p = std::path::Path::new(&f.path);
+        let inside = !f.path.is_empty()
+            && p.is_relative()
+            && !p
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)));
+        if !inside
+            || !cfg
+                .patterns
+                .iter()
+                .any(|pat| changed::glob_matches(pat, &f.path))
+        {
+            return Err(Error::Usage(format!(
+                "{from}: `{}` is not a test file `changed.patterns` matches ({})",
+                util::escape(&f.path),
+                cfg.patterns.join(", ")
+            )));
+        }
+    }
+    if files.is_empty() {
+        report::info("no changed test file to run");
+        return Ok(exit::SUCCESS);
+    }
+    let mut names = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let name = batch_name(i + 1, &f.path);
+        if m.batches.contains_key(&name) {
+            return Err(Error::Usage(format!(
+                "batch `{name}` exists in the manifest; `changed run` names its batches changed-N-…"
+            )));
+        }
+        let mut env = template.env.clone();
+        env.insert("CIBOX_TEST_FILE".into(), f.path.clone());
+        m.batches.insert(
+            name.clone(),
+            Batch {
+                description: Some(format!("changed test file {}", f.path)),
+                gpus: f.gpus,
+                timeout: template.timeout,
+                preflight: template.preflight.clone(),
+                run: vec![template.command.clone()],
+                env,
+                fast_env: template.fast_env.clone(),
+                allow_empty: template.allow_empty,
+                tests: vec![f.path.clone()],
+                container: template.container.clone(),
+                meta: serde_json::json!({"test_file": f.path}),
+            },
+        );
+        names.push(name);
+    }
+    super::batch::run_manifest(m, &names, None, &args.options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matrices_in_every_shape() {
+        let one = TestFile {
+            path: "tests/test_a.py".into(),
+            gpus: 2,
+        };
+        for text in [
+            r#"{"include": [{"test_file": "tests/test_a.py", "num_gpus": 2}]}"#,
+            r#"[{"test_file": "tests/test_a.py", "num_gpus": 2}]"#,
+            r#"{"test_file": "tests/test_a.py", "num_gpus": 2, "os": "x"}"#,
+        ] {
+            assert_eq!(parse_matrix(text, "m").unwrap(), vec![one.clone()]);
+        }
+        assert!(parse_matrix("{\"include\": 3}", "m").is_err());
+        assert!(parse_matrix(r#"[{"test_file": "a", "num_gpus": -1}]"#, "m").is_err());
+        assert!(
+            parse_matrix(
+                r#"[{"test_file": "a", "num_gpus": 1}, {"test_file": "a", "num_gpus": 1}]"#,
+                "m"
+            )
+            .unwrap_err()
+            .contains("listed twice")
+        );
+        assert_eq!(
+            batch_name(3, "tests/x/test_$(id).py"),
+            "changed-3-test___id_"
+        );
     }
 }

@@ -852,3 +852,52 @@ fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
         assert!(!p.reports().join("m").exists(), "no report was made");
     }
 }
+
+#[test]
+fn changed_test_files_run_in_containers_with_their_gpu_counts() {
+    // The changed-tests job: each file a batch of its own, named in the container by
+    // $CIBOX_TEST_FILE, never pasted into a shell.
+    let command =
+        format!("test -f \"$CIBOX_TEST_FILE\" && echo \"ran $CIBOX_TEST_FILE\" && {JUNIT_OK}");
+    let changed = format!(
+        "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: {}\n    timeout: 1m\n",
+        serde_json::to_string(&command).unwrap()
+    );
+    let p = busybox_project(
+        &format!("{}{changed}", batch("unit", 0, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    let odd = "tests/test_$(touch pwned) `id`.py";
+    p.project.write("tests/test_a.py", "NUM_GPUS = 0\n");
+    p.project.write(odd, "NUM_GPUS = 0\n");
+    let matrix = serde_json::json!({"include": [
+        {"test_file": "tests/test_a.py", "num_gpus": 0},
+        {"test_file": odd, "num_gpus": 0},
+    ]})
+    .to_string();
+    let r = run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", &matrix));
+    r.ok();
+    assert!(r.stdout.contains("ran tests/test_a.py"), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("ran {odd}")), "{}", r.stdout);
+    assert!(!p.project.path().join("pwned").exists());
+    let v = p.result("changed-2-test___touch_pwned___id_");
+    assert_eq!(v["status"], "passed", "{v}");
+    assert_eq!(v["env"]["CIBOX_TEST_FILE"], odd);
+    assert_eq!(v["gpu_count"], 0);
+    // Bad input starts nothing: a file the patterns do not match, a missing variable.
+    let outside = serde_json::json!([{"test_file": "../etc/passwd", "num_gpus": 0}]).to_string();
+    run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", &outside))
+    .fails_with(
+        2,
+        "`../etc/passwd` is not a test file `changed.patterns` matches",
+    );
+    run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "NO_SUCH_VAR"])
+        .env_remove("NO_SUCH_VAR"))
+    .fails_with(2, "--matrix-env NO_SUCH_VAR: the variable is not set");
+    assert!(p.containers().is_empty());
+}

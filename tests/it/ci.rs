@@ -288,7 +288,10 @@ fn changed_outside_a_checkout_says_so() {
     std::fs::write(dir.path().join("cibox.yaml"), MANIFEST).unwrap();
     let manifest = dir.path().join("cibox.yaml");
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for args in [&["changed", "--base", "HEAD"][..], &["changed", "--unregistered"]] {
+    for args in [
+        &["changed", "--base", "HEAD"][..],
+        &["changed", "--unregistered"],
+    ] {
         run(cibox(here).arg("--manifest").arg(&manifest).args(args))
             .fails_with(2, "(the manifest's folder) is not in a git checkout");
     }
