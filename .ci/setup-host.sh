@@ -3,7 +3,8 @@
 # a Docker engine (Debian's docker.io, dockerd started in the background when no engine
 # answers), busybox-static (the demo image's rootfs), debootstrap (the Debian image of
 # the Python test), nix-bin (offline checks of the flake), python3 (drives a pseudo-
-# terminal in the `gpu exec` terminal test), and cargo-nextest. Idempotent.
+# terminal in the `gpu exec` terminal test), docker-registry (a local registry for
+# `image fetch`, started on 127.0.0.1:5000 without auth), and cargo-nextest. Idempotent.
 set -euo pipefail
 
 need=()
@@ -15,6 +16,7 @@ command -v nix-instantiate >/dev/null 2>&1 || need+=(nix-bin)
 # Debian's own: the confinement tests run it as user nobody, who cannot reach a
 # python3 installed under root's home (pyenv).
 [ -x /usr/bin/python3 ] || need+=(python3)
+[ -x /usr/bin/docker-registry ] || need+=(docker-registry)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup-host: need root to install: ${need[*]}" >&2
@@ -49,3 +51,42 @@ if ! docker info >/dev/null 2>&1; then
   fi
 fi
 echo "setup-host: engine $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+# The registry the `image fetch` tests push to and pull from: loopback only (the engine
+# trusts it without TLS), no auth, its own storage.
+registry_up() { python3 - <<'PY'
+import sys, urllib.request
+try:
+    urllib.request.urlopen("http://127.0.0.1:5000/v2/", timeout=2)
+except Exception:
+    sys.exit(1)
+PY
+}
+if ! registry_up; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup-host: no registry answers on 127.0.0.1:5000 and only root can start one" >&2
+    exit 1
+  fi
+  echo "setup-host: starting docker-registry on 127.0.0.1:5000"
+  mkdir -p /var/lib/cibox-registry
+  cat >/var/lib/cibox-registry/config.yml <<'YML'
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: /var/lib/cibox-registry/data}
+  delete: {enabled: true}
+http:
+  addr: 127.0.0.1:5000
+YML
+  nohup docker-registry serve /var/lib/cibox-registry/config.yml >/var/log/cibox-registry.log 2>&1 &
+  for _ in $(seq 1 30); do
+    registry_up && break
+    sleep 1
+  done
+  if ! registry_up; then
+    echo "setup-host: docker-registry did not come up in 30 s; its log:" >&2
+    tail -n 30 /var/log/cibox-registry.log >&2
+    exit 1
+  fi
+fi
+echo "setup-host: registry on 127.0.0.1:5000"

@@ -84,6 +84,11 @@ pub enum ImageCommand {
         #[arg(long)]
         no_verify: bool,
     },
+    /// Pull an image pinned by digest from its registry, print its ID, verify it.
+    Fetch {
+        /// `REPOSITORY@sha256:…` (default: image.ref). Never a tag.
+        reference: Option<String>,
+    },
     /// Build the manifest's recipe (Dockerfile or Nix), label it with the lockset, print its ID.
     Build,
     /// Verify, run the qualification layer on the image, write a qualification record.

@@ -10,7 +10,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
-use bollard::query_parameters::{BuildImageOptionsBuilder, ImportImageOptionsBuilder};
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
+};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -277,6 +279,51 @@ impl Engine {
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(Self::api("inspecting image", e)),
         }
+    }
+
+    /// Pulls `repository@digest` from its registry (`POST /images/create`), as the
+    /// docker CLI asks for a digest: the repository, and the digest as the tag. A
+    /// registry that does not have it, or refuses, is `Rejected`; one that cannot be
+    /// reached is an `Api` failure.
+    pub fn pull(&self, repository: &str, digest: &str) -> Result<(), EngineError> {
+        let action = format!("pulling {repository}@{digest}");
+        self.rt.block_on(async {
+            let opts = CreateImageOptionsBuilder::default()
+                .from_image(repository)
+                .tag(digest)
+                .build();
+            let mut progress = self.docker.create_image(Some(opts), None, None);
+            while let Some(item) = progress.next().await {
+                match item {
+                    Ok(info) => {
+                        if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                            return Err(EngineError::Rejected {
+                                action: action.clone(),
+                                reason: detail,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        let text = reason(&e);
+                        let missing = is_not_found(&e)
+                            || text.contains("manifest unknown")
+                            || text.contains("not found");
+                        return Err(if missing {
+                            EngineError::Rejected {
+                                action: action.clone(),
+                                reason: text,
+                            }
+                        } else {
+                            EngineError::Api {
+                                action: action.clone(),
+                                reason: text,
+                            }
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Streams a docker-archive into the engine (`POST /images/load`) and returns what

@@ -62,6 +62,9 @@ pub struct Manifest {
 pub struct ImageConfig {
     /// The qualified image (checked where it is used: a malformed ID is an image refusal).
     pub id: Option<String>,
+    /// Where `image fetch` gets it: `REPOSITORY@sha256:…`, pinned by digest.
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
     #[serde(default)]
     pub locks: Vec<String>,
     pub nix: Option<String>,
@@ -1537,6 +1540,11 @@ fn validate(
             &["image"],
             "set either `nix` or `dockerfile` as the image recipe, not both",
         ));
+    }
+    if let Some(r) = &raw.image.reference
+        && let Err(why) = crate::image::PinnedRef::parse(r)
+    {
+        return Err(check.at(&["image", "ref"], why));
     }
     for (i, pat) in raw.image.locks.iter().enumerate() {
         if pat.is_empty() || Path::new(pat).is_absolute() || pat.split('/').any(|c| c == "..") {

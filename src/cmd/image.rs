@@ -11,7 +11,7 @@ use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::lockset::{self, Lockset};
-use crate::image::{self, ImageId, Verified, build_context};
+use crate::image::{self, ImageId, PinnedRef, Verified, build_context};
 use crate::manifest::Manifest;
 use crate::report;
 
@@ -197,6 +197,45 @@ fn finish_loaded(
     for v in &verified {
         print_result(ctx, v, info, "verified");
     }
+    Ok(exit::SUCCESS)
+}
+
+/// `cibox image fetch [REF]`: pulls an image pinned by digest, then verifies it like a
+/// loaded one: its lockset labels against the source's, and its ID against `image.id`
+/// when the manifest pins one.
+pub fn fetch(ctx: &Context, reference: Option<String>) -> Result<u8> {
+    if let Some(r) = &reference {
+        PinnedRef::parse(r).map_err(Error::Usage)?;
+    }
+    let m = ctx.manifest()?;
+    let Some(text) = reference.or_else(|| m.image.reference.clone()) else {
+        return Err(Error::Usage(format!(
+            "no image reference: pass REPOSITORY@sha256:… or set image.ref in {}",
+            m.path.display()
+        )));
+    };
+    let pinned = PinnedRef::parse(&text).map_err(Error::Usage)?;
+    let source = Lockset::compute(&m.dir, &m.image.locks)?;
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    describe_engine(&info);
+    report::info(format!("pulling {pinned}"));
+    engine.pull(&pinned.repository, &pinned.digest)?;
+    let found = engine
+        .inspect(&pinned.to_string())?
+        .ok_or_else(|| Error::refused(format!("pulled {pinned}, but the engine cannot find it")))?;
+    let id = ImageId::parse(&found.id).map_err(Error::refused)?;
+    if let Some(pin) = &m.image.id
+        && ImageId::parse(pin.trim()).ok().as_ref() != Some(&id)
+    {
+        return Err(Error::refused(format!(
+            "{pinned} is image {id}, but image.id in {} pins {}",
+            m.path.display(),
+            pin.trim()
+        )));
+    }
+    let v = image::verify(&engine, &id, &source)?;
+    print_result(ctx, &v, &info, "verified");
     Ok(exit::SUCCESS)
 }
 

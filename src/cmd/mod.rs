@@ -53,6 +53,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             image::load(&ctx, &from, !no_verify)
         }
         Command::Image(ImageCommand::Build) => image::build(&ctx),
+        Command::Image(ImageCommand::Fetch { reference }) => image::fetch(&ctx, reference),
         Command::Image(ImageCommand::Save { id, to }) => image::save(&ctx, &id, &to),
         Command::Image(ImageCommand::Qualify {
             id,

@@ -5,9 +5,11 @@
 pub mod build_context;
 pub mod id;
 pub mod lockset;
+pub mod pinned;
 
 pub use id::ImageId;
 pub use lockset::Lockset;
+pub use pinned::PinnedRef;
 
 use crate::engine::{Engine, EngineError};
 use crate::exit::Failure;

@@ -377,3 +377,68 @@ fn a_bad_dockerignore_pattern_is_named_and_nothing_is_built() {
     p.cibox(&["image", "build"])
         .fails_with(2, ".dockerignore:2: bad pattern `[z-a]`");
 }
+
+#[test]
+fn an_image_pinned_by_digest_is_fetched_from_a_registry_and_verified() {
+    let p = image_project(&["image/*"]);
+    let built = build(&p);
+    let pinned = push_to_registry(&built.0);
+    assert!(
+        remove_image(&built.0),
+        "the built image could not be removed"
+    );
+    // Fetched by digest: the same image ID (the config digest), verified by lockset.
+    let r = p.cibox(&["image", "fetch", &pinned]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), built.0, "{}", r.stderr);
+    assert!(image_exists(&built.0));
+    // From the manifest's image.ref, with image.id pinning the same ID.
+    let manifest = std::fs::read_to_string(p.path().join("cibox.yaml")).unwrap();
+    let with_ref = manifest.replacen(
+        "image:\n",
+        &format!("image:\n  ref: \"{pinned}\"\n  id: \"{}\"\n", built.0),
+        1,
+    );
+    assert_ne!(
+        with_ref, manifest,
+        "the manifest has no image: block to extend"
+    );
+    p.write("cibox.yaml", &with_ref);
+    p.cibox(&["image", "fetch"]).ok();
+
+    // Never a tag; a tag in the manifest is named with its position.
+    let repo = pinned.split('@').next().unwrap();
+    p.cibox(&["image", "fetch", &format!("{repo}:push")])
+        .fails_with(2, "is not pinned by digest");
+    p.write(
+        "cibox.yaml",
+        with_ref.replace(
+            &format!("\"{pinned}\""),
+            &format!("\"{repo}:v1@{}\"", pinned.split('@').nth(1).unwrap()),
+        ),
+    );
+    p.cibox(&["image", "fetch"])
+        .fails_with(2, "cibox.yaml:4:8: image.ref: ");
+    // image.id pinning another image: exit 3, both IDs named.
+    let other = format!("sha256:{}", "0".repeat(64));
+    p.write("cibox.yaml", with_ref.replace(&built.0, &other));
+    let r = p.cibox(&["image", "fetch"]);
+    r.fails_with(3, "but image.id in");
+    assert!(
+        r.stderr.contains(&built.0) && r.stderr.contains(&other),
+        "{}",
+        r.stderr
+    );
+    // A digest the registry does not have: refused.
+    p.write("cibox.yaml", &manifest);
+    p.cibox(&[
+        "image",
+        "fetch",
+        &format!("{repo}@sha256:{}", "1".repeat(64)),
+    ])
+    .fails_with(3, "pulling");
+    // The source's locks changed since the push: the lockset no longer matches.
+    p.write("image/nonce", "changed");
+    p.cibox(&["image", "fetch", &pinned])
+        .fails_with(3, "was built from different lock files");
+}

@@ -183,6 +183,54 @@ pub fn image_store_lock(exclusive: bool) -> ImageStoreLock {
     ImageStoreLock(f)
 }
 
+/// The local registry `.ci/run` starts (Debian's docker-registry on 127.0.0.1:5000).
+pub const REGISTRY: &str = "127.0.0.1:5000";
+
+pub fn require_registry() {
+    require_engine();
+    let ok = std::net::TcpStream::connect_timeout(
+        &REGISTRY.parse().unwrap(),
+        std::time::Duration::from_secs(2),
+    )
+    .is_ok();
+    assert!(
+        ok,
+        "this test needs a registry on {REGISTRY}: run `bash .ci/run` (installs Debian's docker-registry and starts it) or `bash .ci/setup-host.sh`"
+    );
+}
+
+/// Pushes a local image to the test registry under a fresh name and returns its
+/// pinned reference (`REPO@sha256:…`).
+pub fn push_to_registry(id: &str) -> String {
+    require_registry();
+    let repo = format!("{REGISTRY}/cibox-test/{}", nonce().to_lowercase());
+    let tagged = format!("{repo}:push");
+    let ok = |args: &[&str]| {
+        let out = Command::new("docker").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    ok(&["tag", id, &tagged]);
+    ok(&["push", &tagged]);
+    let digests = ok(&[
+        "inspect",
+        "--format",
+        "{{range .RepoDigests}}{{.}} {{end}}",
+        id,
+    ]);
+    let pinned = digests
+        .split_whitespace()
+        .find(|d| d.starts_with(&repo))
+        .unwrap_or_else(|| panic!("no digest of {repo} in {digests}"))
+        .to_string();
+    ok(&["rmi", &tagged]);
+    pinned
+}
+
 /// `docker image rm -f ID`, not during any test's build; whether it succeeded.
 pub fn remove_image(id: &str) -> bool {
     let _store = image_store_lock(true);
