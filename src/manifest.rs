@@ -174,6 +174,18 @@ pub struct Ulimit {
     pub hard: i64,
 }
 
+/// What decides whether a batch passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchVerdict {
+    /// Its JUnit reports (and its steps' exit status).
+    #[default]
+    Junit,
+    /// Its steps' exit status alone, each step recorded as a test case: for tests that
+    /// are scripts and write no JUnit.
+    ExitCode,
+}
+
 /// Who a batch runs as inside its container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerUser {
@@ -439,6 +451,7 @@ pub struct Batch {
     pub container: ContainerConfig,
     /// Free data for templates (a mapping of plain values).
     pub meta: serde_json::Value,
+    pub verdict: BatchVerdict,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -475,6 +488,7 @@ pub struct ChangedRun {
     pub fast_env: BTreeMap<String, String>,
     pub allow_empty: bool,
     pub container: ContainerConfig,
+    pub verdict: BatchVerdict,
 }
 
 #[derive(Debug, Deserialize)]
@@ -502,10 +516,12 @@ struct RawChangedRun {
     #[serde(default)]
     allow_empty: bool,
     container: Option<RawContainer>,
+    verdict: Option<BatchVerdict>,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-const CHANGED_RUN_DEFAULTS: [&str; 6] = [
+const CHANGED_RUN_DEFAULTS: [&str; 7] = [
+    "verdict",
     "timeout",
     "preflight",
     "env",
@@ -655,6 +671,7 @@ struct RawBatch {
     /// The top-level `container` with this batch's keys laid over it (see `prepare`).
     container: Option<RawContainer>,
     meta: Option<serde_json::Value>,
+    verdict: Option<BatchVerdict>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1624,6 +1641,7 @@ fn validate(
             tests: b.tests,
             container: batch_container,
             meta: plain_meta(check, &["batches", &name, "meta"], b.meta)?,
+            verdict: b.verdict.unwrap_or_default(),
         };
         batches.insert(name, batch);
     }
@@ -1712,6 +1730,7 @@ fn validate(
                         fast_env: env_map(check, &["changed", "run", "fast_env"], r.fast_env)?,
                         allow_empty: r.allow_empty,
                         container,
+                        verdict: r.verdict.unwrap_or_default(),
                     })
                 }
             };

@@ -294,6 +294,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
                 tests: vec![f.path.clone()],
                 container: template.container.clone(),
                 meta: serde_json::json!({"test_file": f.path}),
+                verdict: template.verdict,
             },
         );
         names.push(name);

@@ -17,6 +17,7 @@ use super::outcome::{BatchResult, Ended, RunOutcome, Verdict, judge};
 use super::plan::{BatchPlan, RunPlan};
 use super::record::{GpuRef, RunRecord};
 use super::reporter::Reporter;
+use super::steps::StepTracker;
 use super::watchdog::Watchdog;
 use super::{batch_dir, collect};
 use crate::engine::{EndCause, Engine, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
@@ -26,6 +27,7 @@ use crate::gpu::{self, Want, probe};
 use crate::image::{self, Lockset};
 use crate::lockdir::LockDir;
 use crate::lockdir::runs::{RunInfo, RunLock};
+use crate::manifest::BatchVerdict;
 use crate::signals;
 use crate::units::rfc3339;
 
@@ -192,6 +194,8 @@ struct Watched {
     container_left: Cell<bool>,
     /// What came out of its `/reports`.
     reports: std::cell::RefCell<collect::Copied>,
+    /// Its steps as they came, for `verdict: exit-code`.
+    steps: std::cell::RefCell<Option<StepTracker>>,
 }
 
 /// One run in progress: what its batches share.
@@ -244,6 +248,9 @@ impl Execution<'_> {
             .map(|l| l.gpus().to_vec())
             .unwrap_or_default();
         let watched = Watched::default();
+        if b.verdict == BatchVerdict::ExitCode {
+            *watched.steps.borrow_mut() = Some(StepTracker::new(&b.run));
+        }
         let ended = match ended {
             Some(e) => e,
             // An engine failure ends this batch, not the run: the others still run
@@ -264,14 +271,27 @@ impl Execution<'_> {
         // The container is gone (or, if the engine failed to remove it, still named
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
-        let (collected, junit_problem) = read_reports(&b.dir);
-        let junit::Collected {
-            cases,
-            totals,
-            dropped,
-            ..
-        } = collected;
-        let (verdict, message) = judge(&ended, &totals, junit_problem, b.allow_empty);
+        let (cases, totals, dropped, junit_problem, allow_empty) =
+            match watched.steps.borrow_mut().take() {
+                // The steps' exit status is the verdict; each step is a case.
+                Some(tracker) => {
+                    let succeeded = matches!(ended, Ended::Exited(0));
+                    let cases = tracker.cases(&b.name, Instant::now(), succeeded);
+                    let totals = junit::Totals::of(&cases);
+                    (cases, totals, 0, None, true)
+                }
+                None => {
+                    let (collected, problem) = read_reports(&b.dir);
+                    let junit::Collected {
+                        cases,
+                        totals,
+                        dropped,
+                        ..
+                    } = collected;
+                    (cases, totals, dropped, problem, b.allow_empty)
+                }
+            };
+        let (verdict, message) = judge(&ended, &totals, junit_problem, allow_empty);
         let plan = self.plan;
         let record = RunRecord {
             schema: 1,
@@ -408,7 +428,7 @@ impl Execution<'_> {
         // Anonymous, it goes with the container; but one removed by someone else
         // without its volumes leaves it.
         let volume = self.engine.volume_at(&id, "/reports");
-        let outcome = self.follow(b, &id, &watched.printed);
+        let outcome = self.follow(b, &id, watched);
         // The container still lives (its keeper waits): copy `/reports` out now.
         if outcome.is_ok() {
             let caps = collect::Caps::with_bytes(b.container.reports_size());
@@ -454,7 +474,8 @@ impl Execution<'_> {
         Ok(ended)
     }
 
-    fn follow(&self, b: &BatchPlan, id: &str, printed: &Cell<u64>) -> Result<Ended> {
+    fn follow(&self, b: &BatchPlan, id: &str, watched: &Watched) -> Result<Ended> {
+        let printed = &watched.printed;
         // Whole seconds, as the engine's event filter takes them: one early, so the
         // start's own second is in.
         let started_at = std::time::SystemTime::now()
@@ -497,6 +518,9 @@ impl Execution<'_> {
                 let event = match seen {
                     Followed::Output(bytes) => {
                         printed.set(printed.get() + bytes.len() as u64);
+                        if let Some(t) = watched.steps.borrow_mut().as_mut() {
+                            t.feed(bytes);
+                        }
                         Event::Output { batch: b, bytes }
                     }
                     Followed::DeadlinePassed => Event::TimedOut { batch: b },

@@ -24,6 +24,7 @@ pub mod outcome;
 pub mod plan;
 pub mod record;
 pub mod reporter;
+pub mod steps;
 pub mod sweep;
 pub mod watchdog;
 

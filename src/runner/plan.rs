@@ -11,7 +11,7 @@ use super::container::ContainerPlan;
 use super::record::SourceInfo;
 use crate::exit::Failure;
 use crate::image::ImageId;
-use crate::manifest::{Batch, ContainerUser, Manifest};
+use crate::manifest::{Batch, BatchVerdict, ContainerUser, Manifest};
 use crate::units::Span;
 use crate::util::did_you_mean;
 
@@ -119,6 +119,10 @@ pub struct BatchPlan {
     /// The uid:gid the batch's processes run as.
     pub user: (u32, u32),
     pub container: ContainerPlan,
+    /// JUnit, or the steps' exit status (each `run` step a case).
+    pub verdict: BatchVerdict,
+    /// The `run` steps, for `verdict: exit-code`.
+    pub run: Vec<String>,
 }
 
 /// A whole run, ready to execute.
@@ -280,6 +284,8 @@ pub fn plan(
                 container: ContainerPlan::new(&manifest, name, batch, &identity, batch_user),
                 dir,
                 user: batch_user,
+                verdict: batch.verdict,
+                run: batch.run.clone(),
             }
         })
         .collect();

@@ -901,3 +901,41 @@ fn changed_test_files_run_in_containers_with_their_gpu_counts() {
     .fails_with(2, "--matrix-env NO_SUCH_VAR: the variable is not set");
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn script_tests_are_judged_by_exit_code_one_case_per_step() {
+    let steps = [
+        "echo one",
+        "sleep 1; echo two",
+        "echo three; exit 3",
+        "echo never",
+    ];
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("scripts", 0, "1m", &steps, "    verdict: exit-code\n"),
+            batch("clean", 0, "1m", &["echo fine"], "    verdict: exit-code\n"),
+        ),
+        "",
+    );
+    let r = p.run(&["batch", "run", "scripts", "clean"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let v = p.result("scripts");
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["tests"]["total"], 4, "{v}");
+    assert_eq!(v["tests"]["passed"], 2, "{v}");
+    assert_eq!(v["tests"]["failed"], 1, "{v}");
+    assert_eq!(v["tests"]["skipped"], 1, "{v}");
+    assert_eq!(
+        v["failed_tests"],
+        serde_json::json!(["scripts::step 3: echo three; exit 3"])
+    );
+    // The merged junit.xml carries the steps, the failing one with its output tail.
+    let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
+    assert!(junit.contains("step 2: sleep 1; echo two"), "{junit}");
+    assert!(junit.contains("three"), "{junit}");
+    // Without a JUnit file and without allow_empty, a passing script batch passes.
+    let clean = p.result("clean");
+    assert_eq!(clean["status"], "passed", "{clean}");
+    assert_eq!(clean["tests"]["total"], 1, "{clean}");
+}

@@ -1,0 +1,158 @@
+//! `verdict: exit-code`: a batch whose tests are scripts that write no JUnit. Its steps'
+//! exit status is the verdict; each `run` step becomes a test case, timed from the
+//! moment its announcement (`cibox run: CMD`, printed by the container's script before
+//! the step) came through the output stream, with the tail of what it printed.
+//!
+//! The times are cibox's, taken as the stream arrives; the announcements are matched in
+//! order, so a batch that prints a fake one can at most shift a step's timing, never the
+//! verdict, which is the exit code cibox reads from the engine.
+
+use std::time::Instant;
+
+use super::junit::{Case, Outcome};
+
+/// How much of a step's output its case keeps.
+const TAIL_BYTES: usize = 4096;
+/// The longest line looked at for an announcement; longer output is only counted.
+const MAX_LINE: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub struct StepTracker {
+    /// The announcement lines, in order (the first line of each command).
+    markers: Vec<String>,
+    names: Vec<String>,
+    /// When each announced step started.
+    started: Vec<Instant>,
+    /// The output tail of the step under way (of the last announced).
+    tails: Vec<Vec<u8>>,
+    line: Vec<u8>,
+}
+
+impl StepTracker {
+    pub fn new(run: &[String]) -> StepTracker {
+        StepTracker {
+            markers: run
+                .iter()
+                .map(|c| format!("cibox run: {}", c.lines().next().unwrap_or("")))
+                .collect(),
+            names: run
+                .iter()
+                .map(|c| {
+                    let first = c.lines().next().unwrap_or("").trim();
+                    let short: String = first.chars().take(120).collect();
+                    if short.len() < first.len() {
+                        format!("{short}…")
+                    } else {
+                        short
+                    }
+                })
+                .collect(),
+            started: Vec::new(),
+            tails: Vec::new(),
+            line: Vec::new(),
+        }
+    }
+
+    /// Takes what the batch printed, as it came.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if b == b'\n' {
+                self.end_line();
+            } else if self.line.len() < MAX_LINE {
+                self.line.push(b);
+            }
+            if let Some(tail) = self.tails.last_mut() {
+                tail.push(b);
+                if tail.len() > 2 * TAIL_BYTES {
+                    tail.drain(..tail.len() - TAIL_BYTES);
+                }
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        let next = self.started.len();
+        if next < self.markers.len() && self.line == self.markers[next].as_bytes() {
+            self.started.push(Instant::now());
+            self.tails.push(Vec::new());
+        }
+        self.line.clear();
+    }
+
+    /// One case per `run` step: passed, failed (the step under way when the batch ended
+    /// without success), or skipped (never reached).
+    pub fn cases(&self, batch: &str, ended_at: Instant, succeeded: bool) -> Vec<Case> {
+        let last = self.started.len();
+        (0..self.markers.len())
+            .map(|i| {
+                let (outcome, time_s, message) = if i < last {
+                    let end = self.started.get(i + 1).copied().unwrap_or(ended_at);
+                    let secs = end.saturating_duration_since(self.started[i]).as_secs_f64();
+                    let failed = !succeeded && i + 1 == last;
+                    let tail = &self.tails[i];
+                    let tail =
+                        String::from_utf8_lossy(&tail[tail.len().saturating_sub(TAIL_BYTES)..])
+                            .into_owned();
+                    if failed {
+                        (Outcome::Failed, Some(secs), Some(tail))
+                    } else {
+                        (Outcome::Passed, Some(secs), None)
+                    }
+                } else if succeeded {
+                    // Announced steps went unseen (output lost): not a failure.
+                    (Outcome::Passed, None, None)
+                } else {
+                    (
+                        Outcome::Skipped,
+                        None,
+                        Some("not reached: an earlier step failed".to_string()),
+                    )
+                };
+                Case {
+                    classname: batch.to_string(),
+                    name: format!("step {}: {}", i + 1, self.names[i]),
+                    outcome,
+                    message,
+                    time_s,
+                    file: None,
+                    line: None,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_become_cases_in_order() {
+        let run = vec![
+            "./a.sh".to_string(),
+            "./b.sh --x".to_string(),
+            "./c.sh".to_string(),
+        ];
+        let mut t = StepTracker::new(&run);
+        t.feed(b"install noise\ncibox run: ./a.sh\nA out\ncibox run: ./c.sh\n");
+        t.feed(b"cibox run: ./b.sh --x\nB o");
+        t.feed(b"ut\nboom\n");
+        let cases = t.cases("scripts", Instant::now(), false);
+        assert_eq!(cases.len(), 3);
+        assert_eq!(cases[0].name, "step 1: ./a.sh");
+        assert_eq!(cases[0].outcome, Outcome::Passed);
+        // A marker out of order (c before b) is output, not a step.
+        assert!(cases[0].message.is_none());
+        assert_eq!(cases[1].outcome, Outcome::Failed);
+        assert!(
+            cases[1]
+                .message
+                .as_deref()
+                .unwrap()
+                .ends_with("B out\nboom\n")
+        );
+        assert_eq!(cases[2].outcome, Outcome::Skipped);
+        let ok = t.cases("scripts", Instant::now(), true);
+        assert!(ok.iter().all(|c| c.outcome == Outcome::Passed));
+    }
+}
