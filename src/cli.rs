@@ -69,11 +69,18 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
     /// Print the lockset text of the manifest's lock files and its digest.
-    Lockset,
+    Lockset {
+        /// Which of the manifest's `images` (default: `default`).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Check that an image is present locally and was built from the source's lockset.
     Verify {
         /// Full `sha256:` image ID (default: CIBOX_IMAGE, then image.id).
         id: Option<String>,
+        /// Which of the manifest's `images` (default: `default`).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Stream a docker-archive into the engine, print its ID, verify it.
     Load {
@@ -83,14 +90,24 @@ pub enum ImageCommand {
         /// Do not verify the loaded image against the source's lockset.
         #[arg(long)]
         no_verify: bool,
+        /// Which of the manifest's `images` it is (default: `default`).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Pull an image pinned by digest from its registry, print its ID, verify it.
     Fetch {
         /// `REPOSITORY@sha256:…` (default: image.ref). Never a tag.
         reference: Option<String>,
+        /// Which of the manifest's `images` it is (default: `default`).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Build the manifest's recipe (Dockerfile or Nix), label it with the lockset, print its ID.
-    Build,
+    Build {
+        /// Which of the manifest's `images` (default: `default`).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Verify, run the qualification layer on the image, write a qualification record.
     Qualify {
         /// Full `sha256:` image ID.

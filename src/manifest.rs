@@ -47,7 +47,10 @@ pub struct Manifest {
     /// `sha256:` of the file's bytes, recorded in run records.
     pub digest: String,
     pub project: String,
+    /// The default image (`image:`, or `images.default`).
     pub image: ImageConfig,
+    /// Every image by name, `default` included: each with its own locks, recipe, ID.
+    pub images: IndexMap<String, ImageConfig>,
     pub source: SourceConfig,
     pub container: ContainerConfig,
     pub gpu: GpuConfig,
@@ -211,6 +214,9 @@ impl serde::Serialize for ContainerUser {
         s.collect_str(self)
     }
 }
+
+/// The image of batches that name none.
+pub const DEFAULT_IMAGE: &str = "default";
 
 /// The capabilities `container.cap_add` may give back: what NCCL and profilers need.
 pub const CAP_ADD_ALLOWED: [&str; 3] = ["IPC_LOCK", "SYS_NICE", "SYS_PTRACE"];
@@ -452,6 +458,8 @@ pub struct Batch {
     /// Free data for templates (a mapping of plain values).
     pub meta: serde_json::Value,
     pub verdict: BatchVerdict,
+    /// The name of the image it runs in (a key of `images`).
+    pub image: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -489,6 +497,8 @@ pub struct ChangedRun {
     pub allow_empty: bool,
     pub container: ContainerConfig,
     pub verdict: BatchVerdict,
+    /// The image test files run in.
+    pub image: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -517,10 +527,12 @@ struct RawChangedRun {
     allow_empty: bool,
     container: Option<RawContainer>,
     verdict: Option<BatchVerdict>,
+    image: Option<String>,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-const CHANGED_RUN_DEFAULTS: [&str; 7] = [
+const CHANGED_RUN_DEFAULTS: [&str; 8] = [
+    "image",
     "verdict",
     "timeout",
     "preflight",
@@ -595,8 +607,9 @@ impl<'de> Deserialize<'de> for EnvValue {
 struct RawManifest {
     version: u32,
     project: String,
+    image: Option<ImageConfig>,
     #[serde(default)]
-    image: ImageConfig,
+    images: IndexMap<String, ImageConfig>,
     #[serde(default)]
     source: SourceConfig,
     #[serde(default)]
@@ -672,6 +685,7 @@ struct RawBatch {
     container: Option<RawContainer>,
     meta: Option<serde_json::Value>,
     verdict: Option<BatchVerdict>,
+    image: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -689,6 +703,8 @@ struct RawLayer {
     #[serde(default)]
     fast: bool,
     meta: Option<serde_json::Value>,
+    /// The image of its batches that name none.
+    image: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------
@@ -711,6 +727,8 @@ fn cpus_in_range(cpus: f64) -> bool {
 const MAPPINGS: &[&[&str]] = &[
     &[],
     &["image"],
+    &["images"],
+    &["images", "*"],
     &["source"],
     &["container"],
     &["container", "env"],
@@ -1300,6 +1318,26 @@ pub fn check_mount_target(t: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that `name` is one of the manifest's images.
+fn known_image(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    at: &[&str],
+    name: &str,
+) -> Result<(), ManifestError> {
+    if images.contains_key(name) {
+        return Ok(());
+    }
+    let known: Vec<String> = images.keys().cloned().collect();
+    let hint = did_you_mean(name, &known)
+        .map(|s| format!("did you mean `{s}`?"))
+        .unwrap_or_else(|| format!("images: {}", known.join(", ")));
+    Err(check.at(
+        at,
+        format!("`{name}` is not an image of this manifest; {hint}"),
+    ))
+}
+
 /// `meta`: a mapping of plain data (strings, numbers, booleans, lists and mappings of
 /// them), passed to templates untouched.
 fn plain_meta(
@@ -1552,22 +1590,72 @@ fn validate(
             ),
         ));
     }
-    if raw.image.nix.is_some() && raw.image.dockerfile.is_some() {
-        return Err(check.at(
-            &["image"],
-            "set either `nix` or `dockerfile` as the image recipe, not both",
-        ));
-    }
-    if let Some(r) = &raw.image.reference
-        && let Err(why) = crate::image::PinnedRef::parse(r)
-    {
-        return Err(check.at(&["image", "ref"], why));
-    }
-    for (i, pat) in raw.image.locks.iter().enumerate() {
-        if pat.is_empty() || Path::new(pat).is_absolute() || pat.split('/').any(|c| c == "..") {
+    let images: IndexMap<String, ImageConfig> = match (raw.image, raw.images.is_empty()) {
+        (Some(_), false) => {
             return Err(check.at(
-                &["image", "locks", &i.to_string()],
-                format!("`{pat}` must be a relative path inside the manifest's folder"),
+                &["images"],
+                "write either `image:` (one image) or `images:` (named ones, with `default`), not both",
+            ));
+        }
+        (Some(one), true) => IndexMap::from([(DEFAULT_IMAGE.to_string(), one)]),
+        (None, true) => IndexMap::from([(DEFAULT_IMAGE.to_string(), ImageConfig::default())]),
+        (None, false) => raw.images,
+    };
+    let written_as = |name: &str| -> Vec<String> {
+        if images.len() == 1 && check.root.get("images").is_none() {
+            vec!["image".to_string()]
+        } else {
+            vec!["images".to_string(), name.to_string()]
+        }
+    };
+    for (name, img) in &images {
+        let at = written_as(name);
+        let at_key =
+            |k: &str| -> Vec<String> { at.iter().cloned().chain([k.to_string()]).collect() };
+        if !is_name(name, true) {
+            return Err(check.at_key(
+                &at,
+                format!(
+                    "`{name}` is not a valid image name: use letters, digits, `_`, `.` and `-`"
+                ),
+            ));
+        }
+        if img.nix.is_some() && img.dockerfile.is_some() {
+            return Err(check.at(
+                &at,
+                "set either `nix` or `dockerfile` as the image recipe, not both",
+            ));
+        }
+        if let Some(r) = &img.reference
+            && let Err(why) = crate::image::PinnedRef::parse(r)
+        {
+            return Err(check.at(&at_key("ref"), why));
+        }
+        for (i, pat) in img.locks.iter().enumerate() {
+            if pat.is_empty() || Path::new(pat).is_absolute() || pat.split('/').any(|c| c == "..") {
+                let mut here = at_key("locks");
+                here.push(i.to_string());
+                return Err(check.at(
+                    &here,
+                    format!("`{pat}` must be a relative path inside the manifest's folder"),
+                ));
+            }
+        }
+    }
+    if !images.contains_key(DEFAULT_IMAGE) {
+        let named: Vec<&String> = raw
+            .batches
+            .iter()
+            .filter(|(_, b)| b.image.is_none())
+            .map(|(n, _)| n)
+            .collect();
+        if let Some(first) = named.first() {
+            return Err(check.at(
+                &["batches", first.as_str()],
+                format!(
+                    "names no `image`, and `images` has no `{DEFAULT_IMAGE}`: add `image: NAME` (one of {}) or an image named `{DEFAULT_IMAGE}`",
+                    images.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
             ));
         }
     }
@@ -1597,6 +1685,11 @@ fn validate(
         return Err(check.at(&["batches"], "define at least one batch"));
     }
     let mut batches = IndexMap::new();
+    // Batches that name their image (themselves or through `defaults`): a layer's
+    // `image` does not change theirs.
+    let mut explicit_image = std::collections::HashSet::new();
+    // Which layer gave an image-less batch its image.
+    let mut image_from_layer: std::collections::HashMap<String, String> = Default::default();
     for (name, b) in raw.batches {
         if !is_name(&name, true) {
             return Err(check.at_key(
@@ -1642,7 +1735,17 @@ fn validate(
             container: batch_container,
             meta: plain_meta(check, &["batches", &name, "meta"], b.meta)?,
             verdict: b.verdict.unwrap_or_default(),
+            image: match &b.image {
+                Some(img) => {
+                    known_image(check, &images, &["batches", &name, "image"], img)?;
+                    img.clone()
+                }
+                None => DEFAULT_IMAGE.to_string(),
+            },
         };
+        if b.image.is_some() {
+            explicit_image.insert(name.clone());
+        }
         batches.insert(name, batch);
     }
 
@@ -1679,6 +1782,29 @@ fn validate(
             }
             if !seen.insert(b) {
                 return Err(check.at(&at, format!("batch `{b}` is listed twice")));
+            }
+        }
+        if let Some(img) = &l.image {
+            known_image(check, &images, &["layers", &name, "image"], img)?;
+            for b in &list {
+                if explicit_image.contains(b) {
+                    continue;
+                }
+                if let Some(other) = image_from_layer.get(b)
+                    && batches[b].image != *img
+                {
+                    return Err(check.at(
+                        &["layers", &name, "image"],
+                        format!(
+                            "batch `{b}` is in layer `{other}` too, which gives it image `{}`: name its image on the batch",
+                            batches[b].image
+                        ),
+                    ));
+                }
+                image_from_layer.insert(b.clone(), name.clone());
+                if let Some(batch) = batches.get_mut(b) {
+                    batch.image = img.clone();
+                }
             }
         }
         let meta = plain_meta(check, &["layers", &name, "meta"], l.meta)?;
@@ -1731,6 +1857,13 @@ fn validate(
                         allow_empty: r.allow_empty,
                         container,
                         verdict: r.verdict.unwrap_or_default(),
+                        image: match r.image {
+                            Some(img) => {
+                                known_image(check, &images, &["changed", "run", "image"], &img)?;
+                                img
+                            }
+                            None => DEFAULT_IMAGE.to_string(),
+                        },
                     })
                 }
             };
@@ -1748,7 +1881,12 @@ fn validate(
         dir,
         digest: String::new(),
         project: raw.project,
-        image: raw.image,
+        image: images
+            .get(DEFAULT_IMAGE)
+            .or_else(|| images.values().next())
+            .cloned()
+            .unwrap_or_default(),
+        images,
         source: raw.source,
         container,
         gpu,
@@ -2010,6 +2148,61 @@ layers:
             .replace("    gpus: 8\n", "    gpus: 8\n    timeout: 1h\n");
         let err = parse(&no_default).unwrap_err();
         assert!(err.contains("changed.run: needs a `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn named_images_per_batch_and_layer() {
+        let text = "version: 1\nproject: p\nimages:\n  default: {locks: [a.lock]}\n  megatron: {locks: [m.lock], dockerfile: m/Dockerfile}\nbatches:\n  cpu: {gpus: 0, timeout: 1m, run: [x]}\n  e2e: {gpus: 8, timeout: 1h, run: [x]}\n  own: {gpus: 1, timeout: 1h, run: [x], image: default}\nlayers:\n  mega: {batches: [e2e, own], image: megatron}\n";
+        let m = parse(text).unwrap();
+        assert_eq!(m.batches["cpu"].image, "default");
+        assert_eq!(m.batches["e2e"].image, "megatron");
+        assert_eq!(
+            m.batches["own"].image, "default",
+            "a batch's own image wins"
+        );
+        assert_eq!(m.images["megatron"].locks, ["m.lock"]);
+        assert_eq!(m.image.locks, ["a.lock"], "image is the default one");
+        // The single `image:` form is the default image.
+        let one = parse(GOOD).unwrap();
+        assert_eq!(one.images.keys().collect::<Vec<_>>(), ["default"]);
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "image: default}",
+                "image: megatorn}",
+                "cibox.yaml:9:48: batches.own.image: `megatorn` is not an image of this manifest; did you mean `megatron`?",
+            ),
+            (
+                "image: megatron}",
+                "image: nope}",
+                "layers.mega.image: `nope` is not an image of this manifest",
+            ),
+            (
+                "  default: {locks: [a.lock]}\n",
+                "",
+                "batches.cpu: names no `image`, and `images` has no `default`",
+            ),
+            (
+                "images:\n",
+                "image: {locks: [x]}\nimages:\n",
+                "images: write either `image:` (one image) or `images:`",
+            ),
+            (
+                "  megatron: {",
+                "  \"m t\": {",
+                "`m t` is not a valid image name",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(text.contains(from), "{from}");
+            let err = parse(&text.replacen(from, to, 1)).unwrap_err();
+            assert!(err.contains(want), "{to}: {err}");
+        }
+        let two_layers = text.replace(
+            "layers:\n",
+            "layers:\n  other: {batches: [e2e], image: default}\n",
+        );
+        let err = parse(&two_layers).unwrap_err();
+        assert!(err.contains("batch `e2e` is in layer `other` too"), "{err}");
     }
 
     #[test]

@@ -106,6 +106,16 @@ pub(super) fn run_manifest(
             .image
             .clone()
             .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty())),
+        image_ids: m
+            .images
+            .keys()
+            .filter_map(|name| {
+                std::env::var(runner::plan::image_variable(name))
+                    .ok()
+                    .filter(|s| !s.is_empty())
+                    .map(|id| (name.clone(), id))
+            })
+            .collect(),
         parallel: opts.parallel,
         ..RunRequest::default()
     };
@@ -192,7 +202,12 @@ pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
     runner::mounts::check_host(&m, &names)?;
     let host = HostFacts::current(&m);
     let plan = runner::plan(m, request, &host)?;
-    let lockset = Lockset::compute(&plan.manifest.dir, &plan.manifest.image.locks)?;
+    // Each image the run uses, verified by its own lock files.
+    let mut locksets = indexmap::IndexMap::new();
+    for name in plan.images.keys() {
+        let locks = &plan.manifest.images[name].locks;
+        locksets.insert(name.clone(), Lockset::compute(&plan.manifest.dir, locks)?);
+    }
     signals::install();
     let engine = Engine::connect()?;
     // Files first: a batch's verdict is printed once its result.json is written.
@@ -200,7 +215,7 @@ pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
     if crate::github::active() {
         reporters = reporters.with(GitHub::stdout());
     }
-    Ok(runner::execute(&plan, &lockset, &engine, &mut reporters)?)
+    Ok(runner::execute(&plan, &locksets, &engine, &mut reporters)?)
 }
 
 /// `cibox cleanup [--scope S]`: the containers of dead runs of this host, of scope S

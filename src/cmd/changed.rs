@@ -295,6 +295,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
                 container: template.container.clone(),
                 meta: serde_json::json!({"test_file": f.path}),
                 verdict: template.verdict,
+                image: template.image.clone(),
             },
         );
         names.push(name);

@@ -12,13 +12,29 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::lockset::{self, Lockset};
 use crate::image::{self, ImageId, PinnedRef, Verified, build_context};
-use crate::manifest::Manifest;
+use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::report;
 
+/// The manifest's image named `name` (`default` when none is given).
+fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageConfig)> {
+    let name = name.unwrap_or(DEFAULT_IMAGE);
+    m.images
+        .get_key_value(name)
+        .map(|(k, v)| (k.as_str(), v))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: no image named `{name}`; images: {}",
+                m.path.display(),
+                m.images.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })
+}
+
 /// `cibox image lockset`: the canonical text, then `digest: sha256:…`.
-pub fn lockset(ctx: &Context) -> Result<u8> {
+pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
     let m = ctx.manifest()?;
-    let l = Lockset::compute(&m.dir, &m.image.locks)?;
+    let (_, img) = named(&m, name)?;
+    let l = Lockset::compute(&m.dir, &img.locks)?;
     if ctx.json {
         let files: Vec<_> = l
             .files
@@ -33,14 +49,24 @@ pub fn lockset(ctx: &Context) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// The image to use: the flag, else `CIBOX_IMAGE`, else `image.id`.
-fn chosen_id(flag: Option<String>, manifest: Option<&Manifest>) -> Result<(ImageId, &'static str)> {
+/// The image to use: the flag, else `CIBOX_IMAGE` (the default image) or
+/// `CIBOX_IMAGE_<NAME>`, else the image's `id`.
+fn chosen_id(
+    flag: Option<String>,
+    manifest: Option<(&str, &ImageConfig)>,
+) -> Result<(ImageId, &'static str)> {
+    let name = manifest.map_or(DEFAULT_IMAGE, |(n, _)| n);
+    let var = if name == DEFAULT_IMAGE {
+        "CIBOX_IMAGE".to_string()
+    } else {
+        crate::runner::plan::image_variable(name)
+    };
     let (raw, from) = if let Some(id) = flag {
         (id, "the command line")
-    } else if let Some(id) = std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty()) {
-        (id, "CIBOX_IMAGE")
-    } else if let Some(id) = manifest.and_then(|m| m.image.id.clone()) {
-        (id, "image.id in the manifest")
+    } else if let Some(id) = std::env::var(&var).ok().filter(|s| !s.is_empty()) {
+        (id, "the environment")
+    } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
+        (id, "the image's id in the manifest")
     } else {
         return Err(Error::Usage(
             "no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml".into(),
@@ -95,16 +121,17 @@ fn print_result(ctx: &Context, v: &Verified, info: &EngineInfo, done: &str) {
 }
 
 /// `cibox image verify [ID]`.
-pub fn verify(ctx: &Context, flag: Option<String>) -> Result<u8> {
+pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result<u8> {
     // A malformed ID given explicitly is refused before anything else is read.
     let explicit = flag.is_some() || std::env::var("CIBOX_IMAGE").is_ok_and(|s| !s.is_empty());
     if explicit {
         chosen_id(flag.clone(), None)?;
     }
     let m = ctx.manifest()?;
-    let (id, from) = chosen_id(flag, Some(&m))?;
+    let img = named(&m, name)?;
+    let (id, from) = chosen_id(flag, Some(img))?;
     report::debug(format!("image {id} (from {from})"));
-    let source = Lockset::compute(&m.dir, &m.image.locks)?;
+    let source = Lockset::compute(&m.dir, &img.1.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
@@ -139,11 +166,12 @@ fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>> {
 }
 
 /// `cibox image load [--from FILE|-]`.
-pub fn load(ctx: &Context, from: &str, verify: bool) -> Result<u8> {
+pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Result<u8> {
     // Read the manifest first: a bad manifest must stop us before the engine changes.
     let source = if verify {
         let m = ctx.manifest()?;
-        Some(Lockset::compute(&m.dir, &m.image.locks)?)
+        let (_, img) = named(&m, name)?;
+        Some(Lockset::compute(&m.dir, &img.locks)?)
     } else {
         None
     };
@@ -203,19 +231,20 @@ fn finish_loaded(
 /// `cibox image fetch [REF]`: pulls an image pinned by digest, then verifies it like a
 /// loaded one: its lockset labels against the source's, and its ID against `image.id`
 /// when the manifest pins one.
-pub fn fetch(ctx: &Context, reference: Option<String>) -> Result<u8> {
+pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Result<u8> {
     if let Some(r) = &reference {
         PinnedRef::parse(r).map_err(Error::Usage)?;
     }
     let m = ctx.manifest()?;
-    let Some(text) = reference.or_else(|| m.image.reference.clone()) else {
+    let (name, img) = named(&m, name)?;
+    let Some(text) = reference.or_else(|| img.reference.clone()) else {
         return Err(Error::Usage(format!(
-            "no image reference: pass REPOSITORY@sha256:… or set image.ref in {}",
+            "no image reference: pass REPOSITORY@sha256:… or set the `ref` of image `{name}` in {}",
             m.path.display()
         )));
     };
     let pinned = PinnedRef::parse(&text).map_err(Error::Usage)?;
-    let source = Lockset::compute(&m.dir, &m.image.locks)?;
+    let source = Lockset::compute(&m.dir, &img.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
@@ -225,11 +254,11 @@ pub fn fetch(ctx: &Context, reference: Option<String>) -> Result<u8> {
         .inspect(&pinned.to_string())?
         .ok_or_else(|| Error::refused(format!("pulled {pinned}, but the engine cannot find it")))?;
     let id = ImageId::parse(&found.id).map_err(Error::refused)?;
-    if let Some(pin) = &m.image.id
+    if let Some(pin) = &img.id
         && ImageId::parse(pin.trim()).ok().as_ref() != Some(&id)
     {
         return Err(Error::refused(format!(
-            "{pinned} is image {id}, but image.id in {} pins {}",
+            "{pinned} is image {id}, but the id of image `{name}` in {} (image.id) pins {}",
             m.path.display(),
             pin.trim()
         )));
@@ -240,14 +269,15 @@ pub fn fetch(ctx: &Context, reference: Option<String>) -> Result<u8> {
 }
 
 /// `cibox image build`: the manifest's Dockerfile or Nix recipe.
-pub fn build(ctx: &Context) -> Result<u8> {
+pub fn build(ctx: &Context, name: Option<&str>) -> Result<u8> {
     let m = ctx.manifest()?;
-    let source = Lockset::compute(&m.dir, &m.image.locks)?;
-    match (&m.image.dockerfile, &m.image.nix) {
+    let (name, img) = named(&m, name)?;
+    let source = Lockset::compute(&m.dir, &img.locks)?;
+    match (&img.dockerfile, &img.nix) {
         (Some(df), _) => build_dockerfile(ctx, &m, &m.resolve(df), &source),
         (None, Some(attr)) => build_nix(ctx, &m, attr, &source),
         (None, None) => Err(Error::Usage(format!(
-            "{}: the image has no recipe; set image.dockerfile or image.nix",
+            "{}: image `{name}` has no recipe; set its dockerfile or nix",
             m.path.display()
         ))),
     }

@@ -47,13 +47,19 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         verbose: cli.verbose,
     };
     match cli.command {
-        Command::Image(ImageCommand::Lockset) => image::lockset(&ctx),
-        Command::Image(ImageCommand::Verify { id }) => image::verify(&ctx, id),
-        Command::Image(ImageCommand::Load { from, no_verify }) => {
-            image::load(&ctx, &from, !no_verify)
+        Command::Image(ImageCommand::Lockset { name }) => image::lockset(&ctx, name.as_deref()),
+        Command::Image(ImageCommand::Verify { id, name }) => {
+            image::verify(&ctx, id, name.as_deref())
         }
-        Command::Image(ImageCommand::Build) => image::build(&ctx),
-        Command::Image(ImageCommand::Fetch { reference }) => image::fetch(&ctx, reference),
+        Command::Image(ImageCommand::Load {
+            from,
+            no_verify,
+            name,
+        }) => image::load(&ctx, &from, !no_verify, name.as_deref()),
+        Command::Image(ImageCommand::Build { name }) => image::build(&ctx, name.as_deref()),
+        Command::Image(ImageCommand::Fetch { reference, name }) => {
+            image::fetch(&ctx, reference, name.as_deref())
+        }
         Command::Image(ImageCommand::Save { id, to }) => image::save(&ctx, &id, &to),
         Command::Image(ImageCommand::Qualify {
             id,

@@ -30,7 +30,6 @@ pub struct Identity<'a> {
     pub scope: &'a str,
     pub run_id: &'a str,
     pub host: &'a str,
-    pub image: &'a ImageId,
     pub source: &'a Path,
     pub source_sha: Option<&'a str>,
     pub fast: bool,
@@ -153,6 +152,7 @@ impl ContainerPlan {
         batch: &Batch,
         id: &Identity<'_>,
         user: (u32, u32),
+        image: &ImageId,
     ) -> ContainerPlan {
         let c = &batch.container;
         let name = format!(
@@ -202,7 +202,7 @@ impl ContainerPlan {
         ContainerPlan {
             name,
             gpus: batch.gpus,
-            image: id.image.to_string(),
+            image: image.to_string(),
             labels,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             manifest_env,

@@ -41,15 +41,21 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
-/// Runs the plan on `engine`; the image must carry `lockset`.
+/// Runs the plan on `engine`; each image must carry its lockset (by image name).
 pub fn execute(
     plan: &RunPlan,
-    lockset: &Lockset,
+    locksets: &indexmap::IndexMap<String, Lockset>,
     engine: &Engine,
     reporter: &mut dyn Reporter,
 ) -> Result<RunOutcome> {
     source_readable(plan)?;
-    image::verify(engine, &plan.image, lockset)?;
+    // Every image before anything starts.
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).ok_or_else(|| {
+            image::ImageError::refused(format!("no lockset was computed for image `{name}`"))
+        })?;
+        image::verify(engine, id, lockset)?;
+    }
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.
@@ -91,7 +97,10 @@ pub fn execute(
         pool,
         prober,
         reporter: Mutex::new(reporter),
-        lockset: lockset.digest.clone(),
+        locksets: locksets
+            .iter()
+            .map(|(name, l)| (name.clone(), l.digest.clone()))
+            .collect(),
         git_masks: &git_masks.binds,
     };
     run.emit(&Event::RunStarted { plan })?;
@@ -207,7 +216,8 @@ struct Execution<'a> {
     /// Shared by the batches: NVML is opened once.
     prober: probe::Prober,
     reporter: Mutex<&'a mut dyn Reporter>,
-    lockset: String,
+    /// Each image's lockset digest, by image name.
+    locksets: std::collections::HashMap<String, String>,
     /// Binds that hide the source's git credentials.
     git_masks: &'a [String],
 }
@@ -298,8 +308,12 @@ impl Execution<'_> {
             batch: b.name.clone(),
             status: verdict.status(),
             exit_code: verdict.exit_code(),
-            image: plan.image.to_string(),
-            lockset: self.lockset.clone(),
+            image: b.image.to_string(),
+            lockset: self
+                .locksets
+                .get(&b.image_name)
+                .cloned()
+                .unwrap_or_default(),
             source: plan.source_info.clone(),
             gpus: leased
                 .iter()

@@ -4,6 +4,8 @@
 //! and no engine (the host's facts come in as [`HostFacts`]), so it is unit-tested.
 
 use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -24,8 +26,11 @@ pub struct RunRequest {
     pub layer: Option<String>,
     /// Fast mode forced on or off; `None`: the layer's.
     pub fast: Option<bool>,
-    /// The image ID asked for (flag or `CIBOX_IMAGE`); `None`: the manifest's `image.id`.
+    /// The image ID asked for (flag or `CIBOX_IMAGE`) when the run uses one image;
+    /// `None`: the manifest's `id` of that image.
     pub image: Option<String>,
+    /// IDs asked for by image name (`CIBOX_IMAGE_<NAME>`), for runs of several images.
+    pub image_ids: BTreeMap<String, String>,
     /// The source folder (canonical), and what git says of it.
     pub source: PathBuf,
     pub source_info: SourceInfo,
@@ -93,6 +98,12 @@ pub enum PlanError {
     NothingToRun,
     #[error("no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
     NoImage,
+    #[error("no ID for image `{name}`: set images.{name}.id in cibox.yaml or {var}")]
+    NoNamedImage { name: String, var: String },
+    #[error(
+        "this run uses the images {names}: --image (or CIBOX_IMAGE) would be ambiguous; set each image's id in cibox.yaml, or CIBOX_IMAGE_<NAME>"
+    )]
+    AmbiguousImage { names: String },
     /// The ID is not a full `sha256:` image ID (an image refusal, exit 3).
     #[error("image refused: {0}")]
     BadImageId(String),
@@ -119,6 +130,9 @@ pub struct BatchPlan {
     /// The uid:gid the batch's processes run as.
     pub user: (u32, u32),
     pub container: ContainerPlan,
+    /// The image it runs in, by name and ID.
+    pub image_name: String,
+    pub image: ImageId,
     /// JUnit, or the steps' exit status (each `run` step a case).
     pub verdict: BatchVerdict,
     /// The `run` steps, for `verdict: exit-code`.
@@ -129,7 +143,8 @@ pub struct BatchPlan {
 #[derive(Debug, Clone)]
 pub struct RunPlan {
     pub manifest: Manifest,
-    pub image: ImageId,
+    /// The images the run's batches use, by name, in order of first use.
+    pub images: IndexMap<String, ImageId>,
     pub fast: bool,
     pub batches: Vec<BatchPlan>,
     pub source: PathBuf,
@@ -224,17 +239,65 @@ pub fn manifest_env(batch: &Batch, fast: bool) -> BTreeMap<String, String> {
 /// Returns the batches the run will have.
 pub fn check(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
     let (names, _) = select(manifest, &request.names, request.layer.as_deref())?;
-    image_id(manifest, request)?;
+    image_ids(manifest, request, &names)?;
     Ok(names)
 }
 
-fn image_id(manifest: &Manifest, request: &RunRequest) -> Result<ImageId, PlanError> {
-    let raw_id = request
-        .image
-        .clone()
-        .or_else(|| manifest.image.id.clone())
-        .ok_or(PlanError::NoImage)?;
-    ImageId::parse(raw_id.trim()).map_err(PlanError::BadImageId)
+/// The variable that names image `name`'s ID: `CIBOX_IMAGE_<NAME>`.
+pub fn image_variable(name: &str) -> String {
+    let upper: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("CIBOX_IMAGE_{upper}")
+}
+
+/// The ID of each image the batches use: `--image`/`CIBOX_IMAGE` when they use one
+/// image, else `CIBOX_IMAGE_<NAME>`, else the manifest's.
+fn image_ids(
+    manifest: &Manifest,
+    request: &RunRequest,
+    names: &[String],
+) -> Result<IndexMap<String, ImageId>, PlanError> {
+    let mut used: Vec<&str> = Vec::new();
+    for n in names {
+        let img = manifest.batches[n].image.as_str();
+        if !used.contains(&img) {
+            used.push(img);
+        }
+    }
+    if request.image.is_some() && used.len() > 1 {
+        return Err(PlanError::AmbiguousImage {
+            names: used.join(", "),
+        });
+    }
+    let mut out = IndexMap::new();
+    for name in used {
+        let raw = request
+            .image
+            .clone()
+            .or_else(|| request.image_ids.get(name).cloned())
+            .or_else(|| manifest.images.get(name).and_then(|i| i.id.clone()));
+        let Some(raw) = raw else {
+            return Err(if name == crate::manifest::DEFAULT_IMAGE {
+                PlanError::NoImage
+            } else {
+                PlanError::NoNamedImage {
+                    name: name.to_string(),
+                    var: image_variable(name),
+                }
+            });
+        };
+        let id = ImageId::parse(raw.trim()).map_err(PlanError::BadImageId)?;
+        out.insert(name.to_string(), id);
+    }
+    Ok(out)
 }
 
 /// Resolves everything the run's batches need.
@@ -245,7 +308,7 @@ pub fn plan(
 ) -> Result<RunPlan, PlanError> {
     let (names, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
     let fast = request.fast.unwrap_or(layer_fast);
-    let image = image_id(&manifest, &request)?;
+    let images = image_ids(&manifest, &request, &names)?;
     let wait = request.wait.unwrap_or(manifest.gpu.wait.0);
     let user = if host.uid == 0 {
         UNPRIVILEGED
@@ -257,7 +320,6 @@ pub fn plan(
         scope: &request.scope,
         run_id: &host.run_id,
         host: &host.host,
-        image: &image,
         source: &request.source,
         source_sha: request.source_info.sha.as_deref(),
         fast,
@@ -281,7 +343,16 @@ pub fn plan(
                 gpus: batch.gpus,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,
-                container: ContainerPlan::new(&manifest, name, batch, &identity, batch_user),
+                container: ContainerPlan::new(
+                    &manifest,
+                    name,
+                    batch,
+                    &identity,
+                    batch_user,
+                    &images[&batch.image],
+                ),
+                image_name: batch.image.clone(),
+                image: images[&batch.image].clone(),
                 dir,
                 user: batch_user,
                 verdict: batch.verdict,
@@ -290,7 +361,7 @@ pub fn plan(
         })
         .collect();
     Ok(RunPlan {
-        image,
+        images,
         fast,
         batches,
         source: request.source,

@@ -38,6 +38,7 @@ pub fn context(m: &Manifest) -> Value {
             "allow_empty": b.allow_empty,
             "tests": b.tests,
             "meta": b.meta,
+            "image": b.image,
         })
     };
     let batches: Vec<Value> = m.batches.keys().map(|n| batch(n)).collect();
@@ -77,6 +78,7 @@ pub fn context(m: &Manifest) -> Value {
         "batches": batches,
         "layers": layers,
         "image": m.image,
+        "images": m.images,
         "changed": m.changed,
         "cibox_version": env!("CARGO_PKG_VERSION"),
     })

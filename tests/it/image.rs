@@ -271,7 +271,7 @@ fn build_without_a_recipe_is_exit_2() {
         &manifest_with_locks(&["cibox.yaml"]).replace("  dockerfile: image/Dockerfile\n", ""),
     );
     p.cibox(&["image", "build"])
-        .fails_with(2, "the image has no recipe");
+        .fails_with(2, "image `default` has no recipe");
 }
 
 #[test]
@@ -423,7 +423,7 @@ fn an_image_pinned_by_digest_is_fetched_from_a_registry_and_verified() {
     let other = format!("sha256:{}", "0".repeat(64));
     p.write("cibox.yaml", with_ref.replace(&built.0, &other));
     let r = p.cibox(&["image", "fetch"]);
-    r.fails_with(3, "but image.id in");
+    r.fails_with(3, "but the id of image `default` in");
     assert!(
         r.stderr.contains(&built.0) && r.stderr.contains(&other),
         "{}",
