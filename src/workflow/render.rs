@@ -73,13 +73,23 @@ pub fn context(m: &Manifest) -> Value {
             )
         })
         .collect();
+    // `changed`, with its run template's timeout in whole minutes for `timeout-minutes`.
+    let mut changed = serde_json::to_value(&m.changed).unwrap_or(Value::Null);
+    if let Some(run) = m.changed.as_ref().and_then(|c| c.run.as_ref())
+        && let Some(obj) = changed.get_mut("run").and_then(Value::as_object_mut)
+    {
+        obj.insert(
+            "timeout_minutes".into(),
+            json!(run.timeout.0.as_secs().div_ceil(60)),
+        );
+    }
     json!({
         "project": m.project,
         "batches": batches,
         "layers": layers,
         "image": m.image,
         "images": m.images,
-        "changed": m.changed,
+        "changed": changed,
         "cibox_version": env!("CARGO_PKG_VERSION"),
     })
 }

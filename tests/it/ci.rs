@@ -452,3 +452,81 @@ fn capacity_judges_layers_without_waiting() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 }
+
+#[test]
+fn the_ml_project_example_renders_lints_and_runs_its_cpu_layer() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ml-project");
+    let r = run(cibox(&example).args(["workflow", "render", "--check"]));
+    assert_eq!(r.code, 0, "rendered workflows are stale:\n{}", r.stdout);
+    let r = run(cibox(&example).args(["workflow", "lint"]));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("warning"), "{}", r.stdout);
+
+    // Its CPU layer, from local files only: the tools image from Debian's
+    // busybox-static, the weights from a host folder mounted read-only.
+    require_engine();
+    let work = tempfile::tempdir().unwrap();
+    let copy = work.path().join("ml-project");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&example)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let weights = work.path().join("weights");
+    std::fs::create_dir(&weights).unwrap();
+    std::fs::write(weights.join("vocab.txt"), "the\nmodel\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for p in [work.path(), &weights] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(
+        weights.join("vocab.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let manifest = std::fs::read_to_string(copy.join("cibox.yaml")).unwrap();
+    let moved = manifest.replace(
+        "/srv/ml-project/weights:/weights",
+        &format!("{}:/weights", weights.display()),
+    );
+    assert_ne!(moved, manifest);
+    std::fs::write(copy.join("cibox.yaml"), moved).unwrap();
+    let made = std::process::Command::new("sh")
+        .arg(copy.join("images/tools/make-rootfs.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let r = {
+        let _store = image_store_lock(false);
+        run(cibox(&copy).args(["image", "build"]))
+    };
+    r.ok();
+    let image = ImageGuard(r.stdout.trim().to_string());
+    let reports = copy.join("reports");
+    let r = run(cibox(&copy)
+        .args(["layer", "run", "cpu", "--image", &image.0, "--source"])
+        .arg(&copy)
+        .arg("--reports")
+        .arg(&reports)
+        .args(["--scope", &format!("test-ml-{}", &image.0[7..19])]));
+    r.ok();
+    assert!(
+        r.stdout
+            .contains("weights: 2 vocabulary entries, read-only"),
+        "{}",
+        r.stdout
+    );
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(reports.join("scripts/result.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["status"], "passed", "{v}");
+    assert_eq!(v["tests"]["total"], 2, "one case per script step: {v}");
+    assert_eq!(v["loosened"]["mounts"][0]["target"], "/weights", "{v}");
+}
