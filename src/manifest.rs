@@ -1144,6 +1144,12 @@ impl Manifest {
     fn containers_mut(&mut self) -> impl Iterator<Item = &mut ContainerConfig> {
         std::iter::once(&mut self.container)
             .chain(self.batches.values_mut().map(|b| &mut b.container))
+            .chain(
+                self.changed
+                    .iter_mut()
+                    .filter_map(|c| c.run.as_mut())
+                    .map(|r| &mut r.container),
+            )
     }
 
     /// Resolves a path written in the manifest against the manifest's folder.
@@ -2135,8 +2141,13 @@ layers:
             "layers:",
             "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: pytest \"$CIBOX_TEST_FILE\"\n    container: {ipc: host}\nlayers:",
         );
-        let m = parse(&text).unwrap();
+        let mut m = parse(&text).unwrap();
+        // CIBOX_* overrides reach every container, the template's too.
+        m.apply_env(|k| (k == "CIBOX_MEMORY").then(|| "2g".to_string()))
+            .unwrap();
+        assert_eq!(m.batches["e2e"].container.memory.unwrap().to_string(), "2g");
         let run = m.changed.unwrap().run.unwrap();
+        assert_eq!(run.container.memory.unwrap().to_string(), "2g");
         assert_eq!(run.timeout.to_string(), "2h");
         assert!(run.allow_empty);
         assert_eq!(run.env["SHARED"], "1");
