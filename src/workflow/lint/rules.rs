@@ -672,7 +672,7 @@ fn writes(perms: &Permissions) -> Option<String> {
 }
 
 /// Every string in a job that GitHub evaluates, for secret lookups.
-fn job_strings(job: &NormalJob, workflow: &Workflow) -> Vec<String> {
+fn job_strings(job: &NormalJob, workflow: &Workflow, steps: &[StepView<'_>]) -> Vec<String> {
     let mut out: Vec<String> = env_text(&job.env)
         .into_iter()
         .chain(env_text(&workflow.env))
@@ -690,35 +690,13 @@ fn job_strings(job: &NormalJob, workflow: &Workflow) -> Vec<String> {
             }
         }
     }
-    for s in &job.steps {
-        let mut add = |s: &Step| match s {
-            Step::Uses(u) => {
-                out.extend(env_text(&u.with).into_iter().map(|(_, v)| v));
-                out.extend(env_text(&u.shared.env).into_iter().map(|(_, v)| v));
-            }
-            Step::Run(r) => {
-                out.push(r.run.clone());
-                out.extend(env_text(&r.shared.env).into_iter().map(|(_, v)| v));
-            }
-            _ => {}
-        };
-        match s {
-            Step::Parallel { parallel } => {
-                for p in parallel {
-                    match p {
-                        ParallelStep::Uses(u) => {
-                            out.extend(env_text(&u.with).into_iter().map(|(_, v)| v));
-                            out.extend(env_text(&u.shared.env).into_iter().map(|(_, v)| v));
-                        }
-                        ParallelStep::Run(r) => {
-                            out.push(r.run.clone());
-                            out.extend(env_text(&r.shared.env).into_iter().map(|(_, v)| v));
-                        }
-                    }
-                }
-            }
-            other => add(other),
+    // The steps, `parallel:` blocks already flattened by `steps_of`.
+    for step in steps {
+        match step.body {
+            StepBody::Uses(u) => out.extend(env_text(&u.with).into_iter().map(|(_, v)| v)),
+            StepBody::Run(r) => out.push(r.run.clone()),
         }
+        out.extend(env_text(step.env()).into_iter().map(|(_, v)| v));
     }
     out
 }
@@ -1077,7 +1055,7 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
 
         if open_here.contains(&Trigger::PullRequestTarget)
             && scope.secrets_passed
-            && let Some(secret) = reads_secrets(&job_strings(job, workflow))
+            && let Some(secret) = reads_secrets(&job_strings(job, workflow, &steps))
         {
             push(
                 Rule::SecretsExposed,
