@@ -226,6 +226,18 @@ impl Engine {
         Ok(Engine { rt, docker, host })
     }
 
+    /// The API version agreed with the engine (`1.41` for Docker 20.10).
+    pub fn api_version(&self) -> String {
+        self.docker.client_version().to_string()
+    }
+
+    /// Whether the engine can make a bind mount read-only all the way down
+    /// (`ReadOnlyForceRecursive`, API 1.44, Docker 25); older ones ignore the option.
+    pub fn recursive_read_only(&self) -> bool {
+        let v = self.docker.client_version();
+        (v.major_version, v.minor_version) >= (1, 44)
+    }
+
     fn api(action: &str, e: bollard::errors::Error) -> EngineError {
         EngineError::Api {
             action: action.to_string(),

@@ -158,6 +158,13 @@ impl ContainerConfig {
 pub struct HostMount {
     pub source: PathBuf,
     pub target: String,
+    /// The source as the kernel resolves it, once a run has checked it on its host:
+    /// what the engine mounts.
+    #[serde(rename = "resolved", skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<PathBuf>,
+    /// Mount points below the source on this host, found by the same check.
+    #[serde(skip)]
+    pub submounts: Vec<PathBuf>,
     #[serde(skip)]
     pub mark: Mark,
 }
@@ -213,6 +220,22 @@ impl serde::Serialize for ContainerUser {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }
+}
+
+/// The variable that names the ID of image `name` for a run (`CIBOX_IMAGE_<NAME>`, the
+/// name upper-cased, every other character `_`).
+pub fn image_variable(name: &str) -> String {
+    let upper: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("CIBOX_IMAGE_{upper}")
 }
 
 /// The image of batches that name none.
@@ -460,6 +483,9 @@ pub struct Batch {
     pub verdict: BatchVerdict,
     /// The name of the image it runs in (a key of `images`).
     pub image: String,
+    /// The test file, for a batch `cibox changed run` made from `changed.run`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed_file: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -499,6 +525,31 @@ pub struct ChangedRun {
     pub verdict: BatchVerdict,
     /// The image test files run in.
     pub image: String,
+}
+
+impl ChangedRun {
+    /// The batch that runs one test file with `gpus` GPUs: `CIBOX_TEST_FILE` names
+    /// the file in the container, never the command line.
+    pub fn batch_for(&self, file: &str, gpus: u32) -> Batch {
+        let mut env = self.env.clone();
+        env.insert("CIBOX_TEST_FILE".into(), file.to_string());
+        Batch {
+            description: Some(format!("changed test file {file}")),
+            gpus,
+            timeout: self.timeout,
+            preflight: self.preflight.clone(),
+            run: vec![self.command.clone()],
+            env,
+            fast_env: self.fast_env.clone(),
+            allow_empty: self.allow_empty,
+            tests: vec![file.to_string()],
+            container: self.container.clone(),
+            meta: serde_json::json!({ "test_file": file }),
+            verdict: self.verdict,
+            image: self.image.clone(),
+            changed_file: Some(file.to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -622,6 +673,30 @@ struct RawManifest {
     changed: Option<RawChanged>,
     #[serde(default)]
     workflows: WorkflowsConfig,
+    /// Laid under every batch by `prepare`; read here only so that a wrong value is an
+    /// error even where every batch sets its own.
+    #[allow(dead_code)]
+    defaults: Option<RawDefaults>,
+}
+
+/// `defaults:`: any batch key, each optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct RawDefaults {
+    description: Option<String>,
+    gpus: Option<u32>,
+    timeout: Option<Span>,
+    preflight: Option<Vec<String>>,
+    run: Option<Vec<String>>,
+    env: Option<BTreeMap<String, EnvValue>>,
+    fast_env: Option<BTreeMap<String, EnvValue>>,
+    allow_empty: Option<bool>,
+    tests: Option<Vec<String>>,
+    container: Option<RawContainer>,
+    meta: Option<serde_json::Value>,
+    verdict: Option<BatchVerdict>,
+    image: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -843,6 +918,9 @@ fn prepare(root: Node) -> Result<Node, (Mark, String)> {
                         "defaults: must be a mapping of batch keys (`timeout: 1h`, `allow_empty: true`, …)".into(),
                     ));
                 }
+                // Kept as well, so that its own values are read (typed) even where
+                // every batch overrides them.
+                kept.push((k, v.clone()));
                 defaults = Some(v);
             }
             _ => kept.push((k, v)),
@@ -1294,6 +1372,24 @@ pub fn check_mount_source(p: &Path) -> Result<(), String> {
     if engine {
         return Err("holds the container engine's socket or state (root on the host)".into());
     }
+    // Where services keep their sockets (a read-only mount does not stop `connect`),
+    // state and logs, and everyone's temporary files.
+    if [
+        "/run",
+        "/var/run",
+        "/var/lib",
+        "/var/log",
+        "/var/spool",
+        "/var/mail",
+    ]
+    .iter()
+    .any(|r| under(r))
+        || ["/tmp", "/var/tmp", "/var"]
+            .iter()
+            .any(|r| p == Path::new(r))
+    {
+        return Err("is where the host's services keep sockets, state, logs or everyone's temporary files; keep shared models and data in a folder of their own (e.g. /data)".into());
+    }
     Ok(())
 }
 
@@ -1311,12 +1407,15 @@ pub fn check_mount_target(t: &str) -> Result<(), String> {
     if t.contains([',', ':']) {
         return Err("must not contain `,` or `:`".into());
     }
+    if t.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
     if p == Path::new("/") {
         return Err("is the container's root".into());
     }
     let reserved = [
-        "/src", "/work", "/tmp", "/reports", "/proc", "/sys", "/dev", "/etc", "/bin", "/usr",
-        "/lib",
+        "/src", "/work", "/tmp", "/reports", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin",
+        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/run", "/var/run",
     ];
     if let Some(r) = reserved.iter().find(|r| p.starts_with(r)) {
         return Err(format!("is under `{r}`, which cibox or the image provides"));
@@ -1465,9 +1564,20 @@ fn validate_container(
         if let Err(why) = check_mount_target(&target) {
             return Err(check.at(&here, format!("target `{target}`: {why}")));
         }
+        let normal: PathBuf = Path::new(&target).components().collect();
+        if let Some(other) = mounts.iter().position(|m: &HostMount| {
+            Path::new(&m.target).components().collect::<PathBuf>() == normal
+        }) {
+            return Err(check.at(
+                &here,
+                format!("target `{target}` is also the target of mount {other}; each mount needs its own"),
+            ));
+        }
         mounts.push(HostMount {
             source: source_path,
             target,
+            host_path: None,
+            submounts: Vec::new(),
             mark,
         });
     }
@@ -1509,11 +1619,26 @@ fn validate_container(
         if limit.hard != -1 && (limit.soft == -1 || limit.soft > limit.hard) {
             return Err(check.at(&here, "the soft limit is above the hard one"));
         }
+        // Below these the batch's shell cannot start (or fork, or open its files).
+        let floor = match name.as_str() {
+            "nofile" | "nproc" => 64,
+            "stack" => 65536,
+            _ => 0,
+        };
+        if limit.soft != -1 && limit.soft < floor {
+            return Err(check.at(
+                &here,
+                format!(
+                    "{} is too low for the batch's own shell to work; at least {floor}",
+                    limit.soft
+                ),
+            ));
+        }
         ulimits.insert(name.clone(), limit);
     }
     let mut cap_add = Vec::new();
     for (i, cap) in c.cap_add.iter().enumerate() {
-        let name = cap.trim().to_ascii_uppercase();
+        let name = cap.to_ascii_uppercase();
         let name = name.strip_prefix("CAP_").unwrap_or(&name).to_string();
         if !CAP_ADD_ALLOWED.contains(&name.as_str()) {
             return Err(check.at(
@@ -1524,28 +1649,49 @@ fn validate_container(
                 ),
             ));
         }
-        if !cap_add.contains(&name) {
-            cap_add.push(name);
+        if cap_add.contains(&name) {
+            return Err(check.at(
+                &at_key(&["cap_add", &i.to_string()]),
+                format!("`{cap}` is listed twice"),
+            ));
         }
+        cap_add.push(name);
     }
     let user = match c.user.as_deref() {
         None | Some("invoker") => ContainerUser::Invoker,
         Some("root") => ContainerUser::Root,
         Some(text) => {
+            // Not 0 (that is `root`, said so) and not 2^32-1, which means "none" to
+            // the kernel.
+            let id = |s: &str| {
+                s.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..u32::MAX).contains(n) && !s.starts_with('+'))
+            };
             let ids = text
                 .split_once(':')
-                .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)));
+                .and_then(|(u, g)| Some((id(u)?, id(g)?)));
             match ids {
                 Some((u, g)) => ContainerUser::Ids(u, g),
                 None => {
                     return Err(check.at(
                         &at_key(&["user"]),
-                        format!("`{text}` is not `invoker`, `root` or `UID:GID` (numbers)"),
+                        format!("`{text}` is not `invoker`, `root` or `UID:GID` (numbers from 1 to 4294967294; for uid or gid 0 write `root`)"),
                     ));
                 }
             }
         }
     };
+    // Capabilities reach only a root process: without ambient capabilities (which
+    // no-new-privileges keeps out) any other user's are cleared when it starts.
+    if !cap_add.is_empty() && user != ContainerUser::Root {
+        return Err(check.at(
+            &at_key(&["cap_add"]),
+            format!(
+                "takes effect only with `user: root` (a batch running as {user} gets no capability); add `user: root` or drop cap_add"
+            ),
+        ));
+    }
     Ok(ContainerConfig {
         cpus: c.cpus,
         memory: c.memory,
@@ -1614,6 +1760,7 @@ fn validate(
             vec!["images".to_string(), name.to_string()]
         }
     };
+    let mut variables: BTreeMap<String, &String> = BTreeMap::new();
     for (name, img) in &images {
         let at = written_as(name);
         let at_key =
@@ -1623,6 +1770,15 @@ fn validate(
                 &at,
                 format!(
                     "`{name}` is not a valid image name: use letters, digits, `_`, `.` and `-`"
+                ),
+            ));
+        }
+        if let Some(other) = variables.insert(image_variable(name), name) {
+            return Err(check.at_key(
+                &at,
+                format!(
+                    "`{name}` and `{other}` would share the variable {} that picks an image's ID; rename one",
+                    image_variable(name)
                 ),
             ));
         }
@@ -1748,6 +1904,7 @@ fn validate(
                 }
                 None => DEFAULT_IMAGE.to_string(),
             },
+            changed_file: None,
         };
         if b.image.is_some() {
             explicit_image.insert(name.clone());
@@ -2121,6 +2278,61 @@ layers:
                 "defaults:\n  timout: 2h",
                 "unknown key `timout`; did you mean `timeout`?",
             ),
+            (
+                "/data/models:/models",
+                "/run/dbus:/dbus",
+                "source `/run/dbus`: is where the host's services keep sockets",
+            ),
+            (
+                "{source: /data/datasets}",
+                "{source: /data/datasets, target: /models/}",
+                "target `/models/` is also the target of mount 0",
+            ),
+            (
+                "/data/models:/models",
+                "/data/models:/sbin/x",
+                "target `/sbin/x`: is under `/sbin`",
+            ),
+            (
+                "\"/data/models:/models\"",
+                "{source: /data/models, target: \"/m\\nx\"}",
+                "must not contain control characters",
+            ),
+            (
+                "user: root",
+                "user: \"4294967295:1\"",
+                "numbers from 1 to 4294967294",
+            ),
+            (
+                "user: root",
+                "user: \"65534:0\"",
+                "for uid or gid 0 write `root`",
+            ),
+            (
+                "user: root",
+                "user: \"1000:1000\"",
+                "container.cap_add: takes effect only with `user: root` (a batch running as 1000:1000 gets no capability)",
+            ),
+            (
+                "nofile: {soft: 1024, hard: 65536}",
+                "nofile: 0",
+                "ulimits.nofile: 0 is too low for the batch's own shell to work; at least 64",
+            ),
+            (
+                "cap_ipc_lock",
+                "\"SYS_NICE \"",
+                "`SYS_NICE ` is not allowed",
+            ),
+            (
+                "cap_ipc_lock",
+                "sys_nice",
+                "cap_add.1: `sys_nice` is listed twice",
+            ),
+            (
+                "defaults:\n  timeout: 2h",
+                "defaults:\n  timeout: 2h\n  gpus: many",
+                "cibox.yaml:15:9: defaults.gpus: wrong type",
+            ),
         ];
         for (from, to, want) in cases {
             assert!(REAL.contains(from), "{from}");
@@ -2201,6 +2413,11 @@ layers:
                 "  megatron: {",
                 "  \"m t\": {",
                 "`m t` is not a valid image name",
+            ),
+            (
+                "  megatron: {",
+                "  a_b: {locks: [x]}\n  a-b: {",
+                "`a-b` and `a_b` would share the variable CIBOX_IMAGE_A_B",
             ),
         ];
         for (from, to, want) in cases {

@@ -340,14 +340,15 @@ fn merge_keys(entries: Vec<(Node, Node)>) -> Result<Vec<(Node, Node)>, YamlError
         };
         sources.extend(maps);
     }
+    // The keys set so far, in a set: a merge of large mappings stays linear.
+    let mut have: std::collections::HashSet<String> = own
+        .iter()
+        .map(|(k, _)| k.scalar_text().unwrap_or_default().to_string())
+        .collect();
     let mut out = own;
     for map in sources {
         for (k, v) in map {
-            let key = k.scalar_text().unwrap_or_default().to_string();
-            if !out
-                .iter()
-                .any(|(have, _)| have.scalar_text() == Some(key.as_str()))
-            {
+            if have.insert(k.scalar_text().unwrap_or_default().to_string()) {
                 out.push((k, v));
             }
         }

@@ -119,8 +119,7 @@ pub(super) fn run_manifest(
         parallel: opts.parallel,
         ..RunRequest::default()
     };
-    let names = runner::plan::check(&m, &request)?;
-    runner::mounts::check_host(&m, &names)?;
+    runner::plan::check(&m, &request)?;
     if let Some(w) = &opts.wait {
         let wait = w
             .parse::<Span>()
@@ -133,6 +132,18 @@ pub(super) fn run_manifest(
         opts.reports.clone(),
         opts.scope.clone(),
     )?;
+    // `changed run`'s test files, named by data from elsewhere: files of this source.
+    for name in names {
+        if let Some(file) = m.batches.get(name).and_then(|b| b.changed_file.as_ref())
+            && !request.source.join(file).is_file()
+        {
+            return Err(Error::Usage(format!(
+                "test file `{}` is not a file in {}",
+                crate::util::escape(file),
+                request.source.display()
+            )));
+        }
+    }
     let outcome = run_plan(m, request)?;
     Ok(outcome.exit_code())
 }
@@ -196,10 +207,15 @@ pub(super) fn where_to_run(
 
 /// Plans and executes a run with the reporters of a front end: the terminal, the
 /// reports folder, and GitHub when cibox runs in a workflow.
-pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
+pub(super) fn run_plan(mut m: Manifest, request: RunRequest) -> Result<RunOutcome> {
     // Again for the front ends that come here directly (qualify, reproduce).
     let names = runner::plan::check(&m, &request)?;
-    runner::mounts::check_host(&m, &names)?;
+    let folders = runner::mounts::RunFolders {
+        source: &request.source,
+        reports: &request.reports,
+        lock_dir: &m.gpu.lock_dir.clone(),
+    };
+    runner::mounts::check_host(&mut m, &names, &folders)?;
     let host = HostFacts::current(&m);
     let plan = runner::plan(m, request, &host)?;
     // Each image the run uses, verified by its own lock files.
@@ -210,6 +226,12 @@ pub(super) fn run_plan(m: Manifest, request: RunRequest) -> Result<RunOutcome> {
     }
     signals::install();
     let engine = Engine::connect()?;
+    runner::mounts::check_engine(
+        &plan.manifest,
+        &names,
+        engine.recursive_read_only(),
+        &engine.api_version(),
+    )?;
     // Files first: a batch's verdict is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
     if crate::github::active() {

@@ -7,7 +7,7 @@ use crate::changed;
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::manifest::{Batch, Manifest};
+use crate::manifest::Manifest;
 use crate::report;
 use crate::util;
 
@@ -245,15 +245,26 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
         return Err(Error::Usage(format!("{from}: larger than 1 MiB")));
     }
     let files = parse_matrix(&text, &from).map_err(Error::Usage)?;
-    // A matrix is data someone else made: run only what `changed` itself would list.
+    // A matrix is data someone else made: run only what `changed` itself would list,
+    // each file once, written as git writes it (no `.`, `..`, `//` or trailing `/`).
+    let mut seen = std::collections::BTreeSet::new();
     for f in &files {
         let p = std::path::Path::new(&f.path);
-        let inside = !f.path.is_empty()
-            && p.is_relative()
-            && !p
-                .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)));
-        if !inside
+        let plain = p
+            .components()
+            .map(|c| match c {
+                std::path::Component::Normal(part) => part.to_str(),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .is_some_and(|parts| parts.join("/") == f.path);
+        if !seen.insert(f.path.as_str()) {
+            return Err(Error::Usage(format!(
+                "{from}: `{}` is listed twice",
+                util::escape(&f.path)
+            )));
+        }
+        if !plain
             || !cfg
                 .patterns
                 .iter()
@@ -278,26 +289,8 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
                 "batch `{name}` exists in the manifest; `changed run` names its batches changed-N-…"
             )));
         }
-        let mut env = template.env.clone();
-        env.insert("CIBOX_TEST_FILE".into(), f.path.clone());
-        m.batches.insert(
-            name.clone(),
-            Batch {
-                description: Some(format!("changed test file {}", f.path)),
-                gpus: f.gpus,
-                timeout: template.timeout,
-                preflight: template.preflight.clone(),
-                run: vec![template.command.clone()],
-                env,
-                fast_env: template.fast_env.clone(),
-                allow_empty: template.allow_empty,
-                tests: vec![f.path.clone()],
-                container: template.container.clone(),
-                meta: serde_json::json!({"test_file": f.path}),
-                verdict: template.verdict,
-                image: template.image.clone(),
-            },
-        );
+        m.batches
+            .insert(name.clone(), template.batch_for(&f.path, f.gpus));
         names.push(name);
     }
     super::batch::run_manifest(m, &names, None, &args.options)

@@ -127,7 +127,21 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         json: false,
         verbose: ctx.verbose,
     };
-    let m = replay_ctx.manifest()?;
+    let mut m = replay_ctx.manifest()?;
+    // A batch `changed run` made: made again from that commit's `changed.run`.
+    if let Some(file) = &record.changed_file
+        && !m.batches.contains_key(&record.batch)
+    {
+        let Some(template) = m.changed.as_ref().and_then(|c| c.run.as_ref()) else {
+            return Err(Error::Usage(format!(
+                "batch {} ran test file {file} through changed.run, which {} at {sha} lacks",
+                record.batch,
+                manifest_rel.display()
+            )));
+        };
+        let batch = template.batch_for(file, record.gpu_count);
+        m.batches.insert(record.batch.clone(), batch);
+    }
     match m.batches.get(&record.batch) {
         None => {
             return Err(Error::Usage(format!(

@@ -43,6 +43,17 @@ impl ImageError {
         }
     }
 
+    /// The same error, saying which of the manifest's images it is about.
+    pub fn for_image(self, name: &str) -> ImageError {
+        match self {
+            ImageError::Refused { message, details } => ImageError::Refused {
+                message: format!("image `{name}`: {message}"),
+                details,
+            },
+            other => other,
+        }
+    }
+
     pub fn refused(message: impl Into<String>) -> ImageError {
         ImageError::Refused {
             message: message.into(),

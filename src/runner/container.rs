@@ -224,8 +224,14 @@ impl ContainerPlan {
     }
 
     /// The engine's create request, with a device request for exactly `gpus` and
-    /// `masks` (read-only binds over files of the source) after the source's bind.
-    pub fn body(&self, gpus: &[PoolGpu], masks: &[String]) -> ContainerCreateBody {
+    /// `masks` (read-only binds over files of the source) after the source's bind;
+    /// `recursive_read_only` when the engine can make a bind read-only all the way down.
+    pub fn body(
+        &self,
+        gpus: &[PoolGpu],
+        masks: &[String],
+        recursive_read_only: bool,
+    ) -> ContainerCreateBody {
         let mut labels = self.labels.clone();
         let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
         labels.insert(LABEL_GPUS.to_string(), uuids.join(","));
@@ -291,16 +297,24 @@ impl ContainerPlan {
             ..Default::default()
         };
         let mut mounts = vec![reports];
-        // Read-only, and not recursively writable: a writable mount below the folder
-        // stays read-only too.
+        // Read-only all the way down where the engine can (API 1.44+); before that a
+        // read-only bind leaves the mounts below it writable, so only the folder itself
+        // is bound (and a run refuses sources holding mounts: they would be missing).
         mounts.extend(self.loosened.mounts.iter().map(|m| Mount {
             typ: Some(MountType::BIND),
-            source: Some(m.source.display().to_string()),
+            source: Some(super::mounts::engine_source(m).display().to_string()),
             target: Some(m.target.clone()),
             read_only: Some(true),
-            bind_options: Some(MountBindOptions {
-                read_only_force_recursive: Some(true),
-                ..Default::default()
+            bind_options: Some(if recursive_read_only {
+                MountBindOptions {
+                    read_only_force_recursive: Some(true),
+                    ..Default::default()
+                }
+            } else {
+                MountBindOptions {
+                    non_recursive: Some(true),
+                    ..Default::default()
+                }
             }),
             ..Default::default()
         }));

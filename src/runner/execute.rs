@@ -54,7 +54,14 @@ pub fn execute(
         let lockset = locksets.get(name).ok_or_else(|| {
             image::ImageError::refused(format!("no lockset was computed for image `{name}`"))
         })?;
-        image::verify(engine, id, lockset)?;
+        image::verify(engine, id, lockset).map_err(|e| {
+            // Which one, when the manifest has several.
+            if plan.manifest.images.len() > 1 {
+                e.for_image(name)
+            } else {
+                e
+            }
+        })?;
     }
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
@@ -347,6 +354,7 @@ impl Execution<'_> {
             cases_left_out: dropped,
             reports: watched.reports.take(),
             loosened: b.container.loosened(),
+            changed_file: b.changed_file.clone(),
         };
         let result = BatchResult {
             verdict,
@@ -428,9 +436,10 @@ impl Execution<'_> {
         watched: &Watched,
     ) -> Result<Ended> {
         let plan: &ContainerPlan = &b.container;
-        let id = self
-            .engine
-            .create_container(&plan.name, plan.body(gpus, self.git_masks))?;
+        let id = self.engine.create_container(
+            &plan.name,
+            plan.body(gpus, self.git_masks, self.engine.recursive_read_only()),
+        )?;
         // From here on, if cibox dies the watchdog removes the container.
         let watchdog = match Watchdog::start(&id, lease_fds) {
             Ok(w) => w,

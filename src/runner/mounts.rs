@@ -1,11 +1,25 @@
 //! The host side of `container.mounts`: checked before a run starts (nothing is made
 //! when one is wrong), on the path as the kernel resolves it, so a symlink cannot lead a
-//! mount into a home folder or to the engine's socket.
+//! mount into a home folder or to the engine's socket; and the engine is handed that
+//! resolved path, through folders nobody else can change, so what was checked is what
+//! is mounted.
 
-use std::os::unix::fs::FileTypeExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
 
-use crate::manifest::{self, Manifest, ManifestError};
+use crate::manifest::{self, HostMount, Manifest, ManifestError};
+
+/// The host folders of a run that no mount may be, hold, or lie inside.
+pub struct RunFolders<'a> {
+    /// The checkout under test: the batch has it at `/src` already, with its git
+    /// credentials masked; a mount would show them.
+    pub source: &'a Path,
+    /// Where every batch's reports land.
+    pub reports: &'a Path,
+    /// The GPU lock dir: a batch that can open its files can `flock` them (a read-only
+    /// file still takes a lock) and keep GPUs from every other run.
+    pub lock_dir: &'a Path,
+}
 
 /// The engine's socket as `DOCKER_HOST` names it (`unix://…`), else the usual places.
 fn engine_sockets() -> Vec<PathBuf> {
@@ -20,17 +34,49 @@ fn engine_sockets() -> Vec<PathBuf> {
         .collect()
 }
 
-/// Checks every mount of the named batches on this host: the source exists, and
-/// resolved it is still allowed, is no socket and holds no engine socket.
-pub fn check_host(m: &Manifest, names: &[String]) -> Result<(), ManifestError> {
+/// Checks every mount of the named batches on this host and records, on each, the path
+/// the engine will be given: the source resolved, allowed, a folder or a plain file,
+/// holding no engine socket, apart from the run's own folders, and reached only through
+/// folders that nobody but root and this user can change.
+pub fn check_host(
+    m: &mut Manifest,
+    names: &[String],
+    run: &RunFolders<'_>,
+) -> Result<(), ManifestError> {
     let sockets = engine_sockets();
+    let ours: Vec<(PathBuf, &str)> = [
+        (
+            run.source.to_path_buf(),
+            "the checkout under test (the batch has it at /src, its git credentials masked)",
+        ),
+        (
+            run.reports.to_path_buf(),
+            "the reports folder of every batch",
+        ),
+        (
+            run.lock_dir.to_path_buf(),
+            "the GPU lock dir (a batch could lock its files and keep GPUs from every run)",
+        ),
+    ]
+    .into_iter()
+    .chain(runner_home().map(|p| {
+        (
+            p,
+            "the CI runner's own folder (its credentials and every job's files)",
+        )
+    }))
+    .map(|(p, what)| (std::fs::canonicalize(&p).unwrap_or(p), what))
+    .collect();
+    let me = nix::unistd::geteuid().as_raw();
+    let mount_points = mount_points();
+    let path = m.path.display().to_string();
     for name in names {
-        let Some(batch) = m.batches.get(name) else {
+        let Some(batch) = m.batches.get_mut(name) else {
             continue;
         };
-        for mount in &batch.container.mounts {
+        for mount in &mut batch.container.mounts {
             let at = |message: String| ManifestError::At {
-                path: m.path.display().to_string(),
+                path: path.clone(),
                 mark: mount.mark,
                 message: format!("batches.{name}.container.mounts: {message}"),
             };
@@ -61,7 +107,202 @@ pub fn check_host(m: &Manifest, names: &[String]) -> Result<(), ManifestError> {
             if !md.is_dir() && !md.is_file() {
                 return Err(resolved("is neither a folder nor a file".into()));
             }
+            for (folder, what) in &ours {
+                let relation = if real == *folder {
+                    "is"
+                } else if folder.starts_with(&real) {
+                    "holds"
+                } else if real.starts_with(folder) {
+                    "is inside"
+                } else {
+                    continue;
+                };
+                return Err(resolved(format!(
+                    "{relation} {what}; mount a folder apart from it"
+                )));
+            }
+            if let Some(why) = changeable_by_others(&real, me) {
+                return Err(resolved(why));
+            }
+            mount.host_path = Some(real.clone());
+            mount.submounts = mount_points
+                .iter()
+                .filter(|p| p.starts_with(&real) && **p != real)
+                .cloned()
+                .collect();
         }
     }
     Ok(())
+}
+
+/// The folder a GitHub Actions runner is installed in (`.credentials`, the runner's
+/// private key, the work folders of every job), when cibox runs under one: the part
+/// of `RUNNER_WORKSPACE` (or `GITHUB_WORKSPACE`) before its `_work` folder.
+fn runner_home() -> Option<PathBuf> {
+    ["RUNNER_WORKSPACE", "GITHUB_WORKSPACE"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from)
+        .find_map(|w| {
+            w.ancestors()
+                .find(|a| a.file_name().is_some_and(|n| n == "_work"))
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+        })
+}
+
+/// Refuses, on an engine that cannot make them read-only, mounts that hold other
+/// mounts: before API 1.44 (Docker 25) a read-only bind leaves the mounts below it
+/// writable, so cibox binds only the folder itself there, and a mount below would be
+/// missing from the batch without a word.
+pub fn check_engine(
+    m: &Manifest,
+    names: &[String],
+    recursive_read_only: bool,
+    api: &str,
+) -> Result<(), ManifestError> {
+    if recursive_read_only {
+        return Ok(());
+    }
+    for name in names {
+        let Some(batch) = m.batches.get(name) else {
+            continue;
+        };
+        for mount in &batch.container.mounts {
+            if let Some(below) = mount.submounts.first() {
+                return Err(ManifestError::At {
+                    path: m.path.display().to_string(),
+                    mark: mount.mark,
+                    message: format!(
+                        "batches.{name}.container.mounts: source `{}` holds another mount, {} ({} in all); this engine (API {api}) cannot make mounts below a read-only bind read-only: mount {} by itself, or use Docker 25 or later",
+                        mount.source.display(),
+                        below.display(),
+                        mount.submounts.len(),
+                        below.display(),
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the engine mounts for `mount`: the resolved path `check_host` recorded.
+pub fn engine_source(mount: &HostMount) -> &Path {
+    mount.host_path.as_deref().unwrap_or(&mount.source)
+}
+
+/// Why someone other than root and `me` could replace `real` (or a folder on the way to
+/// it) with a symlink between this check and the engine's mount; `None` when nobody can.
+/// A folder anyone (or a group other than root's) may write is safe only when sticky
+/// and the entry on the way is root's or `me`'s: then only they may rename it.
+fn changeable_by_others(real: &Path, me: u32) -> Option<String> {
+    let trusted = |uid: u32| uid == 0 || uid == me;
+    let mut ancestors: Vec<&Path> = real.ancestors().skip(1).collect();
+    ancestors.reverse();
+    for dir in ancestors {
+        let Ok(md) = std::fs::symlink_metadata(dir) else {
+            return Some(format!(
+                "cannot be checked: {} cannot be read",
+                dir.display()
+            ));
+        };
+        if !trusted(md.uid()) {
+            return Some(format!(
+                "lies in {}, owned by uid {}: they could swap it for a link elsewhere after this check; use a folder root or you (uid {me}) own",
+                dir.display(),
+                md.uid()
+            ));
+        }
+        let others_write = md.mode() & 0o002 != 0 || (md.mode() & 0o020 != 0 && md.gid() != 0);
+        if !others_write {
+            continue;
+        }
+        let sticky = md.mode() & 0o1000 != 0;
+        // The entry on the way down from `dir`.
+        let next = real
+            .strip_prefix(dir)
+            .ok()
+            .and_then(|rest| rest.components().next())
+            .map(|c| dir.join(c));
+        let next_trusted = next
+            .as_deref()
+            .and_then(|n| std::fs::symlink_metadata(n).ok())
+            .is_some_and(|n| trusted(n.uid()));
+        if !(sticky && next_trusted) {
+            return Some(format!(
+                "lies in {} (mode {:o}), which others may write: they could swap it for a link elsewhere after this check; use a folder only root or you (uid {me}) can change",
+                dir.display(),
+                md.mode() & 0o7777
+            ));
+        }
+    }
+    None
+}
+
+/// Every mount point of this mount namespace (`/proc/self/mountinfo`, field 5, with its
+/// octal escapes undone); empty when it cannot be read.
+fn mount_points() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|p| PathBuf::from(unescape_octal(p)))
+        .collect()
+}
+
+/// `\040` → space, as the kernel writes ` `, `\t`, `\n` and `\\` in mountinfo.
+fn unescape_octal(s: &str) -> String {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let n = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(n);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_octal(r"/data/my\040models"), "/data/my models");
+        assert_eq!(unescape_octal(r"/a\134b"), r"/a\b");
+        assert_eq!(unescape_octal(r"/end\04"), r"/end\04");
+    }
+
+    #[test]
+    fn folders_others_may_change_are_refused() {
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(changeable_by_others(Path::new("/usr/bin"), me), None);
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        let data = open.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = changeable_by_others(&data, me).unwrap();
+        assert!(why.contains("(mode 777), which others may write"), "{why}");
+        // Sticky, and the entry on the way is ours: nobody else may rename it.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(changeable_by_others(&data, me), None);
+    }
 }

@@ -137,6 +137,8 @@ pub struct BatchPlan {
     pub verdict: BatchVerdict,
     /// The `run` steps, for `verdict: exit-code`.
     pub run: Vec<String>,
+    /// The test file, for a batch `cibox changed run` made.
+    pub changed_file: Option<String>,
 }
 
 /// A whole run, ready to execute.
@@ -244,19 +246,7 @@ pub fn check(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, P
 }
 
 /// The variable that names image `name`'s ID: `CIBOX_IMAGE_<NAME>`.
-pub fn image_variable(name: &str) -> String {
-    let upper: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("CIBOX_IMAGE_{upper}")
-}
+pub use crate::manifest::image_variable;
 
 /// The ID of each image the batches use: `--image`/`CIBOX_IMAGE` when they use one
 /// image, else `CIBOX_IMAGE_<NAME>`, else the manifest's.
@@ -357,6 +347,7 @@ pub fn plan(
                 user: batch_user,
                 verdict: batch.verdict,
                 run: batch.run.clone(),
+                changed_file: batch.changed_file.clone(),
             }
         })
         .collect();
@@ -471,7 +462,7 @@ pub(crate) mod tests {
                 ("F".to_string(), "1".to_string()),
             ])
         );
-        let body = b.container.body(&[], &[]);
+        let body = b.container.body(&[], &[], true);
         let env = body.env.unwrap();
         assert!(env.contains(&"TOKEN=secret".to_string()), "{env:?}");
         assert!(env.contains(&"CIBOX_FAST=1".to_string()), "{env:?}");

@@ -114,6 +114,10 @@ pub struct RunRecord {
     /// mounts, IPC, ulimits, capabilities, user, network); empty when nothing.
     #[serde(default)]
     pub loosened: serde_json::Value,
+    /// The test file, for a batch `cibox changed run` made from `changed.run` (so
+    /// `cibox reproduce` can make it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_file: Option<String>,
 }
 
 /// Creates `path` as a new file, first removing whatever has that name. A container

@@ -4,12 +4,18 @@
 //! the step) came through the output stream, with the tail of what it printed.
 //!
 //! The times are cibox's, taken as the stream arrives; the announcements are matched in
-//! order, so a batch that prints a fake one can at most shift a step's timing, never the
-//! verdict, which is the exit code cibox reads from the engine.
+//! order. A step never announced fails the batch even when it exited 0: a step that
+//! `exec`s or `exit`s ends the script, and the steps after it did not run. A batch that
+//! prints a fake announcement can shift a step's timing or pass a step off as run, but
+//! no more than its code could anyway: with this verdict the test code's own exit
+//! status is what passes it.
 
 use std::time::Instant;
 
 use super::junit::{Case, Outcome};
+
+/// Why a step the batch never announced fails a batch that exited 0.
+const UNSEEN: &str = "did not run: the batch exited 0 before this step was announced (an earlier step that runs `exec` or `exit` ends the script), or its output was lost";
 
 /// How much of a step's output its case keeps.
 const TAIL_BYTES: usize = 4096;
@@ -99,8 +105,10 @@ impl StepTracker {
                         (Outcome::Passed, Some(secs), None)
                     }
                 } else if succeeded {
-                    // Announced steps went unseen (output lost): not a failure.
-                    (Outcome::Passed, None, None)
+                    // The batch ended well without reaching this step: an earlier one
+                    // ended the script (`exec`, `exit 0`), or its output was lost.
+                    // Either way nobody saw it pass.
+                    (Outcome::Failed, None, Some(UNSEEN.to_string()))
                 } else {
                     (
                         Outcome::Skipped,
@@ -153,6 +161,15 @@ mod tests {
         );
         assert_eq!(cases[2].outcome, Outcome::Skipped);
         let ok = t.cases("scripts", Instant::now(), true);
-        assert!(ok.iter().all(|c| c.outcome == Outcome::Passed));
+        assert!(ok[..2].iter().all(|c| c.outcome == Outcome::Passed));
+        // Step 3 never came: an `exec` or `exit 0` in step 2 ended the script.
+        assert_eq!(ok[2].outcome, Outcome::Failed);
+        assert!(ok[2].message.as_deref().unwrap().starts_with("did not run"));
+        t.feed(
+            b"cibox run: ./c.sh
+",
+        );
+        let all = t.cases("scripts", Instant::now(), true);
+        assert!(all.iter().all(|c| c.outcome == Outcome::Passed));
     }
 }

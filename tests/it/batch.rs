@@ -1,5 +1,7 @@
 //! Batches in disposable containers on the real engine.
 
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -696,6 +698,40 @@ fn reproduce_replays_a_recorded_failure_side_by_side() {
 }
 
 #[test]
+fn reproduce_replays_a_changed_test_file_from_changed_run() {
+    // The batch `changed run` made is in no manifest: the record names its file, and
+    // the replay makes it again from that commit's `changed.run`.
+    let changed = "changed:\n  patterns: [\"tests/test_*.py\"]\n  run:\n    command: 'grep -q flaky \"$CIBOX_TEST_FILE\" && exit 1; true'\n    timeout: 1m\n    verdict: exit-code\n";
+    let p = busybox_project(
+        &format!("{}{changed}", batch("unit", 0, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    let d = p.project.path();
+    p.project.write("tests/test_a.py", "flaky\n");
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "recorded"]);
+    let matrix = serde_json::json!([{"test_file": "tests/test_a.py", "num_gpus": 0}]);
+    let r = run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", matrix.to_string()));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let rec = p.result("changed-1-test_a");
+    assert_eq!(rec["changed_file"], "tests/test_a.py", "{rec}");
+    let record = p.reports().join("changed-1-test_a/result.json");
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.rows().contains(&"status failed failed".to_string()),
+        "{}",
+        r.stdout
+    );
+    assert!(p.containers().is_empty());
+}
+
+#[test]
 fn reproduce_refuses_an_unknown_commit_or_a_missing_image() {
     let p = busybox_project(&batch("b", 0, "1m", &[JUNIT_OK], ""), "");
     let d = p.project.path();
@@ -856,6 +892,143 @@ fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
 }
 
 #[test]
+fn a_mount_that_could_be_swapped_or_shows_the_run_starts_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), "");
+    let d = p.project.path();
+    // A folder anyone may write (not sticky): the models inside could be swapped for a
+    // link to anywhere between the check and the mount.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::create_dir(open.path().join("models")).unwrap();
+    let sub = d.join("image");
+    for (source, checkout, want) in [
+        (
+            open.path().join("models"),
+            d,
+            "(mode 777), which others may write",
+        ),
+        (d.to_path_buf(), d, "is the checkout under test"),
+        (
+            d.to_path_buf(),
+            sub.as_path(),
+            "holds the checkout under test",
+        ),
+        (d.join("image"), d, "is inside the checkout under test"),
+    ] {
+        std::fs::write(
+            d.join("cibox.yaml"),
+            std::fs::read_to_string(d.join("cibox.yaml"))
+                .unwrap()
+                .lines()
+                .filter(|l| !l.starts_with("  mounts:"))
+                .map(|l| {
+                    if l == "container:" {
+                        format!("container:\n  mounts: [\"{}:/models\"]", source.display())
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+        .unwrap();
+        let r = p.run(&[
+            "batch",
+            "run",
+            "m",
+            "--source",
+            &checkout.display().to_string(),
+        ]);
+        r.fails_with(2, "batches.m.container.mounts: source");
+        assert!(r.stderr.contains(want), "{want}: {}", r.stderr);
+        assert!(p.containers().is_empty(), "no container was made");
+        assert!(!p.reports().join("m").exists(), "no report was made");
+    }
+}
+
+#[test]
+fn a_mount_is_what_was_checked_and_read_only_all_the_way_down() {
+    // A mount named through a link is mounted as the folder the check resolved; a mount
+    // below it is read-only too, or, on an engine that cannot do that, refused.
+    let data = tempfile::tempdir().unwrap();
+    let weights = data.path().join("weights");
+    let below = weights.join("nfs");
+    std::fs::create_dir_all(&below).unwrap();
+    std::fs::write(weights.join("w.txt"), "w").unwrap();
+    let link = data.path().join("current");
+    std::os::unix::fs::symlink(&weights, &link).unwrap();
+    let extra = format!("  mounts: [\"{}:/weights\"]\n", link.display());
+    let p = busybox_project(
+        &batch(
+            "m",
+            0,
+            "1m",
+            &[
+                "test \"$(cat /weights/w.txt)\" = w",
+                "! touch /weights/x 2>/dev/null",
+                "! touch /weights/nfs/x 2>/dev/null",
+                JUNIT_OK,
+            ],
+            "",
+        ),
+        &extra,
+    );
+    p.run(&["batch", "run", "m"]).ok();
+    let v = p.result("m");
+    assert_eq!(
+        v["loosened"]["mounts"][0]["resolved"],
+        weights.canonicalize().unwrap().display().to_string(),
+        "{v}"
+    );
+    let status = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m",
+            "cibox-test",
+            &below.display().to_string(),
+        ])
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "mount -t tmpfs needs root (CI runs as root)"
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(below.clone());
+    let api = Command::new("docker")
+        .args(["version", "--format", "{{.Server.APIVersion}}"])
+        .output()
+        .unwrap();
+    let api = String::from_utf8_lossy(&api.stdout).trim().to_string();
+    let (major, minor) = api.split_once('.').unwrap();
+    let recursive = (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap()) >= (1, 44);
+    let r = p.run(&["batch", "run", "m"]);
+    if recursive {
+        // The tmpfs below is writable on the host, read-only in the batch.
+        r.ok();
+    } else {
+        r.fails_with(2, "batches.m.container.mounts: source");
+        assert!(
+            r.stderr.contains(&format!(
+                "holds another mount, {}",
+                below.canonicalize().unwrap().display()
+            )) && r.stderr.contains(&format!("this engine (API {api})")),
+            "{}",
+            r.stderr
+        );
+        assert!(p.containers().is_empty(), "no container was made");
+    }
+}
+
+#[test]
 fn changed_test_files_run_in_containers_with_their_gpu_counts() {
     // The changed-tests job: each file a batch of its own, named in the container by
     // $CIBOX_TEST_FILE, never pasted into a shell.
@@ -888,7 +1061,34 @@ fn changed_test_files_run_in_containers_with_their_gpu_counts() {
     assert_eq!(v["status"], "passed", "{v}");
     assert_eq!(v["env"]["CIBOX_TEST_FILE"], odd);
     assert_eq!(v["gpu_count"], 0);
-    // Bad input starts nothing: a file the patterns do not match, a missing variable.
+    // Bad input starts nothing: a file the patterns do not match, one written another
+    // way, twice, or missing, a missing variable.
+    for (matrix, want) in [
+        (
+            serde_json::json!([{"test_file": "tests/./test_a.py", "num_gpus": 0}]),
+            "`tests/./test_a.py` is not a test file `changed.patterns` matches",
+        ),
+        (
+            serde_json::json!([{"test_file": "tests//test_a.py", "num_gpus": 0}]),
+            "`tests//test_a.py` is not a test file",
+        ),
+        (
+            serde_json::json!([
+                {"test_file": "tests/test_a.py", "num_gpus": 0},
+                {"test_file": "tests/test_a.py", "num_gpus": 1},
+            ]),
+            "`tests/test_a.py` is listed twice",
+        ),
+        (
+            serde_json::json!([{"test_file": "tests/test_gone.py", "num_gpus": 0}]),
+            "test file `tests/test_gone.py` is not a file in",
+        ),
+    ] {
+        run(p
+            .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+            .env("CIBOX_MATRIX", matrix.to_string()))
+        .fails_with(2, want);
+    }
     let outside = serde_json::json!([{"test_file": "../etc/passwd", "num_gpus": 0}]).to_string();
     run(p
         .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
@@ -940,6 +1140,36 @@ fn script_tests_are_judged_by_exit_code_one_case_per_step() {
     let clean = p.result("clean");
     assert_eq!(clean["status"], "passed", "{clean}");
     assert_eq!(clean["tests"]["total"], 1, "{clean}");
+}
+
+#[test]
+fn a_script_batch_that_ends_early_with_success_fails_the_steps_it_skipped() {
+    // `exec` replaces the container's script: the steps after it never run, and the
+    // batch's exit status (0) does not make them pass.
+    let p = busybox_project(
+        &batch(
+            "early",
+            0,
+            "1m",
+            &["echo one", "exec sh -c true", "echo never"],
+            "    verdict: exit-code\n",
+        ),
+        "",
+    );
+    let r = p.run(&["batch", "run", "early"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let v = p.result("early");
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["tests"]["passed"], 2, "{v}");
+    assert_eq!(
+        v["failed_tests"],
+        serde_json::json!(["early::step 3: echo never"])
+    );
+    let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
+    assert!(
+        junit.contains("did not run: the batch exited 0 before this step"),
+        "{junit}"
+    );
 }
 
 #[test]

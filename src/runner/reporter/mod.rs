@@ -219,6 +219,7 @@ pub(crate) mod sample {
             cases_left_out: 0,
             reports: Default::default(),
             loosened: serde_json::Value::Object(Default::default()),
+            changed_file: None,
         };
         BatchResult {
             verdict,
