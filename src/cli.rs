@@ -107,6 +107,20 @@ pub enum ImageCommand {
         /// Which of the manifest's `images` (default: `default`).
         #[arg(long)]
         name: Option<String>,
+        /// Build twice without the cache and fail (exit 3, naming the files that
+        /// differ) unless both give the same ID.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Print the image ID of a docker-archive, read from the archive alone (no engine).
+    Id {
+        /// The archive (`-` for standard input).
+        #[arg(long, value_name = "FILE", default_value = "-")]
+        from: String,
+        /// Which of the manifest's `images` it is, to compare with its pinned `id`
+        /// (default: `default`, when there is a manifest).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Verify, run the qualification layer on the image, write a qualification record.
     Qualify {

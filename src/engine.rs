@@ -97,6 +97,8 @@ pub struct ImageDetails {
     pub labels: HashMap<String, String>,
     pub repo_tags: Vec<String>,
     pub size: i64,
+    /// Its layers' digests (`sha256:…` of each uncompressed layer), bottom first.
+    pub layers: Vec<String>,
 }
 
 /// A connection to the engine with the runtime that drives it. One per process: it is
@@ -287,6 +289,7 @@ impl Engine {
                 labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
                 repo_tags: img.repo_tags.unwrap_or_default(),
                 size: img.size.unwrap_or_default(),
+                layers: img.root_fs.and_then(|r| r.layers).unwrap_or_default(),
             })),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(Self::api("inspecting image", e)),
@@ -401,6 +404,7 @@ impl Engine {
         dockerfile: &str,
         labels: &HashMap<String, String>,
         tag: &str,
+        no_cache: bool,
         mut on_output: impl FnMut(&str),
     ) -> Result<String, EngineError> {
         let opts = BuildImageOptionsBuilder::default()
@@ -409,6 +413,7 @@ impl Engine {
             .labels(labels)
             .rm(true)
             .forcerm(true)
+            .nocache(no_cache)
             .build();
         let id = self.rt.block_on(async {
             // Streamed from disk: a rootfs context can be hundreds of megabytes.
@@ -456,6 +461,18 @@ impl Engine {
                 reason: format!("built image {id} is not present afterwards"),
             }),
         }
+    }
+
+    /// Removes an image by ID (not forced: an image a container uses stays).
+    pub fn remove_image(&self, id: &str) -> Result<(), EngineError> {
+        self.rt
+            .block_on(self.docker.remove_image(
+                id,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            ))
+            .map(|_| ())
+            .map_err(|e| Self::api("removing an image", e))
     }
 
     /// Writes `docker save` of one image to `to`, atomically (a temp file renamed into

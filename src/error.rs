@@ -12,6 +12,7 @@ use crate::git::GitError;
 use crate::gpu::LeaseError;
 use crate::gpu::probe::ProbeError;
 use crate::image::ImageError;
+use crate::image::archive::ArchiveError;
 use crate::image::build_context::BuildContextError;
 use crate::image::lockset::LocksetError;
 use crate::lockdir::LockDirError;
@@ -32,6 +33,8 @@ pub enum Error {
     BuildContext(#[from] BuildContextError),
     #[error(transparent)]
     Image(#[from] ImageError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
@@ -78,6 +81,7 @@ impl Error {
             // git is asked about the user's checkout and revisions.
             Error::Git(_) => Failure::Usage,
             Error::Image(e) => e.failure(),
+            Error::Archive(e) => e.failure(),
             Error::Engine(e) => e.failure(),
             Error::Probe(e) => e.failure(),
             Error::Claims(e) => e.failure(),

@@ -11,7 +11,7 @@ use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::lockset::{self, Lockset};
-use crate::image::{self, ImageId, PinnedRef, Verified, build_context};
+use crate::image::{self, ImageError, ImageId, PinnedRef, Verified, build_context};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::report;
 
@@ -168,12 +168,14 @@ fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>> {
 /// `cibox image load [--from FILE|-]`.
 pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Result<u8> {
     // Read the manifest first: a bad manifest must stop us before the engine changes.
-    let source = if verify {
+    let (manifest, source) = if verify {
         let m = ctx.manifest()?;
-        let (_, img) = named(&m, name)?;
-        Some(Lockset::compute(&m.dir, &img.locks)?)
+        let (n, img) = named(&m, name)?;
+        let source = Lockset::compute(&m.dir, &img.locks)?;
+        let n = n.to_string();
+        (Some((m, n)), Some(source))
     } else {
-        None
+        (None, None)
     };
     if from == "-" && std::io::stdin().is_terminal() {
         return Err(Error::Usage(
@@ -196,7 +198,8 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         None => engine.load(Box::new(std::io::stdin()))?,
     };
     let ids = loaded_ids(&engine, loaded)?;
-    finish_loaded(ctx, &engine, &info, ids, source.as_ref())
+    let pin = manifest.as_ref().map(|(m, n)| (m, n.as_str()));
+    finish_loaded(ctx, &engine, &info, ids, source.as_ref(), pin)
 }
 
 /// Prints the loaded IDs (stdout, one per line, for scripts) and verifies each.
@@ -206,6 +209,7 @@ fn finish_loaded(
     info: &EngineInfo,
     ids: Vec<ImageId>,
     source: Option<&Lockset>,
+    pin: Option<(&Manifest, &str)>,
 ) -> Result<u8> {
     let Some(source) = source else {
         if ctx.json {
@@ -221,9 +225,75 @@ fn finish_loaded(
     for id in &ids {
         report::info(format!("loaded {id}"));
         verified.push(image::verify(engine, id, source)?);
+        if let Some((m, name)) = pin {
+            check_pin(m, name, id)?;
+        }
     }
     for v in &verified {
         print_result(ctx, v, info, "verified");
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `cibox image id [--from FILE|-]`: the ID of a docker-archive's image, read from the
+/// archive alone (no engine), checked against the manifest's pinned `id` when there is
+/// a manifest that pins one.
+pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
+    // The manifest first: a pin to compare with (none without a manifest, unless a
+    // name was asked for).
+    let manifest = match ctx.manifest() {
+        Ok(m) => Some(m),
+        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) if name.is_none() => {
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let pin = match &manifest {
+        Some(m) => {
+            let (n, _) = named(m, name)?;
+            Some((m, n.to_string()))
+        }
+        None => None,
+    };
+    let shown = if from == "-" { "standard input" } else { from };
+    let found = if from == "-" {
+        if std::io::stdin().is_terminal() {
+            return Err(Error::Usage(
+                "`image id` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in".into(),
+            ));
+        }
+        image::archive::read_image(std::io::stdin().lock(), shown)?
+    } else {
+        let (file, _) = crate::util::open_plain(Path::new(from), true)
+            .map_err(|e| Error::Usage(format!("--from {from}: {e}")))?;
+        image::archive::read_image(std::io::BufReader::new(file), shown)?
+    };
+    if let Some((m, n)) = &pin {
+        check_pin(m, n, &found.id)?;
+    }
+    if ctx.json {
+        report::json(&json!({
+            "id": found.id,
+            "manifest_digest": found.manifest_digest,
+            "repo_tags": found.repo_tags,
+            "layers": found.layers.len(),
+            "pinned": pin.as_ref().and_then(|(m, n)| m.images[n].id.clone()),
+        }));
+    } else {
+        println!("{}", found.id);
+        match &found.manifest_digest {
+            Some(d) => report::info(format!(
+                "on a containerd image store the engine names this image {d} (its manifest digest)"
+            )),
+            None => report::info(
+                "the ID on a classic image store; a containerd image store names images by their manifest digest, which this archive does not carry",
+            ),
+        }
+        if let Some((m, n)) = &pin
+            && m.images[n].id.is_some()
+        {
+            report::info(format!("it is the ID image `{n}` pins"));
+        }
     }
     Ok(exit::SUCCESS)
 }
@@ -269,13 +339,17 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
 }
 
 /// `cibox image build`: the manifest's Dockerfile or Nix recipe.
-pub fn build(ctx: &Context, name: Option<&str>) -> Result<u8> {
+pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
     let source = Lockset::compute(&m.dir, &img.locks)?;
     match (&img.dockerfile, &img.nix) {
-        (Some(df), _) => build_dockerfile(ctx, &m, &m.resolve(df), &source),
-        (None, Some(attr)) => build_nix(ctx, &m, attr, &source),
+        (Some(df), _) => build_dockerfile(ctx, &m, name, &m.resolve(df), &source, check),
+        (None, Some(_)) if check => Err(Error::Usage(format!(
+            "--check builds a Dockerfile twice; image `{name}` is a Nix recipe, whose builds Nix itself checks: nix build --rebuild {}",
+            img.nix.as_deref().unwrap_or_default()
+        ))),
+        (None, Some(attr)) => build_nix(ctx, &m, name, attr, &source),
         (None, None) => Err(Error::Usage(format!(
             "{}: image `{name}` has no recipe; set its dockerfile or nix",
             m.path.display()
@@ -315,9 +389,12 @@ fn dockerfile_bases(text: &str) -> Vec<String> {
 fn build_dockerfile(
     ctx: &Context,
     m: &Manifest,
+    image_name: &str,
     dockerfile: &Path,
     source: &Lockset,
+    check: bool,
 ) -> Result<u8> {
+    let img = &m.images[image_name];
     let text = std::fs::read_to_string(dockerfile).map_err(|e| {
         Error::Usage(format!(
             "image.dockerfile {}: cannot read: {e}",
@@ -331,15 +408,26 @@ fn build_dockerfile(
         .unwrap_or("Dockerfile")
         .to_string();
     let bases = dockerfile_bases(&text);
-    let context_tar = build_context::pack(&context_dir, &name)?;
+    // Packed now so a bad context stops us before the engine is asked anything; again
+    // for a second build.
+    let first_context = std::cell::RefCell::new(Some(build_context::pack(&context_dir, &name)?));
+    let context = || -> std::result::Result<std::fs::File, ImageError> {
+        match first_context.borrow_mut().take() {
+            Some(f) => Ok(f),
+            None => build_context::pack(&context_dir, &name)
+                .map_err(|e| ImageError::refused(e.to_string())),
+        }
+    };
     let labels = HashMap::from([
         (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
         (lockset::LABEL_FILES.to_string(), source.text.clone()),
     ]);
+    let (epoch, epoch_from) = image::build::source_date_epoch(&m.dir, &img.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
     // The classic builder pulls a missing base image; cibox never pulls.
+    let mut base_layers = std::collections::HashSet::new();
     for base in &bases {
         if base.eq_ignore_ascii_case("scratch") {
             continue;
@@ -350,11 +438,14 @@ fn build_dockerfile(
             ));
             continue;
         }
-        if engine.inspect(base)?.is_none() {
-            return Err(Error::refused(format!(
-                "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
-                dockerfile.display()
-            )));
+        match engine.inspect(base)? {
+            Some(found) => base_layers.extend(found.layers),
+            None => {
+                return Err(Error::refused(format!(
+                    "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
+                    dockerfile.display()
+                )));
+            }
         }
         if !base.starts_with("sha256:") {
             report::warn(format!(
@@ -363,20 +454,71 @@ fn build_dockerfile(
         }
     }
     report::info(format!(
-        "building {} (lockset {})",
+        "building {}{} (lockset {}; file times set to {epoch}, {epoch_from})",
         dockerfile.display(),
+        if check {
+            " twice, without the cache"
+        } else {
+            ""
+        },
         source.digest
     ));
     let verbose = report::enabled(report::Level::Debug);
-    let id = engine.build(context_tar, &name, &labels, &tag_for(m, source), |out| {
+    let mut on_output = |out: &str| {
         if verbose {
             eprint!("{out}");
         }
-    })?;
-    let id = ImageId::parse(&id).map_err(Error::refused)?;
-    let v = image::verify(&engine, &id, source)?;
-    print_result(ctx, &v, &info, "built and verified");
+    };
+    let tag = tag_for(m, source);
+    let inputs = image::build::BuildInputs {
+        context: &context,
+        dockerfile: &name,
+        labels: &labels,
+        tag: &tag,
+        epoch,
+        base_layers,
+    };
+    let built = if check {
+        image::build::check(&engine, &inputs, &mut on_output)?
+    } else {
+        image::build::build(&engine, &inputs, &mut on_output)?
+    };
+    if built.engine_id != built.id {
+        report::info(format!(
+            "this engine names the image {} (a containerd image store: the manifest digest); its config digest is {}",
+            built.engine_id, built.id
+        ));
+    }
+    check_pin(m, image_name, &built.id)?;
+    let v = image::verify(&engine, &built.engine_id, source)?;
+    let done = if check {
+        "built twice, reproducible, and verified"
+    } else {
+        "built and verified"
+    };
+    print_result(ctx, &v, &info, done);
     Ok(exit::SUCCESS)
+}
+
+/// Refuses an image whose ID is not the one the manifest pins for it (`id`).
+fn check_pin(m: &Manifest, name: &str, id: &ImageId) -> Result<()> {
+    let Some(pin) = m.images.get(name).and_then(|i| i.id.as_deref()) else {
+        return Ok(());
+    };
+    if ImageId::parse(pin.trim()).ok().as_ref() == Some(id) {
+        return Ok(());
+    }
+    Err(Error::Image(ImageError::Refused {
+        message: format!(
+            "image `{name}` is {id}, but {} pins {} (its `id`)",
+            m.path.display(),
+            pin.trim()
+        ),
+        details: vec![
+            "the same lock files gave another image: find what differs with `cibox image build --check`".into(),
+            format!("or, if the change is meant, pin the new ID: id: \"{id}\""),
+        ],
+    }))
 }
 
 /// A tag keeps the image from being "dangling" (and so from `docker image prune`);
@@ -385,7 +527,13 @@ fn tag_for(m: &Manifest, source: &Lockset) -> String {
     format!("cibox/{}:lockset-{}", m.project, &source.digest[7..19])
 }
 
-fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Result<u8> {
+fn build_nix(
+    ctx: &Context,
+    m: &Manifest,
+    image_name: &str,
+    attr: &str,
+    source: &Lockset,
+) -> Result<u8> {
     let nix = crate::util::which("nix").ok_or_else(|| {
         Error::Infra(format!(
             "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
@@ -447,7 +595,14 @@ fn build_nix(ctx: &Context, m: &Manifest, attr: &str, source: &Lockset) -> Resul
         engine.load(Box::new(f))?
     };
     let ids = loaded_ids(&engine, loaded)?;
-    finish_loaded(ctx, &engine, &info, ids, Some(source))
+    finish_loaded(
+        ctx,
+        &engine,
+        &info,
+        ids,
+        Some(source),
+        Some((m, image_name)),
+    )
 }
 
 /// `cibox image save ID --to FILE`.

@@ -56,7 +56,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             no_verify,
             name,
         }) => image::load(&ctx, &from, !no_verify, name.as_deref()),
-        Command::Image(ImageCommand::Build { name }) => image::build(&ctx, name.as_deref()),
+        Command::Image(ImageCommand::Build { name, check }) => {
+            image::build(&ctx, name.as_deref(), check)
+        }
+        Command::Image(ImageCommand::Id { from, name }) => image::id(&ctx, &from, name.as_deref()),
         Command::Image(ImageCommand::Fetch { reference, name }) => {
             image::fetch(&ctx, reference, name.as_deref())
         }

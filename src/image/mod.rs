@@ -2,9 +2,12 @@
 //! lock files ([`lockset`]), the build context ([`build_context`]), and the check that a
 //! local image carries the source's lockset ([`verify`]). See docs/interface.md §5.
 
+pub mod archive;
+pub mod build;
 pub mod build_context;
 pub mod id;
 pub mod lockset;
+pub mod normalize;
 pub mod pinned;
 
 pub use id::ImageId;

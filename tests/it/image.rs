@@ -442,3 +442,202 @@ fn an_image_pinned_by_digest_is_fetched_from_a_registry_and_verified() {
     p.cibox(&["image", "fetch", &pinned])
         .fails_with(3, "was built from different lock files");
 }
+
+/// `cibox image build` with extra arguments, under the image-store lock.
+fn build_with(p: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
+    require_engine();
+    let _store = image_store_lock(false);
+    let mut c = cibox(p.path());
+    c.args(["image", "build"]).args(args);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    run(&mut c)
+}
+
+#[test]
+fn a_dockerfile_build_gives_one_id_whenever_and_wherever_it_is_built() {
+    // The demo image, from a copy of the example committed in a repository of its own:
+    // built twice, and twice more without the cache (`--check`), it has one ID.
+    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo");
+    let work = tempfile::tempdir().unwrap();
+    let copy = work.path().join("demo");
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&demo)
+            .arg(&copy)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let made = Command::new("sh")
+        .arg(copy.join("images/demo/make-rootfs.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    git(&copy, &["init", "-q"]);
+    git(&copy, &["add", "-A"]);
+    git(&copy, &["commit", "-qm", "demo"]);
+    let p = Project { dir: work };
+    let build = |args: &[&str]| {
+        let _store = image_store_lock(false);
+        let r = run(cibox(&copy).args(["image", "build"]).args(args));
+        r.ok();
+        r
+    };
+    let first = build(&[]);
+    let id = first.stdout.trim().to_string();
+    let _guard = ImageGuard(id.clone());
+    assert!(
+        first.stderr.contains("the last commit of the lock files"),
+        "{}",
+        first.stderr
+    );
+    // New file times (a fresh checkout) change nothing.
+    assert!(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("find {} -exec touch -h {{}} +", copy.display()))
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(build(&[]).stdout.trim(), id);
+    let checked = build(&["--check"]);
+    assert_eq!(checked.stdout.trim(), id);
+    assert!(
+        checked
+            .stderr
+            .contains("built twice, reproducible, and verified"),
+        "{}",
+        checked.stderr
+    );
+    // The ID is the archive's config digest, known without an engine.
+    let archive = p.path().join("demo.tar");
+    run(cibox(&copy)
+        .args(["image", "save", &id, "--to"])
+        .arg(&archive))
+    .ok();
+    let r = run(cibox(&copy).args(["image", "id", "--from"]).arg(&archive));
+    r.ok();
+    assert_eq!(r.stdout.trim(), id);
+    let r = run(cibox(&copy)
+        .args(["image", "id"])
+        .stdin(Stdio::from(std::fs::File::open(&archive).unwrap())));
+    r.ok();
+    assert_eq!(r.stdout.trim(), id);
+}
+
+#[test]
+fn a_build_that_is_not_reproducible_names_what_differs() {
+    let p = image_project(&["image/*"]);
+    let base = build(&p);
+    // A base image with a shell, then a step whose output differs on every build.
+    let shell = busybox_project(
+        "  b:\n    gpus: 0\n    timeout: 1m\n    run: [\"true\"]\n",
+        "",
+    );
+    p.write(
+        "image/Dockerfile",
+        format!(
+            "FROM {}\nRUN head -c 16 /dev/urandom > /stamp\n",
+            shell.image.0
+        ),
+    );
+    drop(base);
+    let r = build_with(&p, &["--check"], &[]);
+    r.fails_with(
+        3,
+        "not reproducible: two builds from the same inputs gave sha256:",
+    );
+    assert!(
+        r.stderr.contains("layer 2: stamp (content)"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn an_id_the_manifest_pins_must_be_what_the_build_and_the_archive_give() {
+    let p = image_project(&["image/*"]);
+    let img = build(&p);
+    let archive = p.path().join("img.tar");
+    p.cibox(&["image", "save", &img.0, "--to", archive.to_str().unwrap()])
+        .ok();
+    let wrong = full_fake_id();
+    let manifest = std::fs::read_to_string(p.path().join("cibox.yaml")).unwrap();
+    p.write(
+        "cibox.yaml",
+        manifest.replace(
+            "  dockerfile: image/Dockerfile\n",
+            &format!("  dockerfile: image/Dockerfile\n  id: \"{wrong}\"\n"),
+        ),
+    );
+    let r = build_with(&p, &[], &[]);
+    r.fails_with(3, &format!("image `default` is {}, but", img.0));
+    assert!(r.stderr.contains(&format!("pins {wrong}")), "{}", r.stderr);
+    p.cibox(&["image", "id", "--from", archive.to_str().unwrap()])
+        .fails_with(3, &format!("pins {wrong}"));
+    // Pinned right, both pass.
+    p.write(
+        "cibox.yaml",
+        manifest.replace(
+            "  dockerfile: image/Dockerfile\n",
+            &format!("  dockerfile: image/Dockerfile\n  id: \"{}\"\n", img.0),
+        ),
+    );
+    build_with(&p, &[], &[]).ok();
+    let r = p.cibox(&["image", "id", "--from", archive.to_str().unwrap()]);
+    r.ok();
+    assert!(
+        r.stderr.contains("it is the ID image `default` pins"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn image_id_refuses_what_is_not_one_whole_image() {
+    let p = image_project(&["image/*"]);
+    let a = build(&p);
+    p.write("image/nonce", nonce());
+    let b = build(&p);
+    let dir = p.path();
+    let two = dir.join("two.tar");
+    let out = Command::new("docker")
+        .args(["save", "-o"])
+        .arg(&two)
+        .args([&a.0, &b.0])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let one = dir.join("one.tar");
+    p.cibox(&["image", "save", &a.0, "--to", one.to_str().unwrap()])
+        .ok();
+    let bytes = std::fs::read(&one).unwrap();
+    let cut = dir.join("cut.tar");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let text = dir.join("text.tar");
+    std::fs::write(&text, "not an archive\n").unwrap();
+    for (file, want) in [
+        (&two, "holds 2 images"),
+        (&cut, "truncated or incomplete"),
+        (&text, "not a docker-archive"),
+    ] {
+        // No engine is needed, or asked.
+        let r = run(cibox(dir)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .args(["image", "id", "--from"])
+            .arg(file));
+        r.fails_with(2, want);
+    }
+}

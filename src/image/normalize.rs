@@ -1,0 +1,523 @@
+//! Reproducible Dockerfile builds: what the engine built, rewritten so that the same
+//! inputs give the same image ID on any machine.
+//!
+//! The classic builder stamps an image with what varies from build to build: file
+//! times (the checkout's, the build's), the `created` times of the image and each
+//! history step, the build container's ID and config, the engine's version, the ID of
+//! the intermediate parent image. cibox saves the built image and writes it again:
+//! each layer the build added has its entries sorted by path (hard links last, after
+//! what they link to), every file time set to `SOURCE_DATE_EPOCH`, owner names and
+//! access/change times dropped (numeric owners, modes, extended attributes kept); the
+//! config gets the new layer digests, `created` at the epoch, and no builder-specific
+//! fields. Then the engine loads that archive, and its ID is the config's digest.
+//!
+//! Times are set, not only clamped: clamping keeps times older than the epoch, and a
+//! checkout's file times are whatever made it (git writes the checkout's time, `cp -a`
+//! or an unpacked tarball older ones), so the same files would give another ID.
+//! The base image's layers are kept byte for byte: they are inputs, pinned by the base
+//! image's ID, and rewriting them would cost a second copy of the base on disk.
+//!
+//! The layers are rewritten from disk (the saved archive is seeked, not held in
+//! memory); each normalised layer passes through a temporary file to learn its digest.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::ImageId;
+use super::archive::{ArchiveError, hex};
+
+/// What one file of a layer is, for naming what differs between two builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntrySummary {
+    pub kind: char,
+    pub mode: u32,
+    pub owner: (u64, u64),
+    pub size: u64,
+    /// Of the content (regular files), or the link target.
+    pub digest: String,
+}
+
+/// A normalised image: the archive to load, its ID, and each layer's files.
+pub struct Normalised {
+    pub archive: tempfile::NamedTempFile,
+    pub id: ImageId,
+    /// Per layer, in order: path → summary.
+    pub layers: Vec<BTreeMap<String, EntrySummary>>,
+    /// The normalised config, for naming what differs outside the layers.
+    pub config: serde_json::Value,
+}
+
+/// Writes and hashes at once.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Reads and hashes at once.
+struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// One entry of a layer as read: enough to write it again from the saved archive.
+struct Indexed {
+    path: Vec<u8>,
+    header: tar::Header,
+    link: Option<Vec<u8>>,
+    /// Where its data starts in the saved archive.
+    data_at: u64,
+    size: u64,
+    /// PAX records to keep (not times).
+    pax: Vec<(String, Vec<u8>)>,
+}
+
+/// Rewrites the saved archive at `saved` (one image, as `docker save` writes it) with
+/// times at `epoch`, tagged `tag`, in a temporary file under `tmp`.
+pub fn normalise(
+    saved: &Path,
+    epoch: u64,
+    tag: &str,
+    keep: &std::collections::HashSet<String>,
+    tmp: &Path,
+) -> Result<Normalised, ArchiveError> {
+    let from = saved.display().to_string();
+    let io = |what: &str, e: std::io::Error| ArchiveError::Io(from.clone(), format!("{what}: {e}"));
+    // Where each file of the outer archive lies.
+    let mut file = File::open(saved).map_err(|e| io("opening it", e))?;
+    let mut places: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    {
+        let mut outer = tar::Archive::new(&mut file);
+        for entry in outer.entries().map_err(|e| io("reading it", e))? {
+            let entry = entry.map_err(|e| io("reading it", e))?;
+            if entry.header().entry_type().is_file() {
+                let path = String::from_utf8_lossy(&entry.path_bytes())
+                    .trim_start_matches("./")
+                    .to_string();
+                places.insert(path, (entry.raw_file_position(), entry.size()));
+            }
+        }
+    }
+    let mut read_small = |path: &str| -> Result<Vec<u8>, ArchiveError> {
+        let Some(&(at, size)) = places.get(path) else {
+            return Err(ArchiveError::Incomplete(
+                from.clone(),
+                format!("{path} is missing"),
+            ));
+        };
+        if size > 64 << 20 {
+            return Err(ArchiveError::NotArchive(
+                from.clone(),
+                format!("{path} is larger than 64 MiB"),
+            ));
+        }
+        let mut bytes = vec![0u8; size as usize];
+        file.seek(SeekFrom::Start(at))
+            .and_then(|_| file.read_exact(&mut bytes))
+            .map_err(|e| io(path, e))?;
+        Ok(bytes)
+    };
+    let manifest: serde_json::Value = serde_json::from_slice(&read_small("manifest.json")?)
+        .map_err(|e| ArchiveError::NotArchive(from.clone(), format!("manifest.json: {e}")))?;
+    let one = match manifest.as_array().map(Vec::as_slice) {
+        Some([one]) => one.clone(),
+        Some(many) => return Err(ArchiveError::ManyImages(from.clone(), many.len())),
+        None => {
+            return Err(ArchiveError::NotArchive(
+                from.clone(),
+                "manifest.json is not a list".into(),
+            ));
+        }
+    };
+    let config_path = one["Config"].as_str().unwrap_or_default().to_string();
+    let mut config: serde_json::Value = serde_json::from_slice(&read_small(&config_path)?)
+        .map_err(|e| ArchiveError::NotArchive(from.clone(), format!("{config_path}: {e}")))?;
+    let layer_paths: Vec<String> = one["Layers"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let out_file = tempfile::NamedTempFile::new_in(tmp).map_err(|e| io("temporary file", e))?;
+    let mut out = tar::Builder::new(BufWriter::new(
+        out_file.reopen().map_err(|e| io("temporary file", e))?,
+    ));
+    let old_ids: Vec<String> = config["rootfs"]["diff_ids"]
+        .as_array()
+        .map(|ids| {
+            ids.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut diff_ids = Vec::new();
+    let mut written = std::collections::BTreeSet::new();
+    let mut summaries = Vec::new();
+    for (i, layer) in layer_paths.iter().enumerate() {
+        let Some(&(at, size)) = places.get(layer) else {
+            return Err(ArchiveError::Incomplete(
+                from.clone(),
+                format!("layer {layer} is missing"),
+            ));
+        };
+        let (layer_file, digest, summary) = match old_ids.get(i) {
+            // A base image's layer, as it was.
+            Some(id) if keep.contains(id) && id.len() == 71 => {
+                let copy = copy_layer(&mut file, at, size, tmp).map_err(|e| io(layer, e))?;
+                (copy, id[7..].to_string(), BTreeMap::new())
+            }
+            _ => normalise_layer(&mut file, at, size, epoch, tmp).map_err(|e| io(layer, e))?,
+        };
+        let name = format!("{digest}/layer.tar");
+        if written.insert(digest.clone()) {
+            let mut h = tar::Header::new_gnu();
+            let len = layer_file
+                .as_file()
+                .metadata()
+                .map_err(|e| io(layer, e))?
+                .len();
+            h.set_size(len);
+            h.set_mode(0o644);
+            h.set_mtime(epoch);
+            out.append_data(
+                &mut h,
+                &name,
+                layer_file.reopen().map_err(|e| io(layer, e))?,
+            )
+            .map_err(|e| io(layer, e))?;
+        }
+        diff_ids.push(format!("sha256:{digest}"));
+        summaries.push(summary);
+    }
+    normalise_config(&mut config, &diff_ids, epoch);
+    let config_bytes = serde_json::to_vec(&config).expect("JSON values serialise");
+    let config_digest = hex(&Sha256::digest(&config_bytes));
+    let config_name = format!("{config_digest}.json");
+    let mut add = |path: &str, data: &[u8]| -> Result<(), ArchiveError> {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(epoch);
+        out.append_data(&mut h, path, data)
+            .map_err(|e| io("writing the archive", e))
+    };
+    add(&config_name, &config_bytes)?;
+    let layers_named: Vec<String> = diff_ids
+        .iter()
+        .map(|d| format!("{}/layer.tar", &d[7..]))
+        .collect();
+    let manifest = serde_json::json!([{
+        "Config": config_name,
+        "RepoTags": [tag],
+        "Layers": layers_named,
+    }]);
+    add("manifest.json", manifest.to_string().as_bytes())?;
+    out.into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(|e| io("writing the archive", e))?;
+    let id = ImageId::parse(&format!("sha256:{config_digest}"))
+        .map_err(|e| ArchiveError::NotArchive(from.clone(), e))?;
+    Ok(Normalised {
+        archive: out_file,
+        id,
+        layers: summaries,
+        config,
+    })
+}
+
+/// A layer copied byte for byte into a temporary file.
+fn copy_layer(
+    saved: &mut File,
+    at: u64,
+    size: u64,
+    tmp: &Path,
+) -> std::io::Result<tempfile::NamedTempFile> {
+    let out = tempfile::NamedTempFile::new_in(tmp)?;
+    saved.seek(SeekFrom::Start(at))?;
+    let mut w = BufWriter::new(out.reopen()?);
+    let copied = std::io::copy(&mut Read::by_ref(saved).take(size), &mut w)?;
+    w.flush()?;
+    if copied != size {
+        return Err(std::io::Error::other(
+            "the saved archive ends inside a layer",
+        ));
+    }
+    Ok(out)
+}
+
+/// The config as it would be built anywhere: the new layers, `created` at the epoch,
+/// and nothing of the build container, the intermediate parent or the engine.
+fn normalise_config(config: &mut serde_json::Value, diff_ids: &[String], epoch: u64) {
+    let created =
+        crate::units::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch));
+    let Some(obj) = config.as_object_mut() else {
+        return;
+    };
+    for key in ["container", "container_config", "docker_version", "parent"] {
+        obj.remove(key);
+    }
+    obj.insert("created".into(), created.clone().into());
+    if let Some(image) = obj.get_mut("config").and_then(|c| c.as_object_mut()) {
+        // The classic builder names the intermediate image it ran the last step in.
+        image.remove("Image");
+        image.remove("Hostname");
+    }
+    if let Some(history) = obj.get_mut("history").and_then(|h| h.as_array_mut()) {
+        for step in history {
+            if let Some(s) = step.as_object_mut() {
+                s.insert("created".into(), created.clone().into());
+            }
+        }
+    }
+    obj.insert(
+        "rootfs".into(),
+        serde_json::json!({"type": "layers", "diff_ids": diff_ids}),
+    );
+}
+
+/// One layer (`size` bytes at `at` in `saved`) rewritten into a temporary file:
+/// returns it, the hex SHA-256 of its bytes (its diff ID), and its files.
+fn normalise_layer(
+    saved: &mut File,
+    at: u64,
+    size: u64,
+    epoch: u64,
+    tmp: &Path,
+) -> std::io::Result<(
+    tempfile::NamedTempFile,
+    String,
+    BTreeMap<String, EntrySummary>,
+)> {
+    saved.seek(SeekFrom::Start(at))?;
+    let mut magic = [0u8; 2];
+    saved.read_exact(&mut magic).ok();
+    if magic == [0x1f, 0x8b] {
+        return Err(std::io::Error::other(
+            "a compressed layer; cibox normalises uncompressed layers, as docker save writes them",
+        ));
+    }
+    saved.seek(SeekFrom::Start(at))?;
+    let mut indexed = Vec::new();
+    {
+        let mut layer = tar::Archive::new(Read::by_ref(saved).take(size));
+        for entry in layer.entries()? {
+            let mut entry = entry?;
+            let pax = entry
+                .pax_extensions()?
+                .map(|exts| {
+                    exts.filter_map(Result::ok)
+                        .filter_map(|e| {
+                            let key = e.key().ok()?.to_string();
+                            // Paths, link names and sizes are written again by the
+                            // builder; times go.
+                            let dropped = matches!(
+                                key.as_str(),
+                                "path"
+                                    | "linkpath"
+                                    | "size"
+                                    | "mtime"
+                                    | "atime"
+                                    | "ctime"
+                                    | "uname"
+                                    | "gname"
+                            );
+                            (!dropped).then(|| (key, e.value_bytes().to_vec()))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            indexed.push(Indexed {
+                path: entry.path_bytes().into_owned(),
+                header: entry.header().clone(),
+                link: entry.link_name_bytes().map(|l| l.into_owned()),
+                data_at: at + entry.raw_file_position(),
+                size: entry.size(),
+                pax,
+            });
+        }
+    }
+    // Sorted by path; hard links last, after whatever they link to.
+    indexed.sort_by(|a, b| {
+        let hard = |e: &Indexed| e.header.entry_type() == tar::EntryType::Link;
+        (hard(a), &a.path).cmp(&(hard(b), &b.path))
+    });
+    let out_file = tempfile::NamedTempFile::new_in(tmp)?;
+    let writer = HashingWriter {
+        inner: BufWriter::new(out_file.reopen()?),
+        hasher: Sha256::new(),
+    };
+    let mut out = tar::Builder::new(writer);
+    let mut files = BTreeMap::new();
+    for e in &indexed {
+        let kind = e.header.entry_type();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(e.header.mode()?);
+        h.set_uid(e.header.uid()?);
+        h.set_gid(e.header.gid()?);
+        h.set_mtime(epoch);
+        if let (Ok(Some(major)), Ok(Some(minor))) =
+            (e.header.device_major(), e.header.device_minor())
+        {
+            h.set_device_major(major)?;
+            h.set_device_minor(minor)?;
+        }
+        if !e.pax.is_empty() {
+            out.append_pax_extensions(e.pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
+        }
+        let path = Path::new(std::ffi::OsStr::from_bytes(&e.path));
+        let shown = String::from_utf8_lossy(&e.path).into_owned();
+        let digest = match (&e.link, kind) {
+            (Some(target), tar::EntryType::Link | tar::EntryType::Symlink) => {
+                h.set_size(0);
+                let target = Path::new(std::ffi::OsStr::from_bytes(target));
+                out.append_link(&mut h, path, target)?;
+                target.display().to_string()
+            }
+            _ if kind.is_file() || kind == tar::EntryType::Continuous => {
+                h.set_size(e.size);
+                saved.seek(SeekFrom::Start(e.data_at))?;
+                let mut data = HashingReader {
+                    inner: Read::by_ref(saved).take(e.size),
+                    hasher: Sha256::new(),
+                };
+                out.append_data(&mut h, path, &mut data)?;
+                hex(&data.hasher.finalize())
+            }
+            _ => {
+                h.set_size(0);
+                out.append_data(&mut h, path, std::io::empty())?;
+                String::new()
+            }
+        };
+        files.insert(
+            shown,
+            EntrySummary {
+                kind: kind_char(kind),
+                mode: e.header.mode()?,
+                owner: (e.header.uid()?, e.header.gid()?),
+                size: e.size,
+                digest,
+            },
+        );
+    }
+    let mut writer = out.into_inner()?;
+    writer.flush()?;
+    let digest = hex(&writer.hasher.finalize());
+    Ok((out_file, digest, files))
+}
+
+fn kind_char(kind: tar::EntryType) -> char {
+    match kind {
+        tar::EntryType::Directory => 'd',
+        tar::EntryType::Symlink => 'l',
+        tar::EntryType::Link => 'h',
+        tar::EntryType::Char => 'c',
+        tar::EntryType::Block => 'b',
+        tar::EntryType::Fifo => 'p',
+        _ => '-',
+    }
+}
+
+/// What differs between two normalised builds: config keys, then per layer the files
+/// added, removed or changed (at most `limit` named per layer).
+pub fn differences(a: &Normalised, b: &Normalised, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    if let (Some(ca), Some(cb)) = (a.config.as_object(), b.config.as_object()) {
+        for (k, va) in ca {
+            if k != "rootfs" && cb.get(k) != Some(va) {
+                out.push(format!("config: `{k}` differs"));
+            }
+        }
+        for k in cb.keys() {
+            if !ca.contains_key(k) {
+                out.push(format!("config: `{k}` only in the second build"));
+            }
+        }
+    }
+    if a.layers.len() != b.layers.len() {
+        out.push(format!(
+            "the builds have {} and {} layers",
+            a.layers.len(),
+            b.layers.len()
+        ));
+    }
+    for (i, (la, lb)) in a.layers.iter().zip(&b.layers).enumerate() {
+        let mut named = Vec::new();
+        for (path, ea) in la {
+            match lb.get(path) {
+                None => named.push(format!("{path} (only in the first build)")),
+                Some(eb) if eb != ea => named.push(format!("{path} ({})", what_differs(ea, eb))),
+                Some(_) => {}
+            }
+        }
+        for path in lb.keys() {
+            if !la.contains_key(path) {
+                named.push(format!("{path} (only in the second build)"));
+            }
+        }
+        let total = named.len();
+        for n in named.into_iter().take(limit) {
+            out.push(format!("layer {}: {n}", i + 1));
+        }
+        if total > limit {
+            out.push(format!("layer {}: … {} more", i + 1, total - limit));
+        }
+    }
+    out
+}
+
+fn what_differs(a: &EntrySummary, b: &EntrySummary) -> String {
+    let mut parts = Vec::new();
+    if a.kind != b.kind {
+        parts.push("type");
+    }
+    if a.mode != b.mode {
+        parts.push("mode");
+    }
+    if a.owner != b.owner {
+        parts.push("owner");
+    }
+    if a.size != b.size {
+        parts.push("size");
+    }
+    if a.digest != b.digest {
+        parts.push(if a.kind == 'l' || a.kind == 'h' {
+            "link target"
+        } else {
+            "content"
+        });
+    }
+    parts.join(", ")
+}
+
+/// A scratch folder for the archives, beside the system's temporary files.
+pub fn scratch() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("cibox-image-").tempdir()
+}
