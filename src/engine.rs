@@ -88,6 +88,9 @@ pub struct EngineInfo {
     pub runtimes: Vec<String>,
     pub default_runtime: String,
     pub cdi_spec_dirs: Vec<String>,
+    /// Where the engine keeps its state (`DockerRootDir`: images, containers and their
+    /// configs, environment secrets included).
+    pub root_dir: Option<String>,
 }
 
 /// What cibox needs to know about a local image.
@@ -276,6 +279,7 @@ impl Engine {
             runtimes,
             default_runtime: info.default_runtime.unwrap_or_default(),
             cdi_spec_dirs: info.cdi_spec_dirs.unwrap_or_default(),
+            root_dir: info.docker_root_dir,
         })
     }
 

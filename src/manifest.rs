@@ -1292,6 +1292,11 @@ fn parse_unknown(msg: &str, prefix: &str) -> Option<(String, Vec<String>)> {
     Some((bad.to_string(), expected))
 }
 
+/// Whether `s` may name a batch (as the manifest requires, and a run record must).
+pub fn is_batch_name(s: &str) -> bool {
+    is_name(s, true)
+}
+
 fn is_name(s: &str, upper_ok: bool) -> bool {
     let mut bytes = s.bytes();
     let first_ok = |b: u8| {
@@ -1318,6 +1323,11 @@ fn env_map(
                 let mut p = path.to_vec();
                 p.push(&k);
                 return Err(check.at_key(&p, "not a valid environment variable name"));
+            }
+            if v.0.contains('\0') {
+                let mut p = path.to_vec();
+                p.push(&k);
+                return Err(check.at(&p, "contains a NUL byte, which no environment can hold"));
             }
             Ok((k, v.0))
         })
@@ -1373,22 +1383,13 @@ pub fn check_mount_source(p: &Path) -> Result<(), String> {
         return Err("holds the container engine's socket or state (root on the host)".into());
     }
     // Where services keep their sockets (a read-only mount does not stop `connect`),
-    // state and logs, and everyone's temporary files.
-    if [
-        "/run",
-        "/var/run",
-        "/var/lib",
-        "/var/log",
-        "/var/spool",
-        "/var/mail",
-    ]
-    .iter()
-    .any(|r| under(r))
-        || ["/tmp", "/var/tmp", "/var"]
-            .iter()
-            .any(|r| p == Path::new(r))
+    // state, caches of secrets and logs, and where everyone's temporary files and
+    // session sockets are (X11, ssh-agent).
+    if ["/run", "/var", "/tmp", "/snap", "/opt/containerd"]
+        .iter()
+        .any(|r| under(r))
     {
-        return Err("is where the host's services keep sockets, state, logs or everyone's temporary files; keep shared models and data in a folder of their own (e.g. /data)".into());
+        return Err("is where the host's services keep sockets, state and logs, or where everyone's temporary files and session sockets are; keep shared models and data in a folder of their own (e.g. /data)".into());
     }
     Ok(())
 }
@@ -1414,8 +1415,24 @@ pub fn check_mount_target(t: &str) -> Result<(), String> {
         return Err("is the container's root".into());
     }
     let reserved = [
-        "/src", "/work", "/tmp", "/reports", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin",
-        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/run", "/var/run",
+        "/src",
+        "/work",
+        "/tmp",
+        "/reports",
+        "/proc",
+        "/sys",
+        "/dev",
+        "/etc",
+        "/bin",
+        "/sbin",
+        "/usr",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/run",
+        "/var/run",
+        "/.dockerenv",
     ];
     if let Some(r) = reserved.iter().find(|r| p.starts_with(r)) {
         return Err(format!("is under `{r}`, which cibox or the image provides"));
@@ -1623,6 +1640,8 @@ fn validate_container(
         let floor = match name.as_str() {
             "nofile" | "nproc" => 64,
             "stack" => 65536,
+            "fsize" => 1 << 20,
+            "data" => 64 << 20,
             _ => 0,
         };
         if limit.soft != -1 && limit.soft < floor {

@@ -110,6 +110,20 @@ pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Whether `path` is relative and written plainly, as git writes paths: no `.`, `..`,
+/// empty or trailing component.
+pub fn is_plain_relative(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    !path.is_empty()
+        && p.components()
+            .map(|c| match c {
+                std::path::Component::Normal(part) => part.to_str(),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .is_some_and(|parts| parts.join("/") == path)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::Context;
 use crate::cli::RunOptions;
@@ -134,18 +134,30 @@ pub(super) fn run_manifest(
     )?;
     // `changed run`'s test files, named by data from elsewhere: files of this source.
     for name in names {
-        if let Some(file) = m.batches.get(name).and_then(|b| b.changed_file.as_ref())
-            && !request.source.join(file).is_file()
-        {
-            return Err(Error::Usage(format!(
-                "test file `{}` is not a file in {}",
-                crate::util::escape(file),
-                request.source.display()
-            )));
+        if let Some(file) = m.batches.get(name).and_then(|b| b.changed_file.as_ref()) {
+            check_test_file_in(&request.source, file)?;
         }
     }
     let outcome = run_plan(m, request)?;
     Ok(outcome.exit_code())
+}
+
+/// A test file `changed run` or a replay was given: a plain file of `source` (not a
+/// link, which could lead out of it).
+pub(super) fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
+    match std::fs::symlink_metadata(source.join(file)) {
+        Ok(md) if md.is_file() => Ok(()),
+        Ok(md) if md.file_type().is_symlink() => Err(Error::Usage(format!(
+            "test file `{}` is a link in {}; name the file itself",
+            crate::util::escape(file),
+            source.display()
+        ))),
+        _ => Err(Error::Usage(format!(
+            "test file `{}` is not a file in {}",
+            crate::util::escape(file),
+            source.display()
+        ))),
+    }
 }
 
 /// The source, reports folder and scope of a run, checked: the source a directory
@@ -226,12 +238,12 @@ pub(super) fn run_plan(mut m: Manifest, request: RunRequest) -> Result<RunOutcom
     }
     signals::install();
     let engine = Engine::connect()?;
-    runner::mounts::check_engine(
-        &plan.manifest,
-        &names,
-        engine.recursive_read_only(),
-        &engine.api_version(),
-    )?;
+    let facts = runner::mounts::EngineFacts {
+        api: engine.api_version(),
+        recursive_read_only: engine.recursive_read_only(),
+        root_dir: engine.info()?.root_dir,
+    };
+    runner::mounts::check_engine(&plan.manifest, &names, &facts)?;
     // Files first: a batch's verdict is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
     if crate::github::active() {

@@ -7,7 +7,7 @@ use crate::changed;
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::manifest::Manifest;
+use crate::manifest::{ChangedConfig, Manifest};
 use crate::report;
 use crate::util;
 
@@ -200,6 +200,24 @@ fn batch_name(n: usize, path: &str) -> String {
     format!("changed-{n}-{clean}")
 }
 
+/// Whether a test file named by data from elsewhere (a matrix, a run record) is one
+/// `changed` itself would list: written as git writes it, matched by `patterns`.
+pub(super) fn check_test_file(cfg: &ChangedConfig, path: &str) -> std::result::Result<(), String> {
+    if util::is_plain_relative(path)
+        && cfg
+            .patterns
+            .iter()
+            .any(|pat| changed::glob_matches(pat, path))
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "`{}` is not a test file `changed.patterns` matches ({})",
+        util::escape(path),
+        cfg.patterns.join(", ")
+    ))
+}
+
 /// `cibox changed run`: each test file of the matrix as a batch made from
 /// `changed.run`, with the file's GPU count and `CIBOX_TEST_FILE` naming it.
 fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
@@ -246,36 +264,16 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     }
     let files = parse_matrix(&text, &from).map_err(Error::Usage)?;
     // A matrix is data someone else made: run only what `changed` itself would list,
-    // each file once, written as git writes it (no `.`, `..`, `//` or trailing `/`).
+    // each file once.
     let mut seen = std::collections::BTreeSet::new();
     for f in &files {
-        let p = std::path::Path::new(&f.path);
-        let plain = p
-            .components()
-            .map(|c| match c {
-                std::path::Component::Normal(part) => part.to_str(),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .is_some_and(|parts| parts.join("/") == f.path);
         if !seen.insert(f.path.as_str()) {
             return Err(Error::Usage(format!(
                 "{from}: `{}` is listed twice",
                 util::escape(&f.path)
             )));
         }
-        if !plain
-            || !cfg
-                .patterns
-                .iter()
-                .any(|pat| changed::glob_matches(pat, &f.path))
-        {
-            return Err(Error::Usage(format!(
-                "{from}: `{}` is not a test file `changed.patterns` matches ({})",
-                util::escape(&f.path),
-                cfg.patterns.join(", ")
-            )));
-        }
+        check_test_file(&cfg, &f.path).map_err(|why| Error::Usage(format!("{from}: {why}")))?;
     }
     if files.is_empty() {
         report::info("no changed test file to run");

@@ -132,13 +132,19 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     if let Some(file) = &record.changed_file
         && !m.batches.contains_key(&record.batch)
     {
-        let Some(template) = m.changed.as_ref().and_then(|c| c.run.as_ref()) else {
+        let (Some(cfg), Some(template)) = (
+            m.changed.as_ref(),
+            m.changed.as_ref().and_then(|c| c.run.as_ref()),
+        ) else {
             return Err(Error::Usage(format!(
                 "batch {} ran test file {file} through changed.run, which {} at {sha} lacks",
                 record.batch,
                 manifest_rel.display()
             )));
         };
+        super::changed::check_test_file(cfg, file)
+            .map_err(|why| Error::Usage(format!("{}: {why}", result.display())))?;
+        batch::check_test_file_in(&worktree.path, file)?;
         let batch = template.batch_for(file, record.gpu_count);
         m.batches.insert(record.batch.clone(), batch);
     }

@@ -108,7 +108,11 @@ fn script(m: &Manifest, batch: &Batch) -> String {
             sh_quote(&format!("cibox {phase}: {cmd}"))
         ));
         s.push_str(cmd);
-        s.push('\n');
+        // A step's status is its last command's, even where `set -e` looks away (the
+        // left of `&&` or `||`, after `!`): `false && echo ok` fails the step.
+        s.push_str(
+            "\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n",
+        );
     }
     s
 }

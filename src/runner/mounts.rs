@@ -59,13 +59,13 @@ pub fn check_host(
         ),
     ]
     .into_iter()
-    .chain(runner_home().map(|p| {
+    .chain(runner_folders().into_iter().map(|p| {
         (
             p,
-            "the CI runner's own folder (its credentials and every job's files)",
+            "a folder of the CI runner (its credentials, or every job's files)",
         )
     }))
-    .map(|(p, what)| (std::fs::canonicalize(&p).unwrap_or(p), what))
+    .map(|(p, what)| (resolve_lenient(&p), what))
     .collect();
     let me = nix::unistd::geteuid().as_raw();
     let mount_points = mount_points();
@@ -121,6 +121,11 @@ pub fn check_host(
                     "{relation} {what}; mount a folder apart from it"
                 )));
             }
+            if real.to_str().is_none() {
+                return Err(resolved(
+                    "is not valid UTF-8, which the engine's API cannot carry; rename it".into(),
+                ));
+            }
             if let Some(why) = changeable_by_others(&real, me) {
                 return Err(resolved(why));
             }
@@ -135,20 +140,56 @@ pub fn check_host(
     Ok(())
 }
 
-/// The folder a GitHub Actions runner is installed in (`.credentials`, the runner's
-/// private key, the work folders of every job), when cibox runs under one: the part
-/// of `RUNNER_WORKSPACE` (or `GITHUB_WORKSPACE`) before its `_work` folder.
-fn runner_home() -> Option<PathBuf> {
-    ["RUNNER_WORKSPACE", "GITHUB_WORKSPACE"]
+/// The folders of the GitHub Actions runner cibox runs under, if any: its install
+/// folder (`.runner`, `.credentials`, the runner's private key: found as the nearest
+/// folder above the workspace holding `.runner` or `.credentials`), its work folder
+/// (every job's checkout; the parent of `RUNNER_WORKSPACE`, whatever it is called),
+/// `RUNNER_TEMP` and `RUNNER_TOOL_CACHE`.
+fn runner_folders() -> Vec<PathBuf> {
+    let var = |v: &str| {
+        std::env::var_os(v)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    };
+    let mut out = Vec::new();
+    let workspaces: Vec<PathBuf> = ["RUNNER_WORKSPACE", "GITHUB_WORKSPACE"]
         .iter()
-        .filter_map(std::env::var_os)
-        .map(PathBuf::from)
-        .find_map(|w| {
-            w.ancestors()
-                .find(|a| a.file_name().is_some_and(|n| n == "_work"))
-                .and_then(Path::parent)
-                .map(Path::to_path_buf)
-        })
+        .filter_map(|v| var(v))
+        .collect();
+    if let Some(work) = var("RUNNER_WORKSPACE").as_deref().and_then(Path::parent) {
+        out.push(work.to_path_buf());
+    }
+    for w in &workspaces {
+        if let Some(home) = w
+            .ancestors()
+            .find(|a| a.join(".runner").exists() || a.join(".credentials").exists())
+        {
+            out.push(home.to_path_buf());
+        }
+    }
+    out.extend(
+        ["RUNNER_TEMP", "RUNNER_TOOL_CACHE"]
+            .iter()
+            .filter_map(|v| var(v)),
+    );
+    out.retain(|p| p.is_absolute() && p != Path::new("/"));
+    out
+}
+
+/// `p` with its links resolved as far as it exists (a lock dir not made yet still
+/// resolves through its parents).
+fn resolve_lenient(p: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(p) {
+        return real;
+    }
+    for base in p.ancestors().skip(1) {
+        if let Ok(real) = std::fs::canonicalize(base)
+            && let Ok(rest) = p.strip_prefix(base)
+        {
+            return real.join(rest);
+        }
+    }
+    p.to_path_buf()
 }
 
 /// Refuses, on an engine that cannot make them read-only, mounts that hold other
@@ -158,33 +199,58 @@ fn runner_home() -> Option<PathBuf> {
 pub fn check_engine(
     m: &Manifest,
     names: &[String],
-    recursive_read_only: bool,
-    api: &str,
+    engine: &EngineFacts,
 ) -> Result<(), ManifestError> {
-    if recursive_read_only {
-        return Ok(());
-    }
+    let root_dir = engine
+        .root_dir
+        .as_deref()
+        .map(|d| resolve_lenient(Path::new(d)));
     for name in names {
         let Some(batch) = m.batches.get(name) else {
             continue;
         };
         for mount in &batch.container.mounts {
+            let at = |message: String| ManifestError::At {
+                path: m.path.display().to_string(),
+                mark: mount.mark,
+                message: format!("batches.{name}.container.mounts: {message}"),
+            };
+            let real = engine_source(mount);
+            if let Some(root) = &root_dir
+                && (root.starts_with(real) || real.starts_with(root))
+            {
+                return Err(at(format!(
+                    "source `{}` is, holds or lies in the engine's data root {} (every container's config and environment; root on the host)",
+                    mount.source.display(),
+                    root.display()
+                )));
+            }
+            if engine.recursive_read_only {
+                continue;
+            }
             if let Some(below) = mount.submounts.first() {
-                return Err(ManifestError::At {
-                    path: m.path.display().to_string(),
-                    mark: mount.mark,
-                    message: format!(
-                        "batches.{name}.container.mounts: source `{}` holds another mount, {} ({} in all); this engine (API {api}) cannot make mounts below a read-only bind read-only: mount {} by itself, or use Docker 25 or later",
-                        mount.source.display(),
-                        below.display(),
-                        mount.submounts.len(),
-                        below.display(),
-                    ),
-                });
+                return Err(at(format!(
+                    "source `{}` holds another mount, {} ({} in all); this engine (API {}) cannot make mounts below a read-only bind read-only: mount {} by itself, or use Docker 25 or later",
+                    mount.source.display(),
+                    below.display(),
+                    mount.submounts.len(),
+                    engine.api,
+                    below.display(),
+                )));
             }
         }
     }
     Ok(())
+}
+
+/// What the mount checks need to know of the engine.
+pub struct EngineFacts {
+    /// The API version agreed (`1.41`).
+    pub api: String,
+    /// Whether a bind can be read-only all the way down (API 1.44+).
+    pub recursive_read_only: bool,
+    /// `DockerRootDir`.
+    pub root_dir: Option<String>,
 }
 
 /// What the engine mounts for `mount`: the resolved path `check_host` recorded.
@@ -214,7 +280,11 @@ fn changeable_by_others(real: &Path, me: u32) -> Option<String> {
                 md.uid()
             ));
         }
-        let others_write = md.mode() & 0o002 != 0 || (md.mode() & 0o020 != 0 && md.gid() != 0);
+        // With an access ACL the group bits are its mask: some named user or group
+        // may write whenever the mask allows it, whoever owns the folder.
+        let acl = has_access_acl(dir);
+        let others_write =
+            md.mode() & 0o002 != 0 || (md.mode() & 0o020 != 0 && (md.gid() != 0 || acl));
         if !others_write {
             continue;
         }
@@ -240,22 +310,48 @@ fn changeable_by_others(real: &Path, me: u32) -> Option<String> {
     None
 }
 
+/// Whether `dir` has a POSIX access ACL beyond its mode bits (the
+/// `system.posix_acl_access` attribute; a minimal ACL is not stored). Unknown counts
+/// as yes: the check fails closed.
+fn has_access_acl(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return true;
+    };
+    // SAFETY: both strings are NUL-terminated; a null buffer of size 0 asks only for
+    // the attribute's size.
+    let n = unsafe {
+        nix::libc::lgetxattr(
+            path.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if n >= 0 {
+        return true;
+    }
+    let err = std::io::Error::last_os_error().raw_os_error();
+    // No such attribute, or a filesystem without ACLs (or attributes).
+    !matches!(err, Some(nix::libc::ENODATA) | Some(nix::libc::EOPNOTSUPP))
+}
+
 /// Every mount point of this mount namespace (`/proc/self/mountinfo`, field 5, with its
 /// octal escapes undone); empty when it cannot be read.
 fn mount_points() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    let Ok(text) = std::fs::read("/proc/self/mountinfo") else {
         return Vec::new();
     };
-    text.lines()
-        .filter_map(|line| line.split(' ').nth(4))
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| line.split(|b| *b == b' ').nth(4))
         .map(|p| PathBuf::from(unescape_octal(p)))
         .collect()
 }
 
-/// `\040` → space, as the kernel writes ` `, `\t`, `\n` and `\\` in mountinfo.
-fn unescape_octal(s: &str) -> String {
+/// `\040` → space, as the kernel writes ` `, `\t`, `\n` and `\\` in mountinfo; bytes
+/// that are not UTF-8 stay as they are.
+fn unescape_octal(bytes: &[u8]) -> std::ffi::OsString {
     use std::os::unix::ffi::OsStringExt;
-    let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -274,8 +370,6 @@ fn unescape_octal(s: &str) -> String {
         }
     }
     std::ffi::OsString::from_vec(out)
-        .to_string_lossy()
-        .into_owned()
 }
 
 #[cfg(test)]
@@ -284,9 +378,34 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes() {
-        assert_eq!(unescape_octal(r"/data/my\040models"), "/data/my models");
-        assert_eq!(unescape_octal(r"/a\134b"), r"/a\b");
-        assert_eq!(unescape_octal(r"/end\04"), r"/end\04");
+        assert_eq!(unescape_octal(br"/data/my\040models"), "/data/my models");
+        assert_eq!(unescape_octal(br"/a\134b"), r"/a\b");
+        assert_eq!(unescape_octal(br"/end\04"), r"/end\04");
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(unescape_octal(b"/x\\377y").as_bytes(), b"/x\xffy");
+    }
+
+    #[test]
+    fn the_engines_data_root_is_refused_wherever_it_is() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {mounts: [\"/data/docker/containers:/c\", \"/data/models:/m\"]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\n";
+        let m = crate::manifest::Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        let facts = |root: &str| EngineFacts {
+            api: "1.41".into(),
+            recursive_read_only: false,
+            root_dir: Some(root.into()),
+        };
+        let err = check_engine(&m, &["b".to_string()], &facts("/data/docker"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cibox.yaml:4:22: batches.b.container.mounts: source `/data/docker/containers` is, holds or lies in the engine's data root /data/docker"),
+            "{err}"
+        );
+        let err = check_engine(&m, &["b".to_string()], &facts("/data/models/docker"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("source `/data/models`"), "{err}");
+        check_engine(&m, &["b".to_string()], &facts("/srv/docker")).unwrap();
     }
 
     #[test]

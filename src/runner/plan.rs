@@ -284,7 +284,19 @@ fn image_ids(
                 }
             });
         };
-        let id = ImageId::parse(raw.trim()).map_err(PlanError::BadImageId)?;
+        let id = ImageId::parse(raw.trim()).map_err(|why| {
+            // Where the ID came from, when the manifest has several images.
+            if request.image.is_none() && manifest.images.len() > 1 {
+                let from = if request.image_ids.contains_key(name) {
+                    image_variable(name)
+                } else {
+                    "its `id`".to_string()
+                };
+                PlanError::BadImageId(format!("image `{name}` ({from}): {why}"))
+            } else {
+                PlanError::BadImageId(why)
+            }
+        })?;
         out.insert(name.to_string(), id);
     }
     Ok(out)

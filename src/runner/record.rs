@@ -65,6 +65,13 @@ pub enum RecordError {
     },
     #[error("{path}: run record schema {schema} is not one this cibox reads (1)")]
     Schema { path: String, schema: u32 },
+    /// A field that names a folder or file cibox would use is not one it wrote.
+    #[error("{path}: `{field}` is not one cibox writes ({why}); the record was altered")]
+    Field {
+        path: String,
+        field: &'static str,
+        why: String,
+    },
 }
 
 /// The run record of one batch.
@@ -176,6 +183,27 @@ impl RunRecord {
                 path: shown,
                 schema: record.schema,
             });
+        }
+        // A record comes from elsewhere (an artifact, an attachment), and a replay makes
+        // folders named by these: they must be what cibox itself writes.
+        let bad = |field: &'static str, why: &str| RecordError::Field {
+            path: shown.clone(),
+            field,
+            why: why.to_string(),
+        };
+        if !crate::manifest::is_batch_name(&record.batch) {
+            return Err(bad("batch", "a batch name"));
+        }
+        if record.run.is_empty()
+            || record.run.len() > 64
+            || !record.run.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(bad("run", "hex digits"));
+        }
+        if let Some(file) = &record.changed_file
+            && !crate::util::is_plain_relative(file)
+        {
+            return Err(bad("changed_file", "a relative path without `.` or `..`"));
         }
         Ok(record)
     }

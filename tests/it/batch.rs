@@ -721,6 +721,38 @@ fn reproduce_replays_a_changed_test_file_from_changed_run() {
     let rec = p.result("changed-1-test_a");
     assert_eq!(rec["changed_file"], "tests/test_a.py", "{rec}");
     let record = p.reports().join("changed-1-test_a/result.json");
+    // A record is data from elsewhere: names that are not what cibox writes, or a file
+    // the patterns do not match, replay nothing.
+    let outside = data_dir();
+    for (field, value, want) in [
+        (
+            "batch",
+            serde_json::json!(outside.path().join("pwn")),
+            "`batch` is not one cibox writes (a batch name)",
+        ),
+        (
+            "run",
+            serde_json::json!("../../x"),
+            "`run` is not one cibox writes",
+        ),
+        (
+            "changed_file",
+            serde_json::json!("tests/../cibox.yaml"),
+            "`changed_file` is not one cibox writes",
+        ),
+        (
+            "changed_file",
+            serde_json::json!("cibox.yaml"),
+            "`cibox.yaml` is not a test file `changed.patterns` matches",
+        ),
+    ] {
+        let mut forged = rec.clone();
+        forged[field] = value;
+        let path = d.join("forged.json");
+        std::fs::write(&path, forged.to_string()).unwrap();
+        run(cibox(d).arg("reproduce").arg(&path)).fails_with(2, want);
+        assert!(!outside.path().join("pwn").exists());
+    }
     let r = run(cibox(d).arg("reproduce").arg(&record));
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -818,7 +850,7 @@ fn a_worker_left_in_the_background_does_not_hold_the_batch_open() {
 fn a_batch_gets_the_host_settings_real_gpu_tests_need() {
     // Model weights in a host folder, read-only; NCCL's host IPC, memlock and SYS_NICE;
     // root in the container, still without other capabilities.
-    let weights = tempfile::tempdir().unwrap();
+    let weights = data_dir();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(weights.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(weights.path().join("hello.txt"), "weights").unwrap();
@@ -870,7 +902,7 @@ fn a_batch_gets_the_host_settings_real_gpu_tests_need() {
 
 #[test]
 fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = data_dir();
     let missing = dir.path().join("no-such-folder");
     let home_link = dir.path().join("models");
     std::os::unix::fs::symlink("/root", &home_link).unwrap();
@@ -898,23 +930,35 @@ fn a_mount_that_could_be_swapped_or_shows_the_run_starts_nothing() {
     let d = p.project.path();
     // A folder anyone may write (not sticky): the models inside could be swapped for a
     // link to anywhere between the check and the mount.
-    let open = tempfile::tempdir().unwrap();
+    let open = data_dir();
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::create_dir(open.path().join("models")).unwrap();
-    let sub = d.join("image");
+    // A checkout outside /tmp (mounts from /tmp are refused anyway).
+    let data = data_dir();
+    let checkout = data.path().join("checkout");
+    let inner = checkout.join("sub");
+    std::fs::create_dir_all(&inner).unwrap();
     for (source, checkout, want) in [
         (
             open.path().join("models"),
             d,
             "(mode 777), which others may write",
         ),
-        (d.to_path_buf(), d, "is the checkout under test"),
         (
-            d.to_path_buf(),
-            sub.as_path(),
+            checkout.clone(),
+            checkout.as_path(),
+            "is the checkout under test",
+        ),
+        (
+            data.path().to_path_buf(),
+            checkout.as_path(),
             "holds the checkout under test",
         ),
-        (d.join("image"), d, "is inside the checkout under test"),
+        (
+            inner.clone(),
+            checkout.as_path(),
+            "is inside the checkout under test",
+        ),
     ] {
         std::fs::write(
             d.join("cibox.yaml"),
@@ -947,11 +991,99 @@ fn a_mount_that_could_be_swapped_or_shows_the_run_starts_nothing() {
     }
 }
 
+/// Gives `uid` rwx on `dir` through a POSIX access ACL (what `setfacl -m u:UID:rwx`
+/// writes), leaving the owner root and the mode's group bits as the mask.
+fn grant_acl_write(dir: &std::path::Path, uid: u32) {
+    // Version 2, then (tag, perm, id): user_obj, user, group_obj, mask, other.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 7u16, u32::MAX),
+        (0x02, 7, uid),
+        (0x04, 5, u32::MAX),
+        (0x10, 7, u32::MAX),
+        (0x20, 5, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer of the length given.
+    let rc = unsafe {
+        nix::libc::setxattr(
+            path.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setting an ACL on {} (the filesystem must support POSIX ACLs): {}",
+        dir.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+#[test]
+fn a_mount_reached_through_a_folder_others_may_write_by_acl_or_owned_by_the_runner_starts_nothing()
+{
+    let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), "");
+    // Root's folder, mode 775 root:root, but an ACL lets uid 65534 write it: they could
+    // swap `models` for a link to /etc between the check and the mount.
+    let acl = data_dir();
+    std::fs::create_dir(acl.path().join("models")).unwrap();
+    grant_acl_write(acl.path(), 65534);
+    // A GitHub runner's folder, found by its `.runner` file, whatever its work folder
+    // is called.
+    let runner = data_dir();
+    std::fs::write(runner.path().join(".runner"), "{}").unwrap();
+    std::fs::write(runner.path().join(".credentials"), "secret").unwrap();
+    let workspace = runner.path().join("work/repo");
+    std::fs::create_dir_all(&workspace).unwrap();
+    for (source, want) in [
+        (acl.path().join("models"), "which others may write"),
+        (
+            runner.path().to_path_buf(),
+            "a folder of the CI runner (its credentials",
+        ),
+        (
+            runner.path().join("work"),
+            "a folder of the CI runner (its credentials",
+        ),
+    ] {
+        let extra = format!("  mounts: [\"{}:/models\"]\n", source.display());
+        let manifest = std::fs::read_to_string(p.project.path().join("cibox.yaml"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("  mounts:"))
+            .map(|l| {
+                if l == "container:" {
+                    format!("container:\n{}", extra.trim_end())
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        p.project.write("cibox.yaml", manifest);
+        let r = run(p
+            .batch_cmd(&["batch", "run", "m"])
+            .env("RUNNER_WORKSPACE", &workspace));
+        r.fails_with(2, "batches.m.container.mounts: source");
+        assert!(r.stderr.contains(want), "{want}: {}", r.stderr);
+        assert!(p.containers().is_empty(), "no container was made");
+    }
+}
+
 #[test]
 fn a_mount_is_what_was_checked_and_read_only_all_the_way_down() {
     // A mount named through a link is mounted as the folder the check resolved; a mount
     // below it is read-only too, or, on an engine that cannot do that, refused.
-    let data = tempfile::tempdir().unwrap();
+    let data = data_dir();
     let weights = data.path().join("weights");
     let below = weights.join("nfs");
     std::fs::create_dir_all(&below).unwrap();
@@ -1045,6 +1177,8 @@ fn changed_test_files_run_in_containers_with_their_gpu_counts() {
     let odd = "tests/test_$(touch pwned) `id`.py";
     p.project.write("tests/test_a.py", "NUM_GPUS = 0\n");
     p.project.write(odd, "NUM_GPUS = 0\n");
+    std::os::unix::fs::symlink("/etc/hostname", p.project.path().join("tests/test_link.py"))
+        .unwrap();
     let matrix = serde_json::json!({"include": [
         {"test_file": "tests/test_a.py", "num_gpus": 0},
         {"test_file": odd, "num_gpus": 0},
@@ -1082,6 +1216,10 @@ fn changed_test_files_run_in_containers_with_their_gpu_counts() {
         (
             serde_json::json!([{"test_file": "tests/test_gone.py", "num_gpus": 0}]),
             "test file `tests/test_gone.py` is not a file in",
+        ),
+        (
+            serde_json::json!([{"test_file": "tests/test_link.py", "num_gpus": 0}]),
+            "test file `tests/test_link.py` is a link in",
         ),
     ] {
         run(p
@@ -1140,6 +1278,48 @@ fn script_tests_are_judged_by_exit_code_one_case_per_step() {
     let clean = p.result("clean");
     assert_eq!(clean["status"], "passed", "{clean}");
     assert_eq!(clean["tests"]["total"], 1, "{clean}");
+}
+
+#[test]
+fn a_step_is_judged_by_its_own_status_and_its_output_need_not_end_a_line() {
+    // Output without a final newline does not hide the next step's announcement; a
+    // failure on the left of `&&` fails its step though `set -e` overlooks it.
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch(
+                "ok",
+                0,
+                "1m",
+                &[
+                    "printf 'warming cache... ok' >&2",
+                    "printf 'partial'",
+                    "echo second"
+                ],
+                "    verdict: exit-code\n",
+            ),
+            batch(
+                "and",
+                0,
+                "1m",
+                &["sh -c 'exit 3' && echo 'unit tests ok'", "echo lint ok"],
+                "    verdict: exit-code\n",
+            ),
+        ),
+        "",
+    );
+    let r = p.run(&["batch", "run", "ok", "and"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let ok = p.result("ok");
+    assert_eq!(ok["status"], "passed", "{ok}");
+    assert_eq!(ok["tests"]["passed"], 3, "{ok}");
+    let and = p.result("and");
+    assert_eq!(and["status"], "failed", "{and}");
+    assert_eq!(and["container_exit_code"], 3, "{and}");
+    assert_eq!(
+        and["failed_tests"],
+        serde_json::json!(["and::step 1: sh -c 'exit 3' && echo 'unit tests ok'"])
+    );
 }
 
 #[test]

@@ -474,7 +474,8 @@ fn the_ml_project_example_renders_lints_and_runs_its_cpu_layer() {
         .status()
         .unwrap();
     assert!(status.success());
-    let weights = work.path().join("weights");
+    let data = data_dir();
+    let weights = data.path().join("weights");
     std::fs::create_dir(&weights).unwrap();
     std::fs::write(weights.join("vocab.txt"), "the\nmodel\n").unwrap();
     use std::os::unix::fs::PermissionsExt;

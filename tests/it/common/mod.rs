@@ -682,3 +682,18 @@ impl Backend {
         }
     }
 }
+
+/// A folder for host data a batch mounts (models, datasets): under `/srv`, since cibox
+/// refuses mounts from `/tmp` (everyone's temporary files and session sockets).
+pub fn data_dir() -> tempfile::TempDir {
+    let base = Path::new("/srv/cibox-tests");
+    std::fs::create_dir_all(base).expect("/srv/cibox-tests (tests run as root in CI)");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("data-")
+        .tempdir_in(base)
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
