@@ -17,64 +17,79 @@
     # One image per folder under images/.
     imageNames = builtins.attrNames (lib.filterAttrs (_: type: type == "directory") (builtins.readDir ./images));
 
+    # The crate's source: only what cargo reads (the workspace member included), so an
+    # edit to the README, docs or images does not rebuild the tool.
+    src = lib.fileset.toSource {
+      root = ./.;
+      fileset = lib.fileset.unions [
+        ./Cargo.toml
+        ./Cargo.lock
+        ./src
+        ./tests/nvml-double
+      ];
+    };
+
+    # The flake's one import of nixpkgs per system. Unfree: exactly NVIDIA's CUDA
+    # licences (nix/cuda-unfree.nix). An image that needs CUDA takes `pkgs.pkgsCuda`,
+    # nixpkgs' own variant of this set with cudaSupport on and this config; it is
+    # evaluated only when that image is.
     pkgsFor = system:
       import nixpkgs {
         inherit system;
-        # Unfree for exactly the CUDA packages the cuda-torch image needs, nothing else.
-        config.allowUnfreePredicate = pkg: import ./nix/cuda-unfree.nix lib (lib.getName pkg);
+        config.allowUnfreePredicate = import ./nix/cuda-unfree.nix;
       };
 
     perSystem = system: let
       pkgs = pkgsFor system;
-      cibox = pkgs.callPackage ./nix/package.nix {src = self;};
-      images = lib.listToAttrs (map (name: {
-          name = "image-${name}";
-          value = import ./nix/image.nix {
-            inherit pkgs lockset name;
-            root = self;
-            recipe = import ./images/${name} {inherit pkgs;};
-          };
-        })
-        imageNames);
-      script = name: text: pkgs.writeShellScript name text;
-      app = name: text: {
+      cibox = pkgs.callPackage ./nix/package.nix {inherit src;};
+      image = name:
+        import ./nix/image.nix {
+          inherit pkgs lockset name;
+          root = ./.;
+          recipe = import ./images/${name} {inherit pkgs;};
+        };
+      app = name: description: text: {
         type = "app";
-        program = toString (script name text);
+        program = "${pkgs.writeShellScript name text}";
+        meta = {inherit description;};
       };
+      # nix run .#image-NAME [-- ARGS]: stream images/NAME into the engine and verify it
+      # against the lock list of the manifest's image NAME (cibox.yaml here). Each app
+      # holds only its own image, so building one never evaluates another.
+      imageApp = name:
+        app "image-${name}" "Build the ${name} image, load it into the engine and verify it (cibox image load --name ${name})" ''
+          set -euo pipefail
+          ${image name} | ${cibox}/bin/cibox image load --from - --name ${name} "$@"
+        '';
     in {
       packages =
-        images
+        lib.listToAttrs (map (name: {
+            name = "image-${name}";
+            value = image name;
+          })
+          imageNames)
         // {
           inherit cibox;
           default = cibox;
         };
-      apps = {
-        # nix run .#gpu-batch -- ARGS  is  cibox batch run ARGS
-        gpu-batch = app "gpu-batch" ''exec ${cibox}/bin/cibox batch run "$@"'';
-        # nix run .#image-build -- NAME: stream images/NAME into the engine, print its ID
-        image-build = app "image-build" ''
-          set -euo pipefail
-          case "''${1:-}" in
-          ${lib.concatMapStrings (n: ''
-              ${n}) stream=${images."image-${n}"} ;;
-            '')
-            imageNames}
-            *) echo "usage: nix run .#image-build -- (${lib.concatStringsSep "|" imageNames})" >&2; exit 2 ;;
-          esac
-          shift
-          "$stream" | ${cibox}/bin/cibox image load --from - "$@"
-        '';
-        image-verify = app "image-verify" ''exec ${cibox}/bin/cibox image verify "$@"'';
-        reproduce = app "reproduce" ''exec ${cibox}/bin/cibox reproduce "$@"'';
-      };
-      checks = {
-        inherit cibox;
-        nix-format = pkgs.runCommand "nix-format" {nativeBuildInputs = [pkgs.alejandra];} ''
-          alejandra --check ${self} && touch $out
-        '';
-      };
+      apps =
+        lib.listToAttrs (map (name: {
+            name = "image-${name}";
+            value = imageApp name;
+          })
+          imageNames)
+        // {
+          # nix run .#gpu-batch -- ARGS  is  cibox batch run ARGS
+          gpu-batch = app "gpu-batch" "Run cibox batches (cibox batch run)" ''exec ${cibox}/bin/cibox batch run "$@"'';
+          image-verify = app "image-verify" "Verify an image against the source's lockset (cibox image verify)" ''exec ${cibox}/bin/cibox image verify "$@"'';
+          reproduce = app "reproduce" "Replay a recorded batch (cibox reproduce)" ''exec ${cibox}/bin/cibox reproduce "$@"'';
+        };
+      # The package with its unit tests. The Nix files' formatting is checked by the test
+      # suite (the alejandra crate, tests/it/nix.rs), not here: nixpkgs' alejandra is a
+      # newer major version than the newest crate, and the two need not agree.
+      checks = {inherit cibox;};
       devShells.default = pkgs.mkShell {
-        packages = with pkgs; [cargo rustc clippy rustfmt cargo-nextest nix alejandra docker-client];
+        packages = with pkgs; [cargo rustc clippy rustfmt cargo-nextest nix docker-client];
       };
     };
 

@@ -1,13 +1,9 @@
 # A realistic GPU test image: Python with PyTorch built with CUDA support, and the CUDA
 # toolkit's nvcc for tests that compile kernels; all from the flake's pinned nixpkgs.
+# `pkgs.pkgsCuda` is nixpkgs' variant of the flake's package set with cudaSupport on; it
+# keeps the flake's config, whose unfree predicate admits only NVIDIA's CUDA licences.
 {pkgs}: let
-  cudaPkgs = import pkgs.path {
-    inherit (pkgs) system;
-    config = {
-      cudaSupport = true;
-      allowUnfreePredicate = p: import ../../nix/cuda-unfree.nix pkgs.lib (pkgs.lib.getName p);
-    };
-  };
+  cudaPkgs = pkgs.pkgsCuda;
 in {
   contents = [
     cudaPkgs.bashInteractive

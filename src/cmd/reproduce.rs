@@ -73,7 +73,7 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             message: format!("{image}, which the run used, is not present in the local engine"),
             details: vec![
                 "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
-                format!("or rebuild it from the recipe at {sha} (nix run .#image-build, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
+                format!("or rebuild it from the recipe at {sha} (nix run .#image-NAME, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
             ],
         }));
     }

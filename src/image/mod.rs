@@ -102,7 +102,8 @@ pub fn verify(engine: &Engine, id: &ImageId, source: &Lockset) -> Result<Verifie
                 lockset::LABEL_FILES
             ),
             details: vec![
-                "build it with `cibox image build` (or the flake's image-build app)".into(),
+                "build it with `cibox image build` (or the flake's app: nix run .#image-NAME)"
+                    .into(),
             ],
         });
     };

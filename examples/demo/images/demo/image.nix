@@ -1,7 +1,8 @@
 # The same demo image for users with Nix: busybox from the pinned nixpkgs, streamed as a
-# docker-archive. The flake (flake.nix at the repository root) wires it up as
-# `packages.image-demo`; cibox adds nothing at build time: the lockset labels are
-# computed by nix/lockset.nix over the manifest's lock list.
+# docker-archive. The repository's flake does not wire it (its `packages.image-demo` is
+# images/demo at the root); a flake of your own calls it with its nixpkgs and
+# nix/lockset.nix. cibox adds nothing at build time: the lockset labels are computed by
+# nix/lockset.nix over the manifest's lock list.
 {
   pkgs,
   lockset,
