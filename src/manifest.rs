@@ -1812,6 +1812,11 @@ fn validate(
         {
             return Err(check.at(&at_key("ref"), why));
         }
+        if let Some(id) = &img.id
+            && let Err(why) = crate::image::ImageId::parse(id.trim())
+        {
+            return Err(check.at(&at_key("id"), why));
+        }
         for (i, pat) in img.locks.iter().enumerate() {
             if pat.is_empty() || Path::new(pat).is_absolute() || pat.split('/').any(|c| c == "..") {
                 let mut here = at_key("locks");

@@ -357,12 +357,27 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
     }
 }
 
-/// Base images a Dockerfile names: everything after FROM that is not an earlier stage.
+/// Images a Dockerfile takes: everything after FROM, and `COPY --from=` sources, that is
+/// not an earlier stage (by name or number).
 fn dockerfile_bases(text: &str) -> Vec<String> {
     let mut stages: Vec<String> = Vec::new();
     let mut bases = Vec::new();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
+        if words
+            .first()
+            .is_some_and(|w| w.eq_ignore_ascii_case("COPY") || w.eq_ignore_ascii_case("ADD"))
+        {
+            for w in &words[1..] {
+                if let Some(src) = w.strip_prefix("--from=")
+                    && !stages.iter().any(|s| s.eq_ignore_ascii_case(src))
+                    && src.parse::<usize>().is_err()
+                {
+                    bases.push(src.to_string());
+                }
+            }
+            continue;
+        }
         if words
             .first()
             .is_none_or(|w| !w.eq_ignore_ascii_case("FROM"))
@@ -394,7 +409,6 @@ fn build_dockerfile(
     source: &Lockset,
     check: bool,
 ) -> Result<u8> {
-    let img = &m.images[image_name];
     let text = std::fs::read_to_string(dockerfile).map_err(|e| {
         Error::Usage(format!(
             "image.dockerfile {}: cannot read: {e}",
@@ -422,7 +436,7 @@ fn build_dockerfile(
         (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
         (lockset::LABEL_FILES.to_string(), source.text.clone()),
     ]);
-    let (epoch, epoch_from) = image::build::source_date_epoch(&m.dir, &img.locks)?;
+    let (epoch, epoch_from) = image::build::source_date_epoch().map_err(Error::Usage)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
@@ -629,7 +643,10 @@ mod tests {
 
     #[test]
     fn finds_base_images() {
-        let df = "FROM --platform=linux/amd64 sha256:abc AS build\nRUN x\nfrom build\nFROM scratch\nCOPY --from=build / /\n";
-        assert_eq!(dockerfile_bases(df), ["sha256:abc", "scratch"]);
+        let df = "FROM --platform=linux/amd64 sha256:abc AS build\nRUN x\nfrom build\nFROM scratch\nCOPY --from=build / /\nCOPY --from=0 /a /a\nCOPY --from=alpine:3.19 /b /b\n";
+        assert_eq!(
+            dockerfile_bases(df),
+            ["sha256:abc", "scratch", "alpine:3.19"]
+        );
     }
 }

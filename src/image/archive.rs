@@ -57,7 +57,10 @@ pub struct ArchiveImage {
     pub layers: Vec<String>,
 }
 
+/// One image of `manifest.json`, with exactly the keys docker writes: an unknown key,
+/// or a known one in other case (which Go's JSON would take for it), is refused.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ManifestEntry {
     #[serde(rename = "Config")]
     config: String,
@@ -65,6 +68,9 @@ struct ManifestEntry {
     repo_tags: Option<Vec<String>>,
     #[serde(rename = "Layers", default)]
     layers: Vec<String>,
+    #[serde(rename = "LayerSources", default)]
+    #[allow(dead_code)]
+    layer_sources: Option<serde_json::Value>,
 }
 
 /// The hex digest a file's name claims: `<hex>.json` (legacy) or `blobs/sha256/<hex>`.
@@ -75,19 +81,71 @@ fn claimed_digest(path: &str) -> Option<&str> {
     (name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())).then_some(name)
 }
 
+/// The most a GNU long name or a PAX header may hold.
+const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
+
+/// A path as cibox accepts it in an archive: UTF-8, relative, every component a plain
+/// name (no empty, `.` or `..` component), so that it names one file however a tar
+/// reader cleans paths; a directory's one trailing `/` is dropped.
+fn clean_path(raw: &[u8], dir: bool) -> Option<String> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let text = if dir {
+        text.strip_suffix('/').unwrap_or(text)
+    } else {
+        text
+    };
+    let ok = !text.is_empty()
+        && text
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'));
+    ok.then(|| text.to_string())
+}
+
+/// PAX records (`LEN KEY=VALUE\n`), refusing a key given twice.
+fn pax_records(data: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let mut out = BTreeMap::new();
+    for ext in tar::PaxExtensions::new(data) {
+        let ext = ext.map_err(|e| format!("a PAX header is malformed ({e})"))?;
+        let key = ext
+            .key()
+            .map_err(|_| "a PAX key is not UTF-8".to_string())?
+            .to_string();
+        if out
+            .insert(key.clone(), ext.value_bytes().to_vec())
+            .is_some()
+        {
+            return Err(format!("a PAX header gives `{key}` twice"));
+        }
+    }
+    Ok(out)
+}
+
 /// Reads a docker-archive from `reader` (`from` names it in messages) and returns its
 /// one image.
+///
+/// Strict on purpose: the ID printed must be the one `docker load` would load, and tar
+/// readers disagree on the unusual (links replacing files, paths that clean to
+/// another, sizes on links, duplicate PAX keys, sparse files, STAR and v7 headers). So
+/// the archive may hold only what `docker save` and Nix's image streams write: plain
+/// files and folders, relative symlinks (shared layers), each path once, written
+/// plainly; PAX headers without `path`, `linkpath`, `size` or sparse keys, given once.
+/// Anything else is refused, and memory stays bounded whatever the stream holds.
 pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, ArchiveError> {
     let not_archive = |why: String| ArchiveError::NotArchive(from.to_string(), why);
     let mut archive = tar::Archive::new(reader);
     let entries = archive
         .entries()
-        .map_err(|e| not_archive(format!("not a tar stream: {e}")))?;
-    // Every regular file's SHA-256, by its path in the archive.
+        .map_err(|e| not_archive(format!("not a tar stream: {e}")))?
+        .raw(true);
+    // Every regular file's SHA-256, by its path in the archive; symlinks by target.
     let mut digests: BTreeMap<String, String> = BTreeMap::new();
+    let mut links: BTreeMap<String, String> = BTreeMap::new();
+    let mut seen: std::collections::BTreeSet<String> = Default::default();
     let mut manifest: Option<Vec<u8>> = None;
     let mut index: Option<Vec<u8>> = None;
     let mut seen_any = false;
+    let mut pax: Option<BTreeMap<String, Vec<u8>>> = None;
+    let mut long_name: Option<Vec<u8>> = None;
     for entry in entries {
         let mut entry = entry.map_err(|e| {
             if seen_any {
@@ -97,13 +155,92 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
             }
         })?;
         seen_any = true;
-        let path = String::from_utf8_lossy(&entry.path_bytes())
-            .trim_start_matches("./")
-            .to_string();
-        if !entry.header().entry_type().is_file() {
+        let header = entry.header().clone();
+        let raw = header.as_bytes();
+        if header.as_ustar().is_none() && header.as_gnu().is_none() {
+            return Err(not_archive(
+                "an entry has an old (v7) tar header; docker save writes ustar".into(),
+            ));
+        }
+        if &raw[508..512] == b"tar\0" {
+            return Err(not_archive("an entry has a STAR header".into()));
+        }
+        let kind = header.entry_type();
+        let size = header
+            .size()
+            .map_err(|e| not_archive(format!("an entry's size: {e}")))?;
+        let mut read_small = |what: &str| -> Result<Vec<u8>, ArchiveError> {
+            if size > MAX_EXTENSION_BYTES {
+                return Err(not_archive(format!("{what} is larger than 64 KiB")));
+            }
+            let mut data = Vec::with_capacity(size as usize);
+            entry
+                .read_to_end(&mut data)
+                .map_err(|e| ArchiveError::Incomplete(from.to_string(), format!("{what}: {e}")))?;
+            Ok(data)
+        };
+        if kind.is_pax_local_extensions() {
+            if pax.is_some() {
+                return Err(not_archive("two PAX headers describe one entry".into()));
+            }
+            let records = pax_records(&read_small("a PAX header")?).map_err(not_archive)?;
+            if let Some(key) = records.keys().find(|k| {
+                matches!(k.as_str(), "path" | "linkpath" | "size") || k.starts_with("GNU.sparse")
+            }) {
+                return Err(not_archive(format!(
+                    "a PAX header sets `{key}`, which tar readers apply differently"
+                )));
+            }
+            pax = Some(records);
             continue;
         }
-        let size = entry.header().size().unwrap_or(0);
+        if kind.is_gnu_longname() {
+            if long_name.is_some() {
+                return Err(not_archive("two long names describe one entry".into()));
+            }
+            let mut name = read_small("a long name")?;
+            while name.last() == Some(&0) {
+                name.pop();
+            }
+            long_name = Some(name);
+            continue;
+        }
+        pax = None;
+        let raw_path = match long_name.take() {
+            Some(name) => name,
+            None => header.path_bytes().into_owned(),
+        };
+        let is_dir = kind.is_dir();
+        let Some(path) = clean_path(&raw_path, is_dir) else {
+            return Err(not_archive(format!(
+                "entry `{}` is not a plain relative path",
+                String::from_utf8_lossy(&raw_path).escape_debug()
+            )));
+        };
+        if !seen.insert(path.clone()) {
+            return Err(not_archive(format!("`{path}` appears twice")));
+        }
+        if is_dir || kind.is_symlink() {
+            if size != 0 {
+                return Err(not_archive(format!(
+                    "`{path}` is a folder or link with a size ({size} bytes)"
+                )));
+            }
+            if kind.is_symlink() {
+                let target = header
+                    .link_name_bytes()
+                    .and_then(|t| std::str::from_utf8(&t).ok().map(str::to_string))
+                    .ok_or_else(|| not_archive(format!("link `{path}` has no UTF-8 target")))?;
+                links.insert(path, target);
+            }
+            continue;
+        }
+        if !(kind.is_file() || kind == tar::EntryType::Continuous) {
+            return Err(not_archive(format!(
+                "`{path}` is neither a file, a folder nor a symlink (type {:?})",
+                kind
+            )));
+        }
         let keep = matches!(path.as_str(), "manifest.json" | "index.json");
         if keep && size > MAX_INDEX_BYTES {
             return Err(not_archive(format!("{path} is larger than 1 MiB")));
@@ -138,6 +275,33 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
             _ => {}
         }
     }
+    if pax.is_some() || long_name.is_some() {
+        return Err(ArchiveError::Incomplete(
+            from.to_string(),
+            "it ends after a header for an entry that never comes".into(),
+        ));
+    }
+    // A layer file may be a relative symlink to another (docker save shares layers so);
+    // one step, to a regular file of the archive.
+    let resolve = |path: &str| -> Option<String> {
+        if digests.contains_key(path) {
+            return Some(path.to_string());
+        }
+        let target = links.get(path)?;
+        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        let mut parts: Vec<&str> = dir.split('/').filter(|c| !c.is_empty()).collect();
+        for c in target.split('/') {
+            match c {
+                "" | "." => {}
+                ".." => {
+                    parts.pop()?;
+                }
+                c => parts.push(c),
+            }
+        }
+        let joined = parts.join("/");
+        (!target.starts_with('/') && digests.contains_key(&joined)).then_some(joined)
+    };
     let Some(manifest) = manifest else {
         return Err(if seen_any {
             not_archive("it has no manifest.json".into())
@@ -170,7 +334,7 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
         ));
     }
     for layer in &one.layers {
-        let Some(d) = digests.get(layer) else {
+        let Some(d) = resolve(layer).and_then(|p| digests.get(&p)) else {
             return Err(ArchiveError::Incomplete(
                 from.to_string(),
                 format!("layer {layer} is missing"),
@@ -185,14 +349,24 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
             ));
         }
     }
-    let manifest_digest = index.and_then(|bytes| {
-        let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-        let manifests = v.get("manifests")?.as_array()?;
-        match manifests.as_slice() {
-            [one] => one.get("digest")?.as_str().map(str::to_string),
-            _ => None,
-        }
-    });
+    let manifest_digest = index
+        .and_then(|bytes| {
+            let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            let manifests = v.get("manifests")?.as_array()?;
+            match manifests.as_slice() {
+                [one] => one.get("digest")?.as_str().map(str::to_string),
+                _ => None,
+            }
+        })
+        // Only a digest the archive's own blob has: the index is not taken on its word.
+        .filter(|d| {
+            d.strip_prefix("sha256:").is_some_and(|hex| {
+                digests
+                    .get(&format!("blobs/sha256/{hex}"))
+                    .map(String::as_str)
+                    == Some(hex)
+            })
+        });
     let id = ImageId::parse(&format!("sha256:{config_digest}"))
         .map_err(|e| not_archive(format!("config digest: {e}")))?;
     Ok(ArchiveImage {
@@ -258,5 +432,59 @@ mod tests {
         assert!(cut.contains("truncated or incomplete"), "{cut}");
         let named = format!("{}.json", "0".repeat(64));
         assert!(err(&archive(config, Some(&named), 1)).contains("the archive was altered"));
+        // What tar readers read differently is refused: a path that cleans to another,
+        // a name given twice, a link with a size.
+        let with = |path: &str, kind: tar::EntryType, size: u64| {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_ustar();
+            h.set_entry_type(kind);
+            h.set_size(size);
+            h.set_mode(0o644);
+            // Written raw: the builder itself refuses `..`.
+            h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+            h.set_cksum();
+            b.append(&h, &vec![b'x'; size as usize][..]).unwrap();
+            let mut bytes = b.into_inner().unwrap();
+            bytes.truncate(bytes.len() - 1024);
+            bytes.extend(archive(config, None, 1));
+            bytes
+        };
+        assert!(
+            err(&with("x/../c.json", tar::EntryType::Regular, 1))
+                .contains("not a plain relative path")
+        );
+        assert!(
+            err(&with("manifest.json", tar::EntryType::Regular, 1))
+                .contains("`manifest.json` appears twice")
+        );
+        assert!(
+            err(&with("l", tar::EntryType::Symlink, 512))
+                .contains("is a folder or link with a size")
+        );
+        assert!(
+            err(&with("h", tar::EntryType::Link, 0))
+                .contains("neither a file, a folder nor a symlink")
+        );
+    }
+
+    #[test]
+    fn manifest_keys_are_exact() {
+        let config = br#"{"architecture":"amd64"}"#;
+        let digest = hex(&Sha256::digest(config));
+        let mut b = tar::Builder::new(Vec::new());
+        let mut add = |path: &str, data: &[u8]| {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, path, data).unwrap();
+        };
+        add(&format!("{digest}.json"), config);
+        let manifest =
+            format!(r#"[{{"Config":"{digest}.json","config":"other.json","Layers":[]}}]"#);
+        add("manifest.json", manifest.as_bytes());
+        let bytes = b.into_inner().unwrap();
+        let e = read_image(&bytes[..], "a.tar").unwrap_err().to_string();
+        assert!(e.contains("unknown field `config`"), "{e}");
     }
 }

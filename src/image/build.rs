@@ -40,11 +40,14 @@ fn build_once(
     on_output: &mut dyn FnMut(&str),
 ) -> Result<Normalised, ImageError> {
     let context = (inputs.context)()?;
+    // The raw build gets a tag of its own, never the lockset tag: removing it must not
+    // take that tag from the image an earlier build left.
+    let raw_tag = format!("cibox-raw-build:{}", crate::util::random_hex(8));
     let raw = engine.build(
         context,
         inputs.dockerfile,
         inputs.labels,
-        inputs.tag,
+        &raw_tag,
         no_cache,
         |out| on_output(out),
     )?;
@@ -63,9 +66,10 @@ fn build_once(
             .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
         });
     let _ = std::fs::remove_file(&saved);
-    // The raw build goes whatever happened: only the normalised image is kept. (The
-    // engine refuses while a container uses it; then it stays, untagged.)
-    let _ = engine.remove_image(&raw);
+    // The raw build goes whatever happened: only the normalised image is kept. By its
+    // tag: an image that was already there under other names (a cached build) only
+    // loses this one. (The engine refuses while a container uses it.)
+    let _ = engine.remove_image(&raw_tag);
     result
 }
 
@@ -140,28 +144,27 @@ pub fn check(
     load(engine, &first)
 }
 
-/// The time every file of a Dockerfile build is clamped to: `SOURCE_DATE_EPOCH` when
-/// set, else the commit time of the last commit that touched the lock files (the same
-/// in every clone), else 0. Returns it and where it came from.
-pub fn source_date_epoch(dir: &Path, locks: &[String]) -> Result<(u64, String), ImageError> {
-    if let Ok(text) = std::env::var("SOURCE_DATE_EPOCH") {
-        let epoch = text.trim().parse::<u64>().map_err(|_| {
-            ImageError::refused(format!(
-                "SOURCE_DATE_EPOCH=`{text}` is not a whole number of seconds since 1970"
-            ))
-        })?;
-        return Ok((epoch, "SOURCE_DATE_EPOCH".into()));
-    }
-    let mut args = vec!["log", "-1", "--format=%ct", "--"];
-    let specs: Vec<String> = locks.iter().map(|l| format!(":(glob){l}")).collect();
-    args.extend(specs.iter().map(String::as_str));
-    match crate::git::text(dir, &args) {
-        Ok(out) if !out.trim().is_empty() => {
-            let epoch = out.trim().parse::<u64>().map_err(|_| {
-                ImageError::refused(format!("git log gave `{out}` as a commit time"))
-            })?;
-            Ok((epoch, "the last commit of the lock files".into()))
+/// The latest epoch an image's `created` can carry (9999-12-31T23:59:59Z).
+const MAX_EPOCH: u64 = 253_402_300_799;
+
+/// The default epoch: 1970-01-01T00:00:01Z, the `created` of the flake's images.
+pub const DEFAULT_EPOCH: u64 = 1;
+
+/// The time every file a Dockerfile build adds is set to: `SOURCE_DATE_EPOCH` when set,
+/// else fixed ([`DEFAULT_EPOCH`]). Not a commit time: a shallow clone (actions/checkout
+/// fetches one commit) or a squash or rebase merge gives unchanged lock files another
+/// one, and so the image another ID. Returns it and where it came from, or why the
+/// variable is wrong.
+pub fn source_date_epoch() -> Result<(u64, String), String> {
+    let Ok(text) = std::env::var("SOURCE_DATE_EPOCH") else {
+        return Ok((DEFAULT_EPOCH, "fixed".into()));
+    };
+    match text.parse::<u64>() {
+        Ok(epoch) if epoch <= MAX_EPOCH && !text.starts_with('+') => {
+            Ok((epoch, "SOURCE_DATE_EPOCH".into()))
         }
-        _ => Ok((0, "fixed (the lock files have no commit)".into())),
+        _ => Err(format!(
+            "SOURCE_DATE_EPOCH=`{text}` is not a whole number of seconds from 0 to {MAX_EPOCH} (the year 9999)"
+        )),
     }
 }

@@ -292,7 +292,7 @@ fn add_folder(
         let excluded = rules.excludes(&child);
         if kind.is_dir() {
             if !excluded {
-                builder.append_dir(&child, &path)?;
+                append_plain(builder, &path, &child)?;
                 add_folder(builder, &path, &child, rules)?;
             } else if rules.may_reinclude_under(&child) {
                 add_folder(builder, &path, &child, rules)?;
@@ -300,12 +300,43 @@ fn add_folder(
         } else if excluded {
             continue;
         } else if kind.is_file() || kind.is_symlink() {
-            builder.append_path_with_name(&path, &child)?;
+            append_plain(builder, &path, &child)?;
         } else {
             append_special(builder, &path, &child)?;
         }
     }
     Ok(())
+}
+
+/// A file, folder or symlink as every checkout of the same commit packs it: owned by
+/// root, no owner names, time 0, and the mode without group and other write bits (what
+/// git checks out under umask 022). The engine's classic builder hashes a `COPY`
+/// source with owners and modes, so a runner's uid or umask would otherwise change
+/// the image ID. Sticky folders (a rootfs's `/tmp`, `/work`) keep their mode.
+fn append_plain(builder: &mut tar::Builder<File>, path: &Path, name: &str) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_username("")?;
+    header.set_groupname("")?;
+    let mode = header.mode()?;
+    if !(meta.is_dir() && mode & 0o1000 != 0) {
+        header.set_mode(mode & !0o022);
+    }
+    if meta.file_type().is_symlink() {
+        header.set_size(0);
+        let target = std::fs::read_link(path)?;
+        builder.append_link(&mut header, name, target)
+    } else if meta.is_dir() {
+        header.set_size(0);
+        builder.append_data(&mut header, name, std::io::empty())
+    } else {
+        let file = File::open(path)?;
+        builder.append_data(&mut header, name, file)
+    }
 }
 
 /// A device node or FIFO (a rootfs context has `/dev/console` and the like). Written by
@@ -330,6 +361,9 @@ fn append_special(
     };
     let mut header = tar::Header::new_gnu();
     header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
     header.set_entry_type(entry);
     header.set_size(0);
     if entry != tar::EntryType::Fifo {

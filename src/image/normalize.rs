@@ -392,7 +392,9 @@ fn normalise_layer(
             out.append_pax_extensions(e.pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
         }
         let path = Path::new(std::ffi::OsStr::from_bytes(&e.path));
-        let shown = String::from_utf8_lossy(&e.path).into_owned();
+        // Escaped, not lossy: two names that differ only in bytes that are not UTF-8
+        // stay two.
+        let shown = e.path.escape_ascii().to_string();
         let digest = match (&e.link, kind) {
             (Some(target), tar::EntryType::Link | tar::EntryType::Symlink) => {
                 h.set_size(0);
