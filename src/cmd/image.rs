@@ -324,15 +324,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
         .inspect(&pinned.to_string())?
         .ok_or_else(|| Error::refused(format!("pulled {pinned}, but the engine cannot find it")))?;
     let id = ImageId::parse(&found.id).map_err(Error::refused)?;
-    if let Some(pin) = &img.id
-        && ImageId::parse(pin.trim()).ok().as_ref() != Some(&id)
-    {
-        return Err(Error::refused(format!(
-            "{pinned} is image {id}, but the id of image `{name}` in {} (image.id) pins {}",
-            m.path.display(),
-            pin.trim()
-        )));
-    }
+    check_pin_of(&m, name, &id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     print_result(ctx, &v, &info, "verified");
     Ok(exit::SUCCESS)
@@ -516,6 +508,11 @@ fn build_dockerfile(
 
 /// Refuses an image whose ID is not the one the manifest pins for it (`id`).
 fn check_pin(m: &Manifest, name: &str, id: &ImageId) -> Result<()> {
+    check_pin_of(m, name, id, &format!("image `{name}` is {id}"))
+}
+
+/// [`check_pin`], with `subject` saying what gave `id` (`REF is image ID`).
+fn check_pin_of(m: &Manifest, name: &str, id: &ImageId, subject: &str) -> Result<()> {
     let Some(pin) = m.images.get(name).and_then(|i| i.id.as_deref()) else {
         return Ok(());
     };
@@ -524,7 +521,7 @@ fn check_pin(m: &Manifest, name: &str, id: &ImageId) -> Result<()> {
     }
     Err(Error::Image(ImageError::Refused {
         message: format!(
-            "image `{name}` is {id}, but {} pins {} (its `id`)",
+            "{subject}, but the id of image `{name}` in {} pins {}",
             m.path.display(),
             pin.trim()
         ),

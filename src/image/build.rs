@@ -99,14 +99,18 @@ fn load(engine: &Engine, n: &Normalised) -> Result<Built, ImageError> {
     })
 }
 
+/// A scratch folder for the saved and normalised archives.
+fn scratch() -> Result<tempfile::TempDir, ImageError> {
+    normalize::scratch().map_err(|e| ImageError::refused(format!("temporary folder: {e}")))
+}
+
 /// `image build`: one build, normalised and loaded.
 pub fn build(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
     on_output: &mut dyn FnMut(&str),
 ) -> Result<Built, ImageError> {
-    let scratch =
-        normalize::scratch().map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
+    let scratch = scratch()?;
     let n = build_once(engine, inputs, false, scratch.path(), on_output)?;
     load(engine, &n)
 }
@@ -118,8 +122,7 @@ pub fn check(
     inputs: &BuildInputs<'_>,
     on_output: &mut dyn FnMut(&str),
 ) -> Result<Built, ImageError> {
-    let scratch =
-        normalize::scratch().map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
+    let scratch = scratch()?;
     let first_dir = scratch.path().join("1");
     let second_dir = scratch.path().join("2");
     for d in [&first_dir, &second_dir] {

@@ -68,7 +68,8 @@ pub fn check_host(
     .map(|(p, what)| (resolve_lenient(&p), what))
     .collect();
     let me = nix::unistd::geteuid().as_raw();
-    let mount_points = mount_points();
+    // Read once, and only when a batch has mounts.
+    let mut mount_points: Option<Vec<PathBuf>> = None;
     let path = m.path.display().to_string();
     for name in names {
         let Some(batch) = m.batches.get_mut(name) else {
@@ -131,6 +132,7 @@ pub fn check_host(
             }
             mount.host_path = Some(real.clone());
             mount.submounts = mount_points
+                .get_or_insert_with(mount_points_now)
                 .iter()
                 .filter(|p| p.starts_with(&real) && **p != real)
                 .cloned()
@@ -338,7 +340,7 @@ fn has_access_acl(dir: &Path) -> bool {
 
 /// Every mount point of this mount namespace (`/proc/self/mountinfo`, field 5, with its
 /// octal escapes undone); empty when it cannot be read.
-fn mount_points() -> Vec<PathBuf> {
+fn mount_points_now() -> Vec<PathBuf> {
     let Ok(text) = std::fs::read("/proc/self/mountinfo") else {
         return Vec::new();
     };

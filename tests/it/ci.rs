@@ -465,15 +465,7 @@ fn the_ml_project_example_renders_lints_and_runs_its_cpu_layer() {
     // Its CPU layer, from local files only: the tools image from Debian's
     // busybox-static, the weights from a host folder mounted read-only.
     require_engine();
-    let work = tempfile::tempdir().unwrap();
-    let copy = work.path().join("ml-project");
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&example)
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let (work, copy) = copy_example("ml-project", "images/tools/make-rootfs.sh");
     let data = data_dir();
     let weights = data.path().join("weights");
     std::fs::create_dir(&weights).unwrap();
@@ -494,15 +486,6 @@ fn the_ml_project_example_renders_lints_and_runs_its_cpu_layer() {
     );
     assert_ne!(moved, manifest);
     std::fs::write(copy.join("cibox.yaml"), moved).unwrap();
-    let made = std::process::Command::new("sh")
-        .arg(copy.join("images/tools/make-rootfs.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
     let r = {
         let _store = image_store_lock(false);
         run(cibox(&copy).args(["image", "build"]))

@@ -459,27 +459,7 @@ fn build_with(p: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
 fn a_dockerfile_build_gives_one_id_whenever_and_wherever_it_is_built() {
     // The demo image, from a copy of the example committed in a repository of its own:
     // built twice, and twice more without the cache (`--check`), it has one ID.
-    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo");
-    let work = tempfile::tempdir().unwrap();
-    let copy = work.path().join("demo");
-    assert!(
-        Command::new("cp")
-            .arg("-a")
-            .arg(&demo)
-            .arg(&copy)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let made = Command::new("sh")
-        .arg(copy.join("images/demo/make-rootfs.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (work, copy) = copy_example("demo", "images/demo/make-rootfs.sh");
     git(&copy, &["init", "-q"]);
     git(&copy, &["add", "-A"]);
     git(&copy, &["commit", "-qm", "demo"]);

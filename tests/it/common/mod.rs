@@ -697,3 +697,31 @@ pub fn data_dir() -> tempfile::TempDir {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
 }
+
+/// A copy of `examples/<name>` in a fresh temporary folder (`cp -a`), with the rootfs
+/// its image builds from made by `<rootfs_script>` (relative to the copy). Returns the
+/// folder (kept alive by the caller) and the copy's path.
+pub fn copy_example(name: &str, rootfs_script: &str) -> (tempfile::TempDir, PathBuf) {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    let work = tempfile::tempdir().unwrap();
+    let copy = work.path().join(name);
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&example)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cp -a {}", example.display());
+    let made = Command::new("sh")
+        .arg(copy.join(rootfs_script))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{rootfs_script}: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (work, copy)
+}
