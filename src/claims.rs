@@ -14,7 +14,7 @@
 //! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing. And
 //! then it must answer: an engine that cannot be reached fails closed, like a probe.
 
-use crate::engine::{ContainerInfo, Engine, EngineError};
+use crate::engine::{ContainerEngine, ContainerInfo, Engine, EngineError};
 use crate::exit::Failure;
 use crate::gpu::probe::{HostInstant, ProbeError, Prober, Snapshot};
 use crate::labels::{LABEL_GPUS, LABEL_OWNER};
@@ -45,23 +45,48 @@ impl ClaimsError {
     }
 }
 
-/// Probes GPUs, adding the claims of orphaned cibox containers when any can exist.
-pub struct ContainerClaims {
+/// Probes GPUs, adding the claims of cibox containers.
+pub struct ContainerClaims<'e> {
     prober: Prober,
     runs: LockDir,
-    /// Connected on first need.
-    engine: Option<Engine>,
+    engine: Asked<'e>,
     /// Whether the warning about another user's record was given (once per command).
     warned: bool,
 }
 
-impl ContainerClaims {
-    /// For the runs recorded in `lock_dir`, probing with `prober`.
-    pub fn new(lock_dir: LockDir, prober: Prober) -> ContainerClaims {
+/// Which engine is asked, and when.
+enum Asked<'e> {
+    /// Connected on first need: only when an orphan can exist (a dead run's record).
+    WhenRunsDied(Option<Engine>),
+    /// A run's own engine, asked every time: a run talks to the engine anyway, and its
+    /// own batches' containers are claims too.
+    Always(&'e dyn ContainerEngine),
+}
+
+impl ContainerClaims<'static> {
+    /// For the runs recorded in `lock_dir`, probing with `prober`; the engine is asked
+    /// only while a dead run is on record.
+    pub fn new(lock_dir: LockDir, prober: Prober) -> ContainerClaims<'static> {
         ContainerClaims {
             prober,
             runs: lock_dir,
-            engine: None,
+            engine: Asked::WhenRunsDied(None),
+            warned: false,
+        }
+    }
+}
+
+impl<'e> ContainerClaims<'e> {
+    /// Probing with `prober`, asking `engine` every time.
+    pub fn asking(
+        lock_dir: LockDir,
+        prober: Prober,
+        engine: &'e dyn ContainerEngine,
+    ) -> ContainerClaims<'e> {
+        ContainerClaims {
+            prober,
+            runs: lock_dir,
+            engine: Asked::Always(engine),
             warned: false,
         }
     }
@@ -75,10 +100,31 @@ impl ContainerClaims {
     /// [`Prober::probe_since`]).
     pub fn probe_since(&mut self, since: Option<HostInstant>) -> Result<Snapshot, ClaimsError> {
         let mut snap = self.prober.probe_since(since)?;
+        let engine = match &mut self.engine {
+            Asked::Always(engine) => *engine,
+            Asked::WhenRunsDied(connected) => {
+                match Self::engine_for_orphans(&self.runs, connected, &mut self.warned)? {
+                    Some(engine) => engine,
+                    None => return Ok(snap),
+                }
+            }
+        };
+        mark(&mut snap, engine)?;
+        Ok(snap)
+    }
+
+    /// The engine to ask when a dead run's containers may hold GPUs (connected on first
+    /// need), or `None` when none can, or when only another user's record says so and
+    /// the engine cannot be reached (then the probe alone decides, with a warning).
+    fn engine_for_orphans<'c>(
+        runs_dir: &LockDir,
+        connected: &'c mut Option<Engine>,
+        warned: &mut bool,
+    ) -> Result<Option<&'c Engine>, ClaimsError> {
         // A record that cannot be read is one whose run died before it made any
         // container (the record is written first). An unreadable runs/ folder counts as
         // a dead run of root's: ask.
-        let (vouched, hearsay) = match runs::dead_runs(&self.runs) {
+        let (vouched, hearsay) = match runs::dead_runs(runs_dir) {
             Ok(dead) => dead
                 .iter()
                 .filter(|d| d.info.is_some())
@@ -88,37 +134,35 @@ impl ContainerClaims {
             Err(_) => (true, false),
         };
         if !vouched && !hearsay {
-            return Ok(snap);
+            return Ok(None);
         }
         // Fail closed: an engine that cannot be asked cannot say the GPUs are free. But
         // any local user can write into runs/: another user's record alone makes cibox
         // ask, not stop.
-        if self.engine.is_none() {
+        if connected.is_none() {
             let engine = match Engine::connect() {
                 Ok(engine) => engine,
                 Err(e) if !vouched => {
-                    if !std::mem::replace(&mut self.warned, true) {
+                    if !std::mem::replace(warned, true) {
                         report::warn(format!(
                             "the runs/ folder holds another user's record of a dead run, but the engine cannot be asked ({e}); going by the GPU probe alone"
                         ));
                     }
-                    return Ok(snap);
+                    return Ok(None);
                 }
                 Err(e) => return Err(ClaimsError::Unreachable(e)),
             };
             report::debug(
                 "a dead run is on record: asking the engine which GPUs its containers hold",
             );
-            self.engine = Some(engine);
+            *connected = Some(engine);
         }
-        let engine = self.engine.as_ref().expect("connected above");
-        mark(&mut snap, engine)?;
-        Ok(snap)
+        Ok(connected.as_ref())
     }
 }
 
 /// Marks the GPUs of running cibox containers in `snap` as claimed.
-pub fn mark(snap: &mut Snapshot, engine: &Engine) -> Result<(), ClaimsError> {
+pub fn mark(snap: &mut Snapshot, engine: &dyn ContainerEngine) -> Result<(), ClaimsError> {
     let labels = vec![format!("{LABEL_OWNER}=cibox")];
     let running = engine
         .containers_with_labels(&labels)

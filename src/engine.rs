@@ -4,6 +4,9 @@
 //! domain code around it is flock, processes and files; what is asynchronous (engine
 //! streams, a deadline racing a log stream) stays in here.
 
+mod api;
+pub use api::ContainerEngine;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;

@@ -30,6 +30,7 @@ pub mod image;
 pub mod labels;
 pub mod lockdir;
 pub mod manifest;
+pub mod nofollow;
 pub mod process;
 pub mod report;
 pub mod runner;

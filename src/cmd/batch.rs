@@ -2,24 +2,21 @@
 
 use serde_json::json;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::Context;
 use crate::cli::RunOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::image::{ImageId, Lockset};
+use crate::image::ImageId;
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, Manifest};
 use crate::report::{self, Table};
-use crate::runner::reporter::Fanout;
-use crate::runner::reporter::files::Files;
-use crate::runner::reporter::github::GitHub;
-use crate::runner::reporter::terminal::{Terminal, print_sweep_notes};
-use crate::runner::sweep::sweep;
-use crate::runner::{self, HostFacts, RunOutcome, RunRequest};
-use crate::signals;
+use crate::runner::cleanup::sweep::sweep;
+use crate::runner::launch::{self, Whereabouts};
+use crate::runner::reporter::terminal::print_sweep_notes;
+use crate::runner::{self, RunRequest};
 use crate::units::Span;
 
 /// `cibox batch list`: batches (name, GPUs, timeout, description) and layers.
@@ -110,7 +107,7 @@ pub(super) fn run_manifest(
             .images
             .keys()
             .filter_map(|name| {
-                std::env::var(runner::plan::image_variable(name))
+                std::env::var(crate::manifest::image_variable(name))
                     .ok()
                     .filter(|s| !s.is_empty())
                     .map(|id| (name.clone(), id))
@@ -119,137 +116,23 @@ pub(super) fn run_manifest(
         parallel: opts.parallel,
         ..RunRequest::default()
     };
-    runner::plan::check(&m, &request)?;
+    runner::plan::check_request(&m, &request)?;
     if let Some(w) = &opts.wait {
         let wait = w
             .parse::<Span>()
             .map_err(|e| Error::Usage(format!("--wait: {e}")))?;
         request.wait = Some(wait.0);
     }
-    where_to_run(
+    launch::locate(
         &mut request,
-        opts.source.clone(),
-        opts.reports.clone(),
-        opts.scope.clone(),
+        Whereabouts {
+            source: opts.source.clone(),
+            reports: opts.reports.clone(),
+            scope: opts.scope.clone(),
+        },
     )?;
-    // `changed run`'s test files, named by data from elsewhere: files of this source.
-    for name in names {
-        if let Some(file) = m.batches.get(name).and_then(|b| b.changed_file.as_ref()) {
-            check_test_file_in(&request.source, file)?;
-        }
-    }
-    let outcome = run_plan(m, request)?;
-    Ok(outcome.exit_code())
-}
-
-/// A test file `changed run` or a replay was given: a plain file of `source` (not a
-/// link, which could lead out of it).
-pub(super) fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
-    match std::fs::symlink_metadata(source.join(file)) {
-        Ok(md) if md.is_file() => Ok(()),
-        Ok(md) if md.file_type().is_symlink() => Err(Error::Usage(format!(
-            "test file `{}` is a link in {}; name the file itself",
-            crate::util::escape(file),
-            source.display()
-        ))),
-        _ => Err(Error::Usage(format!(
-            "test file `{}` is not a file in {}",
-            crate::util::escape(file),
-            source.display()
-        ))),
-    }
-}
-
-/// The source, reports folder and scope of a run, checked: the source a directory
-/// (default: the git toplevel, else the current folder), the reports folder created
-/// and writable (default `cibox-reports`), the scope not empty.
-pub(super) fn where_to_run(
-    request: &mut RunRequest,
-    source: Option<PathBuf>,
-    reports: Option<PathBuf>,
-    scope: Option<String>,
-) -> Result<()> {
-    let source = match source {
-        Some(s) => s,
-        None => runner::git_toplevel()
-            .or_else(|| std::env::current_dir().ok())
-            .ok_or_else(|| Error::Usage("cannot tell the source folder; pass --source".into()))?,
-    };
-    if !source.is_dir() {
-        return Err(Error::Usage(format!(
-            "--source {}: not a directory",
-            source.display()
-        )));
-    }
-    let source = source
-        .canonicalize()
-        .map_err(|e| Error::Usage(format!("--source {}: {e}", source.display())))?;
-    let source_info = runner::source_info(&source);
-    if source_info.sha.is_none() {
-        report::warn(format!(
-            "{} is not a git checkout: the run record will carry no commit",
-            source.display()
-        ));
-    }
-    let reports = reports.unwrap_or_else(|| PathBuf::from("cibox-reports"));
-    std::fs::create_dir_all(&reports)
-        .map_err(|e| Error::Usage(format!("reports dir {}: {e}", reports.display())))?;
-    let reports = reports
-        .canonicalize()
-        .map_err(|e| Error::Usage(format!("reports dir {}: {e}", reports.display())))?;
-    let probe = reports.join(".cibox-write-check");
-    std::fs::write(&probe, b"")
-        .and_then(|_| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            Error::Usage(format!(
-                "reports dir {} is not writable: {e}",
-                reports.display()
-            ))
-        })?;
-    let scope = scope.unwrap_or_else(runner::default_scope);
-    if scope.is_empty() {
-        return Err(Error::Usage("--scope is empty".into()));
-    }
-    request.source = source;
-    request.source_info = source_info;
-    request.reports = reports;
-    request.scope = scope;
-    Ok(())
-}
-
-/// Plans and executes a run with the reporters of a front end: the terminal, the
-/// reports folder, and GitHub when cibox runs in a workflow.
-pub(super) fn run_plan(mut m: Manifest, request: RunRequest) -> Result<RunOutcome> {
-    // Again for the front ends that come here directly (qualify, reproduce).
-    let names = runner::plan::check(&m, &request)?;
-    let folders = runner::mounts::RunFolders {
-        source: &request.source,
-        reports: &request.reports,
-        lock_dir: &m.gpu.lock_dir.clone(),
-    };
-    runner::mounts::check_host(&mut m, &names, &folders)?;
-    let host = HostFacts::current(&m);
-    let plan = runner::plan(m, request, &host)?;
-    // Each image the run uses, verified by its own lock files.
-    let mut locksets = indexmap::IndexMap::new();
-    for name in plan.images.keys() {
-        let locks = &plan.manifest.images[name].locks;
-        locksets.insert(name.clone(), Lockset::compute(&plan.manifest.dir, locks)?);
-    }
-    signals::install();
-    let engine = Engine::connect()?;
-    let facts = runner::mounts::EngineFacts {
-        api: engine.api_version(),
-        recursive_read_only: engine.recursive_read_only(),
-        root_dir: engine.info()?.root_dir,
-    };
-    runner::mounts::check_engine(&plan.manifest, &names, &facts)?;
-    // Files first: a batch's verdict is printed once its result.json is written.
-    let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
-    if crate::github::active() {
-        reporters = reporters.with(GitHub::stdout());
-    }
-    Ok(runner::execute(&plan, &locksets, &engine, &mut reporters)?)
+    let run = launch::run(m, request)?;
+    Ok(run.exit_code())
 }
 
 /// `cibox cleanup [--scope S]`: the containers of dead runs of this host, of scope S
@@ -338,15 +221,22 @@ pub fn qualify(
         image: Some(image.to_string()),
         ..RunRequest::default()
     };
-    where_to_run(&mut request, source, Some(reports), scope)?;
-    let outcome = run_plan(m, request)?;
-    if !outcome.passed() {
+    launch::locate(
+        &mut request,
+        Whereabouts {
+            source,
+            reports: Some(reports),
+            scope,
+        },
+    )?;
+    let run = launch::run(m, request)?;
+    if !run.passed() {
         report::info(format!(
             "{image} is not qualified: the qualify layer did not pass"
         ));
-        return Ok(outcome.exit_code());
+        return Ok(run.exit_code());
     }
-    let results: Vec<_> = outcome
+    let results: Vec<_> = run
         .batches
         .iter()
         .map(|b| {
@@ -354,7 +244,7 @@ pub fn qualify(
             json!({"batch": r.batch, "status": r.status, "tests": r.tests, "duration_s": r.duration_s})
         })
         .collect();
-    let first = &outcome.batches[0].record;
+    let first = &run.batches[0].record;
     let semantics = Engine::connect()?.info()?.id_semantics;
     let record = json!({
         "schema": 1,

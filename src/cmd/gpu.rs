@@ -12,7 +12,7 @@ use crate::exit;
 use crate::gpu::lease::{Holder, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe::{HostInstant, Prober, Snapshot};
-use crate::gpu::{self, Want};
+use crate::gpu::{self, LeaseRequest, Waiter, Want};
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
 use crate::process::Ending;
@@ -191,7 +191,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let dir = LockDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
-    let ticket = gpu::join_queue(&dir, &holder, need, std::time::Instant::now() + wait)?;
+    let waiter = Waiter::arrive(&dir, &holder, need, std::time::Instant::now() + wait)?;
     let prober = Prober::shared_through(cfg.probe, dir.path());
     let mut claims = ContainerClaims::new(dir.clone(), prober);
     let (snap, pool) = probe_pool(&cfg, &mut claims, arrived)?;
@@ -213,14 +213,15 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     };
     let want_count = want.count();
     let mut progress = WaitLine::on_stderr();
-    let lease = gpu::acquire(
-        ticket,
-        &dir,
-        &pool,
-        &want,
-        &cfg.idle,
+    let request = LeaseRequest {
+        want,
+        pool: &pool,
+        policy: &cfg.idle,
+        holder: &holder,
         wait,
-        &holder,
+    };
+    let lease = waiter.lease(
+        &request,
         |since| claims.probe_since(since).map_err(Into::into),
         |r| {
             progress.tick(r, |r| {

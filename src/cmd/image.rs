@@ -59,7 +59,7 @@ fn chosen_id(
     let var = if name == DEFAULT_IMAGE {
         "CIBOX_IMAGE".to_string()
     } else {
-        crate::runner::plan::image_variable(name)
+        crate::manifest::image_variable(name)
     };
     let (raw, from) = if let Some(id) = flag {
         (id, "the command line")

@@ -4,14 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Context, batch};
+use super::Context;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::{ImageError, ImageId};
 use crate::report::{self, Table};
-use crate::runner::RunRequest;
-use crate::runner::record::RunRecord;
+use crate::runner::launch::{self, Whereabouts};
+use crate::runner::{RunRecord, RunRequest};
 
 use crate::git::text as git;
 
@@ -144,7 +144,7 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         };
         super::changed::check_test_file(cfg, file)
             .map_err(|why| Error::Usage(format!("{}: {why}", result.display())))?;
-        batch::check_test_file_in(&worktree.path, file)?;
+        launch::check_test_file_in(&worktree.path, file)?;
         let batch = template.batch_for(file, record.gpu_count);
         m.batches.insert(record.batch.clone(), batch);
     }
@@ -169,21 +169,23 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         image: Some(image.to_string()),
         ..RunRequest::default()
     };
-    batch::where_to_run(
+    launch::locate(
         &mut request,
-        Some(worktree.path.clone()),
-        Some(reports),
-        Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
+        Whereabouts {
+            source: Some(worktree.path.clone()),
+            reports: Some(reports),
+            scope: Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
+        },
     )?;
     drop(engine);
-    let outcome = batch::run_plan(m, request)?;
+    let run = launch::run(m, request)?;
     // No batch ran only when a signal stopped the run before it started.
-    let Some(replayed) = outcome.batches.first().map(|b| &b.record) else {
-        return Ok(outcome.exit_code());
+    let Some(replayed) = run.batches.first().map(|b| &b.record) else {
+        return Ok(run.exit_code());
     };
     drop(worktree);
     side_by_side(&record, replayed);
-    Ok(outcome.exit_code())
+    Ok(run.exit_code())
 }
 
 fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) {

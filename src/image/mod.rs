@@ -14,7 +14,7 @@ pub use id::ImageId;
 pub use lockset::Lockset;
 pub use pinned::PinnedRef;
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{ContainerEngine, EngineError};
 use crate::exit::Failure;
 
 /// Why an image cannot be used.
@@ -73,7 +73,11 @@ pub struct Verified {
 }
 
 /// Checks that `id` is present locally (never pulled) and carries the source's lockset.
-pub fn verify(engine: &Engine, id: &ImageId, source: &Lockset) -> Result<Verified, ImageError> {
+pub fn verify(
+    engine: &(impl ContainerEngine + ?Sized),
+    id: &ImageId,
+    source: &Lockset,
+) -> Result<Verified, ImageError> {
     let Some(img) = engine.inspect(id.as_str())? else {
         return Err(ImageError::Refused {
             message: format!("{id} is not present in the local engine, and cibox never pulls"),

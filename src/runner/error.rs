@@ -1,4 +1,6 @@
-//! Why a run, or one of its batches, could not go on.
+//! Why a run, or one of its batches, could not go on; and why a reporter could not
+//! write what it owns. Every error of the runner is here, so that its rooms import
+//! errors from below, never from each other.
 
 use crate::claims::ClaimsError;
 use crate::engine::EngineError;
@@ -6,12 +8,77 @@ use crate::exit::Failure;
 use crate::gpu::LeaseError;
 use crate::gpu::probe::ProbeError;
 use crate::image::ImageError;
+use crate::image::lockset::LocksetError;
 use crate::lockdir::LockDirError;
+use crate::manifest::ManifestError;
 
-use super::reporter::ReportError;
+/// A reporter could not write what it owns (a reports file).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct ReporterError {
+    pub what: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl ReporterError {
+    pub fn new(what: impl Into<String>, source: std::io::Error) -> ReporterError {
+        ReporterError {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Why a request cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown layer `{layer}`; {hint}")]
+    UnknownLayer { layer: String, hint: String },
+    #[error("unknown batch `{batch}`; {hint}")]
+    UnknownBatch { batch: String, hint: String },
+    #[error("batch `{batch}` is not in layer `{layer}` (its batches: {batches})")]
+    NotInLayer {
+        batch: String,
+        layer: String,
+        batches: String,
+    },
+    #[error("no batch to run: name batches or a --layer")]
+    NothingToRun,
+    #[error("no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
+    NoImage,
+    #[error("no ID for image `{name}`: set images.{name}.id in cibox.yaml or {var}")]
+    NoNamedImage { name: String, var: String },
+    #[error(
+        "this run uses the images {names}: --image (or CIBOX_IMAGE) would be ambiguous; set each image's id in cibox.yaml, or CIBOX_IMAGE_<NAME>"
+    )]
+    AmbiguousImage { names: String },
+    /// The ID is not a full `sha256:` image ID (an image refusal, exit 3).
+    #[error("image refused: {0}")]
+    BadImageId(String),
+}
+
+impl PlanError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            PlanError::BadImageId(_) => Failure::ImageRefused,
+            _ => Failure::Usage,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// Where to run (source, reports folder, scope) or which test file cannot be used.
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A host mount the manifest names cannot be mounted here.
+    #[error(transparent)]
+    Mount(#[from] ManifestError),
+    #[error(transparent)]
+    Lockset(#[from] LocksetError),
     #[error(transparent)]
     Image(#[from] ImageError),
     #[error(transparent)]
@@ -25,7 +92,7 @@ pub enum RunError {
     #[error(transparent)]
     Claims(#[from] ClaimsError),
     #[error(transparent)]
-    Report(#[from] ReportError),
+    Reporter(#[from] ReporterError),
     /// A `gpu.pool` entry names no GPU of this host.
     #[error("{0}")]
     Pool(String),
@@ -77,13 +144,15 @@ impl RunError {
 
     pub fn failure(&self) -> Failure {
         match self {
+            RunError::Usage(_) | RunError::Mount(_) | RunError::Lockset(_) => Failure::Usage,
+            RunError::Plan(e) => e.failure(),
             RunError::Image(e) => e.failure(),
             RunError::Engine(e) => e.failure(),
             RunError::LockDir(e) => e.failure(),
             RunError::Lease(e) => e.failure(),
             RunError::Probe(e) => e.failure(),
             RunError::Claims(e) => e.failure(),
-            RunError::Report(_) => Failure::Infra,
+            RunError::Reporter(_) => Failure::Infra,
             RunError::Pool(_)
             | RunError::ForeignBatchDir { .. }
             | RunError::SourceUnreadable { .. } => Failure::Usage,

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
+use super::cleanup::sweep::Swept;
+use super::ending::{BatchResult, RunResult};
 use super::error::RunError;
-use super::outcome::{BatchResult, RunOutcome};
 use super::plan::{BatchPlan, RunPlan};
-use super::sweep::Swept;
 use crate::engine::EngineError;
 use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
@@ -52,13 +52,13 @@ pub enum Event<'a> {
         batch: &'a BatchPlan,
         error: &'a EngineError,
     },
-    /// Something kept the batch from running to its end (its verdict follows).
+    /// Something kept the batch from running to its end (its status follows).
     BatchFailed {
         batch: &'a BatchPlan,
         error: &'a RunError,
     },
-    /// The batch's verdict and record.
+    /// The batch's status and record.
     BatchEnded { result: &'a BatchResult },
     /// Every batch has ended (or a signal stopped the run).
-    RunEnded { outcome: &'a RunOutcome },
+    RunEnded { run: &'a RunResult },
 }

@@ -1,91 +1,45 @@
 //! Running batches, each in its own disposable container (docs/interface.md §6, §7):
-//! plan → execute → events → reporters.
+//! request → plan → execute → events → reporters.
 //!
-//! A front end (`batch run`, `layer run`, `image qualify`, `reproduce`) builds a
-//! [`RunRequest`]; [`plan()`] resolves it against the manifest into a [`RunPlan`]
-//! without touching anything; [`execute()`] runs the plan and hands back a
-//! [`RunOutcome`], telling a [`Reporter`] what happens as it goes ([`Event`]).
+//! A front end (`batch run`, `layer run`, `image qualify`, `reproduce`, `changed run`)
+//! builds a [`RunRequest`] and calls [`launch::run`]: [`plan()`] resolves the request
+//! against the manifest into a [`RunPlan`] without touching anything; [`execute()`]
+//! runs the plan and hands back a [`RunResult`], telling a [`Reporter`] what happens
+//! as it goes ([`Event`]).
 //!
 //! Per batch: lease its GPUs → create the container → start → stream its output →
-//! wait with the deadline (or a signal) → collect reports → remove the container by
-//! exact name → verdict → release the lease. The image is verified once, before
+//! wait with the deadline (or a signal) → copy its reports out → remove the container
+//! by exact ID → status → release the lease. The images are verified once, before
 //! anything starts.
+//!
+//! The rooms, from the bottom up; each imports only those below it:
+//!
+//! - [`error`]: every error of the runner (and [`PlanError`], [`ReporterError`]);
+//! - [`results`]: what a batch leaves in the reports folder (its folder, the copy of
+//!   `/reports`, JUnit, steps, `result.json`);
+//! - [`container`]: one batch's container (name, environment, script, host mounts,
+//!   the git credential mask, the engine's create request);
+//! - [`plan`]: what a run will do, decided before anything runs;
+//! - [`ending`]: how batches and runs end ([`Status`], [`judge`](ending::judge));
+//! - [`cleanup`]: the watchdog and the sweep, so nothing is left behind;
+//! - [`event`] and [`reporter`]: what the runner says, and who renders it;
+//! - `execute`: the run loop; [`launch`]: one run's setup for every front end.
 
-pub mod batch_dir;
-pub mod collect;
+pub mod cleanup;
 pub mod container;
+pub mod ending;
 pub mod error;
 pub mod event;
 mod execute;
-mod git_mask;
-pub mod junit;
-pub mod mounts;
-pub mod outcome;
+pub mod launch;
 pub mod plan;
-pub mod record;
 pub mod reporter;
-pub mod steps;
-pub mod sweep;
-pub mod watchdog;
+pub mod results;
 
-use std::path::{Path, PathBuf};
-
-pub use error::RunError;
+pub use ending::{BatchResult, RunResult, Status};
+pub use error::{PlanError, ReporterError, RunError};
 pub use event::Event;
 pub use execute::execute;
-pub use outcome::{BatchResult, RunOutcome, Verdict};
-pub use plan::{BatchPlan, HostFacts, PlanError, RunPlan, RunRequest, plan};
-pub use record::SourceInfo;
+pub use plan::{BatchPlan, HostFacts, RunPlan, RunRequest, plan};
 pub use reporter::Reporter;
-
-/// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
-/// is a checkout. Not being one is allowed and recorded.
-pub fn source_info(dir: &Path) -> SourceInfo {
-    let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
-        .ok()
-        .filter(|s| s.len() == 40);
-    let dirty = sha
-        .as_ref()
-        .and_then(|_| {
-            crate::git::text(dir, &["status", "--porcelain", "--untracked-files=normal"]).ok()
-        })
-        .map(|s| !s.is_empty());
-    SourceInfo {
-        sha,
-        dirty,
-        path: dir.display().to_string(),
-    }
-}
-
-/// The git toplevel of the current folder.
-pub fn git_toplevel() -> Option<PathBuf> {
-    crate::git::text(Path::new("."), &["rev-parse", "--show-toplevel"])
-        .ok()
-        .map(PathBuf::from)
-}
-
-/// The default scope: per workflow run on GitHub Actions, per user elsewhere.
-pub fn default_scope() -> String {
-    if let (Ok(id), Ok(attempt)) = (
-        std::env::var("GITHUB_RUN_ID"),
-        std::env::var("GITHUB_RUN_ATTEMPT"),
-    ) {
-        return format!("gh-{id}-{attempt}");
-    }
-    let user = std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| {
-            nix::unistd::User::from_uid(nix::unistd::getuid())
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-                .unwrap_or_else(|| nix::unistd::getuid().to_string())
-        });
-    format!("local-{user}")
-}
-
-/// 16 hex digits from the kernel's random source.
-pub fn new_run_id() -> String {
-    crate::util::random_hex(8)
-}
+pub use results::record::{RunRecord, SourceInfo};

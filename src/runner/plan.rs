@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::container::ContainerPlan;
-use super::record::SourceInfo;
-use crate::exit::Failure;
+use super::container::mounts::HostMounts;
+pub use super::error::PlanError;
+use super::results::record::SourceInfo;
 use crate::image::ImageId;
-use crate::manifest::{Batch, BatchVerdict, ContainerUser, Manifest};
+use crate::manifest::{BatchVerdict, ContainerUser, Manifest, image_variable};
 use crate::units::Span;
 use crate::util::did_you_mean;
 
@@ -59,16 +60,20 @@ pub struct HostFacts {
     pub run_id: String,
     /// The host's values of the manifest's `pass_env` variables that are set.
     pub pass_env: BTreeMap<String, String>,
+    /// Each batch's host mounts, as checked on this host
+    /// ([`super::container::mounts::check_host`]).
+    pub mounts: HostMounts,
 }
 
 impl HostFacts {
-    /// The facts of this process, for a manifest's `pass_env`.
-    pub fn current(m: &Manifest) -> HostFacts {
+    /// The facts of this process, for a manifest's `pass_env`, with the batches' host
+    /// mounts as checked.
+    pub fn current(m: &Manifest, mounts: HostMounts) -> HostFacts {
         HostFacts {
             host: crate::util::host_name(),
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
-            run_id: super::new_run_id(),
+            run_id: new_run_id(),
             // Every batch's own `pass_env` (each a merge of the top-level one).
             pass_env: m
                 .batches
@@ -77,43 +82,7 @@ impl HostFacts {
                 .chain(&m.container.pass_env)
                 .filter_map(|v| std::env::var(v).ok().map(|value| (v.clone(), value)))
                 .collect(),
-        }
-    }
-}
-
-/// Why a request cannot be planned.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    #[error("unknown layer `{layer}`; {hint}")]
-    UnknownLayer { layer: String, hint: String },
-    #[error("unknown batch `{batch}`; {hint}")]
-    UnknownBatch { batch: String, hint: String },
-    #[error("batch `{batch}` is not in layer `{layer}` (its batches: {batches})")]
-    NotInLayer {
-        batch: String,
-        layer: String,
-        batches: String,
-    },
-    #[error("no batch to run: name batches or a --layer")]
-    NothingToRun,
-    #[error("no image ID: pass --image, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
-    NoImage,
-    #[error("no ID for image `{name}`: set images.{name}.id in cibox.yaml or {var}")]
-    NoNamedImage { name: String, var: String },
-    #[error(
-        "this run uses the images {names}: --image (or CIBOX_IMAGE) would be ambiguous; set each image's id in cibox.yaml, or CIBOX_IMAGE_<NAME>"
-    )]
-    AmbiguousImage { names: String },
-    /// The ID is not a full `sha256:` image ID (an image refusal, exit 3).
-    #[error("image refused: {0}")]
-    BadImageId(String),
-}
-
-impl PlanError {
-    pub fn failure(&self) -> Failure {
-        match self {
-            PlanError::BadImageId(_) => Failure::ImageRefused,
-            _ => Failure::Usage,
+            mounts,
         }
     }
 }
@@ -165,6 +134,11 @@ impl RunPlan {
     pub fn needs_gpus(&self) -> bool {
         self.batches.iter().any(|b| b.gpus > 0)
     }
+}
+
+/// 16 hex digits from the kernel's random source.
+pub fn new_run_id() -> String {
+    crate::util::random_hex(8)
 }
 
 /// Which batches to run: the names given, or else the layer's. With both, the names
@@ -225,28 +199,15 @@ fn select(
     Ok((chosen, layer.is_some_and(|(_, l)| l.fast)))
 }
 
-/// The manifest-defined environment of a batch (no host values), for the record.
-pub fn manifest_env(batch: &Batch, fast: bool) -> BTreeMap<String, String> {
-    let mut env = batch.container.env.clone();
-    env.extend(batch.env.clone());
-    if fast {
-        env.extend(batch.fast_env.clone());
-    }
-    env
-}
-
 /// The checks of [`plan`] that need nothing but the manifest (which batches, which
 /// image ID), for a front end to make before it creates the reports folder: bad input
 /// must leave nothing behind.
 /// Returns the batches the run will have.
-pub fn check(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
+pub fn check_request(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
     let (names, _) = select(manifest, &request.names, request.layer.as_deref())?;
     image_ids(manifest, request, &names)?;
     Ok(names)
 }
-
-/// The variable that names image `name`'s ID: `CIBOX_IMAGE_<NAME>`.
-pub use crate::manifest::image_variable;
 
 /// The ID of each image the batches use: `--image`/`CIBOX_IMAGE` when they use one
 /// image, else `CIBOX_IMAGE_<NAME>`, else the manifest's.
@@ -352,6 +313,7 @@ pub fn plan(
                     &identity,
                     batch_user,
                     &images[&batch.image],
+                    host.mounts.get(name).cloned().unwrap_or_default(),
                 ),
                 image_name: batch.image.clone(),
                 image: images[&batch.image].clone(),
@@ -412,6 +374,7 @@ pub(crate) mod tests {
             gid: 1000,
             run_id: "0123456789abcdef".into(),
             pass_env: BTreeMap::from([("TOKEN".to_string(), "secret".to_string())]),
+            mounts: HostMounts::default(),
         }
     }
 

@@ -9,11 +9,11 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{ReportError, Reporter, summary_markdown};
+use super::{Reporter, ReporterError, summary_markdown};
+use crate::nofollow::create_fresh;
+use crate::runner::ending::{BatchResult, Status};
 use crate::runner::event::Event;
-use crate::runner::junit::Outcome;
-use crate::runner::outcome::BatchResult;
-use crate::runner::record::{Status, create_fresh};
+use crate::runner::results::junit::CaseStatus;
 
 /// The most of a batch's output `log.txt` keeps; past it the log ends with a marker
 /// (the terminal still shows everything). The record says how much there was.
@@ -40,14 +40,15 @@ impl Files {
 }
 
 impl Reporter for Files {
-    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match event {
             Event::Launching { batch, dir } => {
                 // Created before the container exists, so it cannot be a link the
                 // batch planted.
                 let path = dir.join("log.txt");
-                let log = create_fresh(&path)
-                    .map_err(|e| ReportError::new(format!("cannot write {}", path.display()), e))?;
+                let log = create_fresh(&path).map_err(|e| {
+                    ReporterError::new(format!("cannot write {}", path.display()), e)
+                })?;
                 self.logs.insert(
                     batch.name.clone(),
                     Log {
@@ -83,16 +84,15 @@ impl Reporter for Files {
                     .map(PathBuf::from)
                     .unwrap_or_default();
                 result.record.write(&dir).map_err(|e| {
-                    ReportError::new(format!("writing {}/result.json", dir.display()), e)
+                    ReporterError::new(format!("writing {}/result.json", dir.display()), e)
                 })?;
             }
-            Event::RunEnded { outcome } => {
-                let root = &outcome.reports;
-                let io = |e| ReportError::new(format!("reports dir {}", root.display()), e);
-                std::fs::write(root.join("summary.md"), summary_markdown(&outcome.batches))
+            Event::RunEnded { run } => {
+                let root = &run.reports;
+                let io = |e| ReporterError::new(format!("reports dir {}", root.display()), e);
+                std::fs::write(root.join("summary.md"), summary_markdown(&run.batches))
                     .map_err(io)?;
-                std::fs::write(root.join("junit.xml"), merged_junit(&outcome.batches))
-                    .map_err(io)?;
+                std::fs::write(root.join("junit.xml"), merged_junit(&run.batches)).map_err(io)?;
             }
             _ => {}
         }
@@ -110,11 +110,11 @@ fn merged_junit(results: &[BatchResult]) -> String {
     {
         let mut suite = TestSuite::new(r.batch.clone());
         for c in cases {
-            let mut status = match c.outcome {
-                Outcome::Passed => TestCaseStatus::success(),
-                Outcome::Failed => TestCaseStatus::non_success(NonSuccessKind::Failure),
-                Outcome::Error => TestCaseStatus::non_success(NonSuccessKind::Error),
-                Outcome::Skipped => TestCaseStatus::skipped(),
+            let mut status = match c.status {
+                CaseStatus::Passed => TestCaseStatus::success(),
+                CaseStatus::Failed => TestCaseStatus::non_success(NonSuccessKind::Failure),
+                CaseStatus::Error => TestCaseStatus::non_success(NonSuccessKind::Error),
+                CaseStatus::Skipped => TestCaseStatus::skipped(),
             };
             if let Some(m) = &c.message {
                 status.set_message(m.clone());

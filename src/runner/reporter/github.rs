@@ -5,11 +5,10 @@
 
 use std::io::Write;
 
-use super::{ReportError, Reporter, summary_markdown};
+use super::{Reporter, ReporterError, summary_markdown};
 use crate::github::{append, escape_data, escape_property, output};
+use crate::runner::ending::{RunResult, Status};
 use crate::runner::event::Event;
-use crate::runner::outcome::{RunOutcome, Verdict};
-use crate::runner::record::Status;
 
 /// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow).
 pub struct GitHub<W: Write + Send> {
@@ -35,7 +34,7 @@ impl GitHub<std::io::Stdout> {
 }
 
 impl<W: Write + Send> Reporter for GitHub<W> {
-    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match event {
             Event::ContainerStarted { batch, .. } => {
                 let _ = writeln!(self.out, "::group::batch {}", batch.name);
@@ -46,12 +45,12 @@ impl<W: Write + Send> Reporter for GitHub<W> {
                 let _ = writeln!(self.out, "\n::{}::", self.token);
                 let _ = writeln!(self.out, "::endgroup::");
             }
-            Event::RunEnded { outcome } => {
-                append("GITHUB_STEP_SUMMARY", &summary_markdown(&outcome.batches));
-                let (status, failed) = step_outputs(outcome);
+            Event::RunEnded { run } => {
+                append("GITHUB_STEP_SUMMARY", &summary_markdown(&run.batches));
+                let (status, failed) = step_outputs(run);
                 output("status", status);
                 output("failed_batches", &failed);
-                let _ = self.out.write_all(annotations(outcome).as_bytes());
+                let _ = self.out.write_all(annotations(run).as_bytes());
             }
             _ => {}
         }
@@ -61,11 +60,11 @@ impl<W: Write + Send> Reporter for GitHub<W> {
 }
 
 /// The step's `status` and `failed_batches` outputs.
-pub fn step_outputs(outcome: &RunOutcome) -> (&'static str, String) {
-    let failed: Vec<&str> = outcome
+pub fn step_outputs(run: &RunResult) -> (&'static str, String) {
+    let failed: Vec<&str> = run
         .batches
         .iter()
-        .filter(|b| b.verdict != Verdict::Passed)
+        .filter(|b| !b.passed())
         .map(|b| b.record.batch.as_str())
         .collect();
     let status = if failed.is_empty() {
@@ -82,10 +81,10 @@ const MAX_ANNOTATIONS: usize = 50;
 
 /// One `::error` line per failing test case (at most [`MAX_ANNOTATIONS`]), and one per
 /// batch that did not get to report (timeout, cancel, infrastructure).
-pub fn annotations(outcome: &RunOutcome) -> String {
+pub fn annotations(run: &RunResult) -> String {
     let mut out = String::new();
     let mut written = 0;
-    for b in &outcome.batches {
+    for b in &run.batches {
         let r = &b.record;
         for c in b.failing() {
             written += 1;
@@ -123,9 +122,9 @@ mod tests {
 
     #[test]
     fn annotations_and_outputs_of_a_mixed_run() {
-        let outcome = sample::outcome();
-        insta::assert_snapshot!(annotations(&outcome));
-        assert_eq!(step_outputs(&outcome), ("failed", "4a,8b".to_string()));
+        let run = sample::run();
+        insta::assert_snapshot!(annotations(&run));
+        assert_eq!(step_outputs(&run), ("failed", "4a,8b".to_string()));
     }
 
     #[test]

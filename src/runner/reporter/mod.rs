@@ -7,33 +7,16 @@ pub mod files;
 pub mod github;
 pub mod terminal;
 
+use super::ending::BatchResult;
+pub use super::error::ReporterError;
 use super::event::Event;
-use super::outcome::{BatchResult, Verdict};
-use super::record::reproduce_line;
-
-/// A reporter could not write what it owns (a reports file).
-#[derive(Debug, thiserror::Error)]
-#[error("{what}: {source}")]
-pub struct ReportError {
-    pub what: String,
-    #[source]
-    pub source: std::io::Error,
-}
-
-impl ReportError {
-    pub fn new(what: impl Into<String>, source: std::io::Error) -> ReportError {
-        ReportError {
-            what: what.into(),
-            source,
-        }
-    }
-}
+use super::results::record::reproduce_line;
 
 /// Something that renders the runner's events. An error is the runner's to handle: a
 /// batch whose `log.txt` cannot be made fails as an infrastructure error, a run whose
 /// `result.json` or `summary.md` cannot be written ends with one.
 pub trait Reporter: Send {
-    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError>;
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError>;
 }
 
 /// Several reporters, in order. An error stops the event there: the reporters after
@@ -54,7 +37,7 @@ impl Fanout {
 }
 
 impl Reporter for Fanout {
-    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         self.0.iter_mut().try_for_each(|r| r.handle(event))
     }
 }
@@ -103,7 +86,7 @@ pub fn code_span(text: &str) -> String {
 pub fn summary_markdown(results: &[BatchResult]) -> String {
     let mut s = summary_uncut(results);
     if s.len() > MAX_SUMMARY_BYTES {
-        s = crate::runner::junit::truncate(s, MAX_SUMMARY_BYTES);
+        s = crate::runner::results::junit::truncate(s, MAX_SUMMARY_BYTES);
         s.push_str("\n\n(summary cut at 512 KiB; see each batch's result.json and junit.xml)\n");
     }
     s
@@ -127,7 +110,7 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             r.duration_s
         ));
     }
-    for b in results.iter().filter(|b| b.verdict != Verdict::Passed) {
+    for b in results.iter().filter(|b| !b.passed()) {
         let r = &b.record;
         s.push_str(&format!("\n### {} ({})\n\n", r.batch, r.status.as_str()));
         if let Some(m) = &r.message {
@@ -160,15 +143,15 @@ pub(crate) mod sample {
     use std::collections::BTreeMap;
     use std::path::PathBuf;
 
-    use crate::runner::junit::{Case, Outcome, Totals};
-    use crate::runner::outcome::{BatchResult, RunOutcome, Verdict};
-    use crate::runner::record::{GpuRef, RunRecord, SourceInfo};
+    use crate::runner::ending::{BatchResult, RunResult, Status};
+    use crate::runner::results::junit::{Case, CaseStatus, Totals};
+    use crate::runner::results::record::{GpuRef, RunRecord, SourceInfo};
 
-    fn case(name: &str, outcome: Outcome, message: Option<&str>, file: Option<&str>) -> Case {
+    fn case(name: &str, status: CaseStatus, message: Option<&str>, file: Option<&str>) -> Case {
         Case {
             classname: "tests.test_model".into(),
             name: name.into(),
-            outcome,
+            status,
             message: message.map(str::to_string),
             time_s: Some(0.5),
             file: file.map(str::to_string),
@@ -176,18 +159,13 @@ pub(crate) mod sample {
         }
     }
 
-    fn result(
-        batch: &str,
-        verdict: Verdict,
-        message: Option<&str>,
-        cases: Vec<Case>,
-    ) -> BatchResult {
+    fn result(batch: &str, status: Status, message: Option<&str>, cases: Vec<Case>) -> BatchResult {
         let tests = Totals::of(&cases);
         let record = RunRecord {
             schema: 1,
             batch: batch.into(),
-            status: verdict.status(),
-            exit_code: verdict.exit_code(),
+            status,
+            exit_code: status.exit_code(None),
             image: format!("sha256:{}", "a".repeat(64)),
             lockset: format!("sha256:{}", "b".repeat(64)),
             source: SourceInfo {
@@ -222,7 +200,6 @@ pub(crate) mod sample {
             changed_file: None,
         };
         BatchResult {
-            verdict,
             record,
             cases,
             record_path: PathBuf::from(format!("/r/{batch}/result.json")),
@@ -230,33 +207,33 @@ pub(crate) mod sample {
         }
     }
 
-    pub fn outcome() -> RunOutcome {
-        RunOutcome {
+    pub fn run() -> RunResult {
+        RunResult {
             batches: vec![
                 result(
                     "unit",
-                    Verdict::Passed,
+                    Status::Passed,
                     None,
-                    vec![case("test_ok", Outcome::Passed, None, None)],
+                    vec![case("test_ok", CaseStatus::Passed, None, None)],
                 ),
                 result(
                     "4a",
-                    Verdict::Failed,
+                    Status::Failed,
                     Some("1 failed, 1 errors"),
                     vec![
-                        case("test_ok", Outcome::Passed, None, None),
+                        case("test_ok", CaseStatus::Passed, None, None),
                         case(
                             "test_loss",
-                            Outcome::Failed,
+                            CaseStatus::Failed,
                             Some("loss 0.9 > 0.5: diverged, again"),
                             Some("tests/test_model.py"),
                         ),
-                        case("test_nccl", Outcome::Error, None, None),
+                        case("test_nccl", CaseStatus::Error, None, None),
                     ],
                 ),
                 result(
                     "8b",
-                    Verdict::Timeout,
+                    Status::Timeout,
                     Some("the batch hit its timeout of 30m"),
                     Vec::new(),
                 ),
@@ -271,7 +248,7 @@ pub(crate) mod sample {
 mod tests {
     #[test]
     fn summary_markdown_of_a_mixed_run() {
-        insta::assert_snapshot!(super::summary_markdown(&super::sample::outcome().batches));
+        insta::assert_snapshot!(super::summary_markdown(&super::sample::run().batches));
     }
 
     #[test]

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use super::{ReportError, Reporter};
+use super::{Reporter, ReporterError};
 use crate::gpu::WaitReport;
 use crate::report;
+use crate::runner::cleanup::sweep::{Note, Swept};
+use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
-use crate::runner::outcome::{RunOutcome, Verdict};
-use crate::runner::record::{RunRecord, reproduce_line};
-use crate::runner::sweep::{Note, Swept};
+use crate::runner::results::record::{RunRecord, reproduce_line};
 
 /// Shows that something waits for GPUs: a live line on a terminal (redrawn every
 /// 0.5 s, cleared when the wait ends), else a log line every 30 s, the first at once so
@@ -160,11 +160,10 @@ pub fn verdict_line(r: &RunRecord) -> String {
 }
 
 /// How to replay each batch that did not pass.
-pub fn replay_lines(outcome: &RunOutcome) -> Vec<String> {
-    outcome
-        .batches
+pub fn replay_lines(run: &RunResult) -> Vec<String> {
+    run.batches
         .iter()
-        .filter(|b| b.verdict != Verdict::Passed)
+        .filter(|b| !b.passed())
         .map(|b| {
             format!(
                 "batch {} {}; replay it locally: {}",
@@ -177,7 +176,7 @@ pub fn replay_lines(outcome: &RunOutcome) -> Vec<String> {
 }
 
 impl<W: Write + Send> Reporter for Terminal<W> {
-    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReportError> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match event {
             Event::Swept { scope, swept } => {
                 print_sweep_notes(swept);
@@ -228,8 +227,8 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                 report::error(error, error.details());
             }
             Event::BatchEnded { result } => report::info(verdict_line(&result.record)),
-            Event::RunEnded { outcome } => {
-                for line in replay_lines(outcome) {
+            Event::RunEnded { run } => {
+                for line in replay_lines(run) {
                     report::info(line);
                 }
             }
@@ -266,13 +265,13 @@ mod line_tests {
 
     #[test]
     fn verdict_and_replay_lines_of_a_mixed_run() {
-        let outcome = sample::outcome();
-        let mut lines: Vec<String> = outcome
+        let run = sample::run();
+        let mut lines: Vec<String> = run
             .batches
             .iter()
             .map(|b| verdict_line(&b.record))
             .collect();
-        lines.extend(replay_lines(&outcome));
+        lines.extend(replay_lines(&run));
         insta::assert_snapshot!(lines.join("\n"));
     }
 }

@@ -10,7 +10,7 @@ use quick_xml::events::{BytesStart, Event};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub enum CaseStatus {
     Passed,
     Failed,
     Error,
@@ -22,7 +22,7 @@ pub enum Outcome {
 pub struct Case {
     pub classname: String,
     pub name: String,
-    pub outcome: Outcome,
+    pub status: CaseStatus,
     /// The failure, error or skip message.
     pub message: Option<String>,
     pub time_s: Option<f64>,
@@ -89,11 +89,11 @@ impl Totals {
     /// Counts one case.
     pub fn count(&mut self, c: &Case) {
         self.total += 1;
-        match c.outcome {
-            Outcome::Passed => self.passed += 1,
-            Outcome::Failed => self.failed += 1,
-            Outcome::Error => self.errors += 1,
-            Outcome::Skipped => {
+        match c.status {
+            CaseStatus::Passed => self.passed += 1,
+            CaseStatus::Failed => self.failed += 1,
+            CaseStatus::Error => self.errors += 1,
+            CaseStatus::Skipped => {
                 self.skipped += 1;
                 let mut reason = c
                     .message
@@ -128,7 +128,7 @@ impl Collected {
     /// the place of a kept passing one, so failures are never the ones dropped).
     pub fn add(&mut self, c: Case) {
         self.totals.count(&c);
-        let failing = matches!(c.outcome, Outcome::Failed | Outcome::Error);
+        let failing = matches!(c.status, CaseStatus::Failed | CaseStatus::Error);
         if self.cases.len() < MAX_CASES_KEPT {
             if !failing {
                 self.replaceable.push(self.cases.len());
@@ -159,7 +159,7 @@ fn case(e: &BytesStart<'_>) -> Case {
     Case {
         classname: text_attr(e, "classname").unwrap_or_default(),
         name: text_attr(e, "name").unwrap_or_default(),
-        outcome: Outcome::Passed,
+        status: CaseStatus::Passed,
         message: None,
         time_s: attr(e, "time").and_then(|t| t.parse().ok()),
         file: text_attr(e, "file"),
@@ -191,14 +191,14 @@ pub fn parse_into(xml: &str, out: &mut Collected) -> Result<(), String> {
                 if matches!(e.name().as_ref(), "failure" | "error" | "skipped") =>
             {
                 if let Some(c) = current.as_mut() {
-                    let outcome = match e.name().as_ref() {
-                        "failure" => Outcome::Failed,
-                        "error" => Outcome::Error,
-                        _ => Outcome::Skipped,
+                    let status = match e.name().as_ref() {
+                        "failure" => CaseStatus::Failed,
+                        "error" => CaseStatus::Error,
+                        _ => CaseStatus::Skipped,
                     };
                     // A failure outranks a skip written in the same case.
-                    if c.outcome == Outcome::Passed || outcome != Outcome::Skipped {
-                        c.outcome = outcome;
+                    if c.status == CaseStatus::Passed || status != CaseStatus::Skipped {
+                        c.status = status;
                         c.message = text_attr(&e, "message");
                     }
                     in_result = true;
@@ -311,19 +311,19 @@ more</error></testcase>
     #[test]
     fn cases_beyond_the_cap_are_counted_and_failures_kept() {
         let mut c = Collected::default();
-        let case = |name: String, outcome| Case {
+        let case = |name: String, status| Case {
             classname: String::new(),
             name,
-            outcome,
+            status,
             message: Some("x".repeat(5000)),
             time_s: None,
             file: None,
             line: None,
         };
         for i in 0..MAX_CASES_KEPT + 10 {
-            c.add(case(format!("ok{i}"), Outcome::Passed));
+            c.add(case(format!("ok{i}"), CaseStatus::Passed));
         }
-        c.add(case("bad".into(), Outcome::Failed));
+        c.add(case("bad".into(), CaseStatus::Failed));
         assert_eq!(c.cases.len(), MAX_CASES_KEPT);
         assert_eq!(c.totals.total, MAX_CASES_KEPT + 11);
         assert_eq!(c.totals.failed, 1);

@@ -7,7 +7,29 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::manifest::{self, HostMount, Manifest, ManifestError};
+use crate::manifest::{self, Manifest, ManifestError};
+use crate::yaml::Mark;
+
+/// A host mount as checked on this host: what the manifest names, and the path the
+/// engine is given (the source as the kernel resolved it).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ResolvedMount {
+    /// As the manifest names it.
+    pub source: PathBuf,
+    pub target: String,
+    /// The source as the kernel resolves it: what the engine mounts.
+    #[serde(rename = "resolved")]
+    pub host_path: PathBuf,
+    /// Mount points below the source on this host.
+    #[serde(skip)]
+    pub submounts: Vec<PathBuf>,
+    /// Where the manifest names it.
+    #[serde(skip)]
+    pub mark: Mark,
+}
+
+/// The checked mounts of each batch of a run, by batch name.
+pub type HostMounts = indexmap::IndexMap<String, Vec<ResolvedMount>>;
 
 /// The host folders of a run that no mount may be, hold, or lie inside.
 pub struct RunFolders<'a> {
@@ -34,15 +56,15 @@ fn engine_sockets() -> Vec<PathBuf> {
         .collect()
 }
 
-/// Checks every mount of the named batches on this host and records, on each, the path
+/// Checks every mount of the named batches on this host and resolves each to the path
 /// the engine will be given: the source resolved, allowed, a folder or a plain file,
 /// holding no engine socket, apart from the run's own folders, and reached only through
 /// folders that nobody but root and this user can change.
 pub fn check_host(
-    m: &mut Manifest,
+    m: &Manifest,
     names: &[String],
     run: &RunFolders<'_>,
-) -> Result<(), ManifestError> {
+) -> Result<HostMounts, ManifestError> {
     let sockets = engine_sockets();
     let ours: Vec<(PathBuf, &str)> = [
         (
@@ -71,11 +93,13 @@ pub fn check_host(
     // Read once, and only when a batch has mounts.
     let mut mount_points: Option<Vec<PathBuf>> = None;
     let path = m.path.display().to_string();
+    let mut checked = HostMounts::new();
     for name in names {
-        let Some(batch) = m.batches.get_mut(name) else {
+        let Some(batch) = m.batches.get(name) else {
             continue;
         };
-        for mount in &mut batch.container.mounts {
+        let checked_here = checked.entry(name.clone()).or_default();
+        for mount in &batch.container.mounts {
             let at = |message: String| ManifestError::At {
                 path: path.clone(),
                 mark: mount.mark,
@@ -130,16 +154,22 @@ pub fn check_host(
             if let Some(why) = changeable_by_others(&real, me) {
                 return Err(resolved(why));
             }
-            mount.host_path = Some(real.clone());
-            mount.submounts = mount_points
+            let submounts = mount_points
                 .get_or_insert_with(mount_points_now)
                 .iter()
                 .filter(|p| p.starts_with(&real) && **p != real)
                 .cloned()
                 .collect();
+            checked_here.push(ResolvedMount {
+                source: mount.source.clone(),
+                target: mount.target.clone(),
+                host_path: real,
+                submounts,
+                mark: mount.mark,
+            });
         }
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// The folders of the GitHub Actions runner cibox runs under, if any: its install
@@ -199,25 +229,22 @@ fn resolve_lenient(p: &Path) -> PathBuf {
 /// writable, so cibox binds only the folder itself there, and a mount below would be
 /// missing from the batch without a word.
 pub fn check_engine(
-    m: &Manifest,
-    names: &[String],
+    manifest: &Path,
+    mounts: &HostMounts,
     engine: &EngineFacts,
 ) -> Result<(), ManifestError> {
     let root_dir = engine
         .root_dir
         .as_deref()
         .map(|d| resolve_lenient(Path::new(d)));
-    for name in names {
-        let Some(batch) = m.batches.get(name) else {
-            continue;
-        };
-        for mount in &batch.container.mounts {
+    for (name, batch_mounts) in mounts {
+        for mount in batch_mounts {
             let at = |message: String| ManifestError::At {
-                path: m.path.display().to_string(),
+                path: manifest.display().to_string(),
                 mark: mount.mark,
                 message: format!("batches.{name}.container.mounts: {message}"),
             };
-            let real = engine_source(mount);
+            let real = mount.host_path.as_path();
             if let Some(root) = &root_dir
                 && (root.starts_with(real) || real.starts_with(root))
             {
@@ -253,11 +280,6 @@ pub struct EngineFacts {
     pub recursive_read_only: bool,
     /// `DockerRootDir`.
     pub root_dir: Option<String>,
-}
-
-/// What the engine mounts for `mount`: the resolved path `check_host` recorded.
-pub fn engine_source(mount: &HostMount) -> &Path {
-    mount.host_path.as_deref().unwrap_or(&mount.source)
 }
 
 /// Why someone other than root and `me` could replace `real` (or a folder on the way to
@@ -391,23 +413,40 @@ mod tests {
     fn the_engines_data_root_is_refused_wherever_it_is() {
         let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {mounts: [\"/data/docker/containers:/c\", \"/data/models:/m\"]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\n";
         let m = crate::manifest::Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        // As the host check would resolve them where no link leads elsewhere.
+        let mounts: HostMounts = [(
+            "b".to_string(),
+            m.batches["b"]
+                .container
+                .mounts
+                .iter()
+                .map(|hm| ResolvedMount {
+                    source: hm.source.clone(),
+                    target: hm.target.clone(),
+                    host_path: hm.source.clone(),
+                    submounts: Vec::new(),
+                    mark: hm.mark,
+                })
+                .collect(),
+        )]
+        .into();
         let facts = |root: &str| EngineFacts {
             api: "1.41".into(),
             recursive_read_only: false,
             root_dir: Some(root.into()),
         };
-        let err = check_engine(&m, &["b".to_string()], &facts("/data/docker"))
+        let err = check_engine(&m.path, &mounts, &facts("/data/docker"))
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("cibox.yaml:4:22: batches.b.container.mounts: source `/data/docker/containers` is, holds or lies in the engine's data root /data/docker"),
             "{err}"
         );
-        let err = check_engine(&m, &["b".to_string()], &facts("/data/models/docker"))
+        let err = check_engine(&m.path, &mounts, &facts("/data/models/docker"))
             .unwrap_err()
             .to_string();
         assert!(err.contains("source `/data/models`"), "{err}");
-        check_engine(&m, &["b".to_string()], &facts("/srv/docker")).unwrap();
+        check_engine(&m.path, &mounts, &facts("/srv/docker")).unwrap();
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! Sweeping the containers of dead runs: what a killed cibox left behind.
 
-use super::error::RunError;
-use crate::engine::{ContainerInfo, Engine};
-use crate::lockdir::LockDir;
-
-use super::container;
 use std::path::PathBuf;
+
+use crate::engine::{ContainerEngine, ContainerInfo};
+use crate::lockdir::LockDir;
+use crate::runner::container;
+use crate::runner::error::RunError;
 
 use crate::labels::{
     LABEL_HOST, LABEL_LOCK_DIR, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE,
@@ -113,7 +113,7 @@ pub fn candidate(c: &ContainerInfo, scope: Option<&str>, host: &str) -> Candidat
 
 /// Judges one listed container and removes it if its run is dead; whether it did.
 fn sweep_one(
-    engine: &Engine,
+    engine: &dyn ContainerEngine,
     c: &ContainerInfo,
     scope: Option<&str>,
     runs: &LockDir,
@@ -153,7 +153,7 @@ fn sweep_one(
 /// free is a dead run; a run that cannot be placed counts as alive. Then forgets the
 /// records in `runs` of the dead runs swept.
 pub fn sweep(
-    engine: &Engine,
+    engine: &dyn ContainerEngine,
     project: Option<&str>,
     scope: Option<&str>,
     runs: &LockDir,

@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use super::junit::{Case, Outcome};
+use super::junit::{Case, CaseStatus};
 
 /// Why a step the batch never announced fails a batch that exited 0.
 const UNSEEN: &str = "did not run: the batch exited 0 before this step was announced (an earlier step that runs `exec` or `exit` ends the script), or its output was lost";
@@ -94,7 +94,7 @@ impl StepTracker {
         let last = self.started.len();
         (0..self.markers.len())
             .map(|i| {
-                let (outcome, time_s, message) = if i < last {
+                let (status, time_s, message) = if i < last {
                     let end = self.started.get(i + 1).copied().unwrap_or(ended_at);
                     let secs = end.saturating_duration_since(self.started[i]).as_secs_f64();
                     let failed = !succeeded && i + 1 == last;
@@ -103,18 +103,18 @@ impl StepTracker {
                         String::from_utf8_lossy(&tail[tail.len().saturating_sub(TAIL_BYTES)..])
                             .into_owned();
                     if failed {
-                        (Outcome::Failed, Some(secs), Some(tail))
+                        (CaseStatus::Failed, Some(secs), Some(tail))
                     } else {
-                        (Outcome::Passed, Some(secs), None)
+                        (CaseStatus::Passed, Some(secs), None)
                     }
                 } else if succeeded {
                     // The batch ended well without reaching this step: an earlier one
                     // ended the script (`exec`, `exit 0`), or its output was lost.
                     // Either way nobody saw it pass.
-                    (Outcome::Failed, None, Some(UNSEEN.to_string()))
+                    (CaseStatus::Failed, None, Some(UNSEEN.to_string()))
                 } else {
                     (
-                        Outcome::Skipped,
+                        CaseStatus::Skipped,
                         None,
                         Some("not reached: an earlier step failed".to_string()),
                     )
@@ -122,7 +122,7 @@ impl StepTracker {
                 Case {
                     classname: batch.to_string(),
                     name: format!("step {}: {}", i + 1, self.names[i]),
-                    outcome,
+                    status,
                     message,
                     time_s,
                     file: None,
@@ -151,10 +151,10 @@ mod tests {
         let cases = t.cases("scripts", Instant::now(), false);
         assert_eq!(cases.len(), 3);
         assert_eq!(cases[0].name, "step 1: ./a.sh");
-        assert_eq!(cases[0].outcome, Outcome::Passed);
+        assert_eq!(cases[0].status, CaseStatus::Passed);
         // A marker out of order (c before b) is output, not a step.
         assert!(cases[0].message.is_none());
-        assert_eq!(cases[1].outcome, Outcome::Failed);
+        assert_eq!(cases[1].status, CaseStatus::Failed);
         assert!(
             cases[1]
                 .message
@@ -162,15 +162,15 @@ mod tests {
                 .unwrap()
                 .ends_with("B out\nboom\n")
         );
-        assert_eq!(cases[2].outcome, Outcome::Skipped);
+        assert_eq!(cases[2].status, CaseStatus::Skipped);
         let ok = t.cases("scripts", Instant::now(), true);
-        assert!(ok[..2].iter().all(|c| c.outcome == Outcome::Passed));
+        assert!(ok[..2].iter().all(|c| c.status == CaseStatus::Passed));
         // Step 3 never came: an `exec` or `exit 0` in step 2 ended the script.
-        assert_eq!(ok[2].outcome, Outcome::Failed);
+        assert_eq!(ok[2].status, CaseStatus::Failed);
         assert!(ok[2].message.as_deref().unwrap().starts_with("did not run"));
         // Glued onto a line step 2 left without a newline.
         t.feed(b"no newline herecibox run: ./c.sh\n");
         let all = t.cases("scripts", Instant::now(), true);
-        assert!(all.iter().all(|c| c.outcome == Outcome::Passed));
+        assert!(all.iter().all(|c| c.status == CaseStatus::Passed));
     }
 }

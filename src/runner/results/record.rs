@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::junit::Totals;
+use crate::nofollow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -116,7 +117,7 @@ pub struct RunRecord {
     pub cases_left_out: usize,
     /// What was copied out of the batch's `/reports`.
     #[serde(default)]
-    pub reports: super::collect::Copied,
+    pub reports: super::copy::Copied,
     /// What the batch's container allowed beyond cibox's locked-down default (host
     /// mounts, IPC, ulimits, capabilities, user, network); empty when nothing.
     #[serde(default)]
@@ -127,41 +128,19 @@ pub struct RunRecord {
     pub changed_file: Option<String>,
 }
 
-/// Creates `path` as a new file, first removing whatever has that name. A container
-/// that can write the folder could have planted a symlink there (to `/etc/passwd`,
-/// say); removing unlinks the symlink itself, and creating with `O_EXCL` refuses, rather
-/// than follows, one planted in between.
-pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
-    clear(path)?;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-}
-
-/// Removes whatever has `path`'s name, a folder the batch made there included.
-fn clear(path: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(md) if md.is_dir() => super::batch_dir::remove_tree(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 impl RunRecord {
     /// Writes `result.json` into `dir`, a folder the batch's container could write
-    /// too: nothing there is followed (see [`create_fresh`]), and the rename replaces
+    /// too: nothing there is followed (see [`nofollow::create_fresh`]), and the rename replaces
     /// whatever `result.json` is, a planted symlink included, without following it.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         use std::io::Write;
         let text = serde_json::to_string_pretty(self).expect("record serialises");
         let tmp = dir.join(".result.json.partial");
-        create_fresh(&tmp)?.write_all((text + "\n").as_bytes())?;
+        nofollow::create_fresh(&tmp)?.write_all((text + "\n").as_bytes())?;
         // A folder named result.json cannot be renamed over: remove it first.
         let path = dir.join("result.json");
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
-            clear(&path)?;
+            nofollow::clear(&path)?;
         }
         std::fs::rename(tmp, path)
     }

@@ -1,11 +1,12 @@
 //! `<reports>/<batch>/`: cibox's folder for one batch, made fresh for each run. The
 //! batch never writes there: cibox copies what is safe out of the container's own
-//! `/reports` ([`super::collect`]) and writes `log.txt` and `result.json` beside it.
+//! `/reports` ([`super::copy`]) and writes `log.txt` and `result.json` beside it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use super::error::RunError;
+use crate::nofollow;
+use crate::runner::error::RunError;
 
 /// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
 /// run that was killed (no `result.json` yet) is still known to be ours.
@@ -13,7 +14,7 @@ pub const MARKER: &str = ".cibox-batch";
 
 /// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
 /// by the run). Checked for every batch before the first starts.
-pub fn check(dir: &Path) -> Result<(), RunError> {
+pub fn refuse_foreign(dir: &Path) -> Result<(), RunError> {
     let ours = !dir.exists()
         || dir.join(MARKER).exists()
         || std::fs::symlink_metadata(dir.join("result.json")).is_ok()
@@ -39,36 +40,15 @@ fn error(dir: &Path, what: &'static str) -> impl Fn(std::io::Error) -> RunError 
 /// older cibox let a batch make unreadable included), and the new folder is cibox's,
 /// open to readers.
 pub fn prepare(dir: &Path) -> Result<(), RunError> {
-    check(dir)?;
+    refuse_foreign(dir)?;
     if std::fs::symlink_metadata(dir).is_ok() {
-        remove_tree(dir).map_err(error(dir, "clear"))?;
+        nofollow::remove_tree(dir).map_err(error(dir, "clear"))?;
     }
     std::fs::create_dir_all(dir).map_err(error(dir, "create"))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
         .map_err(error(dir, "create"))?;
-    super::record::create_fresh(&dir.join(MARKER)).map_err(error(dir, "write in"))?;
+    nofollow::create_fresh(&dir.join(MARKER)).map_err(error(dir, "write in"))?;
     Ok(())
-}
-
-/// Removes a tree a batch wrote, making its folders passable first (a batch can leave
-/// one at mode 000, which would stop a plain removal halfway).
-pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    let md = std::fs::symlink_metadata(dir)?;
-    if !md.is_dir() {
-        return std::fs::remove_file(dir);
-    }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-        }
-    }
-    std::fs::remove_dir_all(dir)
 }
 
 #[cfg(test)]

@@ -1,0 +1,264 @@
+//! The container a batch runs in: name, labels, environment, limits, mounts.
+//!
+//! Locked down: the invoking uid:gid (never root: 65534:65534 when cibox runs as root),
+//! all capabilities dropped, no-new-privileges, an init process, pids/cpu/memory/shm
+//! limits (swap adds nothing), network `none` unless the manifest says otherwise, the
+//! source read-only at `/src` (its git credentials masked), only `/reports` writable
+//! from the host, no engine socket, no host variable but `pass_env`.
+//!
+//! What a manifest may loosen, each recorded in `result.json`: read-only host mounts,
+//! the host's IPC namespace, ulimits, three capabilities given back, and the user
+//! (`root` in the container still has no other capability and no-new-privileges).
+
+mod body;
+pub mod git_mask;
+pub mod mounts;
+mod script;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use crate::image::ImageId;
+use crate::labels::*;
+use crate::manifest::{Batch, ContainerUser, GpuDriver, Ipc, Manifest, Network, Ulimit};
+pub use mounts::ResolvedMount;
+use script::script;
+
+/// What names and labels a run's containers, the same for each of its batches.
+pub struct Identity<'a> {
+    pub project: &'a str,
+    pub scope: &'a str,
+    pub run_id: &'a str,
+    pub host: &'a str,
+    pub source: &'a Path,
+    pub source_sha: Option<&'a str>,
+    pub fast: bool,
+    pub uid: u32,
+    pub gid: u32,
+    /// The host's values of `pass_env`.
+    pub pass_env: &'a BTreeMap<String, String>,
+    /// The lock dir holding the run's lock.
+    pub lock_dir: &'a Path,
+}
+
+/// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainerPlan {
+    pub name: String,
+    pub gpus: u32,
+    image: String,
+    labels: HashMap<String, String>,
+    env: Vec<String>,
+    /// The manifest's variables for this batch (recorded; no host values).
+    pub manifest_env: BTreeMap<String, String>,
+    script: String,
+    binds: Vec<String>,
+    /// Who the batch runs as (`uid:gid`); the container's keeper is root.
+    user: String,
+    uid: u32,
+    gid: u32,
+    disk: u64,
+    reports_size: u64,
+    m_cpus: Option<f64>,
+    memory: Option<i64>,
+    shm: i64,
+    pids: i64,
+    network: Network,
+    driver: GpuDriver,
+    /// Host mounts, as the host check resolved them.
+    mounts: Vec<ResolvedMount>,
+    ipc: Ipc,
+    ulimits: BTreeMap<String, Ulimit>,
+    cap_add: Vec<String>,
+    /// What the container allows beyond the locked-down default, for the record.
+    loosened: serde_json::Value,
+}
+
+impl ContainerPlan {
+    /// What runs the batch: its script, in `sh`, as [`ContainerPlan::user`].
+    pub fn steps(&self) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), self.script.clone()]
+    }
+
+    /// The size of `/reports`, and so the most that is copied out of it.
+    pub fn reports_size(&self) -> u64 {
+        self.reports_size
+    }
+
+    /// What the container allows beyond the locked-down default, for the record.
+    pub fn loosened(&self) -> serde_json::Value {
+        self.loosened.clone()
+    }
+
+    /// The host mounts, as the host check resolved them.
+    pub fn mounts(&self) -> &[ResolvedMount] {
+        &self.mounts
+    }
+
+    /// Who the batch runs as, `uid:gid`.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The memory limit as the manifest writes it (`none` without one).
+    pub fn memory_text(&self) -> String {
+        self.memory.map_or("none".to_string(), |m| {
+            crate::units::Size(m as u64).to_string()
+        })
+    }
+
+    /// `user` is who the batch runs as (the invoker, or what its `container.user` says);
+    /// `mounts` are its host mounts as the host check resolved them.
+    pub fn new(
+        m: &Manifest,
+        batch_name: &str,
+        batch: &Batch,
+        id: &Identity<'_>,
+        user: (u32, u32),
+        image: &ImageId,
+        mounts: Vec<ResolvedMount>,
+    ) -> ContainerPlan {
+        let c = &batch.container;
+        let name = format!(
+            "cibox-{}-{}-{}-{}",
+            sanitize(id.project),
+            sanitize(id.scope),
+            sanitize(batch_name),
+            &id.run_id[..8.min(id.run_id.len())]
+        );
+        let manifest_env = manifest_env(batch, id.fast);
+        let env = environment(&manifest_env, batch_name, batch, id);
+        let labels = HashMap::from([
+            (LABEL_OWNER.to_string(), "cibox".to_string()),
+            (LABEL_PROJECT.to_string(), id.project.to_string()),
+            (LABEL_SCOPE.to_string(), id.scope.to_string()),
+            (LABEL_RUN.to_string(), id.run_id.to_string()),
+            (LABEL_BATCH.to_string(), batch_name.to_string()),
+            (
+                LABEL_SOURCE.to_string(),
+                id.source_sha.unwrap_or("none").to_string(),
+            ),
+            (LABEL_GPUS.to_string(), String::new()),
+            (LABEL_HOST.to_string(), id.host.to_string()),
+            (
+                LABEL_LOCK_DIR.to_string(),
+                id.lock_dir.display().to_string(),
+            ),
+        ]);
+        ContainerPlan {
+            name,
+            gpus: batch.gpus,
+            image: image.to_string(),
+            labels,
+            env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            manifest_env,
+            script: script(m, batch),
+            binds: vec![format!("{}:/src:ro", id.source.display())],
+            user: format!("{}:{}", user.0, user.1),
+            uid: user.0,
+            gid: user.1,
+            disk: c.disk.0,
+            reports_size: c.reports_size.0,
+            m_cpus: c.cpus,
+            memory: c.memory.map(|s| s.0 as i64),
+            shm: c.shm.0 as i64,
+            pids: i64::from(c.pids),
+            network: c.network,
+            driver: c.gpu_driver,
+            loosened: loosenings(batch, &mounts),
+            mounts,
+            ipc: c.ipc,
+            ulimits: c.ulimits.clone(),
+            cap_add: c.cap_add.clone(),
+        }
+    }
+}
+
+/// The manifest-defined environment of a batch (no host values), for the record.
+pub fn manifest_env(batch: &Batch, fast: bool) -> BTreeMap<String, String> {
+    let mut env = batch.container.env.clone();
+    env.extend(batch.env.clone());
+    if fast {
+        env.extend(batch.fast_env.clone());
+    }
+    env
+}
+
+/// The container's environment: the manifest's, the host values this batch's
+/// `pass_env` names, and cibox's own.
+fn environment(
+    manifest_env: &BTreeMap<String, String>,
+    batch_name: &str,
+    batch: &Batch,
+    id: &Identity<'_>,
+) -> BTreeMap<String, String> {
+    let mut env = manifest_env.clone();
+    // Only what this batch's `pass_env` names (each batch may name its own).
+    env.extend(
+        id.pass_env
+            .iter()
+            .filter(|(k, _)| batch.container.pass_env.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    env.insert("HOME".into(), "/tmp".into());
+    env.insert("CIBOX_REPORTS".into(), "/reports".into());
+    env.insert("CIBOX_BATCH".into(), batch_name.into());
+    env.insert("CIBOX_FAST".into(), if id.fast { "1" } else { "0" }.into());
+    if batch.gpus == 0 {
+        // CPU batches see no GPU, whatever the runtime's defaults.
+        env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
+        env.insert("CUDA_VISIBLE_DEVICES".into(), String::new());
+    } else {
+        env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+    }
+    env
+}
+
+/// What a batch's container allows beyond cibox's locked-down default, for the record:
+/// host mounts (with the path each resolved to), IPC, ulimits, capabilities, user,
+/// network; empty when nothing.
+fn loosenings(batch: &Batch, mounts: &[ResolvedMount]) -> serde_json::Value {
+    let c = &batch.container;
+    let mut out = serde_json::Map::new();
+    if !mounts.is_empty() {
+        out.insert("mounts".into(), serde_json::json!(mounts));
+    }
+    if c.ipc == Ipc::Host {
+        out.insert("ipc".into(), "host".into());
+    }
+    if !c.ulimits.is_empty() {
+        out.insert("ulimits".into(), serde_json::json!(c.ulimits));
+    }
+    if !c.cap_add.is_empty() {
+        out.insert("cap_add".into(), serde_json::json!(c.cap_add));
+    }
+    if c.user != ContainerUser::Invoker {
+        out.insert("user".into(), c.user.to_string().into());
+    }
+    if c.network != Network::None {
+        out.insert("network".into(), serde_json::json!(c.network));
+    }
+    serde_json::Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_what_the_engine_allows() {
+        assert_eq!(sanitize("local-jo hn/x"), "local-jo_hn_x");
+    }
+}

@@ -1,0 +1,54 @@
+//! The script a batch's container runs, and its keeper: the first process, which
+//! keeps the container alive until cibox has copied `/reports` out.
+
+use crate::manifest::{Batch, Manifest};
+
+/// Quotes a string for `sh` (single quotes, `'` as `'\''`).
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The script the container runs: copy the source in (`cp -R`: ownership cannot be
+/// kept without CAP_CHOWN, and the copy belongs to the batch user), install it, then the batch's
+/// preflight and run steps, stopping at the first that fails.
+pub(super) fn script(m: &Manifest, batch: &Batch) -> String {
+    let mut s = String::from(
+        "set -e\n\
+         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); the image must provide /work (mode 1777)\" >&2; exit 125; fi\n\
+         cp -R /src/. /work/\ncd /work\n",
+    );
+    let steps = m
+        .source
+        .install
+        .iter()
+        .map(|c| ("install", c))
+        .chain(batch.preflight.iter().map(|c| ("preflight", c)))
+        .chain(batch.run.iter().map(|c| ("run", c)));
+    for (phase, cmd) in steps {
+        s.push_str(&format!(
+            "echo {} >&2\n",
+            sh_quote(&format!("cibox {phase}: {cmd}"))
+        ));
+        s.push_str(cmd);
+        // A step's status is its last command's, even where `set -e` looks away (the
+        // left of `&&` or `||`, after `!`): `false && echo ok` fails the step.
+        s.push_str(
+            "\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n",
+        );
+    }
+    s
+}
+
+/// The container's first process: waits on its standard input (kept open by the
+/// engine), ignoring the signals a batch or a stop could send; needs nothing but `sh`.
+pub(super) const KEEPER: &str = "trap '' TERM INT HUP; while read -r _; do :; done";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_for_sh() {
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,317 @@
+//! One batch, from its fresh folder to its record: lease its GPUs, run its container,
+//! judge how it ended with what it left, write nothing itself (the reporters write
+//! `result.json` from [`Event::BatchEnded`]).
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::time::{Instant, SystemTime};
+
+use super::{Execution, Result};
+use crate::claims::ContainerClaims;
+use crate::gpu::lease::{Holder, Lease};
+use crate::gpu::pool::PoolGpu;
+use crate::gpu::{LeaseRequest, Waiter, Want};
+use crate::manifest::BatchVerdict;
+use crate::runner::ending::{BatchResult, ContainerEnd, judge};
+use crate::runner::error::RunError;
+use crate::runner::event::Event;
+use crate::runner::plan::BatchPlan;
+use crate::runner::results::batch_dir;
+use crate::runner::results::copy::Copied;
+use crate::runner::results::junit::{self, Case, CaseStatus};
+use crate::runner::results::record::{GpuRef, RunRecord};
+use crate::runner::results::steps::StepTracker;
+use crate::units::rfc3339;
+
+/// The most JUnit a batch's reports may hold in all.
+const MAX_REPORTS_BYTES: u64 = 256 << 20;
+/// The most failing tests named in a record (the count is in `tests`).
+const MAX_FAILED_NAMED: usize = 1000;
+
+/// What watching one batch's container found.
+#[derive(Default)]
+pub(super) struct Watched {
+    /// How much the batch printed, for the record (log.txt keeps only so much).
+    pub printed: Cell<u64>,
+    /// Its container could not be removed: its folder is not cleaned (it may still
+    /// write there) and the run's record stays when the run ends, so the run counts as
+    /// dead and a later sweep removes the container.
+    pub container_left: Cell<bool>,
+    /// What came out of its `/reports`.
+    pub reports: RefCell<Copied>,
+    /// Its steps as they came, for `verdict: exit-code`.
+    pub steps: RefCell<Option<StepTracker>>,
+}
+
+/// What a batch did, for its record.
+struct Ran<'a> {
+    ended: &'a ContainerEnd,
+    cases: &'a Cases,
+    leased: &'a [PoolGpu],
+    watched: &'a Watched,
+    started: SystemTime,
+    clock: Instant,
+}
+
+/// The batch's test cases and what judging them needs.
+struct Cases {
+    cases: Vec<Case>,
+    totals: junit::Totals,
+    dropped: usize,
+    junit_problem: Option<String>,
+    allow_empty: bool,
+}
+
+impl Execution<'_> {
+    /// Runs one batch to its status. An error here ends the run (a bad lock dir, an
+    /// unwritable reports folder); everything else ends only the batch.
+    pub(super) fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
+        batch_dir::prepare(&b.dir)?;
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        self.emit(&Event::BatchStarted { batch: b })?;
+        // The batch's GPUs, leased for its whole life.
+        let (lease, refused) = if b.gpus > 0 {
+            match self.lease(b) {
+                Ok(l) => {
+                    self.emit(&Event::LeaseGranted {
+                        batch: b,
+                        gpus: l.gpus(),
+                    })?;
+                    (Some(l), None)
+                }
+                Err(e) => (None, Some(self.failed(b, e)?)),
+            }
+        } else {
+            (None, None)
+        };
+        let leased: Vec<PoolGpu> = lease
+            .as_ref()
+            .map(|l| l.gpus().to_vec())
+            .unwrap_or_default();
+        let watched = Watched::default();
+        if b.verdict == BatchVerdict::ExitCode {
+            *watched.steps.borrow_mut() = Some(StepTracker::new(&b.run));
+        }
+        let ended = match refused {
+            Some(e) => e,
+            None => self.launch(b, lease.as_ref(), &leased, &watched)?,
+        };
+        // The container is gone (or, if the engine failed to remove it, still named
+        // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
+        drop(lease);
+        let cases = self.cases(b, &ended, &watched);
+        let record = self.record(
+            b,
+            &Ran {
+                ended: &ended,
+                cases: &cases,
+                leased: &leased,
+                watched: &watched,
+                started,
+                clock,
+            },
+        );
+        let result = BatchResult {
+            record,
+            cases: cases.cases,
+            record_path: b.dir.join("result.json"),
+            container_left: watched.container_left.get(),
+        };
+        self.emit(&Event::BatchEnded { result: &result })?;
+        Ok(result)
+    }
+
+    /// Runs the batch's container. An engine failure ends this batch, not the run: the
+    /// others still run and the summary is still written.
+    fn launch(
+        &self,
+        b: &BatchPlan,
+        lease: Option<&Lease>,
+        leased: &[PoolGpu],
+        watched: &Watched,
+    ) -> Result<ContainerEnd> {
+        let ran = self
+            .emit(&Event::Launching {
+                batch: b,
+                dir: &b.dir,
+            })
+            .and_then(|()| {
+                let fds = lease.map(|l| l.fds()).unwrap_or_default();
+                self.container(b, leased, &fds, watched)
+            });
+        match ran {
+            Ok(end) => Ok(end),
+            Err(e) => self.failed(b, e),
+        }
+    }
+
+    /// Waits in the queue for the batch's GPUs.
+    fn lease(&self, b: &BatchPlan) -> Result<Lease> {
+        let need = b.gpus as usize;
+        if need > self.pool.len() {
+            return Err(RunError::PoolTooSmall {
+                batch: b.name.clone(),
+                need,
+                pool: self.pool.len(),
+            });
+        }
+        let mut holder = Holder::this_process();
+        holder.batch = Some(b.name.clone());
+        holder.container = Some(b.container.name.clone());
+        holder.scope = Some(self.plan.scope.clone());
+        holder.run = Some(self.plan.run_id.clone());
+        let waiter = Waiter::arrive(
+            &self.lock_dir,
+            &holder,
+            need,
+            Instant::now() + self.plan.wait,
+        )?;
+        let request = LeaseRequest {
+            want: Want::Count(need),
+            pool: &self.pool,
+            policy: &self.plan.manifest.gpu.idle,
+            holder: &holder,
+            wait: self.plan.wait,
+        };
+        let mut claims =
+            ContainerClaims::asking(self.lock_dir.clone(), self.prober.clone(), self.engine);
+        let lease = waiter.lease(
+            &request,
+            |since| claims.probe_since(since).map_err(Into::into),
+            |report| {
+                // A reporter that fails here fails again, and counts, at the batch's end.
+                let _ = self.emit(&Event::Waiting { batch: b, report });
+            },
+        );
+        Ok(lease?)
+    }
+
+    /// The batch's test cases: its steps, for `verdict: exit-code` (the steps' exit
+    /// status is the verdict and each step is a case), else its JUnit reports.
+    fn cases(&self, b: &BatchPlan, ended: &ContainerEnd, watched: &Watched) -> Cases {
+        if let Some(tracker) = watched.steps.borrow_mut().take() {
+            let succeeded = matches!(ended, ContainerEnd::Exited(0));
+            let cases = tracker.cases(&b.name, Instant::now(), succeeded);
+            let totals = junit::Totals::of(&cases);
+            return Cases {
+                cases,
+                totals,
+                dropped: 0,
+                junit_problem: None,
+                allow_empty: true,
+            };
+        }
+        let (collected, junit_problem) = read_reports(&b.dir);
+        let junit::Collected {
+            cases,
+            totals,
+            dropped,
+            ..
+        } = collected;
+        Cases {
+            cases,
+            totals,
+            dropped,
+            junit_problem,
+            allow_empty: b.allow_empty,
+        }
+    }
+
+    /// The batch's run record (`result.json`): its status, and what it ran on and with.
+    fn record(&self, b: &BatchPlan, ran: &Ran<'_>) -> RunRecord {
+        let Ran {
+            ended,
+            cases,
+            leased,
+            watched,
+            started,
+            clock,
+        } = *ran;
+        let (status, message) = judge(
+            ended,
+            &cases.totals,
+            cases.junit_problem.clone(),
+            cases.allow_empty,
+        );
+        let plan = self.plan;
+        RunRecord {
+            schema: 1,
+            batch: b.name.clone(),
+            status,
+            exit_code: status.exit_code(ended.cancelled_by()),
+            image: b.image.to_string(),
+            lockset: self
+                .locksets
+                .get(&b.image_name)
+                .cloned()
+                .unwrap_or_default(),
+            source: plan.source_info.clone(),
+            gpus: leased
+                .iter()
+                .map(|g| GpuRef {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                })
+                .collect(),
+            host: plan.host.clone(),
+            scope: plan.scope.clone(),
+            run: plan.run_id.clone(),
+            container: b.container.name.clone(),
+            fast: plan.fast,
+            started_at: rfc3339(started),
+            finished_at: rfc3339(SystemTime::now()),
+            duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
+            tests: cases.totals.clone(),
+            cibox_version: env!("CARGO_PKG_VERSION").to_string(),
+            manifest_digest: plan.manifest.digest.clone(),
+            gpu_count: b.gpus,
+            env: b.container.manifest_env.clone(),
+            failed_tests: cases
+                .cases
+                .iter()
+                .filter(|c| matches!(c.status, CaseStatus::Failed | CaseStatus::Error))
+                .map(Case::id)
+                .take(MAX_FAILED_NAMED)
+                .collect(),
+            message,
+            container_exit_code: ended.container_exit(),
+            output_bytes: watched.printed.get(),
+            cases_left_out: cases.dropped,
+            reports: watched.reports.take(),
+            loosened: b.container.loosened(),
+            changed_file: b.changed_file.clone(),
+        }
+    }
+}
+
+/// The test cases of the batch's JUnit reports, and the first report that could not
+/// be read.
+fn read_reports(dir: &Path) -> (junit::Collected, Option<String>) {
+    let mut collected = junit::Collected::default();
+    let mut problem = None;
+    // Bounded like each file: a batch cannot make the host read more than this.
+    let mut budget = MAX_REPORTS_BYTES;
+    for f in junit::files(dir) {
+        let size = std::fs::symlink_metadata(&f).map_or(0, |m| m.len());
+        if size > budget {
+            problem.get_or_insert(format!(
+                "JUnit report {} not read: the batch's reports pass {} MiB in all",
+                f.display(),
+                MAX_REPORTS_BYTES >> 20
+            ));
+            continue;
+        }
+        budget -= size;
+        match junit::read(&f)
+            .map_err(|e| e.to_string())
+            .and_then(|t| junit::parse_into(&t, &mut collected))
+        {
+            Ok(()) => {}
+            Err(e) => {
+                problem.get_or_insert(format!("unreadable JUnit report {}: {e}", f.display()));
+            }
+        }
+    }
+    (collected, problem)
+}

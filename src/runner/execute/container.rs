@@ -1,0 +1,237 @@
+//! The life of one batch's container: create it (with its watchdog), start it, follow
+//! its steps to their end (or its deadline, or a signal), copy `/reports` out while it
+//! still lives, and remove it by the ID we created, whatever happened.
+
+use std::os::unix::io::RawFd;
+use std::time::Instant;
+
+use super::batch::Watched;
+use super::{Execution, Result};
+use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
+use crate::gpu::pool::PoolGpu;
+use crate::runner::ending::{ContainerEnd, Status};
+use crate::runner::error::RunError;
+use crate::runner::event::Event;
+use crate::runner::plan::BatchPlan;
+use crate::runner::results::copy;
+use crate::signals;
+
+/// Grace between SIGTERM and SIGKILL when a batch times out.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Execution<'_> {
+    /// Creates, starts, follows and removes the batch's container. Never leaves it
+    /// behind.
+    pub(super) fn container(
+        &self,
+        b: &BatchPlan,
+        gpus: &[PoolGpu],
+        lease_fds: &[RawFd],
+        watched: &Watched,
+    ) -> Result<ContainerEnd> {
+        let id = self.engine.create_container(
+            &b.container.name,
+            b.container
+                .body(gpus, self.git_masks, self.engine.recursive_read_only()),
+        )?;
+        // From here on, if cibox dies the watchdog removes the container.
+        let watchdog = match (self.start_watchdog)(&id, lease_fds) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = self.engine.remove_container(&id);
+                return Err(RunError::Watchdog(e));
+            }
+        };
+        // Anonymous, it goes with the container; but one removed by someone else
+        // without its volumes leaves it.
+        let volume = self.engine.volume_at(&id, "/reports");
+        let followed = self.follow(b, &id, watched);
+        // The container still lives (its keeper waits): copy `/reports` out now.
+        if followed.is_ok() {
+            *watched.reports.borrow_mut() = self.copy_reports(b, &id);
+        }
+        // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
+        let removed = self.engine.remove(&id);
+        if removed.is_ok() {
+            watchdog.dismiss();
+        } else {
+            watched.container_left.set(true);
+        }
+        if matches!(removed, Ok(Removal::ByOthers))
+            && let Some(v) = &volume
+        {
+            let _ = self.engine.remove_volume(v);
+        }
+        let ended = followed?;
+        if removed? == Removal::ByOthers {
+            // Someone removed it while it ran (a cleanup, a person): whatever its exit
+            // code says, the batch did not fail by itself.
+            return Ok(ContainerEnd::Stopped {
+                status: Status::InfraError,
+                message: "the container was removed by someone else while the batch ran".into(),
+                exit: ended.container_exit(),
+            });
+        }
+        Ok(ended)
+    }
+
+    /// What is safe of the container's `/reports`, copied into the batch's folder.
+    fn copy_reports(&self, b: &BatchPlan, id: &str) -> copy::Copied {
+        let caps = copy::Caps::with_bytes(b.container.reports_size());
+        let mut copied = copy::Copied::default();
+        if self.engine.is_running(id) {
+            let stop = copy::StopWhen::now();
+            let archive = self
+                .engine
+                .download(id, "/reports", Box::new(move || stop.reason()));
+            copied = copy::extract(archive, &b.dir, &caps, stop);
+        }
+        // Checked after the copy too: one that raced the container's end read nothing
+        // (a copy that found nothing in a live container is no loss).
+        let nothing = copied.files == 0 && copied.skipped_count == 0;
+        if copied.stopped.is_none() && nothing && !self.engine.is_running(id) {
+            copied.stopped = Some("the container had stopped before /reports was copied: what the batch wrote there went with it".to_string());
+        }
+        copied
+    }
+
+    /// Starts the container and follows the batch's steps to their end.
+    fn follow(&self, b: &BatchPlan, id: &str, watched: &Watched) -> Result<ContainerEnd> {
+        // Whole seconds, as the engine's event filter takes them: one early, so the
+        // start's own second is in.
+        let started_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(1);
+        if let Err(why) = self.engine.start_container(id) {
+            return Ok(not_started(b, &why));
+        }
+        self.emit(&Event::ContainerStarted {
+            batch: b,
+            container: &b.container.name,
+        })?;
+        let mut signal = None;
+        let mut report_failed = None;
+        let followed = self.engine.follow_exec(
+            id,
+            Steps {
+                cmd: b.container.steps(),
+                user: b.container.user(),
+                deadline: Instant::now() + b.timeout.0,
+                grace: STOP_GRACE,
+            },
+            &mut || {
+                signal = signal.or_else(signals::received);
+                signal.is_some()
+            },
+            &mut |seen| {
+                if let Err(e) = self.emit(&self.seen(b, watched, seen)) {
+                    report_failed.get_or_insert(e);
+                }
+            },
+        );
+        self.emit(&Event::OutputEnded { batch: b })?;
+        if let Some(e) = report_failed {
+            return Err(e);
+        }
+        let FollowEnd { stopped, exit } = match followed {
+            Ok(end) => end,
+            // The batch could not be started or followed: if the container was killed
+            // from outside meanwhile, that is what to say.
+            Err(e) => {
+                return match self.engine.end_cause(id, started_at) {
+                    cause @ Ok(EndCause::KilledThroughEngine(_) | EndCause::OutOfMemory) => {
+                        Ok(why_it_ended(b, cause, None))
+                    }
+                    _ => Err(e.into()),
+                };
+            }
+        };
+        Ok(match (stopped, exit) {
+            (Some(Stop::Interrupted), _) => {
+                let signal = signal.unwrap_or(nix::sys::signal::Signal::SIGTERM);
+                ContainerEnd::Cancelled {
+                    signal,
+                    message: format!("cancelled by {signal}"),
+                    exit,
+                }
+            }
+            (Some(Stop::Deadline), _) => ContainerEnd::Stopped {
+                status: Status::Timeout,
+                message: format!("the batch hit its timeout of {}", b.timeout),
+                exit,
+            },
+            (None, Some(0)) => ContainerEnd::Exited(0),
+            (None, code) => why_it_ended(b, self.engine.end_cause(id, started_at), code),
+        })
+    }
+
+    /// The event for what following the batch saw; its output is counted and fed to
+    /// the step tracker first.
+    fn seen<'e>(&self, b: &'e BatchPlan, watched: &Watched, seen: Followed<'e>) -> Event<'e> {
+        match seen {
+            Followed::Output(bytes) => {
+                let printed = &watched.printed;
+                printed.set(printed.get() + bytes.len() as u64);
+                if let Some(t) = watched.steps.borrow_mut().as_mut() {
+                    t.feed(bytes);
+                }
+                Event::Output { batch: b, bytes }
+            }
+            Followed::DeadlinePassed => Event::TimedOut { batch: b },
+            Followed::StreamBroke(error) => Event::OutputBroke { batch: b, error },
+        }
+    }
+}
+
+/// The engine would not start the container: said with its reason, and what to install
+/// when the reason is a missing GPU runtime.
+fn not_started(b: &BatchPlan, why: &str) -> ContainerEnd {
+    let gpu_hint = if b.gpus > 0
+        && (why.contains("device driver") || why.contains("nvidia") || why.contains("cdi"))
+    {
+        "; the engine has no GPU runtime for this device request: install the NVIDIA Container Toolkit (see `cibox doctor`)"
+    } else {
+        ""
+    };
+    ContainerEnd::Stopped {
+        status: Status::InfraError,
+        message: format!("the engine could not start the container: {why}{gpu_hint}"),
+        exit: None,
+    }
+}
+
+/// A batch that ended by itself with a failing or unknown code: as the code says,
+/// unless the engine (`cause`) says someone killed it from outside, or says the batch went
+/// over its memory limit (which is the batch's failure, told plainly). When the
+/// engine cannot be asked, the exit code stands.
+fn why_it_ended(
+    b: &BatchPlan,
+    cause: Result<EndCause, EngineError>,
+    code: Option<i64>,
+) -> ContainerEnd {
+    let shown = code.map_or("unknown".to_string(), |c| c.to_string());
+    match cause {
+        Ok(EndCause::OutOfMemory) => ContainerEnd::Stopped {
+            status: Status::Failed,
+            message: format!(
+                "the batch went over its memory limit ({}) and the kernel killed it (exit {shown}); raise container.memory or make the tests use less",
+                b.container.memory_text()
+            ),
+            exit: code,
+        },
+        Ok(EndCause::KilledThroughEngine(signal)) => ContainerEnd::Stopped {
+            status: Status::InfraError,
+            message: format!(
+                "the container was killed from outside through the engine (signal {}: `docker kill`, `docker stop`, a cleanup script) while the batch ran",
+                if signal.is_empty() {
+                    "unknown"
+                } else {
+                    &signal
+                }
+            ),
+            exit: code,
+        },
+        Ok(EndCause::Itself) | Err(_) => code.map_or(ContainerEnd::Unknown, ContainerEnd::Exited),
+    }
+}

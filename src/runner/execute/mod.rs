@@ -1,0 +1,260 @@
+//! Executing a [`RunPlan`]: verify the images, hold the run's lock, sweep what dead runs
+//! left, then run each batch ([`batch`]: lease → container ([`container`]) → status →
+//! lease released) and hand back a [`RunResult`]. Everything it has to say goes to the
+//! [`Reporter`] as [`Event`]s; it prints nothing itself. It talks to the engine only
+//! through [`ContainerEngine`], so its decisions are unit-tested with a fake one
+//! ([`tests`]).
+
+mod batch;
+mod container;
+#[cfg(test)]
+mod tests;
+
+use std::os::unix::io::RawFd;
+use std::sync::{Mutex, PoisonError};
+
+use super::cleanup::sweep;
+use super::cleanup::watchdog::Watchdog;
+use super::container::git_mask;
+use super::ending::{BatchResult, ContainerEnd, RunResult, Status};
+use super::error::RunError;
+use super::event::Event;
+use super::plan::{BatchPlan, RunPlan};
+use super::reporter::Reporter;
+use super::results::batch_dir;
+use crate::engine::ContainerEngine;
+use crate::gpu::pool::{self, PoolGpu};
+use crate::gpu::probe;
+use crate::image::{self, Lockset};
+use crate::lockdir::LockDir;
+use crate::lockdir::runs::{RunInfo, RunLock};
+use crate::signals;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
+
+/// Starts the watchdog of a batch's container (see [`Watchdog::start`]).
+type StartWatchdog = fn(&str, &[RawFd]) -> std::io::Result<Watchdog>;
+
+/// Runs the plan on `engine`; each image must carry its lockset (by image name).
+pub fn execute(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+    reporter: &mut dyn Reporter,
+) -> Result<RunResult> {
+    execute_with(plan, locksets, engine, Watchdog::start, reporter)
+}
+
+fn execute_with(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+    start_watchdog: StartWatchdog,
+    reporter: &mut dyn Reporter,
+) -> Result<RunResult> {
+    source_readable(plan)?;
+    verify_images(plan, locksets, engine)?;
+    let gpu = &plan.manifest.gpu;
+    // Held for the whole run, so that a sweep by another job of this scope leaves our
+    // containers alone; taken before our first container exists.
+    let lock_dir = LockDir::open(&gpu.lock_dir, gpu.allow_network_lock_dir)?;
+    let run_info = RunInfo {
+        project: plan.manifest.project.clone(),
+        scope: plan.scope.clone(),
+    };
+    let run_lock =
+        RunLock::hold(&lock_dir, &plan.run_id, &run_info).map_err(|source| RunError::RunLocks {
+            dir: lock_dir.path().display().to_string(),
+            what: "cannot take this run's lock".into(),
+            source,
+        })?;
+    // Host-wide: a run killed in any scope leaves containers (and GPUs) behind that
+    // nobody else would remove.
+    let swept = sweep::sweep(engine, None, None, &lock_dir, &plan.host)?;
+    // Said at once: whatever fails next, these are gone.
+    reporter.handle(&Event::Swept {
+        scope: &plan.scope,
+        swept: &swept,
+    })?;
+    let prober = probe::Prober::shared_through(gpu.probe, lock_dir.path());
+    let pool = if plan.needs_gpus() {
+        // One shared with the runs that started with us will do.
+        let snap = prober.probe_since(probe::HostInstant::now())?;
+        pool::resolve(&gpu.pool, &snap).map_err(RunError::Pool)?
+    } else {
+        Vec::new()
+    };
+    for b in &plan.batches {
+        batch_dir::refuse_foreign(&b.dir)?;
+    }
+    let git_masks = git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
+    let run = Execution {
+        plan,
+        engine,
+        start_watchdog,
+        lock_dir,
+        pool,
+        prober,
+        reporter: Mutex::new(reporter),
+        locksets: locksets
+            .iter()
+            .map(|(name, l)| (name.clone(), l.digest.clone()))
+            .collect(),
+        git_masks: &git_masks.binds,
+    };
+    run.emit(&Event::RunStarted { plan })?;
+    let batches = if plan.parallel {
+        run.all_at_once()?
+    } else {
+        run.one_by_one()?
+    };
+    let stopped_by = batches
+        .iter()
+        .find_map(BatchResult::cancelled_by)
+        .or_else(signals::received);
+    if batches.iter().any(|b| b.container_left) {
+        run_lock.leave_record();
+    }
+    let result = RunResult {
+        batches,
+        stopped_by,
+        reports: plan.reports.clone(),
+    };
+    run.emit(&Event::RunEnded { run: &result })?;
+    Ok(result)
+}
+
+/// Every image the run uses, before anything starts.
+fn verify_images(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+) -> Result<()> {
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).ok_or_else(|| {
+            image::ImageError::refused(format!("no lockset was computed for image `{name}`"))
+        })?;
+        image::verify(engine, id, lockset).map_err(|e| {
+            // Which one, when the manifest has several.
+            if plan.manifest.images.len() > 1 {
+                e.for_image(name)
+            } else {
+                e
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// When batches run as another user than cibox (cibox is root, or a batch's
+/// `container.user` says so), they read `/src` as that user, without capabilities: say
+/// so now rather than fail every batch at its first `cp`.
+fn source_readable(plan: &RunPlan) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let mut users: Vec<(u32, u32)> = plan.batches.iter().map(|b| b.user).collect();
+    users.sort_unstable();
+    users.dedup();
+    for (uid, gid) in users {
+        if (uid, gid) == me {
+            continue;
+        }
+        let md = std::fs::metadata(&plan.source).map_err(|source| RunError::BatchDir {
+            dir: plan.source.display().to_string(),
+            what: "read",
+            source,
+        })?;
+        // uid 0 in the container has no capability: it reads as an owner or "other".
+        let bits = if md.uid() == uid {
+            md.mode() >> 6
+        } else if md.gid() == gid {
+            md.mode() >> 3
+        } else {
+            md.mode()
+        };
+        if bits & 0o5 != 0o5 {
+            return Err(RunError::SourceUnreadable {
+                dir: plan.source.display().to_string(),
+                mode: md.mode() & 0o7777,
+                uid,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One run in progress: what its batches share.
+struct Execution<'a> {
+    plan: &'a RunPlan,
+    engine: &'a dyn ContainerEngine,
+    start_watchdog: StartWatchdog,
+    lock_dir: LockDir,
+    pool: Vec<PoolGpu>,
+    /// Shared by the batches: NVML is opened once.
+    prober: probe::Prober,
+    reporter: Mutex<&'a mut dyn Reporter>,
+    /// Each image's lockset digest, by image name.
+    locksets: std::collections::HashMap<String, String>,
+    /// Binds that hide the source's git credentials.
+    git_masks: &'a [String],
+}
+
+impl Execution<'_> {
+    fn emit(&self, event: &Event<'_>) -> Result<()> {
+        self.reporter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handle(event)
+            .map_err(RunError::from)
+    }
+
+    /// Every batch at once; the lease queue decides which fit together.
+    fn all_at_once(&self) -> Result<Vec<BatchResult>> {
+        let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .plan
+                .batches
+                .iter()
+                .map(|b| s.spawn(|| self.batch(b)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked)))
+                .collect()
+        });
+        joined.into_iter().collect()
+    }
+
+    /// One batch after the other; a signal starts no more.
+    fn one_by_one(&self) -> Result<Vec<BatchResult>> {
+        let mut batches = Vec::new();
+        for b in &self.plan.batches {
+            if signals::received().is_some() {
+                break; // a signal between two batches: start no more
+            }
+            let result = self.batch(b)?;
+            let stop = result.status() == Status::Cancelled;
+            batches.push(result);
+            if stop {
+                break; // signals end the run at once
+            }
+        }
+        Ok(batches)
+    }
+
+    /// The ending of a batch that `e` kept from running, once reported; an error that
+    /// is the run's, not the batch's, ends the run.
+    fn failed(&self, b: &BatchPlan, e: RunError) -> Result<ContainerEnd> {
+        let Some(end) = ContainerEnd::of_error(&e) else {
+            return Err(e);
+        };
+        self.emit(&Event::BatchFailed {
+            batch: b,
+            error: &e,
+        })?;
+        Ok(end)
+    }
+}

@@ -1,0 +1,473 @@
+//! The run loop's decisions, driven by a fake engine: how a batch ends when its steps
+//! pass or fail, when it times out, is cancelled, is killed or removed from outside,
+//! loses its reports, or when its image is gone. The integration tests play the same
+//! out against a real engine; these pin the decisions themselves.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Mutex;
+
+use bollard::models::ContainerCreateBody;
+
+use super::*;
+use crate::engine::{
+    ContainerInfo, EndCause, EngineError, FollowEnd, Followed, ImageDetails, Removal, Steps, Stop,
+};
+use crate::image::lockset::{LABEL_DIGEST, LABEL_FILES};
+use crate::runner::error::ReporterError;
+use crate::runner::plan::{HostFacts, RunRequest};
+
+const IMAGE: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// How the fake engine plays a batch out.
+#[derive(Clone)]
+struct Script {
+    /// The image is present (with the source's lockset labels).
+    image_present: bool,
+    /// `create_container` fails with this.
+    create_fails: Option<fn() -> EngineError>,
+    /// What following the steps ends with, and what they print first.
+    output: &'static [u8],
+    follow: Result<FollowEnd, fn() -> EngineError>,
+    /// The container still runs after its steps (its keeper waits) when reports are
+    /// copied.
+    alive_after: bool,
+    /// The tar archive of `/reports`.
+    reports: Vec<u8>,
+    end_cause: EndCause,
+    removal: Removal,
+}
+
+impl Default for Script {
+    fn default() -> Script {
+        Script {
+            image_present: true,
+            create_fails: None,
+            output: b"cibox run: true\n",
+            follow: Ok(FollowEnd {
+                stopped: None,
+                exit: Some(0),
+            }),
+            alive_after: true,
+            reports: junit_archive(),
+            end_cause: EndCause::Itself,
+            removal: Removal::Removed,
+        }
+    }
+}
+
+/// What the engine was asked to do.
+#[derive(Default)]
+struct Calls {
+    created: Vec<String>,
+    removed: Vec<String>,
+}
+
+struct FakeEngine {
+    script: Script,
+    labels: HashMap<String, String>,
+    calls: Mutex<Calls>,
+}
+
+impl FakeEngine {
+    fn new(script: Script, lockset: &Lockset) -> FakeEngine {
+        FakeEngine {
+            script,
+            labels: HashMap::from([
+                (LABEL_DIGEST.to_string(), lockset.digest.clone()),
+                (LABEL_FILES.to_string(), lockset.text.clone()),
+            ]),
+            calls: Mutex::default(),
+        }
+    }
+}
+
+impl ContainerEngine for FakeEngine {
+    fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
+        Ok(self.script.image_present.then(|| ImageDetails {
+            id: reference.to_string(),
+            labels: self.labels.clone(),
+            repo_tags: Vec::new(),
+            size: 0,
+            layers: Vec::new(),
+        }))
+    }
+
+    fn containers_with_labels(&self, _: &[String]) -> Result<Vec<ContainerInfo>, EngineError> {
+        Ok(Vec::new())
+    }
+
+    fn recursive_read_only(&self) -> bool {
+        true
+    }
+
+    fn create_container(&self, name: &str, _: ContainerCreateBody) -> Result<String, EngineError> {
+        if let Some(fail) = self.script.create_fails {
+            return Err(fail());
+        }
+        self.calls.lock().unwrap().created.push(name.to_string());
+        Ok(format!("id-{name}"))
+    }
+
+    fn start_container(&self, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn follow_exec(
+        &self,
+        _: &str,
+        _: Steps<'_>,
+        _: &mut dyn FnMut() -> bool,
+        on: &mut dyn FnMut(Followed<'_>),
+    ) -> Result<FollowEnd, EngineError> {
+        on(Followed::Output(self.script.output));
+        match &self.script.follow {
+            Ok(end) => {
+                if end.stopped == Some(Stop::Deadline) {
+                    on(Followed::DeadlinePassed);
+                }
+                Ok(*end)
+            }
+            Err(fail) => Err(fail()),
+        }
+    }
+
+    fn is_running(&self, _: &str) -> bool {
+        self.script.alive_after
+    }
+
+    fn volume_at(&self, _: &str, _: &str) -> Option<String> {
+        Some("reports-volume".into())
+    }
+
+    fn remove_volume(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn download<'a>(
+        &'a self,
+        _: &str,
+        _: &str,
+        _: Box<dyn Fn() -> Option<String> + 'a>,
+    ) -> Box<dyn Read + 'a> {
+        Box::new(std::io::Cursor::new(self.script.reports.clone()))
+    }
+
+    fn remove(&self, id: &str) -> Result<Removal, EngineError> {
+        self.calls.lock().unwrap().removed.push(id.to_string());
+        Ok(self.script.removal)
+    }
+
+    fn end_cause(&self, _: &str, _: u64) -> Result<EndCause, EngineError> {
+        Ok(self.script.end_cause.clone())
+    }
+}
+
+/// `/reports` holding one passing JUnit case.
+fn junit_archive() -> Vec<u8> {
+    let xml = br#"<testsuite><testcase classname="t" name="ok"/></testsuite>"#;
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(xml.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "reports/junit.xml", &xml[..])
+        .unwrap();
+    b.into_inner().unwrap()
+}
+
+/// Remembers the events' kinds.
+#[derive(Default)]
+struct Recorder(Vec<&'static str>);
+
+impl Reporter for Recorder {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
+        self.0.push(match event {
+            Event::RunStarted { .. } => "run started",
+            Event::Swept { .. } => "swept",
+            Event::BatchStarted { .. } => "batch started",
+            Event::Waiting { .. } => "waiting",
+            Event::LeaseGranted { .. } => "lease granted",
+            Event::Launching { .. } => "launching",
+            Event::ContainerStarted { .. } => "container started",
+            Event::Output { .. } => "output",
+            Event::OutputEnded { .. } => "output ended",
+            Event::TimedOut { .. } => "timed out",
+            Event::OutputBroke { .. } => "output broke",
+            Event::BatchFailed { .. } => "batch failed",
+            Event::BatchEnded { .. } => "batch ended",
+            Event::RunEnded { .. } => "run ended",
+        });
+        Ok(())
+    }
+}
+
+/// A project in a temporary folder (its own lock dir and reports folder), planned for
+/// one CPU batch `b`.
+struct Project {
+    _dir: tempfile::TempDir,
+    plan: RunPlan,
+    lockset: Lockset,
+}
+
+fn project() -> Project {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("requirements.lock"), "torch==2.5\n").unwrap();
+    let text = format!(
+        "version: 1\nproject: p\nimage: {{locks: [requirements.lock]}}\ngpu: {{lock_dir: {}}}\nbatches:\n  b: {{gpus: 0, timeout: 1m, run: [\"true\"]}}\n",
+        root.join("locks").display()
+    );
+    let manifest_path = root.join("cibox.yaml");
+    std::fs::write(&manifest_path, &text).unwrap();
+    let manifest = crate::manifest::Manifest::parse(&text, &manifest_path).unwrap();
+    let lockset = Lockset::compute(root, &manifest.images["default"].locks).unwrap();
+    std::fs::create_dir(root.join("reports")).unwrap();
+    let request = RunRequest {
+        names: vec!["b".into()],
+        image: Some(IMAGE.into()),
+        source: root.to_path_buf(),
+        reports: root.join("reports"),
+        scope: "unit".into(),
+        ..RunRequest::default()
+    };
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let host = HostFacts {
+        host: "h".into(),
+        uid: me.0,
+        gid: me.1,
+        run_id: crate::runner::plan::new_run_id(),
+        pass_env: Default::default(),
+        mounts: Default::default(),
+    };
+    let mut plan = crate::runner::plan(manifest, request, &host).unwrap();
+    // Root runs batches as nobody; here they run as whoever runs the tests.
+    for b in &mut plan.batches {
+        b.user = me;
+    }
+    Project {
+        _dir: dir,
+        plan,
+        lockset,
+    }
+}
+
+/// Runs project `p` on a fake engine that plays `script`.
+fn run_with(script: Script) -> (Result<RunResult>, Vec<&'static str>, Calls) {
+    let p = project();
+    let engine = FakeEngine::new(script, &p.lockset);
+    let locksets = indexmap::IndexMap::from([("default".to_string(), p.lockset.clone())]);
+    let mut reporter = Recorder::default();
+    let result = execute_with(
+        &p.plan,
+        &locksets,
+        &engine,
+        |_, _| Ok(Watchdog::inert()),
+        &mut reporter,
+    );
+    let calls = engine.calls.into_inner().unwrap();
+    (result, reporter.0, calls)
+}
+
+/// The one batch's record.
+fn record(result: &Result<RunResult>) -> &crate::runner::RunRecord {
+    &result.as_ref().expect("the run ends").batches[0].record
+}
+
+#[test]
+fn a_batch_whose_steps_and_tests_pass_passes_and_leaves_nothing() {
+    let (result, events, calls) = run_with(Script::default());
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::Passed, 0));
+    assert_eq!(r.tests.total, 1);
+    assert_eq!(calls.created.len(), 1);
+    assert_eq!(calls.removed, vec![format!("id-{}", calls.created[0])]);
+    assert_eq!(
+        events,
+        [
+            "swept",
+            "run started",
+            "batch started",
+            "launching",
+            "container started",
+            "output",
+            "output ended",
+            "batch ended",
+            "run ended"
+        ]
+    );
+}
+
+#[test]
+fn a_failing_install_step_fails_the_batch_with_its_code() {
+    let (result, _, calls) = run_with(Script {
+        follow: Ok(FollowEnd {
+            stopped: None,
+            exit: Some(1),
+        }),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::Failed, 1));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("a step exited with 1; see log.txt")
+    );
+    assert_eq!(r.container_exit_code, Some(1));
+    assert_eq!(calls.removed.len(), 1, "removed whatever happened");
+}
+
+#[test]
+fn a_batch_past_its_deadline_times_out_whatever_its_reports_say() {
+    let (result, events, _) = run_with(Script {
+        follow: Ok(FollowEnd {
+            stopped: Some(Stop::Deadline),
+            exit: Some(143),
+        }),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::Timeout, 124));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("the batch hit its timeout of 1m")
+    );
+    assert!(events.contains(&"timed out"));
+}
+
+#[test]
+fn a_cancelled_batch_counts_as_its_signal_and_stops_the_run() {
+    let (result, _, calls) = run_with(Script {
+        follow: Ok(FollowEnd {
+            stopped: Some(Stop::Interrupted),
+            exit: None,
+        }),
+        ..Script::default()
+    });
+    let run = result.as_ref().unwrap();
+    let r = record(&result);
+    // No signal reached this process: a stop cibox did not ask for counts as SIGTERM.
+    assert_eq!((r.status, r.exit_code), (Status::Cancelled, 143));
+    assert_eq!(run.stopped_by, Some(nix::sys::signal::Signal::SIGTERM));
+    assert_eq!(run.exit_code(), 143);
+    assert_eq!(calls.removed.len(), 1);
+}
+
+#[test]
+fn a_container_killed_from_outside_is_an_infrastructure_error() {
+    let (result, _, _) = run_with(Script {
+        follow: Ok(FollowEnd {
+            stopped: None,
+            exit: Some(137),
+        }),
+        end_cause: EndCause::KilledThroughEngine("9".into()),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::InfraError, 5));
+    assert!(
+        r.message
+            .as_deref()
+            .unwrap()
+            .contains("killed from outside"),
+        "{:?}",
+        r.message
+    );
+    assert_eq!(r.container_exit_code, Some(137));
+}
+
+#[test]
+fn a_batch_over_its_memory_limit_fails_and_says_so() {
+    let (result, _, _) = run_with(Script {
+        follow: Ok(FollowEnd {
+            stopped: None,
+            exit: Some(137),
+        }),
+        end_cause: EndCause::OutOfMemory,
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::Failed, 1));
+    assert!(
+        r.message
+            .as_deref()
+            .unwrap()
+            .contains("over its memory limit")
+    );
+}
+
+#[test]
+fn a_container_removed_by_someone_else_is_an_infrastructure_error() {
+    let (result, _, _) = run_with(Script {
+        removal: Removal::ByOthers,
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::InfraError, 5));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("the container was removed by someone else while the batch ran")
+    );
+}
+
+#[test]
+fn reports_lost_with_the_container_are_named() {
+    let (result, _, _) = run_with(Script {
+        alive_after: false,
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!(r.status, Status::Failed, "no test was seen");
+    assert!(
+        r.reports
+            .stopped
+            .as_deref()
+            .unwrap()
+            .contains("had stopped before /reports was copied"),
+        "{:?}",
+        r.reports.stopped
+    );
+}
+
+#[test]
+fn an_image_gone_before_the_run_stops_it_before_any_container() {
+    let (result, events, calls) = run_with(Script {
+        image_present: false,
+        ..Script::default()
+    });
+    let e = result.err().expect("refused");
+    assert_eq!(e.failure(), crate::exit::Failure::ImageRefused);
+    assert!(calls.created.is_empty());
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
+fn an_image_gone_at_create_refuses_the_batch_not_the_run() {
+    let (result, events, _) = run_with(Script {
+        create_fails: Some(|| EngineError::ImageMissing {
+            image: IMAGE.into(),
+        }),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::ImageRefused, 3));
+    assert!(events.contains(&"batch failed") && events.contains(&"run ended"));
+}
+
+#[test]
+fn an_engine_that_cannot_follow_the_steps_fails_the_batch_as_infrastructure() {
+    let (result, _, calls) = run_with(Script {
+        follow: Err(|| EngineError::Api {
+            action: "following the batch".into(),
+            reason: "connection reset".into(),
+        }),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::InfraError, 5));
+    assert!(r.message.as_deref().unwrap().contains("connection reset"));
+    assert_eq!(calls.removed.len(), 1);
+}

@@ -1,0 +1,204 @@
+//! One run's setup, for every front end that runs batches (`batch run`, `layer run`,
+//! `image qualify`, `reproduce`, `changed run`): each builds a [`RunRequest`] (with
+//! [`locate`] for where it runs) and calls [`run`], which checks, plans, verifies and
+//! executes it with the standard reporters.
+//!
+//! The order is the contract's: everything that needs only the manifest and the host
+//! is checked before the engine is asked, and bad input leaves nothing behind.
+
+use std::path::{Path, PathBuf};
+
+use super::container::mounts::{self, EngineFacts, RunFolders};
+use super::ending::RunResult;
+use super::error::RunError;
+use super::plan::{self, HostFacts, RunRequest};
+use super::reporter::Fanout;
+use super::reporter::files::Files;
+use super::reporter::github::GitHub;
+use super::reporter::terminal::Terminal;
+use super::results::record::SourceInfo;
+use crate::engine::Engine;
+use crate::image::Lockset;
+use crate::manifest::Manifest;
+use crate::{report, signals};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
+
+/// Plans and executes a run with the reporters of a front end: the reports folder, the
+/// terminal, and GitHub when cibox runs in a workflow.
+pub fn run(manifest: Manifest, request: RunRequest) -> Result<RunResult> {
+    // Again for the front ends that come here directly (qualify, reproduce).
+    let names = plan::check_request(&manifest, &request)?;
+    // `changed run`'s test files, named by data from elsewhere: files of this source.
+    for name in &names {
+        if let Some(file) = manifest
+            .batches
+            .get(name)
+            .and_then(|b| b.changed_file.as_ref())
+        {
+            check_test_file_in(&request.source, file)?;
+        }
+    }
+    let folders = RunFolders {
+        source: &request.source,
+        reports: &request.reports,
+        lock_dir: &manifest.gpu.lock_dir,
+    };
+    let host_mounts = mounts::check_host(&manifest, &names, &folders)?;
+    let host = HostFacts::current(&manifest, host_mounts);
+    let plan = plan::plan(manifest, request, &host)?;
+    // Each image the run uses, verified by its own lock files.
+    let mut locksets = indexmap::IndexMap::new();
+    for name in plan.images.keys() {
+        let locks = &plan.manifest.images[name].locks;
+        locksets.insert(name.clone(), Lockset::compute(&plan.manifest.dir, locks)?);
+    }
+    signals::install();
+    let engine = Engine::connect()?;
+    let facts = EngineFacts {
+        api: engine.api_version(),
+        recursive_read_only: engine.recursive_read_only(),
+        root_dir: engine.info()?.root_dir,
+    };
+    mounts::check_engine(&plan.manifest.path, &host.mounts, &facts)?;
+    // Files first: a batch's status is printed once its result.json is written.
+    let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
+    if crate::github::active() {
+        reporters = reporters.with(GitHub::stdout());
+    }
+    super::execute(&plan, &locksets, &engine, &mut reporters)
+}
+
+/// Where a run happens, before it is checked.
+#[derive(Debug, Default)]
+pub struct Whereabouts {
+    /// The source; default: the git toplevel, else the current folder.
+    pub source: Option<PathBuf>,
+    /// The reports folder; default `cibox-reports`.
+    pub reports: Option<PathBuf>,
+    /// The scope; default per workflow run on GitHub Actions, per user elsewhere.
+    pub scope: Option<String>,
+}
+
+/// Fills in where `request` runs, checked: the source a directory (canonical, with
+/// what git says of it), the reports folder created and writable, the scope not empty.
+pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
+    let source = match at.source {
+        Some(s) => s,
+        None => git_toplevel()
+            .or_else(|| std::env::current_dir().ok())
+            .ok_or_else(|| {
+                RunError::Usage("cannot tell the source folder; pass --source".into())
+            })?,
+    };
+    if !source.is_dir() {
+        return Err(RunError::Usage(format!(
+            "--source {}: not a directory",
+            source.display()
+        )));
+    }
+    let source = source
+        .canonicalize()
+        .map_err(|e| RunError::Usage(format!("--source {}: {e}", source.display())))?;
+    let source_info = source_info(&source);
+    if source_info.sha.is_none() {
+        report::warn(format!(
+            "{} is not a git checkout: the run record will carry no commit",
+            source.display()
+        ));
+    }
+    let reports = writable_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
+    let scope = at.scope.unwrap_or_else(default_scope);
+    if scope.is_empty() {
+        return Err(RunError::Usage("--scope is empty".into()));
+    }
+    request.source = source;
+    request.source_info = source_info;
+    request.reports = reports;
+    request.scope = scope;
+    Ok(())
+}
+
+/// The reports folder, created, canonical and shown to be writable.
+fn writable_reports(reports: PathBuf) -> Result<PathBuf> {
+    std::fs::create_dir_all(&reports)
+        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", reports.display())))?;
+    let reports = reports
+        .canonicalize()
+        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", reports.display())))?;
+    let probe = reports.join(".cibox-write-check");
+    std::fs::write(&probe, b"")
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            RunError::Usage(format!(
+                "reports dir {} is not writable: {e}",
+                reports.display()
+            ))
+        })?;
+    Ok(reports)
+}
+
+/// A test file `changed run` or a replay was given: a plain file of `source` (not a
+/// link, which could lead out of it).
+pub fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
+    match std::fs::symlink_metadata(source.join(file)) {
+        Ok(md) if md.is_file() => Ok(()),
+        Ok(md) if md.file_type().is_symlink() => Err(RunError::Usage(format!(
+            "test file `{}` is a link in {}; name the file itself",
+            crate::util::escape(file),
+            source.display()
+        ))),
+        _ => Err(RunError::Usage(format!(
+            "test file `{}` is not a file in {}",
+            crate::util::escape(file),
+            source.display()
+        ))),
+    }
+}
+
+/// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
+/// is a checkout. Not being one is allowed and recorded.
+pub fn source_info(dir: &Path) -> SourceInfo {
+    let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
+        .ok()
+        .filter(|s| s.len() == 40);
+    let dirty = sha
+        .as_ref()
+        .and_then(|_| {
+            crate::git::text(dir, &["status", "--porcelain", "--untracked-files=normal"]).ok()
+        })
+        .map(|s| !s.is_empty());
+    SourceInfo {
+        sha,
+        dirty,
+        path: dir.display().to_string(),
+    }
+}
+
+/// The git toplevel of the current folder.
+pub fn git_toplevel() -> Option<PathBuf> {
+    crate::git::text(Path::new("."), &["rev-parse", "--show-toplevel"])
+        .ok()
+        .map(PathBuf::from)
+}
+
+/// The default scope: per workflow run on GitHub Actions, per user elsewhere.
+pub fn default_scope() -> String {
+    if let (Ok(id), Ok(attempt)) = (
+        std::env::var("GITHUB_RUN_ID"),
+        std::env::var("GITHUB_RUN_ATTEMPT"),
+    ) {
+        return format!("gh-{id}-{attempt}");
+    }
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| nix::unistd::getuid().to_string())
+        });
+    format!("local-{user}")
+}

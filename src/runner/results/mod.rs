@@ -1,0 +1,10 @@
+//! What a batch leaves in the reports folder: its folder, made fresh
+//! ([`batch_dir`]); what is safe of its `/reports`, copied out ([`copy`]); its test
+//! cases, from JUnit ([`junit`]) or from its steps ([`steps`]); and its run record,
+//! `result.json` ([`record`]).
+
+pub mod batch_dir;
+pub mod copy;
+pub mod junit;
+pub mod record;
+pub mod steps;
