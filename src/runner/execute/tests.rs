@@ -438,7 +438,7 @@ fn an_image_gone_before_the_run_stops_it_before_any_container() {
         image_present: false,
         ..Script::default()
     });
-    let e = result.err().expect("refused");
+    let e = result.expect_err("refused");
     assert_eq!(e.failure(), crate::exit::Failure::ImageRefused);
     assert!(calls.created.is_empty());
     assert!(events.is_empty(), "{events:?}");
