@@ -38,88 +38,28 @@ pub fn run(
     } else {
         layers.to_vec()
     };
-    // A probe failure is exit 5, never "ready".
-    let prober = Prober::new(m.gpu.probe);
-    let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
-    let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
-    let dir = LockDir::existing(&m.gpu.lock_dir);
-    let mut leased = 0;
-    let mut busy = 0;
-    let mut available = 0;
-    for g in &pool {
-        let held = !matches!(dir.state(&g.uuid), Ok(LeaseState::Free));
-        if held {
-            leased += 1;
-        } else if pool::busy_reason(&g.uuid, &snap, &m.gpu.idle).is_some() {
-            busy += 1;
-        } else {
-            available += 1;
-        }
-    }
-    let mut rows = Vec::new();
-    for name in &chosen {
-        let layer = &m.layers[name];
-        let largest = layer
-            .batches
-            .iter()
-            .map(|b| m.batches[b].gpus)
-            .max()
-            .unwrap_or(0);
-        let ready = largest as usize <= available;
-        let reason = if ready {
-            None
-        } else if largest as usize > pool.len() {
-            Some(format!(
-                "its largest batch needs {largest} GPUs; the pool has {}",
-                pool.len()
-            ))
-        } else {
-            Some(format!(
-                "its largest batch needs {largest} GPUs; {available} of {} are idle and unleased ({leased} leased, {busy} busy)",
-                pool.len()
-            ))
-        };
-        rows.push((name.clone(), ready, largest, reason));
-    }
+    let counts = PoolCounts::now(&m)?;
+    let available = counts.available;
+    let rows: Vec<Row> = chosen.iter().map(|name| counts.judge(&m, name)).collect();
     if let Some(out) = &mut outputs {
-        let keys: Vec<(String, &str)> = rows
-            .iter()
-            .map(|(name, ready, _, _)| {
-                let key: String = name
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
-                (
-                    format!("{key}_ready"),
-                    if *ready { "true" } else { "false" },
-                )
-            })
-            .collect();
-        let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        out.write(&pairs).map_err(Error::Infra)?;
+        write_outputs(out, &rows)?;
     }
     if ctx.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(n, r, l, why)| json!({"layer": n, "ready": r, "largest_batch_gpus": l, "reason": why}))
+            .map(|r| json!({"layer": r.layer, "ready": r.ready, "largest_batch_gpus": r.largest, "reason": r.reason}))
             .collect();
         report::json(
-            &json!({"pool": pool.len(), "available": available, "leased": leased, "busy": busy, "layers": v}),
+            &json!({"pool": counts.pool, "available": counts.available, "leased": counts.leased, "busy": counts.busy, "layers": v}),
         );
     } else {
         let mut t = Table::new(&["LAYER", "READY", "NEEDS", "REASON"]);
-        for (n, r, l, why) in &rows {
+        for r in &rows {
             t.row(vec![
-                n.clone(),
-                if *r { "yes" } else { "no" }.into(),
-                l.to_string(),
-                why.clone().unwrap_or_default(),
+                r.layer.clone(),
+                if r.ready { "yes" } else { "no" }.into(),
+                r.largest.to_string(),
+                r.reason.clone().unwrap_or_default(),
             ]);
         }
         print!("{}", t.render());
@@ -139,4 +79,105 @@ pub fn run(
         }
     }
     Ok(exit::SUCCESS)
+}
+
+/// The pool's GPUs now: leased, busy outside cibox, or available.
+struct PoolCounts {
+    pool: usize,
+    leased: usize,
+    busy: usize,
+    available: usize,
+}
+
+/// One layer's verdict.
+struct Row {
+    layer: String,
+    ready: bool,
+    largest: u32,
+    reason: Option<String>,
+}
+
+impl PoolCounts {
+    /// One probe (a failure is exit 5, never "ready") and lease states read without
+    /// blocking.
+    fn now(m: &crate::manifest::Manifest) -> Result<PoolCounts> {
+        let prober = Prober::new(m.gpu.probe);
+        let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
+        let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
+        let dir = LockDir::existing(&m.gpu.lock_dir);
+        let mut counts = PoolCounts {
+            pool: pool.len(),
+            leased: 0,
+            busy: 0,
+            available: 0,
+        };
+        for g in &pool {
+            let held = !matches!(dir.state(&g.uuid), Ok(LeaseState::Free));
+            if held {
+                counts.leased += 1;
+            } else if pool::busy_reason(&g.uuid, &snap, &m.gpu.idle).is_some() {
+                counts.busy += 1;
+            } else {
+                counts.available += 1;
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Whether layer `name` could be admitted now: its largest batch fits in what is
+    /// available.
+    fn judge(&self, m: &crate::manifest::Manifest, name: &str) -> Row {
+        let largest = m.layers[name]
+            .batches
+            .iter()
+            .map(|b| m.batches[b].gpus)
+            .max()
+            .unwrap_or(0);
+        let ready = largest as usize <= self.available;
+        let reason = if ready {
+            None
+        } else if largest as usize > self.pool {
+            Some(format!(
+                "its largest batch needs {largest} GPUs; the pool has {}",
+                self.pool
+            ))
+        } else {
+            Some(format!(
+                "its largest batch needs {largest} GPUs; {} of {} are idle and unleased ({} leased, {} busy)",
+                self.available, self.pool, self.leased, self.busy
+            ))
+        };
+        Row {
+            layer: name.to_string(),
+            ready,
+            largest,
+            reason,
+        }
+    }
+}
+
+/// `<layer>_ready` step outputs, the layer's name kept to what an output name allows.
+fn write_outputs(out: &mut crate::github::Outputs, rows: &[Row]) -> Result<()> {
+    let keys: Vec<(String, &str)> = rows
+        .iter()
+        .map(|r| {
+            let key: String = r
+                .layer
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            (
+                format!("{key}_ready"),
+                if r.ready { "true" } else { "false" },
+            )
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    out.write(&pairs).map_err(Error::Infra)
 }

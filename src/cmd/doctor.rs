@@ -8,7 +8,7 @@ use super::Context;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::gpu::probe;
+use crate::gpu::probe::{self, Snapshot};
 use crate::lockdir;
 use crate::manifest::{GpuConfig, GpuDriver, Manifest, ManifestError, PoolSpec};
 use crate::report::{self, Table};
@@ -218,33 +218,7 @@ fn confinement_finding() -> Finding {
 /// `cibox doctor`.
 pub fn run(ctx: &Context) -> Result<u8> {
     let mut findings = Vec::new();
-    let mut manifest_broken = false;
-    let manifest: Option<Manifest> = match ctx.manifest() {
-        Ok(m) => {
-            findings.push(finding(
-                "manifest",
-                Status::Ok,
-                m.path.display().to_string(),
-                false,
-            ));
-            Some(m)
-        }
-        Err(e) => {
-            manifest_broken = !matches!(e, Error::Manifest(ManifestError::NotFound { .. }));
-            let status = if manifest_broken {
-                Status::Fail
-            } else {
-                Status::Warn
-            };
-            findings.push(finding(
-                "manifest",
-                status,
-                format!("{e} (using defaults)"),
-                false,
-            ));
-            None
-        }
-    };
+    let (manifest, manifest_broken) = manifest_finding(ctx, &mut findings);
     let driver = manifest
         .as_ref()
         .map_or(GpuDriver::Nvidia, |m| m.container.gpu_driver);
@@ -252,7 +226,71 @@ pub fn run(ctx: &Context) -> Result<u8> {
         Some(m) => Ok(m.gpu),
         None => GpuConfig::from_env(),
     };
+    engine_findings(driver, &mut findings);
+    let snapshot = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
+    match gpu_cfg {
+        Ok(g) => {
+            findings.push(match lockdir::check(&g.lock_dir) {
+                Ok(d) => finding("lock dir", Status::Ok, d, true),
+                Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
+            });
+            findings.push(pool_finding(&g.pool, snapshot.as_ref()));
+        }
+        Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
+    }
+    findings.push(confinement_finding());
+    let blocking = findings
+        .iter()
+        .filter(|f| f.status == Status::Fail && f.blocks_gpu_batches)
+        .count();
+    let code = if manifest_broken {
+        exit::USAGE
+    } else if blocking > 0 {
+        exit::INFRA
+    } else {
+        exit::SUCCESS
+    };
+    if ctx.json {
+        report::json(&serde_json::json!({
+            "findings": findings,
+            "ready_for_gpu_batches": blocking == 0,
+            "exit_code": code,
+        }));
+    } else {
+        print_findings(&findings, blocking);
+    }
+    Ok(code)
+}
 
+/// The manifest, if one is found and reads; and whether one was found broken.
+fn manifest_finding(ctx: &Context, findings: &mut Vec<Finding>) -> (Option<Manifest>, bool) {
+    match ctx.manifest() {
+        Ok(m) => {
+            findings.push(finding(
+                "manifest",
+                Status::Ok,
+                m.path.display().to_string(),
+                false,
+            ));
+            (Some(m), false)
+        }
+        Err(e) => {
+            let broken = !matches!(e, Error::Manifest(ManifestError::NotFound { .. }));
+            let status = if broken { Status::Fail } else { Status::Warn };
+            findings.push(finding(
+                "manifest",
+                status,
+                format!("{e} (using defaults)"),
+                false,
+            ));
+            (None, broken)
+        }
+    }
+}
+
+/// The engine: reachable, its storage driver and what its image IDs mean, its GPU
+/// runtime.
+fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
     let engine_info = Engine::connect().and_then(|engine| engine.info());
     match &engine_info {
         Ok(info) => {
@@ -275,13 +313,12 @@ pub fn run(ctx: &Context) -> Result<u8> {
         }
         Err(e) => findings.push(finding("engine", Status::Fail, e.to_string(), true)),
     }
+}
 
-    let prober = probe::Prober::new(
-        gpu_cfg
-            .as_ref()
-            .map_or(probe::ProbeChoice::Auto, |g| g.probe),
-    );
-    let snapshot = match prober.probe() {
+/// The GPU probe, and what it saw.
+fn probe_finding(gpu_cfg: Option<&GpuConfig>, findings: &mut Vec<Finding>) -> Option<Snapshot> {
+    let prober = probe::Prober::new(gpu_cfg.map_or(probe::ProbeChoice::Auto, |g| g.probe));
+    match prober.probe() {
         Ok(s) => {
             let busy = s.apps.len();
             // Decided by the probe above: this only names it.
@@ -298,54 +335,24 @@ pub fn run(ctx: &Context) -> Result<u8> {
             findings.push(finding("gpu probe", Status::Fail, e.to_string(), true));
             None
         }
-    };
-
-    match gpu_cfg {
-        Ok(g) => {
-            findings.push(match lockdir::check(&g.lock_dir) {
-                Ok(d) => finding("lock dir", Status::Ok, d, true),
-                Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
-            });
-            findings.push(pool_finding(&g.pool, snapshot.as_ref()));
-        }
-        Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
     }
+}
 
-    findings.push(confinement_finding());
-
-    let blocking = findings
-        .iter()
-        .filter(|f| f.status == Status::Fail && f.blocks_gpu_batches)
-        .count();
-    let code = if manifest_broken {
-        exit::USAGE
-    } else if blocking > 0 {
-        exit::INFRA
-    } else {
-        exit::SUCCESS
-    };
-    if ctx.json {
-        report::json(&serde_json::json!({
-            "findings": findings,
-            "ready_for_gpu_batches": blocking == 0,
-            "exit_code": code,
-        }));
-    } else {
-        let mut t = Table::new(&["CHECK", "STATUS", "DETAIL"]);
-        for f in &findings {
-            let status = match f.status {
-                Status::Ok => "ok",
-                Status::Warn => "warn",
-                Status::Fail => "FAIL",
-            };
-            t.row(vec![f.check.into(), status.into(), f.detail.clone()]);
-        }
-        print!("{}", t.render());
-        if blocking == 0 {
-            println!("ready for GPU batches");
-        } else {
-            println!("not ready for GPU batches: {blocking} check(s) failed");
-        }
+/// The findings as a table, and whether GPU batches can run.
+fn print_findings(findings: &[Finding], blocking: usize) {
+    let mut t = Table::new(&["CHECK", "STATUS", "DETAIL"]);
+    for f in findings {
+        let status = match f.status {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        };
+        t.row(vec![f.check.into(), status.into(), f.detail.clone()]);
     }
-    Ok(code)
+    print!("{}", t.render());
+    if blocking == 0 {
+        println!("ready for GPU batches");
+    } else {
+        println!("not ready for GPU batches: {blocking} check(s) failed");
+    }
 }

@@ -9,7 +9,7 @@ use crate::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::gpu::lease::{Holder, LeaseState};
+use crate::gpu::lease::{Holder, Lease, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe::{HostInstant, Prober, Snapshot};
 use crate::gpu::{self, LeaseRequest, Waiter, Want};
@@ -151,13 +151,32 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     // The pool is resolved by a probe that started after we arrived: the jobs of a CI
     // fan-out that arrive together share one.
     let arrived = HostInstant::now();
+    let (need, env_name) = check_exec_args(&args)?;
+    let confine = Wanted::from_env().map_err(Error::Usage)?;
+    let cfg = settings(ctx)?;
+    let wait = match &args.wait {
+        Some(w) => {
+            w.parse::<Span>()
+                .map_err(|e| Error::Usage(format!("--wait: {e}")))?
+                .0
+        }
+        None => cfg.wait.0,
+    };
+    signals::install();
+    let dir = LockDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
+    let lease = lease_for_exec(&cfg, &dir, &args, need, wait, arrived)?;
+    run_leased(&args, env_name, lease, confine)
+}
+
+/// How many GPUs `gpu exec` asks for (known before the probe: the queue place is taken
+/// on arrival; `--devices` is checked against the host after it), and the variable
+/// that names them.
+fn check_exec_args(args: &GpuExecArgs) -> Result<(usize, String)> {
     if args.command.is_empty() {
         return Err(Error::Usage(
             "gpu exec: no command given; write it after `--`".into(),
         ));
     }
-    // The queue place is taken on arrival, before the probe; `--devices` is checked
-    // against the host after it.
     let Some(need) = (args.count.map(|n| n as usize))
         .or_else(|| args.devices.as_ref().map(|list| list.split(',').count()))
     else {
@@ -177,24 +196,25 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
             "gpu exec: --env-name `{env_name}` is not a variable name"
         )));
     }
-    let confine = Wanted::from_env().map_err(Error::Usage)?;
-    let cfg = settings(ctx)?;
-    let wait = match &args.wait {
-        Some(w) => {
-            w.parse::<Span>()
-                .map_err(|e| Error::Usage(format!("--wait: {e}")))?
-                .0
-        }
-        None => cfg.wait.0,
-    };
-    signals::install();
-    let dir = LockDir::open(&cfg.lock_dir, cfg.allow_network_lock_dir)?;
+    Ok((need, env_name))
+}
+
+/// Joins the queue, resolves the pool and what `--count` or `--devices` wants from it,
+/// and waits for the lease, showing the wait on stderr.
+fn lease_for_exec(
+    cfg: &GpuConfig,
+    dir: &LockDir,
+    args: &GpuExecArgs,
+    need: usize,
+    wait: Duration,
+    arrived: Option<HostInstant>,
+) -> Result<Lease> {
     let mut holder = Holder::this_process();
     holder.command = Some(args.command.join(" "));
-    let waiter = Waiter::arrive(&dir, &holder, need, std::time::Instant::now() + wait)?;
+    let waiter = Waiter::arrive(dir, &holder, need, std::time::Instant::now() + wait)?;
     let prober = Prober::shared_through(cfg.probe, dir.path());
     let mut claims = ContainerClaims::new(dir.clone(), prober);
-    let (snap, pool) = probe_pool(&cfg, &mut claims, arrived)?;
+    let (snap, pool) = probe_pool(cfg, &mut claims, arrived)?;
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {
             let n = *n as usize;
@@ -234,7 +254,12 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
         },
     );
     progress.finish();
-    let lease = lease?;
+    Ok(lease?)
+}
+
+/// Runs the command, confined, with its GPUs named in `env_name`; releases them once no
+/// process of it is left.
+fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wanted) -> Result<u8> {
     let visible: Vec<String> = if args.index {
         lease.gpus().iter().map(|g| g.index.to_string()).collect()
     } else {

@@ -9,6 +9,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::{ImageError, ImageId};
+use crate::manifest::Manifest;
 use crate::report::{self, Table};
 use crate::runner::launch::{self, Whereabouts};
 use crate::runner::{RunRecord, RunRequest};
@@ -20,6 +21,31 @@ struct Worktree {
     repo: PathBuf,
     path: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+impl Worktree {
+    /// A detached worktree of `repo` at `sha`, in a temporary folder.
+    fn add(repo: &Path, sha: &str) -> Result<Worktree> {
+        let dir =
+            tempfile::tempdir().map_err(|e| Error::Infra(format!("temporary folder: {e}")))?;
+        let path = dir.path().join("src");
+        git(
+            repo,
+            &[
+                "worktree",
+                "add",
+                "--detach",
+                &path.display().to_string(),
+                sha,
+            ],
+        )
+        .map_err(|e| Error::Infra(format!("git worktree add: {e}")))?;
+        Ok(Worktree {
+            repo: repo.to_path_buf(),
+            path,
+            _dir: dir,
+        })
+    }
 }
 
 impl Drop for Worktree {
@@ -69,99 +95,23 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     };
     let engine = Engine::connect()?;
     if engine.inspect(image.as_str())?.is_none() {
-        return Err(Error::Image(ImageError::Refused {
-            message: format!("{image}, which the run used, is not present in the local engine"),
-            details: vec![
-                "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
-                format!("or rebuild it from the recipe at {sha} (nix run .#image-NAME, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
-            ],
-        }));
+        return Err(image_gone(&image, &sha, &record));
     }
-    let plan = [
-        format!(
-            "batch:    {} (run {}, recorded {})",
-            record.batch,
-            record.run,
-            record.status.as_str()
-        ),
-        format!(
-            "source:   {sha}{} in a temporary worktree",
-            if record.source.dirty == Some(true) {
-                " (the recorded tree had uncommitted changes; they are not replayed)"
-            } else {
-                ""
-            }
-        ),
-        format!("image:    {image}"),
-        format!("fast:     {}", record.fast),
-        format!("gpus:     {}", record.gpu_count),
-        format!("manifest: {}", manifest_rel.display()),
-    ];
-    for line in &plan {
+    for line in plan_lines(&record, &sha, &image, &manifest_rel) {
         println!("{line}");
     }
     if dry_run {
         return Ok(exit::SUCCESS);
     }
-    let dir = tempfile::tempdir().map_err(|e| Error::Infra(format!("temporary folder: {e}")))?;
-    let wt_path = dir.path().join("src");
-    git(
-        &repo,
-        &[
-            "worktree",
-            "add",
-            "--detach",
-            &wt_path.display().to_string(),
-            &sha,
-        ],
-    )
-    .map_err(|e| Error::Infra(format!("git worktree add: {e}")))?;
-    let worktree = Worktree {
-        repo: repo.clone(),
-        path: wt_path.clone(),
-        _dir: dir,
+    let worktree = Worktree::add(&repo, &sha)?;
+    let replay = Replay {
+        ctx,
+        result,
+        record: &record,
+        sha: &sha,
+        manifest_rel: &manifest_rel,
     };
-    let manifest = worktree.path.join(&manifest_rel);
-    let replay_ctx = Context {
-        manifest_path: Some(manifest.clone()),
-        json: false,
-        verbose: ctx.verbose,
-    };
-    let mut m = replay_ctx.manifest()?;
-    // A batch `changed run` made: made again from that commit's `changed.run`.
-    if let Some(file) = &record.changed_file
-        && !m.batches.contains_key(&record.batch)
-    {
-        let (Some(cfg), Some(template)) = (
-            m.changed.as_ref(),
-            m.changed.as_ref().and_then(|c| c.run.as_ref()),
-        ) else {
-            return Err(Error::Usage(format!(
-                "batch {} ran test file {file} through changed.run, which {} at {sha} lacks",
-                record.batch,
-                manifest_rel.display()
-            )));
-        };
-        super::changed::check_test_file(cfg, file)
-            .map_err(|why| Error::Usage(format!("{}: {why}", result.display())))?;
-        launch::check_test_file_in(&worktree.path, file)?;
-        let batch = template.batch_for(file, record.gpu_count);
-        m.batches.insert(record.batch.clone(), batch);
-    }
-    match m.batches.get(&record.batch) {
-        None => {
-            return Err(Error::Usage(format!(
-                "batch {} is not in {} at {sha}",
-                record.batch,
-                manifest_rel.display()
-            )));
-        }
-        Some(b) if b.gpus != record.gpu_count => report::warn(format!(
-            "batch {} asks for {} GPUs at {sha}, the record says {}; replaying with the manifest's",
-            record.batch, b.gpus, record.gpu_count
-        )),
-        Some(_) => {}
-    }
+    let m = replay.manifest(&worktree)?;
     let reports = PathBuf::from("cibox-reproduce").join(&record.run);
     let mut request = RunRequest {
         names: vec![record.batch.clone()],
@@ -186,6 +136,99 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     drop(worktree);
     side_by_side(&record, replayed);
     Ok(run.exit_code())
+}
+
+/// The refusal when the image the run used is not in the local engine, with how to get
+/// it back.
+fn image_gone(image: &ImageId, sha: &str, record: &RunRecord) -> Error {
+    Error::Image(ImageError::Refused {
+        message: format!("{image}, which the run used, is not present in the local engine"),
+        details: vec![
+            "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
+            format!("or rebuild it from the recipe at {sha} (nix run .#image-NAME, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
+        ],
+    })
+}
+
+/// What the replay will do, one line each.
+fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Path) -> [String; 6] {
+    [
+        format!(
+            "batch:    {} (run {}, recorded {})",
+            record.batch,
+            record.run,
+            record.status.as_str()
+        ),
+        format!(
+            "source:   {sha}{} in a temporary worktree",
+            if record.source.dirty == Some(true) {
+                " (the recorded tree had uncommitted changes; they are not replayed)"
+            } else {
+                ""
+            }
+        ),
+        format!("image:    {image}"),
+        format!("fast:     {}", record.fast),
+        format!("gpus:     {}", record.gpu_count),
+        format!("manifest: {}", manifest_rel.display()),
+    ]
+}
+
+/// A recorded batch to replay, and where it came from.
+struct Replay<'a> {
+    ctx: &'a Context,
+    result: &'a Path,
+    record: &'a RunRecord,
+    sha: &'a str,
+    manifest_rel: &'a Path,
+}
+
+impl Replay<'_> {
+    /// The manifest at the recorded commit, holding the recorded batch (a batch
+    /// `changed run` made is made again from that commit's `changed.run`).
+    fn manifest(&self, worktree: &Worktree) -> Result<Manifest> {
+        let (record, sha) = (self.record, self.sha);
+        let replay_ctx = Context {
+            manifest_path: Some(worktree.path.join(self.manifest_rel)),
+            json: false,
+            verbose: self.ctx.verbose,
+        };
+        let mut m = replay_ctx.manifest()?;
+        if let Some(file) = &record.changed_file
+            && !m.batches.contains_key(&record.batch)
+        {
+            let (Some(cfg), Some(template)) = (
+                m.changed.as_ref(),
+                m.changed.as_ref().and_then(|c| c.run.as_ref()),
+            ) else {
+                return Err(Error::Usage(format!(
+                    "batch {} ran test file {file} through changed.run, which {} at {sha} lacks",
+                    record.batch,
+                    self.manifest_rel.display()
+                )));
+            };
+            super::changed::check_test_file(cfg, file)
+                .map_err(|why| Error::Usage(format!("{}: {why}", self.result.display())))?;
+            launch::check_test_file_in(&worktree.path, file)?;
+            let batch = template.batch_for(file, record.gpu_count);
+            m.batches.insert(record.batch.clone(), batch);
+        }
+        match m.batches.get(&record.batch) {
+            None => {
+                return Err(Error::Usage(format!(
+                    "batch {} is not in {} at {sha}",
+                    record.batch,
+                    self.manifest_rel.display()
+                )));
+            }
+            Some(b) if b.gpus != record.gpu_count => report::warn(format!(
+                "batch {} asks for {} GPUs at {sha}, the record says {}; replaying with the manifest's",
+                record.batch, b.gpus, record.gpu_count
+            )),
+            Some(_) => {}
+        }
+        Ok(m)
+    }
 }
 
 fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) {
