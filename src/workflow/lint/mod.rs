@@ -6,12 +6,18 @@
 //! YAML tree ([`crate::yaml`]), which keeps a line and column for every node.
 //!
 //! - [`guard`]: which events outsiders can cause, and whether an `if:` keeps them out;
-//! - [`rules`]: what a job may not do when outsiders can reach it;
+//! - [`audit`]: what a job may not do when outsiders can reach it, one rule per file,
+//!   run in the order of [`audit::registry`];
+//! - [`facts`]: what the rules read about a workflow and its jobs (steps, runners,
+//!   triggers, taint, the pull request's head), computed once;
+//! - [`call`]: linting the reusable workflows a job calls, as the caller reaches them;
 //! - [`expr`]: expressions inside text, and context paths.
 
+mod audit;
+mod call;
 pub mod expr;
+mod facts;
 pub mod guard;
-mod rules;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -252,6 +258,9 @@ pub(crate) struct Scope<'r> {
     /// Called workflows already linted, by file and by what reaches them: each is
     /// linted once however many jobs call it.
     cache: &'r RefCell<HashMap<String, Vec<Finding>>>,
+    /// The rules to run: the registry's, or (in a rule's own tests) that rule alone, in
+    /// the called workflows too.
+    audits: &'r [&'r dyn audit::Audit],
 }
 
 /// GitHub nests reusable workflows at most ten deep (the caller and nine below).
@@ -311,6 +320,7 @@ pub fn lint_source(file: &str, text: &str, resolve: Resolver<'_>) -> Vec<Finding
         chain: vec![file.to_string()],
         resolve,
         cache: &cache,
+        audits: audit::registry::AUDITS,
     };
     lint_in(&scope, text)
 }
@@ -321,7 +331,7 @@ fn lint_in(scope: &Scope<'_>, text: &str) -> Vec<Finding> {
         Err(finding) => return vec![*finding],
     };
     let source = Source { root: &root, text };
-    merge(rules::check(scope, &workflow, &source))
+    merge(audit::check(scope, &workflow, &source))
 }
 
 fn segments(path: &serde_path_to_error::Path) -> Vec<String> {

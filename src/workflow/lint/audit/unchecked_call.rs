@@ -1,0 +1,92 @@
+//! unchecked-call: a reusable workflow that lint cannot read (another repository, a
+//! missing file, too deep a chain of calls), called where outsiders can reach it.
+
+use super::{Audit, Emit};
+use crate::workflow::lint::Rule;
+use crate::workflow::lint::facts::job::CallFacts;
+use crate::workflow::lint::facts::triggers::names;
+
+pub(crate) struct UncheckedCall;
+
+impl Audit for UncheckedCall {
+    fn rule(&self) -> Rule {
+        Rule::UncheckedCall
+    }
+
+    fn check_call(&self, call: &CallFacts<'_>, emit: &mut Emit<'_>) {
+        // A called workflow lint could not read matters only if an outsider can start
+        // the call; the rest is the caller's own business.
+        let Some(Err(why)) = &call.linted else {
+            return;
+        };
+        if call.open.is_empty() {
+            return;
+        }
+        emit.job(
+            call.wf.src.at(&["jobs", call.id, "uses"]),
+            format!(
+                "{} can start this call of `{}`, which lint cannot check ({why}): lint that workflow where it lives, or guard this job",
+                names(call.open),
+                call.call.uses.raw()
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UncheckedCall;
+    use crate::workflow::lint::Rule;
+    use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
+
+    #[test]
+    fn a_call_into_another_repository_under_pull_request() {
+        let f = findings(
+            &UncheckedCall,
+            "on: pull_request\njobs:\n  gpu:\n    uses: org/ci/.github/workflows/gpu.yml@v1\n",
+        );
+        all_are(&f, Rule::UncheckedCall);
+        assert_eq!(
+            lines(&f),
+            [
+                "unchecked-call 4:11 job gpu: pull_request can start this call of `org/ci/.github/workflows/gpu.yml@v1`, which lint cannot check (it is in another repository): lint that workflow where it lives, or guard this job"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_local_workflow_is_named() {
+        let f = findings(
+            &UncheckedCall,
+            "on: issue_comment\njobs:\n  gpu:\n    uses: ./.github/workflows/gone.yml\n",
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert!(
+            f[0].message
+                .contains("(it is not a readable file in this folder)"),
+            "{:#?}",
+            lines(&f)
+        );
+    }
+
+    #[test]
+    fn a_readable_call_a_guarded_call_or_a_trusted_trigger_is_not_flagged() {
+        let callee = "on: workflow_call\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps: [{run: make}]\n";
+        let readable = findings_with(
+            &UncheckedCall,
+            "on: pull_request\njobs:\n  gpu:\n    uses: ./.github/workflows/x.yml\n",
+            &[("x.yml", callee)],
+        );
+        assert!(readable.is_empty(), "{:#?}", lines(&readable));
+        let guarded = findings(
+            &UncheckedCall,
+            "on: pull_request\njobs:\n  gpu:\n    if: github.event.pull_request.head.repo.full_name == github.repository\n    uses: org/ci/.github/workflows/gpu.yml@v1\n",
+        );
+        assert!(guarded.is_empty(), "{:#?}", lines(&guarded));
+        let push = findings(
+            &UncheckedCall,
+            "on: push\njobs:\n  gpu:\n    uses: org/ci/.github/workflows/gpu.yml@v1\n",
+        );
+        assert!(push.is_empty(), "{:#?}", lines(&push));
+    }
+}

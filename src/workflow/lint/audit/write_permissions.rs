@@ -1,0 +1,117 @@
+//! write-permissions: write permissions on a job an outsider can drive under a
+//! privileged trigger: one that runs on a self-hosted runner or checks out the pull
+//! request's code ([`JobFacts::head_checkouts`]).
+
+use github_actions_models::common::{BasePermission, Permission, Permissions};
+
+use super::{Audit, Emit};
+use crate::workflow::lint::Rule;
+use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::facts::triggers::names;
+
+pub(crate) struct WritePermissions;
+
+impl Audit for WritePermissions {
+    fn rule(&self) -> Rule {
+        Rule::WritePermissions
+    }
+
+    fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
+        if job.open_privileged.is_empty() || (job.runner.is_none() && job.head_checkouts.is_empty())
+        {
+            return;
+        }
+        // A job without its own `permissions:` has the workflow's.
+        let inherits = matches!(
+            job.job.permissions,
+            Permissions::Base(BasePermission::Default)
+        );
+        let perms = if inherits {
+            &job.wf.workflow.permissions
+        } else {
+            &job.job.permissions
+        };
+        let Some(w) = writes(perms) else {
+            return;
+        };
+        let at = if inherits {
+            job.wf.src.key_at(&[], "permissions")
+        } else {
+            job.wf.src.key_at(&["jobs", job.id], "permissions")
+        };
+        emit.job(
+            at,
+            format!(
+                "has `{w}` while {} lets outsiders drive it: give it `permissions: {{contents: read}}` and move writes to a job that runs no outside code",
+                names(&job.open_privileged)
+            ),
+        );
+    }
+}
+
+/// The write permissions granted, as the message names them; `None` when none is.
+fn writes(perms: &Permissions) -> Option<String> {
+    match perms {
+        Permissions::Base(BasePermission::WriteAll) => Some("write-all".into()),
+        Permissions::Base(_) => None,
+        Permissions::Explicit(map) => {
+            let w: Vec<&str> = map
+                .iter()
+                .filter(|(_, p)| **p == Permission::Write)
+                .map(|(k, _)| k.as_str())
+                .collect();
+            (!w.is_empty()).then(|| format!("{}: write", w.join(", ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WritePermissions;
+    use crate::workflow::lint::Rule;
+    use crate::workflow::lint::audit::testing::{all_are, findings, lines};
+
+    #[test]
+    fn a_self_hosted_job_inheriting_write_all_under_pull_request_target() {
+        let f = findings(
+            &WritePermissions,
+            "on: pull_request_target\npermissions: write-all\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    steps: [{run: make}]\n",
+        );
+        all_are(&f, Rule::WritePermissions);
+        assert_eq!(
+            lines(&f),
+            [
+                "write-permissions 2:1 job gpu: has `write-all` while pull_request_target lets outsiders drive it: give it `permissions: {contents: read}` and move writes to a job that runs no outside code"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hosted_job_that_checks_out_the_head_with_its_own_writes() {
+        let f = findings(
+            &WritePermissions,
+            "on: issue_comment\njobs:\n  bot:\n    runs-on: ubuntu-latest\n    permissions:\n      contents: write\n      pull-requests: write\n    steps:\n      - run: gh pr checkout 1\n",
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert_eq!((f[0].line, f[0].col), (5, 5));
+        assert!(
+            f[0].message
+                .starts_with("has `contents, pull-requests: write` while issue_comment"),
+            "{:#?}",
+            lines(&f)
+        );
+    }
+
+    #[test]
+    fn read_only_jobs_hosted_jobs_running_no_outside_code_and_pull_request_are_not_flagged() {
+        for text in [
+            "on: pull_request_target\npermissions: {contents: read}\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    steps: [{run: make}]\n",
+            "on: pull_request_target\npermissions: write-all\njobs:\n  label:\n    runs-on: ubuntu-latest\n    steps: [{run: make}]\n",
+            // pull_request's token is read-only whatever the file says.
+            "on: pull_request\npermissions: write-all\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    steps: [{run: make}]\n",
+        ] {
+            let f = findings(&WritePermissions, text);
+            assert!(f.is_empty(), "{text}\n{:#?}", lines(&f));
+        }
+    }
+}

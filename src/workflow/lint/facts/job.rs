@@ -1,0 +1,169 @@
+//! What reaches a workflow and each of its jobs: the triggers, the ones each job is still
+//! open to, its runner, its steps, the steps that check out the pull request's head, and
+//! for a job that calls a reusable workflow, that workflow's own findings. Computed once
+//! per workflow and per job; every rule reads them.
+
+use std::collections::HashMap;
+
+use github_actions_models::common::Uses;
+use github_actions_models::workflow::Workflow;
+use github_actions_models::workflow::job::{NormalJob, ReusableWorkflowCallJob};
+
+use super::head::checks_out_pr_head;
+use super::runner::self_hosted;
+use super::steps::{StepView, steps_of};
+use super::triggers::open_triggers;
+use crate::workflow::lint::call::lint_called;
+use crate::workflow::lint::guard::{JobCondition, Trigger};
+use crate::workflow::lint::{Finding, Scope, Source};
+use crate::yaml::Mark;
+
+/// What reaches one workflow, as linted in one scope (its own triggers, or a caller's).
+pub(crate) struct WorkflowFacts<'a> {
+    pub scope: &'a Scope<'a>,
+    pub workflow: &'a Workflow,
+    pub src: &'a Source<'a>,
+    /// The untrusted triggers that reach the workflow: its own `on:`, or the caller's.
+    pub triggers: Vec<Trigger>,
+    /// Whether any of those runs with the base repository's token and secrets.
+    pub privileged_trigger: bool,
+    /// Per job, the triggers that can still start it: not kept out by its `if:`, the
+    /// jobs it needs, or the calling job.
+    open: HashMap<String, Vec<Trigger>>,
+}
+
+impl<'a> WorkflowFacts<'a> {
+    pub fn new(
+        scope: &'a Scope<'a>,
+        workflow: &'a Workflow,
+        src: &'a Source<'a>,
+    ) -> WorkflowFacts<'a> {
+        let triggers = match &scope.triggers {
+            Some(t) => t.clone(),
+            None => Trigger::of(&workflow.on.events),
+        };
+        let mut open = open_triggers(workflow, &triggers);
+        for list in open.values_mut() {
+            list.retain(|t| !scope.guarded.contains(t));
+        }
+        let privileged_trigger = triggers.iter().any(|t| t.privileged());
+        WorkflowFacts {
+            scope,
+            workflow,
+            src,
+            triggers,
+            privileged_trigger,
+            open,
+        }
+    }
+
+    /// The triggers that can still start job `id`.
+    fn open_for(&self, id: &str) -> &[Trigger] {
+        self.open.get(id).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Where findings about job `id` as a whole point: its key under `jobs:`.
+    pub fn job_mark(&self, id: &str) -> Mark {
+        self.src.key_at(&["jobs"], id)
+    }
+}
+
+/// A job that runs steps, and what reaches it.
+pub(crate) struct JobFacts<'a> {
+    pub wf: &'a WorkflowFacts<'a>,
+    pub id: &'a str,
+    pub job: &'a NormalJob,
+    /// The untrusted triggers that can start the job.
+    pub open: &'a [Trigger],
+    /// Of those, the ones that run with the base repository's token and secrets.
+    pub open_privileged: Vec<Trigger>,
+    /// How the job names a self-hosted runner; `None` on GitHub's own.
+    pub runner: Option<String>,
+    pub steps: Vec<StepView<'a>>,
+    /// ` (why)` when the job's `if:` could not be read, for messages; else empty.
+    pub unreadable: String,
+    /// The steps (indices into `steps`) that check out the pull request's head under an
+    /// open privileged trigger without a guard of their own, and how. A fact rather than
+    /// the pr-head-checkout rule's private finding: write-permissions reads it too (a
+    /// job running the pull request's code must not hold write permissions).
+    pub head_checkouts: Vec<(usize, String)>,
+}
+
+impl<'a> JobFacts<'a> {
+    pub fn new(wf: &'a WorkflowFacts<'a>, id: &'a str, job: &'a NormalJob) -> JobFacts<'a> {
+        let open = wf.open_for(id);
+        let open_privileged: Vec<Trigger> =
+            open.iter().copied().filter(|t| t.privileged()).collect();
+        let unreadable = JobCondition::new(job.r#if.as_ref())
+            .unreadable
+            .as_ref()
+            .map(|why| format!(" ({why})"))
+            .unwrap_or_default();
+        let steps = steps_of(id, job);
+        let head_checkouts = if open_privileged.is_empty() {
+            Vec::new()
+        } else {
+            steps
+                .iter()
+                .enumerate()
+                .filter(|(_, step)| !step.guarded_for(&open_privileged))
+                .filter_map(|(i, step)| {
+                    checks_out_pr_head(step, job, wf.workflow, &wf.scope.head_inputs)
+                        .map(|how| (i, how))
+                })
+                .collect()
+        };
+        JobFacts {
+            wf,
+            id,
+            job,
+            open,
+            open_privileged,
+            runner: self_hosted(job),
+            steps,
+            unreadable,
+            head_checkouts,
+        }
+    }
+}
+
+/// A job that calls a reusable workflow, and what reaches it.
+pub(crate) struct CallFacts<'a> {
+    pub wf: &'a WorkflowFacts<'a>,
+    pub id: &'a str,
+    pub call: &'a ReusableWorkflowCallJob,
+    /// The untrusted triggers that can start the job.
+    pub open: &'a [Trigger],
+    /// The called workflow's findings (its callers naming this job), or why lint could
+    /// not read it; `None` when no untrusted trigger reaches this workflow at all.
+    pub linted: Option<Result<Vec<Finding>, String>>,
+}
+
+impl<'a> CallFacts<'a> {
+    pub fn new(
+        wf: &'a WorkflowFacts<'a>,
+        id: &'a str,
+        call: &'a ReusableWorkflowCallJob,
+    ) -> CallFacts<'a> {
+        let open = wf.open_for(id);
+        let linted = (!wf.triggers.is_empty()).then(|| match &call.uses {
+            Uses::Local(local) => lint_called(
+                wf.scope,
+                &wf.triggers,
+                open,
+                id,
+                local.raw(),
+                &call.with,
+                call.secrets.is_some(),
+            ),
+            _ => Err("it is in another repository".to_string()),
+        });
+        CallFacts {
+            wf,
+            id,
+            call,
+            open,
+            linted,
+        }
+    }
+}

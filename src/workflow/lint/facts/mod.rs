@@ -1,0 +1,18 @@
+//! Facts about a workflow and its jobs that the rules ([`super::audit`]) read: computed
+//! here, once, so that no rule reaches into another.
+//!
+//! - [`job`]: what reaches the workflow and each job, gathered before any rule runs;
+//! - [`steps`]: a job's steps, `parallel:` blocks flattened;
+//! - [`runner`]: self-hosted runners;
+//! - [`triggers`]: the untrusted triggers each job is still open to;
+//! - [`taint`]: which values an outsider writes;
+//! - [`head`]: where the pull request's head is named or checked out;
+//! - [`env`]: reading `env:` and `with:` maps.
+
+pub(crate) mod env;
+pub(crate) mod head;
+pub(crate) mod job;
+pub(crate) mod runner;
+pub(crate) mod steps;
+pub(crate) mod taint;
+pub(crate) mod triggers;
