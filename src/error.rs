@@ -17,7 +17,7 @@ use crate::image::build_context::BuildContextError;
 use crate::image::lockset::LocksetError;
 use crate::lockdir::LockDirError;
 use crate::manifest::ManifestError;
-use crate::runner::results::record::RecordError;
+use crate::runner::RecordError;
 use crate::runner::{PlanError, RunError};
 
 #[derive(Debug, thiserror::Error)]

@@ -1,10 +1,11 @@
 //! Everything cibox prints: data on stdout (tables or `--json`), diagnostics on stderr
 //! with a `cibox:` prefix, filtered by `CIBOX_LOG` (error, warn, info, debug) or `-v`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use std::fmt::Display;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -116,3 +117,65 @@ impl Table {
         out
     }
 }
+
+/// Shows that something waits (for GPUs, say): a live line on a terminal (redrawn every
+/// 0.5 s, cleared when the wait ends), else a log line every 30 s, the first at once so
+/// a CI log says why it is waiting.
+pub struct WaitLine {
+    live: bool,
+    next: Instant,
+    shown: bool,
+}
+
+impl WaitLine {
+    /// `live` only where a person watches one wait at a time.
+    pub fn new(live: bool) -> WaitLine {
+        WaitLine {
+            live,
+            // A live line only for waits a person notices.
+            next: Instant::now()
+                + if live {
+                    Duration::from_millis(500)
+                } else {
+                    Duration::ZERO
+                },
+            shown: false,
+        }
+    }
+
+    /// A wait line for stderr: live when stderr is a terminal.
+    pub fn on_stderr() -> WaitLine {
+        WaitLine::new(std::io::stderr().is_terminal())
+    }
+
+    /// Shows `line(report)` if it is time to; the report is built only then.
+    pub fn tick<R>(&mut self, report: &dyn Fn() -> R, line: impl Fn(&R) -> String) {
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next = Instant::now()
+            + if self.live {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(30)
+            };
+        self.shown = true;
+        let line = line(&report());
+        if self.live {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2Kcibox: {line}");
+            let _ = err.flush();
+        } else {
+            info(line);
+        }
+    }
+
+    /// Clears a live line; the wait is over.
+    pub fn finish(&mut self) {
+        if self.live && self.shown {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+            self.shown = false;
+        }
+    }
+}
+

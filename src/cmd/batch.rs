@@ -13,7 +13,7 @@ use crate::image::ImageId;
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, Manifest};
 use crate::report::{self, Table};
-use crate::runner::cleanup::sweep::sweep;
+use crate::runner::sweep;
 use crate::runner::launch::{self, Whereabouts};
 use crate::runner::reporter::terminal::print_sweep_notes;
 use crate::runner::{self, RunRequest};
@@ -116,7 +116,7 @@ pub(super) fn run_manifest(
         parallel: opts.parallel,
         ..RunRequest::default()
     };
-    runner::plan::check_request(&m, &request)?;
+    runner::check_request(&m, &request)?;
     if let Some(w) = &opts.wait {
         let wait = w
             .parse::<Span>()

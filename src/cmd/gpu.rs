@@ -17,8 +17,7 @@ use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
 use crate::process::Ending;
 use crate::process::confine::{Supervisor, Wanted};
-use crate::report::{self, Table};
-use crate::runner::reporter::terminal::WaitLine;
+use crate::report::{self, Table, WaitLine};
 use crate::signals;
 use crate::units::Span;
 

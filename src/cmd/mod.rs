@@ -96,6 +96,6 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 argv: a.command,
             },
         )),
-        Command::Watchdog { container } => Ok(crate::runner::cleanup::watchdog::watch(&container)),
+        Command::Watchdog { container } => Ok(crate::runner::watch_container(&container)),
     }
 }

@@ -14,32 +14,37 @@
 //!
 //! The rooms, from the bottom up; each imports only those below it:
 //!
-//! - [`error`]: every error of the runner (and [`PlanError`], [`ReporterError`]);
-//! - [`results`]: what a batch leaves in the reports folder (its folder, the copy of
+//! - `error`: every error of the runner (and [`PlanError`], [`ReporterError`]);
+//! - `results`: what a batch leaves in the reports folder (its folder, the copy of
 //!   `/reports`, JUnit, steps, `result.json`);
-//! - [`container`]: one batch's container (name, environment, script, host mounts,
+//! - `container`: one batch's container (name, environment, script, host mounts,
 //!   the git credential mask, the engine's create request);
-//! - [`plan`]: what a run will do, decided before anything runs;
-//! - [`ending`]: how batches and runs end ([`Status`], [`judge`](ending::judge));
-//! - [`cleanup`]: the watchdog and the sweep, so nothing is left behind;
-//! - [`event`] and [`reporter`]: what the runner says, and who renders it;
+//! - `plan`: what a run will do, decided before anything runs;
+//! - `ending`: how batches and runs end ([`Status`], `judge`);
+//! - `cleanup`: the watchdog and the sweep, so nothing is left behind;
+//! - `event` and [`reporter`]: what the runner says, and who renders it;
 //! - `execute`: the run loop; [`launch`]: one run's setup for every front end.
+//!
+//! Outside the runner only this face is seen: [`launch`], [`reporter`] and what is
+//! re-exported here.
 
-pub mod cleanup;
-pub mod container;
-pub mod ending;
-pub mod error;
-pub mod event;
+mod cleanup;
+mod container;
+mod ending;
+mod error;
+mod event;
 mod execute;
 pub mod launch;
-pub mod plan;
+mod plan;
 pub mod reporter;
-pub mod results;
+mod results;
 
+pub use cleanup::sweep::{Swept, sweep};
+pub use cleanup::watchdog::watch as watch_container;
 pub use ending::{BatchResult, RunResult, Status};
 pub use error::{PlanError, ReporterError, RunError};
 pub use event::Event;
 pub use execute::execute;
-pub use plan::{BatchPlan, HostFacts, RunPlan, RunRequest, plan};
+pub use plan::{BatchPlan, HostFacts, RunPlan, RunRequest, check_request, new_run_id, plan};
 pub use reporter::Reporter;
-pub use results::record::{RunRecord, SourceInfo};
+pub use results::record::{RecordError, RunRecord, SourceInfo};

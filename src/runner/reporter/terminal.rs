@@ -3,77 +3,14 @@
 //! failures, each batch's verdict and how to replay what did not pass.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::io::Write;
 
 use super::{Reporter, ReporterError};
-use crate::gpu::WaitReport;
-use crate::report;
+use crate::report::{self, WaitLine};
 use crate::runner::cleanup::sweep::{Note, Swept};
 use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
 use crate::runner::results::record::{RunRecord, reproduce_line};
-
-/// Shows that something waits for GPUs: a live line on a terminal (redrawn every
-/// 0.5 s, cleared when the wait ends), else a log line every 30 s, the first at once so
-/// a CI log says why it is waiting.
-pub struct WaitLine {
-    live: bool,
-    next: Instant,
-    shown: bool,
-}
-
-impl WaitLine {
-    /// `live` only where a person watches one wait at a time.
-    pub fn new(live: bool) -> WaitLine {
-        WaitLine {
-            live,
-            // A live line only for waits a person notices.
-            next: Instant::now()
-                + if live {
-                    Duration::from_millis(500)
-                } else {
-                    Duration::ZERO
-                },
-            shown: false,
-        }
-    }
-
-    /// A wait line for stderr: live when stderr is a terminal.
-    pub fn on_stderr() -> WaitLine {
-        WaitLine::new(std::io::stderr().is_terminal())
-    }
-
-    /// Shows `line(report)` if it is time to; the report is built only then.
-    pub fn tick(&mut self, report: &dyn Fn() -> WaitReport, line: impl Fn(&WaitReport) -> String) {
-        if Instant::now() < self.next {
-            return;
-        }
-        self.next = Instant::now()
-            + if self.live {
-                Duration::from_millis(500)
-            } else {
-                Duration::from_secs(30)
-            };
-        self.shown = true;
-        let line = line(&report());
-        if self.live {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2Kcibox: {line}");
-            let _ = err.flush();
-        } else {
-            report::info(line);
-        }
-    }
-
-    /// Clears a live line; the wait is over.
-    pub fn finish(&mut self) {
-        if self.live && self.shown {
-            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
-            self.shown = false;
-        }
-    }
-}
 
 /// The terminal reporter of a run.
 pub struct Terminal<W: Write + Send> {

@@ -167,13 +167,6 @@ fn case(e: &BytesStart<'_>) -> Case {
     }
 }
 
-/// Parses one JUnit XML document.
-pub fn parse(xml: &str) -> Result<Vec<Case>, String> {
-    let mut collected = Collected::default();
-    parse_into(xml, &mut collected)?;
-    Ok(collected.cases)
-}
-
 /// Parses one JUnit XML document into `out`.
 pub fn parse_into(xml: &str, out: &mut Collected) -> Result<(), String> {
     let mut reader = Reader::from_str(xml);
@@ -283,6 +276,13 @@ pub fn files(dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parses one JUnit XML document.
+    fn parse(xml: &str) -> Result<Vec<Case>, String> {
+        let mut collected = Collected::default();
+        parse_into(xml, &mut collected)?;
+        Ok(collected.cases)
+    }
 
     #[test]
     fn counts_each_outcome_and_skip_reason() {
