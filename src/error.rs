@@ -15,6 +15,7 @@ use crate::image::ImageError;
 use crate::image::archive::ArchiveError;
 use crate::image::build_context::BuildContextError;
 use crate::image::lockset::LocksetError;
+use crate::image::recipe::RecipeError;
 use crate::lockdir::LockDirError;
 use crate::manifest::ManifestError;
 use crate::runner::RecordError;
@@ -35,6 +36,9 @@ pub enum Error {
     Image(#[from] ImageError),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    /// `image build`: the recipe could not be built, loaded or verified.
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
@@ -82,6 +86,7 @@ impl Error {
             Error::Git(_) => Failure::Usage,
             Error::Image(e) => e.failure(),
             Error::Archive(e) => e.failure(),
+            Error::Recipe(e) => e.failure(),
             Error::Engine(e) => e.failure(),
             Error::Probe(e) => e.failure(),
             Error::Claims(e) => e.failure(),
@@ -103,6 +108,7 @@ impl Error {
     pub fn details(&self) -> &[String] {
         match self {
             Error::Image(e) | Error::Run(RunError::Image(e)) => e.details(),
+            Error::Recipe(e) => e.details(),
             _ => &[],
         }
     }

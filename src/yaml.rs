@@ -90,6 +90,7 @@ impl Weight {
 /// A collection's own node: one value, no text.
 const ONE: Weight = Weight { nodes: 1, bytes: 0 };
 
+/// A collection still open: what it holds so far.
 enum Frame {
     Seq {
         mark: Mark,
@@ -103,55 +104,88 @@ enum Frame {
         entries: Vec<(Node, Node)>,
         /// The keys so far, so a duplicate is found in constant time.
         keys: HashMap<String, Mark>,
+        /// A key waiting for its value.
         pending: Option<Node>,
         weight: Weight,
     },
+}
+
+/// A node just finished, on its way into the collection around it (or to the root).
+struct Finished {
+    node: Node,
+    /// Its anchor (0: none).
+    anchor: usize,
+    /// What it weighs once its aliases are expanded.
+    weight: Weight,
+    /// What it adds to the document now: a collection only its own node (its contents
+    /// were counted as they came); an alias its whole copy.
+    adds: Weight,
+}
+
+/// The tree being built from the parser's events, and what bounds it.
+#[derive(Default)]
+struct TreeBuilder {
+    /// The collections open around the current event, innermost last.
+    stack: Vec<Frame>,
+    /// Each anchored node with its weight, so an alias is paid for before it is copied.
+    anchors: HashMap<usize, (Node, Weight)>,
+    root: Option<Node>,
+    /// Documents started so far: only one is allowed.
+    documents: usize,
+    /// What the document weighs so far, aliases expanded.
+    total: Weight,
 }
 
 /// Parses one YAML document. An empty document gives `None`. Linear in the size of
 /// the expanded document, which is bounded by [`MAX_NODES`], [`MAX_TEXT_BYTES`] and
 /// [`MAX_DEPTH`].
 pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
-    let mut stack: Vec<Frame> = Vec::new();
-    // Each anchored node with its weight, so an alias is paid for before it is copied.
-    let mut anchors: HashMap<usize, (Node, Weight)> = HashMap::new();
-    let mut root: Option<Node> = None;
-    let mut documents = 0;
-    let mut total = Weight::default();
-
+    let mut tree = TreeBuilder::default();
     for item in Parser::new_from_str(src) {
         let (event, span) = item.map_err(|e| YamlError {
             mark: mark_of(e.marker()),
             message: e.info().to_string(),
         })?;
         let mark = mark_of(&span.start);
-        let too_big = |what: &str| YamlError {
-            mark,
-            message: format!(
-                "the document is too large: {what} (at most {MAX_NODES} values once aliases are expanded, nested at most {MAX_DEPTH} deep)"
-            ),
-        };
-        // The node, its anchor (0: none), its weight, and what it adds to the document
-        // now (a collection only its own node: its contents were counted as they came;
-        // an alias its whole copy).
-        let finished: Option<(Node, usize, Weight, Weight)> = match event {
+        if let Some(finished) = tree.event(event, mark)? {
+            tree.attach(finished, mark)?;
+        }
+    }
+    Ok(tree.root)
+}
+
+/// The refusal of a document past the bounds, at `mark`.
+fn too_big(mark: Mark, what: &str) -> YamlError {
+    YamlError {
+        mark,
+        message: format!(
+            "the document is too large: {what} (at most {MAX_NODES} values once aliases are expanded, nested at most {MAX_DEPTH} deep)"
+        ),
+    }
+}
+
+impl TreeBuilder {
+    /// Takes one event: a collection opens (nothing finished yet), or a node is
+    /// finished (a scalar, an alias, a collection that closes).
+    fn event(&mut self, event: Event<'_>, mark: Mark) -> Result<Option<Finished>, YamlError> {
+        match event {
             Event::DocumentStart(_) => {
-                documents += 1;
-                if documents > 1 {
+                self.documents += 1;
+                if self.documents > 1 {
                     return Err(YamlError {
                         mark,
                         message: "only one YAML document is allowed here".into(),
                     });
                 }
-                None
+                Ok(None)
             }
             Event::Scalar(text, style, anchor, _tag) => {
                 let weight = Weight {
                     nodes: 1,
                     bytes: text.len(),
                 };
-                Some((
-                    Node {
+                Ok(Some(Finished {
+                    node: Node {
                         value: NodeValue::Scalar {
                             text: text.into_owned(),
                             plain: style == ScalarStyle::Plain,
@@ -160,103 +194,127 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
                     },
                     anchor,
                     weight,
-                    weight,
-                ))
+                    adds: weight,
+                }))
             }
-            Event::Alias(id) => match anchors.get(&id) {
-                Some((node, weight)) => {
-                    let mut after = total;
-                    after.add(*weight);
-                    if after.too_big() {
-                        return Err(too_big("its aliases expand too far"));
-                    }
-                    Some((node.clone(), 0, *weight, *weight))
-                }
-                None => {
-                    return Err(YamlError {
-                        mark,
-                        message: "alias to an unknown anchor".into(),
-                    });
-                }
-            },
+            Event::Alias(id) => self.alias(id, mark).map(Some),
             Event::SequenceStart(anchor, _) => {
-                if stack.len() >= MAX_DEPTH {
-                    return Err(too_big("it nests too deep"));
-                }
-                stack.push(Frame::Seq {
+                self.open(
+                    Frame::Seq {
+                        mark,
+                        anchor,
+                        items: Vec::new(),
+                        weight: ONE,
+                    },
                     mark,
-                    anchor,
-                    items: Vec::new(),
-                    weight: ONE,
-                });
-                None
+                )?;
+                Ok(None)
             }
             Event::MappingStart(anchor, _) => {
-                if stack.len() >= MAX_DEPTH {
-                    return Err(too_big("it nests too deep"));
-                }
-                stack.push(Frame::Map {
+                self.open(
+                    Frame::Map {
+                        mark,
+                        anchor,
+                        entries: Vec::new(),
+                        keys: HashMap::new(),
+                        pending: None,
+                        weight: ONE,
+                    },
                     mark,
-                    anchor,
-                    entries: Vec::new(),
-                    keys: HashMap::new(),
-                    pending: None,
-                    weight: ONE,
-                });
-                None
+                )?;
+                Ok(None)
             }
-            Event::SequenceEnd => match stack.pop() {
+            Event::SequenceEnd => match self.stack.pop() {
                 Some(Frame::Seq {
                     mark,
                     anchor,
                     items,
                     weight,
-                }) => Some((
-                    Node {
+                }) => Ok(Some(Finished {
+                    node: Node {
                         value: NodeValue::Seq(items),
                         mark,
                     },
                     anchor,
                     weight,
-                    ONE,
-                )),
+                    adds: ONE,
+                })),
                 _ => unreachable!("parser emits balanced sequence events"),
             },
-            Event::MappingEnd => match stack.pop() {
+            Event::MappingEnd => match self.stack.pop() {
                 Some(Frame::Map {
                     mark,
                     anchor,
                     entries,
                     weight,
                     ..
-                }) => Some((
-                    Node {
+                }) => Ok(Some(Finished {
+                    node: Node {
                         value: NodeValue::Map(merge_keys(entries)?),
                         mark,
                     },
                     anchor,
                     weight,
-                    ONE,
-                )),
+                    adds: ONE,
+                })),
                 _ => unreachable!("parser emits balanced mapping events"),
             },
-            _ => None,
-        };
-        let Some((node, anchor, weight, adds)) = finished else {
-            continue;
-        };
-        total.add(adds);
-        if total.nodes > MAX_NODES {
-            return Err(too_big("it has too many values"));
+            _ => Ok(None),
         }
-        if total.bytes > MAX_TEXT_BYTES {
-            return Err(too_big("it holds too much text"));
+    }
+
+    /// A copy of the anchored node, refused when it would take the document past the
+    /// bounds.
+    fn alias(&self, id: usize, mark: Mark) -> Result<Finished, YamlError> {
+        let Some((node, weight)) = self.anchors.get(&id) else {
+            return Err(YamlError {
+                mark,
+                message: "alias to an unknown anchor".into(),
+            });
+        };
+        let mut after = self.total;
+        after.add(*weight);
+        if after.too_big() {
+            return Err(too_big(mark, "its aliases expand too far"));
+        }
+        Ok(Finished {
+            node: node.clone(),
+            anchor: 0,
+            weight: *weight,
+            adds: *weight,
+        })
+    }
+
+    /// Opens a collection, unless the document already nests as deep as it may.
+    fn open(&mut self, frame: Frame, mark: Mark) -> Result<(), YamlError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(too_big(mark, "it nests too deep"));
+        }
+        self.stack.push(frame);
+        Ok(())
+    }
+
+    /// Counts a finished node, remembers it under its anchor, and puts it into the
+    /// collection around it (or makes it the root).
+    fn attach(&mut self, finished: Finished, mark: Mark) -> Result<(), YamlError> {
+        let Finished {
+            node,
+            anchor,
+            weight,
+            adds,
+        } = finished;
+        self.total.add(adds);
+        if self.total.nodes > MAX_NODES {
+            return Err(too_big(mark, "it has too many values"));
+        }
+        if self.total.bytes > MAX_TEXT_BYTES {
+            return Err(too_big(mark, "it holds too much text"));
         }
         if anchor != 0 {
-            anchors.insert(anchor, (node.clone(), weight));
+            self.anchors.insert(anchor, (node.clone(), weight));
         }
-        match stack.last_mut() {
-            None => root = Some(node),
+        match self.stack.last_mut() {
+            None => self.root = Some(node),
             Some(Frame::Seq {
                 items,
                 weight: outer,
@@ -274,33 +332,35 @@ pub fn parse(src: &str) -> Result<Option<Node>, YamlError> {
             }) => {
                 outer.add(weight);
                 match pending.take() {
-                    None => {
-                        let NodeValue::Scalar { text, .. } = &node.value else {
-                            return Err(YamlError {
-                                mark: node.mark,
-                                message: "mapping keys must be plain values, not lists or maps"
-                                    .into(),
-                            });
-                        };
-                        if let Some(first) = keys.get(text) {
-                            return Err(YamlError {
-                                mark: node.mark,
-                                message: format!(
-                                    "duplicate key `{}` (first defined at line {})",
-                                    crate::util::escape(text),
-                                    first.line
-                                ),
-                            });
-                        }
-                        keys.insert(text.clone(), node.mark);
-                        *pending = Some(node);
-                    }
+                    None => *pending = Some(new_key(keys, node)?),
                     Some(key) => entries.push((key, node)),
                 }
             }
         }
+        Ok(())
     }
-    Ok(root)
+}
+
+/// A mapping's next key, checked: a plain value, not set before in the mapping.
+fn new_key(keys: &mut HashMap<String, Mark>, node: Node) -> Result<Node, YamlError> {
+    let NodeValue::Scalar { text, .. } = &node.value else {
+        return Err(YamlError {
+            mark: node.mark,
+            message: "mapping keys must be plain values, not lists or maps".into(),
+        });
+    };
+    if let Some(first) = keys.get(text) {
+        return Err(YamlError {
+            mark: node.mark,
+            message: format!(
+                "duplicate key `{}` (first defined at line {})",
+                crate::util::escape(text),
+                first.line
+            ),
+        });
+    }
+    keys.insert(text.clone(), node.mark);
+    Ok(node)
 }
 
 /// Applies YAML merge keys (`<<: *defaults`, or a list of mappings): their entries join

@@ -1,8 +1,9 @@
-//! `cibox image …`: lockset, verify, load, build, save.
+//! `cibox image …`: lockset, verify, load, id, fetch, build, save. Each turns the
+//! manifest and its flags into a call of the image library ([`crate::image`]; `image
+//! build` into one [`recipe::BuildRequest`]) and prints what comes back.
 
-use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::json;
 
@@ -10,8 +11,9 @@ use super::Context;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::image::lockset::{self, Lockset};
-use crate::image::{self, ImageError, ImageId, PinnedRef, Verified, build_context};
+use crate::image::lockset::Lockset;
+use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
+use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::report;
 
@@ -140,31 +142,6 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
     Ok(exit::SUCCESS)
 }
 
-/// Turns what the engine says it loaded into image IDs.
-fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>> {
-    if loaded.is_empty() {
-        return Err(Error::refused(
-            "the engine loaded nothing from the archive; is it a docker-archive (docker save, or a Nix streamLayeredImage)?",
-        ));
-    }
-    let mut ids: Vec<ImageId> = Vec::new();
-    for r in loaded {
-        let id = if r.starts_with("sha256:") {
-            r
-        } else {
-            // A tagged archive (Nix images always are): resolve the tag right away.
-            engine.inspect(&r)?.map(|i| i.id).ok_or_else(|| {
-                Error::refused(format!("loaded `{r}`, but the engine cannot find it"))
-            })?
-        };
-        let id = ImageId::parse(&id).map_err(Error::refused)?;
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
-    Ok(ids)
-}
-
 /// `cibox image load [--from FILE|-]`.
 pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Result<u8> {
     // Read the manifest first: a bad manifest must stop us before the engine changes.
@@ -197,21 +174,9 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         Some(f) => engine.load(Box::new(f))?,
         None => engine.load(Box::new(std::io::stdin()))?,
     };
-    let ids = loaded_ids(&engine, loaded)?;
-    let pin = manifest.as_ref().map(|(m, n)| (m, n.as_str()));
-    finish_loaded(ctx, &engine, &info, ids, source.as_ref(), pin)
-}
-
-/// Prints the loaded IDs (stdout, one per line, for scripts) and verifies each.
-fn finish_loaded(
-    ctx: &Context,
-    engine: &Engine,
-    info: &EngineInfo,
-    ids: Vec<ImageId>,
-    source: Option<&Lockset>,
-    pin: Option<(&Manifest, &str)>,
-) -> Result<u8> {
-    let Some(source) = source else {
+    let ids = image::load::loaded_ids(&engine, loaded)?;
+    // Unverified, the IDs alone (stdout, one per line, for scripts).
+    let (Some((m, name)), Some(source)) = (&manifest, &source) else {
         if ctx.json {
             report::json(&json!({"images": ids, "verified": false}));
         } else {
@@ -221,16 +186,12 @@ fn finish_loaded(
         }
         return Ok(exit::SUCCESS);
     };
-    let mut verified = Vec::new();
-    for id in &ids {
-        report::info(format!("loaded {id}"));
-        verified.push(image::verify(engine, id, source)?);
-        if let Some((m, name)) = pin {
-            check_pin(m, name, id)?;
-        }
-    }
+    let verified =
+        image::load::verify_loaded(&engine, &ids, source, &pin_of(m, name), &mut |id| {
+            report::info(format!("loaded {id}"))
+        })?;
     for v in &verified {
-        print_result(ctx, v, info, "verified");
+        print_result(ctx, v, &info, "verified");
     }
     Ok(exit::SUCCESS)
 }
@@ -269,7 +230,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
         image::archive::read_image(std::io::BufReader::new(file), shown)?
     };
     if let Some((m, n)) = &pin {
-        check_pin(m, n, &found.id)?;
+        pin_of(m, n).check(&found.id)?;
     }
     if ctx.json {
         report::json(&json!({
@@ -324,7 +285,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
         .inspect(&pinned.to_string())?
         .ok_or_else(|| Error::refused(format!("pulled {pinned}, but the engine cannot find it")))?;
     let id = ImageId::parse(&found.id).map_err(Error::refused)?;
-    check_pin_of(&m, name, &id, &format!("{pinned} is image {id}"))?;
+    pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     print_result(ctx, &v, &info, "verified");
     Ok(exit::SUCCESS)
@@ -335,285 +296,88 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
     let source = Lockset::compute(&m.dir, &img.locks)?;
-    match (&img.dockerfile, &img.nix) {
-        (Some(df), _) => build_dockerfile(ctx, &m, name, &m.resolve(df), &source, check),
-        (None, Some(_)) if check => Err(Error::Usage(format!(
-            "--check builds a Dockerfile twice; image `{name}` is a Nix recipe, whose builds Nix itself checks: nix build --rebuild {}",
-            img.nix.as_deref().unwrap_or_default()
-        ))),
-        (None, Some(attr)) => build_nix(ctx, &m, name, attr, &source),
-        (None, None) => Err(Error::Usage(format!(
-            "{}: image `{name}` has no recipe; set its dockerfile or nix",
-            m.path.display()
-        ))),
-    }
-}
-
-/// Images a Dockerfile takes: everything after FROM, and `COPY --from=` sources, that is
-/// not an earlier stage (by name or number).
-fn dockerfile_bases(text: &str) -> Vec<String> {
-    let mut stages: Vec<String> = Vec::new();
-    let mut bases = Vec::new();
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words
-            .first()
-            .is_some_and(|w| w.eq_ignore_ascii_case("COPY") || w.eq_ignore_ascii_case("ADD"))
-        {
-            for w in &words[1..] {
-                if let Some(src) = w.strip_prefix("--from=")
-                    && !stages.iter().any(|s| s.eq_ignore_ascii_case(src))
-                    && src.parse::<usize>().is_err()
-                {
-                    bases.push(src.to_string());
-                }
-            }
-            continue;
-        }
-        if words
-            .first()
-            .is_none_or(|w| !w.eq_ignore_ascii_case("FROM"))
-        {
-            continue;
-        }
-        let rest: Vec<&str> = words[1..]
-            .iter()
-            .copied()
-            .filter(|w| !w.starts_with("--"))
-            .collect();
-        if let Some(image) = rest.first()
-            && !stages.iter().any(|s| s.eq_ignore_ascii_case(image))
-        {
-            bases.push(image.to_string());
-        }
-        if rest.len() >= 3 && rest[1].eq_ignore_ascii_case("AS") {
-            stages.push(rest[2].to_string());
-        }
-    }
-    bases
-}
-
-fn build_dockerfile(
-    ctx: &Context,
-    m: &Manifest,
-    image_name: &str,
-    dockerfile: &Path,
-    source: &Lockset,
-    check: bool,
-) -> Result<u8> {
-    let text = std::fs::read_to_string(dockerfile).map_err(|e| {
-        Error::Usage(format!(
-            "image.dockerfile {}: cannot read: {e}",
-            dockerfile.display()
-        ))
-    })?;
-    let context_dir = dockerfile.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let name = dockerfile
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("Dockerfile")
-        .to_string();
-    let bases = dockerfile_bases(&text);
-    // Packed now so a bad context stops us before the engine is asked anything; again
-    // for a second build.
-    let first_context = std::cell::RefCell::new(Some(build_context::pack(&context_dir, &name)?));
-    let context = || -> std::result::Result<std::fs::File, ImageError> {
-        match first_context.borrow_mut().take() {
-            Some(f) => Ok(f),
-            None => build_context::pack(&context_dir, &name)
-                .map_err(|e| ImageError::refused(e.to_string())),
+    let dockerfile = img.dockerfile.as_deref().map(|df| m.resolve(df));
+    let recipe = match (&dockerfile, &img.nix) {
+        (Some(df), _) => Recipe::Dockerfile(df),
+        (None, Some(attr)) => Recipe::Nix(attr),
+        (None, None) => {
+            return Err(Error::Usage(format!(
+                "{}: image `{name}` has no recipe; set its dockerfile or nix",
+                m.path.display()
+            )));
         }
     };
-    let labels = HashMap::from([
-        (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
-        (lockset::LABEL_FILES.to_string(), source.text.clone()),
-    ]);
-    let (epoch, epoch_from) = image::build::source_date_epoch().map_err(Error::Usage)?;
-    let engine = Engine::connect()?;
-    let info = engine.info()?;
-    describe_engine(&info);
-    // The classic builder pulls a missing base image; cibox never pulls.
-    let mut base_layers = std::collections::HashSet::new();
-    for base in &bases {
-        if base.eq_ignore_ascii_case("scratch") {
-            continue;
-        }
-        if base.contains('$') {
-            report::warn(format!(
-                "FROM {base}: uses a build argument; cannot check it is local"
-            ));
-            continue;
-        }
-        match engine.inspect(base)? {
-            Some(found) => base_layers.extend(found.layers),
-            None => {
-                return Err(Error::refused(format!(
-                    "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
-                    dockerfile.display()
-                )));
-            }
-        }
-        if !base.starts_with("sha256:") {
-            report::warn(format!(
-                "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
-            ));
-        }
-    }
-    report::info(format!(
-        "building {}{} (lockset {}; file times set to {epoch}, {epoch_from})",
-        dockerfile.display(),
-        if check {
-            " twice, without the cache"
-        } else {
-            ""
-        },
-        source.digest
-    ));
+    let request = BuildRequest {
+        name,
+        recipe,
+        source: &source,
+        pin: pin_of(&m, name),
+        project: &m.project,
+        dir: &m.dir,
+        check,
+    };
     let verbose = report::enabled(report::Level::Debug);
-    let mut on_output = |out: &str| {
-        if verbose {
-            eprint!("{out}");
-        }
+    let built = recipe::build(&request, &mut |p| show_progress(p, verbose))?;
+    let done = match recipe {
+        Recipe::Nix(_) => "verified",
+        Recipe::Dockerfile(_) if check => "built twice, reproducible, and verified",
+        Recipe::Dockerfile(_) => "built and verified",
     };
-    let tag = tag_for(m, source);
-    let inputs = image::build::BuildInputs {
-        context: &context,
-        dockerfile: &name,
-        labels: &labels,
-        tag: &tag,
-        epoch,
-        base_layers,
-    };
-    let built = if check {
-        image::build::check(&engine, &inputs, &mut on_output)?
-    } else {
-        image::build::build(&engine, &inputs, &mut on_output)?
-    };
-    if built.engine_id != built.id {
-        report::info(format!(
-            "this engine names the image {} (a containerd image store: the manifest digest); its config digest is {}",
-            built.engine_id, built.id
-        ));
+    for v in &built.images {
+        print_result(ctx, v, &built.engine, done);
     }
-    check_pin(m, image_name, &built.id)?;
-    let v = image::verify(&engine, &built.engine_id, source)?;
-    let done = if check {
-        "built twice, reproducible, and verified"
-    } else {
-        "built and verified"
-    };
-    print_result(ctx, &v, &info, done);
     Ok(exit::SUCCESS)
 }
 
-/// Refuses an image whose ID is not the one the manifest pins for it (`id`).
-fn check_pin(m: &Manifest, name: &str, id: &ImageId) -> Result<()> {
-    check_pin_of(m, name, id, &format!("image `{name}` is {id}"))
-}
-
-/// [`check_pin`], with `subject` saying what gave `id` (`REF is image ID`).
-fn check_pin_of(m: &Manifest, name: &str, id: &ImageId, subject: &str) -> Result<()> {
-    let Some(pin) = m.images.get(name).and_then(|i| i.id.as_deref()) else {
-        return Ok(());
-    };
-    if ImageId::parse(pin.trim()).ok().as_ref() == Some(id) {
-        return Ok(());
-    }
-    Err(Error::Image(ImageError::Refused {
-        message: format!(
-            "{subject}, but the id of image `{name}` in {} pins {}",
-            m.path.display(),
-            pin.trim()
-        ),
-        details: vec![
-            "the same lock files gave another image: find what differs with `cibox image build --check`".into(),
-            format!("or, if the change is meant, pin the new ID: id: \"{id}\""),
-        ],
-    }))
-}
-
-/// A tag keeps the image from being "dangling" (and so from `docker image prune`);
-/// cibox itself never selects images by it.
-fn tag_for(m: &Manifest, source: &Lockset) -> String {
-    format!("cibox/{}:lockset-{}", m.project, &source.digest[7..19])
-}
-
-fn build_nix(
-    ctx: &Context,
-    m: &Manifest,
-    image_name: &str,
-    attr: &str,
-    source: &Lockset,
-) -> Result<u8> {
-    let nix = crate::util::which("nix").ok_or_else(|| {
-        Error::Infra(format!(
-            "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
-        ))
-    })?;
-    report::info(format!("nix build {attr}"));
-    let out = std::process::Command::new(&nix)
-        .args(["build", "--no-link", "--print-out-paths", attr])
-        .current_dir(&m.dir)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| Error::Infra(format!("cannot run {}: {e}", nix.display())))?;
-    if !out.status.success() {
-        return Err(Error::Infra(format!(
-            "`nix build {attr}` failed ({})",
-            out.status
-        )));
-    }
-    let path = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    if path.is_empty() {
-        return Err(Error::Infra(format!(
-            "`nix build {attr}` printed no output path"
-        )));
-    }
-    let path = PathBuf::from(path);
-    let engine = Engine::connect()?;
-    let info = engine.info()?;
-    describe_engine(&info);
-    let loaded = if crate::util::is_executable_file(&path) {
-        // streamLayeredImage: a script that writes the archive to stdout.
-        let mut child = std::process::Command::new(&path)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| Error::Infra(format!("cannot run {}: {e}", path.display())))?;
-        let stdout = child.stdout.take().expect("piped");
-        let loaded = engine.load(Box::new(stdout));
-        if loaded.is_err() {
-            let _ = child.kill();
+/// What `image build` reports as it goes, on stderr; the builder's own output only when
+/// `verbose`.
+fn show_progress(progress: Progress<'_>, verbose: bool) {
+    match progress {
+        Progress::Engine(info) => describe_engine(info),
+        Progress::BaseNotChecked(base) => report::warn(format!(
+            "FROM {base}: uses a build argument; cannot check it is local"
+        )),
+        Progress::BaseByTag(base) => report::warn(format!(
+            "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
+        )),
+        Progress::Building {
+            dockerfile,
+            twice,
+            lockset,
+            epoch,
+            epoch_from,
+        } => report::info(format!(
+            "building {}{} (lockset {lockset}; file times set to {epoch}, {epoch_from})",
+            dockerfile.display(),
+            if twice {
+                " twice, without the cache"
+            } else {
+                ""
+            },
+        )),
+        Progress::BuildOutput(out) => {
+            if verbose {
+                eprint!("{out}");
+            }
         }
-        let status = child
-            .wait()
-            .map_err(|e| Error::Infra(format!("{}: {e}", path.display())))?;
-        let loaded = loaded?;
-        if !status.success() {
-            return Err(Error::Infra(format!(
-                "{} failed ({status})",
-                path.display()
-            )));
-        }
-        loaded
-    } else {
-        let f = std::fs::File::open(&path)
-            .map_err(|e| Error::Infra(format!("cannot open {}: {e}", path.display())))?;
-        engine.load(Box::new(f))?
-    };
-    let ids = loaded_ids(&engine, loaded)?;
-    finish_loaded(
-        ctx,
-        &engine,
-        &info,
-        ids,
-        Some(source),
-        Some((m, image_name)),
-    )
+        Progress::EngineId {
+            engine_id,
+            config_digest,
+        } => report::info(format!(
+            "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
+        )),
+        Progress::NixBuild(attr) => report::info(format!("nix build {attr}")),
+        Progress::Loaded(id) => report::info(format!("loaded {id}")),
+    }
+}
+
+/// The ID the manifest pins for its image `name`.
+fn pin_of<'m>(m: &'m Manifest, name: &'m str) -> PinnedId<'m> {
+    PinnedId {
+        image: name,
+        id: m.images.get(name).and_then(|i| i.id.as_deref()),
+        manifest: &m.path,
+    }
 }
 
 /// `cibox image save ID --to FILE`.
@@ -632,18 +396,4 @@ pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
         println!("saved {id} to {} ({bytes} bytes)", to.display());
     }
     Ok(exit::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_base_images() {
-        let df = "FROM --platform=linux/amd64 sha256:abc AS build\nRUN x\nfrom build\nFROM scratch\nCOPY --from=build / /\nCOPY --from=0 /a /a\nCOPY --from=alpine:3.19 /b /b\n";
-        assert_eq!(
-            dockerfile_bases(df),
-            ["sha256:abc", "scratch", "alpine:3.19"]
-        );
-    }
 }

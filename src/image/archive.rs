@@ -131,120 +131,220 @@ fn pax_records(data: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
 /// plainly; PAX headers without `path`, `linkpath`, `size` or sparse keys, given once.
 /// Anything else is refused, and memory stays bounded whatever the stream holds.
 pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, ArchiveError> {
-    let not_archive = |why: String| ArchiveError::NotArchive(from.to_string(), why);
+    scan(reader, from)?.image(from)
+}
+
+/// What one pass over an archive found.
+#[derive(Default)]
+struct Contents {
+    /// Every regular file's SHA-256, by its path in the archive.
+    digests: BTreeMap<String, String>,
+    /// Every symlink's target, by its path.
+    links: BTreeMap<String, String>,
+    /// `manifest.json` and `index.json`, kept whole (at most [`MAX_INDEX_BYTES`]).
+    manifest: Option<Vec<u8>>,
+    index: Option<Vec<u8>>,
+    /// Whether the stream held any entry at all.
+    seen_any: bool,
+}
+
+/// One pass over an archive under way: what it found so far, and the extension headers
+/// that describe the entry to come.
+struct Scan<'a> {
+    /// The archive's name in messages.
+    from: &'a str,
+    contents: Contents,
+    /// Every path so far: each may appear once.
+    seen: std::collections::BTreeSet<String>,
+    /// A PAX header waiting for its entry.
+    pax: Option<BTreeMap<String, Vec<u8>>>,
+    /// A GNU long name waiting for its entry.
+    long_name: Option<Vec<u8>>,
+}
+
+/// Reads every entry of the archive, hashing each file as it passes.
+fn scan(reader: impl Read, from: &str) -> Result<Contents, ArchiveError> {
     let mut archive = tar::Archive::new(reader);
     let entries = archive
         .entries()
-        .map_err(|e| not_archive(format!("not a tar stream: {e}")))?
+        .map_err(|e| not_archive(from, format!("not a tar stream: {e}")))?
         .raw(true);
-    // Every regular file's SHA-256, by its path in the archive; symlinks by target.
-    let mut digests: BTreeMap<String, String> = BTreeMap::new();
-    let mut links: BTreeMap<String, String> = BTreeMap::new();
-    let mut seen: std::collections::BTreeSet<String> = Default::default();
-    let mut manifest: Option<Vec<u8>> = None;
-    let mut index: Option<Vec<u8>> = None;
-    let mut seen_any = false;
-    let mut pax: Option<BTreeMap<String, Vec<u8>>> = None;
-    let mut long_name: Option<Vec<u8>> = None;
+    let mut scan = Scan {
+        from,
+        contents: Contents::default(),
+        seen: Default::default(),
+        pax: None,
+        long_name: None,
+    };
     for entry in entries {
-        let mut entry = entry.map_err(|e| {
-            if seen_any {
+        let entry = entry.map_err(|e| {
+            if scan.contents.seen_any {
                 ArchiveError::Incomplete(from.to_string(), e.to_string())
             } else {
-                not_archive(format!("not a tar stream: {e}"))
+                not_archive(from, format!("not a tar stream: {e}"))
             }
         })?;
-        seen_any = true;
+        scan.contents.seen_any = true;
+        scan.entry(entry)?;
+    }
+    if scan.pax.is_some() || scan.long_name.is_some() {
+        return Err(ArchiveError::Incomplete(
+            from.to_string(),
+            "it ends after a header for an entry that never comes".into(),
+        ));
+    }
+    Ok(scan.contents)
+}
+
+/// `from` is not a docker-archive, for the reason given.
+fn not_archive(from: &str, why: String) -> ArchiveError {
+    ArchiveError::NotArchive(from.to_string(), why)
+}
+
+impl Scan<'_> {
+    fn not_archive(&self, why: String) -> ArchiveError {
+        not_archive(self.from, why)
+    }
+
+    /// Takes one entry: an extension header for the next, a folder, a link or a file.
+    fn entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), ArchiveError> {
         let header = entry.header().clone();
-        let raw = header.as_bytes();
-        if header.as_ustar().is_none() && header.as_gnu().is_none() {
-            return Err(not_archive(
-                "an entry has an old (v7) tar header; docker save writes ustar".into(),
-            ));
-        }
-        if &raw[508..512] == b"tar\0" {
-            return Err(not_archive("an entry has a STAR header".into()));
-        }
+        self.check_format(&header)?;
         let kind = header.entry_type();
         let size = header
             .size()
-            .map_err(|e| not_archive(format!("an entry's size: {e}")))?;
-        let mut read_small = |what: &str| -> Result<Vec<u8>, ArchiveError> {
-            if size > MAX_EXTENSION_BYTES {
-                return Err(not_archive(format!("{what} is larger than 64 KiB")));
-            }
-            let mut data = Vec::with_capacity(size as usize);
-            entry
-                .read_to_end(&mut data)
-                .map_err(|e| ArchiveError::Incomplete(from.to_string(), format!("{what}: {e}")))?;
-            Ok(data)
-        };
+            .map_err(|e| self.not_archive(format!("an entry's size: {e}")))?;
         if kind.is_pax_local_extensions() {
-            if pax.is_some() {
-                return Err(not_archive("two PAX headers describe one entry".into()));
-            }
-            let records = pax_records(&read_small("a PAX header")?).map_err(not_archive)?;
-            if let Some(key) = records.keys().find(|k| {
-                matches!(k.as_str(), "path" | "linkpath" | "size") || k.starts_with("GNU.sparse")
-            }) {
-                return Err(not_archive(format!(
-                    "a PAX header sets `{key}`, which tar readers apply differently"
-                )));
-            }
-            pax = Some(records);
-            continue;
+            return self.pax_header(&mut entry, size);
         }
         if kind.is_gnu_longname() {
-            if long_name.is_some() {
-                return Err(not_archive("two long names describe one entry".into()));
-            }
-            let mut name = read_small("a long name")?;
-            while name.last() == Some(&0) {
-                name.pop();
-            }
-            long_name = Some(name);
-            continue;
+            return self.long_name(&mut entry, size);
         }
-        pax = None;
-        let raw_path = match long_name.take() {
-            Some(name) => name,
-            None => header.path_bytes().into_owned(),
-        };
-        let is_dir = kind.is_dir();
-        let Some(path) = clean_path(&raw_path, is_dir) else {
-            return Err(not_archive(format!(
-                "entry `{}` is not a plain relative path",
-                String::from_utf8_lossy(&raw_path).escape_debug()
-            )));
-        };
-        if !seen.insert(path.clone()) {
-            return Err(not_archive(format!("`{path}` appears twice")));
-        }
-        if is_dir || kind.is_symlink() {
-            if size != 0 {
-                return Err(not_archive(format!(
-                    "`{path}` is a folder or link with a size ({size} bytes)"
-                )));
-            }
-            if kind.is_symlink() {
-                let target = header
-                    .link_name_bytes()
-                    .and_then(|t| std::str::from_utf8(&t).ok().map(str::to_string))
-                    .ok_or_else(|| not_archive(format!("link `{path}` has no UTF-8 target")))?;
-                links.insert(path, target);
-            }
-            continue;
+        self.pax = None;
+        let path = self.path_of(&header)?;
+        if kind.is_dir() || kind.is_symlink() {
+            return self.folder_or_link(&header, path, size);
         }
         if !(kind.is_file() || kind == tar::EntryType::Continuous) {
-            return Err(not_archive(format!(
+            return Err(self.not_archive(format!(
                 "`{path}` is neither a file, a folder nor a symlink (type {:?})",
                 kind
             )));
         }
+        self.file(&mut entry, path, size)
+    }
+
+    /// Only ustar and GNU headers, as `docker save` and Nix write them.
+    fn check_format(&self, header: &tar::Header) -> Result<(), ArchiveError> {
+        let raw = header.as_bytes();
+        if header.as_ustar().is_none() && header.as_gnu().is_none() {
+            return Err(self.not_archive(
+                "an entry has an old (v7) tar header; docker save writes ustar".into(),
+            ));
+        }
+        if &raw[508..512] == b"tar\0" {
+            return Err(self.not_archive("an entry has a STAR header".into()));
+        }
+        Ok(())
+    }
+
+    /// The data of a long name or a PAX header (`what`), at most 64 KiB.
+    fn read_small(
+        &self,
+        entry: &mut impl Read,
+        size: u64,
+        what: &str,
+    ) -> Result<Vec<u8>, ArchiveError> {
+        if size > MAX_EXTENSION_BYTES {
+            return Err(self.not_archive(format!("{what} is larger than 64 KiB")));
+        }
+        let mut data = Vec::with_capacity(size as usize);
+        entry
+            .read_to_end(&mut data)
+            .map_err(|e| ArchiveError::Incomplete(self.from.to_string(), format!("{what}: {e}")))?;
+        Ok(data)
+    }
+
+    /// A PAX header for the next entry, without the keys tar readers apply differently.
+    fn pax_header(&mut self, entry: &mut impl Read, size: u64) -> Result<(), ArchiveError> {
+        if self.pax.is_some() {
+            return Err(self.not_archive("two PAX headers describe one entry".into()));
+        }
+        let records = pax_records(&self.read_small(entry, size, "a PAX header")?)
+            .map_err(|why| self.not_archive(why))?;
+        if let Some(key) = records.keys().find(|k| {
+            matches!(k.as_str(), "path" | "linkpath" | "size") || k.starts_with("GNU.sparse")
+        }) {
+            return Err(self.not_archive(format!(
+                "a PAX header sets `{key}`, which tar readers apply differently"
+            )));
+        }
+        self.pax = Some(records);
+        Ok(())
+    }
+
+    /// A GNU long name for the next entry.
+    fn long_name(&mut self, entry: &mut impl Read, size: u64) -> Result<(), ArchiveError> {
+        if self.long_name.is_some() {
+            return Err(self.not_archive("two long names describe one entry".into()));
+        }
+        let mut name = self.read_small(entry, size, "a long name")?;
+        while name.last() == Some(&0) {
+            name.pop();
+        }
+        self.long_name = Some(name);
+        Ok(())
+    }
+
+    /// The entry's path (its long name, if one came before it): plain, relative, and
+    /// not seen before.
+    fn path_of(&mut self, header: &tar::Header) -> Result<String, ArchiveError> {
+        let raw_path = match self.long_name.take() {
+            Some(name) => name,
+            None => header.path_bytes().into_owned(),
+        };
+        let Some(path) = clean_path(&raw_path, header.entry_type().is_dir()) else {
+            return Err(self.not_archive(format!(
+                "entry `{}` is not a plain relative path",
+                String::from_utf8_lossy(&raw_path).escape_debug()
+            )));
+        };
+        if !self.seen.insert(path.clone()) {
+            return Err(self.not_archive(format!("`{path}` appears twice")));
+        }
+        Ok(path)
+    }
+
+    /// A folder or a symlink: no data; a link's target is kept.
+    fn folder_or_link(
+        &mut self,
+        header: &tar::Header,
+        path: String,
+        size: u64,
+    ) -> Result<(), ArchiveError> {
+        if size != 0 {
+            return Err(self.not_archive(format!(
+                "`{path}` is a folder or link with a size ({size} bytes)"
+            )));
+        }
+        if header.entry_type().is_symlink() {
+            let target = header
+                .link_name_bytes()
+                .and_then(|t| std::str::from_utf8(&t).ok().map(str::to_string))
+                .ok_or_else(|| self.not_archive(format!("link `{path}` has no UTF-8 target")))?;
+            self.contents.links.insert(path, target);
+        }
+        Ok(())
+    }
+
+    /// A regular file: hashed as it passes, kept whole if it is `manifest.json` or
+    /// `index.json`.
+    fn file(&mut self, entry: &mut impl Read, path: String, size: u64) -> Result<(), ArchiveError> {
         let keep = matches!(path.as_str(), "manifest.json" | "index.json");
         if keep && size > MAX_INDEX_BYTES {
-            return Err(not_archive(format!("{path} is larger than 1 MiB")));
+            return Err(self.not_archive(format!("{path} is larger than 1 MiB")));
         }
+        let incomplete = |why: String| ArchiveError::Incomplete(self.from.to_string(), why);
         let mut hasher = Sha256::new();
         let mut kept = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
@@ -252,7 +352,7 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
         loop {
             let n = entry
                 .read(&mut buf)
-                .map_err(|e| ArchiveError::Incomplete(from.to_string(), format!("{path}: {e}")))?;
+                .map_err(|e| incomplete(format!("{path}: {e}")))?;
             if n == 0 {
                 break;
             }
@@ -263,31 +363,103 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
             }
         }
         if read != size {
-            return Err(ArchiveError::Incomplete(
-                from.to_string(),
-                format!("{path} ends after {read} of its {size} bytes"),
-            ));
+            return Err(incomplete(format!(
+                "{path} ends after {read} of its {size} bytes"
+            )));
         }
-        digests.insert(path.clone(), hex(&hasher.finalize()));
+        let contents = &mut self.contents;
+        contents
+            .digests
+            .insert(path.clone(), hex(&hasher.finalize()));
         match path.as_str() {
-            "manifest.json" => manifest = Some(kept),
-            "index.json" => index = Some(kept),
+            "manifest.json" => contents.manifest = Some(kept),
+            "index.json" => contents.index = Some(kept),
             _ => {}
         }
+        Ok(())
     }
-    if pax.is_some() || long_name.is_some() {
-        return Err(ArchiveError::Incomplete(
-            from.to_string(),
-            "it ends after a header for an entry that never comes".into(),
-        ));
+}
+
+impl Contents {
+    /// The one image the archive's `manifest.json` lists, its config and layers checked
+    /// against the files the archive holds.
+    fn image(self, from: &str) -> Result<ArchiveImage, ArchiveError> {
+        let one = self.manifest_entry(from)?;
+        let Some(config_digest) = self.digests.get(&one.config) else {
+            return Err(ArchiveError::Incomplete(
+                from.to_string(),
+                format!("its config {} is missing", one.config),
+            ));
+        };
+        if let Some(claimed) = claimed_digest(&one.config)
+            && claimed != config_digest
+        {
+            return Err(ArchiveError::Altered(
+                from.to_string(),
+                format!(
+                    "its config {} has digest sha256:{config_digest}, not the one its name claims; the archive was altered",
+                    one.config
+                ),
+            ));
+        }
+        self.check_layers(&one.layers, from)?;
+        let id = ImageId::parse(&format!("sha256:{config_digest}"))
+            .map_err(|e| not_archive(from, format!("config digest: {e}")))?;
+        Ok(ArchiveImage {
+            id,
+            manifest_digest: self.manifest_digest(),
+            repo_tags: one.repo_tags.unwrap_or_default(),
+            layers: one.layers,
+        })
     }
-    // A layer file may be a relative symlink to another (docker save shares layers so);
-    // one step, to a regular file of the archive.
-    let resolve = |path: &str| -> Option<String> {
-        if digests.contains_key(path) {
+
+    /// The one entry of `manifest.json`.
+    fn manifest_entry(&self, from: &str) -> Result<ManifestEntry, ArchiveError> {
+        let Some(manifest) = &self.manifest else {
+            return Err(if self.seen_any {
+                not_archive(from, "it has no manifest.json".into())
+            } else {
+                not_archive(from, "it is empty".into())
+            });
+        };
+        let entries: Vec<ManifestEntry> = serde_json::from_slice(manifest)
+            .map_err(|e| not_archive(from, format!("manifest.json: {e}")))?;
+        match entries.len() {
+            1 => Ok(entries.into_iter().next().expect("one")),
+            0 => Err(not_archive(from, "manifest.json lists no image".into())),
+            n => Err(ArchiveError::ManyImages(from.to_string(), n)),
+        }
+    }
+
+    /// Every layer is a file of the archive (or a link to one), with the digest its
+    /// name claims.
+    fn check_layers(&self, layers: &[String], from: &str) -> Result<(), ArchiveError> {
+        for layer in layers {
+            let Some(d) = self.resolve(layer).and_then(|p| self.digests.get(&p)) else {
+                return Err(ArchiveError::Incomplete(
+                    from.to_string(),
+                    format!("layer {layer} is missing"),
+                ));
+            };
+            if let Some(claimed) = layer.strip_prefix("blobs/sha256/")
+                && claimed != d
+            {
+                return Err(ArchiveError::Altered(
+                    from.to_string(),
+                    format!("layer {layer} has digest sha256:{d}; the archive was altered"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A layer file may be a relative symlink to another (docker save shares layers so);
+    /// one step, to a regular file of the archive.
+    fn resolve(&self, path: &str) -> Option<String> {
+        if self.digests.contains_key(path) {
             return Some(path.to_string());
         }
-        let target = links.get(path)?;
+        let target = self.links.get(path)?;
         let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         let mut parts: Vec<&str> = dir.split('/').filter(|c| !c.is_empty()).collect();
         for c in target.split('/') {
@@ -300,81 +472,31 @@ pub fn read_image(reader: impl Read, from: &str) -> Result<ArchiveImage, Archive
             }
         }
         let joined = parts.join("/");
-        (!target.starts_with('/') && digests.contains_key(&joined)).then_some(joined)
-    };
-    let Some(manifest) = manifest else {
-        return Err(if seen_any {
-            not_archive("it has no manifest.json".into())
-        } else {
-            not_archive("it is empty".into())
-        });
-    };
-    let entries: Vec<ManifestEntry> = serde_json::from_slice(&manifest)
-        .map_err(|e| not_archive(format!("manifest.json: {e}")))?;
-    let one = match entries.len() {
-        1 => entries.into_iter().next().expect("one"),
-        0 => return Err(not_archive("manifest.json lists no image".into())),
-        n => return Err(ArchiveError::ManyImages(from.to_string(), n)),
-    };
-    let Some(config_digest) = digests.get(&one.config) else {
-        return Err(ArchiveError::Incomplete(
-            from.to_string(),
-            format!("its config {} is missing", one.config),
-        ));
-    };
-    if let Some(claimed) = claimed_digest(&one.config)
-        && claimed != config_digest
-    {
-        return Err(ArchiveError::Altered(
-            from.to_string(),
-            format!(
-                "its config {} has digest sha256:{config_digest}, not the one its name claims; the archive was altered",
-                one.config
-            ),
-        ));
+        (!target.starts_with('/') && self.digests.contains_key(&joined)).then_some(joined)
     }
-    for layer in &one.layers {
-        let Some(d) = resolve(layer).and_then(|p| digests.get(&p)) else {
-            return Err(ArchiveError::Incomplete(
-                from.to_string(),
-                format!("layer {layer} is missing"),
-            ));
-        };
-        if let Some(claimed) = layer.strip_prefix("blobs/sha256/")
-            && claimed != d
-        {
-            return Err(ArchiveError::Altered(
-                from.to_string(),
-                format!("layer {layer} has digest sha256:{d}; the archive was altered"),
-            ));
-        }
-    }
-    let manifest_digest = index
-        .and_then(|bytes| {
-            let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-            let manifests = v.get("manifests")?.as_array()?;
-            match manifests.as_slice() {
-                [one] => one.get("digest")?.as_str().map(str::to_string),
-                _ => None,
-            }
-        })
-        // Only a digest the archive's own blob has: the index is not taken on its word.
-        .filter(|d| {
-            d.strip_prefix("sha256:").is_some_and(|hex| {
-                digests
-                    .get(&format!("blobs/sha256/{hex}"))
-                    .map(String::as_str)
-                    == Some(hex)
+
+    /// The OCI manifest's digest that `index.json` names, when it names one.
+    fn manifest_digest(&self) -> Option<String> {
+        self.index
+            .as_ref()
+            .and_then(|bytes| {
+                let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+                let manifests = v.get("manifests")?.as_array()?;
+                match manifests.as_slice() {
+                    [one] => one.get("digest")?.as_str().map(str::to_string),
+                    _ => None,
+                }
             })
-        });
-    let id = ImageId::parse(&format!("sha256:{config_digest}"))
-        .map_err(|e| not_archive(format!("config digest: {e}")))?;
-    Ok(ArchiveImage {
-        id,
-        manifest_digest,
-        repo_tags: one.repo_tags.unwrap_or_default(),
-        layers: one.layers,
-    })
+            // Only a digest the archive's own blob has: the index is not taken on its word.
+            .filter(|d| {
+                d.strip_prefix("sha256:").is_some_and(|hex| {
+                    self.digests
+                        .get(&format!("blobs/sha256/{hex}"))
+                        .map(String::as_str)
+                        == Some(hex)
+                })
+            })
+    }
 }
 
 pub fn hex(bytes: &[u8]) -> String {

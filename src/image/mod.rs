@@ -1,18 +1,24 @@
 //! Images: the immutable ID ([`id`]), the lockset that ties an image to the source's
-//! lock files ([`lockset`]), the build context ([`build_context`]), and the check that a
-//! local image carries the source's lockset ([`verify`]). See docs/interface.md §5.
+//! lock files ([`lockset`]), the build context ([`build_context`]), building an image
+//! from its recipe ([`recipe`]), what the engine loaded ([`load`]), the check that a
+//! local image carries the source's lockset ([`verify`]) and the one that it is the
+//! image the manifest pins ([`PinnedId`]). See docs/interface.md §5.
 
 pub mod archive;
 pub mod build;
 pub mod build_context;
 pub mod id;
+pub mod load;
 pub mod lockset;
 pub mod normalize;
 pub mod pinned;
+pub mod recipe;
 
 pub use id::ImageId;
 pub use lockset::Lockset;
 pub use pinned::PinnedRef;
+
+use std::path::Path;
 
 use crate::engine::{ContainerEngine, EngineError};
 use crate::exit::Failure;
@@ -152,4 +158,45 @@ pub fn verify(
         lockset: digest.clone(),
         files: source.files.len(),
     })
+}
+
+/// The ID the manifest pins for one of its images (its `id`): an image built, loaded or
+/// fetched for it must be that one.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedId<'a> {
+    /// The image's name in the manifest.
+    pub image: &'a str,
+    /// The pinned ID as the manifest writes it; `None` when it pins none.
+    pub id: Option<&'a str>,
+    /// The manifest, named when an image is refused.
+    pub manifest: &'a Path,
+}
+
+impl PinnedId<'_> {
+    /// Refuses an image whose ID is not the one the manifest pins for it.
+    pub fn check(&self, id: &ImageId) -> Result<(), ImageError> {
+        self.check_as(id, &format!("image `{}` is {id}", self.image))
+    }
+
+    /// [`check`](Self::check), with `subject` saying what gave `id` (`REF is image ID`).
+    pub fn check_as(&self, id: &ImageId, subject: &str) -> Result<(), ImageError> {
+        let Some(pin) = self.id else {
+            return Ok(());
+        };
+        if ImageId::parse(pin.trim()).ok().as_ref() == Some(id) {
+            return Ok(());
+        }
+        Err(ImageError::Refused {
+            message: format!(
+                "{subject}, but the id of image `{}` in {} pins {}",
+                self.image,
+                self.manifest.display(),
+                pin.trim()
+            ),
+            details: vec![
+                "the same lock files gave another image: find what differs with `cibox image build --check`".into(),
+                format!("or, if the change is meant, pin the new ID: id: \"{id}\""),
+            ],
+        })
+    }
 }

@@ -104,128 +104,199 @@ pub fn normalise(
     keep: &std::collections::HashSet<String>,
     tmp: &Path,
 ) -> Result<Normalised, ArchiveError> {
-    let from = saved.display().to_string();
-    let io = |what: &str, e: std::io::Error| ArchiveError::Io(from.clone(), format!("{what}: {e}"));
-    // Where each file of the outer archive lies.
-    let mut file = File::open(saved).map_err(|e| io("opening it", e))?;
-    let mut places: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    {
-        let mut outer = tar::Archive::new(&mut file);
-        for entry in outer.entries().map_err(|e| io("reading it", e))? {
-            let entry = entry.map_err(|e| io("reading it", e))?;
-            if entry.header().entry_type().is_file() {
-                let path = String::from_utf8_lossy(&entry.path_bytes())
-                    .trim_start_matches("./")
-                    .to_string();
-                places.insert(path, (entry.raw_file_position(), entry.size()));
-            }
-        }
+    let mut saved = SavedArchive::open(saved)?;
+    let (mut config, layer_paths) = saved.image()?;
+    let out_file =
+        tempfile::NamedTempFile::new_in(tmp).map_err(|e| saved.io("temporary file", e))?;
+    let mut out = tar::Builder::new(BufWriter::new(
+        out_file
+            .reopen()
+            .map_err(|e| saved.io("temporary file", e))?,
+    ));
+    let old_ids = strings(&config["rootfs"]["diff_ids"]);
+    let mut diff_ids = Vec::new();
+    let mut written = std::collections::BTreeSet::new();
+    let mut summaries = Vec::new();
+    for (i, layer) in layer_paths.iter().enumerate() {
+        let base = old_ids
+            .get(i)
+            .filter(|id| keep.contains(*id) && id.len() == 71);
+        let (digest, summary) =
+            saved.write_layer(&mut out, layer, base, &mut written, epoch, tmp)?;
+        diff_ids.push(format!("sha256:{digest}"));
+        summaries.push(summary);
     }
-    let mut read_small = |path: &str| -> Result<Vec<u8>, ArchiveError> {
-        let Some(&(at, size)) = places.get(path) else {
-            return Err(ArchiveError::Incomplete(
-                from.clone(),
-                format!("{path} is missing"),
-            ));
-        };
-        if size > 64 << 20 {
-            return Err(ArchiveError::NotArchive(
-                from.clone(),
-                format!("{path} is larger than 64 MiB"),
-            ));
-        }
-        let mut bytes = vec![0u8; size as usize];
-        file.seek(SeekFrom::Start(at))
-            .and_then(|_| file.read_exact(&mut bytes))
-            .map_err(|e| io(path, e))?;
-        Ok(bytes)
-    };
-    let manifest: serde_json::Value = serde_json::from_slice(&read_small("manifest.json")?)
-        .map_err(|e| ArchiveError::NotArchive(from.clone(), format!("manifest.json: {e}")))?;
-    let one = match manifest.as_array().map(Vec::as_slice) {
-        Some([one]) => one.clone(),
-        Some(many) => return Err(ArchiveError::ManyImages(from.clone(), many.len())),
-        None => {
-            return Err(ArchiveError::NotArchive(
-                from.clone(),
-                "manifest.json is not a list".into(),
-            ));
-        }
-    };
-    let config_path = one["Config"].as_str().unwrap_or_default().to_string();
-    let mut config: serde_json::Value = serde_json::from_slice(&read_small(&config_path)?)
-        .map_err(|e| ArchiveError::NotArchive(from.clone(), format!("{config_path}: {e}")))?;
-    let layer_paths: Vec<String> = one["Layers"]
-        .as_array()
+    normalise_config(&mut config, &diff_ids, epoch);
+    let config_digest = write_config_and_manifest(&mut out, &config, &diff_ids, tag, epoch)
+        .map_err(|e| saved.io("writing the archive", e))?;
+    out.into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(|e| saved.io("writing the archive", e))?;
+    let id = ImageId::parse(&format!("sha256:{config_digest}"))
+        .map_err(|e| ArchiveError::NotArchive(saved.from.clone(), e))?;
+    Ok(Normalised {
+        archive: out_file,
+        id,
+        layers: summaries,
+        config,
+    })
+}
+
+/// The strings of a JSON list (none if it is not one).
+fn strings(list: &serde_json::Value) -> Vec<String> {
+    list.as_array()
         .map(|l| {
             l.iter()
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
 
-    let out_file = tempfile::NamedTempFile::new_in(tmp).map_err(|e| io("temporary file", e))?;
-    let mut out = tar::Builder::new(BufWriter::new(
-        out_file.reopen().map_err(|e| io("temporary file", e))?,
-    ));
-    let old_ids: Vec<String> = config["rootfs"]["diff_ids"]
-        .as_array()
-        .map(|ids| {
-            ids.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut diff_ids = Vec::new();
-    let mut written = std::collections::BTreeSet::new();
-    let mut summaries = Vec::new();
-    for (i, layer) in layer_paths.iter().enumerate() {
-        let Some(&(at, size)) = places.get(layer) else {
+/// The archive `docker save` wrote, and where each of its files lies in it (it is
+/// seeked, not held in memory).
+struct SavedArchive {
+    file: File,
+    /// Path → where its data starts, and its size.
+    places: BTreeMap<String, (u64, u64)>,
+    /// Its name in messages.
+    from: String,
+}
+
+impl SavedArchive {
+    /// Opens the archive and finds where each file of it lies.
+    fn open(saved: &Path) -> Result<SavedArchive, ArchiveError> {
+        let from = saved.display().to_string();
+        let io =
+            |what: &str, e: std::io::Error| ArchiveError::Io(from.clone(), format!("{what}: {e}"));
+        let mut file = File::open(saved).map_err(|e| io("opening it", e))?;
+        let mut places: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        {
+            let mut outer = tar::Archive::new(&mut file);
+            for entry in outer.entries().map_err(|e| io("reading it", e))? {
+                let entry = entry.map_err(|e| io("reading it", e))?;
+                if entry.header().entry_type().is_file() {
+                    let path = String::from_utf8_lossy(&entry.path_bytes())
+                        .trim_start_matches("./")
+                        .to_string();
+                    places.insert(path, (entry.raw_file_position(), entry.size()));
+                }
+            }
+        }
+        Ok(SavedArchive { file, places, from })
+    }
+
+    /// The archive could not be read or written here (`what` was being done).
+    fn io(&self, what: &str, e: std::io::Error) -> ArchiveError {
+        ArchiveError::Io(self.from.clone(), format!("{what}: {e}"))
+    }
+
+    /// A file of the archive, whole (at most 64 MiB).
+    fn read_small(&mut self, path: &str) -> Result<Vec<u8>, ArchiveError> {
+        let Some(&(at, size)) = self.places.get(path) else {
             return Err(ArchiveError::Incomplete(
-                from.clone(),
+                self.from.clone(),
+                format!("{path} is missing"),
+            ));
+        };
+        if size > 64 << 20 {
+            return Err(ArchiveError::NotArchive(
+                self.from.clone(),
+                format!("{path} is larger than 64 MiB"),
+            ));
+        }
+        let mut bytes = vec![0u8; size as usize];
+        self.file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| self.file.read_exact(&mut bytes))
+            .map_err(|e| self.io(path, e))?;
+        Ok(bytes)
+    }
+
+    /// The archive's one image: its config, and its layers' paths in order.
+    fn image(&mut self) -> Result<(serde_json::Value, Vec<String>), ArchiveError> {
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&self.read_small("manifest.json")?).map_err(|e| {
+                ArchiveError::NotArchive(self.from.clone(), format!("manifest.json: {e}"))
+            })?;
+        let one = match manifest.as_array().map(Vec::as_slice) {
+            Some([one]) => one.clone(),
+            Some(many) => return Err(ArchiveError::ManyImages(self.from.clone(), many.len())),
+            None => {
+                return Err(ArchiveError::NotArchive(
+                    self.from.clone(),
+                    "manifest.json is not a list".into(),
+                ));
+            }
+        };
+        let config_path = one["Config"].as_str().unwrap_or_default().to_string();
+        let config: serde_json::Value = serde_json::from_slice(&self.read_small(&config_path)?)
+            .map_err(|e| {
+                ArchiveError::NotArchive(self.from.clone(), format!("{config_path}: {e}"))
+            })?;
+        Ok((config, strings(&one["Layers"])))
+    }
+
+    /// Writes the archive's layer `layer` into `out`, once per digest (`written`): a
+    /// base image's layer (`base`, its diff ID) as it was, any other normalised.
+    /// Returns its digest (hex) and its files (none named for a base layer).
+    fn write_layer(
+        &mut self,
+        out: &mut tar::Builder<BufWriter<File>>,
+        layer: &str,
+        base: Option<&String>,
+        written: &mut std::collections::BTreeSet<String>,
+        epoch: u64,
+        tmp: &Path,
+    ) -> Result<(String, BTreeMap<String, EntrySummary>), ArchiveError> {
+        let Some(&(at, size)) = self.places.get(layer) else {
+            return Err(ArchiveError::Incomplete(
+                self.from.clone(),
                 format!("layer {layer} is missing"),
             ));
         };
-        let (layer_file, digest, summary) = match old_ids.get(i) {
+        let from = &self.from;
+        let io = |e: std::io::Error| ArchiveError::Io(from.clone(), format!("{layer}: {e}"));
+        let (layer_file, digest, summary) = match base {
             // A base image's layer, as it was.
-            Some(id) if keep.contains(id) && id.len() == 71 => {
-                let copy = copy_layer(&mut file, at, size, tmp).map_err(|e| io(layer, e))?;
+            Some(id) => {
+                let copy = copy_layer(&mut self.file, at, size, tmp).map_err(io)?;
                 (copy, id[7..].to_string(), BTreeMap::new())
             }
-            _ => normalise_layer(&mut file, at, size, epoch, tmp).map_err(|e| io(layer, e))?,
+            None => normalise_layer(&mut self.file, at, size, epoch, tmp).map_err(io)?,
         };
         let name = format!("{digest}/layer.tar");
         if written.insert(digest.clone()) {
             let mut h = tar::Header::new_gnu();
-            let len = layer_file
-                .as_file()
-                .metadata()
-                .map_err(|e| io(layer, e))?
-                .len();
+            let len = layer_file.as_file().metadata().map_err(io)?.len();
             h.set_size(len);
             h.set_mode(0o644);
             h.set_mtime(epoch);
-            out.append_data(
-                &mut h,
-                &name,
-                layer_file.reopen().map_err(|e| io(layer, e))?,
-            )
-            .map_err(|e| io(layer, e))?;
+            out.append_data(&mut h, &name, layer_file.reopen().map_err(io)?)
+                .map_err(io)?;
         }
-        diff_ids.push(format!("sha256:{digest}"));
-        summaries.push(summary);
+        Ok((digest, summary))
     }
-    normalise_config(&mut config, &diff_ids, epoch);
-    let config_bytes = serde_json::to_vec(&config).expect("JSON values serialise");
+}
+
+/// Writes the normalised config and the `manifest.json` naming it, its layers and
+/// `tag`; returns the config's digest (hex).
+fn write_config_and_manifest(
+    out: &mut tar::Builder<BufWriter<File>>,
+    config: &serde_json::Value,
+    diff_ids: &[String],
+    tag: &str,
+    epoch: u64,
+) -> std::io::Result<String> {
+    let config_bytes = serde_json::to_vec(config).expect("JSON values serialise");
     let config_digest = hex(&Sha256::digest(&config_bytes));
     let config_name = format!("{config_digest}.json");
-    let mut add = |path: &str, data: &[u8]| -> Result<(), ArchiveError> {
+    let mut add = |path: &str, data: &[u8]| {
         let mut h = tar::Header::new_gnu();
         h.set_size(data.len() as u64);
         h.set_mode(0o644);
         h.set_mtime(epoch);
         out.append_data(&mut h, path, data)
-            .map_err(|e| io("writing the archive", e))
     };
     add(&config_name, &config_bytes)?;
     let layers_named: Vec<String> = diff_ids
@@ -238,17 +309,7 @@ pub fn normalise(
         "Layers": layers_named,
     }]);
     add("manifest.json", manifest.to_string().as_bytes())?;
-    out.into_inner()
-        .and_then(|mut w| w.flush())
-        .map_err(|e| io("writing the archive", e))?;
-    let id = ImageId::parse(&format!("sha256:{config_digest}"))
-        .map_err(|e| ArchiveError::NotArchive(from.clone(), e))?;
-    Ok(Normalised {
-        archive: out_file,
-        id,
-        layers: summaries,
-        config,
-    })
+    Ok(config_digest)
 }
 
 /// A layer copied byte for byte into a temporary file.
@@ -314,54 +375,7 @@ fn normalise_layer(
     String,
     BTreeMap<String, EntrySummary>,
 )> {
-    saved.seek(SeekFrom::Start(at))?;
-    let mut magic = [0u8; 2];
-    saved.read_exact(&mut magic).ok();
-    if magic == [0x1f, 0x8b] {
-        return Err(std::io::Error::other(
-            "a compressed layer; cibox normalises uncompressed layers, as docker save writes them",
-        ));
-    }
-    saved.seek(SeekFrom::Start(at))?;
-    let mut indexed = Vec::new();
-    {
-        let mut layer = tar::Archive::new(Read::by_ref(saved).take(size));
-        for entry in layer.entries()? {
-            let mut entry = entry?;
-            let pax = entry
-                .pax_extensions()?
-                .map(|exts| {
-                    exts.filter_map(Result::ok)
-                        .filter_map(|e| {
-                            let key = e.key().ok()?.to_string();
-                            // Paths, link names and sizes are written again by the
-                            // builder; times go.
-                            let dropped = matches!(
-                                key.as_str(),
-                                "path"
-                                    | "linkpath"
-                                    | "size"
-                                    | "mtime"
-                                    | "atime"
-                                    | "ctime"
-                                    | "uname"
-                                    | "gname"
-                            );
-                            (!dropped).then(|| (key, e.value_bytes().to_vec()))
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            indexed.push(Indexed {
-                path: entry.path_bytes().into_owned(),
-                header: entry.header().clone(),
-                link: entry.link_name_bytes().map(|l| l.into_owned()),
-                data_at: at + entry.raw_file_position(),
-                size: entry.size(),
-                pax,
-            });
-        }
-    }
+    let mut indexed = index_layer(saved, at, size)?;
     // Sorted by path; hard links last, after whatever they link to.
     indexed.sort_by(|a, b| {
         let hard = |e: &Indexed| e.header.entry_type() == tar::EntryType::Link;
@@ -375,64 +389,123 @@ fn normalise_layer(
     let mut out = tar::Builder::new(writer);
     let mut files = BTreeMap::new();
     for e in &indexed {
-        let kind = e.header.entry_type();
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(kind);
-        h.set_mode(e.header.mode()?);
-        h.set_uid(e.header.uid()?);
-        h.set_gid(e.header.gid()?);
-        h.set_mtime(epoch);
-        if let (Ok(Some(major)), Ok(Some(minor))) =
-            (e.header.device_major(), e.header.device_minor())
-        {
-            h.set_device_major(major)?;
-            h.set_device_minor(minor)?;
-        }
-        if !e.pax.is_empty() {
-            out.append_pax_extensions(e.pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
-        }
-        let path = Path::new(std::ffi::OsStr::from_bytes(&e.path));
-        // Escaped, not lossy: two names that differ only in bytes that are not UTF-8
-        // stay two.
-        let shown = e.path.escape_ascii().to_string();
-        let digest = match (&e.link, kind) {
-            (Some(target), tar::EntryType::Link | tar::EntryType::Symlink) => {
-                h.set_size(0);
-                let target = Path::new(std::ffi::OsStr::from_bytes(target));
-                out.append_link(&mut h, path, target)?;
-                target.display().to_string()
-            }
-            _ if kind.is_file() || kind == tar::EntryType::Continuous => {
-                h.set_size(e.size);
-                saved.seek(SeekFrom::Start(e.data_at))?;
-                let mut data = HashingReader {
-                    inner: Read::by_ref(saved).take(e.size),
-                    hasher: Sha256::new(),
-                };
-                out.append_data(&mut h, path, &mut data)?;
-                hex(&data.hasher.finalize())
-            }
-            _ => {
-                h.set_size(0);
-                out.append_data(&mut h, path, std::io::empty())?;
-                String::new()
-            }
-        };
-        files.insert(
-            shown,
-            EntrySummary {
-                kind: kind_char(kind),
-                mode: e.header.mode()?,
-                owner: (e.header.uid()?, e.header.gid()?),
-                size: e.size,
-                digest,
-            },
-        );
+        let (shown, summary) = write_entry(&mut out, e, saved, epoch)?;
+        files.insert(shown, summary);
     }
     let mut writer = out.into_inner()?;
     writer.flush()?;
     let digest = hex(&writer.hasher.finalize());
     Ok((out_file, digest, files))
+}
+
+/// The entries of one layer (`size` bytes at `at` in `saved`), in the layer's order.
+fn index_layer(saved: &mut File, at: u64, size: u64) -> std::io::Result<Vec<Indexed>> {
+    saved.seek(SeekFrom::Start(at))?;
+    let mut magic = [0u8; 2];
+    saved.read_exact(&mut magic).ok();
+    if magic == [0x1f, 0x8b] {
+        return Err(std::io::Error::other(
+            "a compressed layer; cibox normalises uncompressed layers, as docker save writes them",
+        ));
+    }
+    saved.seek(SeekFrom::Start(at))?;
+    let mut indexed = Vec::new();
+    let mut layer = tar::Archive::new(Read::by_ref(saved).take(size));
+    for entry in layer.entries()? {
+        let mut entry = entry?;
+        let pax = entry
+            .pax_extensions()?
+            .map(|exts| {
+                exts.filter_map(Result::ok)
+                    .filter_map(|e| {
+                        let key = e.key().ok()?.to_string();
+                        // Paths, link names and sizes are written again by the
+                        // builder; times go.
+                        let dropped = matches!(
+                            key.as_str(),
+                            "path"
+                                | "linkpath"
+                                | "size"
+                                | "mtime"
+                                | "atime"
+                                | "ctime"
+                                | "uname"
+                                | "gname"
+                        );
+                        (!dropped).then(|| (key, e.value_bytes().to_vec()))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        indexed.push(Indexed {
+            path: entry.path_bytes().into_owned(),
+            header: entry.header().clone(),
+            link: entry.link_name_bytes().map(|l| l.into_owned()),
+            data_at: at + entry.raw_file_position(),
+            size: entry.size(),
+            pax,
+        });
+    }
+    Ok(indexed)
+}
+
+/// Writes one entry of a layer again, its data read from `saved`, with its time at
+/// `epoch`; returns its path as shown and what it is.
+fn write_entry<W: Write>(
+    out: &mut tar::Builder<W>,
+    e: &Indexed,
+    saved: &mut File,
+    epoch: u64,
+) -> std::io::Result<(String, EntrySummary)> {
+    let kind = e.header.entry_type();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(e.header.mode()?);
+    h.set_uid(e.header.uid()?);
+    h.set_gid(e.header.gid()?);
+    h.set_mtime(epoch);
+    if let (Ok(Some(major)), Ok(Some(minor))) = (e.header.device_major(), e.header.device_minor()) {
+        h.set_device_major(major)?;
+        h.set_device_minor(minor)?;
+    }
+    if !e.pax.is_empty() {
+        out.append_pax_extensions(e.pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
+    }
+    let path = Path::new(std::ffi::OsStr::from_bytes(&e.path));
+    // Escaped, not lossy: two names that differ only in bytes that are not UTF-8
+    // stay two.
+    let shown = e.path.escape_ascii().to_string();
+    let digest = match (&e.link, kind) {
+        (Some(target), tar::EntryType::Link | tar::EntryType::Symlink) => {
+            h.set_size(0);
+            let target = Path::new(std::ffi::OsStr::from_bytes(target));
+            out.append_link(&mut h, path, target)?;
+            target.display().to_string()
+        }
+        _ if kind.is_file() || kind == tar::EntryType::Continuous => {
+            h.set_size(e.size);
+            saved.seek(SeekFrom::Start(e.data_at))?;
+            let mut data = HashingReader {
+                inner: Read::by_ref(saved).take(e.size),
+                hasher: Sha256::new(),
+            };
+            out.append_data(&mut h, path, &mut data)?;
+            hex(&data.hasher.finalize())
+        }
+        _ => {
+            h.set_size(0);
+            out.append_data(&mut h, path, std::io::empty())?;
+            String::new()
+        }
+    };
+    let summary = EntrySummary {
+        kind: kind_char(kind),
+        mode: e.header.mode()?,
+        owner: (e.header.uid()?, e.header.gid()?),
+        size: e.size,
+        digest,
+    };
+    Ok((shown, summary))
 }
 
 fn kind_char(kind: tar::EntryType) -> char {

@@ -1,0 +1,49 @@
+//! Images the engine loaded from a docker-archive (`image load`, a Nix recipe's
+//! output): their IDs as the engine names them, and each verified against the source's
+//! lockset and the manifest's pin.
+
+use super::{ImageError, ImageId, Lockset, PinnedId, Verified};
+use crate::engine::Engine;
+
+/// Turns what the engine says it loaded into image IDs.
+pub fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>, ImageError> {
+    if loaded.is_empty() {
+        return Err(ImageError::refused(
+            "the engine loaded nothing from the archive; is it a docker-archive (docker save, or a Nix streamLayeredImage)?",
+        ));
+    }
+    let mut ids: Vec<ImageId> = Vec::new();
+    for r in loaded {
+        let id = if r.starts_with("sha256:") {
+            r
+        } else {
+            // A tagged archive (Nix images always are): resolve the tag right away.
+            engine.inspect(&r)?.map(|i| i.id).ok_or_else(|| {
+                ImageError::refused(format!("loaded `{r}`, but the engine cannot find it"))
+            })?
+        };
+        let id = ImageId::parse(&id).map_err(ImageError::refused)?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Verifies each loaded image against `source`, then holds it to `pin`; `on_loaded`
+/// hears of each image before it is verified.
+pub fn verify_loaded(
+    engine: &Engine,
+    ids: &[ImageId],
+    source: &Lockset,
+    pin: &PinnedId<'_>,
+    on_loaded: &mut dyn FnMut(&ImageId),
+) -> Result<Vec<Verified>, ImageError> {
+    let mut verified = Vec::new();
+    for id in ids {
+        on_loaded(id);
+        verified.push(super::verify(engine, id, source)?);
+        pin.check(id)?;
+    }
+    Ok(verified)
+}

@@ -1,0 +1,405 @@
+//! `image build`: from an image's recipe to a verified image in the engine.
+//!
+//! A Dockerfile's base images must already be local; its folder is packed as the build
+//! context, and the engine's build is labelled with the lockset, normalised and loaded
+//! ([`super::build`]), twice without the cache under `--check`. A Nix flake attribute is
+//! built by `nix build` and the archive it makes loaded ([`super::load`]). Either way
+//! the image is held to the manifest's pin and verified against the source's lockset.
+//!
+//! Nothing here prints: the command shows what [`build`] reports through [`Progress`]
+//! as it goes, and what it returns ([`BuildOutcome`]).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use super::build::BuildInputs;
+use super::build_context::{self, BuildContextError};
+use super::lockset::{self, Lockset};
+use super::{ImageError, ImageId, PinnedId, Verified};
+use crate::engine::{Engine, EngineError, EngineInfo};
+use crate::exit::Failure;
+
+/// How an image is made.
+#[derive(Debug, Clone, Copy)]
+pub enum Recipe<'a> {
+    /// A Dockerfile; its folder is the build context.
+    Dockerfile(&'a Path),
+    /// A flake attribute for `nix build`, which makes a docker-archive (or a script
+    /// that streams one).
+    Nix(&'a str),
+}
+
+/// What `image build` is asked to build, all of it from the manifest but `check`.
+pub struct BuildRequest<'a> {
+    /// The image's name in the manifest.
+    pub name: &'a str,
+    pub recipe: Recipe<'a>,
+    /// The source's lockset: the labels a Dockerfile build gets, and what every image
+    /// is verified against.
+    pub source: &'a Lockset,
+    /// The ID the manifest pins for the image.
+    pub pin: PinnedId<'a>,
+    /// The project's name, in the tag a Dockerfile build gets.
+    pub project: &'a str,
+    /// The manifest's folder: `nix build` runs there.
+    pub dir: &'a Path,
+    /// `--check`: build a Dockerfile twice without the cache, and compare.
+    pub check: bool,
+}
+
+/// What happens while an image is built, in order, for the command to show.
+pub enum Progress<'a> {
+    /// The engine answered, and is this one.
+    Engine(&'a EngineInfo),
+    /// A base image named through a build argument: whether it is local is not checked.
+    BaseNotChecked(&'a str),
+    /// A base image named by a tag: the lockset does not cover what it names.
+    BaseByTag(&'a str),
+    /// The engine is about to build the Dockerfile (twice, under `--check`).
+    Building {
+        dockerfile: &'a Path,
+        twice: bool,
+        /// The lockset digest the image is labelled with.
+        lockset: &'a str,
+        /// Every file time the build adds is set to this, which came from `epoch_from`.
+        epoch: u64,
+        epoch_from: &'a str,
+    },
+    /// Output of the engine's builder, as it comes.
+    BuildOutput(&'a str),
+    /// The engine names the built image by another ID than its config digest (a
+    /// containerd image store names images by their manifest digest).
+    EngineId {
+        engine_id: &'a ImageId,
+        config_digest: &'a ImageId,
+    },
+    /// `nix build` of this attribute starts.
+    NixBuild(&'a str),
+    /// The engine loaded this image; it is verified next.
+    Loaded(&'a ImageId),
+}
+
+/// A built image, or the images a Nix build's archive held, each verified.
+pub struct BuildOutcome {
+    /// The engine that built or loaded them.
+    pub engine: EngineInfo,
+    pub images: Vec<Verified>,
+}
+
+/// Why an image could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RecipeError {
+    /// The recipe or what it is asked cannot be used as given.
+    #[error("{0}")]
+    Usage(String),
+    /// A tool the recipe needs is missing or failed.
+    #[error("{0}")]
+    Infra(String),
+    #[error(transparent)]
+    BuildContext(#[from] BuildContextError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl RecipeError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            RecipeError::Usage(_) => Failure::Usage,
+            RecipeError::Infra(_) => Failure::Infra,
+            RecipeError::BuildContext(e) => e.failure(),
+            RecipeError::Image(e) => e.failure(),
+            RecipeError::Engine(e) => e.failure(),
+        }
+    }
+
+    /// Lines to print under the headline: what to do about it.
+    pub fn details(&self) -> &[String] {
+        match self {
+            RecipeError::Image(e) => e.details(),
+            _ => &[],
+        }
+    }
+}
+
+/// Builds the image `request` names, loads it, holds it to its pin and verifies it.
+pub fn build(
+    request: &BuildRequest<'_>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<BuildOutcome, RecipeError> {
+    match request.recipe {
+        Recipe::Dockerfile(dockerfile) => build_dockerfile(request, dockerfile, progress),
+        Recipe::Nix(attr) if request.check => Err(RecipeError::Usage(format!(
+            "--check builds a Dockerfile twice; image `{}` is a Nix recipe, whose builds Nix itself checks: nix build --rebuild {attr}",
+            request.name
+        ))),
+        Recipe::Nix(attr) => build_nix(request, attr, progress),
+    }
+}
+
+/// Connects to the engine and reports which it is.
+fn connect(progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Engine, EngineInfo), EngineError> {
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    progress(Progress::Engine(&info));
+    Ok((engine, info))
+}
+
+/// Images a Dockerfile takes: everything after FROM, and `COPY --from=` sources, that is
+/// not an earlier stage (by name or number).
+fn dockerfile_bases(text: &str) -> Vec<String> {
+    let mut stages: Vec<String> = Vec::new();
+    let mut bases = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words
+            .first()
+            .is_some_and(|w| w.eq_ignore_ascii_case("COPY") || w.eq_ignore_ascii_case("ADD"))
+        {
+            for w in &words[1..] {
+                if let Some(src) = w.strip_prefix("--from=")
+                    && !stages.iter().any(|s| s.eq_ignore_ascii_case(src))
+                    && src.parse::<usize>().is_err()
+                {
+                    bases.push(src.to_string());
+                }
+            }
+            continue;
+        }
+        if words
+            .first()
+            .is_none_or(|w| !w.eq_ignore_ascii_case("FROM"))
+        {
+            continue;
+        }
+        let rest: Vec<&str> = words[1..]
+            .iter()
+            .copied()
+            .filter(|w| !w.starts_with("--"))
+            .collect();
+        if let Some(image) = rest.first()
+            && !stages.iter().any(|s| s.eq_ignore_ascii_case(image))
+        {
+            bases.push(image.to_string());
+        }
+        if rest.len() >= 3 && rest[1].eq_ignore_ascii_case("AS") {
+            stages.push(rest[2].to_string());
+        }
+    }
+    bases
+}
+
+fn build_dockerfile(
+    request: &BuildRequest<'_>,
+    dockerfile: &Path,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<BuildOutcome, RecipeError> {
+    let text = std::fs::read_to_string(dockerfile).map_err(|e| {
+        RecipeError::Usage(format!(
+            "image.dockerfile {}: cannot read: {e}",
+            dockerfile.display()
+        ))
+    })?;
+    let context_dir = dockerfile.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let name = dockerfile
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("Dockerfile")
+        .to_string();
+    let bases = dockerfile_bases(&text);
+    // Packed now so a bad context stops us before the engine is asked anything; again
+    // for a second build.
+    let first_context = std::cell::RefCell::new(Some(build_context::pack(&context_dir, &name)?));
+    let context = || -> Result<std::fs::File, ImageError> {
+        match first_context.borrow_mut().take() {
+            Some(f) => Ok(f),
+            None => build_context::pack(&context_dir, &name)
+                .map_err(|e| ImageError::refused(e.to_string())),
+        }
+    };
+    let source = request.source;
+    let labels = HashMap::from([
+        (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
+        (lockset::LABEL_FILES.to_string(), source.text.clone()),
+    ]);
+    let (epoch, epoch_from) = super::build::source_date_epoch().map_err(RecipeError::Usage)?;
+    let (engine, info) = connect(progress)?;
+    let base_layers = local_base_layers(&engine, &bases, dockerfile, progress)?;
+    progress(Progress::Building {
+        dockerfile,
+        twice: request.check,
+        lockset: &source.digest,
+        epoch,
+        epoch_from: &epoch_from,
+    });
+    let tag = tag_for(request.project, source);
+    let inputs = BuildInputs {
+        context: &context,
+        dockerfile: &name,
+        labels: &labels,
+        tag: &tag,
+        epoch,
+        base_layers,
+    };
+    let mut on_output = |out: &str| progress(Progress::BuildOutput(out));
+    let built = if request.check {
+        super::build::check(&engine, &inputs, &mut on_output)?
+    } else {
+        super::build::build(&engine, &inputs, &mut on_output)?
+    };
+    if built.engine_id != built.id {
+        progress(Progress::EngineId {
+            engine_id: &built.engine_id,
+            config_digest: &built.id,
+        });
+    }
+    request.pin.check(&built.id)?;
+    let verified = super::verify(&engine, &built.engine_id, source)?;
+    Ok(BuildOutcome {
+        engine: info,
+        images: vec![verified],
+    })
+}
+
+/// The layers of a Dockerfile's base images, each of which must be local: the classic
+/// builder pulls a missing base image; cibox never pulls.
+fn local_base_layers(
+    engine: &Engine,
+    bases: &[String],
+    dockerfile: &Path,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<HashSet<String>, RecipeError> {
+    let mut base_layers = HashSet::new();
+    for base in bases {
+        if base.eq_ignore_ascii_case("scratch") {
+            continue;
+        }
+        if base.contains('$') {
+            progress(Progress::BaseNotChecked(base));
+            continue;
+        }
+        match engine.inspect(base)? {
+            Some(found) => base_layers.extend(found.layers),
+            None => {
+                return Err(ImageError::refused(format!(
+                    "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
+                    dockerfile.display()
+                ))
+                .into());
+            }
+        }
+        if !base.starts_with("sha256:") {
+            progress(Progress::BaseByTag(base));
+        }
+    }
+    Ok(base_layers)
+}
+
+/// A tag keeps the image from being "dangling" (and so from `docker image prune`);
+/// cibox itself never selects images by it.
+fn tag_for(project: &str, source: &Lockset) -> String {
+    format!("cibox/{project}:lockset-{}", &source.digest[7..19])
+}
+
+fn build_nix(
+    request: &BuildRequest<'_>,
+    attr: &str,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<BuildOutcome, RecipeError> {
+    let path = nix_build(attr, request.dir, progress)?;
+    let (engine, info) = connect(progress)?;
+    let loaded = load_nix_output(&engine, &path)?;
+    let ids = super::load::loaded_ids(&engine, loaded)?;
+    let images =
+        super::load::verify_loaded(&engine, &ids, request.source, &request.pin, &mut |id| {
+            progress(Progress::Loaded(id))
+        })?;
+    Ok(BuildOutcome {
+        engine: info,
+        images,
+    })
+}
+
+/// Runs `nix build` of `attr` in `dir` (its output on our stderr) and returns the path
+/// it built.
+fn nix_build(
+    attr: &str,
+    dir: &Path,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<PathBuf, RecipeError> {
+    let nix = crate::util::which("nix").ok_or_else(|| {
+        RecipeError::Infra(format!(
+            "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
+        ))
+    })?;
+    progress(Progress::NixBuild(attr));
+    let out = std::process::Command::new(&nix)
+        .args(["build", "--no-link", "--print-out-paths", attr])
+        .current_dir(dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| RecipeError::Infra(format!("cannot run {}: {e}", nix.display())))?;
+    if !out.status.success() {
+        return Err(RecipeError::Infra(format!(
+            "`nix build {attr}` failed ({})",
+            out.status
+        )));
+    }
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if path.is_empty() {
+        return Err(RecipeError::Infra(format!(
+            "`nix build {attr}` printed no output path"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Loads what a Nix build made: an archive, or a script that streams one.
+fn load_nix_output(engine: &Engine, path: &Path) -> Result<Vec<String>, RecipeError> {
+    if !crate::util::is_executable_file(path) {
+        let f = std::fs::File::open(path)
+            .map_err(|e| RecipeError::Infra(format!("cannot open {}: {e}", path.display())))?;
+        return Ok(engine.load(Box::new(f))?);
+    }
+    // streamLayeredImage: a script that writes the archive to stdout.
+    let mut child = std::process::Command::new(path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| RecipeError::Infra(format!("cannot run {}: {e}", path.display())))?;
+    let stdout = child.stdout.take().expect("piped");
+    let loaded = engine.load(Box::new(stdout));
+    if loaded.is_err() {
+        let _ = child.kill();
+    }
+    let status = child
+        .wait()
+        .map_err(|e| RecipeError::Infra(format!("{}: {e}", path.display())))?;
+    let loaded = loaded?;
+    if !status.success() {
+        return Err(RecipeError::Infra(format!(
+            "{} failed ({status})",
+            path.display()
+        )));
+    }
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_base_images() {
+        let df = "FROM --platform=linux/amd64 sha256:abc AS build\nRUN x\nfrom build\nFROM scratch\nCOPY --from=build / /\nCOPY --from=0 /a /a\nCOPY --from=alpine:3.19 /b /b\n";
+        assert_eq!(
+            dockerfile_bases(df),
+            ["sha256:abc", "scratch", "alpine:3.19"]
+        );
+    }
+}
