@@ -85,7 +85,7 @@
           reproduce = app "reproduce" "Replay a recorded batch (cibox reproduce)" ''exec ${cibox}/bin/cibox reproduce "$@"'';
         };
       # The package with its unit tests. The Nix files' formatting is checked by the test
-      # suite (the alejandra crate, tests/it/nix.rs), not here: nixpkgs' alejandra is a
+      # suite (the alejandra crate, tests/it/nix/files.rs), not here: nixpkgs' alejandra is a
       # newer major version than the newest crate, and the two need not agree.
       checks = {inherit cibox;};
       devShells.default = pkgs.mkShell {

@@ -1,5 +1,7 @@
 //! The integration tests, one binary with a module per area (so `common` is compiled
-//! once). Run one area with a filter, e.g. `cargo nextest run --test it gpu::`.
+//! once); the larger areas, `batch` and `nix`, are folders with a module per subject.
+//! Run one area with a filter, e.g. `cargo nextest run --test it gpu::`, or one subject,
+//! e.g. `batch::mounts::`.
 
 mod common;
 

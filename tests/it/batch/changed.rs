@@ -1,0 +1,241 @@
+//! `reproduce` of recorded batches (changed-run ones included) and its refusals, and
+//! changed test files run by `changed run` in containers of their own.
+
+use super::batch;
+use crate::common::*;
+
+#[test]
+fn reproduce_replays_a_recorded_failure_side_by_side() {
+    let junit = "echo '<testsuite><testcase classname=\"m\" name=\"flaky\"><failure message=\"x\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
+    let p = busybox_project(
+        &batch("red", 0, "1m", &[junit], "    fast_env: {QUICK: \"1\"}\n"),
+        "",
+    );
+    let d = p.project.path();
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "recorded"]);
+    let sha = git(d, &["rev-parse", "HEAD"]);
+    let r = p.run(&["batch", "run", "red", "--fast"]);
+    assert_eq!(r.code, 1);
+    let record = p.reports().join("red/result.json");
+    let rec = p.result("red");
+    assert_eq!(rec["source"]["sha"], sha.as_str());
+    assert_eq!(rec["fast"], true);
+    // Later commits do not matter: the replay uses the recorded one.
+    std::fs::write(d.join("later.txt"), "x").unwrap();
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "later"]);
+    let dry = run(cibox(d).args(["reproduce", "--dry-run"]).arg(&record));
+    dry.ok();
+    assert!(
+        dry.stdout.contains(&format!("source:   {sha}")) && dry.stdout.contains("fast:     true"),
+        "{}",
+        dry.stdout
+    );
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    let rows = r.rows();
+    assert!(
+        rows.contains(&"status failed failed".to_string()),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        rows.contains(&"m::flaky failed failed".to_string()),
+        "{}",
+        r.stdout
+    );
+    let worktrees = git(d, &["worktree", "list"]);
+    assert_eq!(
+        worktrees.lines().count(),
+        1,
+        "worktree left behind: {worktrees}"
+    );
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn reproduce_replays_a_changed_test_file_from_changed_run() {
+    // The batch `changed run` made is in no manifest: the record names its file, and
+    // the replay makes it again from that commit's `changed.run`.
+    let changed = "changed:\n  patterns: [\"tests/test_*.py\"]\n  run:\n    command: 'grep -q flaky \"$CIBOX_TEST_FILE\" && exit 1; true'\n    timeout: 1m\n    verdict: exit-code\n";
+    let p = busybox_project(
+        &format!("{}{changed}", batch("unit", 0, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    let d = p.project.path();
+    p.project.write("tests/test_a.py", "flaky\n");
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "recorded"]);
+    let matrix = serde_json::json!([{"test_file": "tests/test_a.py", "num_gpus": 0}]);
+    let r = run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", matrix.to_string()));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let rec = p.result("changed-1-test_a");
+    assert_eq!(rec["changed_file"], "tests/test_a.py", "{rec}");
+    let record = p.reports().join("changed-1-test_a/result.json");
+    // A record is data from elsewhere: names that are not what cibox writes, or a file
+    // the patterns do not match, replay nothing.
+    let outside = data_dir();
+    for (field, value, want) in [
+        (
+            "batch",
+            serde_json::json!(outside.path().join("pwn")),
+            "`batch` is not one cibox writes (a batch name)",
+        ),
+        (
+            "run",
+            serde_json::json!("../../x"),
+            "`run` is not one cibox writes",
+        ),
+        (
+            "changed_file",
+            serde_json::json!("tests/../cibox.yaml"),
+            "`changed_file` is not one cibox writes",
+        ),
+        (
+            "changed_file",
+            serde_json::json!("cibox.yaml"),
+            "`cibox.yaml` is not a test file `changed.patterns` matches",
+        ),
+    ] {
+        let mut forged = rec.clone();
+        forged[field] = value;
+        let path = d.join("forged.json");
+        std::fs::write(&path, forged.to_string()).unwrap();
+        run(cibox(d).arg("reproduce").arg(&path)).fails_with(2, want);
+        assert!(!outside.path().join("pwn").exists());
+    }
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.rows().contains(&"status failed failed".to_string()),
+        "{}",
+        r.stdout
+    );
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn reproduce_refuses_an_unknown_commit_or_a_missing_image() {
+    let p = busybox_project(&batch("b", 0, "1m", &[JUNIT_OK], ""), "");
+    let d = p.project.path();
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "cibox.yaml"]);
+    git(d, &["commit", "-qm", "c"]);
+    p.run(&["batch", "run", "b"]).ok();
+    let record = p.reports().join("b/result.json");
+    let mut v = p.result("b");
+    v["source"]["sha"] = "0123456789abcdef0123456789abcdef01234567".into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "is not in");
+    v["source"]["sha"] = git(d, &["rev-parse", "HEAD"]).into();
+    v["image"] = format!("sha256:{}", "0".repeat(64)).into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    r.fails_with(3, "is not present in the local engine");
+    assert!(r.stderr.contains("cibox image load --from"), "{}", r.stderr);
+    std::fs::write(&record, "{\"not\": \"a record\"}").unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "not a cibox run record");
+    std::fs::write(&record, "this is not JSON").unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "not a cibox run record");
+    v["image"] = p.image.0.clone().into();
+    v["schema"] = 7.into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    run(cibox(d).arg("reproduce").arg(&record))
+        .fails_with(2, "schema 7 is not one this cibox reads");
+    v["schema"] = 1.into();
+    v["batch"] = "vanished".into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "batch vanished is not in");
+}
+
+#[test]
+fn changed_test_files_run_in_containers_with_their_gpu_counts() {
+    // The changed-tests job: each file a batch of its own, named in the container by
+    // $CIBOX_TEST_FILE, never pasted into a shell.
+    let command =
+        format!("test -f \"$CIBOX_TEST_FILE\" && echo \"ran $CIBOX_TEST_FILE\" && {JUNIT_OK}");
+    let changed = format!(
+        "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: {}\n    timeout: 1m\n",
+        serde_json::to_string(&command).unwrap()
+    );
+    let p = busybox_project(
+        &format!("{}{changed}", batch("unit", 0, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    let odd = "tests/test_$(touch pwned) `id`.py";
+    p.project.write("tests/test_a.py", "NUM_GPUS = 0\n");
+    p.project.write(odd, "NUM_GPUS = 0\n");
+    std::os::unix::fs::symlink("/etc/hostname", p.project.path().join("tests/test_link.py"))
+        .unwrap();
+    let matrix = serde_json::json!({"include": [
+        {"test_file": "tests/test_a.py", "num_gpus": 0},
+        {"test_file": odd, "num_gpus": 0},
+    ]})
+    .to_string();
+    let r = run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", &matrix));
+    r.ok();
+    assert!(r.stdout.contains("ran tests/test_a.py"), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("ran {odd}")), "{}", r.stdout);
+    assert!(!p.project.path().join("pwned").exists());
+    let v = p.result("changed-2-test___touch_pwned___id_");
+    assert_eq!(v["status"], "passed", "{v}");
+    assert_eq!(v["env"]["CIBOX_TEST_FILE"], odd);
+    assert_eq!(v["gpu_count"], 0);
+    // Bad input starts nothing: a file the patterns do not match, one written another
+    // way, twice, or missing, a missing variable.
+    for (matrix, want) in [
+        (
+            serde_json::json!([{"test_file": "tests/./test_a.py", "num_gpus": 0}]),
+            "`tests/./test_a.py` is not a test file `changed.patterns` matches",
+        ),
+        (
+            serde_json::json!([{"test_file": "tests//test_a.py", "num_gpus": 0}]),
+            "`tests//test_a.py` is not a test file",
+        ),
+        (
+            serde_json::json!([
+                {"test_file": "tests/test_a.py", "num_gpus": 0},
+                {"test_file": "tests/test_a.py", "num_gpus": 1},
+            ]),
+            "`tests/test_a.py` is listed twice",
+        ),
+        (
+            serde_json::json!([{"test_file": "tests/test_gone.py", "num_gpus": 0}]),
+            "test file `tests/test_gone.py` is not a file in",
+        ),
+        (
+            serde_json::json!([{"test_file": "tests/test_link.py", "num_gpus": 0}]),
+            "test file `tests/test_link.py` is a link in",
+        ),
+    ] {
+        run(p
+            .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+            .env("CIBOX_MATRIX", matrix.to_string()))
+        .fails_with(2, want);
+    }
+    let outside = serde_json::json!([{"test_file": "../etc/passwd", "num_gpus": 0}]).to_string();
+    run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", &outside))
+    .fails_with(
+        2,
+        "`../etc/passwd` is not a test file `changed.patterns` matches",
+    );
+    run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "NO_SUCH_VAR"])
+        .env_remove("NO_SUCH_VAR"))
+    .fails_with(2, "--matrix-env NO_SUCH_VAR: the variable is not set");
+    assert!(p.containers().is_empty());
+}

@@ -1,0 +1,121 @@
+//! GPU batches: a container that cannot start gives its lease back, and GPUs held by a
+//! running cibox container are never leased.
+
+use super::batch;
+use crate::common::*;
+
+#[test]
+fn a_gpu_batch_on_an_engine_without_gpu_runtime_is_exit_5_and_cleaned_up() {
+    let p = busybox_project(&batch("g", 1, "1m", &[JUNIT_OK], ""), "");
+    let smi = FakeSmi::with_gpus(2);
+    let locks = tempfile::tempdir().unwrap();
+    let mut c = p.batch_cmd(&["batch", "run", "g"]);
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+    let r = run(&mut c);
+    // The fixture's UUIDs exist on no host, so even an engine with a GPU runtime fails
+    // to start this container: always exit 5.
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let v = p.result("g");
+    assert_eq!(v["status"], "infra_error");
+    assert!(
+        v["message"].as_str().unwrap().contains("could not start"),
+        "{v}"
+    );
+    assert_eq!(v["gpus"][0]["uuid"], uuid(0));
+    assert!(p.containers().is_empty());
+    // The lease went with the container.
+    let mut c = cibox(p.project.path());
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path())
+        .args(["gpu", "exec", "--count", "2", "--wait", "0s", "--", "true"]);
+    run(&mut c).ok();
+}
+
+#[test]
+fn gpus_of_a_running_cibox_container_are_never_leased() {
+    let p = busybox_project(&batch("g", 2, "1m", &[JUNIT_OK], ""), "");
+    let smi = FakeSmi::with_gpus(2);
+    let locks = tempfile::tempdir().unwrap();
+    // A container left running by a cibox that died: its lock died with it, its label
+    // still names GPU 0, and the dead run's record is in the lock dir's runs/.
+    let name = format!("cibox-bt-orphan-{}", nonce());
+    let run_id = "0123456789abcdef";
+    std::fs::create_dir_all(locks.path().join("runs")).unwrap();
+    std::fs::write(
+        locks.path().join(format!("runs/{run_id}.lock")),
+        r#"{"project":"bt","scope":"orphans"}"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--label",
+            "org.cibox.owner=cibox",
+            "--label",
+            &format!("org.cibox.run={run_id}"),
+            "--label",
+        ])
+        .arg(format!("org.cibox.gpus={}", uuid(0)))
+        .args([&p.image.0, "sleep", "600"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut c = p.batch_cmd(&["batch", "run", "g", "--wait", "0s"]);
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+    let r = run(&mut c);
+    // `gpu exec` and `gpu status` see it too; GPU 1 stays free.
+    let cibox_on_fixture = |args: &[&str]| {
+        let mut c = cibox(p.project.path());
+        smi.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", locks.path()).args(args);
+        run(&mut c)
+    };
+    let exec = cibox_on_fixture(&[
+        "gpu",
+        "exec",
+        "--devices",
+        "0",
+        "--wait",
+        "0s",
+        "--",
+        "true",
+    ]);
+    let exec_other = cibox_on_fixture(&[
+        "gpu",
+        "exec",
+        "--devices",
+        "1",
+        "--wait",
+        "0s",
+        "--",
+        "true",
+    ]);
+    let status = cibox_on_fixture(&["gpu", "status"]);
+    std::process::Command::new("docker")
+        .args(["rm", "-f", &name])
+        .output()
+        .unwrap();
+    exec.fails_with(4, &format!("GPU 0 used by running cibox container {name}"));
+    exec_other.ok();
+    assert!(status.stdout.contains(&name), "{}", status.stdout);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let v = p.result("g");
+    assert_eq!(v["status"], "capacity");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("GPU 0 used by running cibox container {name}")),
+        "{v}"
+    );
+    assert!(p.containers().is_empty());
+}

@@ -1,0 +1,117 @@
+//! What a run writes: reports a batch cannot subvert with planted symlinks, the
+//! qualification record, and GitHub Actions' summary, outputs and annotations.
+
+use super::batch;
+use crate::common::*;
+
+#[test]
+fn symlinks_a_batch_plants_in_its_reports_are_never_followed() {
+    // The batch may write its reports folder; it plants symlinks to a host file where
+    // cibox writes (result.json and its temporary) and reads (a JUnit file).
+    let victim_dir = tempfile::tempdir().unwrap();
+    let victim = victim_dir.path().join("precious.xml");
+    std::fs::write(
+        &victim,
+        "<testsuite><testcase classname=\"t\" name=\"stolen\"/></testsuite>",
+    )
+    .unwrap();
+    let v = victim.display().to_string();
+    let plant = format!(
+        "ln -s {v} $CIBOX_REPORTS/.result.json.partial && ln -s {v} $CIBOX_REPORTS/result.json && ln -s {v} $CIBOX_REPORTS/stolen.xml"
+    );
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK, &plant], ""), "");
+    p.run(&["batch", "run", "unit"]).ok();
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "<testsuite><testcase classname=\"t\" name=\"stolen\"/></testsuite>",
+        "cibox wrote through a planted symlink"
+    );
+    let dir = p.reports().join("unit");
+    assert!(
+        !std::fs::symlink_metadata(dir.join("result.json"))
+            .unwrap()
+            .is_symlink()
+    );
+    let v = p.result("unit");
+    assert_eq!(v["tests"]["total"], 1, "a symlinked report was read: {v}");
+}
+
+#[test]
+fn qualify_writes_a_record_only_when_every_batch_passed() {
+    let p = busybox_project(
+        &(batch("good", 0, "1m", &[JUNIT_OK], "") + &batch("bad", 0, "1m", &["exit 1"], "")),
+        "",
+    );
+    let manifest = std::fs::read_to_string(p.project.path().join("cibox.yaml")).unwrap();
+    let out = p.project.path().join("q");
+    let qualify = |layer: &str| {
+        p.project.write(
+            "cibox.yaml",
+            format!("{manifest}layers:\n  qualify: {{batches: [{layer}]}}\n"),
+        );
+        run(cibox(p.project.path())
+            .args([
+                "image",
+                "qualify",
+                &p.image.0,
+                "--scope",
+                &p.scope(),
+                "--reports",
+            ])
+            .arg(&out))
+    };
+    let r = qualify("good");
+    r.ok();
+    let q: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("qualification.json")).unwrap())
+            .unwrap();
+    assert_eq!(q["image"], p.image.0.as_str());
+    assert_eq!(q["batches"][0]["status"], "passed");
+    assert!(q["lockset"].as_str().unwrap().starts_with("sha256:"));
+    assert!(!q["id_semantics"].is_null());
+    let r = qualify("good, bad");
+    assert_eq!(r.code, 1);
+    assert!(
+        !out.join("qualification.json").exists(),
+        "a failed qualification left a record"
+    );
+    run(cibox(p.project.path()).args(["image", "qualify", "latest"])).fails_with(3, "is a tag");
+}
+
+#[test]
+fn github_actions_gets_summary_outputs_and_annotations() {
+    let junit = "echo '<testsuite><testcase classname=\"m\" name=\"t1\" file=\"tests/test_m.py\" line=\"7\"><failure message=\"boom: 100%\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
+    let p = busybox_project(
+        &(batch("ok", 0, "1m", &[JUNIT_OK], "") + &batch("red", 0, "1m", &[junit], "")),
+        "",
+    );
+    let gh = tempfile::tempdir().unwrap();
+    let (out, summary) = (gh.path().join("output"), gh.path().join("summary"));
+    let r = run(p
+        .batch_cmd(&["batch", "run", "ok", "red"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_OUTPUT", &out)
+        .env("GITHUB_STEP_SUMMARY", &summary));
+    assert_eq!(r.code, 1);
+    let outputs = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        outputs.contains("status=failed\n") && outputs.contains("failed_batches=red\n"),
+        "{outputs}"
+    );
+    let s = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        s.contains("| red | failed |") && s.contains("cibox reproduce"),
+        "{s}"
+    );
+    assert!(
+        r.stdout.contains("::group::batch ok") && r.stdout.contains("::endgroup::"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("::error title=red%3A m%3A%3At1,file=tests/test_m.py,line=7::boom: 100%25"),
+        "{}",
+        r.stdout
+    );
+}

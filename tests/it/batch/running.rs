@@ -1,0 +1,185 @@
+//! How a run is set up: the locked-down container, input refused before anything starts,
+//! a source outside git, parallel batches, and batches in their named images.
+
+use super::{batch, two_passing_batches};
+use crate::common::*;
+
+#[test]
+fn the_container_is_locked_down() {
+    let checks = [
+        // The invoking uid (never root: nobody's when cibox runs as root), HOME=/tmp, no
+        // capabilities, no network but loopback.
+        "test \"$(id -u)\" = \"$HOST_UID\"",
+        "test \"$HOME\" = /tmp",
+        "grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status",
+        "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status",
+        "test \"$(grep -c : /proc/net/dev)\" = 1",
+        // Source read-only at /src, copied into /work.
+        "! touch /src/x 2>/dev/null",
+        "test -f /work/cibox.yaml",
+        // No host variable but pass_env; CUDA hidden for a CPU batch.
+        "test -z \"${CIBOX_TEST_SECRET:-}\"",
+        "test \"$CIBOX_TEST_PASSED\" = yes",
+        "test \"$NVIDIA_VISIBLE_DEVICES\" = void",
+        "test -z \"$CUDA_VISIBLE_DEVICES\"",
+        "test \"$FROM_MANIFEST\" = 1",
+        "! test -e /var/run/docker.sock",
+        JUNIT_OK,
+    ];
+    let extra = "    env: {FROM_MANIFEST: \"1\"}\n";
+    let uid = if nix::unistd::getuid().is_root() {
+        "65534".to_string()
+    } else {
+        nix::unistd::getuid().to_string()
+    };
+    let p = busybox_project(
+        &batch("sec", 0, "1m", &checks, extra),
+        &format!("  pass_env: [CIBOX_TEST_PASSED, HOST_UID]\n  env: {{X: \"{uid}\"}}\n"),
+    );
+    let r = run(p
+        .batch_cmd(&["batch", "run", "sec"])
+        .env("CIBOX_TEST_SECRET", "leak")
+        .env("CIBOX_TEST_PASSED", "yes")
+        .env("HOST_UID", &uid));
+    r.ok();
+}
+
+#[test]
+fn bad_run_input_is_refused_before_anything_starts() {
+    let p = two_passing_batches();
+    p.run(&["batch", "run", "unti"])
+        .fails_with(2, "unknown batch `unti`; did you mean `unit`?");
+    p.run(&["batch", "run", "--layer", "9"])
+        .fails_with(2, "unknown layer `9`");
+    run(cibox(p.project.path()).args(["batch", "run", "unit", "--image", "busybox:latest"]))
+        .fails_with(3, "is a tag");
+    let file = p.project.write("plain", "x");
+    let f = file.display().to_string();
+    p.run(&["batch", "run", "unit", "--source", &f])
+        .fails_with(2, "not a directory");
+    p.run(&["batch", "run", "unit", "--reports", &format!("{f}/r")])
+        .fails_with(2, "reports dir");
+    // Found before the first batch runs, not after it.
+    p.project.write("reports/second/foreign.txt", "not ours");
+    p.run(&["batch", "run", "unit", "second"])
+        .fails_with(2, "holds files cibox did not write");
+    assert!(!p.reports().join("unit").exists(), "the first batch ran");
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn a_source_outside_git_is_allowed_and_recorded() {
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK], ""), "");
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::write(plain.path().join("f"), "x").unwrap();
+    p.run(&[
+        "batch",
+        "run",
+        "unit",
+        "--source",
+        plain.path().to_str().unwrap(),
+    ])
+    .ok();
+    assert!(p.result("unit")["source"]["sha"].is_null());
+}
+
+#[test]
+fn parallel_batches_run_at_once_and_prefix_their_output() {
+    let step = |n: &str| {
+        format!(
+            "cut -d' ' -f1 /proc/uptime > $CIBOX_REPORTS/start; sleep 1; cut -d' ' -f1 /proc/uptime > $CIBOX_REPORTS/end; echo hello from {n}; {JUNIT_OK}"
+        )
+    };
+    let p = busybox_project(
+        &(batch("a", 0, "1m", &[&step("a")], "") + &batch("b", 0, "1m", &[&step("b")], "")),
+        "",
+    );
+    let r = p.run(&["batch", "run", "a", "b", "--parallel"]);
+    r.ok();
+    assert!(
+        r.stdout.contains("[a] hello from a") && r.stdout.contains("[b] hello from b"),
+        "{}",
+        r.stdout
+    );
+    // Uptime (one kernel, one clock for both containers), in seconds.
+    let t = |b: &str, f: &str| -> f64 {
+        std::fs::read_to_string(p.reports().join(b).join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        t("a", "start") < t("b", "end") && t("b", "start") < t("a", "end"),
+        "the batches did not overlap"
+    );
+    assert!(p.containers().is_empty());
+}
+
+#[test]
+fn batches_run_in_their_named_images_each_verified_by_its_own_locks() {
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("a", 0, "1m", &["! test -e /which-second", JUNIT_OK], ""),
+            // Given its image below, once the manifest has it.
+            batch("b", 0, "1m", &["test -e /which-second", JUNIT_OK], ""),
+        ),
+        "",
+    );
+    // A second image on top of the first, with lock files of its own.
+    p.project.write(
+        "image2/Dockerfile",
+        format!("FROM {}\nCOPY marker /which-second\n", p.image.0),
+    );
+    p.project.write("image2/marker", nonce());
+    let manifest = std::fs::read_to_string(p.project.path().join("cibox.yaml")).unwrap();
+    let named = manifest
+        .replacen("image:\n", "images:\n  default:\n", 1)
+        .replacen(
+            "container:\n",
+            "  second:\n    locks: [\"image2/*\"]\n    dockerfile: image2/Dockerfile\ncontainer:\n",
+            1,
+        );
+    let named = named
+        .replace(
+            "\n  locks: [\"image/Dockerfile\", \"image/nonce\"]",
+            "\n    locks: [\"image/Dockerfile\", \"image/nonce\"]",
+        )
+        .replace(
+            "\n  dockerfile: image/Dockerfile",
+            "\n    dockerfile: image/Dockerfile",
+        )
+        .replace("\n  b:\n", "\n  b:\n    image: second\n");
+    p.project.write("cibox.yaml", &named);
+    let r = {
+        let _store = image_store_lock(false);
+        p.project.cibox(&["image", "build", "--name", "second"])
+    };
+    r.ok();
+    let second = ImageGuard(r.stdout.trim().to_string());
+    let run_both = |extra: &[&str]| {
+        let mut c = cibox(p.project.path());
+        c.args(["batch", "run", "a", "b", "--source"])
+            .arg(p.project.path())
+            .arg("--reports")
+            .arg(p.reports())
+            .args(["--scope", &p.scope()])
+            .args(extra)
+            .env("CIBOX_IMAGE_DEFAULT", &p.image.0)
+            .env("CIBOX_IMAGE_SECOND", &second.0);
+        run(&mut c)
+    };
+    run_both(&[]).ok();
+    let (a, b) = (p.result("a"), p.result("b"));
+    assert_eq!(a["image"], p.image.0.as_str());
+    assert_eq!(b["image"], second.0.as_str());
+    assert_ne!(a["lockset"], b["lockset"], "each image has its own lockset");
+    // One --image for a run of two images is ambiguous: refused, nothing started.
+    run_both(&["--image", &second.0]).fails_with(2, "uses the images default, second");
+    // An image built from other locks than its own is refused before anything runs.
+    p.project.write("image2/marker", "changed");
+    let r = run_both(&[]);
+    r.fails_with(3, "was built from different lock files");
+    assert!(p.containers().is_empty());
+}
