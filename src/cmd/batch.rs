@@ -2,20 +2,17 @@
 
 use serde_json::json;
 
-use std::path::PathBuf;
-
 use super::Context;
 use crate::cli::RunOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::image::ImageId;
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, Manifest};
 use crate::report::{self, Table};
-use crate::runner::sweep;
 use crate::runner::launch::{self, Whereabouts};
 use crate::runner::reporter::terminal::print_sweep_notes;
+use crate::runner::sweep;
 use crate::runner::{self, RunRequest};
 use crate::units::Span;
 
@@ -184,82 +181,5 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
         }
         println!("{line}");
     }
-    Ok(exit::SUCCESS)
-}
-
-/// `cibox image qualify ID`: run the `qualify` layer on the image and write
-/// `qualification.json` only when every batch passed.
-pub fn qualify(
-    ctx: &Context,
-    id: &str,
-    reports: PathBuf,
-    source: Option<PathBuf>,
-    scope: Option<String>,
-) -> Result<u8> {
-    let image = ImageId::parse(id).map_err(Error::refused)?;
-    let m = ctx.manifest()?;
-    if !m.layers.contains_key("qualify") {
-        return Err(Error::Usage(format!(
-            "{}: no `qualify` layer; add layers.qualify with the batches that qualify an image",
-            m.path.display()
-        )));
-    }
-    let record_path = reports.join("qualification.json");
-    // Nothing from an earlier run may pass for this one's qualification.
-    match std::fs::remove_file(&record_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(Error::Usage(format!(
-                "cannot remove {}: {e}",
-                record_path.display()
-            )));
-        }
-    }
-    let mut request = RunRequest {
-        layer: Some("qualify".into()),
-        image: Some(image.to_string()),
-        ..RunRequest::default()
-    };
-    launch::locate(
-        &mut request,
-        Whereabouts {
-            source,
-            reports: Some(reports),
-            scope,
-        },
-    )?;
-    let run = launch::run(m, request)?;
-    if !run.passed() {
-        report::info(format!(
-            "{image} is not qualified: the qualify layer did not pass"
-        ));
-        return Ok(run.exit_code());
-    }
-    let results: Vec<_> = run
-        .batches
-        .iter()
-        .map(|b| {
-            let r = &b.record;
-            json!({"batch": r.batch, "status": r.status, "tests": r.tests, "duration_s": r.duration_s})
-        })
-        .collect();
-    let first = &run.batches[0].record;
-    let semantics = Engine::connect()?.info()?.id_semantics;
-    let record = json!({
-        "schema": 1,
-        "image": image,
-        "id_semantics": semantics,
-        "lockset": first.lockset,
-        "source": first.source,
-        "manifest_digest": first.manifest_digest,
-        "batches": results,
-        "cibox_version": env!("CARGO_PKG_VERSION"),
-        "qualified_at": crate::units::rfc3339(std::time::SystemTime::now()),
-    });
-    let text = serde_json::to_string_pretty(&record).expect("serialises") + "\n";
-    std::fs::write(&record_path, text)
-        .map_err(|e| Error::Infra(format!("{}: {e}", record_path.display())))?;
-    println!("qualified {image}: {}", record_path.display());
     Ok(exit::SUCCESS)
 }

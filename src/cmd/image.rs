@@ -3,7 +3,7 @@
 //! build` into one [`recipe::BuildRequest`]) and prints what comes back.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -16,6 +16,7 @@ use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::report;
+use crate::runner::launch::Whereabouts;
 
 /// The manifest's image named `name` (`default` when none is given).
 fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageConfig)> {
@@ -396,4 +397,34 @@ pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
         println!("saved {id} to {} ({bytes} bytes)", to.display());
     }
     Ok(exit::SUCCESS)
+}
+
+/// `cibox image qualify ID`: run the `qualify` layer on the image and write
+/// `qualification.json` only when every batch passed.
+pub fn qualify(
+    ctx: &Context,
+    id: &str,
+    reports: PathBuf,
+    source: Option<PathBuf>,
+    scope: Option<String>,
+) -> Result<u8> {
+    let image = ImageId::parse(id).map_err(Error::refused)?;
+    let at = Whereabouts {
+        source,
+        reports: Some(reports),
+        scope,
+    };
+    let q = crate::runner::qualify::qualify(ctx.manifest()?, &image, at)?;
+    match &q.record {
+        Some(path) => {
+            println!("qualified {image}: {}", path.display());
+            Ok(exit::SUCCESS)
+        }
+        None => {
+            report::info(format!(
+                "{image} is not qualified: the qualify layer did not pass"
+            ));
+            Ok(q.run.exit_code())
+        }
+    }
 }

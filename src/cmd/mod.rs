@@ -69,7 +69,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             reports,
             source,
             scope,
-        }) => batch::qualify(&ctx, &id, reports, source, scope),
+        }) => image::qualify(&ctx, &id, reports, source, scope),
         Command::Doctor => doctor::run(&ctx),
         Command::Batch(BatchCommand::List) => batch::list(&ctx),
         Command::Batch(BatchCommand::Run(a)) => {

@@ -72,6 +72,9 @@ pub enum RunError {
     /// Where to run (source, reports folder, scope) or which test file cannot be used.
     #[error("{0}")]
     Usage(String),
+    /// A file the run writes for its caller (`qualification.json`) could not be written.
+    #[error("{0}")]
+    Infra(String),
     #[error(transparent)]
     Plan(#[from] PlanError),
     /// A host mount the manifest names cannot be mounted here.
@@ -165,7 +168,8 @@ impl RunError {
             | RunError::BatchDir { .. }
             | RunError::Panicked
             | RunError::Watchdog(_)
-            | RunError::GitMask(_) => Failure::Infra,
+            | RunError::GitMask(_)
+            | RunError::Infra(_) => Failure::Infra,
         }
     }
 }

@@ -23,7 +23,8 @@
 //! - `ending`: how batches and runs end ([`Status`], `judge`);
 //! - `cleanup`: the watchdog and the sweep, so nothing is left behind;
 //! - `event` and [`reporter`]: what the runner says, and who renders it;
-//! - `execute`: the run loop; [`launch`]: one run's setup for every front end.
+//! - `execute`: the run loop; [`launch`]: one run's setup for every front end;
+//!   [`qualify`]: the `qualify` layer on one image, and its record.
 //!
 //! Outside the runner only this face is seen: [`launch`], [`reporter`] and what is
 //! re-exported here.
@@ -36,6 +37,7 @@ mod event;
 mod execute;
 pub mod launch;
 mod plan;
+pub mod qualify;
 pub mod reporter;
 mod results;
 
