@@ -14,12 +14,12 @@
 //! then: a hundred waiting `gpu exec`s must not each poll the engine for nothing. And
 //! then it must answer: an engine that cannot be reached fails closed, like a probe.
 
+use crate::console;
 use crate::engine::{ContainerEngine, ContainerInfo, Engine, EngineError};
 use crate::exit::Failure;
 use crate::gpu::probe::{HostInstant, ProbeError, Prober, Snapshot};
 use crate::labels::{LABEL_GPUS, LABEL_OWNER};
 use crate::lockdir::{LockDir, runs};
-use crate::report;
 
 /// Why the GPUs' state, claims included, is unknown.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +144,7 @@ impl<'e> ContainerClaims<'e> {
                 Ok(engine) => engine,
                 Err(e) if !vouched => {
                     if !std::mem::replace(warned, true) {
-                        report::warn(format!(
+                        console::warn(format!(
                             "the runs/ folder holds another user's record of a dead run, but the engine cannot be asked ({e}); going by the GPU probe alone"
                         ));
                     }
@@ -152,7 +152,7 @@ impl<'e> ContainerClaims<'e> {
                 }
                 Err(e) => return Err(ClaimsError::Unreachable(e)),
             };
-            report::debug(
+            console::debug(
                 "a dead run is on record: asking the engine which GPUs its containers hold",
             );
             *connected = Some(engine);

@@ -29,7 +29,7 @@ pub fn append(var: &str, text: &str) {
         .open(&path)
         .and_then(|mut f| f.write_all(text.as_bytes()));
     if let Err(e) = written {
-        crate::report::warn(format!("{var} ({path}): {e}"));
+        crate::console::warn(format!("{var} ({path}): {e}"));
     }
 }
 

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cibox::{cli::Cli, cmd, exit, report};
+use cibox::{cli::Cli, cmd, console, exit};
 
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`cibox batch list | head`) like other Unix tools,
@@ -18,11 +18,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(e)),
     };
-    report::init(cli.verbose);
+    console::init(cli.verbose);
     let code = match cmd::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            report::error(&e, e.details());
+            console::error(&e, e.details());
             e.exit_code()
         }
     };

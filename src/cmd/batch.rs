@@ -4,12 +4,12 @@ use serde_json::json;
 
 use super::Context;
 use crate::cli::RunOptions;
+use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, Manifest};
-use crate::report::{self, Table};
 use crate::runner::launch::{self, Whereabouts};
 use crate::runner::reporter::terminal::print_sweep_notes;
 use crate::runner::sweep;
@@ -41,7 +41,7 @@ pub fn list(ctx: &Context) -> Result<u8> {
                 json!({"name": name, "fast": l.fast, "batches": l.batches, "description": l.description})
             })
             .collect();
-        report::json(&json!({"project": m.project, "batches": batches, "layers": layers}));
+        console::json(&json!({"project": m.project, "batches": batches, "layers": layers}));
         return Ok(exit::SUCCESS);
     }
     let mut t = Table::new(&["BATCH", "GPUS", "TIMEOUT", "DESCRIPTION"]);
@@ -161,7 +161,7 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
             .iter()
             .map(|(name, host)| json!({"container": name, "host": host}))
             .collect();
-        report::json(&json!({
+        console::json(&json!({
             "scope": scope,
             "removed": swept.removed.len(),
             "live": swept.live.len(),

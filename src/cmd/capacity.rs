@@ -5,13 +5,13 @@ use serde_json::json;
 
 use super::Context;
 use crate::claims::ContainerClaims;
+use crate::console::{self, Table};
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::LeaseState;
 use crate::gpu::pool;
 use crate::gpu::probe::Prober;
 use crate::lockdir::LockDir;
-use crate::report::{self, Table};
 
 pub fn run(
     ctx: &Context,
@@ -49,7 +49,7 @@ pub fn run(
             .iter()
             .map(|r| json!({"layer": r.layer, "ready": r.ready, "largest_batch_gpus": r.largest, "reason": r.reason}))
             .collect();
-        report::json(
+        console::json(
             &json!({"pool": counts.pool, "available": counts.available, "leased": counts.leased, "busy": counts.busy, "layers": v}),
         );
     } else {

@@ -5,10 +5,10 @@ use serde_json::json;
 use super::Context;
 use crate::changed;
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
+use crate::console;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::manifest::{ChangedConfig, Manifest};
-use crate::report;
 use crate::util;
 
 pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
@@ -52,7 +52,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
                 gpus,
                 expression: Some(expr),
             }) => {
-                report::warn(format!(
+                console::warn(format!(
                     "{path}: `{} = {expr}` is not one number; taking the largest in it, {gpus}",
                     cfg.gpus_marker
                 ));
@@ -60,7 +60,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
             }
             Some(m) => m.gpus,
             None => {
-                report::warn(format!(
+                console::warn(format!(
                     "{path}: no top-level `{} = <int>`; assuming {} GPUs",
                     cfg.gpus_marker, cfg.default_gpus
                 ));
@@ -80,7 +80,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         .map_err(Error::Infra)?;
     }
     if ctx.json {
-        report::json(&json!({"include": include, "has_tests": has_tests}));
+        console::json(&json!({"include": include, "has_tests": has_tests}));
     } else {
         println!("{matrix}");
     }
@@ -105,10 +105,10 @@ fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8
         println!("{f}");
     }
     if orphans.is_empty() {
-        report::info("every test file is run by some batch");
+        console::info("every test file is run by some batch");
         Ok(exit::SUCCESS)
     } else {
-        report::warn(format!(
+        console::warn(format!(
             "{} test file(s) are run by no batch",
             orphans.len()
         ));
@@ -276,7 +276,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
         check_test_file(&cfg, &f.path).map_err(|why| Error::Usage(format!("{from}: {why}")))?;
     }
     if files.is_empty() {
-        report::info("no changed test file to run");
+        console::info("no changed test file to run");
         return Ok(exit::SUCCESS);
     }
     let mut names = Vec::new();

@@ -5,13 +5,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Context;
+use crate::console::{self, Table};
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::probe::{self, Snapshot};
 use crate::lockdir;
 use crate::manifest::{GpuConfig, GpuDriver, Manifest, ManifestError, PoolSpec};
-use crate::report::{self, Table};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -251,7 +251,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
         exit::SUCCESS
     };
     if ctx.json {
-        report::json(&serde_json::json!({
+        console::json(&serde_json::json!({
             "findings": findings,
             "ready_for_gpu_batches": blocking == 0,
             "exit_code": code,

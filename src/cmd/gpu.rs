@@ -7,6 +7,7 @@ use serde_json::json;
 use super::Context;
 use crate::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
+use crate::console::{self, Table, WaitLine};
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::gpu::lease::{Holder, Lease, LeaseState};
@@ -17,7 +18,6 @@ use crate::lockdir::LockDir;
 use crate::manifest::{GpuConfig, ManifestError};
 use crate::process::Ending;
 use crate::process::confine::{Supervisor, Wanted};
-use crate::report::{self, Table, WaitLine};
 use crate::signals;
 use crate::units::Span;
 
@@ -104,7 +104,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
                 })
             })
             .collect();
-        report::json(&json!({"gpus": v, "lock_dir": cfg.lock_dir, "probe": backend}));
+        console::json(&json!({"gpus": v, "lock_dir": cfg.lock_dir, "probe": backend}));
         return Ok(exit::SUCCESS);
     }
     let mut t = Table::new(&[
@@ -264,7 +264,7 @@ fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wante
     } else {
         lease.uuids()
     };
-    report::debug(format!(
+    console::debug(format!(
         "leased {} for `{}`",
         visible.join(","),
         args.command.join(" ")
@@ -275,7 +275,7 @@ fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wante
     ];
     let supervisor = Supervisor::start(&args.command, &env, &lease.fds(), GRACE, confine)
         .map_err(|why| Error::Usage(format!("gpu exec: {why}")))?;
-    report::debug(format!(
+    console::debug(format!(
         "`{}` runs confined by {}{}",
         args.command.join(" "),
         supervisor.started.confinement.name(),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::Context;
+use crate::console;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
@@ -15,7 +16,6 @@ use crate::image::lockset::Lockset;
 use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
-use crate::report;
 use crate::runner::launch::Whereabouts;
 
 /// The manifest's image named `name` (`default` when none is given).
@@ -44,7 +44,7 @@ pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
             .iter()
             .map(|f| json!({"path": f.path, "sha256": f.sha256}))
             .collect();
-        report::json(&json!({"files": files, "text": l.text, "digest": l.digest}));
+        console::json(&json!({"files": files, "text": l.text, "digest": l.digest}));
     } else {
         print!("{}", l.text);
         println!("digest: {}", l.digest);
@@ -81,7 +81,7 @@ fn chosen_id(
 }
 
 fn describe_engine(info: &EngineInfo) {
-    report::debug(format!(
+    console::debug(format!(
         "engine {} at {} (API {}), storage driver {}: {}",
         info.server_version,
         info.host,
@@ -93,7 +93,7 @@ fn describe_engine(info: &EngineInfo) {
 
 fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
     if ctx.json {
-        report::json(&json!({
+        console::json(&json!({
             "status": "verified",
             "image": v.id,
             "lockset": v.lockset,
@@ -116,7 +116,7 @@ fn print_result(ctx: &Context, v: &Verified, info: &EngineInfo, done: &str) {
         print_verified(ctx, v, info);
     } else {
         println!("{}", v.id);
-        report::info(format!(
+        console::info(format!(
             "{done}: lockset {} ({} lock files)",
             v.lockset, v.files
         ));
@@ -133,7 +133,7 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
     let m = ctx.manifest()?;
     let img = named(&m, name)?;
     let (id, from) = chosen_id(flag, Some(img))?;
-    report::debug(format!("image {id} (from {from})"));
+    console::debug(format!("image {id} (from {from})"));
     let source = Lockset::compute(&m.dir, &img.1.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
@@ -179,7 +179,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     // Unverified, the IDs alone (stdout, one per line, for scripts).
     let (Some((m, name)), Some(source)) = (&manifest, &source) else {
         if ctx.json {
-            report::json(&json!({"images": ids, "verified": false}));
+            console::json(&json!({"images": ids, "verified": false}));
         } else {
             for id in &ids {
                 println!("{id}");
@@ -189,7 +189,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     };
     let verified =
         image::load::verify_loaded(&engine, &ids, source, &pin_of(m, name), &mut |id| {
-            report::info(format!("loaded {id}"))
+            console::info(format!("loaded {id}"))
         })?;
     for v in &verified {
         print_result(ctx, v, &info, "verified");
@@ -234,7 +234,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
         pin_of(m, n).check(&found.id)?;
     }
     if ctx.json {
-        report::json(&json!({
+        console::json(&json!({
             "id": found.id,
             "manifest_digest": found.manifest_digest,
             "repo_tags": found.repo_tags,
@@ -244,17 +244,17 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     } else {
         println!("{}", found.id);
         match &found.manifest_digest {
-            Some(d) => report::info(format!(
+            Some(d) => console::info(format!(
                 "on a containerd image store the engine names this image {d} (its manifest digest)"
             )),
-            None => report::info(
+            None => console::info(
                 "the ID on a classic image store; a containerd image store names images by their manifest digest, which this archive does not carry",
             ),
         }
         if let Some((m, n)) = &pin
             && m.images[n].id.is_some()
         {
-            report::info(format!("it is the ID image `{n}` pins"));
+            console::info(format!("it is the ID image `{n}` pins"));
         }
     }
     Ok(exit::SUCCESS)
@@ -280,7 +280,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
-    report::info(format!("pulling {pinned}"));
+    console::info(format!("pulling {pinned}"));
     engine.pull(&pinned.repository, &pinned.digest)?;
     let found = engine
         .inspect(&pinned.to_string())?
@@ -317,7 +317,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
         dir: &m.dir,
         check,
     };
-    let verbose = report::enabled(report::Level::Debug);
+    let verbose = console::enabled(console::Level::Debug);
     let built = recipe::build(&request, &mut |p| show_progress(p, verbose))?;
     let done = match recipe {
         Recipe::Nix(_) => "verified",
@@ -335,10 +335,10 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
 fn show_progress(progress: Progress<'_>, verbose: bool) {
     match progress {
         Progress::Engine(info) => describe_engine(info),
-        Progress::BaseNotChecked(base) => report::warn(format!(
+        Progress::BaseNotChecked(base) => console::warn(format!(
             "FROM {base}: uses a build argument; cannot check it is local"
         )),
-        Progress::BaseByTag(base) => report::warn(format!(
+        Progress::BaseByTag(base) => console::warn(format!(
             "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
         )),
         Progress::Building {
@@ -347,7 +347,7 @@ fn show_progress(progress: Progress<'_>, verbose: bool) {
             lockset,
             epoch,
             epoch_from,
-        } => report::info(format!(
+        } => console::info(format!(
             "building {}{} (lockset {lockset}; file times set to {epoch}, {epoch_from})",
             dockerfile.display(),
             if twice {
@@ -364,11 +364,11 @@ fn show_progress(progress: Progress<'_>, verbose: bool) {
         Progress::EngineId {
             engine_id,
             config_digest,
-        } => report::info(format!(
+        } => console::info(format!(
             "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
         )),
-        Progress::NixBuild(attr) => report::info(format!("nix build {attr}")),
-        Progress::Loaded(id) => report::info(format!("loaded {id}")),
+        Progress::NixBuild(attr) => console::info(format!("nix build {attr}")),
+        Progress::Loaded(id) => console::info(format!("loaded {id}")),
     }
 }
 
@@ -392,7 +392,7 @@ pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
     }
     let bytes = engine.save(id.as_str(), to)?;
     if ctx.json {
-        report::json(&json!({"image": id, "file": to, "bytes": bytes}));
+        console::json(&json!({"image": id, "file": to, "bytes": bytes}));
     } else {
         println!("saved {id} to {} ({bytes} bytes)", to.display());
     }
@@ -421,7 +421,7 @@ pub fn qualify(
             Ok(exit::SUCCESS)
         }
         None => {
-            report::info(format!(
+            console::info(format!(
                 "{image} is not qualified: the qualify layer did not pass"
             ));
             Ok(q.run.exit_code())

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use super::Context;
+use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::{ImageError, ImageId};
 use crate::manifest::Manifest;
-use crate::report::{self, Table};
 use crate::runner::launch::{self, Whereabouts};
 use crate::runner::{RunRecord, RunRequest};
 
@@ -221,7 +221,7 @@ impl Replay<'_> {
                     self.manifest_rel.display()
                 )));
             }
-            Some(b) if b.gpus != record.gpu_count => report::warn(format!(
+            Some(b) if b.gpus != record.gpu_count => console::warn(format!(
                 "batch {} asks for {} GPUs at {sha}, the record says {}; replaying with the manifest's",
                 record.batch, b.gpus, record.gpu_count
             )),

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::Context;
+use crate::console;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::manifest;
-use crate::report;
 use crate::workflow::{lint, render};
 
 pub fn render(ctx: &Context, check: bool) -> Result<u8> {
@@ -51,7 +51,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                     &r.text
                 )
             );
-            report::info(format!(
+            console::info(format!(
                 "{} {}",
                 r.output.display(),
                 if current.is_some() {
@@ -63,7 +63,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
         } else {
             std::fs::write(&r.output, &r.text)
                 .map_err(|e| Error::Infra(format!("writing {}: {e}", r.output.display())))?;
-            report::info(format!(
+            console::info(format!(
                 "wrote {} from {}",
                 r.output.display(),
                 r.template.display()
@@ -71,7 +71,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
         }
     }
     if check && stale > 0 {
-        report::info(format!(
+        console::info(format!(
             "{stale} workflow(s) out of date: run `cibox workflow render`"
         ));
         return Ok(exit::TESTS_FAILED);
@@ -145,7 +145,7 @@ pub fn lint(ctx: &Context, paths: &[PathBuf]) -> Result<u8> {
     let errors = count(&|f| f.severity == lint::Severity::Error) - unparsable;
     let warnings = count(&|f| f.severity == lint::Severity::Warning);
     if ctx.json {
-        report::json(&json!({
+        console::json(&json!({
             "files": files.len(),
             "errors": errors,
             "warnings": warnings,
@@ -161,7 +161,7 @@ pub fn lint(ctx: &Context, paths: &[PathBuf]) -> Result<u8> {
         } else {
             String::new()
         };
-        report::info(format!(
+        console::info(format!(
             "{} workflow(s), {errors} error(s), {warnings} warning(s){unreadable}",
             files.len()
         ));

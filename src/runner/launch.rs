@@ -20,7 +20,7 @@ use super::results::record::SourceInfo;
 use crate::engine::Engine;
 use crate::image::Lockset;
 use crate::manifest::Manifest;
-use crate::{report, signals};
+use crate::{console, signals};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -102,7 +102,7 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
         .map_err(|e| RunError::Usage(format!("--source {}: {e}", source.display())))?;
     let source_info = source_info(&source);
     if source_info.sha.is_none() {
-        report::warn(format!(
+        console::warn(format!(
             "{} is not a git checkout: the run record will carry no commit",
             source.display()
         ));

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use super::{Reporter, ReporterError};
-use crate::report::{self, WaitLine};
+use crate::console::{self, WaitLine};
 use crate::runner::cleanup::sweep::{Note, Swept};
 use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
@@ -68,9 +68,9 @@ pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool
 pub fn print_sweep_notes(swept: &Swept) {
     for (note, text) in swept.notes() {
         match note {
-            Note::Debug => report::debug(text),
-            Note::Info => report::info(text),
-            Note::Warn => report::warn(text),
+            Note::Debug => console::debug(text),
+            Note::Info => console::info(text),
+            Note::Warn => console::warn(text),
         }
     }
 }
@@ -118,7 +118,7 @@ impl<W: Write + Send> Reporter for Terminal<W> {
             Event::Swept { scope, swept } => {
                 print_sweep_notes(swept);
                 if !swept.removed.is_empty() {
-                    report::info(format!(
+                    console::info(format!(
                         "removed {} leftover container(s) of dead runs (this run's scope: {scope})",
                         swept.removed.len()
                     ));
@@ -148,7 +148,7 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                 let _ = self.out.flush();
             }
             Event::TimedOut { batch } => {
-                report::error(
+                console::error(
                     &format_args!(
                         "batch {}: timeout after {}; stopping its container",
                         batch.name, batch.timeout
@@ -157,16 +157,16 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                 );
             }
             Event::OutputBroke { batch, error } => {
-                report::warn(format!("batch {}: log stream broke: {error}", batch.name));
+                console::warn(format!("batch {}: log stream broke: {error}", batch.name));
             }
             Event::BatchFailed { batch, error } => {
                 self.end_wait(&batch.name);
-                report::error(error, error.details());
+                console::error(error, error.details());
             }
-            Event::BatchEnded { result } => report::info(verdict_line(&result.record)),
+            Event::BatchEnded { result } => console::info(verdict_line(&result.record)),
             Event::RunEnded { run } => {
                 for line in replay_lines(run) {
-                    report::info(line);
+                    console::info(line);
                 }
             }
             _ => {}
