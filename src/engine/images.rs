@@ -1,0 +1,248 @@
+//! The engine's images: looked up, pulled by digest, loaded from archives, built,
+//! removed and saved. Never a pull by tag.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::{Engine, EngineError, ImageDetails, is_not_found, reason};
+
+impl Engine {
+    /// Looks an image up by its full ID, or by any reference the engine understands
+    /// (right after a load that reported a tag). Never pulls; `None` when it is not
+    /// present.
+    pub fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
+        match self.rt.block_on(self.docker.inspect_image(reference)) {
+            Ok(img) => Ok(Some(ImageDetails {
+                id: img.id.unwrap_or_default(),
+                labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
+                repo_tags: img.repo_tags.unwrap_or_default(),
+                size: img.size.unwrap_or_default(),
+                layers: img.root_fs.and_then(|r| r.layers).unwrap_or_default(),
+            })),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(Self::api("inspecting image", e)),
+        }
+    }
+
+    /// Pulls `repository@digest` from its registry (`POST /images/create`), as the
+    /// docker CLI asks for a digest: the repository, and the digest as the tag. A
+    /// registry that does not have it, or refuses, is `Rejected`; one that cannot be
+    /// reached is an `Api` failure.
+    pub fn pull(&self, repository: &str, digest: &str) -> Result<(), EngineError> {
+        let action = format!("pulling {repository}@{digest}");
+        self.rt.block_on(async {
+            let opts = CreateImageOptionsBuilder::default()
+                .from_image(repository)
+                .tag(digest)
+                .build();
+            let mut progress = self.docker.create_image(Some(opts), None, None);
+            while let Some(item) = progress.next().await {
+                match item {
+                    Ok(info) => {
+                        if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                            return Err(EngineError::Rejected {
+                                action: action.clone(),
+                                reason: detail,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        let text = reason(&e);
+                        let missing = is_not_found(&e)
+                            || text.contains("manifest unknown")
+                            || text.contains("not found");
+                        return Err(if missing {
+                            EngineError::Rejected {
+                                action: action.clone(),
+                                reason: text,
+                            }
+                        } else {
+                            EngineError::Api {
+                                action: action.clone(),
+                                reason: text,
+                            }
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Streams a docker-archive into the engine (`POST /images/load`) and returns what
+    /// it reports loading: image IDs (`sha256:…`) or references (`name:tag`). The
+    /// archive is read on a thread of its own, in 256 KiB chunks, as the engine takes it.
+    pub fn load(&self, archive: Box<dyn Read + Send>) -> Result<Vec<String>, EngineError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+        // Not joined: if the engine refuses the archive midway, the reader may sit in
+        // a read of a stalled producer; it ends at its next send (the body is gone)
+        // or at the producer's end.
+        std::thread::spawn(move || {
+            let mut archive = archive;
+            loop {
+                let mut buf = vec![0u8; 256 * 1024];
+                let item = match archive.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Ok(Bytes::from(buf))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                // The engine stopped reading (it refused the archive): stop too.
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        self.rt.block_on(async {
+            let opts = ImportImageOptionsBuilder::default().quiet(true).build();
+            let mut progress = self.docker.import_image_stream(opts, body, None);
+            let mut loaded = Vec::new();
+            while let Some(item) = progress.next().await {
+                let info = item.map_err(|e| EngineError::Rejected {
+                    action: "loading the archive".into(),
+                    reason: reason(&e),
+                })?;
+                for text in info.stream.iter().chain(info.status.iter()) {
+                    for line in text.lines() {
+                        if let Some(id) = line.trim().strip_prefix("Loaded image ID: ") {
+                            loaded.push(id.trim().to_string());
+                        } else if let Some(r) = line.trim().strip_prefix("Loaded image: ") {
+                            loaded.push(r.trim().to_string());
+                        }
+                    }
+                }
+            }
+            Ok(loaded)
+        })
+    }
+
+    /// Builds a Dockerfile with the classic builder from a tar of its context, with the
+    /// given labels, and tags the result so it is not garbage as a dangling image.
+    /// Returns the new image's ID.
+    pub fn build(
+        &self,
+        context_tar: std::fs::File,
+        dockerfile: &str,
+        labels: &HashMap<String, String>,
+        tag: &str,
+        no_cache: bool,
+        mut on_output: impl FnMut(&str),
+    ) -> Result<String, EngineError> {
+        let opts = BuildImageOptionsBuilder::default()
+            .dockerfile(dockerfile)
+            .t(tag)
+            .labels(labels)
+            .rm(true)
+            .forcerm(true)
+            .nocache(no_cache)
+            .build();
+        let id = self.rt.block_on(async {
+            // Streamed from disk: a rootfs context can be hundreds of megabytes.
+            let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(context_tar));
+            let mut stream =
+                self.docker
+                    .build_image(opts, None, Some(bollard::body_try_stream(body)));
+            let mut id = None;
+            let mut last_lines: Vec<String> = Vec::new();
+            while let Some(item) = stream.next().await {
+                let info = item.map_err(|e| EngineError::Rejected {
+                    action: "building the image".into(),
+                    reason: reason(&e),
+                })?;
+                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                    return Err(EngineError::Rejected {
+                        action: "building the image".into(),
+                        reason: detail,
+                    });
+                }
+                if let Some(text) = info.stream.as_deref() {
+                    on_output(text);
+                    last_lines.extend(text.lines().map(str::to_string));
+                    if let Some(rest) = text.trim().strip_prefix("Successfully built ") {
+                        id.get_or_insert(rest.trim().to_string());
+                    }
+                }
+                if let Some(aux) = info.aux.and_then(|a| a.id) {
+                    id = Some(aux);
+                }
+            }
+            id.ok_or_else(|| EngineError::Rejected {
+                action: "building the image".into(),
+                reason: format!(
+                    "the engine reported no image ID; last output: {}",
+                    last_lines.last().map(String::as_str).unwrap_or("none")
+                ),
+            })
+        })?;
+        // The classic builder's "Successfully built" gives a short ID; resolve it.
+        match self.inspect(&id)? {
+            Some(img) => Ok(img.id),
+            None => Err(EngineError::Rejected {
+                action: "building the image".into(),
+                reason: format!("built image {id} is not present afterwards"),
+            }),
+        }
+    }
+
+    /// Removes an image by ID (not forced: an image a container uses stays).
+    pub fn remove_image(&self, id: &str) -> Result<(), EngineError> {
+        self.rt
+            .block_on(self.docker.remove_image(
+                id,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            ))
+            .map(|_| ())
+            .map_err(|e| Self::api("removing an image", e))
+    }
+
+    /// Writes `docker save` of one image to `to`, atomically (a temp file renamed into
+    /// place), and returns the number of bytes written.
+    pub fn save(&self, id: &str, to: &Path) -> Result<u64, EngineError> {
+        let io = |e: std::io::Error| EngineError::Io {
+            action: format!("writing {}", to.display()),
+            reason: e.to_string(),
+        };
+        let dir = to
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(
+            ".{}.cibox-partial-{}",
+            to.file_name().and_then(|n| n.to_str()).unwrap_or("image"),
+            std::process::id()
+        ));
+        let result = self.rt.block_on(async {
+            let mut file = tokio::fs::File::create(&tmp).await.map_err(io)?;
+            let mut stream = self.docker.export_image(id);
+            let mut written = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| Self::api("saving the image", e))?;
+                written += chunk.len() as u64;
+                file.write_all(&chunk).await.map_err(io)?;
+            }
+            file.sync_all().await.map_err(io)?;
+            tokio::fs::rename(&tmp, to).await.map_err(io)?;
+            Ok(written)
+        });
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+}
