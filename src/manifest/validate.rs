@@ -20,10 +20,10 @@ use super::types::{Batch, Layer};
 use super::values::{env_map, is_name, plain_meta};
 use super::{Manifest, ManifestError};
 
-/// The semantic checks, section by section in the order the file is laid out: the
-/// version and project, the images (and a default one for batches that name none), the
-/// container, the GPU pool, the batches, the layers, `changed`. The first error found
-/// is the one reported, so this order is part of what a manifest's author sees.
+/// The semantic checks, section by section in this order: the version and project,
+/// the images (and a default one for batches that name none), the container, the GPU
+/// pool, the batches, the layers, `changed`. The first error found is the one
+/// reported, so this order is part of what a manifest's author sees.
 pub(super) fn validate(
     raw: RawManifest,
     check: &Checker<'_>,
