@@ -1,0 +1,219 @@
+//! `changed:`, what `cibox changed` reads: [`ChangedConfig`] (which files are tests,
+//! how many GPUs each wants) and `changed.run` ([`ChangedRun`], the batch template one
+//! changed test file runs in), their raw forms and checks, and the `defaults` keys the
+//! template takes.
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::units::Span;
+
+use super::ManifestError;
+use super::check::Checker;
+use super::container::{ContainerConfig, RawContainer, validate_container};
+use super::images::{DEFAULT_IMAGE, ImageConfig, known_image};
+use super::types::{Batch, BatchVerdict};
+use super::values::{EnvValue, env_map, is_env_name, ser_display};
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChangedConfig {
+    pub patterns: Vec<String>,
+    pub gpus_marker: String,
+    pub default_gpus: u32,
+    /// How one changed test file runs in a container (`cibox changed run`).
+    pub run: Option<ChangedRun>,
+}
+
+/// `changed.run`: a batch template for one test file, named in the container by
+/// `$CIBOX_TEST_FILE` (never pasted into the command). Keys not given come from
+/// `defaults`, the container from the top-level `container`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChangedRun {
+    pub command: String,
+    #[serde(serialize_with = "ser_display")]
+    pub timeout: Span,
+    pub preflight: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub fast_env: BTreeMap<String, String>,
+    pub allow_empty: bool,
+    pub container: ContainerConfig,
+    pub verdict: BatchVerdict,
+    /// The image test files run in.
+    pub image: String,
+}
+
+impl ChangedRun {
+    /// The batch that runs one test file with `gpus` GPUs: `CIBOX_TEST_FILE` names
+    /// the file in the container, never the command line.
+    pub fn batch_for(&self, file: &str, gpus: u32) -> Batch {
+        let mut env = self.env.clone();
+        env.insert("CIBOX_TEST_FILE".into(), file.to_string());
+        Batch {
+            description: Some(format!("changed test file {file}")),
+            gpus,
+            timeout: self.timeout,
+            preflight: self.preflight.clone(),
+            run: vec![self.command.clone()],
+            env,
+            fast_env: self.fast_env.clone(),
+            allow_empty: self.allow_empty,
+            tests: vec![file.to_string()],
+            container: self.container.clone(),
+            meta: serde_json::json!({ "test_file": file }),
+            verdict: self.verdict,
+            image: self.image.clone(),
+            changed_file: Some(file.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawChanged {
+    patterns: Vec<String>,
+    #[serde(default = "default_marker")]
+    gpus_marker: String,
+    #[serde(default = "default_gpus")]
+    default_gpus: u32,
+    run: Option<RawChangedRun>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawChangedRun {
+    command: String,
+    timeout: Option<Span>,
+    #[serde(default)]
+    preflight: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, EnvValue>,
+    #[serde(default)]
+    fast_env: BTreeMap<String, EnvValue>,
+    #[serde(default)]
+    allow_empty: bool,
+    container: Option<RawContainer>,
+    verdict: Option<BatchVerdict>,
+    image: Option<String>,
+}
+
+/// The `defaults` keys that `changed.run` takes (the rest describe named batches).
+pub(super) const CHANGED_RUN_DEFAULTS: [&str; 8] = [
+    "image",
+    "verdict",
+    "timeout",
+    "preflight",
+    "env",
+    "fast_env",
+    "allow_empty",
+    "container",
+];
+
+fn default_marker() -> String {
+    "NUM_GPUS".into()
+}
+
+fn default_gpus() -> u32 {
+    8
+}
+
+/// Reads `changed:`; `top_container` is the top-level `container:`, the template's when
+/// it has none.
+pub(super) fn validate_changed(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    top_container: &RawContainer,
+    ch: RawChanged,
+) -> Result<ChangedConfig, ManifestError> {
+    if ch.patterns.is_empty() {
+        return Err(check.at(&["changed", "patterns"], "lists no pattern"));
+    }
+    if !is_env_name(&ch.gpus_marker) {
+        return Err(check.at(
+            &["changed", "gpus_marker"],
+            "must be a Python identifier such as NUM_GPUS",
+        ));
+    }
+    let run = match ch.run {
+        None => None,
+        Some(r) => Some(validate_changed_run(check, images, top_container, r)?),
+    };
+    Ok(ChangedConfig {
+        patterns: ch.patterns,
+        gpus_marker: ch.gpus_marker,
+        default_gpus: ch.default_gpus,
+        run,
+    })
+}
+
+/// Reads `changed.run`.
+fn validate_changed_run(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    top_container: &RawContainer,
+    r: RawChangedRun,
+) -> Result<ChangedRun, ManifestError> {
+    let Some(timeout) = r.timeout.filter(|t| !t.0.is_zero()) else {
+        return Err(check.at(
+            &["changed", "run"],
+            "needs a `timeout` of more than 0s (here or under `defaults:`)",
+        ));
+    };
+    if r.command.trim().is_empty() {
+        return Err(check.at(&["changed", "run", "command"], "is empty"));
+    }
+    let container = match r.container {
+        Some(c) => validate_container(check, &["changed", "run", "container"], c)?,
+        None => validate_container(check, &["container"], top_container.clone())?,
+    };
+    Ok(ChangedRun {
+        command: r.command,
+        timeout,
+        preflight: r.preflight,
+        env: env_map(check, &["changed", "run", "env"], r.env)?,
+        fast_env: env_map(check, &["changed", "run", "fast_env"], r.fast_env)?,
+        allow_empty: r.allow_empty,
+        container,
+        verdict: r.verdict.unwrap_or_default(),
+        image: match r.image {
+            Some(img) => {
+                known_image(check, images, &["changed", "run", "image"], &img)?;
+                img
+            }
+            None => DEFAULT_IMAGE.to_string(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::manifest::tests::{REAL, parse};
+    use crate::manifest::{ContainerUser, Ipc};
+
+    #[test]
+    fn changed_run_takes_the_defaults_that_fit_and_the_container() {
+        let text = REAL.replace(
+            "layers:",
+            "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: pytest \"$CIBOX_TEST_FILE\"\n    container: {ipc: host}\nlayers:",
+        );
+        let mut m = parse(&text).unwrap();
+        // CIBOX_* overrides reach every container, the template's too.
+        m.apply_env(|k| (k == "CIBOX_MEMORY").then(|| "2g".to_string()))
+            .unwrap();
+        assert_eq!(m.batches["e2e"].container.memory.unwrap().to_string(), "2g");
+        let run = m.changed.unwrap().run.unwrap();
+        assert_eq!(run.container.memory.unwrap().to_string(), "2g");
+        assert_eq!(run.timeout.to_string(), "2h");
+        assert!(run.allow_empty);
+        assert_eq!(run.env["SHARED"], "1");
+        assert_eq!(run.container.ipc, Ipc::Host);
+        assert_eq!(run.container.user, ContainerUser::Root);
+        assert_eq!(run.container.mounts.len(), 2);
+        let no_default = text
+            .replace("defaults:\n  timeout: 2h\n", "defaults:\n")
+            .replace("    gpus: 8\n", "    gpus: 8\n    timeout: 1h\n");
+        let err = parse(&no_default).unwrap_err();
+        assert!(err.contains("changed.run: needs a `timeout`"), "{err}");
+    }
+}

@@ -1,0 +1,276 @@
+//! `gpu:`, the GPU pool CI may use: [`GpuConfig`] ([`PoolSpec`], [`ProbeChoice`],
+//! [`IdlePolicy`]), its raw form and checks, and the `CIBOX_GPU_*` overrides that also
+//! apply on hosts without a manifest.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::units::Span;
+
+use super::ManifestError;
+use super::check::Checker;
+use super::values::ser_display;
+
+/// Which GPUs CI may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolSpec {
+    All,
+    /// Indices (`"0"`) or UUIDs (`"GPU-…"`), as written.
+    Devices(Vec<String>),
+}
+
+impl fmt::Display for PoolSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolSpec::All => f.write_str("all"),
+            PoolSpec::Devices(d) => f.write_str(&d.join(",")),
+        }
+    }
+}
+
+impl serde::Serialize for PoolSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PoolSpec::All => s.serialize_str("all"),
+            PoolSpec::Devices(d) => d.serialize(s),
+        }
+    }
+}
+
+impl PoolSpec {
+    /// Parses `all` or a comma-separated list of indices and UUIDs.
+    pub fn parse_list(text: &str) -> Result<PoolSpec, String> {
+        let t = text.trim();
+        if t == "all" {
+            return Ok(PoolSpec::All);
+        }
+        let items: Vec<String> = t.split(',').map(|s| s.trim().to_string()).collect();
+        Self::from_items(items)
+    }
+
+    fn from_items(items: Vec<String>) -> Result<PoolSpec, String> {
+        if items.is_empty() || items.iter().all(|s| s.is_empty()) {
+            return Err("the GPU pool is empty: write `all` or a list of indices or UUIDs".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for item in &items {
+            let index_ok = !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit());
+            let uuid_ok = is_gpu_uuid(item);
+            if !index_ok && !uuid_ok {
+                return Err(format!(
+                    "`{item}` is neither a GPU index (0, 1, …) nor a GPU UUID (GPU-xxxxxxxx-…)"
+                ));
+            }
+            if !seen.insert(item.as_str()) {
+                return Err(format!("`{item}` appears twice in the GPU pool"));
+            }
+        }
+        Ok(PoolSpec::Devices(items))
+    }
+}
+
+impl<'de> Deserialize<'de> for PoolSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Index(u64),
+            List(Vec<serde_json::Value>),
+        }
+        let raw = Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected `all`, a list of GPU indices or UUIDs, or a comma-separated string",
+            )
+        })?;
+        let res = match raw {
+            Raw::Text(t) => PoolSpec::parse_list(&t),
+            Raw::Index(i) => PoolSpec::from_items(vec![i.to_string()]),
+            Raw::List(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => Ok(s),
+                    serde_json::Value::Number(n) if n.is_u64() => Ok(n.to_string()),
+                    other => Err(format!("`{other}` is not a GPU index or UUID")),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(PoolSpec::from_items),
+        };
+        res.map_err(serde::de::Error::custom)
+    }
+}
+
+/// `gpu.probe`: which backend asks the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeChoice {
+    /// NVML when `libnvidia-ml.so.1` can be loaded, else nvidia-smi; nvidia-smi when
+    /// `CIBOX_NVIDIA_SMI` names one.
+    Auto,
+    /// NVML only: a library that cannot be loaded fails closed.
+    Nvml,
+    /// nvidia-smi only.
+    NvidiaSmi,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdlePolicy {
+    #[serde(default = "default_idle_memory")]
+    pub max_memory_mib: u64,
+    #[serde(default)]
+    pub max_utilization: u32,
+}
+
+fn default_idle_memory() -> u64 {
+    256
+}
+
+impl Default for IdlePolicy {
+    fn default() -> Self {
+        IdlePolicy {
+            max_memory_mib: default_idle_memory(),
+            max_utilization: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuConfig {
+    pub pool: PoolSpec,
+    /// Which backend asks the driver what the GPUs do.
+    pub probe: ProbeChoice,
+    pub lock_dir: PathBuf,
+    pub idle: IdlePolicy,
+    #[serde(serialize_with = "ser_display")]
+    pub wait: Span,
+    /// flock on NFS/SMB is not trustworthy; refused unless this is set.
+    pub allow_network_lock_dir: bool,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            pool: PoolSpec::All,
+            probe: ProbeChoice::Auto,
+            lock_dir: PathBuf::from("/run/lock/cibox"),
+            idle: IdlePolicy::default(),
+            wait: Span(std::time::Duration::ZERO),
+            allow_network_lock_dir: false,
+        }
+    }
+}
+
+impl GpuConfig {
+    /// The defaults with the `CIBOX_*` overrides, for hosts without a manifest.
+    pub fn from_env() -> Result<GpuConfig, ManifestError> {
+        let mut g = GpuConfig::default();
+        g.apply_env(|k| std::env::var(k).ok())?;
+        Ok(g)
+    }
+
+    /// `CIBOX_GPU_POOL`, `CIBOX_GPU_PROBE`, `CIBOX_GPU_LOCK_DIR` and
+    /// `CIBOX_ALLOW_NETWORK_LOCK_DIR=1`.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ManifestError> {
+        let env_err = |var, message: String| ManifestError::Env { var, message };
+        if let Some(v) = get("CIBOX_GPU_POOL") {
+            self.pool = PoolSpec::parse_list(&v).map_err(|e| env_err("CIBOX_GPU_POOL", e))?;
+        }
+        if let Some(v) = get("CIBOX_GPU_PROBE").filter(|v| !v.is_empty()) {
+            self.probe = match v.as_str() {
+                "auto" => ProbeChoice::Auto,
+                "nvml" => ProbeChoice::Nvml,
+                "nvidia-smi" => ProbeChoice::NvidiaSmi,
+                _ => {
+                    return Err(env_err(
+                        "CIBOX_GPU_PROBE",
+                        format!("`{v}`: use auto, nvml or nvidia-smi"),
+                    ));
+                }
+            };
+        }
+        if let Some(v) = get("CIBOX_GPU_LOCK_DIR") {
+            if v.is_empty() {
+                return Err(env_err("CIBOX_GPU_LOCK_DIR", "is empty".into()));
+            }
+            self.lock_dir = PathBuf::from(v);
+        }
+        if let Some(v) = get("CIBOX_ALLOW_NETWORK_LOCK_DIR") {
+            self.allow_network_lock_dir = match v.as_str() {
+                "1" | "true" => true,
+                "0" | "false" | "" => false,
+                _ => {
+                    return Err(env_err(
+                        "CIBOX_ALLOW_NETWORK_LOCK_DIR",
+                        format!("`{v}`: use 1 or 0"),
+                    ));
+                }
+            };
+        }
+        Ok(())
+    }
+}
+/// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints.
+pub fn is_gpu_uuid(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("GPU-") else {
+        return false;
+    };
+    let groups: Vec<&str> = rest.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGpu {
+    pool: Option<PoolSpec>,
+    probe: Option<ProbeChoice>,
+    lock_dir: Option<PathBuf>,
+    #[serde(default)]
+    idle: IdlePolicy,
+    wait: Option<Span>,
+    #[serde(default)]
+    allow_network_lock_dir: bool,
+}
+
+/// Reads `gpu:`.
+pub(super) fn validate_gpu(check: &Checker<'_>, gpu: RawGpu) -> Result<GpuConfig, ManifestError> {
+    if gpu.idle.max_utilization > 100 {
+        return Err(check.at(
+            &["gpu", "idle", "max_utilization"],
+            "is a percentage: 0 to 100",
+        ));
+    }
+    Ok(GpuConfig {
+        pool: gpu.pool.unwrap_or(PoolSpec::All),
+        probe: gpu.probe.unwrap_or(ProbeChoice::Auto),
+        lock_dir: gpu
+            .lock_dir
+            .unwrap_or_else(|| PathBuf::from("/run/lock/cibox")),
+        idle: gpu.idle,
+        wait: gpu.wait.unwrap_or(Span(std::time::Duration::ZERO)),
+        allow_network_lock_dir: gpu.allow_network_lock_dir,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::tests::{GOOD, parse};
+
+    #[test]
+    fn pool_forms() {
+        assert_eq!(PoolSpec::parse_list("all").unwrap(), PoolSpec::All);
+        assert!(PoolSpec::parse_list("0,x").is_err());
+        assert!(PoolSpec::parse_list("0,0").is_err());
+        assert!(PoolSpec::parse_list("").is_err());
+        let m = parse(&GOOD.replace("batches:\n  cpu", "gpu: {pool: [0, 3]}\nbatches:\n  cpu"))
+            .unwrap();
+        assert_eq!(m.gpu.pool, PoolSpec::Devices(vec!["0".into(), "3".into()]));
+    }
+}

@@ -1,0 +1,367 @@
+//! `cibox.yaml`, the batch manifest (docs/interface.md §4): the one source of truth for
+//! batches, layers, the image and the GPU pool.
+//!
+//! Loading goes text → positioned YAML tree ([`crate::yaml`]) → serde into raw structs
+//! that refuse unknown keys → semantic checks → [`Manifest`]. Every error names the
+//! file, line, column and key path.
+//!
+//! This file owns the entry points (finding, loading and parsing a manifest, the
+//! `CIBOX_*` overrides), [`Manifest`] and [`ManifestError`], and re-exports what the
+//! rest of cibox uses. The rest, each file one concern, in the order loading uses them:
+//!
+//! - `tree.rs`: the YAML tree passes before serde (`x-*` keys, `defaults:` and the
+//!   top-level `container:` laid under batches, mappings where mappings belong);
+//! - `raw.rs`: the manifest as written, serde structs that refuse unknown keys;
+//! - `check.rs`: where a check failed (a key path's position), serde's errors reworded;
+//! - `validate.rs`: the top level, batches and layers, and the order of the checks;
+//! - one file per section, its types, raw form and checks: `images.rs`, `container.rs`
+//!   (with `mounts.rs`, the mount policy), `gpu.rs` (with the `CIBOX_GPU_*`
+//!   overrides), `changed.rs`;
+//! - `types.rs`: batches, layers, `source:` and `workflows:` as read;
+//! - `values.rs`: environment values, names, `meta`, serialising helpers.
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use sha2::{Digest, Sha256};
+
+use crate::units::Size;
+use crate::util::hex;
+use crate::yaml::{self, Mark};
+
+mod changed;
+mod check;
+mod container;
+mod gpu;
+mod images;
+mod mounts;
+mod raw;
+mod tree;
+mod types;
+mod validate;
+mod values;
+
+pub use changed::{ChangedConfig, ChangedRun};
+pub use container::{
+    CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network, Ulimit,
+};
+pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, is_gpu_uuid};
+pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
+pub use mounts::{ENGINE_SOCKETS, check_mount_source, check_mount_target};
+pub use types::{Batch, BatchVerdict, Layer, SourceConfig, WorkflowsConfig};
+pub use values::is_batch_name;
+
+use check::{Checker, serde_error};
+use container::{CPUS_RANGE, cpus_in_range};
+use raw::RawManifest;
+use tree::{prepare, require_maps};
+use validate::validate;
+
+pub const FILE_NAME: &str = "cibox.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error(
+        "no {FILE_NAME} in {start} or any folder above it (up to the git root); pass --manifest PATH or set CIBOX_MANIFEST"
+    )]
+    NotFound { start: String },
+    #[error("cannot read manifest {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("{path}:{mark}: {message}")]
+    At {
+        path: String,
+        mark: Mark,
+        message: String,
+    },
+    #[error("{var}: {message}")]
+    Env { var: &'static str, message: String },
+}
+
+/// The validated manifest.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Its folder: lock files, recipes and templates are relative to it.
+    pub dir: PathBuf,
+    /// `sha256:` of the file's bytes, recorded in run records.
+    pub digest: String,
+    pub project: String,
+    /// The default image (`image:`, or `images.default`).
+    pub image: ImageConfig,
+    /// Every image by name, `default` included: each with its own locks, recipe, ID.
+    pub images: IndexMap<String, ImageConfig>,
+    pub source: SourceConfig,
+    pub container: ContainerConfig,
+    pub gpu: GpuConfig,
+    pub batches: IndexMap<String, Batch>,
+    pub layers: IndexMap<String, Layer>,
+    pub changed: Option<ChangedConfig>,
+    pub workflows: WorkflowsConfig,
+}
+
+/// The largest manifest file read.
+const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// Finds `cibox.yaml` from `start` upwards, stopping at the git root.
+pub fn find(start: &Path) -> Result<PathBuf, ManifestError> {
+    let mut dir = Some(start);
+    while let Some(d) = dir {
+        let candidate = d.join(FILE_NAME);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        if d.join(".git").exists() {
+            break;
+        }
+        dir = d.parent();
+    }
+    Err(ManifestError::NotFound {
+        start: start.display().to_string(),
+    })
+}
+
+impl Manifest {
+    /// Reads and validates a manifest file, then applies the `CIBOX_*` overrides.
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        let read_err = |e: std::io::Error| ManifestError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        // Found on disk, so anyone's: a plain file (a FIFO would block), read only so far.
+        let (file, _) = crate::util::open_plain(path, true).map_err(read_err)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, MAX_MANIFEST_BYTES as u64 + 1),
+            &mut bytes,
+        )
+        .map_err(read_err)?;
+        // A manifest is a few kilobytes; one of megabytes is no manifest.
+        if bytes.len() > MAX_MANIFEST_BYTES {
+            return Err(ManifestError::Read {
+                path: path.display().to_string(),
+                reason: format!(
+                    "larger than {} MiB, the most a manifest may have",
+                    MAX_MANIFEST_BYTES >> 20
+                ),
+            });
+        }
+        let text = String::from_utf8(bytes.clone()).map_err(|_| ManifestError::Read {
+            path: path.display().to_string(),
+            reason: "not UTF-8 text".into(),
+        })?;
+        let mut m = Self::parse(&text, path)?;
+        m.digest = format!("sha256:{}", hex(&Sha256::digest(&bytes)));
+        m.apply_env(|k| std::env::var(k).ok())?;
+        Ok(m)
+    }
+
+    /// Parses manifest text; `path` is used for messages and to anchor relative paths.
+    pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
+        let file = path.display().to_string();
+        let root = yaml::parse(text)
+            .map_err(|e| ManifestError::At {
+                path: file.clone(),
+                mark: e.mark,
+                message: format!("YAML syntax: {}", e.message),
+            })?
+            .ok_or_else(|| ManifestError::At {
+                path: file.clone(),
+                mark: Mark { line: 1, col: 1 },
+                message: "the manifest is empty; start with `version: 1`".into(),
+            })?;
+        let root = prepare(root).map_err(|(mark, message)| ManifestError::At {
+            path: file.clone(),
+            mark,
+            message,
+        })?;
+        let check = Checker {
+            file: file.clone(),
+            root: &root,
+        };
+        require_maps(&root, &check, &[])?;
+        let raw: RawManifest =
+            serde_path_to_error::deserialize(root.to_json()).map_err(|e| serde_error(&check, e))?;
+        let dir = path
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        validate(raw, &check, path.to_path_buf(), dir)
+    }
+
+    /// `CIBOX_CPUS`, `CIBOX_MEMORY`, `CIBOX_SHM`, `CIBOX_GPU_POOL`, `CIBOX_GPU_LOCK_DIR`
+    /// override the manifest; a bad value names the variable.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ManifestError> {
+        let env_err = |var, message: String| ManifestError::Env { var, message };
+        if let Some(v) = get("CIBOX_CPUS") {
+            let cpus: f64 = v
+                .parse()
+                .ok()
+                .filter(|c: &f64| cpus_in_range(*c))
+                .ok_or_else(|| {
+                    env_err(
+                        "CIBOX_CPUS",
+                        format!(
+                            "`{}` is not a CPU count: {CPUS_RANGE}",
+                            crate::util::escape(&v)
+                        ),
+                    )
+                })?;
+            for c in self.containers_mut() {
+                c.cpus = Some(cpus);
+            }
+        }
+        if let Some(v) = get("CIBOX_MEMORY") {
+            let memory: Size = v.parse().map_err(|e| env_err("CIBOX_MEMORY", e))?;
+            for c in self.containers_mut() {
+                c.memory = Some(memory);
+            }
+        }
+        if let Some(v) = get("CIBOX_SHM") {
+            let shm: Size = v.parse().map_err(|e| env_err("CIBOX_SHM", e))?;
+            for c in self.containers_mut() {
+                c.shm = shm;
+            }
+        }
+        self.gpu.apply_env(&get)?;
+        Ok(())
+    }
+
+    /// The top-level container and each batch's: what a `CIBOX_*` override changes.
+    fn containers_mut(&mut self) -> impl Iterator<Item = &mut ContainerConfig> {
+        std::iter::once(&mut self.container)
+            .chain(self.batches.values_mut().map(|b| &mut b.container))
+            .chain(
+                self.changed
+                    .iter_mut()
+                    .filter_map(|c| c.run.as_mut())
+                    .map(|r| &mut r.container),
+            )
+    }
+
+    /// Resolves a path written in the manifest against the manifest's folder.
+    pub fn resolve(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) const GOOD: &str = r#"
+version: 1
+project: demo
+image:
+  locks: [flake.lock]
+batches:
+  cpu:
+    description: CPU tests
+    gpus: 0
+    timeout: 15m
+    run: ["pytest"]
+  "4a":
+    gpus: 1
+    timeout: 30m
+    env: {A: "1", B: 2}
+    run: ["pytest fp8"]
+layers:
+  "1": {batches: [cpu]}
+  "3": {batches: all, fast: false}
+"#;
+
+    pub(super) fn parse(text: &str) -> Result<Manifest, String> {
+        Manifest::parse(text, Path::new("cibox.yaml")).map_err(|e| e.to_string())
+    }
+
+    /// A manifest for real GPU tests: defaults, merge keys, `x-*` anchors, meta, and a
+    /// batch overriding container keys.
+    pub(super) const REAL: &str = r#"
+version: 1
+project: rl
+x-nccl: &nccl
+  ipc: host
+  ulimits: {memlock: unlimited, stack: 67108864, nofile: {soft: 1024, hard: 65536}}
+  cap_add: [SYS_NICE, cap_ipc_lock]
+image: {locks: [flake.lock]}
+container:
+  mounts: ["/data/models:/models", {source: /data/datasets}]
+  user: root
+  env: {A: top}
+defaults:
+  timeout: 2h
+  allow_empty: true
+  env: {SHARED: "1"}
+  meta: {runner: gpu-8x}
+batches:
+  e2e:
+    gpus: 8
+    run: [bash tests/e2e.sh]
+    env: {OWN: "2"}
+    meta: {label: run-ci-e2e}
+    container:
+      <<: *nccl
+      network: bridge
+      env: {B: mine}
+  cpu:
+    gpus: 0
+    timeout: 10m
+    run: [pytest]
+    container: {user: invoker, mounts: []}
+layers:
+  gpu: {batches: [e2e], meta: {label: run-ci-gpu, deps: [flash-attn]}}
+"#;
+
+    /// Each case: `from`, found in `base`, replaced by `to`, must be refused with a
+    /// message that holds `want`.
+    pub(super) fn assert_refused(base: &str, cases: &[(&str, &str, &str)]) {
+        for (from, to, want) in cases {
+            assert!(base.contains(from), "{from}");
+            let err = parse(&base.replacen(from, to, 1)).unwrap_err();
+            assert!(err.contains(want), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn good_manifest() {
+        let m = parse(GOOD).unwrap();
+        assert_eq!(m.project, "demo");
+        assert_eq!(m.batches.keys().collect::<Vec<_>>(), ["cpu", "4a"]);
+        assert_eq!(m.batches["4a"].env["B"], "2");
+        assert_eq!(m.layers["3"].batches, ["cpu", "4a"]);
+        assert_eq!(m.gpu.pool, PoolSpec::All);
+        assert_eq!(m.container.network, Network::None);
+    }
+
+    #[test]
+    fn duplicate_batch() {
+        let dup = GOOD.replace(
+            "layers:",
+            "  cpu:\n    gpus: 0\n    timeout: 1m\n    run: [x]\nlayers:",
+        );
+        let err = parse(&dup).unwrap_err();
+        assert!(err.contains("duplicate key `cpu`"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides() {
+        let mut m = parse(GOOD).unwrap();
+        m.apply_env(|k| (k == "CIBOX_GPU_POOL").then(|| "0,2".to_string()))
+            .unwrap();
+        assert_eq!(m.gpu.pool, PoolSpec::Devices(vec!["0".into(), "2".into()]));
+        let err = m
+            .apply_env(|k| (k == "CIBOX_MEMORY").then(|| "lots".to_string()))
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("CIBOX_MEMORY: bad size"),
+            "{err}"
+        );
+    }
+}

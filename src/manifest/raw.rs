@@ -1,0 +1,112 @@
+//! The manifest as written: serde structs that refuse unknown keys, filled from the
+//! YAML tree after `prepare` (so a batch already holds its defaults and the top-level
+//! container). The sections with checks of their own keep their raw form beside them
+//! (`RawContainer`, `RawGpu`, `RawChanged`).
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::units::Span;
+
+use super::changed::RawChanged;
+use super::container::RawContainer;
+use super::gpu::RawGpu;
+use super::images::ImageConfig;
+use super::types::{BatchVerdict, SourceConfig, WorkflowsConfig};
+use super::values::EnvValue;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawManifest {
+    pub(super) version: u32,
+    pub(super) project: String,
+    pub(super) image: Option<ImageConfig>,
+    #[serde(default)]
+    pub(super) images: IndexMap<String, ImageConfig>,
+    #[serde(default)]
+    pub(super) source: SourceConfig,
+    #[serde(default)]
+    pub(super) container: RawContainer,
+    #[serde(default)]
+    pub(super) gpu: RawGpu,
+    pub(super) batches: IndexMap<String, RawBatch>,
+    #[serde(default)]
+    pub(super) layers: IndexMap<String, RawLayer>,
+    pub(super) changed: Option<RawChanged>,
+    #[serde(default)]
+    pub(super) workflows: WorkflowsConfig,
+    /// Laid under every batch by `prepare`; read here only so that a wrong value is an
+    /// error even where every batch sets its own.
+    #[allow(dead_code)]
+    defaults: Option<RawDefaults>,
+}
+
+/// `defaults:`: any batch key, each optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(super) struct RawDefaults {
+    description: Option<String>,
+    gpus: Option<u32>,
+    timeout: Option<Span>,
+    preflight: Option<Vec<String>>,
+    run: Option<Vec<String>>,
+    env: Option<BTreeMap<String, EnvValue>>,
+    fast_env: Option<BTreeMap<String, EnvValue>>,
+    allow_empty: Option<bool>,
+    tests: Option<Vec<String>>,
+    container: Option<RawContainer>,
+    meta: Option<serde_json::Value>,
+    verdict: Option<BatchVerdict>,
+    image: Option<String>,
+}
+
+/// A batch, with `defaults:` laid under it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBatch {
+    pub(super) description: Option<String>,
+    pub(super) gpus: i64,
+    /// Required; an `Option` so that its absence is named (serde would complain about
+    /// the missing value's unit).
+    pub(super) timeout: Option<Span>,
+    #[serde(default)]
+    pub(super) preflight: Vec<String>,
+    pub(super) run: Vec<String>,
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, EnvValue>,
+    #[serde(default)]
+    pub(super) fast_env: BTreeMap<String, EnvValue>,
+    #[serde(default)]
+    pub(super) allow_empty: bool,
+    #[serde(default)]
+    pub(super) tests: Vec<String>,
+    /// The top-level `container` with this batch's keys laid over it (see `prepare`).
+    pub(super) container: Option<RawContainer>,
+    pub(super) meta: Option<serde_json::Value>,
+    pub(super) verdict: Option<BatchVerdict>,
+    pub(super) image: Option<String>,
+}
+
+/// A layer's `batches:`, `all` or a list of names.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawLayerBatches {
+    Named(String),
+    List(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLayer {
+    pub(super) description: Option<String>,
+    pub(super) batches: RawLayerBatches,
+    #[serde(default)]
+    pub(super) fast: bool,
+    pub(super) meta: Option<serde_json::Value>,
+    /// The image of its batches that name none.
+    pub(super) image: Option<String>,
+}

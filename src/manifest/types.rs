@@ -1,0 +1,87 @@
+//! The batch-level types as read: [`Batch`] and what decides it passed
+//! ([`BatchVerdict`]), [`Layer`], and the small `source:` and `workflows:` sections.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::units::Span;
+
+use super::container::ContainerConfig;
+use super::values::ser_display;
+
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    #[serde(default)]
+    pub install: Vec<String>,
+}
+
+/// What decides whether a batch passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchVerdict {
+    /// Its JUnit reports (and its steps' exit status).
+    #[default]
+    Junit,
+    /// Its steps' exit status alone, each step recorded as a test case: for tests that
+    /// are scripts and write no JUnit.
+    ExitCode,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Batch {
+    pub description: Option<String>,
+    pub gpus: u32,
+    #[serde(serialize_with = "ser_display")]
+    pub timeout: Span,
+    pub preflight: Vec<String>,
+    pub run: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub fast_env: BTreeMap<String, String>,
+    pub allow_empty: bool,
+    /// The test files this batch runs (globs), for `cibox changed --unregistered`.
+    pub tests: Vec<String>,
+    /// The top-level `container` with this batch's own keys laid over it.
+    pub container: ContainerConfig,
+    /// Free data for templates (a mapping of plain values).
+    pub meta: serde_json::Value,
+    pub verdict: BatchVerdict,
+    /// The name of the image it runs in (a key of `images`).
+    pub image: String,
+    /// The test file, for a batch `cibox changed run` made from `changed.run`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed_file: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Layer {
+    pub description: Option<String>,
+    /// Resolved batch names, in manifest order for `all`, as written otherwise.
+    pub batches: Vec<String>,
+    /// Whether the layer ran with `batches: all`.
+    pub all: bool,
+    pub fast: bool,
+    /// Free data for templates (a mapping of plain values).
+    pub meta: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowsConfig {
+    #[serde(default = "default_workflows_dir")]
+    pub dir: PathBuf,
+}
+
+fn default_workflows_dir() -> PathBuf {
+    PathBuf::from(".github/workflows")
+}
+
+impl Default for WorkflowsConfig {
+    fn default() -> Self {
+        WorkflowsConfig {
+            dir: default_workflows_dir(),
+        }
+    }
+}

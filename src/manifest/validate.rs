@@ -1,0 +1,371 @@
+//! The semantic checks that turn a [`RawManifest`] into a [`Manifest`]: the top level
+//! (version, project, which image batches default to), batches and layers, calling
+//! each section's own checks (images, container, GPU, changed) in the order the
+//! first error is reported.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use indexmap::IndexMap;
+
+use crate::util::did_you_mean;
+
+use super::changed::validate_changed;
+use super::check::Checker;
+use super::container::{RawContainer, validate_container};
+use super::gpu::validate_gpu;
+use super::images::{DEFAULT_IMAGE, ImageConfig, known_image, validate_images};
+use super::raw::{RawBatch, RawLayer, RawLayerBatches, RawManifest};
+use super::types::{Batch, Layer};
+use super::values::{env_map, is_name, plain_meta};
+use super::{Manifest, ManifestError};
+
+/// The semantic checks, section by section in this order: the version and project,
+/// the images (and a default one for batches that name none), the container, the GPU
+/// pool, the batches, the layers, `changed`. The first error found is the one
+/// reported, so this order is part of what a manifest's author sees.
+pub(super) fn validate(
+    raw: RawManifest,
+    check: &Checker<'_>,
+    path: PathBuf,
+    dir: PathBuf,
+) -> Result<Manifest, ManifestError> {
+    validate_version_and_project(check, raw.version, &raw.project)?;
+    let images = validate_images(check, raw.image, raw.images)?;
+    require_default_image(check, &images, &raw.batches)?;
+
+    let top_container = raw.container.clone();
+    let container = validate_container(check, &["container"], raw.container)?;
+
+    let gpu = validate_gpu(check, raw.gpu)?;
+
+    let (mut batches, explicit_image) =
+        validate_batches(check, &images, &top_container, raw.batches)?;
+    let layers = validate_layers(check, &images, &mut batches, &explicit_image, raw.layers)?;
+
+    let changed = match raw.changed {
+        None => None,
+        Some(ch) => Some(validate_changed(check, &images, &top_container, ch)?),
+    };
+
+    Ok(Manifest {
+        path,
+        dir,
+        digest: String::new(),
+        project: raw.project,
+        image: images
+            .get(DEFAULT_IMAGE)
+            .or_else(|| images.values().next())
+            .cloned()
+            .unwrap_or_default(),
+        images,
+        source: raw.source,
+        container,
+        gpu,
+        batches,
+        layers,
+        changed,
+        workflows: raw.workflows,
+    })
+}
+
+/// `version` (1) and `project` (a name that becomes part of container names).
+fn validate_version_and_project(
+    check: &Checker<'_>,
+    version: u32,
+    project: &str,
+) -> Result<(), ManifestError> {
+    if version != 1 {
+        return Err(check.at(
+            &["version"],
+            format!("version {version} is not supported; this cibox reads version 1"),
+        ));
+    }
+    if !is_name(project, false) {
+        return Err(check.at(
+            &["project"],
+            format!(
+                "`{project}` is not a valid project name: use [a-z0-9][a-z0-9_.-]* (it becomes part of container names and labels)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Without an image named `default`, every batch must name its own.
+fn require_default_image(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    batches: &IndexMap<String, RawBatch>,
+) -> Result<(), ManifestError> {
+    if !images.contains_key(DEFAULT_IMAGE) {
+        let named: Vec<&String> = batches
+            .iter()
+            .filter(|(_, b)| b.image.is_none())
+            .map(|(n, _)| n)
+            .collect();
+        if let Some(first) = named.first() {
+            return Err(check.at(
+                &["batches", first.as_str()],
+                format!(
+                    "names no `image`, and `images` has no `{DEFAULT_IMAGE}`: add `image: NAME` (one of {}) or an image named `{DEFAULT_IMAGE}`",
+                    images.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads `batches:`, in order; also gives the batches that name their image
+/// (themselves or through `defaults`): a layer's `image` does not change theirs.
+fn validate_batches(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    top_container: &RawContainer,
+    raw: IndexMap<String, RawBatch>,
+) -> Result<(IndexMap<String, Batch>, HashSet<String>), ManifestError> {
+    if raw.is_empty() {
+        return Err(check.at(&["batches"], "define at least one batch"));
+    }
+    let mut batches = IndexMap::new();
+    let mut explicit_image = HashSet::new();
+    for (name, b) in raw {
+        let names_image = b.image.is_some();
+        let batch = validate_batch(check, images, top_container, &name, b)?;
+        if names_image {
+            explicit_image.insert(name.clone());
+        }
+        batches.insert(name, batch);
+    }
+    Ok((batches, explicit_image))
+}
+
+/// Reads one batch; `top_container` is the top-level `container:`, the batch's when
+/// it has none.
+fn validate_batch(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    top_container: &RawContainer,
+    name: &str,
+    b: RawBatch,
+) -> Result<Batch, ManifestError> {
+    if !is_name(name, true) {
+        return Err(check.at_key(
+            &["batches", name],
+            format!("`{name}` is not a valid batch name: use letters, digits, `_`, `.` and `-`, starting with a letter or digit"),
+        ));
+    }
+    if b.gpus < 0 {
+        return Err(check.at(
+            &["batches", name, "gpus"],
+            format!("must be 0 or more, got {}", b.gpus),
+        ));
+    }
+    if b.gpus > u32::MAX as i64 {
+        return Err(check.at(&["batches", name, "gpus"], "is too large"));
+    }
+    let Some(timeout) = b.timeout else {
+        return Err(check.at(
+            &["batches", name],
+            "missing required key `timeout`: add one (`timeout: 30m`), or set it for every batch under `defaults:`",
+        ));
+    };
+    if timeout.0.is_zero() {
+        return Err(check.at(&["batches", name, "timeout"], "must be more than 0s"));
+    }
+    if b.run.is_empty() || b.run.iter().all(|s| s.trim().is_empty()) {
+        return Err(check.at(&["batches", name, "run"], "needs at least one command"));
+    }
+    let batch_container = match b.container {
+        Some(c) => validate_container(check, &["batches", name, "container"], c)?,
+        None => validate_container(check, &["container"], top_container.clone())?,
+    };
+    Ok(Batch {
+        description: b.description,
+        gpus: b.gpus as u32,
+        timeout,
+        preflight: b.preflight,
+        run: b.run,
+        env: env_map(check, &["batches", name, "env"], b.env)?,
+        fast_env: env_map(check, &["batches", name, "fast_env"], b.fast_env)?,
+        allow_empty: b.allow_empty,
+        tests: b.tests,
+        container: batch_container,
+        meta: plain_meta(check, &["batches", name, "meta"], b.meta)?,
+        verdict: b.verdict.unwrap_or_default(),
+        image: match &b.image {
+            Some(img) => {
+                known_image(check, images, &["batches", name, "image"], img)?;
+                img.clone()
+            }
+            None => DEFAULT_IMAGE.to_string(),
+        },
+        changed_file: None,
+    })
+}
+
+/// Reads `layers:`, in order. A layer's `image` becomes the image of its batches that
+/// name none (`explicit_image` are those that do), so it changes `batches`.
+fn validate_layers(
+    check: &Checker<'_>,
+    images: &IndexMap<String, ImageConfig>,
+    batches: &mut IndexMap<String, Batch>,
+    explicit_image: &HashSet<String>,
+    raw: IndexMap<String, RawLayer>,
+) -> Result<IndexMap<String, Layer>, ManifestError> {
+    let known: Vec<String> = batches.keys().cloned().collect();
+    let mut layers = IndexMap::new();
+    // Which layer gave an image-less batch its image.
+    let mut image_from_layer: HashMap<String, String> = Default::default();
+    for (name, l) in raw {
+        if !is_name(&name, true) {
+            return Err(check.at_key(
+                &["layers", &name],
+                format!("`{name}` is not a valid layer name: use letters, digits, `_`, `.` and `-`, starting with a letter or digit (it reaches workflow files)"),
+            ));
+        }
+        let (list, all) = layer_batches(check, batches, &known, &name, l.batches)?;
+        if let Some(img) = &l.image {
+            known_image(check, images, &["layers", &name, "image"], img)?;
+            give_layer_image(
+                check,
+                batches,
+                explicit_image,
+                &mut image_from_layer,
+                &name,
+                &list,
+                img,
+            )?;
+        }
+        let meta = plain_meta(check, &["layers", &name, "meta"], l.meta)?;
+        layers.insert(
+            name,
+            Layer {
+                description: l.description,
+                batches: list,
+                all,
+                fast: l.fast,
+                meta,
+            },
+        );
+    }
+    Ok(layers)
+}
+
+/// A layer's `batches:`: `all` (every batch, in manifest order) or a list of defined
+/// batches, each once. Gives the names and whether they were `all`.
+fn layer_batches(
+    check: &Checker<'_>,
+    batches: &IndexMap<String, Batch>,
+    known: &[String],
+    name: &str,
+    raw: RawLayerBatches,
+) -> Result<(Vec<String>, bool), ManifestError> {
+    let (list, all) = match raw {
+        RawLayerBatches::Named(s) if s == "all" => (known.to_vec(), true),
+        RawLayerBatches::Named(s) => {
+            return Err(check.at(
+                &["layers", name, "batches"],
+                format!("`{s}` is not a list of batches; write `all` or [name, …]"),
+            ));
+        }
+        RawLayerBatches::List(v) => (v, false),
+    };
+    if list.is_empty() {
+        return Err(check.at(&["layers", name, "batches"], "lists no batch"));
+    }
+    let mut seen = HashSet::new();
+    for (i, b) in list.iter().enumerate() {
+        let at = ["layers", name, "batches", &i.to_string()];
+        if !batches.contains_key(b) {
+            let hint = did_you_mean(b, known)
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_else(|| format!("; defined batches: {}", known.join(", ")));
+            return Err(check.at(&at, format!("batch `{b}` is not defined{hint}")));
+        }
+        if !seen.insert(b) {
+            return Err(check.at(&at, format!("batch `{b}` is listed twice")));
+        }
+    }
+    Ok((list, all))
+}
+
+/// Gives image `img` of layer `name` to the batches in `list` that name none
+/// (`explicit_image` are those that do); two layers may not give one batch different
+/// images (`image_from_layer` says which layer gave a batch its image).
+fn give_layer_image(
+    check: &Checker<'_>,
+    batches: &mut IndexMap<String, Batch>,
+    explicit_image: &HashSet<String>,
+    image_from_layer: &mut HashMap<String, String>,
+    name: &str,
+    list: &[String],
+    img: &str,
+) -> Result<(), ManifestError> {
+    for b in list {
+        if explicit_image.contains(b) {
+            continue;
+        }
+        if let Some(other) = image_from_layer.get(b)
+            && batches[b].image != *img
+        {
+            return Err(check.at(
+                &["layers", name, "image"],
+                format!(
+                    "batch `{b}` is in layer `{other}` too, which gives it image `{}`: name its image on the batch",
+                    batches[b].image
+                ),
+            ));
+        }
+        image_from_layer.insert(b.clone(), name.to_string());
+        if let Some(batch) = batches.get_mut(b) {
+            batch.image = img.to_string();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::manifest::tests::{GOOD, REAL, parse};
+
+    #[test]
+    fn negative_gpus() {
+        let err = parse(&GOOD.replace("gpus: 1", "gpus: -1")).unwrap_err();
+        assert!(
+            err.contains("cibox.yaml:13:11: batches.4a.gpus: must be 0 or more"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn undefined_batch_in_layer() {
+        let err = parse(&GOOD.replace("[cpu]", "[cpuu]")).unwrap_err();
+        assert!(
+            err.contains("layers.1.batches.0: batch `cpuu` is not defined; did you mean `cpu`?"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_duration_and_project() {
+        let err = parse(&GOOD.replace("15m", "15 minutes")).unwrap_err();
+        assert!(err.contains("batches.cpu.timeout: bad duration"), "{err}");
+        let err = parse(&GOOD.replace("project: demo", "project: Demo!")).unwrap_err();
+        assert!(
+            err.contains("cibox.yaml:3:10: project: `Demo!` is not a valid project name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_batch_without_a_timeout_says_so() {
+        // Without defaults, a batch without a timeout says so.
+        let err = parse(&REAL.replace("defaults:\n  timeout: 2h\n", "defaults:\n")).unwrap_err();
+        assert!(
+            err.contains("batches.e2e: missing required key `timeout`"),
+            "{err}"
+        );
+    }
+}

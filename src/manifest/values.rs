@@ -1,0 +1,151 @@
+//! Values and names the sections share: environment values ([`EnvValue`], [`env_map`]),
+//! the name rules for projects, batches, layers, images and variables, `meta` (plain
+//! data for templates), and the serialising helpers for values written as text.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use super::ManifestError;
+use super::check::Checker;
+
+/// An environment value: strings, and numbers for convenience (`FAST_TEST: 1`).
+#[derive(Debug, Clone)]
+pub(super) struct EnvValue(String);
+
+impl<'de> Deserialize<'de> for EnvValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(EnvValue(s)),
+            serde_json::Value::Number(n) => Ok(EnvValue(n.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "an environment value must be a string or a number, not `{other}`; quote it"
+            ))),
+        }
+    }
+}
+
+pub(super) fn ser_display<T: fmt::Display, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+pub(super) fn ser_display_opt<T: fmt::Display, S: serde::Serializer>(
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+/// Whether `s` may name a batch (as the manifest requires, and a run record must).
+pub fn is_batch_name(s: &str) -> bool {
+    is_name(s, true)
+}
+
+pub(super) fn is_name(s: &str, upper_ok: bool) -> bool {
+    let mut bytes = s.bytes();
+    let first_ok = |b: u8| {
+        b.is_ascii_digit() || b.is_ascii_lowercase() || (upper_ok && b.is_ascii_uppercase())
+    };
+    matches!(bytes.next(), Some(b) if first_ok(b))
+        && bytes.all(|b| first_ok(b) || matches!(b, b'_' | b'.' | b'-'))
+}
+
+pub(super) fn is_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+pub(super) fn env_map(
+    check: &Checker<'_>,
+    path: &[&str],
+    raw: BTreeMap<String, EnvValue>,
+) -> Result<BTreeMap<String, String>, ManifestError> {
+    raw.into_iter()
+        .map(|(k, v)| {
+            if !is_env_name(&k) {
+                let mut p = path.to_vec();
+                p.push(&k);
+                return Err(check.at_key(&p, "not a valid environment variable name"));
+            }
+            if v.0.contains('\0') {
+                let mut p = path.to_vec();
+                p.push(&k);
+                return Err(check.at(&p, "contains a NUL byte, which no environment can hold"));
+            }
+            Ok((k, v.0))
+        })
+        .collect()
+}
+
+/// `meta`: a mapping of plain data (strings, numbers, booleans, lists and mappings of
+/// them), passed to templates untouched.
+pub(super) fn plain_meta(
+    check: &Checker<'_>,
+    at: &[&str],
+    meta: Option<serde_json::Value>,
+) -> Result<serde_json::Value, ManifestError> {
+    fn plain(v: &serde_json::Value, path: &mut Vec<String>) -> Result<(), Vec<String>> {
+        match v {
+            serde_json::Value::Null => Err(path.clone()),
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    path.push(i.to_string());
+                    plain(item, path)?;
+                    path.pop();
+                }
+                Ok(())
+            }
+            serde_json::Value::Object(map) => {
+                for (k, item) in map {
+                    path.push(k.clone());
+                    plain(item, path)?;
+                    path.pop();
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    let Some(meta) = meta else {
+        return Ok(serde_json::Value::Object(Default::default()));
+    };
+    let mut path: Vec<String> = at.iter().map(|s| s.to_string()).collect();
+    if !meta.is_object() {
+        return Err(check.at(
+            &path,
+            "must be a mapping of plain values (`label: run-ci-gpu`)",
+        ));
+    }
+    plain(&meta, &mut path).map_err(|bad| {
+        check.at(
+            &bad,
+            "is empty (null): meta holds plain data only (strings, numbers, booleans, lists, mappings); quote it, \"\", if you mean an empty string",
+        )
+    })?;
+    Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::manifest::tests::{REAL, assert_refused};
+
+    #[test]
+    fn meta_holds_plain_values_only() {
+        assert_refused(
+            REAL,
+            &[(
+                "meta: {label: run-ci-e2e}",
+                "meta: {label: ~}",
+                "batches.e2e.meta.label: is empty (null)",
+            )],
+        );
+    }
+}
