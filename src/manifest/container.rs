@@ -62,45 +62,13 @@ pub struct ContainerConfig {
     pub user: ContainerUser,
 }
 
-impl ContainerConfig {
-    /// What this container allows beyond cibox's locked-down default, for the record.
-    pub fn loosenings(&self) -> serde_json::Value {
-        let mut out = serde_json::Map::new();
-        if !self.mounts.is_empty() {
-            out.insert("mounts".into(), serde_json::json!(self.mounts));
-        }
-        if self.ipc == Ipc::Host {
-            out.insert("ipc".into(), "host".into());
-        }
-        if !self.ulimits.is_empty() {
-            out.insert("ulimits".into(), serde_json::json!(self.ulimits));
-        }
-        if !self.cap_add.is_empty() {
-            out.insert("cap_add".into(), serde_json::json!(self.cap_add));
-        }
-        if self.user != ContainerUser::Invoker {
-            out.insert("user".into(), self.user.to_string().into());
-        }
-        if self.network != Network::None {
-            out.insert("network".into(), serde_json::json!(self.network));
-        }
-        serde_json::Value::Object(out)
-    }
-}
-
-/// A host path mounted read-only at `target`; `mark` is where the manifest names it,
-/// for errors found when a run checks the host.
+/// A host path mounted read-only at `target`, as the manifest names it; `mark` is where,
+/// for errors found when a run checks the host (which resolves it: the run's plan holds
+/// what the engine mounts).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HostMount {
     pub source: PathBuf,
     pub target: String,
-    /// The source as the kernel resolves it, once a run has checked it on its host:
-    /// what the engine mounts.
-    #[serde(rename = "resolved", skip_serializing_if = "Option::is_none")]
-    pub host_path: Option<PathBuf>,
-    /// Mount points below the source on this host, found by the same check.
-    #[serde(skip)]
-    pub submounts: Vec<PathBuf>,
     #[serde(skip)]
     pub mark: Mark,
 }
@@ -320,8 +288,6 @@ fn validate_mounts(
         mounts.push(HostMount {
             source: source_path,
             target,
-            host_path: None,
-            submounts: Vec::new(),
             mark,
         });
     }

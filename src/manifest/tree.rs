@@ -317,12 +317,9 @@ mod tests {
         assert_eq!(cpu.ipc, Ipc::Private);
         assert_eq!(m.batches["cpu"].timeout.to_string(), "10m");
         assert_eq!(m.layers["gpu"].meta["deps"][0], "flash-attn");
-        // What the record says was loosened.
-        let loose = e2e.container.loosenings();
-        assert_eq!(loose["ipc"], "host");
-        assert_eq!(loose["user"], "root");
-        assert_eq!(loose["network"], "bridge");
-        assert_eq!(cpu.loosenings(), serde_json::json!({}));
+        assert_eq!(e2e.container.ipc, Ipc::Host);
+        assert_eq!(e2e.container.network, Network::Bridge);
+        assert_eq!(cpu.network, Network::None);
     }
 
     #[test]

@@ -261,4 +261,29 @@ mod tests {
     fn names_keep_what_the_engine_allows() {
         assert_eq!(sanitize("local-jo hn/x"), "local-jo_hn_x");
     }
+
+    #[test]
+    fn the_record_names_each_loosening_and_where_mounts_resolved() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {network: bridge, ipc: host, user: root, cap_add: [IPC_LOCK], mounts: [\"/data/models:/models\"]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x], container: {ulimits: {memlock: unlimited}}}\n  c: {gpus: 0, timeout: 1m, run: [x], container: {network: none, ipc: private, user: invoker, cap_add: [], mounts: []}}\n";
+        let m = Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        let resolved = ResolvedMount {
+            source: "/data/models".into(),
+            target: "/models".into(),
+            host_path: "/srv/models".into(),
+            submounts: Vec::new(),
+            mark: m.batches["b"].container.mounts[0].mark,
+        };
+        assert_eq!(
+            loosenings(&m.batches["b"], &[resolved]),
+            serde_json::json!({
+                "mounts": [{"source": "/data/models", "target": "/models", "resolved": "/srv/models"}],
+                "ipc": "host",
+                "ulimits": {"memlock": {"soft": -1, "hard": -1}},
+                "cap_add": ["IPC_LOCK"],
+                "user": "root",
+                "network": "bridge",
+            })
+        );
+        assert_eq!(loosenings(&m.batches["c"], &[]), serde_json::json!({}));
+    }
 }

@@ -17,6 +17,7 @@ mod write_permissions;
 
 use github_actions_models::workflow::{Job, Workflow};
 
+use super::call::lint_called;
 use super::facts::job::{CallFacts, JobFacts, WorkflowFacts};
 use super::{Finding, Rule, Scope, Source, StepLabel};
 use crate::yaml::Mark;
@@ -86,7 +87,17 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                 }
             }
             Job::ReusableWorkflowCallJob(call) => {
-                let facts = CallFacts::new(&wf, id, call);
+                let facts = CallFacts::new(&wf, id, call, |open, uses| {
+                    lint_called(
+                        wf.scope,
+                        &wf.triggers,
+                        open,
+                        id,
+                        uses,
+                        &call.with,
+                        call.secrets.is_some(),
+                    )
+                });
                 for audit in audits {
                     audit.check_call(&facts, &mut emit(*audit, scope, id, &mut out));
                 }

@@ -13,7 +13,6 @@ use super::head::checks_out_pr_head;
 use super::runner::self_hosted;
 use super::steps::{StepView, steps_of};
 use super::triggers::open_triggers;
-use crate::workflow::lint::call::lint_called;
 use crate::workflow::lint::guard::{JobCondition, Trigger};
 use crate::workflow::lint::{Finding, Scope, Source};
 use crate::yaml::Mark;
@@ -140,22 +139,18 @@ pub(crate) struct CallFacts<'a> {
 }
 
 impl<'a> CallFacts<'a> {
+    /// `lint_call` lints the called workflow as this job reaches it (see
+    /// `lint::call::lint_called`); it is asked only when untrusted triggers reach this
+    /// workflow at all.
     pub fn new(
         wf: &'a WorkflowFacts<'a>,
         id: &'a str,
         call: &'a ReusableWorkflowCallJob,
+        lint_call: impl FnOnce(&[Trigger], &str) -> Result<Vec<Finding>, String>,
     ) -> CallFacts<'a> {
         let open = wf.open_for(id);
         let linted = (!wf.triggers.is_empty()).then(|| match &call.uses {
-            Uses::Local(local) => lint_called(
-                wf.scope,
-                &wf.triggers,
-                open,
-                id,
-                local.raw(),
-                &call.with,
-                call.secrets.is_some(),
-            ),
+            Uses::Local(local) => lint_call(open, local.raw()),
             _ => Err("it is in another repository".to_string()),
         });
         CallFacts {
