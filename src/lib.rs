@@ -1,17 +1,21 @@
 //! cibox: reproducible, safe GPU CI for large ML projects. The interface it keeps is
 //! written down in `docs/interface.md`.
 //!
-//! Layers, from the outside in; each imports only those below it:
+//! Layers, from the outside in; each imports only those below it, and no module imports
+//! another that imports it back:
 //!
-//! - [`cli`] parses and [`cmd`] adapts one command family per module;
-//! - [`runner`] plans and executes runs of batches and reports them through reporters;
-//!   [`claims`] adds the GPUs of running cibox containers to a probe;
-//! - the domain: [`manifest`], [`image`] (IDs, lockset, verification, build context),
-//!   [`gpu`] (probe, pool, queue, leases), [`lockdir`] (the shared lock directory),
-//!   [`engine`] (the container engine, synchronous, owning the async runtime),
-//!   [`changed`], [`workflow`];
-//! - leaves: [`labels`], [`util`], [`units`], [`yaml`], [`git`], [`github`], [`process`],
-//!   [`signals`], [`report`] and [`exit`].
+//! - [`cli`] parses and [`cmd`] adapts one command family per module: flags → request →
+//!   call → exit code;
+//! - [`runner`] runs batches: one setup for every front end ([`runner::launch`]), a
+//!   plan, the run loop behind the [`engine::ContainerEngine`] seam, events and their
+//!   reporters; [`claims`] adds the GPUs of running cibox containers to a probe;
+//! - the domain: [`manifest`] (what `cibox.yaml` says), [`image`] (IDs, lockset,
+//!   verification, build recipes), [`gpu`] (probe, pool, queue, the lease sequence),
+//!   [`lockdir`] (the shared lock directory), [`engine`] (the container engine,
+//!   synchronous, owning the async runtime), [`changed`], [`workflow`] (render and lint);
+//! - leaves: [`labels`], [`util`], [`units`], [`yaml`], [`git`], [`github`],
+//!   [`process`], [`signals`], [`console`] (what cibox prints), [`nofollow`] (file
+//!   operations in folders others can write) and [`exit`].
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).

@@ -5,8 +5,8 @@
 //!
 //! Each round of the wait is a few named steps: see which candidates are unleased,
 //! and, when it is this waiter's turn, choose and lock GPUs under `select.lock`
-//! ([`Acquisition::choose`]), then let the probe that starts after the lock decide
-//! ([`Acquisition::confirm`]). A busy verdict lets them go again and is remembered, so
+//! (`Acquisition::choose`), then let the probe that starts after the lock decide
+//! (`Acquisition::confirm`). A busy verdict lets them go again and is remembered, so
 //! the next choice avoids them.
 
 use std::fs::File;
@@ -77,7 +77,7 @@ impl<'d> Waiter<'d> {
 
     /// Leases what `request` asks, waiting up to `request.wait` in the fair queue. The
     /// head of the queue takes GPUs as soon as enough are free and idle; waiters behind
-    /// it take idle GPUs only where [`may_overtake`] allows. `probe` asks the driver (and
+    /// it take idle GPUs only where `may_overtake` allows. `probe` asks the driver (and
     /// the engine, for the GPUs running cibox containers hold), from a probe that started
     /// at the given instant or later; `on_wait` is called every poll while waiting with a
     /// function that builds the (costly) report, so it can build one only when it means

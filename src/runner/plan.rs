@@ -61,7 +61,7 @@ pub struct HostFacts {
     /// The host's values of the manifest's `pass_env` variables that are set.
     pub pass_env: BTreeMap<String, String>,
     /// Each batch's host mounts, as checked on this host
-    /// ([`super::container::mounts::check_host`]).
+    /// (`container::mounts::check_host`).
     pub mounts: HostMounts,
 }
 
