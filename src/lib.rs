@@ -15,7 +15,8 @@
 //!   synchronous, owning the async runtime), [`changed`], [`workflow`] (render and lint);
 //! - leaves: [`labels`], [`util`], [`units`], [`yaml`], [`git`], [`github`],
 //!   [`process`], [`signals`], [`console`] (what cibox prints), [`nofollow`] (file
-//!   operations in folders others can write) and [`exit`].
+//!   operations in folders others can write), [`ownership`] (who can change a path)
+//!   and [`exit`].
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
@@ -36,6 +37,7 @@ pub mod labels;
 pub mod lockdir;
 pub mod manifest;
 pub mod nofollow;
+pub mod ownership;
 pub mod process;
 pub mod runner;
 pub mod signals;

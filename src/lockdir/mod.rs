@@ -21,6 +21,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::exit::Failure;
+use crate::ownership;
 
 /// File systems whose `flock` cannot be trusted for leases.
 const NETWORK_FS: &[(i64, &str)] = &[
@@ -155,7 +156,7 @@ fn regular(file: File, path: &Path) -> std::io::Result<File> {
             format!(
                 "{} is not a plain file (a FIFO, device, or a file with other names, {}); remove it",
                 path.display(),
-                owner_of(md.uid())
+                ownership::owner_of(md.uid())
             ),
         ));
     }
@@ -166,14 +167,6 @@ fn regular(file: File, path: &Path) -> std::io::Result<File> {
 /// anyone may write there, so only root's and the caller's own are.
 pub fn vouched_for(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::geteuid().as_raw()
-}
-
-/// "owned by uid 1001 (mallory)".
-fn owner_of(uid: u32) -> String {
-    match nix::unistd::User::from_uid(uid.into()).ok().flatten() {
-        Some(u) => format!("owned by uid {uid} ({})", u.name),
-        None => format!("owned by uid {uid}"),
-    }
 }
 
 /// Whether an open failed because something other than a plain file was put under
@@ -198,7 +191,7 @@ fn refused_link(e: std::io::Error, path: &Path) -> std::io::Error {
     if e.raw_os_error() == Some(nix::libc::ELOOP) {
         use std::os::unix::fs::MetadataExt;
         let owner = std::fs::symlink_metadata(path)
-            .map(|m| format!(", {}", owner_of(m.uid())))
+            .map(|m| format!(", {}", ownership::owner_of(m.uid())))
             .unwrap_or_default();
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -319,7 +312,7 @@ fn trusted(path: &Path, check_owner: bool) -> Result<(), String> {
     if check_owner && !vouched_for(md.uid()) {
         return Err(format!(
             "is {}, not by root or you (uid {me}); remove it, or set gpu.lock_dir to a folder root or you own",
-            owner_of(md.uid())
+            ownership::owner_of(md.uid())
         ));
     }
     // Group-writable is the admin's choice (a `ci` group, mode 2770); anyone-writable

@@ -4,10 +4,11 @@
 //! resolved path, through folders nobody else can change, so what was checked is what
 //! is mounted.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use crate::manifest::{self, Manifest, ManifestError};
+use crate::ownership;
 use crate::yaml::Mark;
 
 /// A host mount as checked on this host: what the manifest names, and the path the
@@ -151,7 +152,7 @@ pub fn check_host(
                     "is not valid UTF-8, which the engine's API cannot carry; rename it".into(),
                 ));
             }
-            if let Some(why) = changeable_by_others(&real, me) {
+            if let Some(why) = ownership::changeable_by_others(&real, me) {
                 return Err(resolved(why));
             }
             let submounts = mount_points
@@ -282,84 +283,6 @@ pub struct EngineFacts {
     pub root_dir: Option<String>,
 }
 
-/// Why someone other than root and `me` could replace `real` (or a folder on the way to
-/// it) with a symlink between this check and the engine's mount; `None` when nobody can.
-/// A folder anyone (or a group other than root's) may write is safe only when sticky
-/// and the entry on the way is root's or `me`'s: then only they may rename it.
-fn changeable_by_others(real: &Path, me: u32) -> Option<String> {
-    let trusted = |uid: u32| uid == 0 || uid == me;
-    let mut ancestors: Vec<&Path> = real.ancestors().skip(1).collect();
-    ancestors.reverse();
-    for dir in ancestors {
-        let Ok(md) = std::fs::symlink_metadata(dir) else {
-            return Some(format!(
-                "cannot be checked: {} cannot be read",
-                dir.display()
-            ));
-        };
-        if !trusted(md.uid()) {
-            return Some(format!(
-                "lies in {}, owned by uid {}: they could swap it for a link elsewhere after this check; use a folder root or you (uid {me}) own",
-                dir.display(),
-                md.uid()
-            ));
-        }
-        // With an access ACL the group bits are its mask: some named user or group
-        // may write whenever the mask allows it, whoever owns the folder.
-        let acl = has_access_acl(dir);
-        let others_write =
-            md.mode() & 0o002 != 0 || (md.mode() & 0o020 != 0 && (md.gid() != 0 || acl));
-        if !others_write {
-            continue;
-        }
-        let sticky = md.mode() & 0o1000 != 0;
-        // The entry on the way down from `dir`.
-        let next = real
-            .strip_prefix(dir)
-            .ok()
-            .and_then(|rest| rest.components().next())
-            .map(|c| dir.join(c));
-        let next_trusted = next
-            .as_deref()
-            .and_then(|n| std::fs::symlink_metadata(n).ok())
-            .is_some_and(|n| trusted(n.uid()));
-        if !(sticky && next_trusted) {
-            return Some(format!(
-                "lies in {} (mode {:o}), which others may write: they could swap it for a link elsewhere after this check; use a folder only root or you (uid {me}) can change",
-                dir.display(),
-                md.mode() & 0o7777
-            ));
-        }
-    }
-    None
-}
-
-/// Whether `dir` has a POSIX access ACL beyond its mode bits (the
-/// `system.posix_acl_access` attribute; a minimal ACL is not stored). Unknown counts
-/// as yes: the check fails closed.
-fn has_access_acl(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return true;
-    };
-    // SAFETY: both strings are NUL-terminated; a null buffer of size 0 asks only for
-    // the attribute's size.
-    let n = unsafe {
-        nix::libc::lgetxattr(
-            path.as_ptr(),
-            c"system.posix_acl_access".as_ptr(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if n >= 0 {
-        return true;
-    }
-    let err = std::io::Error::last_os_error().raw_os_error();
-    // No such attribute, or a filesystem without ACLs (or attributes).
-    !matches!(err, Some(nix::libc::ENODATA) | Some(nix::libc::EOPNOTSUPP))
-}
-
 /// Every mount point of this mount namespace (`/proc/self/mountinfo`, field 5, with its
 /// octal escapes undone); empty when it cannot be read.
 fn mount_points_now() -> Vec<PathBuf> {
@@ -447,22 +370,5 @@ mod tests {
             .to_string();
         assert!(err.contains("source `/data/models`"), "{err}");
         check_engine(&m.path, &mounts, &facts("/srv/docker")).unwrap();
-    }
-
-    #[test]
-    fn folders_others_may_change_are_refused() {
-        let me = nix::unistd::geteuid().as_raw();
-        assert_eq!(changeable_by_others(Path::new("/usr/bin"), me), None);
-        let dir = tempfile::tempdir().unwrap();
-        let open = dir.path().join("open");
-        let data = open.join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let why = changeable_by_others(&data, me).unwrap();
-        assert!(why.contains("(mode 777), which others may write"), "{why}");
-        // Sticky, and the entry on the way is ours: nobody else may rename it.
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert_eq!(changeable_by_others(&data, me), None);
     }
 }
