@@ -11,6 +11,7 @@ use crate::exit::Failure;
 use crate::git::GitError;
 use crate::gpu::LeaseError;
 use crate::gpu::probe::ProbeError;
+use crate::host::{GrantError, PolicyError};
 use crate::image::ImageError;
 use crate::image::archive::ArchiveError;
 use crate::image::build_context::BuildContextError;
@@ -28,6 +29,10 @@ pub enum Error {
     Usage(String),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Grant(#[from] GrantError),
     #[error(transparent)]
     Lockset(#[from] LocksetError),
     #[error(transparent)]
@@ -80,6 +85,8 @@ impl Error {
             Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) | Error::Record(_) => {
                 Failure::Usage
             }
+            Error::Policy(e) => e.failure(),
+            Error::Grant(e) => e.failure(),
             Error::BuildContext(e) => e.failure(),
             Error::Changed(e) => e.failure(),
             // git is asked about the user's checkout and revisions.

@@ -9,7 +9,8 @@
 //! - [`runner`] runs batches: one setup for every front end ([`runner::launch`]), a
 //!   plan, the run loop behind the [`engine::ContainerEngine`] seam, events and their
 //!   reporters; [`claims`] adds the GPUs of running cibox containers to a probe;
-//! - the domain: [`manifest`] (what `cibox.yaml` says), [`image`] (IDs, lockset,
+//! - the domain: [`host`] (the host policy: what the host grants, its GPU facts),
+//!   [`manifest`] (what `cibox.yaml` says), [`image`] (IDs, lockset,
 //!   verification, build recipes), [`gpu`] (probe, pool, queue, the lease sequence),
 //!   [`lockdir`] (the shared lock directory), [`engine`] (the container engine,
 //!   synchronous, owning the async runtime), [`changed`], [`workflow`] (render and lint);
@@ -32,6 +33,7 @@ pub mod exit;
 pub mod git;
 pub mod github;
 pub mod gpu;
+pub mod host;
 pub mod image;
 pub mod labels;
 pub mod lockdir;

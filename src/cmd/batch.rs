@@ -8,8 +8,9 @@ use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::host::HostPolicy;
 use crate::lockdir::LockDir;
-use crate::manifest::{GpuConfig, Manifest};
+use crate::manifest::Manifest;
 use crate::runner::launch::{self, Whereabouts};
 use crate::runner::reporter::terminal::print_sweep_notes;
 use crate::runner::sweep;
@@ -76,12 +77,13 @@ pub fn list(ctx: &Context) -> Result<u8> {
 
 /// `cibox batch run` and `cibox layer run`.
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
-    run_manifest(ctx.manifest()?, names, layer, opts)
+    run_manifest(ctx.manifest()?, &ctx.host_policy()?, names, layer, opts)
 }
 
 /// Runs batches of a manifest (which `changed run` extends with its own).
 pub(super) fn run_manifest(
     m: Manifest,
+    policy: &HostPolicy,
     names: &[String],
     layer: Option<&str>,
     opts: &RunOptions,
@@ -128,7 +130,7 @@ pub(super) fn run_manifest(
             scope: opts.scope.clone(),
         },
     )?;
-    let run = launch::run(m, request)?;
+    let run = launch::run(m, policy, request)?;
     Ok(run.exit_code())
 }
 
@@ -140,7 +142,7 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
     let (project, gpu) = match ctx.manifest() {
         Ok(m) => (Some(m.project), m.gpu),
         Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) => {
-            (None, GpuConfig::from_env()?)
+            (None, ctx.gpu_without_manifest()?)
         }
         Err(e) => return Err(e),
     };

@@ -103,7 +103,7 @@ impl PoolCounts {
     fn now(m: &crate::manifest::Manifest) -> Result<PoolCounts> {
         let prober = Prober::new(m.gpu.probe);
         let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
-        let pool = pool::resolve(&m.gpu.pool, &snap).map_err(Error::Usage)?;
+        let pool = pool::resolve_for(&m.gpu, &snap).map_err(Error::Usage)?;
         let dir = LockDir::existing(&m.gpu.lock_dir);
         let mut counts = PoolCounts {
             pool: pool.len(),

@@ -291,7 +291,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
             .insert(name.clone(), template.batch_for(&f.path, f.gpus));
         names.push(name);
     }
-    super::batch::run_manifest(m, &names, None, &args.options)
+    super::batch::run_manifest(m, &ctx.host_policy()?, &names, None, &args.options)
 }
 
 #[cfg(test)]

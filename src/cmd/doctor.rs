@@ -218,13 +218,15 @@ fn confinement_finding() -> Finding {
 /// `cibox doctor`.
 pub fn run(ctx: &Context) -> Result<u8> {
     let mut findings = Vec::new();
-    let (manifest, manifest_broken) = manifest_finding(ctx, &mut findings);
+    let policy_broken = !policy_finding(ctx, &mut findings);
+    let (manifest, manifest_broken) = manifest_finding(ctx, policy_broken, &mut findings);
+    let manifest_broken = manifest_broken || policy_broken;
     let driver = manifest
         .as_ref()
         .map_or(GpuDriver::Nvidia, |m| m.container.gpu_driver);
     let gpu_cfg = match manifest {
         Some(m) => Ok(m.gpu),
-        None => GpuConfig::from_env(),
+        None => ctx.gpu_without_manifest(),
     };
     engine_findings(driver, &mut findings);
     let snapshot = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
@@ -262,9 +264,38 @@ pub fn run(ctx: &Context) -> Result<u8> {
     Ok(code)
 }
 
-/// The manifest, if one is found and reads; and whether one was found broken.
-fn manifest_finding(ctx: &Context, findings: &mut Vec<Finding>) -> (Option<Manifest>, bool) {
-    match ctx.manifest() {
+/// The host policy in force and what it grants; whether it can be used.
+fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> bool {
+    match ctx.host_policy() {
+        Ok(p) => {
+            findings.push(finding(
+                "host policy",
+                Status::Ok,
+                format!("{}: {}", p.describe(), p.grants_summary()),
+                false,
+            ));
+            true
+        }
+        Err(e) => {
+            findings.push(finding("host policy", Status::Fail, e.to_string(), false));
+            false
+        }
+    }
+}
+
+/// The manifest, if one is found and reads; and whether one was found broken. With a
+/// broken policy it is read as written (the policy's own finding says what is wrong).
+fn manifest_finding(
+    ctx: &Context,
+    policy_broken: bool,
+    findings: &mut Vec<Finding>,
+) -> (Option<Manifest>, bool) {
+    let loaded = if policy_broken {
+        ctx.manifest_as_written()
+    } else {
+        ctx.manifest()
+    };
+    match loaded {
         Ok(m) => {
             findings.push(finding(
                 "manifest",

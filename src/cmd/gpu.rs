@@ -30,7 +30,7 @@ pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
     match ctx.manifest() {
         Ok(m) => Ok(m.gpu),
         Err(Error::Manifest(ManifestError::NotFound { .. })) if ctx.manifest_path.is_none() => {
-            Ok(GpuConfig::from_env()?)
+            ctx.gpu_without_manifest()
         }
         Err(e) => Err(e),
     }
@@ -46,7 +46,7 @@ fn probe_pool(
     since: Option<HostInstant>,
 ) -> Result<(Snapshot, Vec<PoolGpu>)> {
     let snap = claims.probe_since(since)?;
-    let pool = pool::resolve(&cfg.pool, &snap).map_err(Error::Usage)?;
+    let pool = pool::resolve_for(cfg, &snap).map_err(Error::Usage)?;
     Ok((snap, pool))
 }
 

@@ -414,7 +414,7 @@ pub fn qualify(
         reports: Some(reports),
         scope,
     };
-    let q = crate::runner::qualify::qualify(ctx.manifest()?, &image, at)?;
+    let q = crate::runner::qualify::qualify(ctx.manifest()?, &ctx.host_policy()?, &image, at)?;
     match &q.record {
         Some(path) => {
             println!("qualified {image}: {}", path.display());

@@ -15,7 +15,8 @@ use crate::cli::{
     BatchCommand, Cli, Command, GpuCommand, ImageCommand, LayerCommand, WorkflowCommand,
 };
 use crate::error::{Error, Result};
-use crate::manifest::{self, Manifest};
+use crate::host::{self, HostPolicy};
+use crate::manifest::{self, GpuConfig, Manifest};
 
 /// What every command may need: the global flags and a lazily found manifest.
 pub struct Context {
@@ -25,8 +26,16 @@ pub struct Context {
 }
 
 impl Context {
-    /// Finds (unless given) and loads the manifest.
+    /// Finds (unless given) and loads the manifest, with the GPU facts the host policy
+    /// pins laid over its own.
     pub fn manifest(&self) -> Result<Manifest> {
+        let mut m = self.manifest_as_written()?;
+        host::gpu::settle(&self.host_policy()?, &mut m.gpu)?;
+        Ok(m)
+    }
+
+    /// The manifest as its file says, whatever the host policy pins.
+    pub fn manifest_as_written(&self) -> Result<Manifest> {
         let path = match &self.manifest_path {
             Some(p) => p.clone(),
             None => {
@@ -36,6 +45,19 @@ impl Context {
             }
         };
         Ok(Manifest::load(&path)?)
+    }
+
+    /// The host policy in force (none is the locked-down default).
+    pub fn host_policy(&self) -> Result<HostPolicy> {
+        Ok(HostPolicy::load()?)
+    }
+
+    /// The GPU settings without a manifest: the defaults with the `CIBOX_GPU_*`
+    /// overrides, under the host policy.
+    pub fn gpu_without_manifest(&self) -> Result<GpuConfig> {
+        let mut gpu = GpuConfig::from_env()?;
+        host::gpu::settle(&self.host_policy()?, &mut gpu)?;
+        Ok(gpu)
     }
 }
 

@@ -128,7 +128,7 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         },
     )?;
     drop(engine);
-    let run = launch::run(m, request)?;
+    let run = launch::run(m, &ctx.host_policy()?, request)?;
     // No batch ran only when a signal stopped the run before it started.
     let Some(replayed) = run.batches.first().map(|b| &b.record) else {
         return Ok(run.exit_code());

@@ -92,6 +92,9 @@ pub struct EngineInfo {
     /// Where the engine keeps its state (`DockerRootDir`: images, containers and their
     /// configs, environment secrets included).
     pub root_dir: Option<String>,
+    /// Containers' root is mapped to an unprivileged host uid (`userns-remap`): uid 0
+    /// in a container is nobody on the host's files.
+    pub userns: bool,
 }
 
 /// What cibox needs to know about a local image.
@@ -233,6 +236,11 @@ impl Engine {
             default_runtime: info.default_runtime.unwrap_or_default(),
             cdi_spec_dirs: info.cdi_spec_dirs.unwrap_or_default(),
             root_dir: info.docker_root_dir,
+            userns: info
+                .security_options
+                .unwrap_or_default()
+                .iter()
+                .any(|o| o.split(',').any(|kv| kv == "name=userns")),
         })
     }
 }

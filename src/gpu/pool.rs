@@ -1,7 +1,7 @@
 //! The GPUs CI may use, and whether each is idle right now.
 
 use super::probe::{GpuState, Snapshot};
-use crate::manifest::{IdlePolicy, PoolSpec};
+use crate::manifest::{GpuConfig, IdlePolicy, PoolSpec};
 
 /// A GPU of the pool, as the probe numbers it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -41,6 +41,27 @@ pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, Str
         }
     };
     gpus.sort_by_key(|g| g.index);
+    Ok(gpus)
+}
+
+/// Resolves `cfg`'s pool as [`resolve`] does, and refuses a GPU outside the host's pool
+/// (the host policy's `gpu.pool`) when it has one: a project may narrow the host's pool,
+/// never widen it.
+pub fn resolve_for(cfg: &GpuConfig, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, String> {
+    let gpus = resolve(&cfg.pool, snapshot)?;
+    if let Some(host) = &cfg.host_pool {
+        let allowed =
+            resolve(host, snapshot).map_err(|e| format!("the host policy's gpu.pool: {e}"))?;
+        if let Some(g) = gpus
+            .iter()
+            .find(|g| !allowed.iter().any(|a| a.uuid == g.uuid))
+        {
+            return Err(format!(
+                "GPU {} ({}) is not in this host's pool (the host policy's gpu.pool: {host}); choose among those",
+                g.index, g.uuid
+            ));
+        }
+    }
     Ok(gpus)
 }
 

@@ -60,6 +60,11 @@ pub struct ContainerConfig {
     /// Capabilities given back after dropping all, from [`CAP_ADD_ALLOWED`].
     pub cap_add: Vec<String>,
     pub user: ContainerUser,
+    /// Where the manifest asks for each loosening it asks for (`network`, `pass_env`,
+    /// `ipc`, `ulimits`, `cap_add`, `user`), by key, so that a host that does not grant
+    /// it can name the place. Mounts carry their own.
+    #[serde(skip)]
+    pub marks: BTreeMap<&'static str, Mark>,
 }
 
 /// A host path mounted read-only at `target`, as the manifest names it; `mark` is where,
@@ -118,7 +123,7 @@ impl serde::Serialize for ContainerUser {
 pub const CAP_ADD_ALLOWED: [&str; 3] = ["IPC_LOCK", "SYS_NICE", "SYS_PTRACE"];
 
 /// `ulimit` names the engine knows.
-const ULIMIT_NAMES: [&str; 15] = [
+pub const ULIMIT_NAMES: [&str; 15] = [
     "core",
     "cpu",
     "data",
@@ -199,6 +204,19 @@ pub(super) fn validate_container(
             ),
         ));
     }
+    let asked = [
+        ("network", c.network.is_some()),
+        ("pass_env", !c.pass_env.is_empty()),
+        ("ipc", c.ipc.is_some()),
+        ("ulimits", !c.ulimits.is_empty()),
+        ("cap_add", !c.cap_add.is_empty()),
+        ("user", c.user.is_some()),
+    ];
+    let marks = asked
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(key, _)| (*key, check.root.locate(&key_path(at, &[key])).mark))
+        .collect();
     Ok(ContainerConfig {
         cpus: c.cpus,
         memory: c.memory,
@@ -222,6 +240,7 @@ pub(super) fn validate_container(
         ulimits,
         cap_add,
         user,
+        marks,
     })
 }
 

@@ -115,7 +115,7 @@ pub enum ProbeChoice {
     NvidiaSmi,
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdlePolicy {
     #[serde(default = "default_idle_memory")]
@@ -148,6 +148,25 @@ pub struct GpuConfig {
     pub wait: Span,
     /// flock on NFS/SMB is not trustworthy; refused unless this is set.
     pub allow_network_lock_dir: bool,
+    /// The host facts above that the manifest or a `CIBOX_GPU_*` variable set, and
+    /// which of them did (`gpu.lock_dir in cibox.yaml`), for a host policy that pins
+    /// them to compare against.
+    #[serde(skip)]
+    pub given: Vec<(&'static str, String)>,
+    /// The host policy's pool: the pool above may only choose among these GPUs.
+    #[serde(skip)]
+    pub host_pool: Option<PoolSpec>,
+}
+
+impl GpuConfig {
+    /// Who set host fact `key` (`lock_dir`, `probe`, …), if anyone did.
+    pub fn given_by(&self, key: &str) -> Option<&str> {
+        self.given
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, by)| by.as_str())
+    }
 }
 
 impl Default for GpuConfig {
@@ -159,6 +178,8 @@ impl Default for GpuConfig {
             idle: IdlePolicy::default(),
             wait: Span(std::time::Duration::ZERO),
             allow_network_lock_dir: false,
+            given: Vec::new(),
+            host_pool: None,
         }
     }
 }
@@ -177,6 +198,7 @@ impl GpuConfig {
         let env_err = |var, message: String| ManifestError::Env { var, message };
         if let Some(v) = get("CIBOX_GPU_POOL") {
             self.pool = PoolSpec::parse_list(&v).map_err(|e| env_err("CIBOX_GPU_POOL", e))?;
+            self.given.push(("pool", "CIBOX_GPU_POOL".into()));
         }
         if let Some(v) = get("CIBOX_GPU_PROBE").filter(|v| !v.is_empty()) {
             self.probe = match v.as_str() {
@@ -190,12 +212,14 @@ impl GpuConfig {
                     ));
                 }
             };
+            self.given.push(("probe", "CIBOX_GPU_PROBE".into()));
         }
         if let Some(v) = get("CIBOX_GPU_LOCK_DIR") {
             if v.is_empty() {
                 return Err(env_err("CIBOX_GPU_LOCK_DIR", "is empty".into()));
             }
             self.lock_dir = PathBuf::from(v);
+            self.given.push(("lock_dir", "CIBOX_GPU_LOCK_DIR".into()));
         }
         if let Some(v) = get("CIBOX_ALLOW_NETWORK_LOCK_DIR") {
             self.allow_network_lock_dir = match v.as_str() {
@@ -208,6 +232,10 @@ impl GpuConfig {
                     ));
                 }
             };
+            self.given.push((
+                "allow_network_lock_dir",
+                "CIBOX_ALLOW_NETWORK_LOCK_DIR".into(),
+            ));
         }
         Ok(())
     }
@@ -231,30 +259,45 @@ pub(super) struct RawGpu {
     pool: Option<PoolSpec>,
     probe: Option<ProbeChoice>,
     lock_dir: Option<PathBuf>,
-    #[serde(default)]
-    idle: IdlePolicy,
+    idle: Option<IdlePolicy>,
     wait: Option<Span>,
-    #[serde(default)]
-    allow_network_lock_dir: bool,
+    allow_network_lock_dir: Option<bool>,
 }
 
 /// Reads `gpu:`.
 pub(super) fn validate_gpu(check: &Checker<'_>, gpu: RawGpu) -> Result<GpuConfig, ManifestError> {
-    if gpu.idle.max_utilization > 100 {
+    let idle = gpu.idle.clone().unwrap_or_default();
+    if idle.max_utilization > 100 {
         return Err(check.at(
             &["gpu", "idle", "max_utilization"],
             "is a percentage: 0 to 100",
         ));
     }
+    let given = [
+        ("pool", gpu.pool.is_some()),
+        ("probe", gpu.probe.is_some()),
+        ("lock_dir", gpu.lock_dir.is_some()),
+        ("idle", gpu.idle.is_some()),
+        (
+            "allow_network_lock_dir",
+            gpu.allow_network_lock_dir.is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(key, _)| (key, format!("gpu.{key} in {}", check.file)))
+    .collect();
     Ok(GpuConfig {
         pool: gpu.pool.unwrap_or(PoolSpec::All),
         probe: gpu.probe.unwrap_or(ProbeChoice::Auto),
         lock_dir: gpu
             .lock_dir
             .unwrap_or_else(|| PathBuf::from("/run/lock/cibox")),
-        idle: gpu.idle,
+        idle,
         wait: gpu.wait.unwrap_or(Span(std::time::Duration::ZERO)),
-        allow_network_lock_dir: gpu.allow_network_lock_dir,
+        allow_network_lock_dir: gpu.allow_network_lock_dir.unwrap_or(false),
+        given,
+        host_pool: None,
     })
 }
 

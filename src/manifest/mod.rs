@@ -43,7 +43,8 @@ mod values;
 
 pub use changed::{ChangedConfig, ChangedRun};
 pub use container::{
-    CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network, Ulimit,
+    CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
+    ULIMIT_NAMES, Ulimit,
 };
 pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};

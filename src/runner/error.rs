@@ -7,6 +7,7 @@ use crate::engine::EngineError;
 use crate::exit::Failure;
 use crate::gpu::LeaseError;
 use crate::gpu::probe::ProbeError;
+use crate::host::{GrantError, PolicyError};
 use crate::image::ImageError;
 use crate::image::lockset::LocksetError;
 use crate::lockdir::LockDirError;
@@ -80,6 +81,11 @@ pub enum RunError {
     /// A host mount the manifest names cannot be mounted here.
     #[error(transparent)]
     Mount(#[from] ManifestError),
+    /// A loosening the host does not grant.
+    #[error(transparent)]
+    Grant(#[from] GrantError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     #[error(transparent)]
     Lockset(#[from] LocksetError),
     #[error(transparent)]
@@ -147,7 +153,11 @@ impl RunError {
 
     pub fn failure(&self) -> Failure {
         match self {
-            RunError::Usage(_) | RunError::Mount(_) | RunError::Lockset(_) => Failure::Usage,
+            RunError::Usage(_)
+            | RunError::Mount(_)
+            | RunError::Lockset(_)
+            | RunError::Grant(_)
+            | RunError::Policy(_) => Failure::Usage,
             RunError::Plan(e) => e.failure(),
             RunError::Image(e) => e.failure(),
             RunError::Engine(e) => e.failure(),

@@ -18,6 +18,7 @@ use super::reporter::github::GitHub;
 use super::reporter::terminal::Terminal;
 use super::results::record::SourceInfo;
 use crate::engine::Engine;
+use crate::host::{self, HostPolicy};
 use crate::image::Lockset;
 use crate::manifest::Manifest;
 use crate::{console, signals};
@@ -25,8 +26,9 @@ use crate::{console, signals};
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Plans and executes a run with the reporters of a front end: the reports folder, the
-/// terminal, and GitHub when cibox runs in a workflow.
-pub fn run(manifest: Manifest, request: RunRequest) -> Result<RunResult> {
+/// terminal, and GitHub when cibox runs in a workflow. What the manifest asks beyond the
+/// locked-down default must be granted by `policy`.
+pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Result<RunResult> {
     // Again for the front ends that come here directly (qualify, reproduce).
     let names = plan::check_request(&manifest, &request)?;
     // `changed run`'s test files, named by data from elsewhere: files of this source.
@@ -39,13 +41,14 @@ pub fn run(manifest: Manifest, request: RunRequest) -> Result<RunResult> {
             check_test_file_in(&request.source, file)?;
         }
     }
+    host::check_requests(policy, &manifest, &names)?;
     let folders = RunFolders {
         source: &request.source,
         reports: &request.reports,
         lock_dir: &manifest.gpu.lock_dir,
     };
-    let host_mounts = mounts::check_host(&manifest, &names, &folders)?;
-    let host = HostFacts::current(&manifest, host_mounts);
+    let host_mounts = mounts::check_host(&manifest, &names, &folders, policy)?;
+    let host = HostFacts::current(&manifest, host_mounts, policy);
     let plan = plan::plan(manifest, request, &host)?;
     // Each image the run uses, verified by its own lock files.
     let mut locksets = indexmap::IndexMap::new();
@@ -55,12 +58,14 @@ pub fn run(manifest: Manifest, request: RunRequest) -> Result<RunResult> {
     }
     signals::install();
     let engine = Engine::connect()?;
+    let info = engine.info()?;
     let facts = EngineFacts {
         api: engine.api_version(),
         recursive_read_only: engine.recursive_read_only(),
-        root_dir: engine.info()?.root_dir,
+        root_dir: info.root_dir,
+        userns: info.userns,
     };
-    mounts::check_engine(&plan.manifest.path, &host.mounts, &facts)?;
+    mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     // Files first: a batch's status is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
     if crate::github::active() {

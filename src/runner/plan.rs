@@ -13,6 +13,7 @@ use super::container::ContainerPlan;
 use super::container::mounts::HostMounts;
 pub use super::error::PlanError;
 use super::results::record::SourceInfo;
+use crate::host::HostPolicy;
 use crate::image::ImageId;
 use crate::manifest::{BatchVerdict, ContainerUser, Manifest, image_variable};
 use crate::units::Span;
@@ -63,12 +64,14 @@ pub struct HostFacts {
     /// Each batch's host mounts, as checked on this host
     /// (`container::mounts::check_host`).
     pub mounts: HostMounts,
+    /// The digest of the host policy that granted what the batches loosen, if one did.
+    pub policy_digest: Option<String>,
 }
 
 impl HostFacts {
     /// The facts of this process, for a manifest's `pass_env`, with the batches' host
     /// mounts as checked.
-    pub fn current(m: &Manifest, mounts: HostMounts) -> HostFacts {
+    pub fn current(m: &Manifest, mounts: HostMounts, policy: &HostPolicy) -> HostFacts {
         HostFacts {
             host: crate::util::host_name(),
             uid: nix::unistd::getuid().as_raw(),
@@ -83,6 +86,7 @@ impl HostFacts {
                 .filter_map(|v| std::env::var(v).ok().map(|value| (v.clone(), value)))
                 .collect(),
             mounts,
+            policy_digest: policy.source.as_ref().map(|s| s.digest.clone()),
         }
     }
 }
@@ -290,6 +294,7 @@ pub fn plan(
         gid: user.1,
         pass_env: &host.pass_env,
         lock_dir: &manifest.gpu.lock_dir,
+        policy_digest: host.policy_digest.as_deref(),
     };
     let batches = names
         .iter()
@@ -375,6 +380,7 @@ pub(crate) mod tests {
             run_id: "0123456789abcdef".into(),
             pass_env: BTreeMap::from([("TOKEN".to_string(), "secret".to_string())]),
             mounts: HostMounts::default(),
+            policy_digest: None,
         }
     }
 

@@ -12,6 +12,7 @@ use super::error::RunError;
 use super::launch::{self, Whereabouts};
 use super::plan::RunRequest;
 use crate::engine::Engine;
+use crate::host::HostPolicy;
 use crate::image::ImageId;
 use crate::manifest::Manifest;
 
@@ -26,6 +27,7 @@ pub struct Qualification {
 /// `at.reports`.
 pub fn qualify(
     manifest: Manifest,
+    policy: &HostPolicy,
     image: &ImageId,
     at: Whereabouts,
 ) -> Result<Qualification, RunError> {
@@ -53,7 +55,7 @@ pub fn qualify(
         ..RunRequest::default()
     };
     launch::locate(&mut request, at)?;
-    let run = launch::run(manifest, request)?;
+    let run = launch::run(manifest, policy, request)?;
     if !run.passed() {
         return Ok(Qualification { run, record: None });
     }

@@ -39,6 +39,8 @@ pub struct Identity<'a> {
     pub pass_env: &'a BTreeMap<String, String>,
     /// The lock dir holding the run's lock.
     pub lock_dir: &'a Path,
+    /// The digest of the host policy in force, recorded with what it granted.
+    pub policy_digest: Option<&'a str>,
 }
 
 /// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
@@ -177,7 +179,7 @@ impl ContainerPlan {
             pids: i64::from(c.pids),
             network: c.network,
             driver: c.gpu_driver,
-            loosened: loosenings(batch, &mounts),
+            loosened: loosenings(batch, &mounts, id.policy_digest),
             mounts,
             ipc: c.ipc,
             ulimits: c.ulimits.clone(),
@@ -228,8 +230,13 @@ fn environment(
 
 /// What a batch's container allows beyond cibox's locked-down default, for the record:
 /// host mounts (with the path each resolved to), IPC, ulimits, capabilities, user,
-/// network; empty when nothing.
-fn loosenings(batch: &Batch, mounts: &[ResolvedMount]) -> serde_json::Value {
+/// network, the host variables passed in (by name), and the digest of the host policy
+/// that granted them; empty when nothing.
+fn loosenings(
+    batch: &Batch,
+    mounts: &[ResolvedMount],
+    policy_digest: Option<&str>,
+) -> serde_json::Value {
     let c = &batch.container;
     let mut out = serde_json::Map::new();
     if !mounts.is_empty() {
@@ -249,6 +256,14 @@ fn loosenings(batch: &Batch, mounts: &[ResolvedMount]) -> serde_json::Value {
     }
     if c.network != Network::None {
         out.insert("network".into(), serde_json::json!(c.network));
+    }
+    if !c.pass_env.is_empty() {
+        out.insert("pass_env".into(), serde_json::json!(c.pass_env));
+    }
+    if !out.is_empty()
+        && let Some(digest) = policy_digest
+    {
+        out.insert("policy".into(), digest.into());
     }
     serde_json::Value::Object(out)
 }
@@ -274,7 +289,7 @@ mod tests {
             mark: m.batches["b"].container.mounts[0].mark,
         };
         assert_eq!(
-            loosenings(&m.batches["b"], &[resolved]),
+            loosenings(&m.batches["b"], &[resolved], Some("sha256:p")),
             serde_json::json!({
                 "mounts": [{"source": "/data/models", "target": "/models", "resolved": "/srv/models"}],
                 "ipc": "host",
@@ -282,8 +297,12 @@ mod tests {
                 "cap_add": ["IPC_LOCK"],
                 "user": "root",
                 "network": "bridge",
+                "policy": "sha256:p",
             })
         );
-        assert_eq!(loosenings(&m.batches["c"], &[]), serde_json::json!({}));
+        assert_eq!(
+            loosenings(&m.batches["c"], &[], Some("sha256:p")),
+            serde_json::json!({})
+        );
     }
 }

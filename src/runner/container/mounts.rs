@@ -7,7 +7,9 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use crate::manifest::{self, Manifest, ManifestError};
+use crate::host::grants;
+use crate::host::policy::{HostPolicy, MountRoot};
+use crate::manifest::{self, ContainerUser, HostMount, Manifest, ManifestError};
 use crate::ownership;
 use crate::yaml::Mark;
 
@@ -58,42 +60,18 @@ fn engine_sockets() -> Vec<PathBuf> {
 }
 
 /// Checks every mount of the named batches on this host and resolves each to the path
-/// the engine will be given: the source resolved, allowed, a folder or a plain file,
-/// holding no engine socket, apart from the run's own folders, and reached only through
-/// folders that nobody but root and this user can change.
+/// the engine will be given: the source resolved, under a mount root the host policy
+/// grants, allowed, a folder or a plain file, holding no engine socket (nor, unless the
+/// policy vouches for its root, any socket, device or FIFO), apart from the run's own
+/// folders, and reached only through folders that nobody but root and this user can
+/// change.
 pub fn check_host(
     m: &Manifest,
     names: &[String],
     run: &RunFolders<'_>,
+    policy: &HostPolicy,
 ) -> Result<HostMounts, ManifestError> {
-    let sockets = engine_sockets();
-    let ours: Vec<(PathBuf, &str)> = [
-        (
-            run.source.to_path_buf(),
-            "the checkout under test (the batch has it at /src, its git credentials masked)",
-        ),
-        (
-            run.reports.to_path_buf(),
-            "the reports folder of every batch",
-        ),
-        (
-            run.lock_dir.to_path_buf(),
-            "the GPU lock dir (a batch could lock its files and keep GPUs from every run)",
-        ),
-    ]
-    .into_iter()
-    .chain(runner_folders().into_iter().map(|p| {
-        (
-            p,
-            "a folder of the CI runner (its credentials, or every job's files)",
-        )
-    }))
-    .map(|(p, what)| (resolve_lenient(&p), what))
-    .collect();
-    let me = nix::unistd::geteuid().as_raw();
-    // Read once, and only when a batch has mounts.
-    let mut mount_points: Option<Vec<PathBuf>> = None;
-    let path = m.path.display().to_string();
+    let host = HostCheck::new(run, policy);
     let mut checked = HostMounts::new();
     for name in names {
         let Some(batch) = m.batches.get(name) else {
@@ -102,75 +80,206 @@ pub fn check_host(
         let checked_here = checked.entry(name.clone()).or_default();
         for mount in &batch.container.mounts {
             let at = |message: String| ManifestError::At {
-                path: path.clone(),
+                path: m.path.display().to_string(),
                 mark: mount.mark,
                 message: format!("batches.{name}.container.mounts: {message}"),
             };
-            let source = mount.source.display();
-            let real = std::fs::canonicalize(&mount.source)
-                .map_err(|e| at(format!("source `{source}` on this host: {e}")))?;
-            let resolved = |why: String| {
-                if real == mount.source {
-                    at(format!("source `{source}` {why}"))
-                } else {
-                    at(format!(
-                        "source `{source}` (resolves to {}) {why}",
-                        real.display()
-                    ))
-                }
-            };
-            manifest::check_mount_source(&real).map_err(resolved)?;
-            let md = std::fs::metadata(&real)
-                .map_err(|e| at(format!("source `{source}` on this host: {e}")))?;
-            if md.file_type().is_socket() {
-                return Err(resolved("is a socket".into()));
-            }
-            if sockets.iter().any(|s| s.starts_with(&real)) {
-                return Err(resolved(
-                    "holds the container engine's socket (root on the host)".into(),
-                ));
-            }
-            if !md.is_dir() && !md.is_file() {
-                return Err(resolved("is neither a folder nor a file".into()));
-            }
-            for (folder, what) in &ours {
-                let relation = if real == *folder {
-                    "is"
-                } else if folder.starts_with(&real) {
-                    "holds"
-                } else if real.starts_with(folder) {
-                    "is inside"
-                } else {
-                    continue;
-                };
-                return Err(resolved(format!(
-                    "{relation} {what}; mount a folder apart from it"
-                )));
-            }
-            if real.to_str().is_none() {
-                return Err(resolved(
-                    "is not valid UTF-8, which the engine's API cannot carry; rename it".into(),
-                ));
-            }
-            if let Some(why) = ownership::changeable_by_others(&real, me) {
-                return Err(resolved(why));
-            }
-            let submounts = mount_points
-                .get_or_insert_with(mount_points_now)
-                .iter()
-                .filter(|p| p.starts_with(&real) && **p != real)
-                .cloned()
-                .collect();
-            checked_here.push(ResolvedMount {
-                source: mount.source.clone(),
-                target: mount.target.clone(),
-                host_path: real,
-                submounts,
-                mark: mount.mark,
-            });
+            checked_here.push(host.check(mount, &at)?);
         }
     }
     Ok(checked)
+}
+
+/// What every mount of a run is checked against on this host.
+struct HostCheck<'p> {
+    sockets: Vec<PathBuf>,
+    /// The run's own folders and the runner's, resolved, with what each is.
+    ours: Vec<(PathBuf, &'static str)>,
+    /// The policy's mount roots, resolved.
+    roots: Vec<(PathBuf, &'p MountRoot)>,
+    policy: &'p HostPolicy,
+    me: u32,
+    /// Read once, and only when a batch has mounts.
+    mount_points: std::cell::OnceCell<Vec<PathBuf>>,
+}
+
+impl<'p> HostCheck<'p> {
+    fn new(run: &RunFolders<'_>, policy: &'p HostPolicy) -> HostCheck<'p> {
+        let ours = [
+            (
+                run.source.to_path_buf(),
+                "the checkout under test (the batch has it at /src, its git credentials masked)",
+            ),
+            (
+                run.reports.to_path_buf(),
+                "the reports folder of every batch",
+            ),
+            (
+                run.lock_dir.to_path_buf(),
+                "the GPU lock dir (a batch could lock its files and keep GPUs from every run)",
+            ),
+        ]
+        .into_iter()
+        .chain(runner_folders().into_iter().map(|p| {
+            (
+                p,
+                "a folder of the CI runner (its credentials, or every job's files)",
+            )
+        }))
+        .map(|(p, what)| (resolve_lenient(&p), what))
+        .collect();
+        HostCheck {
+            sockets: engine_sockets(),
+            ours,
+            roots: policy
+                .grants
+                .mounts
+                .iter()
+                .map(|r| (resolve_lenient(&r.root), r))
+                .collect(),
+            policy,
+            me: nix::unistd::geteuid().as_raw(),
+            mount_points: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// One mount, resolved and checked; `at` words a refusal at its place.
+    fn check(
+        &self,
+        mount: &HostMount,
+        at: &dyn Fn(String) -> ManifestError,
+    ) -> Result<ResolvedMount, ManifestError> {
+        let source = mount.source.display();
+        let real = std::fs::canonicalize(&mount.source)
+            .map_err(|e| at(format!("source `{source}` on this host: {e}")))?;
+        let resolved = |why: String| {
+            if real == mount.source {
+                at(format!("source `{source}` {why}"))
+            } else {
+                at(format!(
+                    "source `{source}` (resolves to {}) {why}",
+                    real.display()
+                ))
+            }
+        };
+        let Some((_, root)) = self.roots.iter().find(|(r, _)| real.starts_with(r)) else {
+            return Err(resolved(format!(
+                "lies outside every mount root this host grants: {}",
+                grants::not_granted(self.policy, "mounts")
+            )));
+        };
+        manifest::check_mount_source(&real).map_err(resolved)?;
+        let md = std::fs::metadata(&real)
+            .map_err(|e| at(format!("source `{source}` on this host: {e}")))?;
+        if md.file_type().is_socket() {
+            return Err(resolved("is a socket".into()));
+        }
+        if self.sockets.iter().any(|s| s.starts_with(&real)) {
+            return Err(resolved(
+                "holds the container engine's socket (root on the host)".into(),
+            ));
+        }
+        if !md.is_dir() && !md.is_file() {
+            return Err(resolved("is neither a folder nor a file".into()));
+        }
+        self.apart_from_ours(&real).map_err(resolved)?;
+        if real.to_str().is_none() {
+            return Err(resolved(
+                "is not valid UTF-8, which the engine's API cannot carry; rename it".into(),
+            ));
+        }
+        if let Some(why) = ownership::changeable_by_others(&real, self.me) {
+            return Err(resolved(why));
+        }
+        if !root.special_files {
+            special_files_below(&real).map_err(resolved)?;
+        }
+        let submounts = self
+            .mount_points
+            .get_or_init(mount_points_now)
+            .iter()
+            .filter(|p| p.starts_with(&real) && **p != real)
+            .cloned()
+            .collect();
+        Ok(ResolvedMount {
+            source: mount.source.clone(),
+            target: mount.target.clone(),
+            host_path: real,
+            submounts,
+            mark: mount.mark,
+        })
+    }
+
+    /// A mount must not be, hold or lie in the run's folders or the runner's.
+    fn apart_from_ours(&self, real: &Path) -> Result<(), String> {
+        for (folder, what) in &self.ours {
+            let relation = if real == folder {
+                "is"
+            } else if folder.starts_with(real) {
+                "holds"
+            } else if real.starts_with(folder) {
+                "is inside"
+            } else {
+                continue;
+            };
+            return Err(format!("{relation} {what}; mount a folder apart from it"));
+        }
+        Ok(())
+    }
+}
+
+/// The most entries a mount's walk looks at: a tree bigger than that is one the policy
+/// must vouch for (`special_files: allow`), or one to mount narrower.
+const MAX_WALKED: usize = 200_000;
+
+/// Refuses a socket, device or FIFO at or below `real`: a read-only mount does not stop
+/// `connect()` on a socket (a service in a root-only folder would take uid 0 in the
+/// container for root), nor a device's own permissions. Links are not followed.
+fn special_files_below(real: &Path) -> Result<(), String> {
+    let mut stack = vec![real.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if dir == real && e.raw_os_error() == Some(nix::libc::ENOTDIR) => return Ok(()),
+            Err(e) => {
+                return Err(format!(
+                    "cannot be checked for sockets and devices: {}: {e}",
+                    dir.display()
+                ));
+            }
+        };
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| format!("cannot be checked for sockets and devices: {e}"))?;
+            seen += 1;
+            if seen > MAX_WALKED {
+                return Err(format!(
+                    "holds more than {MAX_WALKED} entries, too many to check for sockets, devices and FIFOs before every run; mount a narrower folder, or have the host policy vouch for its root (special_files: allow)"
+                ));
+            }
+            let kind = entry
+                .file_type()
+                .map_err(|e| format!("cannot be checked: {}: {e}", entry.path().display()))?;
+            let what = if kind.is_socket() {
+                "a socket"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_block_device() || kind.is_char_device() {
+                "a device"
+            } else {
+                if kind.is_dir() {
+                    stack.push(entry.path());
+                }
+                continue;
+            };
+            return Err(format!(
+                "holds {what}, {}, which a batch could use through a read-only mount; mount a folder without it, or have the host policy vouch for its root (special_files: allow)",
+                entry.path().display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The folders of the GitHub Actions runner cibox runs under, if any: its install
@@ -230,10 +339,12 @@ fn resolve_lenient(p: &Path) -> PathBuf {
 /// writable, so cibox binds only the folder itself there, and a mount below would be
 /// missing from the batch without a word.
 pub fn check_engine(
-    manifest: &Path,
+    manifest: &Manifest,
     mounts: &HostMounts,
     engine: &EngineFacts,
+    policy: &HostPolicy,
 ) -> Result<(), ManifestError> {
+    root_with_mounts(manifest, mounts, engine, policy)?;
     let root_dir = engine
         .root_dir
         .as_deref()
@@ -241,7 +352,7 @@ pub fn check_engine(
     for (name, batch_mounts) in mounts {
         for mount in batch_mounts {
             let at = |message: String| ManifestError::At {
-                path: manifest.display().to_string(),
+                path: manifest.path.display().to_string(),
                 mark: mount.mark,
                 message: format!("batches.{name}.container.mounts: {message}"),
             };
@@ -273,6 +384,43 @@ pub fn check_engine(
     Ok(())
 }
 
+/// A batch that runs as `root` with host mounts reads, as host uid 0, every root-owned
+/// file below them (mode 0600 included): refused unless the engine maps containers'
+/// root to an unprivileged uid (userns-remap), or the host policy allows it in so many
+/// words (`grants.root_with_mounts`).
+fn root_with_mounts(
+    manifest: &Manifest,
+    mounts: &HostMounts,
+    engine: &EngineFacts,
+    policy: &HostPolicy,
+) -> Result<(), ManifestError> {
+    if engine.userns || policy.grants.root_with_mounts {
+        return Ok(());
+    }
+    for (name, batch_mounts) in mounts {
+        let Some(batch) = manifest.batches.get(name) else {
+            continue;
+        };
+        if batch_mounts.is_empty() || batch.container.user != ContainerUser::Root {
+            continue;
+        }
+        return Err(ManifestError::At {
+            path: manifest.path.display().to_string(),
+            mark: batch
+                .container
+                .marks
+                .get("user")
+                .copied()
+                .unwrap_or(batch_mounts[0].mark),
+            message: format!(
+                "batches.{name}.container.user: `root` with host mounts would read every root-owned file below them as host uid 0, and this engine maps no user namespace (userns-remap): {}",
+                grants::not_granted(policy, "root_with_mounts")
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// What the mount checks need to know of the engine.
 pub struct EngineFacts {
     /// The API version agreed (`1.41`).
@@ -281,6 +429,8 @@ pub struct EngineFacts {
     pub recursive_read_only: bool,
     /// `DockerRootDir`.
     pub root_dir: Option<String>,
+    /// Containers' root is an unprivileged uid on the host (userns-remap).
+    pub userns: bool,
 }
 
 /// Every mount point of this mount namespace (`/proc/self/mountinfo`, field 5, with its
@@ -357,18 +507,20 @@ mod tests {
             api: "1.41".into(),
             recursive_read_only: false,
             root_dir: Some(root.into()),
+            userns: false,
         };
-        let err = check_engine(&m.path, &mounts, &facts("/data/docker"))
+        let policy = HostPolicy::default();
+        let err = check_engine(&m, &mounts, &facts("/data/docker"), &policy)
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("cibox.yaml:4:22: batches.b.container.mounts: source `/data/docker/containers` is, holds or lies in the engine's data root /data/docker"),
             "{err}"
         );
-        let err = check_engine(&m.path, &mounts, &facts("/data/models/docker"))
+        let err = check_engine(&m, &mounts, &facts("/data/models/docker"), &policy)
             .unwrap_err()
             .to_string();
         assert!(err.contains("source `/data/models`"), "{err}");
-        check_engine(&m.path, &mounts, &facts("/srv/docker")).unwrap();
+        check_engine(&m, &mounts, &facts("/srv/docker"), &policy).unwrap();
     }
 }

@@ -80,7 +80,7 @@ fn execute_with(
     let pool = if plan.needs_gpus() {
         // One shared with the runs that started with us will do.
         let snap = prober.probe_since(probe::HostInstant::now())?;
-        pool::resolve(&gpu.pool, &snap).map_err(RunError::Pool)?
+        pool::resolve_for(gpu, &snap).map_err(RunError::Pool)?
     } else {
         Vec::new()
     };

@@ -242,6 +242,7 @@ fn project() -> Project {
         run_id: crate::runner::plan::new_run_id(),
         pass_env: Default::default(),
         mounts: Default::default(),
+        policy_digest: None,
     };
     let mut plan = crate::runner::plan(manifest, request, &host).unwrap();
     // Root runs batches as nobody; here they run as whoever runs the tests.

@@ -1,0 +1,128 @@
+//! The GPU facts a host policy pins: the lock dir, the probe, whether the lock dir may
+//! be on a network file system, the idle policy, and the pool a project may choose from.
+//! Every project's runs on the host must share them: a manifest (a pull request writes
+//! it) or a `CIBOX_GPU_*` variable that says otherwise is refused, not followed, since a
+//! lock dir of its own would let it take GPUs others hold.
+
+use super::policy::{HostPolicy, PolicyError};
+use crate::manifest::GpuConfig;
+
+/// Lays the policy's GPU facts over `gpu` (the manifest's, with the `CIBOX_GPU_*`
+/// overrides); refuses a value the manifest or a variable set otherwise. Without a
+/// policy `gpu` stays as it is.
+pub fn settle(policy: &HostPolicy, gpu: &mut GpuConfig) -> Result<(), PolicyError> {
+    let Some(source) = &policy.source else {
+        return Ok(());
+    };
+    let pinned = &policy.gpu;
+    let conflict = |key: &str, theirs: String, ours: String| -> Result<(), PolicyError> {
+        match gpu.given_by(key) {
+            Some(by) if theirs != ours => Err(PolicyError::Unusable {
+                path: source.path.display().to_string(),
+                message: format!(
+                    "pins gpu.{key} to {ours}, and {by} says {theirs}: the host decides it; remove it there"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    };
+    let defaults = GpuConfig::default();
+    let lock_dir = pinned.lock_dir.clone().unwrap_or(defaults.lock_dir);
+    conflict(
+        "lock_dir",
+        gpu.lock_dir.display().to_string(),
+        lock_dir.display().to_string(),
+    )?;
+    let probe = pinned.probe.unwrap_or(defaults.probe);
+    conflict("probe", label(&gpu.probe), label(&probe))?;
+    let network = pinned
+        .allow_network_lock_dir
+        .unwrap_or(defaults.allow_network_lock_dir);
+    conflict(
+        "allow_network_lock_dir",
+        gpu.allow_network_lock_dir.to_string(),
+        network.to_string(),
+    )?;
+    if let Some(idle) = &pinned.idle {
+        conflict(
+            "idle",
+            serde_json::to_string(&gpu.idle).unwrap_or_default(),
+            serde_json::to_string(idle).unwrap_or_default(),
+        )?;
+        gpu.idle = idle.clone();
+    }
+    gpu.lock_dir = lock_dir;
+    gpu.probe = probe;
+    gpu.allow_network_lock_dir = network;
+    // A project may narrow the pool, never widen it: checked against the GPUs when the
+    // pool is resolved.
+    gpu.host_pool = pinned.pool.clone();
+    if gpu.given_by("pool").is_none()
+        && let Some(pool) = &pinned.pool
+    {
+        gpu.pool = pool.clone();
+    }
+    Ok(())
+}
+
+fn label(v: &impl serde::Serialize) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::policy::PolicySource;
+    use crate::manifest::{PoolSpec, ProbeChoice};
+
+    fn policy(text: &str) -> HostPolicy {
+        let mut p = HostPolicy::parse(text, "host.yaml").unwrap();
+        p.source = Some(PolicySource {
+            path: "/etc/cibox/host.yaml".into(),
+            digest: "sha256:x".into(),
+        });
+        p
+    }
+
+    #[test]
+    fn the_policy_pins_the_hosts_gpu_facts() {
+        let p = policy("version: 1\ngpu: {lock_dir: /run/lock/ci, probe: nvml, pool: [0, 1]}\n");
+        let mut gpu = GpuConfig::default();
+        settle(&p, &mut gpu).unwrap();
+        assert_eq!(gpu.lock_dir, std::path::Path::new("/run/lock/ci"));
+        assert_eq!(gpu.probe, ProbeChoice::Nvml);
+        assert_eq!(gpu.pool, PoolSpec::Devices(vec!["0".into(), "1".into()]));
+        // A manifest (or variable) that says otherwise is refused, naming both.
+        let mut gpu = GpuConfig::default();
+        gpu.apply_env(|k| (k == "CIBOX_GPU_LOCK_DIR").then(|| "/tmp/mine".to_string()))
+            .unwrap();
+        let e = settle(&p, &mut gpu).unwrap_err().to_string();
+        assert!(
+            e.contains("pins gpu.lock_dir to /run/lock/ci, and CIBOX_GPU_LOCK_DIR says /tmp/mine"),
+            "{e}"
+        );
+        // Saying the same is fine; a pool of its own narrows the host's.
+        let mut gpu = GpuConfig::default();
+        gpu.apply_env(|k| match k {
+            "CIBOX_GPU_PROBE" => Some("nvml".into()),
+            "CIBOX_GPU_POOL" => Some("1".into()),
+            _ => None,
+        })
+        .unwrap();
+        settle(&p, &mut gpu).unwrap();
+        assert_eq!(gpu.pool, PoolSpec::Devices(vec!["1".into()]));
+        assert!(gpu.host_pool.is_some());
+    }
+
+    #[test]
+    fn without_a_policy_nothing_changes() {
+        let mut gpu = GpuConfig::default();
+        gpu.apply_env(|k| (k == "CIBOX_GPU_LOCK_DIR").then(|| "/tmp/mine".to_string()))
+            .unwrap();
+        settle(&HostPolicy::default(), &mut gpu).unwrap();
+        assert_eq!(gpu.lock_dir, std::path::Path::new("/tmp/mine"));
+    }
+}

@@ -1,0 +1,10 @@
+//! The host's side of every run: its policy ([`policy`]), what a manifest's requests
+//! get under it ([`grants`]), and the GPU facts it pins ([`gpu`]). The project's
+//! manifest requests; only the host grants.
+
+pub mod gpu;
+pub mod grants;
+pub mod policy;
+
+pub use grants::{GrantError, check_requests};
+pub use policy::{HostPolicy, PolicyError};
