@@ -54,6 +54,9 @@ pub enum Command {
     Workflow(WorkflowCommand),
     /// Replay a recorded batch locally from its result.json.
     Reproduce(ReproduceArgs),
+    /// This host: its policy, and the one-time setup of its lock dir (as root).
+    #[command(subcommand)]
+    Host(HostCommand),
     /// (Internal) the supervisor of a `gpu exec` command: confines it, and kills all of
     /// it if cibox dies.
     #[command(name = "__confine", hide = true)]
@@ -144,6 +147,19 @@ pub enum ImageCommand {
         #[arg(long, value_name = "FILE")]
         to: PathBuf,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostCommand {
+    /// Create the GPU lock dir and every file a lease depends on, owned by root, so no
+    /// other user of the host can remove or plant them (run once, as root).
+    Setup {
+        /// The lock dir (default: the host policy's gpu.lock_dir, else /run/lock/cibox).
+        #[arg(long, value_name = "DIR")]
+        lock_dir: Option<PathBuf>,
+    },
+    /// The host policy in force and what it grants.
+    Policy,
 }
 
 #[derive(Debug, Subcommand)]

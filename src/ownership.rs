@@ -6,12 +6,17 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+/// "uid 1001 (mallory)", or "uid 1001" without a name.
+pub fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(uid.into()).ok().flatten() {
+        Some(u) => format!("uid {uid} ({})", u.name),
+        None => format!("uid {uid}"),
+    }
+}
+
 /// "owned by uid 1001 (mallory)".
 pub fn owner_of(uid: u32) -> String {
-    match nix::unistd::User::from_uid(uid.into()).ok().flatten() {
-        Some(u) => format!("owned by uid {uid} ({})", u.name),
-        None => format!("owned by uid {uid}"),
-    }
+    format!("owned by {}", user_name(uid))
 }
 
 /// Why someone other than root and `me` could replace `real` (or a folder on the way to

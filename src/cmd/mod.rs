@@ -5,6 +5,7 @@ mod capacity;
 mod changed;
 mod doctor;
 mod gpu;
+mod host;
 mod image;
 mod reproduce;
 mod workflow;
@@ -12,10 +13,11 @@ mod workflow;
 use std::path::PathBuf;
 
 use crate::cli::{
-    BatchCommand, Cli, Command, GpuCommand, ImageCommand, LayerCommand, WorkflowCommand,
+    BatchCommand, Cli, Command, GpuCommand, HostCommand, ImageCommand, LayerCommand,
+    WorkflowCommand,
 };
 use crate::error::{Error, Result};
-use crate::host::{self, HostPolicy};
+use crate::host::HostPolicy;
 use crate::manifest::{self, GpuConfig, Manifest};
 
 /// What every command may need: the global flags and a lazily found manifest.
@@ -30,7 +32,7 @@ impl Context {
     /// pins laid over its own.
     pub fn manifest(&self) -> Result<Manifest> {
         let mut m = self.manifest_as_written()?;
-        host::gpu::settle(&self.host_policy()?, &mut m.gpu)?;
+        crate::host::gpu::settle(&self.host_policy()?, &mut m.gpu)?;
         Ok(m)
     }
 
@@ -56,7 +58,7 @@ impl Context {
     /// overrides, under the host policy.
     pub fn gpu_without_manifest(&self) -> Result<GpuConfig> {
         let mut gpu = GpuConfig::from_env()?;
-        host::gpu::settle(&self.host_policy()?, &mut gpu)?;
+        crate::host::gpu::settle(&self.host_policy()?, &mut gpu)?;
         Ok(gpu)
     }
 }
@@ -108,6 +110,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
         Command::Workflow(WorkflowCommand::Lint(args)) => workflow::lint(&ctx, &args.paths),
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
+        Command::Host(HostCommand::Setup { lock_dir }) => host::setup(&ctx, lock_dir),
+        Command::Host(HostCommand::Policy) => host::policy(&ctx),
         Command::Confine(a) => Ok(crate::process::confine::supervisor(
             crate::process::confine::SupervisorArgs {
                 owner: a.owner,

@@ -9,7 +9,7 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::PathBuf;
 
 use super::pool::PoolGpu;
-use crate::lockdir::{LockDir, open_shared_file};
+use crate::lockdir::LockDir;
 
 /// Who holds a lease, for `gpu status` and waiting messages. Diagnostics only: the lock
 /// itself is the truth.
@@ -77,9 +77,13 @@ impl LockDir {
 
     /// Takes one GPU's lock without waiting; `None` when someone holds it.
     pub fn try_take(&self, uuid: &str) -> std::io::Result<Option<File>> {
-        let f = open_shared_file(&self.gpu_file(uuid))?;
+        let name = format!("{uuid}.lock");
+        let f = self.open_lock_file(&name)?;
         match f.try_lock() {
-            Ok(()) => Ok(Some(f)),
+            // Still the file at its path once locked: a lock on one removed or replaced
+            // meanwhile would exclude nobody.
+            Ok(()) if crate::lockdir::still_at(&f, &self.path().join(&name)) => Ok(Some(f)),
+            Ok(()) => Ok(None),
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(e)) => Err(e),
         }

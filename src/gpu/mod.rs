@@ -149,6 +149,8 @@ pub fn parse_devices(
 #[derive(Debug, Clone, Default)]
 pub struct WaitReport {
     pub position: usize,
+    /// Who holds the nearest ticket ahead, when there is one (for the final refusal).
+    pub first_ahead: Option<String>,
     pub leased: Vec<(u32, String)>,
     pub busy: Vec<(u32, String)>,
     pub waited: Duration,
@@ -158,7 +160,12 @@ impl WaitReport {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.position > 0 {
-            parts.push(format!("{} waiter(s) ahead", self.position));
+            let first = self
+                .first_ahead
+                .as_ref()
+                .map(|f| format!(" (the first: {f})"))
+                .unwrap_or_default();
+            parts.push(format!("{} waiter(s) ahead{first}", self.position));
         }
         if !self.leased.is_empty() {
             let l: Vec<String> = self

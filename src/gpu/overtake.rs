@@ -7,6 +7,10 @@ use super::pool::PoolGpu;
 use super::queue;
 use crate::lockdir::LockDir;
 
+/// How long a waiter may take to say which pool it chooses from (a probe, and the
+/// engine asked about orphans, each bounded far below this).
+const PENDING_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What a ticket tells the waiters behind it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct TicketRequest {
@@ -31,9 +35,18 @@ pub(super) fn may_overtake(
     available: &[&PoolGpu],
 ) -> Overtake {
     for (place, text) in ahead {
+        // Every cibox ticket says what it asks from the moment it is in the queue (a
+        // waiter that does not know its pool yet says so, the strictest case). One that
+        // does not is no cibox waiter's: a file planted to hold everyone up. It is
+        // passed over like a stopped waiter.
         let Ok(a) = serde_json::from_str::<TicketRequest>(text) else {
-            return Overtake::No; // a waiter we cannot read: assume the strictest case
+            continue;
         };
+        // A waiter learns its pool within a probe of arriving; one that still has not
+        // long after is stuck or planted, and is passed over too.
+        if a.pool.is_empty() && place.age() > PENDING_LIMIT {
+            continue;
+        }
         // A waiter that holds GPUs under its own place is checking them (its probe
         // runs after it locked them): it may yet let them go and need others, so
         // nobody goes ahead of it meanwhile.
@@ -250,14 +263,28 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_waiter_ahead_is_never_overtaken() {
+    fn a_ticket_that_is_no_request_is_passed_over_and_one_without_a_pool_is_not() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LockDir::open(tmp.path(), false).unwrap();
         let pool = gpus(8);
-        let ahead = [(place(100), "not a request".to_string())];
+        let planted = [(place(100), "not a request".to_string())];
         assert_eq!(
-            may_overtake(&dir, &ahead, &pool[..1], &refs(&pool)),
+            may_overtake(&dir, &planted, &pool[..1], &refs(&pool)),
+            Overtake::Yes
+        );
+        // A waiter that arrived just now but has not resolved its pool yet: the
+        // strictest case; one that arrived long ago and still has not is passed over.
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+        let now_ms = now.tv_sec() as u64 * 1000 + now.tv_nsec() as u64 / 1_000_000;
+        let pending = [waiter(now_ms, 1, &[], None)];
+        assert_eq!(
+            may_overtake(&dir, &pending, &pool[..1], &refs(&pool)),
             Overtake::No
+        );
+        let stuck = [waiter(now_ms.saturating_sub(600_000), 1, &[], None)];
+        assert_eq!(
+            may_overtake(&dir, &stuck, &pool[..1], &refs(&pool)),
+            Overtake::Yes
         );
     }
 }

@@ -30,6 +30,12 @@ pub struct Place {
 }
 
 impl Place {
+    /// How long ago the waiter arrived (its head start included).
+    pub fn age(&self) -> std::time::Duration {
+        let now_ms = boot_clock_ns().map_or(0, |ns| ns / 1_000_000);
+        std::time::Duration::from_millis(now_ms.saturating_sub(self.at_ms))
+    }
+
     fn parse(name: &str) -> Option<Place> {
         let mut parts = name.splitn(3, '-');
         let at_ms = parts.next()?.parse().ok()?;
@@ -231,6 +237,21 @@ impl Ticket {
                     .unwrap_or(false)
             })
             .count()
+    }
+
+    /// Who holds the nearest live ticket ahead, for a refusal that names what blocks:
+    /// "ticket NAME, owned by uid 1001 (mallory), held by pid 4242 (uid 1001 (mallory))".
+    pub fn holder_ahead(&self) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let (name, file) = self.ahead.as_ref()?;
+        let owner = file
+            .metadata()
+            .map(|m| crate::ownership::owner_of(m.uid()))
+            .unwrap_or_default();
+        let held = crate::lockdir::lock_holder(file)
+            .map(|h| format!(", held by {h}"))
+            .unwrap_or_default();
+        Some(format!("ticket {name}, {owner}{held}"))
     }
 
     pub fn place(&self) -> Place {

@@ -60,7 +60,15 @@ impl<'d> Waiter<'d> {
         need: usize,
         deadline: Instant,
     ) -> Result<Waiter<'d>, LeaseError> {
-        let description = serde_json::to_string(holder).expect("holder serialises");
+        // What it asks, from the start: its pool is not known yet (gpu exec probes after
+        // it arrives), which the waiters behind read as the strictest case.
+        let pending = TicketRequest {
+            need,
+            pool: Vec::new(),
+            devices: None,
+            holder: holder.clone(),
+        };
+        let description = serde_json::to_string(&pending).expect("request serialises");
         let head_start =
             (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
         let ticket =
@@ -200,7 +208,8 @@ where
         let heartbeat = ticket
             .heartbeat()
             .map_err(|e| io("starting the ticket's heartbeat", e))?;
-        let select = crate::lockdir::open_shared_file(&dir.path().join("select.lock"))
+        let select = dir
+            .open_lock_file("select.lock")
             .map_err(|e| io("opening select.lock", e))?;
         Ok(Acquisition {
             dir,
@@ -418,6 +427,7 @@ where
     fn report(&self, head: bool) -> WaitReport {
         WaitReport {
             position: if head { 0 } else { self.ticket.position() },
+            first_ahead: None,
             leased: leased_now(self.dir, &self.candidates),
             busy: self.busy.gpus.clone(),
             waited: self.start.elapsed(),
@@ -427,12 +437,17 @@ where
     /// The refusal when the wait ran out: what is leased, busy, ahead, and who held
     /// `select.lock` if someone did.
     fn give_up(&self, head: bool) -> LeaseError {
-        let r = self.report(head);
+        let mut r = self.report(head);
+        if r.position > 0 {
+            r.first_ahead = self.ticket.holder_ahead();
+        }
         let free = self.candidates.len() - r.leased.len();
         let held = if self.select_held {
             format!(
-                "; select.lock in {} stays locked by another process",
-                self.dir.path().display()
+                "; select.lock in {} stays locked by {}",
+                self.dir.path().display(),
+                crate::lockdir::lock_holder(&self.select)
+                    .unwrap_or_else(|| "another process".into())
             )
         } else {
             String::new()

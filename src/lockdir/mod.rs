@@ -15,6 +15,7 @@
 //! `fs.protected_regular` refuses `O_CREAT` on another user's file in a sticky folder.
 
 pub mod runs;
+pub mod setup;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -245,6 +246,62 @@ pub fn open_shared_file(path: &Path) -> std::io::Result<File> {
     }
 }
 
+/// Opens an existing file of the lock dir read-write, never creating it, never through
+/// a symlink, only a plain file.
+fn open_existing_shared(path: &Path) -> std::io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(SAFE_FLAGS)
+        .open(path)
+        .map_err(|e| refused_link(e, path))?;
+    regular(f, path)
+}
+
+/// Whether `file` is still the file at `path` (not unlinked or replaced since it was
+/// opened): a lock on a file no longer at its path excludes nobody.
+pub fn still_at(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Who holds a lock on `file`, as the kernel's `/proc/locks` says: "pid 123 (uid 1001
+/// mallory)", or `None` when it cannot tell.
+pub fn lock_holder(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = file.metadata().ok()?;
+    let dev = md.dev();
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        md.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let pid: u32 = locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`; a waiter's line has `->`.
+        let fields: Vec<&str> = fields.into_iter().filter(|f| *f != "->").collect();
+        (fields.get(5) == Some(&want.as_str()))
+            .then(|| fields.get(4)?.parse().ok())
+            .flatten()
+    })?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+    let uid = status.as_deref().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|u| u.parse::<u32>().ok())
+    });
+    Some(match uid {
+        Some(uid) => format!("pid {pid} ({})", ownership::user_name(uid)),
+        None => format!("pid {pid}"),
+    })
+}
+
 /// Why a bounded wait for a lock ended without it.
 #[derive(Debug)]
 pub enum LockWait {
@@ -293,10 +350,23 @@ fn trusted_dir(path: &Path) -> Result<(), String> {
     trusted(path, true)
 }
 
-/// `queue/` and `runs/`: whoever ran cibox first made them, so any owner will do; but
-/// a real folder, and sticky when anyone may write it.
-fn trusted_subdir(path: &Path) -> Result<(), String> {
-    trusted(path, false)
+/// `queue/` and `runs/`: a real folder, sticky when anyone may write it, and root's or
+/// the lock dir's owner's: the owner of a sticky folder may remove anyone's ticket or
+/// run record in it.
+fn trusted_subdir(path: &Path, dir_owner: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    trusted(path, false)?;
+    let uid = std::fs::symlink_metadata(path)
+        .map_err(|e| format!("cannot stat it: {e}"))?
+        .uid();
+    if uid != 0 && uid != dir_owner {
+        return Err(format!(
+            "is {}, not by root or the lock dir's owner ({}): its owner could remove anyone's ticket or run record; run `cibox host setup` as root",
+            ownership::owner_of(uid),
+            ownership::user_name(dir_owner)
+        ));
+    }
+    Ok(())
 }
 
 fn trusted(path: &Path, check_owner: bool) -> Result<(), String> {
@@ -349,21 +419,41 @@ impl LockDir {
                 Err(e) => return Err(unusable(format!("cannot stat its file system: {e}"))),
             }
         }
+        let dir_owner = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(path)
+                .map_err(|e| unusable(format!("cannot stat it: {e}")))?
+                .uid()
+        };
+        let me = nix::unistd::geteuid().as_raw();
         for sub in ["queue", "runs"] {
-            create_shared_dir(&path.join(sub))
-                .map_err(|e| unusable(format!("cannot create {sub}/: {e}")))?;
-            trusted_subdir(&path.join(sub)).map_err(|why| unusable(format!("{sub}/ {why}")))?;
+            let at = path.join(sub);
+            // Made only by root or the lock dir's owner (see `trusted_subdir`).
+            if me == 0 || me == dir_owner {
+                create_shared_dir(&at)
+                    .map_err(|e| unusable(format!("cannot create {sub}/: {e}")))?;
+            } else if std::fs::symlink_metadata(&at).is_err() {
+                return Err(unusable(format!(
+                    "{sub}/ does not exist, and only root or the lock dir's owner ({}) may make it; run `cibox host setup` as root once",
+                    ownership::user_name(dir_owner)
+                )));
+            }
+            trusted_subdir(&at, dir_owner).map_err(|why| unusable(format!("{sub}/ {why}")))?;
         }
         // A lease needs to write its lock files; find out now rather than mid-wait.
-        let probe = path.join("queue.seq");
-        open_shared_file(&probe).map_err(|e| {
-            unusable(format!(
-                "not writable ({e}); make it mode 1777 or run as a user who may write there"
-            ))
-        })?;
-        Ok(LockDir {
+        let dir = LockDir {
             path: path.to_path_buf(),
-        })
+        };
+        dir.open_lock_file("queue.seq").map_err(|e| {
+            if is_planted(&e) || e.kind() == std::io::ErrorKind::PermissionDenied {
+                unusable(e.to_string())
+            } else {
+                unusable(format!(
+                    "not writable ({e}); make it mode 1777 or run as a user who may write there"
+                ))
+            }
+        })?;
+        Ok(dir)
     }
 
     /// The directory as it is, for reading lease states only: nothing is created, and
@@ -376,5 +466,55 @@ impl LockDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The uid of the lock dir's owner: root, or the user who made it for themselves.
+    fn owner(&self) -> std::io::Result<u32> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::symlink_metadata(&self.path)?.uid())
+    }
+
+    /// Opens a file every lease depends on (a GPU's lock file, `select.lock`,
+    /// `queue.seq`). Only one made by root or the lock dir's owner is trusted: whoever
+    /// owns a file in a sticky folder may remove it, and a lease held on a removed file
+    /// excludes nobody, so the next lease would take the same GPU. A missing one is made
+    /// only by root or the owner, for the same reason; anyone else is told to run
+    /// `cibox host setup`.
+    pub fn open_lock_file(&self, name: &str) -> std::io::Result<File> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.path.join(name);
+        let owner = self.owner()?;
+        let me = nix::unistd::geteuid().as_raw();
+        let file = if me == 0 || me == owner {
+            open_shared_file(&path)?
+        } else {
+            open_existing_shared(&path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{} does not exist, and only root or the lock dir's owner ({}) may make it; run `cibox host setup` as root once",
+                            path.display(),
+                            ownership::user_name(owner)
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?
+        };
+        let uid = file.metadata()?.uid();
+        if uid != 0 && uid != owner {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is {}, not by root or the lock dir's owner ({}): its owner could remove it while a lease holds it and the GPU would be handed out twice; remove it (as root), or run `cibox host setup`",
+                    path.display(),
+                    ownership::owner_of(uid),
+                    ownership::user_name(owner)
+                ),
+            ));
+        }
+        Ok(file)
     }
 }

@@ -1,0 +1,74 @@
+//! `cibox host setup` and `cibox host policy`.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::Context;
+use crate::console;
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::gpu::probe::Prober;
+use crate::lockdir::setup::setup as setup_lock_dir;
+
+/// `cibox host setup`: the lock dir and every file a lease depends on, root's.
+pub fn setup(ctx: &Context, lock_dir: Option<PathBuf>) -> Result<u8> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(Error::Usage(
+            "host setup makes the lock dir root's: run it as root (sudo cibox host setup)".into(),
+        ));
+    }
+    let gpu = ctx.gpu_without_manifest()?;
+    let dir = lock_dir.unwrap_or(gpu.lock_dir.clone());
+    if !dir.is_absolute() {
+        return Err(Error::Usage(format!(
+            "--lock-dir {}: must be an absolute path",
+            dir.display()
+        )));
+    }
+    // Each GPU's lock file is made now, so none is ever first made by another user.
+    let snap = Prober::new(gpu.probe).probe()?;
+    let uuids: Vec<String> = snap.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let report = setup_lock_dir(&dir, &uuids)?;
+    if ctx.json {
+        console::json(&json!({
+            "lock_dir": dir,
+            "gpus": uuids,
+            "done": report.done,
+            "left": report.left,
+        }));
+    } else {
+        for line in &report.done {
+            println!("{line}");
+        }
+        println!(
+            "lock dir {} is root's, with lock files for {} GPU(s)",
+            dir.display(),
+            uuids.len()
+        );
+    }
+    for line in &report.left {
+        console::warn(line);
+    }
+    Ok(if report.left.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::INFRA
+    })
+}
+
+/// `cibox host policy`: the policy in force and what it grants.
+pub fn policy(ctx: &Context) -> Result<u8> {
+    let p = ctx.host_policy()?;
+    if ctx.json {
+        console::json(&json!({
+            "path": p.source.as_ref().map(|s| &s.path),
+            "digest": p.source.as_ref().map(|s| &s.digest),
+            "grants": p.grants_summary(),
+        }));
+    } else {
+        println!("{}", p.describe());
+        println!("{}", p.grants_summary());
+    }
+    Ok(exit::SUCCESS)
+}
