@@ -131,7 +131,7 @@ fn check_batch(
                 path: manifest.path.display().to_string(),
                 mark: mark("pass_env").unwrap_or_default(),
                 message: format!(
-                    "batches.{name}.container.pass_env: `{var}` never passes into a batch ({pattern}: the runner's, GitHub's, the engine's or cibox's own credentials and settings)"
+                    "batches.{name}.container.pass_env: `{var}` never passes into a batch ({pattern}: the runner's, GitHub's or the engine's credentials)"
                 ),
             });
         }

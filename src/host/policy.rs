@@ -28,14 +28,13 @@ const MAX_BYTES: u64 = 1 << 20;
 
 /// Environment variables that never pass into a batch, whatever a policy says: the
 /// runner's and GitHub's credentials, the engine's, and cibox's own settings.
-const NEVER_PASSED: [&str; 8] = [
+const NEVER_PASSED: [&str; 7] = [
     "ACTIONS_*",
     "RUNNER_*",
     "GITHUB_TOKEN",
     "GH_TOKEN",
     "GITHUB_PAT",
     "DOCKER_*",
-    "CIBOX_*",
     "SSH_AUTH_SOCK",
 ];
 
@@ -435,7 +434,7 @@ fn grants(
             return Err(here(
                 &["grants", "pass_env", &i.to_string()],
                 format!(
-                    "`{name}` may never pass into a batch ({pattern}: credentials of the runner, GitHub, the engine, or cibox's own settings)"
+                    "`{name}` may never pass into a batch ({pattern}: credentials of the runner, GitHub or the engine)"
                 ),
             ));
         }

@@ -493,7 +493,13 @@ fn the_ml_project_example_renders_lints_and_runs_its_cpu_layer() {
     r.ok();
     let image = ImageGuard(r.stdout.trim().to_string());
     let reports = copy.join("reports");
+    // Granted by the example's host policy, with the weights where this test put them.
+    let policy = std::fs::read_to_string(copy.join("host-policy.yaml"))
+        .unwrap()
+        .replace("[/srv/ml-project]", &format!("[{}]", data.path().display()));
+    let policy = HostPolicyFile::new(&policy);
     let r = run(cibox(&copy)
+        .env("CIBOX_HOST_POLICY", policy.path())
         .args(["layer", "run", "cpu", "--image", &image.0, "--source"])
         .arg(&copy)
         .arg("--reports")

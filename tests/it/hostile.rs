@@ -482,20 +482,31 @@ fn another_users_word_in_runs_does_not_stop_gpu_exec() {
 }
 
 #[test]
-fn queue_and_runs_folders_made_by_another_user_are_still_used() {
+fn queue_and_runs_folders_made_by_another_user_are_refused_until_host_setup() {
     must_be_root();
     let h = GpuHost::new(1);
     let dir = h.locks.path().join("shared");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     // Another user ran cibox first: queue/ and runs/ are theirs (sticky, as cibox
-    // makes them).
+    // makes them), so they could remove anyone's ticket or run record.
     for sub in ["queue", "runs"] {
         let p = dir.join(sub);
         std::fs::create_dir(&p).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o1777)).unwrap();
         nix::unistd::chown(&p, Some(65534.into()), Some(65534.into())).unwrap();
     }
+    run(h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
+        .env("CIBOX_GPU_LOCK_DIR", &dir))
+    .fails_with(
+        2,
+        "queue/ is owned by uid 65534 (nobody), not by root or the lock dir's owner",
+    );
+    // The one-time setup takes them over; then leases work.
+    run(&mut h.cmd(&["host", "setup", "--lock-dir", &dir.display().to_string()])).ok();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(dir.join("queue")).unwrap().uid(), 0);
     run(h
         .cmd(&["gpu", "exec", "--count", "1", "--", "true"])
         .env("CIBOX_GPU_LOCK_DIR", &dir))

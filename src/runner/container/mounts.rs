@@ -162,13 +162,13 @@ impl<'p> HostCheck<'p> {
                 ))
             }
         };
+        manifest::check_mount_source(&real).map_err(resolved)?;
         let Some((_, root)) = self.roots.iter().find(|(r, _)| real.starts_with(r)) else {
             return Err(resolved(format!(
                 "lies outside every mount root this host grants: {}",
                 grants::not_granted(self.policy, "mounts")
             )));
         };
-        manifest::check_mount_source(&real).map_err(resolved)?;
         let md = std::fs::metadata(&real)
             .map_err(|e| at(format!("source `{source}` on this host: {e}")))?;
         if md.file_type().is_socket() {

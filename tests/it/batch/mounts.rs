@@ -44,7 +44,8 @@ fn a_batch_gets_the_host_settings_real_gpu_tests_need() {
         "    container:\n      mounts: [\"{}:/models\"]\n      ipc: host\n      ulimits: {{memlock: 4194304, nofile: {{soft: 2048, hard: 2048}}}}\n      cap_add: [IPC_LOCK, SYS_NICE]\n      user: root\n      pass_env: [HOST_IPC]\n",
         weights.path().display()
     );
-    let p = busybox_project(&batch("nccl", 0, "1m", &checks, &container), "");
+    let p = busybox_project(&batch("nccl", 0, "1m", &checks, &container), "")
+        .with_policy(&format!("{GRANT_ALL}  pass_env: [HOST_IPC]\n"));
     let r = run(p
         .batch_cmd(&["batch", "run", "nccl"])
         .env("HOST_IPC", &host_ipc));
@@ -59,6 +60,13 @@ fn a_batch_gets_the_host_settings_real_gpu_tests_need() {
     );
     assert_eq!(loose["ulimits"]["memlock"]["soft"], 4194304);
     assert_eq!(loose["mounts"][0]["target"], "/models");
+    assert_eq!(loose["pass_env"], serde_json::json!(["HOST_IPC"]));
+    assert!(
+        loose["policy"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "the policy that granted it: {v}"
+    );
 }
 
 #[test]
@@ -75,7 +83,8 @@ fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
         ),
     ] {
         let extra = format!("  mounts: [\"{}:/models\"]\n", source.display());
-        let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), &extra);
+        let p =
+            busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), &extra).with_policy(GRANT_ALL);
         let r = p.run(&["batch", "run", "m"]);
         r.fails_with(2, "cibox.yaml:9:12: batches.m.container.mounts: source");
         assert!(r.stderr.contains(&want), "{}", r.stderr);
@@ -87,7 +96,7 @@ fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
 #[test]
 fn a_mount_that_could_be_swapped_or_shows_the_run_starts_nothing() {
     use std::os::unix::fs::PermissionsExt;
-    let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), "");
+    let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), "").with_policy(GRANT_ALL);
     let d = p.project.path();
     // A folder anyone may write (not sticky): the models inside could be swapped for a
     // link to anywhere between the check and the mount.
@@ -192,7 +201,7 @@ fn grant_acl_write(dir: &std::path::Path, uid: u32) {
 #[test]
 fn a_mount_reached_through_a_folder_others_may_write_by_acl_or_owned_by_the_runner_starts_nothing()
 {
-    let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), "");
+    let p = busybox_project(&batch("m", 0, "1m", &[JUNIT_OK], ""), "").with_policy(GRANT_ALL);
     // Root's folder, mode 775 root:root, but an ACL lets uid 65534 write it: they could
     // swap `models` for a link to /etc between the check and the mount.
     let acl = data_dir();
@@ -266,7 +275,8 @@ fn a_mount_is_what_was_checked_and_read_only_all_the_way_down() {
             "",
         ),
         &extra,
-    );
+    )
+    .with_policy(GRANT_ALL);
     p.run(&["batch", "run", "m"]).ok();
     let v = p.result("m");
     assert_eq!(

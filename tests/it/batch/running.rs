@@ -35,7 +35,8 @@ fn the_container_is_locked_down() {
     let p = busybox_project(
         &batch("sec", 0, "1m", &checks, extra),
         &format!("  pass_env: [CIBOX_TEST_PASSED, HOST_UID]\n  env: {{X: \"{uid}\"}}\n"),
-    );
+    )
+    .with_policy("version: 1\ngrants: {pass_env: [CIBOX_TEST_PASSED, HOST_UID]}\n");
     let r = run(p
         .batch_cmd(&["batch", "run", "sec"])
         .env("CIBOX_TEST_SECRET", "leak")

@@ -6,11 +6,13 @@
 mod cli;
 mod engine;
 mod gpus;
+mod policy;
 mod processes;
 mod projects;
 
 pub use cli::*;
 pub use engine::*;
 pub use gpus::*;
+pub use policy::*;
 pub use processes::*;
 pub use projects::*;

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 
 use super::cli::{Run, cibox, nonce, run};
 use super::engine::{ImageGuard, image_store_lock, require_engine};
+use super::policy::HostPolicyFile;
 
 /// A scratch project folder (deleted on drop) with a `.git` marker so manifest search
 /// stops inside it.
@@ -63,6 +64,8 @@ pub fn manifest_with_locks(locks: &[&str]) -> String {
 pub struct BusyboxProject {
     pub project: Project,
     pub image: ImageGuard,
+    /// The host policy its runs are under (`CIBOX_HOST_POLICY`); none by default.
+    pub policy: Option<HostPolicyFile>,
 }
 
 pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
@@ -108,14 +111,27 @@ pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
     };
     r.ok();
     let image = ImageGuard(r.stdout.trim().to_string());
-    BusyboxProject { project: p, image }
+    BusyboxProject {
+        project: p,
+        image,
+        policy: None,
+    }
 }
 
 impl BusyboxProject {
+    /// Its runs are under a host policy that says `text`.
+    pub fn with_policy(mut self, text: &str) -> BusyboxProject {
+        self.policy = Some(HostPolicyFile::new(text));
+        self
+    }
+
     /// `cibox batch run ARGS --image ID --source <project> --reports <project>/reports`.
     /// (Flags given in `args` replace the defaults.)
     pub fn batch_cmd(&self, args: &[&str]) -> Command {
         let mut c = cibox(self.project.path());
+        if let Some(policy) = &self.policy {
+            c.env("CIBOX_HOST_POLICY", policy.path());
+        }
         c.args(args);
         let defaults = [
             ("--image", self.image.0.clone()),
