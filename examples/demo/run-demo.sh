@@ -37,6 +37,9 @@ restored=$("${cibox[@]}" image load --from "$backup")
 [ "$restored" = "$id" ] || { echo "restored $restored, expected $id" >&2; exit 1; }
 echo "restored $restored"
 
+step "what this host grants batches beyond the locked-down default (its policy)"
+"${cibox[@]}" host policy
+
 step "what this host offers GPU batches (exit 5 here is expected without a GPU)"
 set +e
 "${cibox[@]}" doctor

@@ -67,7 +67,10 @@ impl Host {
             bin,
             smi,
         };
-        // root makes the shared lease dir (mode 1777) and the lock files.
+        // root makes the shared lease dir (mode 1777) and the lock files, once, as a
+        // host's admin would: only root's lock files are trusted.
+        let dir = host.locks.display().to_string();
+        run(&mut host.cmd(Mode::Root, &["host", "setup", "--lock-dir", &dir])).ok();
         run(&mut host.cmd(Mode::Root, &["gpu", "exec", "--count", "1", "--", "true"])).ok();
         host
     }
@@ -378,4 +381,84 @@ fn ctrl_z_stops_the_job_and_fg_gives_the_command_its_terminal_back() {
         assert!(shown.contains("got:hello"), "{mode:?}: {shown}");
         assert!(shown.contains("STATUS=3"), "{mode:?}: {shown}");
     }
+}
+
+#[test]
+fn a_gpu_is_never_handed_out_twice_whatever_another_user_does_to_the_lock_dir() {
+    let host = Host::new(2);
+    let lock = |i: usize| host.locks.join(format!("{}.lock", uuid(i)));
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(args)
+            .status()
+            .unwrap()
+    };
+    // Another user can neither remove nor replace a lock file that setup made root's.
+    let path = lock(0).display().to_string();
+    assert!(!as_nobody(&["rm", "-f", &path]).success());
+    assert!(!as_nobody(&["mv", &path, "/tmp/taken"]).success());
+    assert!(lock(0).exists());
+    // Workload A holds GPU 0; B, asking for exactly GPU 0 at once, does not get it.
+    let mut a = host
+        .cmd(
+            Mode::Root,
+            &["gpu", "exec", "--devices", "0", "--", "sleep", "30"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let leased = || {
+        let r = run(&mut host.cmd(Mode::Root, &["gpu", "status", "--json"]));
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_default();
+        v["gpus"]
+            .as_array()
+            .map(|g| g.iter().filter(|g| !g["lease_holder"].is_null()).count())
+            .unwrap_or(0)
+    };
+    assert!(wait_until(20, || leased() == 1), "A never got GPU 0");
+    let b = run(&mut host.cmd(
+        Mode::Root,
+        &[
+            "gpu",
+            "exec",
+            "--devices",
+            "0",
+            "--wait",
+            "0s",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(b.code, 4, "B got GPU 0 while A held it:\n{}", b.stderr);
+    let _ = a.kill();
+    let _ = a.wait();
+    // A lock file another user made is refused, naming them; one that is missing, the
+    // other user may not make.
+    std::fs::remove_file(lock(1)).unwrap();
+    std::fs::write(lock(1), "").unwrap();
+    nix::unistd::chown(&lock(1), Some(65534.into()), Some(65534.into())).unwrap();
+    run(&mut host.cmd(Mode::Root, &["gpu", "exec", "--devices", "1", "--", "true"])).fails_with(
+        2,
+        "is owned by uid 65534 (nobody), not by root or the lock dir's owner",
+    );
+    std::fs::remove_file(lock(1)).unwrap();
+    run(&mut host.cmd(
+        Mode::Nobody,
+        &["gpu", "exec", "--devices", "1", "--", "true"],
+    ))
+    .fails_with(
+        2,
+        "only root or the lock dir's owner (uid 0 (root)) may make it",
+    );
+    assert!(!lock(1).exists());
+    // Setup makes it root's again, and everyone may lease it.
+    let dir = host.locks.display().to_string();
+    run(&mut host.cmd(Mode::Root, &["host", "setup", "--lock-dir", &dir])).ok();
+    run(&mut host.cmd(
+        Mode::Nobody,
+        &["gpu", "exec", "--devices", "1", "--", "true"],
+    ))
+    .ok();
 }

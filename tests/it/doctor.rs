@@ -114,3 +114,45 @@ fn doctor_without_engine_fails_engine_check() {
         r.stdout
     );
 }
+
+#[test]
+fn doctor_shows_the_host_policy_and_what_it_grants() {
+    require_engine();
+    let smi = FakeSmi::idle();
+    let locks = tempfile::tempdir().unwrap();
+    let policy = HostPolicyFile::new(
+        "version: 1\ngrants: {mounts: [/data/models], users: [root], pass_env: [HF_TOKEN]}\n",
+    );
+    let p = Project::new(&manifest_with_locks(&["cibox.yaml"]));
+    let doctor = |policy: &HostPolicyFile| {
+        let mut c = cibox(p.path());
+        smi.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", locks.path())
+            .env("CIBOX_HOST_POLICY", policy.path())
+            .args(["doctor", "--json"]);
+        let r = run(&mut c);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).expect(&r.stdout);
+        (r, v)
+    };
+    let (_, v) = doctor(&policy);
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "host policy")
+        .unwrap()
+        .clone();
+    assert_eq!(finding["status"], "ok", "{finding}");
+    let detail = finding["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("(sha256:")
+            && detail.contains("grants mounts under /data/models; users root; pass_env HF_TOKEN"),
+        "{detail}"
+    );
+    // A policy others may write is refused: doctor says so and exits 2.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(policy.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (r, v) = doctor(&policy);
+    assert_eq!(status(&v, "host policy"), "fail");
+    assert_eq!(r.code, 2, "{}", r.stdout);
+}

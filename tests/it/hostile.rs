@@ -147,7 +147,14 @@ fn a_held_decision_lock_bounds_the_wait_and_yields_to_signals() {
         &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"]),
         20,
     )
-    .fails_with(4, "select.lock");
+    .fails_with(
+        4,
+        &format!(
+            "select.lock in {} stays locked by pid {}",
+            h.locks.path().display(),
+            std::process::id()
+        ),
+    );
     // SIGTERM while it waits for that lock ends it with 143.
     let child = h
         .cmd(&["gpu", "exec", "--count", "1", "--wait", "60s", "--", "true"])
@@ -556,4 +563,41 @@ fn reports_are_collected_not_shared_and_what_a_batch_grows_is_capped() {
         big > 0 && big <= 4 << 20,
         "{big} bytes came out of a 4m /reports"
     );
+}
+
+#[test]
+fn a_planted_ticket_at_the_head_of_the_queue_freezes_nobody() {
+    let h = GpuHost::new(2);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    // A ticket ahead of everyone, locked, kept alive, that is no request (and unreadable
+    // to anyone but root).
+    let planted = h
+        .locks
+        .path()
+        .join("queue/00000000000000000001-00000000000000000000-1");
+    std::fs::write(&planted, "not a request").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let ticket = std::fs::File::open(&planted).unwrap();
+    ticket.lock().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beat = {
+        let (stop, planted) = (stop.clone(), planted.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(&planted)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    let r = run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "20s", "--", "true"]),
+        40,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    beat.join().unwrap();
+    drop(ticket);
+    r.ok();
 }

@@ -17,5 +17,6 @@ mod lint;
 mod lockset;
 mod nix;
 mod orphans;
+mod policy;
 mod probe;
 mod python;
