@@ -39,6 +39,9 @@ pub(super) struct Watched {
     pub container_left: Cell<bool>,
     /// What came out of its `/reports`.
     pub reports: RefCell<Copied>,
+    /// The engine says the container itself was killed (from outside, or for memory):
+    /// whatever its state reads a moment later, its `/reports` went with it.
+    pub container_died: Cell<bool>,
     /// Its steps as they came, for `verdict: exit-code`.
     pub steps: RefCell<Option<StepTracker>>,
 }

@@ -48,7 +48,7 @@ impl Execution<'_> {
         let followed = self.follow(b, &id, watched);
         // The container still lives (its keeper waits): copy `/reports` out now.
         if followed.is_ok() {
-            *watched.reports.borrow_mut() = self.copy_reports(b, &id);
+            *watched.reports.borrow_mut() = self.copy_reports(b, &id, watched.container_died.get());
         }
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
@@ -75,8 +75,9 @@ impl Execution<'_> {
         Ok(ended)
     }
 
-    /// What is safe of the container's `/reports`, copied into the batch's folder.
-    fn copy_reports(&self, b: &BatchPlan, id: &str) -> copy::Copied {
+    /// What is safe of the container's `/reports`, copied into the batch's folder; `died`:
+    /// the engine said the container was killed.
+    fn copy_reports(&self, b: &BatchPlan, id: &str, died: bool) -> copy::Copied {
         let caps = copy::Caps::with_bytes(b.container.reports_size());
         let mut copied = copy::Copied::default();
         if self.engine.is_running(id) {
@@ -87,9 +88,10 @@ impl Execution<'_> {
             copied = copy::extract(archive, &b.dir, &caps, stop);
         }
         // Checked after the copy too: one that raced the container's end read nothing
-        // (a copy that found nothing in a live container is no loss).
+        // (a copy that found nothing in a live container is no loss). A container the
+        // engine says was killed may still read as running for a moment.
         let nothing = copied.files == 0 && copied.skipped_count == 0;
-        if copied.stopped.is_none() && nothing && !self.engine.is_running(id) {
+        if copied.stopped.is_none() && nothing && (died || !self.engine.is_running(id)) {
             copied.stopped = Some("the container had stopped before /reports was copied: what the batch wrote there went with it".to_string());
         }
         copied
@@ -141,6 +143,7 @@ impl Execution<'_> {
             Err(e) => {
                 return match self.engine.end_cause(id, started_at) {
                     cause @ Ok(EndCause::KilledThroughEngine(_) | EndCause::OutOfMemory) => {
+                        watched.container_died.set(true);
                         Ok(why_it_ended(b, cause, None))
                     }
                     _ => Err(e.into()),
@@ -162,7 +165,16 @@ impl Execution<'_> {
                 exit,
             },
             (None, Some(0)) => ContainerEnd::Exited(0),
-            (None, code) => why_it_ended(b, self.engine.end_cause(id, started_at), code),
+            (None, code) => {
+                let cause = self.engine.end_cause(id, started_at);
+                if matches!(
+                    cause,
+                    Ok(EndCause::KilledThroughEngine(_) | EndCause::OutOfMemory)
+                ) {
+                    watched.container_died.set(true);
+                }
+                why_it_ended(b, cause, code)
+            }
         })
     }
 

@@ -472,3 +472,36 @@ fn an_engine_that_cannot_follow_the_steps_fails_the_batch_as_infrastructure() {
     assert!(r.message.as_deref().unwrap().contains("connection reset"));
     assert_eq!(calls.removed.len(), 1);
 }
+
+#[test]
+fn a_container_killed_from_outside_lost_its_reports_even_while_it_reads_as_running() {
+    // The engine may still call a container it just killed running for a moment: the
+    // copy then reads an empty `/reports`, which is a loss, not "nothing written".
+    let mut empty = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Directory);
+    h.set_size(0);
+    h.set_mode(0o755);
+    h.set_cksum();
+    empty.append_data(&mut h, "reports/", &[][..]).unwrap();
+    let (result, _, _) = run_with(Script {
+        follow: Ok(FollowEnd {
+            stopped: None,
+            exit: Some(137),
+        }),
+        end_cause: EndCause::KilledThroughEngine("9".into()),
+        alive_after: true,
+        reports: empty.into_inner().unwrap(),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!(r.status, Status::InfraError);
+    assert!(
+        r.reports
+            .stopped
+            .as_deref()
+            .is_some_and(|s| s.contains("had stopped before /reports was copied")),
+        "{:?}",
+        r.reports
+    );
+}
