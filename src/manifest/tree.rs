@@ -80,14 +80,22 @@ pub(super) fn require_maps(
 }
 
 /// `b` laid over `a`: mappings merge key by key (recursively), anything else in `b`
-/// replaces `a`. Entries from `a` keep their positions, so an error in a default points
-/// at the default.
+/// replaces `a`, and a key `b` sets to `null` (`memlock: null`, `mounts: null`, or just
+/// `key:`) removes what `a` has there (a null with nothing under it stays, for the
+/// checks to name). Entries from `a` keep their positions, so an
+/// error in a default points at the default.
 fn overlay(a: &Node, b: Node) -> Node {
     match (&a.value, b.value) {
         (yaml::NodeValue::Map(base), yaml::NodeValue::Map(over)) => {
             let mut entries: Vec<(Node, Node)> = Vec::new();
+            let mut removed: Vec<String> = Vec::new();
             for (k, v) in over {
                 let key = k.scalar_text().unwrap_or_default().to_string();
+                let inherited = base.iter().any(|(bk, _)| bk.scalar_text() == Some(&key));
+                if is_null(&v) && inherited {
+                    removed.push(key);
+                    continue;
+                }
                 let merged = match base.iter().find(|(bk, _)| bk.scalar_text() == Some(&key)) {
                     Some((_, bv)) => overlay(bv, v),
                     None => v,
@@ -99,6 +107,7 @@ fn overlay(a: &Node, b: Node) -> Node {
                 if !entries
                     .iter()
                     .any(|(have, _)| have.scalar_text() == Some(key))
+                    && !removed.iter().any(|r| r == key)
                 {
                     entries.push((k.clone(), v.clone()));
                 }
@@ -113,6 +122,11 @@ fn overlay(a: &Node, b: Node) -> Node {
             mark: b.mark,
         },
     }
+}
+
+/// A plain `null`, `~` or nothing: YAML's null.
+fn is_null(node: &Node) -> bool {
+    matches!(&node.value, yaml::NodeValue::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null")
 }
 
 /// Before the manifest is read: top-level `x-*` keys are dropped (a place for anchors,
@@ -320,6 +334,26 @@ mod tests {
         assert_eq!(e2e.container.ipc, Ipc::Host);
         assert_eq!(e2e.container.network, Network::Bridge);
         assert_eq!(cpu.network, Network::None);
+    }
+
+    #[test]
+    fn null_removes_an_inherited_value_at_every_level() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {env: {A: top, B: top}, mounts: [\"/data/m:/m\"]}\ndefaults:\n  timeout: 1h\n  env: {K: v}\n  container: {ulimits: {memlock: unlimited, stack: 8388608}}\nbatches:\n  gpu: {gpus: 1, run: [x]}\n  cpu:\n    gpus: 0\n    run: [x]\n    env: {K: null}\n    container: {ulimits: {memlock: null}, mounts: null, env: {B: null}}\n";
+        let m = parse(text).unwrap();
+        let gpu = &m.batches["gpu"];
+        assert_eq!(gpu.container.ulimits.len(), 2);
+        assert_eq!(gpu.container.mounts.len(), 1);
+        let cpu = &m.batches["cpu"];
+        assert_eq!(cpu.container.ulimits.keys().collect::<Vec<_>>(), ["stack"]);
+        assert!(cpu.container.mounts.is_empty());
+        assert!(!cpu.env.contains_key("K") && gpu.env["K"] == "v");
+        assert_eq!(cpu.container.env.keys().collect::<Vec<_>>(), ["A"]);
+        // A value that is required stays required: removing it is named.
+        let err = parse(&text.replace("env: {K: null}", "timeout: null")).unwrap_err();
+        assert!(
+            err.contains("batches.cpu: missing required key `timeout`"),
+            "{err}"
+        );
     }
 
     #[test]
