@@ -64,6 +64,8 @@ impl ChangedRun {
             meta: serde_json::json!({ "test_file": file }),
             verdict: self.verdict,
             image: self.image.clone(),
+            image_named: true,
+            install: None,
             changed_file: Some(file.to_string()),
         }
     }

@@ -26,6 +26,10 @@ pub struct ImageConfig {
     pub locks: Vec<String>,
     pub nix: Option<String>,
     pub dockerfile: Option<String>,
+    /// How the source is installed in this image (instead of `source.install`); a
+    /// batch's own `install` wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<Vec<String>>,
 }
 
 /// The variable that names the ID of image `name` for a run (`CIBOX_IMAGE_<NAME>`, the
@@ -159,13 +163,20 @@ mod tests {
 
     #[test]
     fn named_images_per_batch_and_layer() {
-        let text = "version: 1\nproject: p\nimages:\n  default: {locks: [a.lock]}\n  megatron: {locks: [m.lock], dockerfile: m/Dockerfile}\nbatches:\n  cpu: {gpus: 0, timeout: 1m, run: [x]}\n  e2e: {gpus: 8, timeout: 1h, run: [x]}\n  own: {gpus: 1, timeout: 1h, run: [x], image: default}\nlayers:\n  mega: {batches: [e2e, own], image: megatron}\n";
+        let text = "version: 1\nproject: p\nimages:\n  default: {locks: [a.lock]}\n  megatron: {locks: [m.lock], dockerfile: m/Dockerfile}\nbatches:\n  cpu: {gpus: 0, timeout: 1m, run: [x]}\n  e2e: {gpus: 8, timeout: 1h, run: [x]}\n  own: {gpus: 1, timeout: 1h, run: [x], image: megatron}\nlayers:\n  mega: {batches: [e2e, own], image: megatron}\n  plain: {batches: [e2e]}\n";
         let m = parse(text).unwrap();
         assert_eq!(m.batches["cpu"].image, "default");
-        assert_eq!(m.batches["e2e"].image, "megatron");
-        assert_eq!(
-            m.batches["own"].image, "default",
-            "a batch's own image wins"
+        // Its own (the default); the layer's only when run as part of that layer (a
+        // batch in two layers runs in each one's image).
+        assert_eq!(m.batches["e2e"].image, "default");
+        assert_eq!(m.layers["mega"].image.as_deref(), Some("megatron"));
+        assert_eq!(m.batches["own"].image, "megatron");
+        // A batch that names its own image in a layer that names another: ambiguous.
+        let err = parse(&text.replace("image: megatron}\nlayers", "image: default}\nlayers"))
+            .unwrap_err();
+        assert!(
+            err.contains("layers.mega.image: runs its batches in image `megatron`, but batch `own` names image `default`"),
+            "{err}"
         );
         assert_eq!(m.images["megatron"].locks, ["m.lock"]);
         assert_eq!(m.image.locks, ["a.lock"], "image is the default one");
@@ -174,13 +185,13 @@ mod tests {
         assert_eq!(one.images.keys().collect::<Vec<_>>(), ["default"]);
         let cases: &[(&str, &str, &str)] = &[
             (
-                "image: default}",
-                "image: megatorn}",
+                "image: megatron}\nlayers",
+                "image: megatorn}\nlayers",
                 "cibox.yaml:9:48: batches.own.image: `megatorn` is not an image of this manifest; did you mean `megatron`?",
             ),
             (
-                "image: megatron}",
-                "image: nope}",
+                "image: megatron}\n  plain",
+                "image: nope}\n  plain",
                 "layers.mega.image: `nope` is not an image of this manifest",
             ),
             (
@@ -209,11 +220,12 @@ mod tests {
             let err = parse(&text.replacen(from, to, 1)).unwrap_err();
             assert!(err.contains(want), "{to}: {err}");
         }
+        // A batch in two layers that name different images runs in each one's.
         let two_layers = text.replace(
             "layers:\n",
             "layers:\n  other: {batches: [e2e], image: default}\n",
         );
-        let err = parse(&two_layers).unwrap_err();
-        assert!(err.contains("batch `e2e` is in layer `other` too"), "{err}");
+        let m = parse(&two_layers).unwrap();
+        assert_eq!(m.layers["other"].image.as_deref(), Some("default"));
     }
 }

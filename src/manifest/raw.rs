@@ -62,6 +62,7 @@ pub(super) struct RawDefaults {
     meta: Option<serde_json::Value>,
     verdict: Option<BatchVerdict>,
     image: Option<String>,
+    install: Option<Vec<String>>,
 }
 
 /// A batch, with `defaults:` laid under it.
@@ -89,6 +90,7 @@ pub(super) struct RawBatch {
     pub(super) meta: Option<serde_json::Value>,
     pub(super) verdict: Option<BatchVerdict>,
     pub(super) image: Option<String>,
+    pub(super) install: Option<Vec<String>>,
 }
 
 /// A layer's `batches:`, `all` or a list of names.

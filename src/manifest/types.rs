@@ -48,8 +48,16 @@ pub struct Batch {
     /// Free data for templates (a mapping of plain values).
     pub meta: serde_json::Value,
     pub verdict: BatchVerdict,
-    /// The name of the image it runs in (a key of `images`).
+    /// The name of the image it runs in (a key of `images`): its own, else `default`.
+    /// Run as part of a layer that names an image, it runs in that one instead.
     pub image: String,
+    /// Whether it names its image itself (or through `defaults`).
+    #[serde(skip)]
+    pub image_named: bool,
+    /// How the source is installed for it, instead of its image's `install` (or
+    /// `source.install`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub install: Option<Vec<String>>,
     /// The test file, for a batch `cibox changed run` made from `changed.run`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_file: Option<String>,
@@ -65,6 +73,9 @@ pub struct Layer {
     pub fast: bool,
     /// Free data for templates (a mapping of plain values).
     pub meta: serde_json::Value,
+    /// The image its batches run in when run as part of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]

@@ -3,7 +3,7 @@
 //! each section's own checks (images, container, GPU, changed) in the order the
 //! first error is reported.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use indexmap::IndexMap;
@@ -32,16 +32,15 @@ pub(super) fn validate(
 ) -> Result<Manifest, ManifestError> {
     validate_version_and_project(check, raw.version, &raw.project)?;
     let images = validate_images(check, raw.image, raw.images)?;
-    require_default_image(check, &images, &raw.batches)?;
 
     let top_container = raw.container.clone();
     let container = validate_container(check, &["container"], raw.container)?;
 
     let gpu = validate_gpu(check, raw.gpu)?;
 
-    let (mut batches, explicit_image) =
-        validate_batches(check, &images, &top_container, raw.batches)?;
-    let layers = validate_layers(check, &images, &mut batches, &explicit_image, raw.layers)?;
+    let batches = validate_batches(check, &images, &top_container, raw.batches)?;
+    let layers = validate_layers(check, &images, &batches, raw.layers)?;
+    require_an_image(check, &images, &batches, &layers)?;
 
     let changed = match raw.changed {
         None => None,
@@ -92,53 +91,53 @@ fn validate_version_and_project(
     Ok(())
 }
 
-/// Without an image named `default`, every batch must name its own.
-fn require_default_image(
+/// Without an image named `default`, every batch must name its own, or be in a layer
+/// that names one (it then runs only as part of such a layer).
+fn require_an_image(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
-    batches: &IndexMap<String, RawBatch>,
+    batches: &IndexMap<String, Batch>,
+    layers: &IndexMap<String, Layer>,
 ) -> Result<(), ManifestError> {
-    if !images.contains_key(DEFAULT_IMAGE) {
-        let named: Vec<&String> = batches
-            .iter()
-            .filter(|(_, b)| b.image.is_none())
-            .map(|(n, _)| n)
-            .collect();
-        if let Some(first) = named.first() {
-            return Err(check.at(
-                &["batches", first.as_str()],
-                format!(
-                    "names no `image`, and `images` has no `{DEFAULT_IMAGE}`: add `image: NAME` (one of {}) or an image named `{DEFAULT_IMAGE}`",
-                    images.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        }
+    if images.contains_key(DEFAULT_IMAGE) {
+        return Ok(());
+    }
+    let in_imaged_layer = |b: &str| {
+        layers
+            .values()
+            .any(|l| l.image.is_some() && l.batches.iter().any(|x| x == b))
+    };
+    if let Some((first, _)) = batches
+        .iter()
+        .find(|(n, b)| !b.image_named && !in_imaged_layer(n))
+    {
+        return Err(check.at(
+            &["batches", first.as_str()],
+            format!(
+                "names no `image`, and `images` has no `{DEFAULT_IMAGE}`: add `image: NAME` (one of {}) or an image named `{DEFAULT_IMAGE}`",
+                images.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
     }
     Ok(())
 }
 
-/// Reads `batches:`, in order; also gives the batches that name their image
-/// (themselves or through `defaults`): a layer's `image` does not change theirs.
+/// Reads `batches:`, in order.
 fn validate_batches(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
     top_container: &RawContainer,
     raw: IndexMap<String, RawBatch>,
-) -> Result<(IndexMap<String, Batch>, HashSet<String>), ManifestError> {
+) -> Result<IndexMap<String, Batch>, ManifestError> {
     if raw.is_empty() {
         return Err(check.at(&["batches"], "define at least one batch"));
     }
     let mut batches = IndexMap::new();
-    let mut explicit_image = HashSet::new();
     for (name, b) in raw {
-        let names_image = b.image.is_some();
         let batch = validate_batch(check, images, top_container, &name, b)?;
-        if names_image {
-            explicit_image.insert(name.clone());
-        }
         batches.insert(name, batch);
     }
-    Ok((batches, explicit_image))
+    Ok(batches)
 }
 
 /// Reads one batch; `top_container` is the top-level `container:`, the batch's when
@@ -194,6 +193,7 @@ fn validate_batch(
         container: batch_container,
         meta: plain_meta(check, &["batches", name, "meta"], b.meta)?,
         verdict: b.verdict.unwrap_or_default(),
+        image_named: b.image.is_some(),
         image: match &b.image {
             Some(img) => {
                 known_image(check, images, &["batches", name, "image"], img)?;
@@ -201,23 +201,22 @@ fn validate_batch(
             }
             None => DEFAULT_IMAGE.to_string(),
         },
+        install: b.install,
         changed_file: None,
     })
 }
 
-/// Reads `layers:`, in order. A layer's `image` becomes the image of its batches that
-/// name none (`explicit_image` are those that do), so it changes `batches`.
+/// Reads `layers:`, in order. A layer's `image` is the image its batches run in when
+/// run as part of it (a batch in two layers runs in each one's); a batch that names
+/// its own image cannot be in a layer that names another.
 fn validate_layers(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
-    batches: &mut IndexMap<String, Batch>,
-    explicit_image: &HashSet<String>,
+    batches: &IndexMap<String, Batch>,
     raw: IndexMap<String, RawLayer>,
 ) -> Result<IndexMap<String, Layer>, ManifestError> {
     let known: Vec<String> = batches.keys().cloned().collect();
     let mut layers = IndexMap::new();
-    // Which layer gave an image-less batch its image.
-    let mut image_from_layer: HashMap<String, String> = Default::default();
     for (name, l) in raw {
         if !is_name(&name, true) {
             return Err(check.at_key(
@@ -228,15 +227,18 @@ fn validate_layers(
         let (list, all) = layer_batches(check, batches, &known, &name, l.batches)?;
         if let Some(img) = &l.image {
             known_image(check, images, &["layers", &name, "image"], img)?;
-            give_layer_image(
-                check,
-                batches,
-                explicit_image,
-                &mut image_from_layer,
-                &name,
-                &list,
-                img,
-            )?;
+            if let Some(b) = list
+                .iter()
+                .find(|b| batches[*b].image_named && batches[*b].image != *img)
+            {
+                return Err(check.at(
+                    &["layers", &name, "image"],
+                    format!(
+                        "runs its batches in image `{img}`, but batch `{b}` names image `{}` (batches.{b}.image): which one it runs in would be ambiguous; drop one of them",
+                        batches[b].image
+                    ),
+                ));
+            }
         }
         let meta = plain_meta(check, &["layers", &name, "meta"], l.meta)?;
         layers.insert(
@@ -247,6 +249,7 @@ fn validate_layers(
                 all,
                 fast: l.fast,
                 meta,
+                image: l.image,
             },
         );
     }
@@ -289,41 +292,6 @@ fn layer_batches(
         }
     }
     Ok((list, all))
-}
-
-/// Gives image `img` of layer `name` to the batches in `list` that name none
-/// (`explicit_image` are those that do); two layers may not give one batch different
-/// images (`image_from_layer` says which layer gave a batch its image).
-fn give_layer_image(
-    check: &Checker<'_>,
-    batches: &mut IndexMap<String, Batch>,
-    explicit_image: &HashSet<String>,
-    image_from_layer: &mut HashMap<String, String>,
-    name: &str,
-    list: &[String],
-    img: &str,
-) -> Result<(), ManifestError> {
-    for b in list {
-        if explicit_image.contains(b) {
-            continue;
-        }
-        if let Some(other) = image_from_layer.get(b)
-            && batches[b].image != *img
-        {
-            return Err(check.at(
-                &["layers", name, "image"],
-                format!(
-                    "batch `{b}` is in layer `{other}` too, which gives it image `{}`: name its image on the batch",
-                    batches[b].image
-                ),
-            ));
-        }
-        image_from_layer.insert(b.clone(), name.to_string());
-        if let Some(batch) = batches.get_mut(b) {
-            batch.image = img.to_string();
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -51,6 +51,10 @@ pub enum PlanError {
     #[error("no ID for image `{name}`: set images.{name}.id in cibox.yaml or {var}")]
     NoNamedImage { name: String, var: String },
     #[error(
+        "batch `{batch}` names no image and the manifest has no default one: it runs only as part of a layer that names one ({layers}); run it with --layer"
+    )]
+    NoImageOutsideLayer { batch: String, layers: String },
+    #[error(
         "this run uses the images {names}: --image (or CIBOX_IMAGE) would be ambiguous; set each image's id in cibox.yaml, or CIBOX_IMAGE_<NAME>"
     )]
     AmbiguousImage { names: String },

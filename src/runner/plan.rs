@@ -213,6 +213,35 @@ pub fn check_request(manifest: &Manifest, request: &RunRequest) -> Result<Vec<St
     Ok(names)
 }
 
+/// The image batch `name` runs in: the layer's, when it runs as part of a layer that
+/// names one; else its own (or `default`). Never another layer's.
+pub fn batch_image<'m>(
+    manifest: &'m Manifest,
+    name: &str,
+    layer: Option<&str>,
+) -> Result<&'m str, PlanError> {
+    if let Some(img) = layer
+        .and_then(|l| manifest.layers.get(l))
+        .and_then(|l| l.image.as_deref())
+    {
+        return Ok(img);
+    }
+    let batch = &manifest.batches[name];
+    if batch.image_named || manifest.images.contains_key(crate::manifest::DEFAULT_IMAGE) {
+        return Ok(&batch.image);
+    }
+    let layers: Vec<&str> = manifest
+        .layers
+        .iter()
+        .filter(|(_, l)| l.image.is_some() && l.batches.iter().any(|b| b == name))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    Err(PlanError::NoImageOutsideLayer {
+        batch: name.to_string(),
+        layers: layers.join(", "),
+    })
+}
+
 /// The ID of each image the batches use: `--image`/`CIBOX_IMAGE` when they use one
 /// image, else `CIBOX_IMAGE_<NAME>`, else the manifest's.
 fn image_ids(
@@ -222,7 +251,7 @@ fn image_ids(
 ) -> Result<IndexMap<String, ImageId>, PlanError> {
     let mut used: Vec<&str> = Vec::new();
     for n in names {
-        let img = manifest.batches[n].image.as_str();
+        let img = batch_image(manifest, n, request.layer.as_deref())?;
         if !used.contains(&img) {
             used.push(img);
         }
@@ -300,13 +329,14 @@ pub fn plan(
         .iter()
         .map(|name| {
             let batch = &manifest.batches[name];
+            let image_name = batch_image(&manifest, name, request.layer.as_deref())?;
             let dir = request.reports.join(name);
             let batch_user = match batch.container.user {
                 ContainerUser::Invoker => user,
                 ContainerUser::Root => (0, 0),
                 ContainerUser::Ids(u, g) => (u, g),
             };
-            BatchPlan {
+            Ok(BatchPlan {
                 name: name.clone(),
                 gpus: batch.gpus,
                 timeout: batch.timeout,
@@ -317,19 +347,19 @@ pub fn plan(
                     batch,
                     &identity,
                     batch_user,
-                    &images[&batch.image],
+                    (image_name, &images[image_name]),
                     host.mounts.get(name).cloned().unwrap_or_default(),
                 ),
-                image_name: batch.image.clone(),
-                image: images[&batch.image].clone(),
+                image_name: image_name.to_string(),
+                image: images[image_name].clone(),
                 dir,
                 user: batch_user,
                 verdict: batch.verdict,
                 run: batch.run.clone(),
                 changed_file: batch.changed_file.clone(),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, PlanError>>()?;
     Ok(RunPlan {
         images,
         fast,
@@ -473,6 +503,28 @@ pub(crate) mod tests {
         assert_eq!(as_root.batches[0].container.user(), "65534:65534");
         assert_eq!(p.wait, Duration::from_secs(7));
         assert!(!p.batches[0].container.manifest_env.contains_key("F"));
+    }
+
+    #[test]
+    fn a_batch_run_as_part_of_a_layer_takes_that_layers_image_and_no_other() {
+        let text = "version: 1\nproject: p\nimages:\n  default: {locks: [x], id: \"sha256:0000000000000000000000000000000000000000000000000000000000000000\", install: [\"pip install -e .\"]}\n  slime-test: {locks: [y], id: \"sha256:1111111111111111111111111111111111111111111111111111111111111111\", install: [\"pip install --no-deps -e .\"]}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n  b: {gpus: 0, timeout: 1m, run: [\"true\"], install: [\"make\"]}\nlayers:\n  megatron: {batches: [a, b]}\n  image: {batches: [a, b], image: slime-test}\n";
+        let m = Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();
+        let run = |layer: Option<&str>| {
+            let mut r = request(&["a", "b"], layer);
+            r.image = None;
+            plan(m.clone(), r, &host()).unwrap()
+        };
+        let megatron = run(Some("megatron"));
+        assert_eq!(megatron.images.keys().collect::<Vec<_>>(), ["default"]);
+        assert_eq!(megatron.batches[0].image_name, "default");
+        let image = run(Some("image"));
+        assert_eq!(image.images.keys().collect::<Vec<_>>(), ["slime-test"]);
+        // Each image installs the source its own way; a batch's own install wins.
+        let script = |p: &RunPlan, i: usize| p.batches[i].container.steps()[2].clone();
+        assert!(script(&megatron, 0).contains("cibox install: pip install -e ."));
+        assert!(script(&image, 0).contains("cibox install: pip install --no-deps -e ."));
+        assert!(script(&image, 1).contains("cibox install: make"));
+        assert!(!script(&image, 1).contains("pip install"));
     }
 
     #[test]

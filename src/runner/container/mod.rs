@@ -122,14 +122,15 @@ impl ContainerPlan {
     }
 
     /// `user` is who the batch runs as (the invoker, or what its `container.user` says);
-    /// `mounts` are its host mounts as the host check resolved them.
+    /// `image` the image it runs in, by name and ID; `mounts` its host mounts as the
+    /// host check resolved them.
     pub fn new(
         m: &Manifest,
         batch_name: &str,
         batch: &Batch,
         id: &Identity<'_>,
         user: (u32, u32),
-        image: &ImageId,
+        (image_name, image): (&str, &ImageId),
         mounts: Vec<ResolvedMount>,
     ) -> ContainerPlan {
         let c = &batch.container;
@@ -166,7 +167,7 @@ impl ContainerPlan {
             labels,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             manifest_env,
-            script: script(m, batch),
+            script: script(install_for(m, batch, image_name), batch),
             binds: vec![format!("{}:/src:ro", id.source.display())],
             user: format!("{}:{}", user.0, user.1),
             uid: user.0,
@@ -186,6 +187,16 @@ impl ContainerPlan {
             cap_add: c.cap_add.clone(),
         }
     }
+}
+
+/// How the source is installed for `batch` in image `image_name`: the batch's own
+/// `install`, else the image's, else `source.install`.
+fn install_for<'m>(m: &'m Manifest, batch: &'m Batch, image_name: &str) -> &'m [String] {
+    batch
+        .install
+        .as_deref()
+        .or_else(|| m.images.get(image_name).and_then(|i| i.install.as_deref()))
+        .unwrap_or(&m.source.install)
 }
 
 /// The manifest-defined environment of a batch (no host values), for the record.

@@ -1,7 +1,7 @@
 //! The script a batch's container runs, and its keeper: the first process, which
 //! keeps the container alive until cibox has copied `/reports` out.
 
-use crate::manifest::{Batch, Manifest};
+use crate::manifest::Batch;
 
 /// Quotes a string for `sh` (single quotes, `'` as `'\''`).
 pub fn sh_quote(s: &str) -> String {
@@ -11,15 +11,13 @@ pub fn sh_quote(s: &str) -> String {
 /// The script the container runs: copy the source in (`cp -R`: ownership cannot be
 /// kept without CAP_CHOWN, and the copy belongs to the batch user), install it, then the batch's
 /// preflight and run steps, stopping at the first that fails.
-pub(super) fn script(m: &Manifest, batch: &Batch) -> String {
+pub(super) fn script(install: &[String], batch: &Batch) -> String {
     let mut s = String::from(
         "set -e\n\
          if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); the image must provide /work (mode 1777)\" >&2; exit 125; fi\n\
          cp -R /src/. /work/\ncd /work\n",
     );
-    let steps = m
-        .source
-        .install
+    let steps = install
         .iter()
         .map(|c| ("install", c))
         .chain(batch.preflight.iter().map(|c| ("preflight", c)))
