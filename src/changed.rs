@@ -88,6 +88,7 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<GpuMarker> {
 
 use crate::exit::Failure;
 use crate::git::{GitError, run as git};
+use crate::manifest::{ChangedConfig, GroupKind, Manifest};
 
 /// Why the changed files cannot be told.
 #[derive(Debug, thiserror::Error)]
@@ -301,6 +302,156 @@ pub fn tracked(dir: &Path) -> Result<Vec<String>, ChangedError> {
         .filter(|f| !f.is_empty())
         .map(|f| String::from_utf8_lossy(f).into_owned())
         .collect())
+}
+
+/// What each change group found among `paths`: the unnamed group (`changed.patterns`),
+/// then each named one, as (its name, what it found). `warn` hears about test files
+/// whose GPU count is a guess.
+pub fn groups<'m>(
+    m: &Manifest,
+    cfg: &'m ChangedConfig,
+    paths: &[Changed],
+    mut warn: impl FnMut(String),
+) -> Result<Vec<(Option<&'m str>, Found)>, ChangedError> {
+    let mut found = Vec::new();
+    if !cfg.patterns.is_empty() {
+        let include = test_matrix(m, cfg, &cfg.patterns, paths, &mut warn)?;
+        found.push((None, Found::Tests(include)));
+    }
+    for (name, group) in &cfg.groups {
+        let f = match group.kind {
+            GroupKind::Tests => {
+                Found::Tests(test_matrix(m, cfg, &group.patterns, paths, &mut warn)?)
+            }
+            GroupKind::Files => Found::Files(matching(&group.patterns, paths)),
+        };
+        found.push((Some(name.as_str()), f));
+    }
+    Ok(found)
+}
+
+/// What one change group found.
+pub enum Found {
+    /// The matrix of changed test files: `{test_file, num_gpus}` (and `batch`, for an
+    /// entry of a test list).
+    Tests(Vec<serde_json::Value>),
+    /// The changed files.
+    Files(Vec<String>),
+}
+
+impl Found {
+    /// Its step outputs: `[PREFIX_]matrix` and `[PREFIX_]has_tests`, or `NAME` (`true`
+    /// or `false`) and `NAME_files`. Serialised, never pasted: names with quotes,
+    /// `$(…)` or newlines stay data.
+    pub fn outputs(&self, group: Option<&str>) -> Vec<(String, String)> {
+        let key = |k: &str| match group {
+            Some(g) => format!("{g}_{k}"),
+            None => k.to_string(),
+        };
+        match self {
+            Found::Tests(include) => vec![
+                (key("matrix"), self.text()),
+                (key("has_tests"), (!include.is_empty()).to_string()),
+            ],
+            Found::Files(files) => vec![
+                (
+                    group.unwrap_or("files").to_string(),
+                    (!files.is_empty()).to_string(),
+                ),
+                (
+                    key("files"),
+                    serde_json::to_string(files).expect("serialises"),
+                ),
+            ],
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        match self {
+            Found::Tests(include) => {
+                serde_json::json!({"include": include, "has_tests": !include.is_empty()})
+            }
+            Found::Files(files) => {
+                serde_json::json!({"changed": !files.is_empty(), "files": files})
+            }
+        }
+    }
+
+    /// One line: the matrix, or the files as a JSON list.
+    pub fn text(&self) -> String {
+        match self {
+            Found::Tests(include) => {
+                serde_json::to_string(&serde_json::json!({ "include": include }))
+                    .expect("serialises")
+            }
+            Found::Files(files) => serde_json::to_string(files).expect("serialises"),
+        }
+    }
+}
+
+/// The changed paths that `patterns` match.
+fn matching(patterns: &[String], paths: &[Changed]) -> Vec<String> {
+    paths
+        .iter()
+        .filter(|c| patterns.iter().any(|pat| glob_matches(pat, &c.path)))
+        .map(|c| c.path.clone())
+        .collect()
+}
+
+/// The matrix of the changed test files `patterns` match: a file a test list names is
+/// each of its entries, with the entry's GPUs and batch; any other gets the GPU count
+/// its marker says.
+fn test_matrix(
+    m: &Manifest,
+    cfg: &ChangedConfig,
+    patterns: &[String],
+    paths: &[Changed],
+    warn: &mut dyn FnMut(String),
+) -> Result<Vec<serde_json::Value>, ChangedError> {
+    let tests: Vec<&Changed> = paths
+        .iter()
+        .filter(|c| patterns.iter().any(|pat| glob_matches(pat, &c.path)))
+        .collect();
+    let texts = texts(&m.dir, &tests)?;
+    let mut include = Vec::new();
+    for (c, text) in tests.iter().zip(&texts) {
+        let path = &c.path;
+        let entries: Vec<(&String, u32)> = m
+            .batches
+            .iter()
+            .filter(|(_, b)| b.family.is_some() && b.tests.first() == Some(path))
+            .map(|(name, b)| (name, b.gpus))
+            .collect();
+        if !entries.is_empty() {
+            for (name, gpus) in entries {
+                include
+                    .push(serde_json::json!({"test_file": path, "num_gpus": gpus, "batch": name}));
+            }
+            continue;
+        }
+        let gpus = match gpus_marker(text, &cfg.gpus_marker) {
+            Some(GpuMarker {
+                gpus,
+                expression: Some(expr),
+            }) => {
+                warn(format!(
+                    "{path}: `{} = {expr}` is not one number; taking the largest in it, {gpus}",
+                    cfg.gpus_marker
+                ));
+                gpus
+            }
+            Some(m) => m.gpus,
+            None => {
+                warn(format!(
+                    "{path}: no top-level `{} = <int>`; assuming {} GPUs",
+                    cfg.gpus_marker, cfg.default_gpus
+                ));
+                cfg.default_gpus
+            }
+        };
+        include.push(serde_json::json!({"test_file": path, "num_gpus": gpus}));
+    }
+    Ok(include)
 }
 
 #[cfg(test)]

@@ -1,7 +1,5 @@
 //! `cibox changed`: the changed test files as a JSON matrix, and `--unregistered`.
 
-use serde_json::json;
-
 use super::Context;
 use crate::changed;
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
@@ -22,9 +20,9 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
             m.path.display()
         )));
     };
-    let dir = &m.dir;
     if args.unregistered {
-        return unregistered(&m, &cfg.patterns);
+        let patterns: Vec<String> = cfg.test_patterns().cloned().collect();
+        return unregistered(&m, &patterns);
     }
     let Some(base) = &args.base else {
         return Err(Error::Usage("changed: --base REF is required".into()));
@@ -34,55 +32,42 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         false => None,
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
-    let paths = changed::changed_paths(dir, base, head)?;
-    let tests: Vec<&changed::Changed> = paths
-        .iter()
-        .filter(|c| {
-            cfg.patterns
-                .iter()
-                .any(|pat| changed::glob_matches(pat, &c.path))
-        })
-        .collect();
-    let texts = changed::texts(dir, &tests)?;
-    let mut include = Vec::new();
-    for (c, text) in tests.iter().zip(&texts) {
-        let path = &c.path;
-        let gpus = match changed::gpus_marker(text, &cfg.gpus_marker) {
-            Some(changed::GpuMarker {
-                gpus,
-                expression: Some(expr),
-            }) => {
-                console::warn(format!(
-                    "{path}: `{} = {expr}` is not one number; taking the largest in it, {gpus}",
-                    cfg.gpus_marker
-                ));
-                gpus
-            }
-            Some(m) => m.gpus,
-            None => {
-                console::warn(format!(
-                    "{path}: no top-level `{} = <int>`; assuming {} GPUs",
-                    cfg.gpus_marker, cfg.default_gpus
-                ));
-                cfg.default_gpus
-            }
-        };
-        include.push(json!({"test_file": path, "num_gpus": gpus}));
-    }
-    let has_tests = !include.is_empty();
-    // Serialised, never pasted: names with quotes, `$(…)` or newlines stay data.
-    let matrix = serde_json::to_string(&json!({ "include": include })).expect("serialises");
+    let paths = changed::changed_paths(&m.dir, base, head)?;
+    let found = changed::groups(&m, cfg, &paths, console::warn)?;
     if let Some(out) = &mut outputs {
-        out.write(&[
-            ("matrix", &matrix),
-            ("has_tests", if has_tests { "true" } else { "false" }),
-        ])
-        .map_err(Error::Infra)?;
+        let pairs: Vec<(String, String)> = found.iter().flat_map(|(g, f)| f.outputs(*g)).collect();
+        let pairs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        out.write(&pairs).map_err(Error::Infra)?;
     }
     if ctx.json {
-        console::json(&json!({"include": include, "has_tests": has_tests}));
+        let mut v = serde_json::Map::new();
+        let mut groups = serde_json::Map::new();
+        for (g, f) in &found {
+            match g {
+                None => {
+                    if let serde_json::Value::Object(o) = f.json() {
+                        v.extend(o);
+                    }
+                }
+                Some(name) => {
+                    groups.insert(name.to_string(), f.json());
+                }
+            }
+        }
+        if !cfg.groups.is_empty() {
+            v.insert("groups".into(), serde_json::Value::Object(groups));
+        }
+        console::json(&serde_json::Value::Object(v));
     } else {
-        println!("{matrix}");
+        for (g, f) in &found {
+            match g {
+                None => println!("{}", f.text()),
+                Some(name) => println!("{name}: {}", f.text()),
+            }
+        }
     }
     Ok(exit::SUCCESS)
 }
@@ -205,16 +190,15 @@ fn batch_name(n: usize, path: &str) -> String {
 pub(super) fn check_test_file(cfg: &ChangedConfig, path: &str) -> std::result::Result<(), String> {
     if util::is_plain_relative(path)
         && cfg
-            .patterns
-            .iter()
+            .test_patterns()
             .any(|pat| changed::glob_matches(pat, path))
     {
         return Ok(());
     }
     Err(format!(
-        "`{}` is not a test file `changed.patterns` matches ({})",
+        "`{}` is not a test file `changed.patterns` (or a test group) matches ({})",
         util::escape(path),
-        cfg.patterns.join(", ")
+        cfg.test_patterns().cloned().collect::<Vec<_>>().join(", ")
     ))
 }
 

@@ -19,11 +19,46 @@ use super::values::{EnvValue, env_map, is_env_name, ser_display};
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ChangedConfig {
+    /// The test files (the unnamed group; may be empty when `groups` say it all).
     pub patterns: Vec<String>,
     pub gpus_marker: String,
     pub default_gpus: u32,
+    /// Named pattern sets, each test files or plain files, each with outputs of its own.
+    pub groups: IndexMap<String, ChangeGroup>,
     /// How one changed test file runs in a container (`cibox changed run`).
     pub run: Option<ChangedRun>,
+}
+
+impl ChangedConfig {
+    /// Every pattern that names test files: the unnamed group's and the test groups'.
+    pub fn test_patterns(&self) -> impl Iterator<Item = &String> {
+        self.patterns.iter().chain(
+            self.groups
+                .values()
+                .filter(|g| g.kind == GroupKind::Tests)
+                .flat_map(|g| g.patterns.iter()),
+        )
+    }
+}
+
+/// One named set of `changed` patterns.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeGroup {
+    pub patterns: Vec<String>,
+    #[serde(default)]
+    pub kind: GroupKind,
+}
+
+/// What a change group's files are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupKind {
+    /// Test files, each with its GPU count: a matrix.
+    #[default]
+    Tests,
+    /// Plain files (library code, build files): whether any changed, and which.
+    Files,
 }
 
 /// `changed.run`: a batch template for one test file, named in the container by
@@ -66,6 +101,7 @@ impl ChangedRun {
             image: self.image.clone(),
             image_named: true,
             install: None,
+            family: None,
             changed_file: Some(file.to_string()),
         }
     }
@@ -74,7 +110,10 @@ impl ChangedRun {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawChanged {
+    #[serde(default)]
     patterns: Vec<String>,
+    #[serde(default)]
+    groups: IndexMap<String, ChangeGroup>,
     #[serde(default = "default_marker")]
     gpus_marker: String,
     #[serde(default = "default_gpus")]
@@ -128,8 +167,31 @@ pub(super) fn validate_changed(
     top_container: &RawContainer,
     ch: RawChanged,
 ) -> Result<ChangedConfig, ManifestError> {
-    if ch.patterns.is_empty() {
-        return Err(check.at(&["changed", "patterns"], "lists no pattern"));
+    if ch.patterns.is_empty() && ch.groups.is_empty() {
+        return Err(check.at(
+            &["changed", "patterns"],
+            "lists no pattern (and `groups` names none)",
+        ));
+    }
+    for (name, g) in &ch.groups {
+        let at = ["changed", "groups", name.as_str()];
+        // A group's outputs are named after it: `NAME_matrix`, or `NAME` and `NAME_files`.
+        let output_ok = name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            && name.bytes().next().is_some_and(|b| b.is_ascii_alphabetic());
+        if !output_ok || matches!(name.as_str(), "matrix" | "has_tests") {
+            return Err(check.at_key(
+                &at,
+                format!("`{name}` cannot name a change group: its outputs are named after it, so use letters, digits, `_` and `-`, starting with a letter, and not `matrix` or `has_tests`"),
+            ));
+        }
+        if g.patterns.is_empty() {
+            return Err(check.at(
+                &["changed", "groups", name.as_str(), "patterns"],
+                "lists no pattern",
+            ));
+        }
     }
     if !is_env_name(&ch.gpus_marker) {
         return Err(check.at(
@@ -145,6 +207,7 @@ pub(super) fn validate_changed(
         patterns: ch.patterns,
         gpus_marker: ch.gpus_marker,
         default_gpus: ch.default_gpus,
+        groups: ch.groups,
         run,
     })
 }

@@ -32,6 +32,7 @@ use crate::yaml::{self, Mark};
 mod changed;
 mod check;
 mod container;
+mod each;
 mod gpu;
 mod images;
 mod mounts;
@@ -41,7 +42,7 @@ mod types;
 mod validate;
 mod values;
 
-pub use changed::{ChangedConfig, ChangedRun};
+pub use changed::{ChangeGroup, ChangedConfig, ChangedRun, GroupKind};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
@@ -96,6 +97,8 @@ pub struct Manifest {
     pub container: ContainerConfig,
     pub gpu: GpuConfig,
     pub batches: IndexMap<String, Batch>,
+    /// Test lists: each family (a batch with `each:`) and the batches of its entries.
+    pub families: IndexMap<String, Vec<String>>,
     pub layers: IndexMap<String, Layer>,
     pub changed: Option<ChangedConfig>,
     pub workflows: WorkflowsConfig,

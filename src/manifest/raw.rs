@@ -12,6 +12,7 @@ use crate::units::Span;
 
 use super::changed::RawChanged;
 use super::container::RawContainer;
+use super::each::RawEntry;
 use super::gpu::RawGpu;
 use super::images::ImageConfig;
 use super::types::{BatchVerdict, SourceConfig, WorkflowsConfig};
@@ -91,6 +92,8 @@ pub(super) struct RawBatch {
     pub(super) verdict: Option<BatchVerdict>,
     pub(super) image: Option<String>,
     pub(super) install: Option<Vec<String>>,
+    /// A test list: one batch per entry (see `each`).
+    pub(super) each: Option<Vec<RawEntry>>,
 }
 
 /// A layer's `batches:`, `all` or a list of names.

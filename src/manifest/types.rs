@@ -58,6 +58,9 @@ pub struct Batch {
     /// `source.install`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub install: Option<Vec<String>>,
+    /// The test list it is an entry of (`each:` of that batch), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
     /// The test file, for a batch `cibox changed run` made from `changed.run`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_file: Option<String>,

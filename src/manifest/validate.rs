@@ -3,7 +3,7 @@
 //! each section's own checks (images, container, GPU, changed) in the order the
 //! first error is reported.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use indexmap::IndexMap;
@@ -13,6 +13,7 @@ use crate::util::did_you_mean;
 use super::changed::validate_changed;
 use super::check::Checker;
 use super::container::{RawContainer, validate_container};
+use super::each;
 use super::gpu::validate_gpu;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image, validate_images};
 use super::raw::{RawBatch, RawLayer, RawLayerBatches, RawManifest};
@@ -38,8 +39,8 @@ pub(super) fn validate(
 
     let gpu = validate_gpu(check, raw.gpu)?;
 
-    let batches = validate_batches(check, &images, &top_container, raw.batches)?;
-    let layers = validate_layers(check, &images, &batches, raw.layers)?;
+    let (batches, families) = validate_batches(check, &images, &top_container, raw.batches)?;
+    let layers = validate_layers(check, &images, &batches, &families, raw.layers)?;
     require_an_image(check, &images, &batches, &layers)?;
 
     let changed = match raw.changed {
@@ -62,6 +63,7 @@ pub(super) fn validate(
         container,
         gpu,
         batches,
+        families,
         layers,
         changed,
         workflows: raw.workflows,
@@ -122,22 +124,51 @@ fn require_an_image(
     Ok(())
 }
 
-/// Reads `batches:`, in order.
+/// The batches, and the test lists' families (each with the batches of its entries).
+type Batches = (IndexMap<String, Batch>, IndexMap<String, Vec<String>>);
+
+/// Reads `batches:`, in order; a batch with `each:` becomes one batch per entry.
 fn validate_batches(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
     top_container: &RawContainer,
     raw: IndexMap<String, RawBatch>,
-) -> Result<IndexMap<String, Batch>, ManifestError> {
+) -> Result<Batches, ManifestError> {
     if raw.is_empty() {
         return Err(check.at(&["batches"], "define at least one batch"));
     }
+    // Every plain batch's name, so an entry cannot take one defined further down.
+    let mut taken: HashMap<String, String> = raw
+        .iter()
+        .filter(|(_, b)| b.each.is_none())
+        .map(|(n, _)| (n.clone(), format!("batches.{n}")))
+        .collect();
     let mut batches = IndexMap::new();
-    for (name, b) in raw {
+    let mut families = IndexMap::new();
+    for (name, mut b) in raw {
+        let each = b.each.take();
         let batch = validate_batch(check, images, top_container, &name, b)?;
-        batches.insert(name, batch);
+        match each {
+            None => {
+                batches.insert(name, batch);
+            }
+            Some(entries) => {
+                let expanded = each::expand(check, &name, &batch, entries, &mut taken)?;
+                families.insert(name, expanded.keys().cloned().collect());
+                batches.extend(expanded);
+            }
+        }
+        if batches.len() > each::MAX_BATCHES {
+            return Err(check.at(
+                &["batches"],
+                format!(
+                    "holds more than {} batches (test lists' entries included)",
+                    each::MAX_BATCHES
+                ),
+            ));
+        }
     }
-    Ok(batches)
+    Ok((batches, families))
 }
 
 /// Reads one batch; `top_container` is the top-level `container:`, the batch's when
@@ -202,6 +233,7 @@ fn validate_batch(
             None => DEFAULT_IMAGE.to_string(),
         },
         install: b.install,
+        family: None,
         changed_file: None,
     })
 }
@@ -213,6 +245,7 @@ fn validate_layers(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
     batches: &IndexMap<String, Batch>,
+    families: &IndexMap<String, Vec<String>>,
     raw: IndexMap<String, RawLayer>,
 ) -> Result<IndexMap<String, Layer>, ManifestError> {
     let known: Vec<String> = batches.keys().cloned().collect();
@@ -224,7 +257,7 @@ fn validate_layers(
                 format!("`{name}` is not a valid layer name: use letters, digits, `_`, `.` and `-`, starting with a letter or digit (it reaches workflow files)"),
             ));
         }
-        let (list, all) = layer_batches(check, batches, &known, &name, l.batches)?;
+        let (list, all) = layer_batches(check, batches, families, &known, &name, l.batches)?;
         if let Some(img) = &l.image {
             known_image(check, images, &["layers", &name, "image"], img)?;
             if let Some(b) = list
@@ -257,10 +290,12 @@ fn validate_layers(
 }
 
 /// A layer's `batches:`: `all` (every batch, in manifest order) or a list of defined
-/// batches, each once. Gives the names and whether they were `all`.
+/// batches and test lists (a list stands for its entries), each once. Gives the names
+/// and whether they were `all`.
 fn layer_batches(
     check: &Checker<'_>,
     batches: &IndexMap<String, Batch>,
+    families: &IndexMap<String, Vec<String>>,
     known: &[String],
     name: &str,
     raw: RawLayerBatches,
@@ -279,19 +314,33 @@ fn layer_batches(
         return Err(check.at(&["layers", name, "batches"], "lists no batch"));
     }
     let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(list.len());
     for (i, b) in list.iter().enumerate() {
         let at = ["layers", name, "batches", &i.to_string()];
+        if let Some(entries) = families.get(b) {
+            for e in entries {
+                if !seen.insert(e.clone()) {
+                    return Err(check.at(
+                        &at,
+                        format!("batch `{e}` (of test list `{b}`) is listed twice"),
+                    ));
+                }
+                out.push(e.clone());
+            }
+            continue;
+        }
         if !batches.contains_key(b) {
             let hint = did_you_mean(b, known)
                 .map(|s| format!("; did you mean `{s}`?"))
                 .unwrap_or_else(|| format!("; defined batches: {}", known.join(", ")));
             return Err(check.at(&at, format!("batch `{b}` is not defined{hint}")));
         }
-        if !seen.insert(b) {
+        if !seen.insert(b.clone()) {
             return Err(check.at(&at, format!("batch `{b}` is listed twice")));
         }
+        out.push(b.clone());
     }
-    Ok((list, all))
+    Ok((out, all))
 }
 
 #[cfg(test)]

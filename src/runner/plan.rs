@@ -170,7 +170,15 @@ fn select(
         None => None,
     };
     let mut chosen: Vec<String> = Vec::new();
-    for n in names {
+    // A test list's name stands for its entries.
+    let names: Vec<String> = names
+        .iter()
+        .flat_map(|n| match m.families.get(n) {
+            Some(entries) => entries.clone(),
+            None => vec![n.clone()],
+        })
+        .collect();
+    for n in &names {
         if !m.batches.contains_key(n) {
             return Err(PlanError::UnknownBatch {
                 batch: n.clone(),

@@ -39,6 +39,8 @@ pub fn context(m: &Manifest) -> Value {
             "tests": b.tests,
             "meta": b.meta,
             "image": b.image,
+            "family": b.family,
+            "test_file": b.env.get("CIBOX_TEST_FILE").filter(|_| b.family.is_some()),
         })
     };
     let batches: Vec<Value> = m.batches.keys().map(|n| batch(n)).collect();
@@ -69,6 +71,7 @@ pub fn context(m: &Manifest) -> Value {
                     "max_gpus": max_gpus,
                     "max_timeout_minutes": max_minutes,
                     "meta": l.meta,
+                    "image": l.image,
                 }),
             )
         })
@@ -83,9 +86,25 @@ pub fn context(m: &Manifest) -> Value {
             json!(run.timeout.0.as_secs().div_ceil(60)),
         );
     }
+    // Each test list with its entries' batches, for a matrix of them.
+    let families: serde_json::Map<String, Value> = m
+        .families
+        .iter()
+        .map(|(name, entries)| {
+            (
+                name.clone(),
+                json!({
+                    "name": name,
+                    "batches": entries,
+                    "batch_list": entries.iter().map(|b| batch(b)).collect::<Vec<_>>(),
+                }),
+            )
+        })
+        .collect();
     json!({
         "project": m.project,
         "batches": batches,
+        "families": families,
         "layers": layers,
         "image": m.image,
         "images": m.images,

@@ -1,0 +1,246 @@
+//! Test lists: a batch with `each:` is a family, one batch per entry (a test file with
+//! its GPUs, timeout, arguments, variables), each named after its file and the family
+//! (`megatron-test_qwen3_0.6B`), so that a 100-test GPU suite is a list, not a hundred
+//! batches written out. An entry's batch is the family's with the entry's keys over it;
+//! its steps find the file in `$CIBOX_TEST_FILE` and the arguments in
+//! `$CIBOX_TEST_ARGS` (never pasted into a command).
+
+use std::collections::{BTreeMap, HashMap};
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::units::Span;
+
+use super::ManifestError;
+use super::check::Checker;
+use super::types::Batch;
+use super::values::{EnvValue, env_map, is_name, plain_meta};
+
+/// The most batches a manifest may hold, entries of test lists included: each is a
+/// container plan, a row in every listing and a job a template may render.
+pub const MAX_BATCHES: usize = 10_000;
+
+/// One entry of `each:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEntry {
+    file: String,
+    name: Option<String>,
+    gpus: Option<i64>,
+    timeout: Option<Span>,
+    args: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, EnvValue>,
+    description: Option<String>,
+    meta: Option<serde_json::Value>,
+}
+
+/// The name an entry's batch gets: its own `name`, else the family's name and the file's
+/// (without folders and extension), every character a batch name cannot hold made `_`.
+fn derived_name(family: &str, file: &str) -> String {
+    let base = file.rsplit('/').next().unwrap_or(file);
+    let stem = match base.rsplit_once('.') {
+        Some((stem, _)) if !stem.is_empty() => stem,
+        _ => base,
+    };
+    let stem: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{family}-{stem}")
+}
+
+/// The batches of family `family` (whose own keys are `template`), in list order; the
+/// names already taken (`taken`: batch name → where) may not be taken again.
+pub(super) fn expand(
+    check: &Checker<'_>,
+    family: &str,
+    template: &Batch,
+    entries: Vec<RawEntry>,
+    taken: &mut HashMap<String, String>,
+) -> Result<IndexMap<String, Batch>, ManifestError> {
+    let at = |i: usize, key: &str| -> Vec<String> {
+        let mut p = vec![
+            "batches".to_string(),
+            family.to_string(),
+            "each".to_string(),
+            i.to_string(),
+        ];
+        if !key.is_empty() {
+            p.push(key.to_string());
+        }
+        p
+    };
+    if entries.is_empty() {
+        return Err(check.at(&["batches", family, "each"], "lists no test"));
+    }
+    if entries.len() > MAX_BATCHES {
+        return Err(check.at(
+            &["batches", family, "each"],
+            format!(
+                "lists {} tests; a manifest holds at most {MAX_BATCHES} batches",
+                entries.len()
+            ),
+        ));
+    }
+    let mut out = IndexMap::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        if e.file.is_empty() || !crate::util::is_plain_relative(&e.file) {
+            return Err(check.at(
+                &at(i, "file"),
+                format!(
+                    "`{}` is not a path relative to the source (no `..`, no leading `/`)",
+                    crate::util::escape(&e.file)
+                ),
+            ));
+        }
+        let name = e
+            .name
+            .clone()
+            .unwrap_or_else(|| derived_name(family, &e.file));
+        if !is_name(&name, true) {
+            return Err(check.at(
+                &at(i, if e.name.is_some() { "name" } else { "file" }),
+                format!("gives the batch name `{name}`, which is not one: use letters, digits, `_`, `.` and `-`, starting with a letter or digit; or give the entry a `name:`"),
+            ));
+        }
+        let here = format!("batches.{family}.each.{i}");
+        if let Some(other) = taken.insert(name.clone(), here.clone()) {
+            return Err(check.at(
+                &at(i, if e.name.is_some() { "name" } else { "file" }),
+                format!("gives the batch name `{name}`, which {other} has already; give this entry a `name:` of its own"),
+            ));
+        }
+        out.insert(name, entry_batch(check, family, template, e, &at(i, ""))?);
+    }
+    Ok(out)
+}
+
+/// An entry's batch: the family's, with the entry's keys laid over it.
+fn entry_batch(
+    check: &Checker<'_>,
+    family: &str,
+    template: &Batch,
+    e: RawEntry,
+    at: &[String],
+) -> Result<Batch, ManifestError> {
+    let key = |k: &str| -> Vec<String> {
+        let mut p = at.to_vec();
+        p.push(k.to_string());
+        p
+    };
+    let mut b = template.clone();
+    if let Some(gpus) = e.gpus {
+        if !(0..=i64::from(u32::MAX)).contains(&gpus) {
+            return Err(check.at(&key("gpus"), format!("must be 0 or more, got {gpus}")));
+        }
+        b.gpus = gpus as u32;
+    }
+    if let Some(t) = e.timeout {
+        if t.0.is_zero() {
+            return Err(check.at(&key("timeout"), "must be more than 0s"));
+        }
+        b.timeout = t;
+    }
+    let env_key = key("env");
+    let env_at: Vec<&str> = env_key.iter().map(String::as_str).collect();
+    b.env.extend(env_map(check, &env_at, e.env)?);
+    b.env.insert("CIBOX_TEST_FILE".into(), e.file.clone());
+    b.env
+        .insert("CIBOX_TEST_ARGS".into(), e.args.clone().unwrap_or_default());
+    if e.description.is_some() {
+        b.description = e.description;
+    }
+    let meta_at: Vec<String> = key("meta");
+    let meta_at: Vec<&str> = meta_at.iter().map(String::as_str).collect();
+    if let Some(meta) = plain_meta(check, &meta_at, e.meta)?.as_object()
+        && let Some(own) = b.meta.as_object_mut()
+    {
+        own.extend(meta.clone());
+    }
+    if let Some(own) = b.meta.as_object_mut() {
+        own.insert("test_file".into(), e.file.clone().into());
+    }
+    b.tests = vec![e.file];
+    b.family = Some(family.to_string());
+    Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::tests::parse;
+
+    const SUITE: &str = "version: 1\nproject: slime\nimage: {locks: [x]}\ndefaults: {timeout: 30m}\nbatches:\n  unit: {gpus: 0, run: [pytest tests/unit]}\n  megatron:\n    gpus: 2\n    run: [\"python $CIBOX_TEST_FILE $CIBOX_TEST_ARGS\"]\n    each:\n      - {file: tests/test_qwen3_0.6B_fsdp.py}\n      - {file: tests/test_glm4.py, gpus: 8, timeout: 1h, args: --fast, env: {SEED: \"1\"}}\n      - {file: tests/test_glm4.py, name: glm4-slow, gpus: 8}\nlayers:\n  gpu: {batches: [megatron]}\n  everything: {batches: all}\n";
+
+    #[test]
+    fn each_entry_is_a_batch_named_after_its_file() {
+        let m = parse(SUITE).unwrap();
+        let names: Vec<&String> = m.batches.keys().collect();
+        assert_eq!(
+            names,
+            [
+                "unit",
+                "megatron-test_qwen3_0.6B_fsdp",
+                "megatron-test_glm4",
+                "glm4-slow"
+            ]
+        );
+        let qwen = &m.batches["megatron-test_qwen3_0.6B_fsdp"];
+        assert_eq!((qwen.gpus, qwen.timeout.to_string().as_str()), (2, "30m"));
+        assert_eq!(qwen.env["CIBOX_TEST_FILE"], "tests/test_qwen3_0.6B_fsdp.py");
+        assert_eq!(qwen.tests, ["tests/test_qwen3_0.6B_fsdp.py"]);
+        assert_eq!(qwen.family.as_deref(), Some("megatron"));
+        let glm = &m.batches["megatron-test_glm4"];
+        assert_eq!((glm.gpus, glm.timeout.to_string().as_str()), (8, "1h"));
+        assert_eq!(glm.env["CIBOX_TEST_ARGS"], "--fast");
+        assert_eq!(glm.env["SEED"], "1");
+        // A layer naming the family runs its entries; `all` is every batch.
+        assert_eq!(m.layers["gpu"].batches.len(), 3);
+        assert_eq!(m.layers["everything"].batches.len(), 4);
+        assert_eq!(m.families["megatron"].len(), 3);
+    }
+
+    #[test]
+    fn entries_that_collide_or_say_too_much_are_refused_with_a_position() {
+        let err = parse(&SUITE.replace(", name: glm4-slow", "")).unwrap_err();
+        assert!(
+            err.contains("batches.megatron.each.2.file: gives the batch name `megatron-test_glm4`, which batches.megatron.each.1 has already"),
+            "{err}"
+        );
+        let err = parse(&SUITE.replace("name: glm4-slow", "name: unit")).unwrap_err();
+        assert!(err.contains("which batches.unit has already"), "{err}");
+        let err = parse(&SUITE.replace(
+            "tests/test_glm4.py, gpus: 8, timeout",
+            "../etc/passwd, gpus: 8, timeout",
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("each.1.file: `../etc/passwd` is not a path relative"),
+            "{err}"
+        );
+        let err = parse(&SUITE.replace(
+            "gpus: 8, timeout: 1h",
+            "gpus: null, timeout: 1h, colour: red",
+        ))
+        .unwrap_err();
+        assert!(err.contains("each.1.colour: unknown key `colour`"), "{err}");
+        let mut huge = SUITE.replace("      - {file: tests/test_qwen3_0.6B_fsdp.py}\n", "");
+        let list: String = (0..MAX_BATCHES + 1)
+            .map(|i| format!("      - {{file: t/{i}.py}}\n"))
+            .collect();
+        huge = huge.replace("    each:\n", &format!("    each:\n{list}"));
+        let err = parse(&huge).unwrap_err();
+        assert!(
+            err.contains("a manifest holds at most 10000 batches"),
+            "{err}"
+        );
+    }
+}
