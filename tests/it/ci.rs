@@ -520,3 +520,84 @@ fn the_ml_project_example_renders_lints_and_runs_its_cpu_layer() {
     assert_eq!(v["tests"]["total"], 2, "one case per script step: {v}");
     assert_eq!(v["loosened"]["mounts"][0]["target"], "/weights", "{v}");
 }
+
+#[test]
+fn change_groups_and_test_lists_name_what_changed() {
+    let (dir, base) = git_project();
+    let d = dir.path();
+    // The same project with a test list naming one of the changed files, a group of
+    // test files (no marker warnings for the rest), and a group of plain files.
+    let manifest = MANIFEST
+        .replace(
+            "  big: {gpus: 4, timeout: 1h, run: [x]}\n",
+            "  big: {gpus: 4, timeout: 1h, run: [x]}\n  fp8:\n    gpus: 2\n    timeout: 1h\n    run: [x]\n    each:\n      - {file: tests/fp8/test_new.py, gpus: 8}\n      - {file: tests/fp8/test_new.py, name: fp8-new-quick, gpus: 1, args: --quick}\n",
+        )
+        .replace(
+            "  patterns: [\"tests/**/test_*.py\"]\n",
+            "  patterns: [\"tests/cpu/**/test_*.py\"]\n  groups:\n    fp8: {patterns: [\"tests/fp8/test_*.py\"]}\n    docs: {patterns: [\"docs/**\"], kind: files}\n    build: {patterns: [\"setup.py\"], kind: files}\n",
+        );
+    std::fs::write(d.join("cibox.yaml"), &manifest).unwrap();
+    let gh = d.join("gh-output");
+    let r = run(cibox(d)
+        .args(["changed", "--base", &base, "--github-output", "--json"])
+        .env("GITHUB_OUTPUT", &gh));
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    // The unnamed group: the cpu tests only.
+    let cpu: Vec<&str> = v["include"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["test_file"].as_str().unwrap())
+        .collect();
+    assert!(cpu.iter().all(|f| f.starts_with("tests/cpu/")), "{v}");
+    // The fp8 group: a file a test list names is each of its entries, with their GPUs.
+    let fp8 = v["groups"]["fp8"]["include"].as_array().unwrap();
+    let new: Vec<(&str, u64)> = fp8
+        .iter()
+        .filter(|e| e["test_file"] == "tests/fp8/test_new.py")
+        .map(|e| {
+            (
+                e["batch"].as_str().unwrap(),
+                e["num_gpus"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(new, [("fp8-test_new", 8), ("fp8-new-quick", 1)], "{v}");
+    assert_eq!(v["groups"]["docs"]["changed"], true);
+    assert_eq!(
+        v["groups"]["docs"]["files"],
+        serde_json::json!(["docs/test_not_a_test_dir.py"])
+    );
+    assert_eq!(v["groups"]["build"]["changed"], false);
+    // Outputs named after each group.
+    let out = std::fs::read_to_string(&gh).unwrap();
+    for line in [
+        "fp8_has_tests=true",
+        "docs=true",
+        "docs_files=[\"docs/test_not_a_test_dir.py\"]",
+        "build=false",
+        "build_files=[]",
+        "has_tests=true",
+    ] {
+        assert!(
+            out.lines().any(|l| l == line),
+            "{line} missing from:\n{out}"
+        );
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("fp8_matrix={\"include\":")),
+        "{out}"
+    );
+    // The plain files of a files group are not test files: no GPU-marker warnings.
+    assert!(!r.stderr.contains("docs/"), "{}", r.stderr);
+    // Group names become output names: one that could not be one is refused.
+    std::fs::write(
+        d.join("cibox.yaml"),
+        manifest.replace("    docs:", "    \"do cs\":"),
+    )
+    .unwrap();
+    run(cibox(d).args(["changed", "--base", &base]))
+        .fails_with(2, "`do cs` cannot name a change group");
+}
