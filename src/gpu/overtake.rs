@@ -47,6 +47,16 @@ pub(super) fn may_overtake(
         if a.pool.is_empty() && place.age() > PENDING_LIMIT {
             continue;
         }
+        // A request no pool could ever serve (more GPUs than its pool, devices outside
+        // it) is no waiter's either: it would hold everyone up for ever.
+        let impossible = a.need == 0
+            || (!a.pool.is_empty() && a.need > a.pool.len())
+            || a.devices
+                .as_ref()
+                .is_some_and(|d| d.len() != a.need || d.iter().any(|u| !a.pool.contains(u)));
+        if impossible {
+            continue;
+        }
         // A waiter that holds GPUs under its own place is checking them (its probe
         // runs after it locked them): it may yet let them go and need others, so
         // nobody goes ahead of it meanwhile.
@@ -54,7 +64,7 @@ pub(super) fn may_overtake(
             matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(*place))
         });
         if checking {
-            return Overtake::No;
+            return Overtake::No(Some(*place));
         } else if let Some(devices) = &a.devices {
             if devices
                 .iter()
@@ -63,7 +73,7 @@ pub(super) fn may_overtake(
                 return Overtake::NotWhileServable(*place);
             }
             if mine.iter().any(|g| devices.contains(&g.uuid)) {
-                return Overtake::No;
+                return Overtake::No(Some(*place));
             }
             continue;
         } else if available
@@ -86,7 +96,7 @@ pub(super) fn may_overtake(
             .count();
         let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
         if overtakers + mine_in_pool + a.need > a.pool.len() {
-            return Overtake::No;
+            return Overtake::No(Some(*place));
         }
     }
     Overtake::Yes
@@ -96,7 +106,8 @@ pub(super) fn may_overtake(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Overtake {
     Yes,
-    No,
+    /// Not now; the waiter ahead it would wrong, when one would.
+    No(Option<queue::Place>),
     /// The waiter at this place could be served from the available GPUs: it takes
     /// them itself, unless they are busy in a way not known yet.
     NotWhileServable(queue::Place),
@@ -122,7 +133,7 @@ pub(super) fn overtake_allowed(
     let idle = idle_among(free, busy);
     let tentative: Vec<PoolGpu> = idle.iter().take(need).map(|g| (*g).clone()).collect();
     if tentative.len() < need {
-        return Overtake::No;
+        return Overtake::No(None);
     }
     may_overtake(dir, ahead, &tentative, &idle)
 }
@@ -191,7 +202,7 @@ mod tests {
         let free = refs(&pool[4..]);
         assert_eq!(
             may_overtake(&dir, &ahead, &pool[4..5], &free),
-            Overtake::No,
+            Overtake::No(Some(place(100))),
             "taking one would leave the 8-GPU request short once the earlier holders finish"
         );
     }
@@ -215,7 +226,10 @@ mod tests {
         drop(_earlier);
         let _before = leased(&dir, &pool[..3], 10);
         let _overtakers = leased(&dir, &pool[3..5], 200);
-        assert_eq!(may_overtake(&dir, &ahead, &pool[5..8], &free), Overtake::No);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[5..8], &free),
+            Overtake::No(Some(place(100)))
+        );
         assert_eq!(
             may_overtake(&dir, &ahead, &pool[5..7], &free),
             Overtake::Yes,
@@ -239,7 +253,10 @@ mod tests {
         let ahead = [waiter(100, 2, &pool, Some(&pool[6..8]))];
         let some = refs(&pool[..7]);
         assert_eq!(may_overtake(&dir, &ahead, &pool[..1], &some), Overtake::Yes);
-        assert_eq!(may_overtake(&dir, &ahead, &pool[6..7], &some), Overtake::No);
+        assert_eq!(
+            may_overtake(&dir, &ahead, &pool[6..7], &some),
+            Overtake::No(Some(place(100)))
+        );
         assert_eq!(
             may_overtake(&dir, &ahead, &pool[..1], &free),
             Overtake::NotWhileServable(place(100))
@@ -257,7 +274,7 @@ mod tests {
         let free = refs(&pool[1..]);
         assert_eq!(
             may_overtake(&dir, &ahead, &pool[1..2], &free),
-            Overtake::No,
+            Overtake::No(Some(place(100))),
             "it may find GPU 0 busy and need another"
         );
     }
@@ -279,7 +296,13 @@ mod tests {
         let pending = [waiter(now_ms, 1, &[], None)];
         assert_eq!(
             may_overtake(&dir, &pending, &pool[..1], &refs(&pool)),
-            Overtake::No
+            Overtake::No(Some(place(now_ms)))
+        );
+        // One that asks what no pool could give is passed over.
+        let impossible = [waiter(100, 9, &pool, None)];
+        assert_eq!(
+            may_overtake(&dir, &impossible, &pool[..1], &refs(&pool)),
+            Overtake::Yes
         );
         let stuck = [waiter(now_ms.saturating_sub(600_000), 1, &[], None)];
         assert_eq!(

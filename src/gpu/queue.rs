@@ -57,14 +57,21 @@ const PID_BITS: u32 = 22;
 /// by a waiter killed before its rename: its maker locks it right after creating it.
 const STALE_NEW_TICKET: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Removes `.new-*` tickets left by waiters killed while joining (not locked, old).
+/// The most entries of `queue/` one arrival looks at to clear away.
+const CLEARED_PER_ARRIVAL: usize = 10_000;
+
+/// Removes what no waiter holds and nobody touched for a while: `.new-*` tickets left by
+/// waiters killed while joining, the tickets of dead waiters wherever they stand, and
+/// files that are no ticket at all (as many as this user may remove: in the sticky
+/// folder, another user's stay). Dead tickets behind us would otherwise pile up and
+/// cost every waiter that reads the queue.
 fn remove_stale_new_tickets(queue: &Path) {
     let Ok(entries) = std::fs::read_dir(queue) else {
         return;
     };
-    for e in entries.flatten() {
+    for e in entries.flatten().take(CLEARED_PER_ARRIVAL) {
         let name = e.file_name();
-        if !name.to_str().is_some_and(|n| n.starts_with(".new-")) {
+        if name.to_str().is_none_or(|n| n.is_empty()) {
             continue;
         }
         let path = e.path();
@@ -102,13 +109,45 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Whether a ticket's waiter has not shown life for [`SILENT_AFTER`].
+/// Whether a ticket's waiter has not shown life for [`SILENT_AFTER`]. A heartbeat
+/// from the future is no life either: only a hand that set the time itself leaves one.
 fn silent(f: &File) -> bool {
-    f.metadata()
-        .and_then(|m| m.modified())
+    let Ok(modified) = f.metadata().and_then(|m| m.modified()) else {
+        return false;
+    };
+    match modified.elapsed() {
+        Ok(age) => age > SILENT_AFTER,
+        Err(ahead) => ahead.duration() > SILENT_AFTER,
+    }
+}
+
+/// Whether a ticket's place is one its file could have: a waiter takes its place when
+/// it makes its ticket (less at most [`MAX_HEAD_START`](super::MAX_HEAD_START)), so a
+/// place that claims an arrival long before the file was made was written by hand, to
+/// stand ahead of everyone. Where the file system keeps no birth time, any place is.
+fn plausible(f: &File, place: &Place) -> bool {
+    let Some(made_ago) = f
+        .metadata()
+        .and_then(|m| m.created())
         .ok()
         .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age > SILENT_AFTER)
+    else {
+        return true;
+    };
+    place.age() <= made_ago + super::MAX_HEAD_START + std::time::Duration::from_secs(2)
+}
+
+/// "ticket NAME, owned by uid 1001 (mallory), held by pid 4242 (uid 1001 (mallory))".
+fn describe_ticket(name: &str, file: &File) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let owner = file
+        .metadata()
+        .map(|m| crate::ownership::owner_of(m.uid()))
+        .unwrap_or_default();
+    let held = crate::lockdir::lock_holder(file)
+        .map(|h| format!(", held by {h}"))
+        .unwrap_or_default();
+    format!("ticket {name}, {owner}{held}")
 }
 
 /// The most of a ticket that is read: its request, with a pool of many GPUs.
@@ -204,11 +243,12 @@ impl Ticket {
             })
             .collect();
         ahead.sort_unstable_by_key(|(place, _)| std::cmp::Reverse(*place));
-        for (_, name) in ahead {
+        for (place, name) in ahead {
             let Ok(f) = open_read(&self.queue.join(&name)) else {
                 continue; // left between listing and opening, or not a ticket
             };
             match f.try_lock() {
+                Err(TryLockError::WouldBlock) if !plausible(&f, &place) => continue,
                 Err(TryLockError::WouldBlock) => return Ok(Some((name, f))),
                 Err(TryLockError::Error(e)) => return Err(e),
                 Ok(()) => {
@@ -239,19 +279,22 @@ impl Ticket {
             .count()
     }
 
+    /// Who holds the ticket at `place`, for a refusal that names what blocks.
+    pub fn holder_at(&self, place: Place) -> Option<String> {
+        let name = std::fs::read_dir(&self.queue)
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .find(|n| Place::parse(n) == Some(place))?;
+        let file = open_read(&self.queue.join(&name)).ok()?;
+        Some(describe_ticket(&name, &file))
+    }
+
     /// Who holds the nearest live ticket ahead, for a refusal that names what blocks:
     /// "ticket NAME, owned by uid 1001 (mallory), held by pid 4242 (uid 1001 (mallory))".
     pub fn holder_ahead(&self) -> Option<String> {
-        use std::os::unix::fs::MetadataExt;
         let (name, file) = self.ahead.as_ref()?;
-        let owner = file
-            .metadata()
-            .map(|m| crate::ownership::owner_of(m.uid()))
-            .unwrap_or_default();
-        let held = crate::lockdir::lock_holder(file)
-            .map(|h| format!(", held by {h}"))
-            .unwrap_or_default();
-        Some(format!("ticket {name}, {owner}{held}"))
+        Some(describe_ticket(name, file))
     }
 
     pub fn place(&self) -> Place {
@@ -315,6 +358,9 @@ impl Ticket {
             }
             if silent(&f) {
                 continue; // its owner is stopped: not in the way until it resumes
+            }
+            if !plausible(&f, &place) {
+                continue; // a place written by hand, ahead of its time
             }
             // A ticket is a few hundred bytes; one that is not is read as far as that
             // goes, and then cannot be parsed (the strictest case).

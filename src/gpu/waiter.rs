@@ -30,6 +30,10 @@ const OVERTAKE_EVERY: Duration = Duration::from_millis(50);
 /// When GPUs are unleased but busy with work cibox does not know about, how long to
 /// wait before probing again.
 const BUSY_RECHECK: Duration = Duration::from_secs(1);
+/// How long a waiter ahead may look servable without taking its GPUs: a real one takes
+/// them within a probe; one that does not for this long is stuck, or a planted ticket,
+/// and is passed over.
+const SERVABLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// What a lease asks for.
 pub struct LeaseRequest<'a> {
@@ -162,6 +166,10 @@ struct Acquisition<'a, P> {
     busy: BusyView,
     /// The waiter ahead that looked servable, and since when.
     servable_since: Option<(Place, Instant)>,
+    /// Waiters ahead passed over: servable for longer than [`SERVABLE_LIMIT`].
+    stuck: Vec<Place>,
+    /// The waiter ahead that kept us from taking GPUs last time, for the refusal.
+    blocker: Option<Place>,
     /// `select.lock` stayed locked by another process until our deadline.
     select_held: bool,
 }
@@ -233,6 +241,8 @@ where
                 next_refresh: start,
             },
             servable_since: None,
+            stuck: Vec::new(),
+            blocker: None,
             select_held: false,
         })
     }
@@ -305,20 +315,31 @@ where
             Err(LockWait::Interrupted(sig)) => return Err(LeaseError::Interrupted(sig)),
             Err(LockWait::Io(e)) => return Err(self.io("locking select.lock", e)),
         }
-        let ahead = if head {
+        let mut ahead = if head {
             Vec::new()
         } else {
             self.ticket
                 .ahead()
                 .map_err(|e| self.io("reading the queue", e))?
         };
+        ahead.retain(|(place, _)| !self.stuck.contains(place));
+        if ahead.is_empty() {
+            self.servable_since = None;
+        }
         let free: Vec<&PoolGpu> = free.iter().collect();
         // Cheap first: would taking free GPUs be allowed at all?
         if !ahead.is_empty() {
             match overtake_allowed(self.dir, &ahead, &free, &self.busy.gpus, self.need) {
                 Overtake::Yes => {}
-                Overtake::No => return Ok(Choice::NotNow),
-                Overtake::NotWhileServable(place) => return Ok(self.while_servable(place)),
+                Overtake::No(place) => {
+                    self.blocker = place.or(self.blocker);
+                    self.servable_since = None;
+                    return Ok(Choice::NotNow);
+                }
+                Overtake::NotWhileServable(place) => {
+                    self.blocker = Some(place);
+                    return Ok(self.while_servable(place));
+                }
             }
         }
         let idle = self.choosable(&free);
@@ -357,6 +378,10 @@ where
                 now
             }
         };
+        if now >= since + SERVABLE_LIMIT {
+            self.stuck.push(place);
+            return Choice::NotNow;
+        }
         if now < since + BUSY_RECHECK || now < self.busy.next_refresh {
             return Choice::NotNow;
         }
@@ -439,7 +464,10 @@ where
     fn give_up(&self, head: bool) -> LeaseError {
         let mut r = self.report(head);
         if r.position > 0 {
-            r.first_ahead = self.ticket.holder_ahead();
+            r.first_ahead = match self.blocker {
+                Some(place) => self.ticket.holder_at(place),
+                None => self.ticket.holder_ahead(),
+            };
         }
         let free = self.candidates.len() - r.leased.len();
         let held = if self.select_held {

@@ -7,12 +7,18 @@
 use super::policy::{HostPolicy, PolicyError};
 use crate::manifest::GpuConfig;
 
+/// The GPU facts a manifest may not choose: they are the host's (its policy's, or the
+/// `CIBOX_GPU_*` variables'), since a lock dir, probe or idle policy of a pull request's
+/// own would let it take GPUs others hold.
+const HOST_FACTS: [&str; 4] = ["lock_dir", "probe", "allow_network_lock_dir", "idle"];
+
 /// Lays the policy's GPU facts over `gpu` (the manifest's, with the `CIBOX_GPU_*`
 /// overrides); refuses a value the manifest or a variable set otherwise. Without a
-/// policy `gpu` stays as it is.
+/// policy the variables decide, and the manifest may not set those facts to anything
+/// but their defaults.
 pub fn settle(policy: &HostPolicy, gpu: &mut GpuConfig) -> Result<(), PolicyError> {
     let Some(source) = &policy.source else {
-        return Ok(());
+        return manifest_keeps_to_defaults(gpu);
     };
     let pinned = &policy.gpu;
     let conflict = |key: &str, theirs: String, ours: String| -> Result<(), PolicyError> {
@@ -61,6 +67,41 @@ pub fn settle(policy: &HostPolicy, gpu: &mut GpuConfig) -> Result<(), PolicyErro
         && let Some(pool) = &pinned.pool
     {
         gpu.pool = pool.clone();
+    }
+    Ok(())
+}
+
+/// Without a policy: a host fact the manifest sets (and no variable overrode) must be
+/// its default.
+fn manifest_keeps_to_defaults(gpu: &GpuConfig) -> Result<(), PolicyError> {
+    let defaults = GpuConfig::default();
+    for key in HOST_FACTS {
+        let Some(by) = gpu.given_by(key).filter(|by| by.starts_with("gpu.")) else {
+            continue;
+        };
+        let (theirs, default) = match key {
+            "lock_dir" => (
+                gpu.lock_dir.display().to_string(),
+                defaults.lock_dir.display().to_string(),
+            ),
+            "probe" => (label(&gpu.probe), label(&defaults.probe)),
+            "allow_network_lock_dir" => (
+                gpu.allow_network_lock_dir.to_string(),
+                defaults.allow_network_lock_dir.to_string(),
+            ),
+            _ => (
+                serde_json::to_string(&gpu.idle).unwrap_or_default(),
+                serde_json::to_string(&defaults.idle).unwrap_or_default(),
+            ),
+        };
+        if theirs != default {
+            return Err(PolicyError::HostFact {
+                message: format!(
+                    "{by} sets it to {theirs}: the host decides gpu.{key} (in its policy, {}, or with CIBOX_GPU_* variables), not a project's manifest; remove it there",
+                    super::policy::DEFAULT_PATH
+                ),
+            });
+        }
     }
     Ok(())
 }
@@ -118,11 +159,28 @@ mod tests {
     }
 
     #[test]
-    fn without_a_policy_nothing_changes() {
+    fn without_a_policy_the_variables_decide_and_the_manifest_may_not() {
         let mut gpu = GpuConfig::default();
         gpu.apply_env(|k| (k == "CIBOX_GPU_LOCK_DIR").then(|| "/tmp/mine".to_string()))
             .unwrap();
         settle(&HostPolicy::default(), &mut gpu).unwrap();
         assert_eq!(gpu.lock_dir, std::path::Path::new("/tmp/mine"));
+        // A manifest's own lock dir (a pull request's) is refused; its default is fine.
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ngpu: {lock_dir: /tmp/pr-locks}\nbatches:\n  b: {gpus: 1, timeout: 1m, run: [x]}\n";
+        let mut m =
+            crate::manifest::Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();
+        let e = settle(&HostPolicy::default(), &mut m.gpu)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "gpu.lock_dir in cibox.yaml sets it to /tmp/pr-locks: the host decides gpu.lock_dir"
+            ),
+            "{e}"
+        );
+        let text = text.replace("/tmp/pr-locks", "/run/lock/cibox");
+        let mut m =
+            crate::manifest::Manifest::parse(&text, std::path::Path::new("cibox.yaml")).unwrap();
+        settle(&HostPolicy::default(), &mut m.gpu).unwrap();
     }
 }

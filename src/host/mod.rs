@@ -5,6 +5,7 @@
 pub mod gpu;
 pub mod grants;
 pub mod policy;
+pub mod runner;
 
 pub use grants::{GrantError, check_requests};
 pub use policy::{HostPolicy, PolicyError};

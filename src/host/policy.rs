@@ -60,6 +60,9 @@ pub enum PolicyError {
         mark: Mark,
         message: String,
     },
+    /// A project's manifest sets one of the host's GPU facts.
+    #[error("{message}")]
+    HostFact { message: String },
 }
 
 impl PolicyError {
@@ -204,7 +207,26 @@ impl HostPolicy {
             path: shown.clone(),
             message,
         };
+        if !path.is_absolute() {
+            return Err(unusable("must be an absolute path".into()));
+        }
         let real = std::fs::canonicalize(path).map_err(|e| unusable(e.to_string()))?;
+        // Named as it is: a link on the way could be re-pointed by whoever owns it.
+        if real != path {
+            return Err(unusable(format!(
+                "is reached through a link (it resolves to {}); name the file itself",
+                real.display()
+            )));
+        }
+        if let Some(folder) = super::runner::pull_request_folders()
+            .into_iter()
+            .find(|f| real.starts_with(f))
+        {
+            return Err(unusable(format!(
+                "lies in {}, where a pull request's files are; the host's policy lives outside every checkout",
+                folder.display()
+            )));
+        }
         trusted_file(&real).map_err(&unusable)?;
         let bytes = read_small(&real).map_err(&unusable)?;
         let text = String::from_utf8(bytes.clone()).map_err(|_| unusable("is not UTF-8".into()))?;

@@ -150,8 +150,11 @@ fn regular(file: File, path: &Path) -> std::io::Result<File> {
     let md = file.metadata()?;
     // A hard link could name a file outside the lock dir; only one owned by root can do
     // harm (cibox, as root, writes holders into lock files), and anyone else's is
-    // theirs to spoil.
-    if !md.file_type().is_file() || (md.nlink() != 1 && md.uid() == 0) {
+    // theirs to spoil. A root file anyone may write already (mode 0666, as `host setup`
+    // makes lock files) is no such harm: anyone may link it anywhere, and a second name
+    // of it must not stop every lease.
+    let shared = md.mode() & 0o777 == 0o666;
+    if !md.file_type().is_file() || (md.nlink() != 1 && md.uid() == 0 && !shared) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
@@ -289,7 +292,14 @@ pub fn lock_holder(file: &File) -> Option<String> {
             .then(|| fields.get(4)?.parse().ok())
             .flatten()
     })?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+    // The kernel names the process that took the lock; it may since have exited and
+    // left the lock with a descriptor it passed on (a child, a fork).
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Some(format!(
+            "a process that inherited it from pid {pid} (which has exited; look for its children)"
+        ));
+    };
+    let status = Some(status);
     let uid = status.as_deref().and_then(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("Uid:"))

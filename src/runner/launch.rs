@@ -41,6 +41,14 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
             check_test_file_in(&request.source, file)?;
         }
     }
+    if let Some(src) = &policy.source
+        && (src.path.starts_with(&request.source) || src.path.starts_with(&request.reports))
+    {
+        return Err(RunError::Policy(host::PolicyError::Unusable {
+            path: src.path.display().to_string(),
+            message: "lies in this run's source or reports folder, where a pull request's files are; the host's policy lives outside every checkout".into(),
+        }));
+    }
     host::check_requests(policy, &manifest, &names)?;
     let folders = RunFolders {
         source: &request.source,

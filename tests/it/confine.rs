@@ -462,3 +462,39 @@ fn a_gpu_is_never_handed_out_twice_whatever_another_user_does_to_the_lock_dir() 
     ))
     .ok();
 }
+
+#[test]
+fn host_setup_moves_another_users_folders_aside_and_follows_no_link() {
+    let host = Host::new(1);
+    // Another user made a lock dir before the admin (anyone may, in a sticky /run/lock),
+    // with `queue` a link to a root-only file: setup must not chmod through it.
+    let parent = host.h.work.path().join("run-lock");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = host.h.work.path().join("shadow");
+    std::fs::write(&victim, "secret").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let dir = parent.join("cibox");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("queue")).unwrap();
+    for p in [&dir, &dir.join("queue")] {
+        std::os::unix::fs::lchown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let shown = dir.display().to_string();
+    let r = run(&mut host.cmd(Mode::Root, &["host", "setup", "--lock-dir", &shown]));
+    r.ok();
+    assert!(r.stdout.contains("aside"), "{}", r.stdout);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o600);
+    for p in [dir.clone(), dir.join("queue"), dir.join("runs")] {
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        assert!(md.is_dir() && md.uid() == 0, "{}", p.display());
+    }
+    // Under a parent another user owns, nothing can be made root's for good.
+    let theirs = host.h.work.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    nix::unistd::chown(&theirs, Some(65534.into()), Some(65534.into())).unwrap();
+    let shown = theirs.join("cibox").display().to_string();
+    run(&mut host.cmd(Mode::Root, &["host", "setup", "--lock-dir", &shown]))
+        .fails_with(2, "cannot be made root's");
+}

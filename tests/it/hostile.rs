@@ -601,3 +601,69 @@ fn a_planted_ticket_at_the_head_of_the_queue_freezes_nobody() {
     drop(ticket);
     r.ok();
 }
+
+#[test]
+fn a_well_formed_planted_ticket_freezes_nobody_either() {
+    let h = GpuHost::new(2);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    // Tickets that read as requests, locked and kept alive, standing ahead of everyone:
+    // one asks more than any pool could give; one claims to have arrived long before it
+    // was made.
+    let queue = h.locks.path().join("queue");
+    let request = |need: usize| {
+        format!(
+            "{{\"need\":{need},\"pool\":[\"{}\",\"{}\"],\"devices\":null,\"holder\":{{\"pid\":1,\"host\":\"h\",\"user\":\"mallory\"}}}}",
+            uuid(0),
+            uuid(1)
+        )
+    };
+    let mut held = Vec::new();
+    for (name, need) in [
+        ("00000000000000000001-00000000000000000000-1", 3),
+        ("00000000000000000002-00000000000000000000-2", 1),
+    ] {
+        let path = queue.join(name);
+        std::fs::write(&path, request(need)).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        f.lock().unwrap();
+        held.push((path, f));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beat = {
+        let stop = stop.clone();
+        let paths: Vec<_> = held.iter().map(|(p, _)| p.clone()).collect();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for p in &paths {
+                    let _ = std::fs::File::options()
+                        .write(true)
+                        .open(p)
+                        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    let r = run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "20s", "--", "true"]),
+        40,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    beat.join().unwrap();
+    drop(held);
+    r.ok();
+}
+
+#[test]
+fn a_second_name_for_a_lock_file_stops_no_lease() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    let dir = h.locks.path().display().to_string();
+    h.run(&["host", "setup", "--lock-dir", &dir]).ok();
+    // Anyone may hard-link a file they may write, elsewhere: root's 0666 lock files too.
+    let elsewhere = h.work.path().join("x");
+    std::fs::hard_link(h.locks.path().join(format!("{}.lock", uuid(0))), &elsewhere).unwrap();
+    std::fs::hard_link(h.locks.path().join("select.lock"), h.work.path().join("s")).unwrap();
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+}

@@ -269,3 +269,87 @@ fn batch_yaml(name: &str, checks: &[&str], container: &str) -> String {
         run.concat()
     )
 }
+
+#[test]
+fn a_policy_reached_through_a_link_or_lying_in_the_checkout_is_never_read() {
+    let p = asking("{user: root}");
+    // The pull request's own file, in the checkout: owned right, never the host's.
+    std::fs::write(
+        p.path().join("host.yaml"),
+        "version: 1\ngrants: {users: [root]}\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        p.path().join("host.yaml"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let mut c = cibox(p.path());
+    c.env("CIBOX_HOST_POLICY", p.path().join("host.yaml"))
+        .args(["batch", "run", "b", "--image", ID]);
+    run(&mut c).fails_with(2, "where a pull request's files are");
+    // A link to a good policy: whoever owns the link could re-point it.
+    let good = HostPolicyFile::new("version: 1\n");
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("host.yaml");
+    std::os::unix::fs::symlink(good.path(), &link).unwrap();
+    run(cibox(p.path())
+        .env("CIBOX_HOST_POLICY", &link)
+        .args(["batch", "list"]))
+    .fails_with(2, "is reached through a link");
+}
+
+#[test]
+fn a_granted_mount_root_that_others_may_change_grants_nothing() {
+    must_run_as_root();
+    // The admin grants /…/shared/models; /…/shared is another user's, so they could
+    // point `models` anywhere after the grant.
+    let data = data_dir();
+    let shared = data.path().join("shared");
+    std::fs::create_dir_all(shared.join("models")).unwrap();
+    nix::unistd::chown(&shared, Some(65534.into()), Some(65534.into())).unwrap();
+    let policy = HostPolicyFile::new(&format!(
+        "version: 1\ngrants: {{mounts: [{}]}}\n",
+        shared.join("models").display()
+    ));
+    let p = asking(&format!(
+        "{{mounts: [\"{}:/m\"]}}",
+        shared.join("models").display()
+    ));
+    let r = run_b(&p, Some(&policy));
+    r.fails_with(2, "is under the host policy's mount root");
+    assert!(r.stderr.contains("owned by uid 65534"), "{}", r.stderr);
+}
+
+#[test]
+fn a_folder_below_a_mount_that_anyone_may_write_is_refused() {
+    // A socket made there after the check would reach the batch all the same.
+    let data = data_dir();
+    let open = data.path().join("models/incoming");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let policy = HostPolicyFile::new(&format!(
+        "version: 1\ngrants: {{mounts: [{}]}}\n",
+        data.path().display()
+    ));
+    let p = asking(&format!(
+        "{{mounts: [\"{}:/m\"]}}",
+        data.path().join("models").display()
+    ));
+    run_b(&p, Some(&policy)).fails_with(2, "holds a folder anyone may write");
+}
+
+#[test]
+fn without_a_policy_a_manifest_cannot_bring_its_own_lock_dir_or_idle_policy() {
+    require_no_host_policy();
+    for gpu in [
+        "gpu: {lock_dir: /srv/pr-locks}",
+        "gpu: {idle: {max_memory_mib: 80000, max_utilization: 100}}",
+        "gpu: {probe: nvidia-smi}",
+    ] {
+        let p = Project::new(&format!(
+            "version: 1\nproject: p\nimage: {{locks: [cibox.yaml]}}\n{gpu}\nbatches:\n  b: {{gpus: 1, timeout: 1m, run: [\"true\"]}}\n"
+        ));
+        run(cibox(p.path()).args(["batch", "list"])).fails_with(2, "the host decides gpu.");
+    }
+}

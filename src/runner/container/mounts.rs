@@ -7,8 +7,8 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use crate::host::grants;
 use crate::host::policy::{HostPolicy, MountRoot};
+use crate::host::{self, grants};
 use crate::manifest::{self, ContainerUser, HostMount, Manifest, ManifestError};
 use crate::ownership;
 use crate::yaml::Mark;
@@ -120,7 +120,7 @@ impl<'p> HostCheck<'p> {
             ),
         ]
         .into_iter()
-        .chain(runner_folders().into_iter().map(|p| {
+        .chain(host::runner::runner_folders().into_iter().map(|p| {
             (
                 p,
                 "a folder of the CI runner (its credentials, or every job's files)",
@@ -169,6 +169,14 @@ impl<'p> HostCheck<'p> {
                 grants::not_granted(self.policy, "mounts")
             )));
         };
+        // The root as the policy names it: one whose folders others may change could be
+        // pointed anywhere between the admin's grant and this run.
+        if let Some(why) = ownership::changeable_by_others(&root.root, self.me) {
+            return Err(resolved(format!(
+                "is under the host policy's mount root {}, which {why}",
+                root.root.display()
+            )));
+        }
         let md = std::fs::metadata(&real)
             .map_err(|e| at(format!("source `{source}` on this host: {e}")))?;
         if md.file_type().is_socket() {
@@ -234,8 +242,12 @@ const MAX_WALKED: usize = 200_000;
 
 /// Refuses a socket, device or FIFO at or below `real`: a read-only mount does not stop
 /// `connect()` on a socket (a service in a root-only folder would take uid 0 in the
-/// container for root), nor a device's own permissions. Links are not followed.
+/// container for root), nor a device's own permissions. And a folder below that others
+/// may write: a socket made there after this check would reach the batch all the same.
+/// Links are not followed; each entry is looked at with `lstat`, which sees a socket
+/// bound over a file.
 fn special_files_below(real: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
     let mut stack = vec![real.to_path_buf()];
     let mut seen = 0usize;
     while let Some(dir) = stack.pop() {
@@ -258,64 +270,31 @@ fn special_files_below(real: &Path) -> Result<(), String> {
                     "holds more than {MAX_WALKED} entries, too many to check for sockets, devices and FIFOs before every run; mount a narrower folder, or have the host policy vouch for its root (special_files: allow)"
                 ));
             }
-            let kind = entry
-                .file_type()
-                .map_err(|e| format!("cannot be checked: {}: {e}", entry.path().display()))?;
+            let path = entry.path();
+            let md = std::fs::symlink_metadata(&path)
+                .map_err(|e| format!("cannot be checked: {}: {e}", path.display()))?;
+            let kind = md.file_type();
             let what = if kind.is_socket() {
                 "a socket"
             } else if kind.is_fifo() {
                 "a FIFO"
             } else if kind.is_block_device() || kind.is_char_device() {
                 "a device"
+            } else if kind.is_dir() && md.mode() & 0o002 != 0 {
+                "a folder anyone may write (a socket made there later would reach the batch)"
             } else {
                 if kind.is_dir() {
-                    stack.push(entry.path());
+                    stack.push(path);
                 }
                 continue;
             };
             return Err(format!(
                 "holds {what}, {}, which a batch could use through a read-only mount; mount a folder without it, or have the host policy vouch for its root (special_files: allow)",
-                entry.path().display()
+                path.display()
             ));
         }
     }
     Ok(())
-}
-
-/// The folders of the GitHub Actions runner cibox runs under, if any: its install
-/// folder (`.runner`, `.credentials`, the runner's private key: found as the nearest
-/// folder above the workspace holding `.runner` or `.credentials`), its work folder
-/// (every job's checkout; the parent of `RUNNER_WORKSPACE`, whatever it is called),
-/// `RUNNER_TEMP` and `RUNNER_TOOL_CACHE`.
-fn runner_folders() -> Vec<PathBuf> {
-    let var = |v: &str| {
-        std::env::var_os(v)
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    };
-    let mut out = Vec::new();
-    let workspaces: Vec<PathBuf> = ["RUNNER_WORKSPACE", "GITHUB_WORKSPACE"]
-        .iter()
-        .filter_map(|v| var(v))
-        .collect();
-    if let Some(work) = var("RUNNER_WORKSPACE").as_deref().and_then(Path::parent) {
-        out.push(work.to_path_buf());
-    }
-    for w in &workspaces {
-        if let Some(home) = w
-            .ancestors()
-            .find(|a| a.join(".runner").exists() || a.join(".credentials").exists())
-        {
-            out.push(home.to_path_buf());
-        }
-    }
-    out.extend(
-        ["RUNNER_TEMP", "RUNNER_TOOL_CACHE"]
-            .iter()
-            .filter_map(|v| var(v)),
-    );
-    out.retain(|p| p.is_absolute() && p != Path::new("/"));
-    out
 }
 
 /// `p` with its links resolved as far as it exists (a lock dir not made yet still
