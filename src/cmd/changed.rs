@@ -196,7 +196,7 @@ pub(super) fn check_test_file(cfg: &ChangedConfig, path: &str) -> std::result::R
         return Ok(());
     }
     Err(format!(
-        "`{}` is not a test file `changed.patterns` (or a test group) matches ({})",
+        "`{}` is not a test file `changed.patterns` matches ({})",
         util::escape(path),
         cfg.test_patterns().cloned().collect::<Vec<_>>().join(", ")
     ))

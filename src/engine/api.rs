@@ -32,6 +32,15 @@ pub trait ContainerEngine: Sync {
     /// Starts a container; the engine's reason when it cannot.
     fn start_container(&self, id: &str) -> Result<(), String>;
 
+    /// Extracts a tar archive into `path` of a running container, keeping the owners
+    /// its entries name.
+    fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        archive: Box<dyn Read + Send>,
+    ) -> Result<(), EngineError>;
+
     /// Runs a batch's steps in a running container and follows them to their end (see
     /// [`Engine::follow_exec`]).
     fn follow_exec(
@@ -93,6 +102,15 @@ impl ContainerEngine for Engine {
 
     fn start_container(&self, id: &str) -> Result<(), String> {
         Engine::start_container(self, id)
+    }
+
+    fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        archive: Box<dyn Read + Send>,
+    ) -> Result<(), EngineError> {
+        Engine::upload(self, id, path, archive)
     }
 
     fn follow_exec(

@@ -385,6 +385,55 @@ impl Engine {
         }
     }
 
+    /// Extracts a tar archive into `path` of a running container (the engine's archive
+    /// API; the folder must be a volume, which it sees, not a tmpfs mount), its entries
+    /// owned as their headers say. The archive is read on a thread of
+    /// its own, in 256 KiB chunks, as the engine takes it.
+    pub fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        archive: Box<dyn Read + Send>,
+    ) -> Result<(), EngineError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+        // Not joined: a refused upload ends the reader at its next send.
+        std::thread::spawn(move || {
+            let mut archive = archive;
+            loop {
+                let mut buf = vec![0u8; 256 * 1024];
+                let item = match archive.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Ok(Bytes::from(buf))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        // Owners as the archive's headers say (without `copyUIDGID`, which would make
+        // everything the container's configured user's, root for the keeper).
+        let opts = bollard::query_parameters::UploadToContainerOptions {
+            path: path.to_string(),
+            ..Default::default()
+        };
+        self.rt
+            .block_on(self.docker.upload_to_container(
+                id,
+                Some(opts),
+                bollard::body_try_stream(body),
+            ))
+            .map_err(|e| Self::api("copying the source in", e))
+    }
+
     /// Streams the tar archive of `path` in a container (the engine's archive API),
     /// until `stop` gives a reason.
     pub fn download<'a>(

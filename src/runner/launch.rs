@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::container::mounts::{self, EngineFacts, RunFolders};
+use super::container::source::OUTPUT_FOLDERS;
 use super::ending::RunResult;
 use super::error::RunError;
 use super::plan::{self, HostFacts, RunRequest};
@@ -175,11 +176,22 @@ pub fn source_info(dir: &Path) -> SourceInfo {
     let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
         .ok()
         .filter(|s| s.len() == 40);
+    // cibox's own output folders in the source make it no dirtier: they never ship.
+    let excluded: Vec<String> = OUTPUT_FOLDERS
+        .iter()
+        .map(|f| format!(":(exclude){f}"))
+        .collect();
+    let mut args = vec![
+        "status",
+        "--porcelain",
+        "--untracked-files=normal",
+        "--",
+        ".",
+    ];
+    args.extend(excluded.iter().map(String::as_str));
     let dirty = sha
         .as_ref()
-        .and_then(|_| {
-            crate::git::text(dir, &["status", "--porcelain", "--untracked-files=normal"]).ok()
-        })
+        .and_then(|_| crate::git::text(dir, &args).ok())
         .map(|s| !s.is_empty());
     SourceInfo {
         sha,

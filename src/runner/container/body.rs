@@ -62,7 +62,10 @@ impl ContainerPlan {
         let tmpfs = |size: u64, exec: &str| {
             format!("rw,{exec},nosuid,nodev,size={size},uid={uid},gid={gid},mode=1777")
         };
-        let mut mounts = vec![self.reports_volume()];
+        let mut mounts = vec![
+            self.tmpfs_volume("/work", self.disk, "0755", ""),
+            self.tmpfs_volume("/reports", self.reports_size, "0700", ",noexec"),
+        ];
         mounts.extend(self.host_mounts(recursive_read_only));
         let ulimits: Vec<ResourcesUlimits> = self
             .ulimits
@@ -76,10 +79,10 @@ impl ContainerPlan {
         HostConfig {
             binds: Some(self.binds.iter().chain(masks).cloned().collect()),
             mounts: Some(mounts),
-            tmpfs: Some(HashMap::from([
-                ("/work".to_string(), tmpfs(self.disk, "exec")),
-                ("/tmp".to_string(), tmpfs(self.disk, "exec")),
-            ])),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_string(),
+                tmpfs(self.disk, "exec"),
+            )])),
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: (!self.cap_add.is_empty())
                 .then(|| self.cap_add.iter().map(|c| format!("CAP_{c}")).collect()),
@@ -136,14 +139,15 @@ impl ContainerPlan {
         })
     }
 
-    /// `/reports` is a volume, not a plain tmpfs: the engine's archive API sees volumes
-    /// (not tmpfs mounts), so cibox can copy it out while the container lives;
-    /// anonymous, it goes with the container.
-    fn reports_volume(&self) -> Mount {
+    /// A memory-backed volume of `size` bytes at `target`, the batch's, of `mode`.
+    /// `/work` and `/reports` are volumes, not plain tmpfs mounts: the engine's archive
+    /// API sees volumes (not tmpfs mounts), so cibox can put the source into `/work` and
+    /// copy `/reports` out while the container lives; anonymous, they go with it.
+    fn tmpfs_volume(&self, target: &str, size: u64, mode: &str, extra: &str) -> Mount {
         let (uid, gid) = (self.uid, self.gid);
         Mount {
             typ: Some(MountType::VOLUME),
-            target: Some("/reports".into()),
+            target: Some(target.into()),
             volume_options: Some(MountVolumeOptions {
                 no_copy: Some(true),
                 driver_config: Some(MountVolumeOptionsDriverConfig {
@@ -154,8 +158,7 @@ impl ContainerPlan {
                         (
                             "o".to_string(),
                             format!(
-                                "size={},uid={uid},gid={gid},mode=0700,nosuid,nodev,noexec",
-                                self.reports_size
+                                "size={size},uid={uid},gid={gid},mode={mode},nosuid,nodev{extra}"
                             ),
                         ),
                     ])),

@@ -14,6 +14,7 @@ mod body;
 pub mod git_mask;
 pub mod mounts;
 mod script;
+pub mod source;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -8,14 +8,14 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The script the container runs: copy the source in (`cp -R`: ownership cannot be
-/// kept without CAP_CHOWN, and the copy belongs to the batch user), install it, then the batch's
-/// preflight and run steps, stopping at the first that fails.
+/// The script the container runs in `/work`, where cibox has put the source (see
+/// [`super::source`]): install it, then the batch's preflight and run steps, stopping at
+/// the first that fails.
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
     let mut s = String::from(
         "set -e\n\
          if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); the image must provide /work (mode 1777)\" >&2; exit 125; fi\n\
-         cp -R /src/. /work/\ncd /work\n",
+         cd /work\n",
     );
     let steps = install
         .iter()

@@ -112,6 +112,19 @@ impl Execution<'_> {
             batch: b,
             container: &b.container.name,
         })?;
+        if let Err(e) = self
+            .engine
+            .upload(id, "/work", self.source.archive(b.user.0, b.user.1))
+        {
+            return Ok(ContainerEnd::Stopped {
+                status: Status::InfraError,
+                message: format!(
+                    "could not copy the source ({} files and folders) into the container's /work: {e}",
+                    self.source.count()
+                ),
+                exit: None,
+            });
+        }
         let mut signal = None;
         let mut report_failed = None;
         let followed = self.engine.follow_exec(

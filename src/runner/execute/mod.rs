@@ -16,6 +16,7 @@ use std::sync::{Mutex, PoisonError};
 use super::cleanup::sweep;
 use super::cleanup::watchdog::Watchdog;
 use super::container::git_mask;
+use super::container::source::{OUTPUT_FOLDERS, SourceSet};
 use super::ending::{BatchResult, ContainerEnd, RunResult, Status};
 use super::error::RunError;
 use super::event::Event;
@@ -88,6 +89,7 @@ fn execute_with(
         batch_dir::refuse_foreign(&b.dir)?;
     }
     let git_masks = git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
+    let source = source_set(plan, &git_masks.binds)?;
     let run = Execution {
         plan,
         engine,
@@ -101,6 +103,7 @@ fn execute_with(
             .map(|(name, l)| (name.clone(), l.digest.clone()))
             .collect(),
         git_masks: &git_masks.binds,
+        source: &source,
     };
     run.emit(&Event::RunStarted { plan })?;
     let batches = if plan.parallel {
@@ -122,6 +125,20 @@ fn execute_with(
     };
     run.emit(&Event::RunEnded { run: &result })?;
     Ok(result)
+}
+
+/// What of the source ships, listed once for the run: never cibox's own output folders,
+/// the reports folder among them when it lies in the source.
+fn source_set(plan: &RunPlan, masks: &[String]) -> Result<SourceSet> {
+    let mut outputs: Vec<std::path::PathBuf> = OUTPUT_FOLDERS.iter().map(Into::into).collect();
+    if let Ok(rel) = plan.reports.strip_prefix(&plan.source) {
+        outputs.push(rel.to_path_buf());
+    }
+    SourceSet::list(&plan.source, &outputs, masks).map_err(|source| RunError::BatchDir {
+        dir: plan.source.display().to_string(),
+        what: "list the files to ship of",
+        source,
+    })
 }
 
 /// Every image the run uses, before anything starts.
@@ -200,6 +217,8 @@ struct Execution<'a> {
     locksets: std::collections::HashMap<String, String>,
     /// Binds that hide the source's git credentials.
     git_masks: &'a [String],
+    /// What of the source each batch gets in `/work`.
+    source: &'a SourceSet,
 }
 
 impl Execution<'_> {

@@ -61,6 +61,8 @@ impl Default for Script {
 struct Calls {
     created: Vec<String>,
     removed: Vec<String>,
+    /// Each upload's folder and the names in its archive.
+    uploaded: Vec<(String, Vec<String>)>,
 }
 
 struct FakeEngine {
@@ -110,6 +112,27 @@ impl ContainerEngine for FakeEngine {
     }
 
     fn start_container(&self, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn upload(
+        &self,
+        _: &str,
+        path: &str,
+        mut archive: Box<dyn Read + Send>,
+    ) -> Result<(), EngineError> {
+        let mut tar = Vec::new();
+        archive.read_to_end(&mut tar).unwrap();
+        let names: Vec<String> = tar::Archive::new(&tar[..])
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        self.calls
+            .lock()
+            .unwrap()
+            .uploaded
+            .push((path.to_string(), names));
         Ok(())
     }
 
@@ -286,6 +309,11 @@ fn a_batch_whose_steps_and_tests_pass_passes_and_leaves_nothing() {
     assert_eq!(r.tests.total, 1);
     assert_eq!(calls.created.len(), 1);
     assert_eq!(calls.removed, vec![format!("id-{}", calls.created[0])]);
+    // The source went into /work, its reports folder and the project's lock dir not.
+    let (path, names) = &calls.uploaded[0];
+    assert_eq!(path, "/work");
+    assert!(names.contains(&"cibox.yaml".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("reports")), "{names:?}");
     assert_eq!(
         events,
         [

@@ -289,7 +289,9 @@ fn a_mount_is_what_was_checked_and_read_only_all_the_way_down() {
             "-t",
             "tmpfs",
             "-o",
-            "size=1m",
+            // Not the tmpfs default 1777: a folder anyone may write below a mount is
+            // refused (a socket made there later would reach the batch).
+            "size=1m,mode=0755",
             "cibox-test",
             &below.display().to_string(),
         ])
