@@ -19,6 +19,7 @@ use crate::runner::plan::BatchPlan;
 use crate::runner::results::batch_dir;
 use crate::runner::results::copy::Copied;
 use crate::runner::results::junit::{self, Case, CaseStatus};
+use crate::runner::results::phases::PhaseTracker;
 use crate::runner::results::record::{GpuRef, RunRecord};
 use crate::runner::results::steps::StepTracker;
 use crate::units::rfc3339;
@@ -44,6 +45,8 @@ pub(super) struct Watched {
     pub container_died: Cell<bool>,
     /// Its steps as they came, for `verdict: exit-code`.
     pub steps: RefCell<Option<StepTracker>>,
+    /// Which phase of its script was under way.
+    pub phases: RefCell<PhaseTracker>,
 }
 
 /// What a batch did, for its record.
@@ -193,6 +196,19 @@ impl Execution<'_> {
     /// The batch's test cases: its steps, for `verdict: exit-code` (the steps' exit
     /// status is the verdict and each step is a case), else its JUnit reports.
     fn cases(&self, b: &BatchPlan, ended: &ContainerEnd, watched: &Watched) -> Cases {
+        // A batch that failed installing its source ran no test: none is counted.
+        if let ContainerEnd::Exited(code) = ended
+            && *code != 0
+            && watched.phases.borrow().setup_failure(*code).is_some()
+        {
+            return Cases {
+                cases: Vec::new(),
+                totals: junit::Totals::default(),
+                dropped: 0,
+                junit_problem: None,
+                allow_empty: true,
+            };
+        }
         if let Some(tracker) = watched.steps.borrow_mut().take() {
             let succeeded = matches!(ended, ContainerEnd::Exited(0));
             let cases = tracker.cases(&b.name, Instant::now(), succeeded);
@@ -231,12 +247,21 @@ impl Execution<'_> {
             started,
             clock,
         } = *ran;
-        let (status, message) = judge(
-            ended,
-            &cases.totals,
-            cases.junit_problem.clone(),
-            cases.allow_empty,
-        );
+        let setup_failed = match ended {
+            ContainerEnd::Exited(code) if *code != 0 => {
+                watched.phases.borrow().setup_failure(*code)
+            }
+            _ => None,
+        };
+        let (status, message) = match setup_failed {
+            Some(why) => (crate::runner::ending::Status::Failed, Some(why)),
+            None => judge(
+                ended,
+                &cases.totals,
+                cases.junit_problem.clone(),
+                cases.allow_empty,
+            ),
+        };
         let plan = self.plan;
         RunRecord {
             schema: 1,

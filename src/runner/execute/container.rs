@@ -201,6 +201,7 @@ impl Execution<'_> {
                 if let Some(t) = watched.steps.borrow_mut().as_mut() {
                     t.feed(bytes);
                 }
+                watched.phases.borrow_mut().feed(bytes);
                 Event::Output { batch: b, bytes }
             }
             Followed::DeadlinePassed => Event::TimedOut { batch: b },

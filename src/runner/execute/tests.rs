@@ -533,3 +533,24 @@ fn a_container_killed_from_outside_lost_its_reports_even_while_it_reads_as_runni
         r.reports
     );
 }
+
+#[test]
+fn a_failed_install_is_named_and_counts_no_test() {
+    let (result, _, _) = run_with(Script {
+        output: b"cibox install: pip install -e .\nERROR: no matching distribution for torch\n",
+        follow: Ok(FollowEnd {
+            stopped: None,
+            exit: Some(1),
+        }),
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::Failed, 1));
+    assert_eq!(
+        r.message.as_deref(),
+        Some(
+            "the install step `pip install -e .` failed with exit 1, before any test ran; its output ends: ERROR: no matching distribution for torch"
+        )
+    );
+    assert_eq!(r.tests.total, 0, "no test ran");
+}

@@ -1,0 +1,118 @@
+//! Which phase of a batch's script was under way when it ended: the script announces
+//! each step (`cibox install: CMD`, `cibox preflight: CMD`, `cibox run: CMD`) before it
+//! runs it, so a batch that failed while installing the source can be told from one
+//! whose tests failed, and named as such with the end of that step's output. A batch
+//! can print a fake announcement, but only to word its own failure differently.
+
+/// How much of the step's output is kept.
+const TAIL_BYTES: usize = 2048;
+/// The longest line looked at for an announcement.
+const MAX_LINE: usize = 64 * 1024;
+
+/// A phase of the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Install,
+    Preflight,
+    Run,
+}
+
+impl Phase {
+    fn word(self) -> &'static str {
+        match self {
+            Phase::Install => "install",
+            Phase::Preflight => "preflight",
+            Phase::Run => "run",
+        }
+    }
+}
+
+/// Follows the announcements in a batch's output.
+#[derive(Debug, Default)]
+pub struct PhaseTracker {
+    /// The last step announced, and its command.
+    current: Option<(Phase, String)>,
+    /// What it printed since.
+    tail: Vec<u8>,
+    line: Vec<u8>,
+}
+
+impl PhaseTracker {
+    /// Takes what the batch printed, as it came.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if b == b'\n' {
+                self.end_line();
+            } else if self.line.len() < MAX_LINE {
+                self.line.push(b);
+            }
+            self.tail.push(b);
+        }
+        if self.tail.len() > 2 * TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+    }
+
+    fn end_line(&mut self) {
+        let line = String::from_utf8_lossy(&self.line);
+        for phase in [Phase::Install, Phase::Preflight, Phase::Run] {
+            let marker = format!("cibox {}: ", phase.word());
+            if let Some(at) = line.rfind(&marker) {
+                self.current = Some((phase, line[at + marker.len()..].to_string()));
+                self.tail.clear();
+                break;
+            }
+        }
+        self.line.clear();
+    }
+
+    /// When the batch failed with `code` while installing the source or in a
+    /// preflight step, which one, in one line with the end of its output.
+    pub fn setup_failure(&self, code: i64) -> Option<String> {
+        let (phase, cmd) = self.current.as_ref()?;
+        if *phase == Phase::Run {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&self.tail);
+        let last: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let last = last[last.len().saturating_sub(3)..].join(" | ");
+        let ends = if last.is_empty() {
+            "it printed nothing".to_string()
+        } else {
+            format!("its output ends: {last}")
+        };
+        Some(format!(
+            "the {} step `{cmd}` failed with exit {code}, before any test ran; {ends}",
+            phase.word()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_install_is_told_from_failing_tests() {
+        let mut t = PhaseTracker::default();
+        t.feed(b"cibox install: pip install -e .\nCollecting x\nERROR: No matching distribution\n");
+        assert_eq!(
+            t.setup_failure(1).unwrap(),
+            "the install step `pip install -e .` failed with exit 1, before any test ran; its output ends: Collecting x | ERROR: No matching distribution"
+        );
+        t.feed(b"partial cibox run: pytest\nF\n");
+        assert_eq!(t.setup_failure(1), None, "a run step was under way");
+        let mut quiet = PhaseTracker::default();
+        quiet.feed(b"cibox preflight: nvidia-smi\n");
+        assert!(
+            quiet
+                .setup_failure(127)
+                .unwrap()
+                .ends_with("it printed nothing")
+        );
+    }
+}
