@@ -601,3 +601,55 @@ fn change_groups_and_test_lists_name_what_changed() {
     run(cibox(d).args(["changed", "--base", &base]))
         .fails_with(2, "`do cs` cannot name a change group");
 }
+
+#[test]
+fn the_slime_like_example_renders_lints_and_runs_its_cpu_layer_from_what_git_ships() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/slime-like");
+    let r = run(cibox(&example).args(["workflow", "render", "--check"]));
+    assert_eq!(r.code, 0, "rendered workflows are stale:\n{}", r.stdout);
+    let r = run(cibox(&example).args(["workflow", "lint"]));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    // The test list's entries are batches; each GPU layer runs them all.
+    let r = run(cibox(&example).args(["batch", "list", "--json"]));
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let batches = v["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 8, "{v}");
+    assert!(
+        batches
+            .iter()
+            .any(|b| b["name"] == "e2e-test_qwen3_0.6B_fsdp_distributed" && b["gpus"] == 2)
+    );
+    require_engine();
+    let (work, copy) = copy_example("slime-like", "images/tools/make-rootfs.sh");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A checkout with ignored build output beside it: none of that ships.
+    git(&copy, &["init", "-q"]);
+    git(&copy, &["add", "-A"]);
+    git(&copy, &["commit", "-qm", "example"]);
+    std::fs::create_dir_all(copy.join("target/release")).unwrap();
+    std::fs::write(copy.join("target/release/huge"), vec![0u8; 1 << 20]).unwrap();
+    let r = {
+        let _store = image_store_lock(false);
+        run(cibox(&copy).args(["image", "build"]))
+    };
+    r.ok();
+    let image = ImageGuard(r.stdout.trim().to_string());
+    let reports = copy.join("cibox-reports");
+    let r = run(cibox(&copy)
+        .args(["layer", "run", "cpu", "--image", &image.0, "--reports"])
+        .arg(&reports)
+        .args(["--scope", &format!("test-slime-{}", &image.0[7..19])]));
+    r.ok();
+    assert!(
+        r.stdout.contains("layout ok: 6 GPU test files"),
+        "{}",
+        r.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.join("unit/result.json")).unwrap())
+            .unwrap();
+    // Its own reports folder does not make the checkout dirty.
+    assert_eq!(v["source"]["dirty"], false, "{v}");
+}

@@ -598,15 +598,15 @@ fn a_head_waiting_on_a_gpu_busy_outside_cibox_does_not_hold_up_others() {
             "--devices",
             "0",
             "--wait",
-            "6s",
+            "8s",
             "--",
             "true",
         ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(10, || h.queued() == 1));
-    let b = h.run(&["gpu", "exec", "--count", "1", "--wait", "3s", "--", "true"]);
+    assert!(wait_until(10, || h.queued_with_pool() == 1));
+    let b = h.run(&["gpu", "exec", "--count", "1", "--wait", "5s", "--", "true"]);
     b.ok();
     assert_eq!(
         a.wait().unwrap().code(),

@@ -121,6 +121,24 @@ impl GpuHost {
             })
             .unwrap_or(0)
     }
+
+    /// Waiters in the queue whose ticket names its pool: until then (`gpu exec` probes
+    /// after it arrives) the waiters behind read it as the strictest case and wait.
+    pub fn queued_with_pool(&self) -> usize {
+        let Ok(dir) = std::fs::read_dir(self.locks.path().join("queue")) else {
+            return 0;
+        };
+        dir.flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter(|e| {
+                std::fs::read(e.path())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| v["pool"].as_array().map(|p| !p.is_empty()))
+                    .unwrap_or(false)
+            })
+            .count()
+    }
 }
 
 /// The NVML test double (`tests/nvml-double`), built once for all test processes with

@@ -240,5 +240,10 @@ pub fn copy_example(name: &str, rootfs_script: &str) -> (tempfile::TempDir, Path
         "{rootfs_script}: {}",
         String::from_utf8_lossy(&made.stderr)
     );
+    // The examples' busybox images are byte for byte the same (a reproducible build
+    // gives them one ID): a nonce makes this copy's image its own, so no other test's
+    // cleanup removes it while this one runs.
+    let rootfs = copy.join(rootfs_script).with_file_name("rootfs");
+    std::fs::write(rootfs.join(".test-nonce"), nonce()).unwrap();
     (work, copy)
 }

@@ -1,0 +1,1 @@
+"""A stand-in for slime's library code: the change group `library` watches it."""
