@@ -14,7 +14,7 @@ pub fn sh_quote(s: &str) -> String {
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
     let mut s = String::from(
         "set -e\n\
-         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); the image must provide /work (mode 1777)\" >&2; exit 125; fi\n\
+         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n\
          cd /work\n",
     );
     let steps = install
