@@ -243,12 +243,16 @@ pub(crate) struct Scope<'r> {
     file: String,
     /// `None`: the workflow's own `on:`; else the untrusted triggers of the caller.
     triggers: Option<Vec<guard::Trigger>>,
+    /// What the caller's triggers say beyond their names; `None` with `triggers`.
+    reach: guard::Reach,
     /// Of those, the ones the calling job (or a job it needs) already keeps out.
     guarded: Vec<guard::Trigger>,
+    /// And the ones it lets in only when a trusted person asked.
+    approved: Vec<guard::Trigger>,
     /// The inputs the caller fills with untrusted values (lower-case name → why).
     tainted_inputs: BTreeMap<String, String>,
     /// The inputs the caller fills with the pull request's head (a ref, a sha).
-    head_inputs: BTreeMap<String, String>,
+    head_inputs: BTreeMap<String, facts::head::HeadRef>,
     /// Whether the workflow has secrets: its own, or ones its caller passes.
     secrets_passed: bool,
     /// The files of the calls that led here (a workflow calling itself is refused by
@@ -313,7 +317,9 @@ pub fn lint_source(file: &str, text: &str, resolve: Resolver<'_>) -> Vec<Finding
     let scope = Scope {
         file: file.to_string(),
         triggers: None,
+        reach: guard::Reach::default(),
         guarded: Vec::new(),
+        approved: Vec::new(),
         tainted_inputs: BTreeMap::new(),
         head_inputs: BTreeMap::new(),
         secrets_passed: true,

@@ -17,7 +17,7 @@ mod write_permissions;
 
 use github_actions_models::workflow::{Job, Workflow};
 
-use super::call::lint_called;
+use super::call::{Reached, lint_called};
 use super::facts::job::{CallFacts, JobFacts, WorkflowFacts};
 use super::{Finding, Rule, Scope, Source, StepLabel};
 use crate::yaml::Mark;
@@ -87,11 +87,10 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                 }
             }
             Job::ReusableWorkflowCallJob(call) => {
-                let facts = CallFacts::new(&wf, id, call, |open, uses| {
+                let facts = CallFacts::new(&wf, id, call, |open, approved, uses| {
                     lint_called(
-                        wf.scope,
-                        &wf.triggers,
-                        open,
+                        &wf,
+                        Reached { open, approved },
                         id,
                         uses,
                         &call.with,
@@ -149,7 +148,9 @@ pub(crate) mod testing {
         let scope = Scope {
             file: "test.yml".to_string(),
             triggers: None,
+            reach: crate::workflow::lint::guard::Reach::default(),
             guarded: Vec::new(),
+            approved: Vec::new(),
             tainted_inputs: BTreeMap::new(),
             head_inputs: BTreeMap::new(),
             secrets_passed: true,

@@ -19,14 +19,17 @@ impl Audit for UncheckedCall {
         let Some(Err(why)) = &call.linted else {
             return;
         };
-        if call.open.is_empty() {
+        // An approved run too: what the called workflow does with the pull request's
+        // head is what lint cannot see.
+        let reach: Vec<_> = call.open.iter().chain(call.approved).copied().collect();
+        if reach.is_empty() {
             return;
         }
         emit.job(
             call.wf.src.at(&["jobs", call.id, "uses"]),
             format!(
                 "{} can start this call of `{}`, which lint cannot check ({why}): lint that workflow where it lives, or guard this job",
-                names(call.open),
+                names(&reach),
                 call.call.uses.raw()
             ),
         );

@@ -20,7 +20,7 @@ impl Audit for UntrustedArtifact {
             return;
         }
         for step in &job.steps {
-            if step.guarded_for(&[Trigger::WorkflowRun]) {
+            if step.guarded_for(&[Trigger::WorkflowRun], job.wf.reach) {
                 continue;
             }
             if let Some(how) = downloads_run_artifact(step) {

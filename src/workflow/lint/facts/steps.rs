@@ -6,7 +6,7 @@ use github_actions_models::common::{Env, If, Uses};
 use github_actions_models::workflow::job::{NormalJob, ParallelStep, RunStep, Step, UsesStep};
 
 use crate::workflow::lint::StepLabel;
-use crate::workflow::lint::guard::{Condition, JobCondition, Trigger};
+use crate::workflow::lint::guard::{Condition, JobCondition, Reach, Trigger};
 
 /// A step, flattened out of `parallel:` blocks, with where it is.
 pub(crate) struct StepView<'a> {
@@ -29,12 +29,17 @@ impl StepView<'_> {
         }
     }
 
+    /// What the step's own `if:` says about a trigger.
+    pub fn condition(&self, trigger: Trigger, reach: Reach) -> Condition {
+        JobCondition::new(self.cond()).for_trigger(trigger, reach)
+    }
+
     /// Whether the step's own `if:` keeps all these triggers' untrusted runs out.
-    pub fn guarded_for(&self, triggers: &[Trigger]) -> bool {
+    pub fn guarded_for(&self, triggers: &[Trigger], reach: Reach) -> bool {
         let cond = JobCondition::new(self.cond());
         triggers
             .iter()
-            .all(|t| cond.for_trigger(*t) == Condition::Guards)
+            .all(|t| cond.for_trigger(*t, reach) == Condition::Guards)
     }
 
     pub fn env(&self) -> &LoE<Env> {
