@@ -1,10 +1,13 @@
-//! untrusted-artifact: on a self-hosted runner under `workflow_run`, a step that
-//! downloads what the triggering run uploaded (a fork's pull request made that run).
+//! untrusted-artifact: under `workflow_run`, a step that downloads what the triggering
+//! run uploaded (a fork's pull request made that run) into a job where running it costs
+//! something: a self-hosted runner, or on GitHub's runners a job holding secrets or a
+//! token that can write code, workflows or packages.
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::facts::powers::holds;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
 use crate::workflow::lint::guard::Trigger;
 
@@ -16,22 +19,35 @@ impl Audit for UntrustedArtifact {
     }
 
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
-        if job.runner.is_none() || !job.open.contains(&Trigger::WorkflowRun) {
+        if !job.open.contains(&Trigger::WorkflowRun) {
             return;
         }
+        // On GitHub's runner the machine is thrown away: what matters is what the job
+        // holds when the artifact's code runs (a script in it, a file it unpacks over
+        // the checkout, a poisoned cache of tools).
+        let held = match job.runner {
+            Some(_) => None,
+            None => match holds(job.job, job.wf.workflow, &job.steps) {
+                Some(what) => Some(what),
+                None => return,
+            },
+        };
         for step in &job.steps {
             if step.guarded_for(&[Trigger::WorkflowRun], job.wf.reach) {
                 continue;
             }
-            if let Some(how) = downloads_run_artifact(step) {
-                emit.step(
-                    &step.label,
-                    job.wf.src.at(&step.path),
-                    format!(
-                        "downloads what the triggering run uploaded ({how}) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them"
-                    ),
-                );
-            }
+            let Some(how) = downloads_run_artifact(step) else {
+                continue;
+            };
+            let message = match &held {
+                None => format!(
+                    "downloads what the triggering run uploaded ({how}) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them"
+                ),
+                Some(what) => format!(
+                    "downloads what the triggering run uploaded ({how}) into a job holding {what}: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets {what}: handle the files in a job without secrets or write permissions, as data"
+                ),
+            };
+            emit.step(&step.label, job.wf.src.at(&step.path), message);
         }
     }
 }
@@ -83,9 +99,35 @@ mod tests {
     }
 
     #[test]
+    fn on_githubs_runner_with_a_secret_or_a_strong_token() {
+        let f = findings(
+            &UntrustedArtifact,
+            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  publish:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: bash ./dist/upload.sh\n        env:\n          TOKEN: ${{ secrets.PYPI_TOKEN }}\n",
+        );
+        assert_eq!(
+            lines(&f),
+            [
+                "untrusted-artifact 8:9 job publish: downloads what the triggering run uploaded (actions/download-artifact of the triggering run) into a job holding `secrets.pypi_token`: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets `secrets.pypi_token`: handle the files in a job without secrets or write permissions, as data"
+            ]
+        );
+        let f = findings(
+            &UntrustedArtifact,
+            "on:\n  workflow_run:\n    workflows: [ci]\npermissions: {contents: write}\njobs:\n  docs:\n    runs-on: ubuntu-latest\n    steps: [{run: gh run download}]\n",
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert!(
+            f[0].message.contains("a token with `contents: write`"),
+            "{:#?}",
+            lines(&f)
+        );
+    }
+
+    #[test]
     fn hosted_runners_own_artifacts_and_guarded_steps_are_not_flagged() {
         for text in [
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: ubuntu-latest\n    steps: [{run: gh run download}]\n",
+            // Commenting the results back needs `pull-requests: write` only.
+            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  report:\n    runs-on: ubuntu-latest\n    permissions: {pull-requests: write}\n    steps: [{run: \"gh run download && gh pr comment 1 --body-file report.md\"}]\n",
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted]\n    steps: [{uses: actions/download-artifact@v4}]\n",
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted]\n    steps:\n      - if: github.event.workflow_run.head_repository.full_name == github.repository\n        run: gh run download\n",
         ] {

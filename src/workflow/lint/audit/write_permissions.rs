@@ -2,11 +2,12 @@
 //! privileged trigger: one that runs on a self-hosted runner or checks out the pull
 //! request's code ([`JobFacts::head_checkouts`]).
 
-use github_actions_models::common::{BasePermission, Permission, Permissions};
+use github_actions_models::common::{BasePermission, Permissions};
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::facts::powers::writes;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
 
@@ -58,22 +59,6 @@ impl Audit for WritePermissions {
                 names(&drive)
             ),
         );
-    }
-}
-
-/// The write permissions granted, as the message names them; `None` when none is.
-fn writes(perms: &Permissions) -> Option<String> {
-    match perms {
-        Permissions::Base(BasePermission::WriteAll) => Some("write-all".into()),
-        Permissions::Base(_) => None,
-        Permissions::Explicit(map) => {
-            let w: Vec<&str> = map
-                .iter()
-                .filter(|(_, p)| **p == Permission::Write)
-                .map(|(k, _)| k.as_str())
-                .collect();
-            (!w.is_empty()).then(|| format!("{}: write", w.join(", ")))
-        }
     }
 }
 

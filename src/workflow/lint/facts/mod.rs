@@ -7,11 +7,13 @@
 //! - [`triggers`]: the untrusted triggers each job is still open to;
 //! - [`taint`]: which values an outsider writes;
 //! - [`head`]: where the pull request's head is named or checked out;
+//! - [`powers`]: the secrets and write permissions a job holds;
 //! - [`env`]: reading `env:` and `with:` maps.
 
 pub(crate) mod env;
 pub(crate) mod head;
 pub(crate) mod job;
+pub(crate) mod powers;
 pub(crate) mod runner;
 pub(crate) mod steps;
 pub(crate) mod taint;
