@@ -4,6 +4,7 @@
 use github_actions_models::common::Env;
 use github_actions_models::common::expr::LoE;
 
+use super::facts::env::env_text;
 use super::facts::head::head_inputs;
 use super::facts::job::WorkflowFacts;
 use super::facts::taint::tainted_inputs;
@@ -47,7 +48,11 @@ pub(crate) fn lint_called(
         .collect();
     let approved = here.approved.to_vec();
     let tainted = tainted_inputs(with, &scope.tainted_inputs);
-    let head = head_inputs(with, &scope.head_inputs);
+    let given: Vec<(String, String)> = env_text(with)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let head = head_inputs(&given, &scope.head_inputs);
     let reach = wf.reach;
     let key = format!(
         "{callee}\n{triggers:?}\n{reach:?}\n{guarded:?}\n{approved:?}\n{tainted:?}\n{head:?}\n{secrets_passed}"

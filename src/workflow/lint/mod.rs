@@ -21,7 +21,7 @@ pub mod guard;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use github_actions_models::workflow::Workflow;
 
@@ -52,8 +52,10 @@ pub enum Rule {
     /// The pull request's code checked out where the base repository's token and secrets
     /// are.
     PrHeadCheckout,
-    /// Text an outsider controls inlined into a script.
+    /// Text an outsider controls inlined into a script, or run as code.
     ScriptInjection,
+    /// Text an outsider controls written to `$GITHUB_ENV` or `$GITHUB_PATH`.
+    EnvFileInjection,
     /// Write permissions on a job an outsider can drive.
     WritePermissions,
     /// Secrets in a `pull_request_target` job an outsider can start.
@@ -65,6 +67,8 @@ pub enum Rule {
     /// A reusable workflow lint cannot read (another repository), called where
     /// outsiders can reach it.
     UncheckedCall,
+    /// A job's container or service image, or a `docker://` step, not pinned by digest.
+    UnpinnedImage,
 }
 
 impl Rule {
@@ -74,17 +78,19 @@ impl Rule {
             Rule::UntrustedSelfHosted => "untrusted-self-hosted",
             Rule::PrHeadCheckout => "pr-head-checkout",
             Rule::ScriptInjection => "script-injection",
+            Rule::EnvFileInjection => "env-file-injection",
             Rule::WritePermissions => "write-permissions",
             Rule::SecretsExposed => "secrets-exposed",
             Rule::UntrustedArtifact => "untrusted-artifact",
             Rule::NoTimeout => "no-timeout",
             Rule::UncheckedCall => "unchecked-call",
+            Rule::UnpinnedImage => "unpinned-image",
         }
     }
 
     pub fn severity(self) -> Severity {
         match self {
-            Rule::NoTimeout | Rule::UncheckedCall => Severity::Warning,
+            Rule::NoTimeout | Rule::UncheckedCall | Rule::UnpinnedImage => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -234,8 +240,10 @@ impl Source<'_> {
     }
 }
 
-/// Reads a workflow that a job calls (`uses: ./.github/workflows/gpu.yml`): its file
-/// name for findings and its text, or `None` when it is not at hand.
+/// Reads a file that a `uses:` names, by its path from the repository's root: a workflow
+/// a job calls (`./.github/workflows/gpu.yml`), a local action's
+/// (`./.github/actions/setup/action.yml`). Its file name for findings and its text, or
+/// `None` when it is not at hand.
 pub type Resolver<'r> = &'r dyn Fn(&str) -> Option<(String, String)>;
 
 /// Who reaches a workflow: its own triggers, or those of the job that calls it.
@@ -454,22 +462,62 @@ fn read_workflow(path: &Path, follow: bool) -> Result<String, String> {
         .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
+/// The folder `uses: ./PATH` is read from for a workflow in `dir`: the nearest folder at
+/// or above it that has a `.github` folder (for `REPO/.github/workflows`, `REPO`), not
+/// past the repository's root (`.git`).
+fn repository_root(dir: &Path) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    for a in dir.ancestors() {
+        if a.join(".github").is_dir() {
+            return Some(a.to_path_buf());
+        }
+        if a.join(".git").exists() {
+            return None;
+        }
+    }
+    None
+}
+
+/// A path as findings show it: from the current folder when it is below it.
+fn shown(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
 /// Reads and lints one file; an unreadable file is an `unparsable` finding too. A local
-/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder,
-/// never through a symbolic link; `follow` says whether `path` itself may be one (a file
-/// named on the command line, not one found in a folder).
+/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder;
+/// a local action it uses (`./PATH`, its `action.yml`) from the repository around it
+/// ([`repository_root`]); never through a symbolic link or out of the repository.
+/// `follow` says whether `path` itself may be a link (a file named on the command line,
+/// not one found in a folder).
 pub fn lint_file(path: &Path, follow: bool) -> Vec<Finding> {
     let file = path.display().to_string();
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    let root = repository_root(&dir);
     let resolve = move |uses: &str| -> Option<(String, String)> {
         let rel = uses.trim().trim_start_matches("./");
-        let name = rel.strip_prefix(".github/workflows/")?;
-        if name.contains('/') || name.contains('@') {
+        if rel.contains('@') || rel.split('/').any(|c| c == ".." || c.is_empty()) {
             return None;
         }
-        let callee = dir.join(name);
-        let text = read_workflow(&callee, false).ok()?;
-        Some((callee.display().to_string(), text))
+        if let Some(name) = rel.strip_prefix(".github/workflows/")
+            && !name.contains('/')
+        {
+            let callee = dir.join(name);
+            let text = read_workflow(&callee, false).ok()?;
+            return Some((callee.display().to_string(), text));
+        }
+        let target = root.as_ref()?.join(rel);
+        let text = read_workflow(&target, false).ok()?;
+        Some((shown(&target), text))
     };
     match read_workflow(path, follow) {
         Ok(text) => lint_source(&file, &text, &resolve),

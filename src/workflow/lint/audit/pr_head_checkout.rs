@@ -22,8 +22,8 @@ impl Audit for PrHeadCheckout {
         for checkout in &job.head_checkouts {
             let step = &job.steps[checkout.step];
             emit.step(
-                &step.label,
-                job.wf.src.at(&step.path),
+                step,
+                step.at(job.wf.src, &[]),
                 message(checkout, &job.unreadable),
             );
         }

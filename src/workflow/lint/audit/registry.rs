@@ -6,6 +6,7 @@
 //! keeps the output byte for byte.
 
 use super::Audit;
+use super::env_file_injection::EnvFileInjection;
 use super::no_timeout::NoTimeout;
 use super::pr_head_checkout::PrHeadCheckout;
 use super::script_injection::ScriptInjection;
@@ -25,6 +26,7 @@ pub(crate) const AUDITS: &[&dyn Audit] = &[
     &SecretsExposed,
     &UntrustedArtifact,
     &ScriptInjection,
+    &EnvFileInjection,
     &NoTimeout,
 ];
 
@@ -42,7 +44,7 @@ mod tests {
         let unique: BTreeSet<Rule> = rules.iter().copied().collect();
         assert_eq!(unique.len(), rules.len(), "{rules:?}");
         assert!(!unique.contains(&Rule::Unparsable));
-        assert_eq!(unique.len(), 8);
+        assert_eq!(unique.len(), 9);
     }
 
     /// All the rules on one workflow, through `lint_source`: findings in source order,

@@ -47,7 +47,7 @@ impl Audit for UntrustedArtifact {
                     "downloads what the triggering run uploaded ({how}) into a job holding {what}: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets {what}: handle the files in a job without secrets or write permissions, as data"
                 ),
             };
-            emit.step(&step.label, job.wf.src.at(&step.path), message);
+            emit.step(step, step.at(job.wf.src, &[]), message);
         }
     }
 }
@@ -55,16 +55,16 @@ impl Audit for UntrustedArtifact {
 /// A step that downloads what the triggering run (a pull request's code) uploaded.
 fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
     match step.body {
-        StepBody::Uses(s) if is_action(&s.uses, "actions/download-artifact") => {
-            let from_run = env_value(&s.with, "run-id")
+        StepBody::Uses(s) if is_action(s.uses, "actions/download-artifact") => {
+            let from_run = env_value(s.with, "run-id")
                 .is_some_and(|v| v.to_string().contains("github.event.workflow_run"));
             from_run.then_some("actions/download-artifact of the triggering run")
         }
-        StepBody::Uses(s) if is_action(&s.uses, "dawidd6/action-download-artifact") => {
+        StepBody::Uses(s) if is_action(s.uses, "dawidd6/action-download-artifact") => {
             Some("dawidd6/action-download-artifact")
         }
-        StepBody::Uses(s) if is_action(&s.uses, "actions/github-script") => {
-            env_value(&s.with, "script")
+        StepBody::Uses(s) if is_action(s.uses, "actions/github-script") => {
+            env_value(s.with, "script")
                 .is_some_and(|v| {
                     let v = v.to_string();
                     v.contains("downloadArtifact") || v.contains("listWorkflowRunArtifacts")

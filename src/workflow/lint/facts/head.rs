@@ -11,7 +11,7 @@ use github_actions_models::workflow::Workflow;
 use github_actions_models::workflow::job::NormalJob;
 use regex::Regex;
 
-use super::env::{env_text, env_value, env_value_ci};
+use super::env::{env_value, env_value_ci};
 use super::job::WorkflowFacts;
 use super::steps::{StepBody, StepView, is_action};
 use crate::workflow::lint::expr;
@@ -49,7 +49,7 @@ static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
 /// Commands that fetch code: a head context or variable on such a line is a checkout.
 static FETCH_COMMAND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\b(git|gh|hub|curl|wget)\s+").expect("valid regex"));
-static SHELL_VAR: LazyLock<Regex> =
+pub(crate) static SHELL_VAR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)").expect("valid regex"));
 
 /// The pull request's head, named in text: how, and whether it is the commit a
@@ -83,14 +83,15 @@ static PR_REF_SHAPE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(^|[^A-Za-z0-9_])pull/[^/]+/(head|merge)\b").expect("valid regex")
 });
 
-/// The inputs of a reusable workflow that its caller fills with the pull request's head.
+/// The inputs of a reusable workflow or composite action that its caller fills with the
+/// pull request's head, from the (name, value) pairs it passes.
 pub(crate) fn head_inputs(
-    with: &LoE<Env>,
+    given: &[(String, String)],
     inputs: &BTreeMap<String, HeadRef>,
 ) -> BTreeMap<String, HeadRef> {
-    env_text(with)
-        .into_iter()
-        .filter_map(|(k, v)| names_pr_head(&v, &[], inputs, false).map(|h| (k.to_lowercase(), h)))
+    given
+        .iter()
+        .filter_map(|(k, v)| names_pr_head(v, &[], inputs, false).map(|h| (k.to_lowercase(), h)))
         .collect()
 }
 
@@ -174,7 +175,7 @@ fn computed_ref(text: &str) -> Option<String> {
 }
 
 /// The script's lines with `\`-continued lines joined, as the shell reads them.
-fn logical_lines(script: &str) -> Vec<String> {
+pub(crate) fn logical_lines(script: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
     for line in script.lines() {
@@ -200,12 +201,17 @@ pub(crate) fn checks_out_pr_head(
     step: &StepView<'_>,
     job: &NormalJob,
     workflow: &Workflow,
-    inputs: &BTreeMap<String, HeadRef>,
 ) -> Option<HeadRef> {
-    let envs = [step.env(), &job.env, &workflow.env];
+    let inputs = &step.inputs.head;
+    let envs: Vec<&LoE<Env>> = step
+        .envs()
+        .iter()
+        .copied()
+        .chain([&job.env, &workflow.env])
+        .collect();
     match step.body {
-        StepBody::Uses(s) if is_action(&s.uses, "actions/checkout") => {
-            let input = |name: &str| env_value(&s.with, name).map(|v| v.to_string());
+        StepBody::Uses(s) if is_action(s.uses, "actions/checkout") => {
+            let input = |name: &str| env_value(s.with, name).map(|v| v.to_string());
             // A sha pins the code whichever repository it is fetched from; a repository
             // alone is its default branch, which its owner moves at will.
             if let Some(v) = input("ref") {
@@ -233,7 +239,7 @@ pub(crate) fn checks_out_pr_head(
         StepBody::Run(s) => {
             let mut found: Option<HeadRef> = None;
             let mut pinned = true;
-            for line in logical_lines(&s.run) {
+            for line in logical_lines(s.run) {
                 if let Some(h) = script_line_head(&line, &envs, inputs) {
                     pinned &= h.pinned;
                     found.get_or_insert(h);
@@ -328,7 +334,7 @@ pub(crate) fn head_checkouts(
     }
     let mut out = Vec::new();
     for (i, step) in steps.iter().enumerate() {
-        let Some(head) = checks_out_pr_head(step, job, wf.workflow, &wf.scope.head_inputs) else {
+        let Some(head) = checks_out_pr_head(step, job, wf.workflow) else {
             continue;
         };
         let (mut unguarded, mut toctou) = (Vec::new(), Vec::new());

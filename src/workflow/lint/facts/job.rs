@@ -9,9 +9,12 @@ use github_actions_models::common::Uses;
 use github_actions_models::workflow::Workflow;
 use github_actions_models::workflow::job::{NormalJob, ReusableWorkflowCallJob};
 
+use super::actions::Actions;
+use super::flow::{Flows, flows};
 use super::head::{HeadCheckout, head_checkouts};
 use super::runner::self_hosted;
-use super::steps::{StepView, steps_of};
+use super::steps::{Inputs, StepView, StepsContext, steps_of};
+use super::taint::Taint;
 use super::triggers::job_conditions;
 use crate::workflow::lint::guard::{Condition, JobCondition, Reach, Trigger};
 use crate::workflow::lint::{Finding, Scope, Source};
@@ -33,6 +36,8 @@ pub(crate) struct WorkflowFacts<'a> {
     open: HashMap<String, Vec<Trigger>>,
     /// Per job, the triggers that start it only when a trusted person asked.
     approved: HashMap<String, Vec<Trigger>>,
+    /// The local actions its steps use, read once.
+    pub actions: Actions,
 }
 
 impl<'a> WorkflowFacts<'a> {
@@ -70,6 +75,11 @@ impl<'a> WorkflowFacts<'a> {
             approved.insert(id, of(Condition::Approved));
         }
         let privileged_trigger = triggers.iter().any(|t| t.privileged());
+        let actions = if triggers.is_empty() {
+            Actions::default()
+        } else {
+            Actions::load(workflow, scope.resolve)
+        };
         WorkflowFacts {
             scope,
             workflow,
@@ -79,6 +89,7 @@ impl<'a> WorkflowFacts<'a> {
             privileged_trigger,
             open,
             approved,
+            actions,
         }
     }
 
@@ -110,6 +121,10 @@ pub(crate) struct JobFacts<'a> {
     /// How the job names a self-hosted runner; `None` on GitHub's own.
     pub runner: Option<String>,
     pub steps: Vec<StepView<'a>>,
+    /// Which values an outsider writes, as the job's steps see them.
+    pub taint: Taint<'a>,
+    /// Attacker text its scripts carry from step to step.
+    pub flows: Flows,
     /// ` (why)` when the job's `if:` could not be read, for messages; else empty.
     pub unreadable: String,
     /// The steps that check out the pull request's head under a privileged trigger
@@ -130,7 +145,20 @@ impl<'a> JobFacts<'a> {
             .as_ref()
             .map(|why| format!(" ({why})"))
             .unwrap_or_default();
-        let steps = steps_of(id, job);
+        let taint = Taint::new(wf.workflow, job);
+        let steps = steps_of(
+            id,
+            job,
+            &StepsContext {
+                actions: &wf.actions,
+                taint: &taint,
+                inputs: std::rc::Rc::new(Inputs {
+                    tainted: wf.scope.tainted_inputs.clone(),
+                    head: wf.scope.head_inputs.clone(),
+                }),
+            },
+        );
+        let flows = flows(job, wf.workflow, &steps, &taint);
         let approved = wf.approved_for(id);
         let head_checkouts = head_checkouts(wf, job, &steps, &open_privileged, approved);
         JobFacts {
@@ -141,6 +169,8 @@ impl<'a> JobFacts<'a> {
             open_privileged,
             runner: self_hosted(job),
             steps,
+            taint,
+            flows,
             unreadable,
             head_checkouts,
         }

@@ -35,8 +35,8 @@ pub(crate) fn job_strings(
     // The steps, `parallel:` blocks already flattened by `steps_of`.
     for step in steps {
         match step.body {
-            StepBody::Uses(u) => out.extend(env_text(&u.with).into_iter().map(|(_, v)| v)),
-            StepBody::Run(r) => out.push(r.run.clone()),
+            StepBody::Uses(u) => out.extend(env_text(u.with).into_iter().map(|(_, v)| v)),
+            StepBody::Run(r) => out.push(r.run.to_string()),
         }
         out.extend(env_text(step.env()).into_iter().map(|(_, v)| v));
     }
