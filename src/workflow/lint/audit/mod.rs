@@ -12,6 +12,7 @@ pub(crate) mod registry;
 mod script_injection;
 mod secrets_exposed;
 mod unchecked_call;
+mod unpinned_image;
 mod untrusted_artifact;
 mod untrusted_self_hosted;
 mod write_permissions;

@@ -12,6 +12,7 @@ use super::pr_head_checkout::PrHeadCheckout;
 use super::script_injection::ScriptInjection;
 use super::secrets_exposed::SecretsExposed;
 use super::unchecked_call::UncheckedCall;
+use super::unpinned_image::UnpinnedImage;
 use super::untrusted_artifact::UntrustedArtifact;
 use super::untrusted_self_hosted::UntrustedSelfHosted;
 use super::write_permissions::WritePermissions;
@@ -28,6 +29,7 @@ pub(crate) const AUDITS: &[&dyn Audit] = &[
     &ScriptInjection,
     &EnvFileInjection,
     &NoTimeout,
+    &UnpinnedImage,
 ];
 
 #[cfg(test)]
@@ -44,7 +46,7 @@ mod tests {
         let unique: BTreeSet<Rule> = rules.iter().copied().collect();
         assert_eq!(unique.len(), rules.len(), "{rules:?}");
         assert!(!unique.contains(&Rule::Unparsable));
-        assert_eq!(unique.len(), 9);
+        assert_eq!(unique.len(), 10);
     }
 
     /// All the rules on one workflow, through `lint_source`: findings in source order,
