@@ -335,3 +335,63 @@ fn calls_deeper_than_github_allows_are_named_not_dropped() {
         "{findings:?}"
     );
 }
+
+#[test]
+fn sarif_for_code_scanning() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".git")).unwrap();
+    std::fs::create_dir_all(d.join(".github/workflows")).unwrap();
+    std::fs::create_dir_all(d.join("src")).unwrap();
+    std::fs::write(
+        d.join(".github/workflows/gpu.yml"),
+        "on: pull_request\njobs:\n  gpu:\n    runs-on: gpu-8x-h100\n    container: pytorch/pytorch:2.4.0\n    timeout-minutes: 5\n    steps: [{run: make}]\n",
+    )
+    .unwrap();
+    // From a subfolder: URIs are still relative to the repository's root.
+    let r = run(cibox(&d.join("src")).args(["workflow", "lint", "--format", "sarif"]));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let log: serde_json::Value = serde_json::from_str(&r.stdout).expect("SARIF is JSON");
+    assert_eq!(log["version"], "2.1.0");
+    assert!(log["$schema"].as_str().unwrap().contains("sarif-2.1.0"));
+    let run0 = &log["runs"][0];
+    let rules: Vec<&str> = run0["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "untrusted-self-hosted",
+        "pr-head-checkout",
+        "unpinned-image",
+    ] {
+        assert!(rules.contains(&id), "{rules:?}");
+    }
+    let results = run0["results"].as_array().unwrap();
+    let got: Vec<String> = results
+        .iter()
+        .map(|x| {
+            let loc = &x["locations"][0]["physicalLocation"];
+            format!(
+                "{} {} {}:{}:{}",
+                x["ruleId"].as_str().unwrap(),
+                x["level"].as_str().unwrap(),
+                loc["artifactLocation"]["uri"].as_str().unwrap(),
+                loc["region"]["startLine"],
+                loc["region"]["startColumn"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "untrusted-self-hosted error .github/workflows/gpu.yml:4:14",
+            "unpinned-image warning .github/workflows/gpu.yml:5:16",
+        ]
+    );
+    // One way to ask for the format.
+    let r = run(cibox(d).args(["--json", "workflow", "lint", "--format", "sarif"]));
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("give one of them"), "{}", r.stderr);
+}

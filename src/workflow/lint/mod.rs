@@ -18,6 +18,7 @@ mod call;
 pub mod expr;
 mod facts;
 pub mod guard;
+pub mod sarif;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -72,6 +73,85 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Every rule, in the order SARIF lists them.
+    pub const ALL: [Rule; 11] = [
+        Rule::Unparsable,
+        Rule::UntrustedSelfHosted,
+        Rule::PrHeadCheckout,
+        Rule::ScriptInjection,
+        Rule::EnvFileInjection,
+        Rule::WritePermissions,
+        Rule::SecretsExposed,
+        Rule::UntrustedArtifact,
+        Rule::NoTimeout,
+        Rule::UncheckedCall,
+        Rule::UnpinnedImage,
+    ];
+
+    /// One line on what the rule finds.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Rule::Unparsable => "Not a workflow lint can read",
+            Rule::UntrustedSelfHosted => "A self-hosted runner that outsiders' events reach",
+            Rule::PrHeadCheckout => {
+                "The pull request's code checked out where the base repository's token and secrets are"
+            }
+            Rule::ScriptInjection => {
+                "Text an outsider controls pasted into a script, or run as code"
+            }
+            Rule::EnvFileInjection => {
+                "Text an outsider controls written to $GITHUB_ENV or $GITHUB_PATH"
+            }
+            Rule::WritePermissions => "Write permissions on a job that outsiders drive",
+            Rule::SecretsExposed => "Secrets in a pull_request_target job that any fork can start",
+            Rule::UntrustedArtifact => {
+                "A fork's artifact downloaded where running it costs something"
+            }
+            Rule::NoTimeout => "A self-hosted job without timeout-minutes",
+            Rule::UncheckedCall => "A reusable workflow or local action that lint cannot check",
+            Rule::UnpinnedImage => "A container image not pinned by digest",
+        }
+    }
+
+    /// What the rule finds, why it matters and what to do, for SARIF's rule help.
+    pub fn description(self) -> &'static str {
+        match self {
+            Rule::Unparsable => {
+                "The file is not a workflow lint can read: not a plain file, a symbolic link found in a folder, larger than 1 MiB, not UTF-8, not YAML, or not a GitHub Actions workflow. Nothing in it was checked."
+            }
+            Rule::UntrustedSelfHosted => {
+                "A job on a self-hosted runner (any label that is not a GitHub-hosted one, a runner group, an expression) that an event outsiders can cause (a fork's pull request, a comment, an issue, a run of another workflow, a star, a status) starts without a guard. Guard it with the same-repository check, the commenter's association, or for outsiders' pull requests the approved-commit pattern (pull_request_target on labeled only, a label check, a checkout of github.event.pull_request.head.sha)."
+            }
+            Rule::PrHeadCheckout => {
+                "A step fetches or checks out the pull request's code (its head or merge ref, its sha, its branch, refs/pull/N/..., gh pr checkout) under a trigger that runs with the base repository's token and secrets, without a guard; or after an approval that does not vouch for what it fetches: a member's comment names no commit, and a label approves the event's head sha, not a branch that moves."
+            }
+            Rule::ScriptInjection => {
+                "An expression whose value an outsider writes (a title, a body, a branch name, a commit message, a step or job output, a computed matrix value, an input filled from those, an env variable set from them or through $GITHUB_ENV) is pasted into a run: script or github-script, where it becomes code; or such text is run from a file or a variable. Pass values through env: and quote them as data."
+            }
+            Rule::EnvFileInjection => {
+                "A step writes text an outsider controls to $GITHUB_ENV (a newline in it sets any variable for every later step, and BASH_ENV, LD_PRELOAD or NODE_OPTIONS run code) or to $GITHUB_PATH (later commands come from a folder it names). Give each step that needs the value its own env: instead."
+            }
+            Rule::WritePermissions => {
+                "A job that outsiders drive under a privileged trigger (a self-hosted one, or one that runs the pull request's code) has a token with write permissions. Give it contents: read and move writes to a job that runs no outside code."
+            }
+            Rule::SecretsExposed => {
+                "A pull_request_target job that any fork's pull request starts without a guard reads secrets (other than GITHUB_TOKEN), or passes them to a reusable workflow."
+            }
+            Rule::UntrustedArtifact => {
+                "Under workflow_run, a step downloads what the triggering run uploaded (a fork's pull request made that run) on a self-hosted runner, or into a job holding secrets or a token that writes code, workflows or packages. Handle such files as data, in a job without secrets or write permissions."
+            }
+            Rule::NoTimeout => {
+                "A self-hosted job without timeout-minutes: a hung job holds the runner and its GPUs for GitHub's default of six hours."
+            }
+            Rule::UncheckedCall => {
+                "A reusable workflow in another repository (or missing, broken, or deeper than GitHub allows), or a local action whose action.yml lint cannot read, used by a job outsiders can start. Lint it where it lives, or guard the job."
+            }
+            Rule::UnpinnedImage => {
+                "A job's container or service image, or a docker:// step, named by tag: whoever controls the tag controls what runs. Name it by digest (IMAGE@sha256:...)."
+            }
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Rule::Unparsable => "unparsable",
@@ -172,29 +252,46 @@ impl Finding {
     }
 }
 
+impl Finding {
+    /// What was found, without where or which rule: `job JOB, step N (NAME): MESSAGE
+    /// (called by …)`.
+    pub fn what(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if let Some(job) = &self.job {
+            let _ = write!(out, "job {job}");
+            if let Some(step) = &self.step {
+                let _ = write!(out, ", step {} ({})", step.number, step.name);
+            }
+            out.push_str(": ");
+        }
+        out.push_str(&self.message);
+        if let Some(first) = self.called_by.first() {
+            let _ = write!(out, " (called by {first}");
+            if self.called_by_count > 1 {
+                let _ = write!(out, ", and {} more", self.called_by_count - 1);
+            }
+            out.push(')');
+        }
+        out
+    }
+}
+
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let severity = match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(f, "{severity}: {}:{}:{}: ", self.file, self.line, self.col)?;
-        if let Some(job) = &self.job {
-            write!(f, "job {job}")?;
-            if let Some(step) = &self.step {
-                write!(f, ", step {} ({})", step.number, step.name)?;
-            }
-            write!(f, ": ")?;
-        }
-        write!(f, "{}", self.message)?;
-        if let Some(first) = self.called_by.first() {
-            write!(f, " (called by {first}")?;
-            if self.called_by_count > 1 {
-                write!(f, ", and {} more", self.called_by_count - 1)?;
-            }
-            write!(f, ")")?;
-        }
-        write!(f, " [{}]", self.rule.name())
+        write!(
+            f,
+            "{severity}: {}:{}:{}: {} [{}]",
+            self.file,
+            self.line,
+            self.col,
+            self.what(),
+            self.rule.name()
+        )
     }
 }
 
