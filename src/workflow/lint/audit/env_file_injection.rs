@@ -2,12 +2,18 @@
 //! step's script ([`JobFacts::flows`]). A newline in the text sets any variable for every
 //! later step (`BASH_ENV`, `LD_PRELOAD` and `NODE_OPTIONS` run code), and `${{ env.X }}`
 //! pastes it into later scripts; a folder in `$GITHUB_PATH` supplies later commands.
-//! Reported where script-injection is: on self-hosted runners, and anywhere under a
-//! privileged trigger.
+//! Also `ACTIONS_ALLOW_UNSECURE_COMMANDS`: with it, any text a step prints (a title, the
+//! output of the pull request's code) sets variables through `::set-env`. Reported where
+//! script-injection is: on self-hosted runners, and anywhere under a privileged trigger.
+
+use github_actions_models::common::Env;
+use github_actions_models::common::expr::LoE;
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
+use crate::workflow::lint::facts::env::env_text;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::yaml::Mark;
 
 pub(crate) struct EnvFileInjection;
 
@@ -20,6 +26,14 @@ impl Audit for EnvFileInjection {
         let wf = job.wf;
         if wf.triggers.is_empty() || (job.runner.is_none() && !wf.privileged_trigger) {
             return;
+        }
+        for (mark, level) in unsecure_commands(job) {
+            emit.job(
+                mark,
+                format!(
+                    "{level} sets `ACTIONS_ALLOW_UNSECURE_COMMANDS`: any text a step prints (a title, the output of the pull request's code) can then set variables with `::set-env` (`BASH_ENV`, `NODE_OPTIONS` run code) and add to the PATH: remove it"
+                ),
+            );
         }
         for sink in &job.flows.env_writes {
             let step = &job.steps[sink.step];
@@ -38,6 +52,37 @@ impl Audit for EnvFileInjection {
             );
         }
     }
+}
+
+/// Where the job, its workflow or its steps turn the old `::set-env` and `::add-path`
+/// commands back on.
+fn unsecure_commands(job: &JobFacts<'_>) -> Vec<(Mark, &'static str)> {
+    let on = |env: &LoE<Env>| {
+        env_text(env).iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("ACTIONS_ALLOW_UNSECURE_COMMANDS")
+                && !v.trim().eq_ignore_ascii_case("false")
+        })
+    };
+    let src = job.wf.src;
+    let mut out = Vec::new();
+    if on(&job.wf.workflow.env) {
+        out.push((
+            src.at(&["env", "ACTIONS_ALLOW_UNSECURE_COMMANDS"]),
+            "the workflow",
+        ));
+    }
+    if on(&job.job.env) {
+        out.push((
+            src.at(&["jobs", job.id, "env", "ACTIONS_ALLOW_UNSECURE_COMMANDS"]),
+            "the job",
+        ));
+    }
+    for step in &job.steps {
+        if on(step.env()) {
+            out.push((step.at(src, &["env"]), "a step"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -86,6 +131,22 @@ mod tests {
         assert_eq!(f[0].file, ".github/actions/x/action.yml");
         assert_eq!((f[0].line, f[0].col), (6, 12));
         assert!(f[0].message.contains("`inputs.t`"), "{:#?}", lines(&f));
+    }
+
+    #[test]
+    fn unsecure_commands_turned_back_on() {
+        let f = findings(
+            &EnvFileInjection,
+            "on: pull_request_target\nenv:\n  ACTIONS_ALLOW_UNSECURE_COMMANDS: true\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps: [{run: make}]\n",
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert_eq!((f[0].line, f[0].col), (3, 36));
+        assert!(
+            f[0].message
+                .starts_with("the workflow sets `ACTIONS_ALLOW_UNSECURE_COMMANDS`"),
+            "{:#?}",
+            lines(&f)
+        );
     }
 
     #[test]

@@ -175,4 +175,29 @@ mod tests {
             lines(&f)
         );
     }
+
+    /// The pull request's changes applied to the base checkout, and a fetch from
+    /// github-script's JavaScript.
+    #[test]
+    fn a_diff_a_patch_and_github_script() {
+        for step in [
+            "run: gh pr diff ${{ github.event.number }} | git apply",
+            "run: curl -L https://github.com/o/r/pull/${{ github.event.number }}.diff | patch -p1",
+            "run: wget https://patch-diff.githubusercontent.com/raw/o/r/pull/$PR.patch",
+            "{uses: actions/github-script@v7, with: {script: \"await exec.exec('git', ['fetch', 'origin', `pull/${context.issue.number}/head`])\"}}",
+        ] {
+            let f = findings(
+                &PrHeadCheckout,
+                &format!(
+                    "on: pull_request_target\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - {step}\n"
+                ),
+            );
+            assert_eq!(f.len(), 1, "{step}: {:#?}", lines(&f));
+        }
+        let base = findings(
+            &PrHeadCheckout,
+            "on: pull_request_target\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - run: gh pr view ${{ github.event.number }} --json files\n",
+        );
+        assert!(base.is_empty(), "{:#?}", lines(&base));
+    }
 }

@@ -72,6 +72,13 @@ fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
                 .then_some("actions/github-script downloading artifacts")
         }
         StepBody::Run(s) if s.run.contains("gh run download") => Some("`gh run download`"),
+        // `gh api …/actions/runs/${{ github.event.workflow_run.id }}/artifacts`, curl.
+        StepBody::Run(s)
+            if s.run.contains("artifacts")
+                && (s.run.contains("workflow_run") || s.run.contains("GITHUB_EVENT_PATH")) =>
+        {
+            Some("a script fetching the triggering run's artifacts through the API")
+        }
         _ => None,
     }
 }
@@ -86,7 +93,7 @@ mod tests {
     fn the_triggering_runs_artifact_on_a_gpu_runner() {
         let f = findings(
             &UntrustedArtifact,
-            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: gh run download\n",
+            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: gh run download\n      - run: gh api \"repos/o/r/actions/runs/${{ github.event.workflow_run.id }}/artifacts\" > a.json\n",
         );
         all_are(&f, Rule::UntrustedArtifact);
         assert_eq!(
@@ -94,6 +101,7 @@ mod tests {
             [
                 "untrusted-artifact 8:9 job bench: downloads what the triggering run uploaded (actions/download-artifact of the triggering run) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them",
                 "untrusted-artifact 11:9 job bench: downloads what the triggering run uploaded (`gh run download`) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them",
+                "untrusted-artifact 12:9 job bench: downloads what the triggering run uploaded (a script fetching the triggering run's artifacts through the API) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them",
             ]
         );
     }

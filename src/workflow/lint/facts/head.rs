@@ -37,14 +37,17 @@ const PR_HEAD: &[&str] = &[
     "github.event.workflow_run.pull_requests",
 ];
 
-/// A script line that fetches or checks out a pull request's head without naming it
-/// through a context: `gh pr checkout 12`, `git fetch origin pull/12/head`,
-/// `refs/pull/12/merge`.
+/// A script line that fetches or checks out a pull request's head, or applies its
+/// changes, without naming it through a context: `gh pr checkout 12`, `git fetch origin
+/// pull/12/head`, `refs/pull/12/merge`, `gh pr diff 12 | git apply`, a pull request's
+/// `.patch` or `.diff` (`…/pull/12.patch`).
 static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r"\b(gh|hub)\s+pr\s+(checkout|co)\b|\bhub\s+checkout\b|(^|[\s:/'\x22])(refs/)?pull/(\$\{\{[^}]*\}\}|[^\s/]+)/(head|merge)\b",
-    )
-        .expect("valid regex")
+    Regex::new(concat!(
+        r"\b(gh|hub)\s+pr\s+(checkout|co|diff)\b|\bhub\s+checkout\b",
+        r"|(^|[\s:/'\x22`])(refs/)?pull/(\$\{\{[^}]*\}\}|[^\s/]+)/(head|merge)\b",
+        r"|/pulls?/(\$\{\{[^}]*\}\}|\$\{?\w+\}?|\d+)\.(patch|diff)\b",
+    ))
+    .expect("valid regex")
 });
 /// Commands that fetch code: a head context or variable on such a line is a checkout.
 static FETCH_COMMAND: LazyLock<Regex> =
@@ -235,19 +238,32 @@ pub(crate) fn checks_out_pr_head(
                 false,
             ))
         }
+        // The JavaScript of github-script runs commands too (`exec.exec('git', …)`).
+        StepBody::Uses(s) if is_action(s.uses, "actions/github-script") => {
+            let script = env_value(s.with, "script")?.to_string();
+            script_head(&script, &envs, inputs)
+        }
         StepBody::Uses(_) => None,
-        StepBody::Run(s) => {
-            let mut found: Option<HeadRef> = None;
-            let mut pinned = true;
-            for line in logical_lines(s.run) {
-                if let Some(h) = script_line_head(&line, &envs, inputs) {
-                    pinned &= h.pinned;
-                    found.get_or_insert(h);
-                }
-            }
-            found.map(|h| HeadRef { pinned, ..h })
+        StepBody::Run(s) => script_head(s.run, &envs, inputs),
+    }
+}
+
+/// How a script fetches or checks out the pull request's code, if it does: pinned only
+/// when every line that does names the event's head sha.
+fn script_head(
+    script: &str,
+    envs: &[&LoE<Env>],
+    inputs: &BTreeMap<String, HeadRef>,
+) -> Option<HeadRef> {
+    let mut found: Option<HeadRef> = None;
+    let mut pinned = true;
+    for line in logical_lines(script) {
+        if let Some(h) = script_line_head(&line, envs, inputs) {
+            pinned &= h.pinned;
+            found.get_or_insert(h);
         }
     }
+    found.map(|h| HeadRef { pinned, ..h })
 }
 
 /// How one script line fetches or checks out the pull request's code, if it does.
