@@ -364,6 +364,18 @@ pub struct LintArgs {
     /// Workflow files or folders (their *.yml and *.yaml). Default: the manifest's
     /// `workflows.dir`, or without a manifest `.github/workflows` of the repository.
     pub paths: Vec<PathBuf>,
+    /// How findings are printed: `text` (one line each), `json` (as `--json`), or
+    /// `sarif` (SARIF 2.1.0, for GitHub code scanning).
+    #[arg(long, value_enum)]
+    pub format: Option<LintFormat>,
+}
+
+/// The output formats of `workflow lint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LintFormat {
+    Text,
+    Json,
+    Sarif,
 }
 
 #[derive(Debug, Args)]

@@ -108,7 +108,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Changed(a) => changed::run(&ctx, &a),
         Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
-        Command::Workflow(WorkflowCommand::Lint(args)) => workflow::lint(&ctx, &args.paths),
+        Command::Workflow(WorkflowCommand::Lint(args)) => {
+            workflow::lint(&ctx, &args.paths, args.format)
+        }
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
         Command::Host(HostCommand::Setup { lock_dir }) => host::setup(&ctx, lock_dir),
         Command::Host(HostCommand::Policy) => host::policy(&ctx),

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::Context;
+use crate::cli::LintFormat;
 use crate::console;
 use crate::error::{Error, Result};
 use crate::exit;
@@ -134,7 +135,25 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>
     yaml_files(&dir)
 }
 
-pub fn lint(ctx: &Context, paths: &[PathBuf]) -> Result<u8> {
+/// The repository the current folder is in (its `.git`), for SARIF's relative URIs.
+fn repository_root() -> Option<PathBuf> {
+    let cwd = std::fs::canonicalize(std::env::current_dir().ok()?).ok()?;
+    cwd.ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(Path::to_path_buf)
+}
+
+pub fn lint(ctx: &Context, paths: &[PathBuf], format: Option<LintFormat>) -> Result<u8> {
+    let format = match (format, ctx.json) {
+        (Some(LintFormat::Text | LintFormat::Sarif), true) => {
+            return Err(Error::Usage(
+                "`--json` and `--format`: give one of them".into(),
+            ));
+        }
+        (Some(f), _) => f,
+        (None, true) => LintFormat::Json,
+        (None, false) => LintFormat::Text,
+    };
     let files = lint_targets(ctx, paths)?;
     let mut findings: Vec<lint::Finding> = Vec::new();
     for (f, follow) in &files {
@@ -144,7 +163,10 @@ pub fn lint(ctx: &Context, paths: &[PathBuf]) -> Result<u8> {
     let unparsable = count(&|f| f.rule == lint::Rule::Unparsable);
     let errors = count(&|f| f.severity == lint::Severity::Error) - unparsable;
     let warnings = count(&|f| f.severity == lint::Severity::Warning);
-    if ctx.json {
+    if format == LintFormat::Sarif {
+        let root = repository_root();
+        console::json(&lint::sarif::log(&findings, root.as_deref()));
+    } else if format == LintFormat::Json {
         console::json(&json!({
             "files": files.len(),
             "errors": errors,

@@ -34,11 +34,12 @@ fn the_corpus_gives_exactly_the_expected_findings() {
     assert_eq!(report["unparsable"], 1, "{}", r.stdout);
     let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in report["findings"].as_array().unwrap() {
-        let file = Path::new(f["file"].as_str().unwrap())
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let path = Path::new(f["file"].as_str().unwrap());
+        let mut file = path.file_name().unwrap().to_string_lossy().into_owned();
+        if file == "action.yml" {
+            let action = path.parent().unwrap().file_name().unwrap();
+            file = format!("{}/{file}", action.to_string_lossy());
+        }
         found.entry(file).or_default().insert(format!(
             "{} {} {}",
             f["rule"].as_str().unwrap(),
@@ -48,6 +49,25 @@ fn the_corpus_gives_exactly_the_expected_findings() {
     }
     let mut files = 0;
     let mut failures = Vec::new();
+    // The local actions the workflows use, under `../.github/actions/NAME/action.yml`:
+    // their findings (steps of the calling jobs) are expected in their own files, keyed
+    // `NAME/action.yml`.
+    let actions = dir.join("../.github/actions");
+    let mut action_files: Vec<(String, PathBuf)> = std::fs::read_dir(&actions)
+        .unwrap()
+        .map(|e| {
+            let d = e.unwrap().path();
+            let key = format!("{}/action.yml", d.file_name().unwrap().to_string_lossy());
+            (key, d.join("action.yml"))
+        })
+        .collect();
+    action_files.sort();
+    assert!(
+        !action_files.is_empty(),
+        "no actions in {}",
+        actions.display()
+    );
+    let mut workflows: Vec<(String, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "yml") {
@@ -55,6 +75,9 @@ fn the_corpus_gives_exactly_the_expected_findings() {
         }
         files += 1;
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        workflows.push((name, path));
+    }
+    for (name, path) in workflows.into_iter().chain(action_files) {
         let want = expected(&std::fs::read_to_string(&path).unwrap());
         let got = found.remove(&name).unwrap_or_default();
         if want != got {
@@ -67,6 +90,10 @@ fn the_corpus_gives_exactly_the_expected_findings() {
     }
     assert!(files >= 10, "corpus not found in {}", dir.display());
     assert_eq!(report["files"], files);
+    assert!(
+        found.is_empty(),
+        "findings in files without expectations: {found:?}"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -307,4 +334,64 @@ fn calls_deeper_than_github_allows_are_named_not_dropped() {
             .contains("more than 10 calls deep"),
         "{findings:?}"
     );
+}
+
+#[test]
+fn sarif_for_code_scanning() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".git")).unwrap();
+    std::fs::create_dir_all(d.join(".github/workflows")).unwrap();
+    std::fs::create_dir_all(d.join("src")).unwrap();
+    std::fs::write(
+        d.join(".github/workflows/gpu.yml"),
+        "on: pull_request\njobs:\n  gpu:\n    runs-on: gpu-8x-h100\n    container: pytorch/pytorch:2.4.0\n    timeout-minutes: 5\n    steps: [{run: make}]\n",
+    )
+    .unwrap();
+    // From a subfolder: URIs are still relative to the repository's root.
+    let r = run(cibox(&d.join("src")).args(["workflow", "lint", "--format", "sarif"]));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let log: serde_json::Value = serde_json::from_str(&r.stdout).expect("SARIF is JSON");
+    assert_eq!(log["version"], "2.1.0");
+    assert!(log["$schema"].as_str().unwrap().contains("sarif-2.1.0"));
+    let run0 = &log["runs"][0];
+    let rules: Vec<&str> = run0["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "untrusted-self-hosted",
+        "pr-head-checkout",
+        "unpinned-image",
+    ] {
+        assert!(rules.contains(&id), "{rules:?}");
+    }
+    let results = run0["results"].as_array().unwrap();
+    let got: Vec<String> = results
+        .iter()
+        .map(|x| {
+            let loc = &x["locations"][0]["physicalLocation"];
+            format!(
+                "{} {} {}:{}:{}",
+                x["ruleId"].as_str().unwrap(),
+                x["level"].as_str().unwrap(),
+                loc["artifactLocation"]["uri"].as_str().unwrap(),
+                loc["region"]["startLine"],
+                loc["region"]["startColumn"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "untrusted-self-hosted error .github/workflows/gpu.yml:4:14",
+            "unpinned-image warning .github/workflows/gpu.yml:5:16",
+        ]
+    );
+    // One way to ask for the format.
+    let r = run(cibox(d).args(["--json", "workflow", "lint", "--format", "sarif"]));
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("give one of them"), "{}", r.stderr);
 }

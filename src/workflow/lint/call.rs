@@ -4,24 +4,32 @@
 use github_actions_models::common::Env;
 use github_actions_models::common::expr::LoE;
 
+use super::facts::env::env_text;
 use super::facts::head::head_inputs;
+use super::facts::job::WorkflowFacts;
 use super::facts::taint::tainted_inputs;
 use super::guard::Trigger;
 use super::{Finding, MAX_CALL_DEPTH, Rule, Scope};
 
+/// How the calling job is reached: the triggers that start it unguarded, and those that
+/// start it only when a trusted person asked.
+pub(crate) struct Reached<'a> {
+    pub open: &'a [Trigger],
+    pub approved: &'a [Trigger],
+}
+
 /// Lints the workflow a job calls (`uses: ./.github/workflows/NAME`) as reached by the
 /// caller's triggers, once per file and reach (the cache), and returns its findings with
 /// the calling job prepended to their callers; or why it could not be linted.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn lint_called(
-    scope: &Scope<'_>,
-    triggers: &[Trigger],
-    open_here: &[Trigger],
+    wf: &WorkflowFacts<'_>,
+    here: Reached<'_>,
     id: &str,
     uses: &str,
     with: &LoE<Env>,
     secrets_passed: bool,
 ) -> Result<Vec<Finding>, String> {
+    let (scope, triggers) = (wf.scope, wf.triggers.as_slice());
     if scope.chain.len() >= MAX_CALL_DEPTH {
         return Err(format!(
             "it is more than {MAX_CALL_DEPTH} calls deep, further than GitHub goes"
@@ -36,12 +44,19 @@ pub(crate) fn lint_called(
     let guarded: Vec<Trigger> = triggers
         .iter()
         .copied()
-        .filter(|t| !open_here.contains(t))
+        .filter(|t| !here.open.contains(t) && !here.approved.contains(t))
         .collect();
+    let approved = here.approved.to_vec();
     let tainted = tainted_inputs(with, &scope.tainted_inputs);
-    let head = head_inputs(with, &scope.head_inputs);
-    let key =
-        format!("{callee}\n{triggers:?}\n{guarded:?}\n{tainted:?}\n{head:?}\n{secrets_passed}");
+    let given: Vec<(String, String)> = env_text(with)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let head = head_inputs(&given, &scope.head_inputs);
+    let reach = wf.reach;
+    let key = format!(
+        "{callee}\n{triggers:?}\n{reach:?}\n{guarded:?}\n{approved:?}\n{tainted:?}\n{head:?}\n{secrets_passed}"
+    );
     let cached = scope.cache.borrow().get(&key).cloned();
     let findings = match cached {
         Some(f) => f,
@@ -51,7 +66,9 @@ pub(crate) fn lint_called(
             let inner = Scope {
                 file: callee,
                 triggers: Some(triggers.to_vec()),
+                reach,
                 guarded,
+                approved,
                 tainted_inputs: tainted,
                 head_inputs: head,
                 secrets_passed,

@@ -3,7 +3,11 @@
 //! The parsing itself is `github-actions-expressions` (zizmor's parser); this module only
 //! cuts expressions out of the surrounding text and compares context paths.
 
-use github_actions_expressions::{Expr, SpannedExpr, context::Context};
+use github_actions_expressions::{
+    Expr, SpannedExpr,
+    call::{Call, Function},
+    context::Context,
+};
 
 /// One `${{ … }}` in a piece of text: where it starts (a byte offset of `${{`), its whole
 /// text with the delimiters, and its body.
@@ -146,6 +150,56 @@ pub fn value_paths(e: &SpannedExpr<'_>) -> Vec<String> {
     out
 }
 
+/// The text an expression makes, as far as literals decide it: literals as they print,
+/// contexts as `<path>`, `format()` with a literal pattern filled in, anything else `?`.
+/// `format('refs/{0}/{1}/merge', 'pull', github.event.number)` gives
+/// `refs/pull/<github.event.number>/merge`.
+pub fn shape(e: &SpannedExpr<'_>) -> String {
+    match &e.inner {
+        Expr::Literal(l) => l.as_str().into_owned(),
+        Expr::Context(c) => match path(c) {
+            Some(p) => format!("<{p}>"),
+            None => "?".into(),
+        },
+        Expr::Call(Call {
+            func: Function::Format,
+            args,
+        }) => match args.split_first() {
+            Some((first, rest)) if matches!(first.inner, Expr::Literal(_)) => {
+                let pattern = shape(first);
+                let values: Vec<String> = rest.iter().map(shape).collect();
+                fill(&pattern, &values)
+            }
+            _ => "?".into(),
+        },
+        _ => "?".into(),
+    }
+}
+
+/// `format()`'s pattern with `{N}` replaced by the Nth value and `{{`, `}}` unescaped.
+fn fill(pattern: &str, values: &[String]) -> String {
+    let mut out = String::new();
+    let mut rest = pattern;
+    while let Some(i) = rest.find(['{', '}']) {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if tail.starts_with("{{") || tail.starts_with("}}") {
+            out.push_str(&tail[..1]);
+            rest = &tail[2..];
+        } else if let Some(end) = tail.find('}')
+            && let Ok(n) = tail[1..end].parse::<usize>()
+        {
+            out.push_str(values.get(n).map(String::as_str).unwrap_or("?"));
+            rest = &tail[end + 1..];
+        } else {
+            out.push_str(&tail[..1]);
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The context path of an expression that is a bare context.
 pub fn context_path(e: &Expr<'_>) -> Option<String> {
     match e {
@@ -187,6 +241,19 @@ mod tests {
         let long = vec!["a"; 3000].join(" && ");
         assert_eq!(parse(&long).err(), Some(Unparsed::TooLong));
         assert!(matches!(parse("a &&"), Err(Unparsed::Invalid(_))));
+    }
+
+    #[test]
+    fn the_shape_of_formatted_text() {
+        let s = |e: &str| shape(&parse(e).unwrap());
+        assert_eq!(
+            s("format('refs/{0}/{1}/merge', 'pull', github.event.number)"),
+            "refs/pull/<github.event.number>/merge"
+        );
+        assert_eq!(s("format('{{0}} {1}', 'a')"), "{0} ?");
+        assert_eq!(s("format(github.event.issue.title, 'a')"), "?");
+        assert_eq!(s("'refs/pull/1/head'"), "refs/pull/1/head");
+        assert_eq!(s("join(a.b, '/')"), "?");
     }
 
     #[test]

@@ -18,10 +18,11 @@ mod call;
 pub mod expr;
 mod facts;
 pub mod guard;
+pub mod sarif;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use github_actions_models::workflow::Workflow;
 
@@ -52,8 +53,10 @@ pub enum Rule {
     /// The pull request's code checked out where the base repository's token and secrets
     /// are.
     PrHeadCheckout,
-    /// Text an outsider controls inlined into a script.
+    /// Text an outsider controls inlined into a script, or run as code.
     ScriptInjection,
+    /// Text an outsider controls written to `$GITHUB_ENV` or `$GITHUB_PATH`.
+    EnvFileInjection,
     /// Write permissions on a job an outsider can drive.
     WritePermissions,
     /// Secrets in a `pull_request_target` job an outsider can start.
@@ -65,26 +68,109 @@ pub enum Rule {
     /// A reusable workflow lint cannot read (another repository), called where
     /// outsiders can reach it.
     UncheckedCall,
+    /// A job's container or service image, or a `docker://` step, not pinned by digest.
+    UnpinnedImage,
 }
 
 impl Rule {
+    /// Every rule, in the order SARIF lists them.
+    pub const ALL: [Rule; 11] = [
+        Rule::Unparsable,
+        Rule::UntrustedSelfHosted,
+        Rule::PrHeadCheckout,
+        Rule::ScriptInjection,
+        Rule::EnvFileInjection,
+        Rule::WritePermissions,
+        Rule::SecretsExposed,
+        Rule::UntrustedArtifact,
+        Rule::NoTimeout,
+        Rule::UncheckedCall,
+        Rule::UnpinnedImage,
+    ];
+
+    /// One line on what the rule finds.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Rule::Unparsable => "Not a workflow lint can read",
+            Rule::UntrustedSelfHosted => "A self-hosted runner that outsiders' events reach",
+            Rule::PrHeadCheckout => {
+                "The pull request's code checked out where the base repository's token and secrets are"
+            }
+            Rule::ScriptInjection => {
+                "Text an outsider controls pasted into a script, or run as code"
+            }
+            Rule::EnvFileInjection => {
+                "Text an outsider controls written to $GITHUB_ENV or $GITHUB_PATH"
+            }
+            Rule::WritePermissions => "Write permissions on a job that outsiders drive",
+            Rule::SecretsExposed => "Secrets in a pull_request_target job that any fork can start",
+            Rule::UntrustedArtifact => {
+                "A fork's artifact downloaded where running it costs something"
+            }
+            Rule::NoTimeout => "A self-hosted job without timeout-minutes",
+            Rule::UncheckedCall => "A reusable workflow or local action that lint cannot check",
+            Rule::UnpinnedImage => "A container image not pinned by digest",
+        }
+    }
+
+    /// What the rule finds, why it matters and what to do, for SARIF's rule help.
+    pub fn description(self) -> &'static str {
+        match self {
+            Rule::Unparsable => {
+                "The file is not a workflow lint can read: not a plain file, a symbolic link found in a folder, larger than 1 MiB, not UTF-8, not YAML, or not a GitHub Actions workflow. Nothing in it was checked."
+            }
+            Rule::UntrustedSelfHosted => {
+                "A job on a self-hosted runner (any label that is not a GitHub-hosted one, a runner group, an expression) that an event outsiders can cause (a fork's pull request, a comment, an issue, a run of another workflow, a star, a status) starts without a guard. Guard it with the same-repository check, the commenter's association, or for outsiders' pull requests the approved-commit pattern (pull_request_target on labeled only, a label check, a checkout of github.event.pull_request.head.sha)."
+            }
+            Rule::PrHeadCheckout => {
+                "A step fetches or checks out the pull request's code (its head or merge ref, its sha, its branch, refs/pull/N/..., gh pr checkout) under a trigger that runs with the base repository's token and secrets, without a guard; or after an approval that does not vouch for what it fetches: a member's comment names no commit, and a label approves the event's head sha, not a branch that moves."
+            }
+            Rule::ScriptInjection => {
+                "An expression whose value an outsider writes (a title, a body, a branch name, a commit message, a step or job output, a computed matrix value, an input filled from those, an env variable set from them or through $GITHUB_ENV) is pasted into a run: script or github-script, where it becomes code; or such text is run from a file or a variable. Pass values through env: and quote them as data."
+            }
+            Rule::EnvFileInjection => {
+                "A step writes text an outsider controls to $GITHUB_ENV (a newline in it sets any variable for every later step, and BASH_ENV, LD_PRELOAD or NODE_OPTIONS run code) or to $GITHUB_PATH (later commands come from a folder it names). Give each step that needs the value its own env: instead."
+            }
+            Rule::WritePermissions => {
+                "A job that outsiders drive under a privileged trigger (a self-hosted one, or one that runs the pull request's code) has a token with write permissions. Give it contents: read and move writes to a job that runs no outside code."
+            }
+            Rule::SecretsExposed => {
+                "A pull_request_target job that any fork's pull request starts without a guard reads secrets (other than GITHUB_TOKEN), or passes them to a reusable workflow."
+            }
+            Rule::UntrustedArtifact => {
+                "Under workflow_run, a step downloads what the triggering run uploaded (a fork's pull request made that run) on a self-hosted runner, or into a job holding secrets or a token that writes code, workflows or packages. Handle such files as data, in a job without secrets or write permissions."
+            }
+            Rule::NoTimeout => {
+                "A self-hosted job without timeout-minutes: a hung job holds the runner and its GPUs for GitHub's default of six hours."
+            }
+            Rule::UncheckedCall => {
+                "A reusable workflow in another repository (or missing, broken, or deeper than GitHub allows), or a local action whose action.yml lint cannot read, used by a job outsiders can start. Lint it where it lives, or guard the job."
+            }
+            Rule::UnpinnedImage => {
+                "A job's container or service image, or a docker:// step, named by tag: whoever controls the tag controls what runs. Name it by digest (IMAGE@sha256:...)."
+            }
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Rule::Unparsable => "unparsable",
             Rule::UntrustedSelfHosted => "untrusted-self-hosted",
             Rule::PrHeadCheckout => "pr-head-checkout",
             Rule::ScriptInjection => "script-injection",
+            Rule::EnvFileInjection => "env-file-injection",
             Rule::WritePermissions => "write-permissions",
             Rule::SecretsExposed => "secrets-exposed",
             Rule::UntrustedArtifact => "untrusted-artifact",
             Rule::NoTimeout => "no-timeout",
             Rule::UncheckedCall => "unchecked-call",
+            Rule::UnpinnedImage => "unpinned-image",
         }
     }
 
     pub fn severity(self) -> Severity {
         match self {
-            Rule::NoTimeout | Rule::UncheckedCall => Severity::Warning,
+            Rule::NoTimeout | Rule::UncheckedCall | Rule::UnpinnedImage => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -166,29 +252,46 @@ impl Finding {
     }
 }
 
+impl Finding {
+    /// What was found, without where or which rule: `job JOB, step N (NAME): MESSAGE
+    /// (called by …)`.
+    pub fn what(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if let Some(job) = &self.job {
+            let _ = write!(out, "job {job}");
+            if let Some(step) = &self.step {
+                let _ = write!(out, ", step {} ({})", step.number, step.name);
+            }
+            out.push_str(": ");
+        }
+        out.push_str(&self.message);
+        if let Some(first) = self.called_by.first() {
+            let _ = write!(out, " (called by {first}");
+            if self.called_by_count > 1 {
+                let _ = write!(out, ", and {} more", self.called_by_count - 1);
+            }
+            out.push(')');
+        }
+        out
+    }
+}
+
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let severity = match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(f, "{severity}: {}:{}:{}: ", self.file, self.line, self.col)?;
-        if let Some(job) = &self.job {
-            write!(f, "job {job}")?;
-            if let Some(step) = &self.step {
-                write!(f, ", step {} ({})", step.number, step.name)?;
-            }
-            write!(f, ": ")?;
-        }
-        write!(f, "{}", self.message)?;
-        if let Some(first) = self.called_by.first() {
-            write!(f, " (called by {first}")?;
-            if self.called_by_count > 1 {
-                write!(f, ", and {} more", self.called_by_count - 1)?;
-            }
-            write!(f, ")")?;
-        }
-        write!(f, " [{}]", self.rule.name())
+        write!(
+            f,
+            "{severity}: {}:{}:{}: {} [{}]",
+            self.file,
+            self.line,
+            self.col,
+            self.what(),
+            self.rule.name()
+        )
     }
 }
 
@@ -234,8 +337,10 @@ impl Source<'_> {
     }
 }
 
-/// Reads a workflow that a job calls (`uses: ./.github/workflows/gpu.yml`): its file
-/// name for findings and its text, or `None` when it is not at hand.
+/// Reads a file that a `uses:` names, by its path from the repository's root: a workflow
+/// a job calls (`./.github/workflows/gpu.yml`), a local action's
+/// (`./.github/actions/setup/action.yml`). Its file name for findings and its text, or
+/// `None` when it is not at hand.
 pub type Resolver<'r> = &'r dyn Fn(&str) -> Option<(String, String)>;
 
 /// Who reaches a workflow: its own triggers, or those of the job that calls it.
@@ -243,12 +348,16 @@ pub(crate) struct Scope<'r> {
     file: String,
     /// `None`: the workflow's own `on:`; else the untrusted triggers of the caller.
     triggers: Option<Vec<guard::Trigger>>,
+    /// What the caller's triggers say beyond their names; `None` with `triggers`.
+    reach: guard::Reach,
     /// Of those, the ones the calling job (or a job it needs) already keeps out.
     guarded: Vec<guard::Trigger>,
+    /// And the ones it lets in only when a trusted person asked.
+    approved: Vec<guard::Trigger>,
     /// The inputs the caller fills with untrusted values (lower-case name → why).
     tainted_inputs: BTreeMap<String, String>,
     /// The inputs the caller fills with the pull request's head (a ref, a sha).
-    head_inputs: BTreeMap<String, String>,
+    head_inputs: BTreeMap<String, facts::head::HeadRef>,
     /// Whether the workflow has secrets: its own, or ones its caller passes.
     secrets_passed: bool,
     /// The files of the calls that led here (a workflow calling itself is refused by
@@ -313,7 +422,9 @@ pub fn lint_source(file: &str, text: &str, resolve: Resolver<'_>) -> Vec<Finding
     let scope = Scope {
         file: file.to_string(),
         triggers: None,
+        reach: guard::Reach::default(),
         guarded: Vec::new(),
+        approved: Vec::new(),
         tainted_inputs: BTreeMap::new(),
         head_inputs: BTreeMap::new(),
         secrets_passed: true,
@@ -448,22 +559,62 @@ fn read_workflow(path: &Path, follow: bool) -> Result<String, String> {
         .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
+/// The folder `uses: ./PATH` is read from for a workflow in `dir`: the nearest folder at
+/// or above it that has a `.github` folder (for `REPO/.github/workflows`, `REPO`), not
+/// past the repository's root (`.git`).
+fn repository_root(dir: &Path) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    for a in dir.ancestors() {
+        if a.join(".github").is_dir() {
+            return Some(a.to_path_buf());
+        }
+        if a.join(".git").exists() {
+            return None;
+        }
+    }
+    None
+}
+
+/// A path as findings show it: from the current folder when it is below it.
+fn shown(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
 /// Reads and lints one file; an unreadable file is an `unparsable` finding too. A local
-/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder,
-/// never through a symbolic link; `follow` says whether `path` itself may be one (a file
-/// named on the command line, not one found in a folder).
+/// reusable workflow it calls (`./.github/workflows/NAME`) is read from the same folder;
+/// a local action it uses (`./PATH`, its `action.yml`) from the repository around it
+/// ([`repository_root`]); never through a symbolic link or out of the repository.
+/// `follow` says whether `path` itself may be a link (a file named on the command line,
+/// not one found in a folder).
 pub fn lint_file(path: &Path, follow: bool) -> Vec<Finding> {
     let file = path.display().to_string();
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    let root = repository_root(&dir);
     let resolve = move |uses: &str| -> Option<(String, String)> {
         let rel = uses.trim().trim_start_matches("./");
-        let name = rel.strip_prefix(".github/workflows/")?;
-        if name.contains('/') || name.contains('@') {
+        if rel.contains('@') || rel.split('/').any(|c| c == ".." || c.is_empty()) {
             return None;
         }
-        let callee = dir.join(name);
-        let text = read_workflow(&callee, false).ok()?;
-        Some((callee.display().to_string(), text))
+        if let Some(name) = rel.strip_prefix(".github/workflows/")
+            && !name.contains('/')
+        {
+            let callee = dir.join(name);
+            let text = read_workflow(&callee, false).ok()?;
+            return Some((callee.display().to_string(), text));
+        }
+        let target = root.as_ref()?.join(rel);
+        let text = read_workflow(&target, false).ok()?;
+        Some((shown(&target), text))
     };
     match read_workflow(path, follow) {
         Ok(text) => lint_source(&file, &text, &resolve),

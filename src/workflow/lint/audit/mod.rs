@@ -5,20 +5,23 @@
 //! reads another rule's findings. [`check`] runs every rule on every job and puts the
 //! findings in source order.
 
+mod env_file_injection;
 mod no_timeout;
 mod pr_head_checkout;
 pub(crate) mod registry;
 mod script_injection;
 mod secrets_exposed;
 mod unchecked_call;
+mod unpinned_image;
 mod untrusted_artifact;
 mod untrusted_self_hosted;
 mod write_permissions;
 
 use github_actions_models::workflow::{Job, Workflow};
 
-use super::call::lint_called;
+use super::call::{Reached, lint_called};
 use super::facts::job::{CallFacts, JobFacts, WorkflowFacts};
+use super::facts::steps::StepView;
 use super::{Finding, Rule, Scope, Source, StepLabel};
 use crate::yaml::Mark;
 
@@ -46,19 +49,20 @@ pub(crate) struct Emit<'o> {
 impl Emit<'_> {
     /// A finding about the job.
     pub fn job(&mut self, mark: Mark, message: String) {
-        self.push(mark, None, message);
+        self.push(mark, None, None, message);
     }
 
-    /// A finding about one of its steps.
-    pub fn step(&mut self, step: &StepLabel, mark: Mark, message: String) {
-        self.push(mark, Some(step), message);
+    /// A finding about one of its steps, at `mark` in the step's file (the workflow's,
+    /// or the local action's that holds the step).
+    pub fn step(&mut self, step: &StepView<'_>, mark: Mark, message: String) {
+        self.push(mark, Some(&step.label), step.file(), message);
     }
 
-    fn push(&mut self, mark: Mark, step: Option<&StepLabel>, message: String) {
+    fn push(&mut self, mark: Mark, step: Option<&StepLabel>, file: Option<&str>, message: String) {
         self.out.push(Finding {
             severity: self.rule.severity(),
             rule: self.rule,
-            file: self.file.to_string(),
+            file: file.unwrap_or(self.file).to_string(),
             line: mark.line,
             col: mark.col,
             job: Some(self.job.to_string()),
@@ -87,11 +91,10 @@ pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) ->
                 }
             }
             Job::ReusableWorkflowCallJob(call) => {
-                let facts = CallFacts::new(&wf, id, call, |open, uses| {
+                let facts = CallFacts::new(&wf, id, call, |open, approved, uses| {
                     lint_called(
-                        wf.scope,
-                        &wf.triggers,
-                        open,
+                        &wf,
+                        Reached { open, approved },
                         id,
                         uses,
                         &call.with,
@@ -136,10 +139,12 @@ pub(crate) mod testing {
     use crate::workflow::lint::{Finding, Rule, Scope, lint_in};
 
     /// The findings `audit` alone gives on `text` (file `test.yml`); `called` are the
-    /// workflows its jobs may call, by file name under `./.github/workflows/`.
+    /// workflows its jobs may call, by file name under `./.github/workflows/`, and other
+    /// files of the repository (local actions' `action.yml`), by their path.
     pub fn findings_with(audit: &dyn Audit, text: &str, called: &[(&str, &str)]) -> Vec<Finding> {
         let resolve = |uses: &str| -> Option<(String, String)> {
-            let name = uses.strip_prefix("./.github/workflows/")?;
+            let rel = uses.strip_prefix("./")?;
+            let name = rel.strip_prefix(".github/workflows/").unwrap_or(rel);
             called
                 .iter()
                 .find(|(n, _)| *n == name)
@@ -149,7 +154,9 @@ pub(crate) mod testing {
         let scope = Scope {
             file: "test.yml".to_string(),
             triggers: None,
+            reach: crate::workflow::lint::guard::Reach::default(),
             guarded: Vec::new(),
+            approved: Vec::new(),
             tainted_inputs: BTreeMap::new(),
             head_inputs: BTreeMap::new(),
             secrets_passed: true,

@@ -6,11 +6,13 @@
 //! keeps the output byte for byte.
 
 use super::Audit;
+use super::env_file_injection::EnvFileInjection;
 use super::no_timeout::NoTimeout;
 use super::pr_head_checkout::PrHeadCheckout;
 use super::script_injection::ScriptInjection;
 use super::secrets_exposed::SecretsExposed;
 use super::unchecked_call::UncheckedCall;
+use super::unpinned_image::UnpinnedImage;
 use super::untrusted_artifact::UntrustedArtifact;
 use super::untrusted_self_hosted::UntrustedSelfHosted;
 use super::write_permissions::WritePermissions;
@@ -25,7 +27,9 @@ pub(crate) const AUDITS: &[&dyn Audit] = &[
     &SecretsExposed,
     &UntrustedArtifact,
     &ScriptInjection,
+    &EnvFileInjection,
     &NoTimeout,
+    &UnpinnedImage,
 ];
 
 #[cfg(test)]
@@ -42,7 +46,7 @@ mod tests {
         let unique: BTreeSet<Rule> = rules.iter().copied().collect();
         assert_eq!(unique.len(), rules.len(), "{rules:?}");
         assert!(!unique.contains(&Rule::Unparsable));
-        assert_eq!(unique.len(), 8);
+        assert_eq!(unique.len(), 10);
     }
 
     /// All the rules on one workflow, through `lint_source`: findings in source order,

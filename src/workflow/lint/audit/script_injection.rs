@@ -11,7 +11,6 @@ use crate::workflow::lint::expr;
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
-use crate::workflow::lint::facts::taint::Taint;
 
 pub(crate) struct ScriptInjection;
 
@@ -25,20 +24,42 @@ impl Audit for ScriptInjection {
         if wf.triggers.is_empty() || (job.runner.is_none() && !wf.privileged_trigger) {
             return;
         }
-        let taint = Taint::new(wf.workflow, job.job, &wf.scope.tainted_inputs);
-        for step in &job.steps {
-            check_step(job, &taint, step, emit);
+        for (i, step) in job.steps.iter().enumerate() {
+            check_step(job, i, step, emit);
+        }
+        // Attacker text that an earlier step or line put in a file or variable, run.
+        for sink in &job.flows.runs {
+            let step = &job.steps[sink.step];
+            emit.step(
+                step,
+                step.text_at(wf.src, &["run"], &sink.line),
+                format!(
+                    "{}, which holds text an outsider controls ({}): treat such text as data, never run it",
+                    sink.what, sink.why
+                ),
+            );
         }
     }
 }
 
+/// Why a context path an expression of step `index` reads is untrusted, if it is:
+/// attacker text, or an `env.X` an earlier step wrote to `$GITHUB_ENV` from some.
+fn why(job: &JobFacts<'_>, index: usize, step: &StepView<'_>, path: &str) -> Option<String> {
+    if let Some(name) = path.strip_prefix("env.")
+        && let Some(why) = job.flows.env_why(step, index, name)
+    {
+        return Some(format!("`{path}` is the variable {why}"));
+    }
+    job.taint.why(path, step.envs(), &step.inputs.tainted, 4)
+}
+
 /// Each expression in one step's script that reads an untrusted value, once.
-fn check_step(job: &JobFacts<'_>, taint: &Taint<'_>, step: &StepView<'_>, emit: &mut Emit<'_>) {
+fn check_step(job: &JobFacts<'_>, index: usize, step: &StepView<'_>, emit: &mut Emit<'_>) {
     // A shell script, or the JavaScript of actions/github-script.
     let (script, key) = match step.body {
-        StepBody::Run(run) => (run.run.clone(), "run"),
-        StepBody::Uses(u) if is_action(&u.uses, "actions/github-script") => {
-            match env_value(&u.with, "script") {
+        StepBody::Run(run) => (run.run.to_string(), "run"),
+        StepBody::Uses(u) if is_action(u.uses, "actions/github-script") => {
+            match env_value(u.with, "script") {
                 Some(v) => (v.to_string(), "with"),
                 None => return,
             }
@@ -55,7 +76,7 @@ fn check_step(job: &JobFacts<'_>, taint: &Taint<'_>, step: &StepView<'_>, emit: 
         let why = match expr::parse(e.body) {
             Ok(parsed) => expr::value_paths(&parsed)
                 .iter()
-                .find_map(|p| taint.why(p, step.env(), 4)),
+                .find_map(|p| why(job, index, step, p)),
             // Fail closed: what we cannot read, we cannot call safe.
             Err(expr::Unparsed::TooLong) => Some(format!(
                 "it is longer than {} bytes, too long to check",
@@ -66,14 +87,10 @@ fn check_step(job: &JobFacts<'_>, taint: &Taint<'_>, step: &StepView<'_>, emit: 
         if let Some(why) = why
             && seen.insert(e.raw)
         {
-            let mut run_path = step.path.clone();
-            run_path.push(key.into());
             let shown: String = expr::one_line(e.raw);
             emit.step(
-                &step.label,
-                job.wf
-                    .src
-                    .text_at(&run_path, e.raw.lines().next().unwrap_or(e.raw)),
+                step,
+                step.text_at(job.wf.src, &[key], e.raw.lines().next().unwrap_or(e.raw)),
                 format!(
                     "`{shown}` is pasted into the script: {why}; pass it through `env:` and use {use_instead}"
                 ),
@@ -136,6 +153,65 @@ mod tests {
             "{:#?}",
             lines(&f)
         );
+    }
+
+    /// Through `$GITHUB_ENV` into a later `${{ env.X }}`, through a file into `bash`,
+    /// through a variable into `eval`.
+    #[test]
+    fn carried_between_steps_then_pasted_or_run() {
+        let f = findings(
+            &ScriptInjection,
+            "on: issue_comment\njobs:\n  t:\n    runs-on: [self-hosted]\n    env:\n      BODY: ${{ github.event.comment.body }}\n    steps:\n      - run: |\n          echo \"CMD=$BODY\" >> $GITHUB_ENV\n          echo \"$BODY\" > run.sh\n      - run: echo ${{ env.CMD }}\n      - run: bash ./run.sh\n      - run: eval \"$BODY\"\n",
+        );
+        let got = lines(&f);
+        assert_eq!(got.len(), 3, "{got:#?}");
+        assert!(
+            got[0].starts_with("script-injection 11:19 job t: `${{ env.CMD }}` is pasted into the script: `env.cmd` is the variable which step 1 wrote to `$GITHUB_ENV` from `$BODY` holds"),
+            "{got:#?}"
+        );
+        assert!(
+            got[1].starts_with("script-injection 12:14 job t: runs `run.sh`, which holds text an outsider controls (step 1 wrote it from `$BODY` holds"),
+            "{got:#?}"
+        );
+        assert!(
+            got[2].starts_with("script-injection 13:14 job t: runs `$BODY` as code, which holds text an outsider controls"),
+            "{got:#?}"
+        );
+        // The step's own `env:` sets CMD again: that value is read, not the file's.
+        let f = findings(
+            &ScriptInjection,
+            "on: issue_comment\njobs:\n  t:\n    runs-on: [self-hosted]\n    steps:\n      - env: {B: \"${{ github.event.comment.body }}\"}\n        run: echo \"CMD=$B\" >> $GITHUB_ENV\n      - env: {CMD: make}\n        run: echo ${{ env.CMD }}\n",
+        );
+        assert!(f.is_empty(), "{:#?}", lines(&f));
+    }
+
+    /// A composite action's steps run in the calling job: an input filled with attacker
+    /// text, pasted into one of them, is reported in the action's file.
+    #[test]
+    fn in_a_local_composite_action() {
+        let action = "inputs:\n  title: {default: x}\nruns:\n  using: composite\n  steps:\n    - shell: bash\n      run: echo \"${{ inputs.title }}\"\n";
+        let f = findings_with(
+            &ScriptInjection,
+            "on: pull_request_target\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n      - name: Greet\n        uses: ./.github/actions/greet\n        with: {title: \"${{ github.event.pull_request.title }}\"}\n",
+            &[(".github/actions/greet/action.yml", action)],
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert_eq!(f[0].file, ".github/actions/greet/action.yml");
+        assert_eq!((f[0].line, f[0].col), (7, 18));
+        let step = f[0].step.as_ref().unwrap();
+        assert_eq!(step.number, 2);
+        assert_eq!(
+            step.name,
+            "Greet › .github/actions/greet/action.yml step 1 (echo \"${{ inputs.title }}\")"
+        );
+        // The default of an input not given, read as the action's caller's event.
+        let action = action.replace("default: x", "default: \"${{ github.head_ref }}\"");
+        let f = findings_with(
+            &ScriptInjection,
+            "on: pull_request_target\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps: [{uses: ./.github/actions/greet}]\n",
+            &[(".github/actions/greet/action.yml", &action)],
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
     }
 
     #[test]

@@ -2,15 +2,12 @@
 //! pull request can start: read by the job's own strings (when its workflow has secrets
 //! at all), or passed on to a reusable workflow it calls.
 
-use github_actions_models::workflow::Workflow;
-use github_actions_models::workflow::job::{Container, NormalJob, Secrets};
+use github_actions_models::workflow::job::Secrets;
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
-use crate::workflow::lint::expr;
-use crate::workflow::lint::facts::env::env_text;
 use crate::workflow::lint::facts::job::{CallFacts, JobFacts};
-use crate::workflow::lint::facts::steps::{StepBody, StepView};
+use crate::workflow::lint::facts::powers::{job_strings, reads_secrets};
 use crate::workflow::lint::guard::Trigger;
 
 pub(crate) struct SecretsExposed;
@@ -55,53 +52,6 @@ impl Audit for SecretsExposed {
             );
         }
     }
-}
-
-/// Every string in a job that GitHub evaluates, for secret lookups.
-fn job_strings(job: &NormalJob, workflow: &Workflow, steps: &[StepView<'_>]) -> Vec<String> {
-    let mut out: Vec<String> = env_text(&job.env)
-        .into_iter()
-        .chain(env_text(&workflow.env))
-        .map(|(_, v)| v)
-        .collect();
-    // A job container's and its services' credentials and variables.
-    for c in job.container.iter().chain(job.services.values()) {
-        if let Container::Container {
-            credentials, env, ..
-        } = c
-        {
-            out.extend(env_text(env).into_iter().map(|(_, v)| v));
-            if let Some(creds) = credentials {
-                out.extend(creds.username.iter().chain(&creds.password).cloned());
-            }
-        }
-    }
-    // The steps, `parallel:` blocks already flattened by `steps_of`.
-    for step in steps {
-        match step.body {
-            StepBody::Uses(u) => out.extend(env_text(&u.with).into_iter().map(|(_, v)| v)),
-            StepBody::Run(r) => out.push(r.run.clone()),
-        }
-        out.extend(env_text(step.env()).into_iter().map(|(_, v)| v));
-    }
-    out
-}
-
-/// The first secret (other than the job's own `GITHUB_TOKEN`) these strings read.
-fn reads_secrets(texts: &[String]) -> Option<String> {
-    for t in texts {
-        for e in expr::embedded(t) {
-            let Ok(parsed) = expr::parse(e.body) else {
-                continue;
-            };
-            for p in expr::all_paths(&parsed) {
-                if expr::under(&p, "secrets") && p != "secrets.github_token" {
-                    return Some(p);
-                }
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! unchecked-call: a reusable workflow that lint cannot read (another repository, a
-//! missing file, too deep a chain of calls), called where outsiders can reach it.
+//! missing file, too deep a chain of calls), or a local action whose `action.yml` it
+//! cannot read, called where outsiders can reach it.
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
-use crate::workflow::lint::facts::job::CallFacts;
+use crate::workflow::lint::facts::job::{CallFacts, JobFacts};
+use crate::workflow::lint::facts::steps::StepBody;
 use crate::workflow::lint::facts::triggers::names;
 
 pub(crate) struct UncheckedCall;
@@ -13,20 +15,46 @@ impl Audit for UncheckedCall {
         Rule::UncheckedCall
     }
 
+    fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
+        if job.open.is_empty() {
+            return;
+        }
+        for step in &job.steps {
+            let StepBody::Uses(u) = step.body else {
+                continue;
+            };
+            let Some(Err(why)) = job.wf.actions.get(u.uses) else {
+                continue;
+            };
+            emit.step(
+                step,
+                step.at(job.wf.src, &["uses"]),
+                format!(
+                    "{} can start this job, whose step uses the local action `{}`, which lint cannot check ({why})",
+                    names(job.open),
+                    u.uses.raw()
+                ),
+            );
+        }
+    }
+
     fn check_call(&self, call: &CallFacts<'_>, emit: &mut Emit<'_>) {
         // A called workflow lint could not read matters only if an outsider can start
         // the call; the rest is the caller's own business.
         let Some(Err(why)) = &call.linted else {
             return;
         };
-        if call.open.is_empty() {
+        // An approved run too: what the called workflow does with the pull request's
+        // head is what lint cannot see.
+        let reach: Vec<_> = call.open.iter().chain(call.approved).copied().collect();
+        if reach.is_empty() {
             return;
         }
         emit.job(
             call.wf.src.at(&["jobs", call.id, "uses"]),
             format!(
                 "{} can start this call of `{}`, which lint cannot check ({why}): lint that workflow where it lives, or guard this job",
-                names(call.open),
+                names(&reach),
                 call.call.uses.raw()
             ),
         );
@@ -52,6 +80,29 @@ mod tests {
                 "unchecked-call 4:11 job gpu: pull_request can start this call of `org/ci/.github/workflows/gpu.yml@v1`, which lint cannot check (it is in another repository): lint that workflow where it lives, or guard this job"
             ]
         );
+    }
+
+    #[test]
+    fn a_local_action_lint_cannot_read() {
+        let f = findings(
+            &UncheckedCall,
+            "on: pull_request\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n      - uses: ./.github/actions/gone\n",
+        );
+        assert_eq!(
+            lines(&f),
+            [
+                "unchecked-call 7:15 job t: pull_request can start this job, whose step uses the local action `./.github/actions/gone`, which lint cannot check (no readable `.github/actions/gone/action.yml` in the repository)"
+            ]
+        );
+        let read = findings_with(
+            &UncheckedCall,
+            "on: pull_request\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps: [{uses: ./.github/actions/x}]\n",
+            &[(
+                ".github/actions/x/action.yml",
+                "runs:\n  using: composite\n  steps: [{run: make, shell: bash}]\n",
+            )],
+        );
+        assert!(read.is_empty(), "{:#?}", lines(&read));
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! untrusted-artifact: on a self-hosted runner under `workflow_run`, a step that
-//! downloads what the triggering run uploaded (a fork's pull request made that run).
+//! untrusted-artifact: under `workflow_run`, a step that downloads what the triggering
+//! run uploaded (a fork's pull request made that run) into a job where running it costs
+//! something: a self-hosted runner, or on GitHub's runners a job holding secrets or a
+//! token that can write code, workflows or packages.
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::facts::powers::holds;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
 use crate::workflow::lint::guard::Trigger;
 
@@ -16,22 +19,35 @@ impl Audit for UntrustedArtifact {
     }
 
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
-        if job.runner.is_none() || !job.open.contains(&Trigger::WorkflowRun) {
+        if !job.open.contains(&Trigger::WorkflowRun) {
             return;
         }
+        // On GitHub's runner the machine is thrown away: what matters is what the job
+        // holds when the artifact's code runs (a script in it, a file it unpacks over
+        // the checkout, a poisoned cache of tools).
+        let held = match job.runner {
+            Some(_) => None,
+            None => match holds(job.job, job.wf.workflow, &job.steps) {
+                Some(what) => Some(what),
+                None => return,
+            },
+        };
         for step in &job.steps {
-            if step.guarded_for(&[Trigger::WorkflowRun]) {
+            if step.guarded_for(&[Trigger::WorkflowRun], job.wf.reach) {
                 continue;
             }
-            if let Some(how) = downloads_run_artifact(step) {
-                emit.step(
-                    &step.label,
-                    job.wf.src.at(&step.path),
-                    format!(
-                        "downloads what the triggering run uploaded ({how}) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them"
-                    ),
-                );
-            }
+            let Some(how) = downloads_run_artifact(step) else {
+                continue;
+            };
+            let message = match &held {
+                None => format!(
+                    "downloads what the triggering run uploaded ({how}) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them"
+                ),
+                Some(what) => format!(
+                    "downloads what the triggering run uploaded ({how}) into a job holding {what}: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets {what}: handle the files in a job without secrets or write permissions, as data"
+                ),
+            };
+            emit.step(step, step.at(job.wf.src, &[]), message);
         }
     }
 }
@@ -39,16 +55,16 @@ impl Audit for UntrustedArtifact {
 /// A step that downloads what the triggering run (a pull request's code) uploaded.
 fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
     match step.body {
-        StepBody::Uses(s) if is_action(&s.uses, "actions/download-artifact") => {
-            let from_run = env_value(&s.with, "run-id")
+        StepBody::Uses(s) if is_action(s.uses, "actions/download-artifact") => {
+            let from_run = env_value(s.with, "run-id")
                 .is_some_and(|v| v.to_string().contains("github.event.workflow_run"));
             from_run.then_some("actions/download-artifact of the triggering run")
         }
-        StepBody::Uses(s) if is_action(&s.uses, "dawidd6/action-download-artifact") => {
+        StepBody::Uses(s) if is_action(s.uses, "dawidd6/action-download-artifact") => {
             Some("dawidd6/action-download-artifact")
         }
-        StepBody::Uses(s) if is_action(&s.uses, "actions/github-script") => {
-            env_value(&s.with, "script")
+        StepBody::Uses(s) if is_action(s.uses, "actions/github-script") => {
+            env_value(s.with, "script")
                 .is_some_and(|v| {
                     let v = v.to_string();
                     v.contains("downloadArtifact") || v.contains("listWorkflowRunArtifacts")
@@ -56,6 +72,13 @@ fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
                 .then_some("actions/github-script downloading artifacts")
         }
         StepBody::Run(s) if s.run.contains("gh run download") => Some("`gh run download`"),
+        // `gh api …/actions/runs/${{ github.event.workflow_run.id }}/artifacts`, curl.
+        StepBody::Run(s)
+            if s.run.contains("artifacts")
+                && (s.run.contains("workflow_run") || s.run.contains("GITHUB_EVENT_PATH")) =>
+        {
+            Some("a script fetching the triggering run's artifacts through the API")
+        }
         _ => None,
     }
 }
@@ -70,7 +93,7 @@ mod tests {
     fn the_triggering_runs_artifact_on_a_gpu_runner() {
         let f = findings(
             &UntrustedArtifact,
-            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: gh run download\n",
+            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: gh run download\n      - run: gh api \"repos/o/r/actions/runs/${{ github.event.workflow_run.id }}/artifacts\" > a.json\n",
         );
         all_are(&f, Rule::UntrustedArtifact);
         assert_eq!(
@@ -78,7 +101,32 @@ mod tests {
             [
                 "untrusted-artifact 8:9 job bench: downloads what the triggering run uploaded (actions/download-artifact of the triggering run) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them",
                 "untrusted-artifact 11:9 job bench: downloads what the triggering run uploaded (`gh run download`) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them",
+                "untrusted-artifact 12:9 job bench: downloads what the triggering run uploaded (a script fetching the triggering run's artifacts through the API) on a self-hosted runner: a fork's pull request made that run, so treat the files as hostile, never run them",
             ]
+        );
+    }
+
+    #[test]
+    fn on_githubs_runner_with_a_secret_or_a_strong_token() {
+        let f = findings(
+            &UntrustedArtifact,
+            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  publish:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: bash ./dist/upload.sh\n        env:\n          TOKEN: ${{ secrets.PYPI_TOKEN }}\n",
+        );
+        assert_eq!(
+            lines(&f),
+            [
+                "untrusted-artifact 8:9 job publish: downloads what the triggering run uploaded (actions/download-artifact of the triggering run) into a job holding `secrets.pypi_token`: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets `secrets.pypi_token`: handle the files in a job without secrets or write permissions, as data"
+            ]
+        );
+        let f = findings(
+            &UntrustedArtifact,
+            "on:\n  workflow_run:\n    workflows: [ci]\npermissions: {contents: write}\njobs:\n  docs:\n    runs-on: ubuntu-latest\n    steps: [{run: gh run download}]\n",
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert!(
+            f[0].message.contains("a token with `contents: write`"),
+            "{:#?}",
+            lines(&f)
         );
     }
 
@@ -86,6 +134,8 @@ mod tests {
     fn hosted_runners_own_artifacts_and_guarded_steps_are_not_flagged() {
         for text in [
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: ubuntu-latest\n    steps: [{run: gh run download}]\n",
+            // Commenting the results back needs `pull-requests: write` only.
+            "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  report:\n    runs-on: ubuntu-latest\n    permissions: {pull-requests: write}\n    steps: [{run: \"gh run download && gh pr comment 1 --body-file report.md\"}]\n",
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted]\n    steps: [{uses: actions/download-artifact@v4}]\n",
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted]\n    steps:\n      - if: github.event.workflow_run.head_repository.full_name == github.repository\n        run: gh run download\n",
         ] {

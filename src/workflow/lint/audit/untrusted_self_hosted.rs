@@ -37,11 +37,11 @@ impl Audit for UntrustedSelfHosted {
 fn suggested_guard(open: &[Trigger]) -> &'static str {
     let first = open.first().copied().unwrap_or(Trigger::PullRequest);
     match first {
-        Trigger::PullRequest
-        | Trigger::PullRequestReview
-        | Trigger::PullRequestReviewComment
-        | Trigger::PullRequestTarget => {
+        Trigger::PullRequest | Trigger::PullRequestReview | Trigger::PullRequestReviewComment => {
             "`if: github.event.pull_request.head.repo.full_name == github.repository`"
+        }
+        Trigger::PullRequestTarget => {
+            "`if: github.event.pull_request.head.repo.full_name == github.repository`, or for outsiders' pull requests the approved-commit pattern (`types: [labeled]` only, `if: github.event.label.name == 'LABEL'`, a checkout of `github.event.pull_request.head.sha`)"
         }
         Trigger::WorkflowRun => {
             "`if: github.event.workflow_run.head_repository.full_name == github.repository`"

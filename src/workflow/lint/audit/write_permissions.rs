@@ -2,12 +2,14 @@
 //! privileged trigger: one that runs on a self-hosted runner or checks out the pull
 //! request's code ([`JobFacts::head_checkouts`]).
 
-use github_actions_models::common::{BasePermission, Permission, Permissions};
+use github_actions_models::common::{BasePermission, Permissions};
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::facts::powers::writes;
 use crate::workflow::lint::facts::triggers::names;
+use crate::workflow::lint::guard::Trigger;
 
 pub(crate) struct WritePermissions;
 
@@ -17,8 +19,19 @@ impl Audit for WritePermissions {
     }
 
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
-        if job.open_privileged.is_empty() || (job.runner.is_none() && job.head_checkouts.is_empty())
-        {
+        // The triggers that let outsiders drive it: unguarded privileged ones on a
+        // self-hosted runner, and any under which it runs the pull request's code.
+        let mut drive: Vec<Trigger> = if job.runner.is_some() {
+            job.open_privileged.clone()
+        } else {
+            Vec::new()
+        };
+        for t in job.head_checkouts.iter().flat_map(|c| &c.triggers) {
+            if !drive.contains(t) {
+                drive.push(*t);
+            }
+        }
+        if drive.is_empty() {
             return;
         }
         // A job without its own `permissions:` has the workflow's.
@@ -43,25 +56,9 @@ impl Audit for WritePermissions {
             at,
             format!(
                 "has `{w}` while {} lets outsiders drive it: give it `permissions: {{contents: read}}` and move writes to a job that runs no outside code",
-                names(&job.open_privileged)
+                names(&drive)
             ),
         );
-    }
-}
-
-/// The write permissions granted, as the message names them; `None` when none is.
-fn writes(perms: &Permissions) -> Option<String> {
-    match perms {
-        Permissions::Base(BasePermission::WriteAll) => Some("write-all".into()),
-        Permissions::Base(_) => None,
-        Permissions::Explicit(map) => {
-            let w: Vec<&str> = map
-                .iter()
-                .filter(|(_, p)| **p == Permission::Write)
-                .map(|(k, _)| k.as_str())
-                .collect();
-            (!w.is_empty()).then(|| format!("{}: write", w.join(", ")))
-        }
     }
 }
 

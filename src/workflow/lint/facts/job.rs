@@ -9,11 +9,14 @@ use github_actions_models::common::Uses;
 use github_actions_models::workflow::Workflow;
 use github_actions_models::workflow::job::{NormalJob, ReusableWorkflowCallJob};
 
-use super::head::checks_out_pr_head;
+use super::actions::Actions;
+use super::flow::{Flows, flows};
+use super::head::{HeadCheckout, head_checkouts};
 use super::runner::self_hosted;
-use super::steps::{StepView, steps_of};
-use super::triggers::open_triggers;
-use crate::workflow::lint::guard::{JobCondition, Trigger};
+use super::steps::{Inputs, StepView, StepsContext, steps_of};
+use super::taint::Taint;
+use super::triggers::job_conditions;
+use crate::workflow::lint::guard::{Condition, JobCondition, Reach, Trigger};
 use crate::workflow::lint::{Finding, Scope, Source};
 use crate::yaml::Mark;
 
@@ -24,11 +27,17 @@ pub(crate) struct WorkflowFacts<'a> {
     pub src: &'a Source<'a>,
     /// The untrusted triggers that reach the workflow: its own `on:`, or the caller's.
     pub triggers: Vec<Trigger>,
+    /// What those triggers say beyond their names (a label's approval).
+    pub reach: Reach,
     /// Whether any of those runs with the base repository's token and secrets.
     pub privileged_trigger: bool,
     /// Per job, the triggers that can still start it: not kept out by its `if:`, the
     /// jobs it needs, or the calling job.
     open: HashMap<String, Vec<Trigger>>,
+    /// Per job, the triggers that start it only when a trusted person asked.
+    approved: HashMap<String, Vec<Trigger>>,
+    /// The local actions its steps use, read once.
+    pub actions: Actions,
 }
 
 impl<'a> WorkflowFacts<'a> {
@@ -37,28 +46,61 @@ impl<'a> WorkflowFacts<'a> {
         workflow: &'a Workflow,
         src: &'a Source<'a>,
     ) -> WorkflowFacts<'a> {
-        let triggers = match &scope.triggers {
-            Some(t) => t.clone(),
-            None => Trigger::of(&workflow.on.events),
+        let (triggers, reach) = match &scope.triggers {
+            Some(t) => (t.clone(), scope.reach),
+            None => (
+                Trigger::of(&workflow.on.events),
+                Reach::of(&workflow.on.events),
+            ),
         };
-        let mut open = open_triggers(workflow, &triggers);
-        for list in open.values_mut() {
-            list.retain(|t| !scope.guarded.contains(t));
+        let mut open = HashMap::new();
+        let mut approved = HashMap::new();
+        for (id, conds) in job_conditions(workflow, &triggers, reach) {
+            let of = |want: Condition| -> Vec<Trigger> {
+                conds
+                    .iter()
+                    .filter(|(t, _)| !scope.guarded.contains(t))
+                    .filter(|(t, c)| {
+                        let c = if scope.approved.contains(t) {
+                            (*c).max(Condition::Approved)
+                        } else {
+                            *c
+                        };
+                        c == want
+                    })
+                    .map(|(t, _)| *t)
+                    .collect()
+            };
+            open.insert(id.clone(), of(Condition::Open));
+            approved.insert(id, of(Condition::Approved));
         }
         let privileged_trigger = triggers.iter().any(|t| t.privileged());
+        let actions = if triggers.is_empty() {
+            Actions::default()
+        } else {
+            Actions::load(workflow, scope.resolve)
+        };
         WorkflowFacts {
             scope,
             workflow,
             src,
             triggers,
+            reach,
             privileged_trigger,
             open,
+            approved,
+            actions,
         }
     }
 
     /// The triggers that can still start job `id`.
     fn open_for(&self, id: &str) -> &[Trigger] {
         self.open.get(id).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The triggers that start job `id` only when a trusted person asked.
+    fn approved_for(&self, id: &str) -> &[Trigger] {
+        self.approved.get(id).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// Where findings about job `id` as a whole point: its key under `jobs:`.
@@ -79,13 +121,18 @@ pub(crate) struct JobFacts<'a> {
     /// How the job names a self-hosted runner; `None` on GitHub's own.
     pub runner: Option<String>,
     pub steps: Vec<StepView<'a>>,
+    /// Which values an outsider writes, as the job's steps see them.
+    pub taint: Taint<'a>,
+    /// Attacker text its scripts carry from step to step.
+    pub flows: Flows,
     /// ` (why)` when the job's `if:` could not be read, for messages; else empty.
     pub unreadable: String,
-    /// The steps (indices into `steps`) that check out the pull request's head under an
-    /// open privileged trigger without a guard of their own, and how. A fact rather than
-    /// the pr-head-checkout rule's private finding: write-permissions reads it too (a
-    /// job running the pull request's code must not hold write permissions).
-    pub head_checkouts: Vec<(usize, String)>,
+    /// The steps that check out the pull request's head under a privileged trigger
+    /// without a guard, or after an approval that did not vouch for what they fetch. A
+    /// fact rather than the pr-head-checkout rule's private finding: write-permissions
+    /// reads it too (a job running the pull request's code must not hold write
+    /// permissions).
+    pub head_checkouts: Vec<HeadCheckout>,
 }
 
 impl<'a> JobFacts<'a> {
@@ -98,20 +145,22 @@ impl<'a> JobFacts<'a> {
             .as_ref()
             .map(|why| format!(" ({why})"))
             .unwrap_or_default();
-        let steps = steps_of(id, job);
-        let head_checkouts = if open_privileged.is_empty() {
-            Vec::new()
-        } else {
-            steps
-                .iter()
-                .enumerate()
-                .filter(|(_, step)| !step.guarded_for(&open_privileged))
-                .filter_map(|(i, step)| {
-                    checks_out_pr_head(step, job, wf.workflow, &wf.scope.head_inputs)
-                        .map(|how| (i, how))
-                })
-                .collect()
-        };
+        let taint = Taint::new(wf.workflow, job);
+        let steps = steps_of(
+            id,
+            job,
+            &StepsContext {
+                actions: &wf.actions,
+                taint: &taint,
+                inputs: std::rc::Rc::new(Inputs {
+                    tainted: wf.scope.tainted_inputs.clone(),
+                    head: wf.scope.head_inputs.clone(),
+                }),
+            },
+        );
+        let flows = flows(job, wf.workflow, &steps, &taint);
+        let approved = wf.approved_for(id);
+        let head_checkouts = head_checkouts(wf, job, &steps, &open_privileged, approved);
         JobFacts {
             wf,
             id,
@@ -120,6 +169,8 @@ impl<'a> JobFacts<'a> {
             open_privileged,
             runner: self_hosted(job),
             steps,
+            taint,
+            flows,
             unreadable,
             head_checkouts,
         }
@@ -133,6 +184,8 @@ pub(crate) struct CallFacts<'a> {
     pub call: &'a ReusableWorkflowCallJob,
     /// The untrusted triggers that can start the job.
     pub open: &'a [Trigger],
+    /// The triggers that start it only when a trusted person asked.
+    pub approved: &'a [Trigger],
     /// The called workflow's findings (its callers naming this job), or why lint could
     /// not read it; `None` when no untrusted trigger reaches this workflow at all.
     pub linted: Option<Result<Vec<Finding>, String>>,
@@ -146,11 +199,12 @@ impl<'a> CallFacts<'a> {
         wf: &'a WorkflowFacts<'a>,
         id: &'a str,
         call: &'a ReusableWorkflowCallJob,
-        lint_call: impl FnOnce(&[Trigger], &str) -> Result<Vec<Finding>, String>,
+        lint_call: impl FnOnce(&[Trigger], &[Trigger], &str) -> Result<Vec<Finding>, String>,
     ) -> CallFacts<'a> {
         let open = wf.open_for(id);
+        let approved = wf.approved_for(id);
         let linted = (!wf.triggers.is_empty()).then(|| match &call.uses {
-            Uses::Local(local) => lint_call(open, local.raw()),
+            Uses::Local(local) => lint_call(open, approved, local.raw()),
             _ => Err("it is in another repository".to_string()),
         });
         CallFacts {
@@ -158,6 +212,7 @@ impl<'a> CallFacts<'a> {
             id,
             call,
             open,
+            approved,
             linted,
         }
     }

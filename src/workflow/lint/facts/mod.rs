@@ -2,16 +2,22 @@
 //! here, once, so that no rule reaches into another.
 //!
 //! - [`job`]: what reaches the workflow and each job, gathered before any rule runs;
-//! - [`steps`]: a job's steps, `parallel:` blocks flattened;
+//! - [`steps`]: a job's steps, `parallel:` blocks and local composite actions flattened;
+//! - [`actions`]: the local actions a workflow uses, read once;
 //! - [`runner`]: self-hosted runners;
 //! - [`triggers`]: the untrusted triggers each job is still open to;
 //! - [`taint`]: which values an outsider writes;
+//! - [`flow`]: attacker text carried between steps (`$GITHUB_ENV`, files);
 //! - [`head`]: where the pull request's head is named or checked out;
+//! - [`powers`]: the secrets and write permissions a job holds;
 //! - [`env`]: reading `env:` and `with:` maps.
 
+pub(crate) mod actions;
 pub(crate) mod env;
+pub(crate) mod flow;
 pub(crate) mod head;
 pub(crate) mod job;
+pub(crate) mod powers;
 pub(crate) mod runner;
 pub(crate) mod steps;
 pub(crate) mod taint;

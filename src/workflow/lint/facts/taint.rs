@@ -65,8 +65,6 @@ const ATTACKER_TEXT: &[&str] = &[
 pub(crate) struct Taint<'a> {
     workflow: &'a Workflow,
     job: &'a NormalJob,
-    /// Inputs a caller fills with untrusted values.
-    inputs: &'a BTreeMap<String, String>,
     /// `None`: every key is dynamic (the matrix is one expression).
     dynamic_matrix: Option<BTreeSet<String>>,
 }
@@ -81,11 +79,7 @@ fn json_has_expression(v: &serde_json::Value) -> bool {
 }
 
 impl<'a> Taint<'a> {
-    pub fn new(
-        workflow: &'a Workflow,
-        job: &'a NormalJob,
-        inputs: &'a BTreeMap<String, String>,
-    ) -> Taint<'a> {
+    pub fn new(workflow: &'a Workflow, job: &'a NormalJob) -> Taint<'a> {
         let dynamic_matrix = match job.strategy.as_ref().and_then(|s| s.matrix.as_ref()) {
             None => Some(BTreeSet::new()),
             Some(LoE::Expr(_)) => None,
@@ -129,14 +123,37 @@ impl<'a> Taint<'a> {
         Taint {
             workflow,
             job,
-            inputs,
             dynamic_matrix,
         }
     }
 
-    /// What makes a context path untrusted, or `None`. `depth` bounds the `env.X` chain.
-    pub fn why(&self, path: &str, step_env: &LoE<Env>, depth: u8) -> Option<String> {
-        if let Some(why) = untrusted_value(path, self.inputs) {
+    /// What makes the first untrusted value an expression in `text` can take untrusted,
+    /// or `None`.
+    pub fn why_in_text(
+        &self,
+        text: &str,
+        envs: &[&LoE<Env>],
+        inputs: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        expr::embedded(text).into_iter().find_map(|e| {
+            let parsed = expr::parse(e.body).ok()?;
+            expr::value_paths(&parsed)
+                .iter()
+                .find_map(|p| self.why(p, envs, inputs, 4))
+        })
+    }
+
+    /// What makes a context path untrusted, or `None`: as a step sees it, whose `env:`
+    /// maps (its own, then those around it) are `envs` and whose `inputs.X` are
+    /// `inputs`. `depth` bounds the `env.X` chain.
+    pub fn why(
+        &self,
+        path: &str,
+        envs: &[&LoE<Env>],
+        inputs: &BTreeMap<String, String>,
+        depth: u8,
+    ) -> Option<String> {
+        if let Some(why) = untrusted_value(path, inputs) {
             return Some(why);
         }
         if expr::under(path, "steps.*.outputs") {
@@ -162,10 +179,13 @@ impl<'a> Taint<'a> {
             && let Some(name) = path.strip_prefix("env.")
         {
             let name = name.split('.').next().unwrap_or(name);
-            let all_env = [step_env, &self.job.env, &self.workflow.env];
+            let all_env = envs
+                .iter()
+                .copied()
+                .chain([&self.job.env, &self.workflow.env]);
             // The innermost definition wins, as on GitHub (names compare case-insensitively
             // on the runner only on Windows; we compare as written, lower-cased paths).
-            let value = all_env.iter().find_map(|env| match env {
+            let value = all_env.into_iter().find_map(|env| match env {
                 LoE::Literal(map) => map
                     .iter()
                     .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -177,7 +197,7 @@ impl<'a> Taint<'a> {
                     continue;
                 };
                 for inner in expr::value_paths(&parsed) {
-                    if let Some(why) = self.why(&inner, &LoE::Literal(Env::default()), depth - 1) {
+                    if let Some(why) = self.why(&inner, &[], inputs, depth - 1) {
                         return Some(format!("`env.{name}` is set from `{inner}`: {why}"));
                     }
                 }

@@ -1,19 +1,22 @@
-//! Which untrusted triggers can still start each job once its `if:` and the jobs it
-//! needs are taken into account, and how messages name them.
+//! Which untrusted triggers can still start each job, or start it only when a trusted
+//! person asked, once its `if:` and the jobs it needs are taken into account, and how
+//! messages name them.
 
 use std::collections::HashMap;
 
 use github_actions_models::workflow::{Job, Workflow};
 
-use crate::workflow::lint::guard::{Condition, JobCondition, Trigger};
+use crate::workflow::lint::guard::{Condition, JobCondition, Reach, Trigger};
 
-/// The untrusted triggers each job can still be started by, after its own `if:` and the
-/// jobs it needs (a skipped needed job skips it, unless a status function overrides).
-pub(crate) fn open_triggers(
+/// What each job's `if:` and the jobs it needs say about each untrusted trigger (a
+/// skipped needed job skips it, unless a status function overrides): the strongest of
+/// its own condition and its needed jobs'.
+pub(crate) fn job_conditions(
     workflow: &Workflow,
     triggers: &[Trigger],
-) -> HashMap<String, Vec<Trigger>> {
-    // Each `if:` read once; guardedness remembered per (job, trigger): a long `needs`
+    reach: Reach,
+) -> HashMap<String, Vec<(Trigger, Condition)>> {
+    // Each `if:` read once; conditions remembered per (job, trigger): a long `needs`
     // chain would otherwise be walked again for every job (hours for a hostile file).
     let conditions: HashMap<&str, (JobCondition, &Vec<String>)> = workflow
         .jobs
@@ -26,48 +29,55 @@ pub(crate) fn open_triggers(
             (id.as_str(), (JobCondition::new(cond.as_ref()), needs))
         })
         .collect();
-    fn guarded<'a>(
-        id: &'a str,
+    struct Walk<'c, 'a> {
+        conditions: &'c HashMap<&'a str, (JobCondition, &'a Vec<String>)>,
+        memo: HashMap<&'a str, Condition>,
         t: Trigger,
-        conditions: &HashMap<&'a str, (JobCondition, &'a Vec<String>)>,
-        memo: &mut HashMap<&'a str, bool>,
-        depth: usize,
-    ) -> bool {
-        if let Some(known) = memo.get(id) {
+        reach: Reach,
+    }
+    fn level<'a>(w: &mut Walk<'_, 'a>, id: &'a str, depth: usize) -> Condition {
+        if let Some(known) = w.memo.get(id) {
             return *known;
         }
-        let Some((cond, needs)) = conditions.get(id) else {
-            return false;
+        let Some((cond, needs)) = w.conditions.get(id) else {
+            return Condition::Open;
         };
-        // A cycle (GitHub refuses those) or a chain deeper than any real one: not guarded.
-        memo.insert(id, false);
+        // A cycle (GitHub refuses those) or a chain deeper than any real one: open.
+        w.memo.insert(id, Condition::Open);
         if depth > 256 {
-            return false;
+            return Condition::Open;
         }
-        let result = cond.for_trigger(t) == Condition::Guards
-            || (!cond.overrides_needs()
-                && needs.iter().any(|n| {
-                    conditions
-                        .get_key_value(n.as_str())
-                        .is_some_and(|(k, _)| guarded(k, t, conditions, memo, depth + 1))
-                }));
-        memo.insert(id, result);
+        let mut result = cond.for_trigger(w.t, w.reach);
+        if !cond.overrides_needs() {
+            for n in needs.iter() {
+                if let Some((k, _)) = w.conditions.get_key_value(n.as_str()) {
+                    result = result.max(level(w, k, depth + 1));
+                }
+            }
+        }
+        w.memo.insert(id, result);
         result
     }
-    let mut open: HashMap<String, Vec<Trigger>> = workflow
+    let mut out: HashMap<String, Vec<(Trigger, Condition)>> = workflow
         .jobs
         .keys()
         .map(|id| (id.clone(), Vec::new()))
         .collect();
     for t in triggers {
-        let mut memo = HashMap::new();
+        let mut walk = Walk {
+            conditions: &conditions,
+            memo: HashMap::new(),
+            t: *t,
+            reach,
+        };
         for id in workflow.jobs.keys() {
-            if !guarded(id.as_str(), *t, &conditions, &mut memo, 0) {
-                open.get_mut(id).expect("every job has an entry").push(*t);
-            }
+            let c = level(&mut walk, id.as_str(), 0);
+            out.get_mut(id)
+                .expect("every job has an entry")
+                .push((*t, c));
         }
     }
-    open
+    out
 }
 
 /// Triggers as messages list them: `pull_request_target, issue_comment`.

@@ -145,13 +145,89 @@ impl Trigger {
     }
 }
 
-/// What a job's own `if:` says about one trigger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a job's own `if:` says about one trigger, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Condition {
-    /// The job cannot run for this trigger unless the code or the person is trusted.
-    Guards,
-    /// It can, as far as the expression shows.
+    /// It can run for an outsider, as far as the expression shows.
     Open,
+    /// It runs only when a trusted person asked for it (a member's comment, a
+    /// maintainer's label on `pull_request_target`), but on code an outsider wrote: what
+    /// was vouched for is the pull request at that moment, not whatever its head is when
+    /// the job fetches it.
+    Approved,
+    /// It cannot run for this trigger unless the code and the person are trusted.
+    Guards,
+}
+
+/// What a condition vouches for: who started the run, and who wrote the code it is
+/// about. `a && b` vouches for what either side does; `a || b` for what both do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Vouch {
+    starter: bool,
+    code: bool,
+}
+
+impl Vouch {
+    const NONE: Vouch = Vouch {
+        starter: false,
+        code: false,
+    };
+    const BOTH: Vouch = Vouch {
+        starter: true,
+        code: true,
+    };
+    const STARTER: Vouch = Vouch {
+        starter: true,
+        code: false,
+    };
+    const CODE: Vouch = Vouch {
+        starter: false,
+        code: true,
+    };
+
+    fn and(self, o: Vouch) -> Vouch {
+        Vouch {
+            starter: self.starter || o.starter,
+            code: self.code || o.code,
+        }
+    }
+
+    fn or(self, o: Vouch) -> Vouch {
+        Vouch {
+            starter: self.starter && o.starter,
+            code: self.code && o.code,
+        }
+    }
+
+    fn condition(self) -> Condition {
+        match (self.starter, self.code) {
+            (true, true) => Condition::Guards,
+            (true, false) => Condition::Approved,
+            _ => Condition::Open,
+        }
+    }
+}
+
+/// What the workflow's triggers say beyond their names: whether its
+/// `pull_request_target` runs only on `labeled`, so that a label check is a
+/// maintainer's approval of the pull request's head at that moment (who may label is
+/// the repository's triage role). With other types (`synchronize`, `opened`, the
+/// defaults) a label already on the pull request lets every new push run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Reach {
+    pub labels_approve: bool,
+}
+
+impl Reach {
+    /// The reach of a workflow's own `on:`.
+    pub fn of(events: &Events) -> Reach {
+        use github_actions_models::workflow::event::OptionalBody;
+        let labels_approve = match &events.pull_request_target {
+            OptionalBody::Body(b) => !b.types.is_empty() && b.types.iter().all(|t| t == "labeled"),
+            _ => false,
+        };
+        Reach { labels_approve }
+    }
 }
 
 /// A parsed `if:` (absent means `success()`).
@@ -203,8 +279,9 @@ impl JobCondition {
         }
     }
 
-    /// Whether the condition keeps `trigger`'s untrusted runs out.
-    pub fn for_trigger(&self, trigger: Trigger) -> Condition {
+    /// Whether the condition keeps `trigger`'s untrusted runs out, or lets in only those
+    /// a trusted person asked for.
+    pub fn for_trigger(&self, trigger: Trigger, reach: Reach) -> Condition {
         if self.constant == Some(false) {
             return Condition::Guards;
         }
@@ -212,8 +289,8 @@ impl JobCondition {
             return Condition::Open;
         };
         match expr::parse(src) {
-            Ok(e) if only_if_trusted(&e, false, trigger) => Condition::Guards,
-            _ => Condition::Open,
+            Ok(e) => vouch(&e, false, trigger, reach).condition(),
+            Err(_) => Condition::Open,
         }
     }
 
@@ -307,58 +384,88 @@ fn event_root(path: &str) -> Option<&str> {
     path.strip_prefix("github.event.")?.split('.').next()
 }
 
-/// Whether `e` (negated when `negated`) can only be true when `trigger`'s run is not
-/// driven by an outsider. Negation is pushed down (De Morgan), so a guard counts only as
-/// a conjunct that has to hold: `guard && x` counts, `guard || x` only if `x` counts too,
+/// What `e` (negated when `negated`) vouches for when it is true for a run of
+/// `trigger`. Negation is pushed down (De Morgan), so a guard counts only as a conjunct
+/// that has to hold: `guard && x` counts, `guard || x` only if `x` counts too,
 /// `!(guard)` does not.
-fn only_if_trusted(e: &SpannedExpr<'_>, negated: bool, trigger: Trigger) -> bool {
+fn vouch(e: &SpannedExpr<'_>, negated: bool, trigger: Trigger, reach: Reach) -> Vouch {
     match &e.inner {
         Expr::BinExpr(BinExpr { lhs, op, rhs }) => match (op, negated) {
             (BinOp::And, false) | (BinOp::Or, true) => {
-                only_if_trusted(lhs, negated, trigger) || only_if_trusted(rhs, negated, trigger)
+                vouch(lhs, negated, trigger, reach).and(vouch(rhs, negated, trigger, reach))
             }
             (BinOp::Or, false) | (BinOp::And, true) => {
-                only_if_trusted(lhs, negated, trigger) && only_if_trusted(rhs, negated, trigger)
+                vouch(lhs, negated, trigger, reach).or(vouch(rhs, negated, trigger, reach))
             }
-            (BinOp::Eq, _) => comparison(lhs, rhs, !negated, trigger),
-            (BinOp::Neq, _) => comparison(lhs, rhs, negated, trigger),
-            _ => false,
+            (BinOp::Eq, _) => comparison(lhs, rhs, !negated, trigger, reach),
+            (BinOp::Neq, _) => comparison(lhs, rhs, negated, trigger, reach),
+            _ => Vouch::NONE,
         },
         Expr::UnExpr {
             op: UnOp::Not,
             expr,
-        } => only_if_trusted(expr, !negated, trigger),
+        } => vouch(expr, !negated, trigger, reach),
         // `if: false`, or `!true`: the job never runs.
-        Expr::Literal(Literal::Boolean(b)) => *b == negated,
-        Expr::Literal(Literal::Null) => !negated,
-        Expr::Context(_) => {
-            // A merged pull request's code was accepted by a maintainer (and the field
-            // is null, so false, for events without a pull request).
-            !negated
+        Expr::Literal(Literal::Boolean(b)) if *b == negated => Vouch::BOTH,
+        Expr::Literal(Literal::Null) if !negated => Vouch::BOTH,
+        // A merged pull request's code was accepted by a maintainer (and the field is
+        // null, so false, for events without a pull request).
+        Expr::Context(_)
+            if !negated
                 && expr::context_path(&e.inner).as_deref()
-                    == Some("github.event.pull_request.merged")
+                    == Some("github.event.pull_request.merged") =>
+        {
+            Vouch::BOTH
         }
         Expr::Call(Call {
             func: Function::Contains,
             args,
         }) if !negated && args.len() == 2 => {
             // `contains(fromJSON('["OWNER","MEMBER"]'), github.event.comment.author_association)`
-            let vouches =
-                expr::context_path(&args[1].inner).is_some_and(|p| vouches_for(&p, trigger));
-            vouches && literal_roles(&args[0]).is_some_and(|r| !r.is_empty())
+            let by_role = match expr::context_path(&args[1].inner) {
+                Some(p) if literal_roles(&args[0]).is_some_and(|r| !r.is_empty()) => {
+                    vouches_for(&p, trigger)
+                }
+                _ => Vouch::NONE,
+            };
+            // `contains(github.event.pull_request.labels.*.name, 'run-gpu')`
+            let labelled = expr::context_path(&args[0].inner).as_deref()
+                == Some("github.event.pull_request.labels.*.name")
+                && string_literal(&args[1]).is_some()
+                && label_approves(trigger, reach);
+            if labelled {
+                by_role.and(Vouch::STARTER)
+            } else {
+                by_role
+            }
         }
-        _ => false,
+        _ => Vouch::NONE,
     }
 }
 
-/// Whether a trusted `author_association` in this field keeps the trigger's untrusted
-/// runs out: it is the field that vouches for the trigger, or the trigger's payload has
-/// no such field (null never equals a role).
-fn vouches_for(path: &str, trigger: Trigger) -> bool {
+/// Whether a label check approves `trigger`'s run (see [`Reach`]).
+fn label_approves(trigger: Trigger, reach: Reach) -> bool {
+    trigger == Trigger::PullRequestTarget && reach.labels_approve
+}
+
+/// What a trusted `author_association` in this field vouches for in `trigger`'s runs:
+/// the field that names who is behind them (the pull request's author for pull-request
+/// events: both who and what; for a comment on a pull request, the commenter asked for
+/// the run but the pull request's author wrote the code), or, where the payload has no
+/// such field, everything (null never equals a role).
+fn vouches_for(path: &str, trigger: Trigger) -> Vouch {
     if !expr::under(path, "github.event.*.author_association") || path.split('.').count() != 4 {
-        return false;
+        return Vouch::NONE;
     }
-    trigger.vouching_field() == Some(path) || event_root(path).is_some_and(|r| !trigger.has(r))
+    if event_root(path).is_some_and(|r| !trigger.has(r)) {
+        return Vouch::BOTH;
+    }
+    match (trigger, path) {
+        (Trigger::IssueComment, "github.event.comment.author_association") => Vouch::STARTER,
+        (Trigger::IssueComment, "github.event.issue.author_association") => Vouch::CODE,
+        _ if trigger.vouching_field() == Some(path) => Vouch::BOTH,
+        _ => Vouch::NONE,
+    }
 }
 
 /// The roles a `fromJSON('[…]')` literal lists, if all are trusted ones.
@@ -388,13 +495,20 @@ fn string_literal<'a>(e: &'a SpannedExpr<'_>) -> Option<&'a str> {
     }
 }
 
-/// A comparison that must hold (`equal`: `==`, else `!=`).
-fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Trigger) -> bool {
+/// What a comparison that must hold vouches for (`equal`: `==`, else `!=`).
+fn comparison(
+    a: &SpannedExpr<'_>,
+    b: &SpannedExpr<'_>,
+    equal: bool,
+    trigger: Trigger,
+    reach: Reach,
+) -> Vouch {
     let (pa, pb) = (expr::context_path(&a.inner), expr::context_path(&b.inner));
     let sides = [
         (pa.as_deref(), b, pb.as_deref()),
         (pb.as_deref(), a, pa.as_deref()),
     ];
+    let mut out = Vouch::NONE;
     for (path, other, other_path) in sides {
         let Some(path) = path else { continue };
         let other_lit = string_literal(other);
@@ -402,8 +516,6 @@ fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Tr
             Expr::Literal(Literal::Boolean(v)) => Some(*v),
             _ => None,
         };
-        // The head repository is the base repository. Where the event has no such field
-        // the head side is null and never equal, so this keeps every trigger out.
         // The head repository is the base repository. Where the event has no head
         // field, the head side is null: against a value that is always there
         // (`github.repository`) it is never equal, which keeps the trigger out; against a
@@ -414,17 +526,18 @@ fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Tr
             && bases.contains(&other_path)
             && event_root(other_path).is_none_or(|r| trigger.has(r))
         {
-            return true;
+            return Vouch::BOTH;
         }
         if path == "github.event.pull_request.merged" && other_bool == Some(equal) {
-            return true;
+            return Vouch::BOTH;
         }
         if path == "github.event_name"
             && let Some(lit) = other_lit
         {
             let is_this = lit.eq_ignore_ascii_case(trigger.name());
             // `event_name == 'push'` keeps this trigger out; so does `!= 'this'`.
-            return if equal { !is_this } else { is_this };
+            let excluded = if equal { !is_this } else { is_this };
+            return if excluded { Vouch::BOTH } else { Vouch::NONE };
         }
         if equal
             && path == "github.event.workflow_run.event"
@@ -434,160 +547,24 @@ fn comparison(a: &SpannedExpr<'_>, b: &SpannedExpr<'_>, equal: bool, trigger: Tr
                     .iter()
                     .any(|t| t.name().eq_ignore_ascii_case(lit)))
         {
-            return true;
+            return Vouch::BOTH;
         }
         if equal
-            && vouches_for(path, trigger)
             && other_lit.is_some_and(|l| TRUSTED_ROLES.iter().any(|r| r.eq_ignore_ascii_case(l)))
         {
-            return true;
+            out = out.and(vouches_for(path, trigger));
+        }
+        // `github.event.label.name == 'run-gpu'`: the label just added.
+        if equal
+            && path == "github.event.label.name"
+            && other_lit.is_some()
+            && label_approves(trigger, reach)
+        {
+            out = out.and(Vouch::STARTER);
         }
     }
-    false
+    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use github_actions_models::common::If;
-
-    fn guards(cond: &str, t: Trigger) -> bool {
-        JobCondition::new(Some(&If::Expr(cond.to_string()))).for_trigger(t) == Condition::Guards
-    }
-
-    #[test]
-    fn the_same_repository_guard_must_be_a_conjunct_that_holds() {
-        let pr = Trigger::PullRequest;
-        let g = "github.event.pull_request.head.repo.full_name == github.repository";
-        assert!(guards(g, pr));
-        assert!(guards(&format!("${{{{ {g} }}}}"), pr));
-        assert!(guards(
-            "github.repository == github.event.pull_request.head.repo.full_name && contains(github.event.pull_request.labels.*.name, 'gpu')",
-            pr
-        ));
-        assert!(!guards(&format!("!({g})"), pr));
-        assert!(!guards(
-            &format!("{g} || github.event_name == 'pull_request'"),
-            pr
-        ));
-        assert!(guards(&format!("{g} || github.event_name == 'push'"), pr));
-        assert!(!guards(
-            "contains(github.event.pull_request.labels.*.name, 'run-ci')",
-            pr
-        ));
-        assert!(!guards(
-            "${{ github.event.pull_request.head.repo.full_name }} == github.repository",
-            pr
-        ));
-        // The field is null for a comment: the guard keeps those runs out too.
-        assert!(guards(g, Trigger::IssueComment));
-    }
-
-    #[test]
-    fn other_guards_by_meaning() {
-        let pr = Trigger::PullRequest;
-        // A deleted fork's head repository is null: `!null` and `null == false` hold.
-        for fork in [
-            "!github.event.pull_request.head.repo.fork",
-            "github.event.pull_request.head.repo.fork == false",
-            "github.event.pull_request.head.repo.fork != true",
-        ] {
-            assert!(!guards(fork, pr), "{fork}");
-        }
-        for same in [
-            "github.event.pull_request.head.repo.full_name == github.event.repository.full_name",
-            "github.event.pull_request.head.repo.id == github.event.pull_request.base.repo.id",
-            "github.event.pull_request.head.repo.owner.login == github.repository_owner",
-        ] {
-            assert!(guards(same, pr), "{same}");
-        }
-        assert!(!guards(
-            "github.event.pull_request.base.repo.full_name == github.repository",
-            pr
-        ));
-        // For a comment both sides are null, and null == null.
-        let both = "github.event.pull_request.head.repo.full_name == github.event.pull_request.base.repo.full_name";
-        assert!(guards(both, pr));
-        assert!(!guards(both, Trigger::IssueComment));
-        assert!(guards(
-            "github.event.pull_request.head.repo.full_name == github.repository",
-            Trigger::IssueComment
-        ));
-        // Who vouches: the commenter for a comment, the author for a pull request; a
-        // member's review, or a member's issue commented on by a stranger, does not.
-        let t = |c: &str, t: Trigger| guards(c, t);
-        assert!(!t(
-            "github.event.review.author_association == 'MEMBER'",
-            Trigger::PullRequestReview
-        ));
-        assert!(t(
-            "github.event.pull_request.author_association == 'MEMBER'",
-            Trigger::PullRequestReview
-        ));
-        assert!(!t(
-            "github.event.issue.author_association == 'MEMBER'",
-            Trigger::IssueComment
-        ));
-        assert!(t(
-            "github.event.issue.author_association == 'MEMBER'",
-            Trigger::Issues
-        ));
-        // A field the event lacks is null: never equal, so the job never runs for it.
-        assert!(t("github.event.comment.author_association == 'MEMBER'", pr));
-        assert!(guards(
-            "github.event.action == 'closed' && github.event.pull_request.merged == true",
-            Trigger::PullRequestTarget
-        ));
-        assert!(guards("github.event.pull_request.merged", pr));
-        assert!(guards("github.event_name == 'push'", pr));
-        assert!(guards("github.event_name != 'pull_request'", pr));
-        assert!(!guards("github.event_name != 'push'", pr));
-        assert!(guards(
-            "contains(fromJSON('[\"OWNER\", \"MEMBER\"]'), github.event.comment.author_association)",
-            Trigger::IssueComment
-        ));
-        assert!(!guards(
-            "contains(fromJSON('[\"OWNER\", \"NONE\"]'), github.event.comment.author_association)",
-            Trigger::IssueComment
-        ));
-        assert!(guards(
-            "github.event.comment.author_association == 'MEMBER' && startsWith(github.event.comment.body, '/run')",
-            Trigger::IssueComment
-        ));
-        assert!(!guards(
-            "startsWith(github.event.comment.body, '/run')",
-            Trigger::IssueComment
-        ));
-        assert!(guards(
-            "github.event.workflow_run.event == 'push'",
-            Trigger::WorkflowRun
-        ));
-        assert!(!guards(
-            "github.event.workflow_run.event == 'pull_request'",
-            Trigger::WorkflowRun
-        ));
-        assert!(guards(
-            "github.event.workflow_run.head_repository.full_name == github.repository",
-            Trigger::WorkflowRun
-        ));
-        assert!(guards("false", pr));
-    }
-
-    #[test]
-    fn status_functions_override_needs() {
-        let c = |s: &str| JobCondition::new(Some(&If::Expr(s.to_string())));
-        assert!(c("always()").overrides_needs());
-        assert!(c("${{ !cancelled() && x }}").overrides_needs());
-        assert!(c("success() || needs.guard.result == 'skipped'").overrides_needs());
-        assert!(!c("success() && x").overrides_needs());
-        assert!(!c("x == 'y'").overrides_needs());
-        assert!(c("${{ a }} || b").unreadable.is_some());
-        assert!(c("${{ a == b }}\n").unreadable.is_some());
-        assert!(
-            c("a &&")
-                .unreadable
-                .unwrap()
-                .contains("not a valid expression")
-        );
-    }
-}
+mod tests;
