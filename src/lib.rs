@@ -22,6 +22,7 @@
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
 
+pub mod cache;
 pub mod changed;
 pub mod claims;
 pub mod cli;

@@ -1,0 +1,340 @@
+//! Promotion: a trusted run's layer laid over the newest generation into a new one, as
+//! the overlay showed it to the batch. The new generation links the files it keeps
+//! (nothing is copied; a file is shared by every generation that holds it), so it is
+//! made in the time it takes to walk the tree, and then named current by one rename:
+//! a batch that starts sees the old generation or the new one, never a mix.
+//!
+//! The layer is read as the kernel wrote it with `userxattr`: a character device 0:0
+//! is a whiteout (a name removed), a folder with `user.overlay.opaque` replaces the
+//! folder below it rather than merging with it. Another trusted run that promoted
+//! meanwhile is kept: its files stay where this run did not write (last writer wins,
+//! file by file).
+
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::store::{Cache, Writing};
+use super::{CacheError, walk};
+
+/// What a promotion did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Promoted {
+    /// The new current generation.
+    pub generation: String,
+    /// Bytes the run wrote (its layer).
+    pub wrote_bytes: u64,
+    /// Bytes of the new generation, after eviction.
+    pub bytes: u64,
+    /// Top-level entries dropped, least recently used first, to stay within the cap.
+    pub evicted: Vec<String>,
+    /// What could not be linked or removed, each named.
+    pub problems: Vec<String>,
+}
+
+impl Cache {
+    /// Lays `w` over the current generation into a new current one of at most `cap`
+    /// bytes, then removes what nobody uses any more.
+    pub fn promote(&self, w: Writing, cap: u64) -> Result<Promoted, CacheError> {
+        let upper = w.dir.join("upper");
+        let wrote = walk::usage(&upper)
+            .map_err(|e| self.io("measuring", &upper, e))?
+            .bytes;
+        let lock = self.cache_lock()?;
+        lock.lock().map_err(|e| self.io("locking", self.dir(), e))?;
+        let base = self.current()?;
+        let gens = self.dir().join("gens");
+        let name = Cache::next_name(Some(&base));
+        let making = gens.join(format!(".{name}"));
+        let mut problems = Vec::new();
+        let merged = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)
+            .map_err(|e| self.io("merging into", &making, e));
+        if let Err(e) = merged {
+            let _ = crate::nofollow::remove_tree(&making);
+            return Err(e);
+        }
+        let (bytes, evicted) =
+            evict(&making, cap).map_err(|e| self.io("evicting in", &making, e))?;
+        let done = gens.join(&name);
+        std::fs::rename(&making, &done).map_err(|e| self.io("renaming", &done, e))?;
+        self.set_current(&name)?;
+        problems.extend(self.discard(w));
+        drop(lock);
+        if let Ok(p) = self.prune(false) {
+            problems.extend(p.problems);
+        }
+        Ok(Promoted {
+            generation: name,
+            wrote_bytes: wrote,
+            bytes,
+            evicted,
+            problems,
+        })
+    }
+}
+
+/// Whether `md` at `path` is an overlay whiteout.
+fn is_whiteout(md: &std::fs::Metadata) -> bool {
+    md.file_type().is_char_device() && md.rdev() == 0
+}
+
+/// Whether the folder at `path` is opaque: it replaces the one below it.
+fn is_opaque(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut buf = [0u8; 4];
+    for attr in [c"user.overlay.opaque", c"trusted.overlay.opaque"] {
+        // SAFETY: NUL-terminated strings and a buffer of the size given.
+        let n = unsafe {
+            nix::libc::lgetxattr(
+                c.as_ptr(),
+                attr.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n == 1 && buf[0] == b'y' {
+            return true;
+        }
+    }
+    false
+}
+
+/// One folder to make: from the layer (`upper`), the generation below (`base`), or
+/// both.
+struct Pending {
+    base: Option<PathBuf>,
+    upper: Option<PathBuf>,
+    out: PathBuf,
+}
+
+/// Makes `out` the overlay of `upper` on `base`: folders made anew, everything else
+/// linked.
+fn merge(
+    base: Option<&Path>,
+    upper: &Path,
+    out: &Path,
+    problems: &mut Vec<String>,
+) -> std::io::Result<()> {
+    // Modes are set once a folder is full: one without write permission would refuse
+    // its own entries.
+    let mut modes = Vec::new();
+    let mut stack = vec![Pending {
+        base: base.map(Path::to_path_buf),
+        upper: Some(upper.to_path_buf()),
+        out: out.to_path_buf(),
+    }];
+    while let Some(p) = stack.pop() {
+        // The folder's own attributes come from the layer when it has it, as in the
+        // overlay.
+        let from = p.upper.as_deref().or(p.base.as_deref()).expect("one side");
+        modes.push((p.out.clone(), make_dir_like(from, &p.out)?));
+        let mut names = std::collections::BTreeSet::new();
+        for side in [&p.upper, &p.base].into_iter().flatten() {
+            for e in std::fs::read_dir(side)? {
+                names.insert(e?.file_name());
+            }
+        }
+        for name in names {
+            let u = p.upper.as_ref().map(|d| d.join(&name));
+            let u_md = u.as_ref().and_then(|u| std::fs::symlink_metadata(u).ok());
+            let b = p.base.as_ref().map(|d| d.join(&name));
+            let b_md = b.as_ref().and_then(|b| std::fs::symlink_metadata(b).ok());
+            let out = p.out.join(&name);
+            match (u_md, b_md) {
+                (Some(m), _) if is_whiteout(&m) => {}
+                (Some(m), b_md) if m.is_dir() => {
+                    let u = u.expect("layer entry");
+                    let below = b_md
+                        .filter(|b| b.is_dir())
+                        .and(b)
+                        .filter(|_| !is_opaque(&u));
+                    stack.push(Pending {
+                        base: below,
+                        upper: Some(u),
+                        out,
+                    });
+                }
+                (Some(_), _) => link(&u.expect("layer entry"), &out, problems)?,
+                (None, Some(m)) if m.is_dir() => stack.push(Pending {
+                    base: b,
+                    upper: None,
+                    out,
+                }),
+                (None, Some(_)) => link(&b.expect("base entry"), &out, problems)?,
+                (None, None) => {}
+            }
+        }
+    }
+    for (dir, mode) in modes.into_iter().rev() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// Makes folder `out` with `from`'s owner (where cibox may give it); returns the mode
+/// to give it once it is full.
+fn make_dir_like(from: &Path, out: &Path) -> std::io::Result<u32> {
+    let md = std::fs::symlink_metadata(from)?;
+    std::fs::DirBuilder::new().mode(0o700).create(out)?;
+    let _ = std::os::unix::fs::lchown(out, Some(md.uid()), Some(md.gid()));
+    Ok(md.mode() & 0o7777)
+}
+
+/// Links `from` at `to`; a file cibox may not link (another user's, under
+/// `protected_hardlinks`) is copied, a link made again; anything else is named.
+fn link(from: &Path, to: &Path, problems: &mut Vec<String>) -> std::io::Result<()> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(nix::libc::EPERM | nix::libc::EMLINK)) => {
+            let md = std::fs::symlink_metadata(from)?;
+            if md.file_type().is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
+            } else if md.is_file() {
+                std::fs::copy(from, to).map(|_| ())
+            } else {
+                problems.push(format!("{}: not kept ({e})", from.display()));
+                Ok(())
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops the least recently used top-level entries of `dir` until it holds at most
+/// `cap` bytes; returns its bytes then and the names dropped.
+fn evict(dir: &Path, cap: u64) -> std::io::Result<(u64, Vec<String>)> {
+    let mut entries = walk::top_entries(dir)?;
+    let mut total: u64 = entries.iter().map(|e| e.bytes).sum();
+    entries.sort_by_key(|e| e.last_used);
+    let mut evicted = Vec::new();
+    for e in entries {
+        if total <= cap {
+            break;
+        }
+        crate::nofollow::clear(&dir.join(&e.name))?;
+        total = total.saturating_sub(e.bytes);
+        evicted.push(e.name.to_string_lossy().into_owned());
+    }
+    Ok((total, evicted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn whiteout(path: &Path) -> bool {
+        nix::sys::stat::mknod(
+            path,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::empty(),
+            0,
+        )
+        .is_ok()
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                if p.is_dir() {
+                    stack.push(p);
+                    out.push(format!("{rel}/"));
+                } else {
+                    out.push(format!("{rel}={}", std::fs::read_to_string(&p).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_layer_lays_over_its_base_as_the_overlay_showed_it() {
+        let t = tempfile::tempdir().unwrap();
+        let (base, upper, out) = (t.path().join("b"), t.path().join("u"), t.path().join("o"));
+        write(&base.join("models/a/w.bin"), "old weights");
+        write(&base.join("models/a/cfg"), "cfg");
+        write(&base.join("data/keep"), "kept");
+        write(&base.join("gone"), "removed by the layer");
+        write(&base.join("replaced/stale"), "hidden by an opaque folder");
+        write(&upper.join("models/a/w.bin"), "new weights");
+        write(&upper.join("models/b/w.bin"), "another model");
+        write(&upper.join("replaced/fresh"), "fresh");
+        let opaque = std::ffi::CString::new(upper.join("replaced").to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated strings, a one-byte value.
+        let set = unsafe {
+            nix::libc::lsetxattr(
+                opaque.as_ptr(),
+                c"user.overlay.opaque".as_ptr(),
+                b"y".as_ptr().cast(),
+                1,
+                0,
+            )
+        };
+        assert_eq!(set, 0, "user xattrs on the test's folder");
+        assert!(
+            whiteout(&upper.join("gone")),
+            "mknod 0:0 (root, or Linux 5.8+)"
+        );
+        let mut problems = Vec::new();
+        merge(Some(&base), &upper, &out, &mut problems).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            listing(&out),
+            [
+                "data/",
+                "data/keep=kept",
+                "models/",
+                "models/a/",
+                "models/a/cfg=cfg",
+                "models/a/w.bin=new weights",
+                "models/b/",
+                "models/b/w.bin=another model",
+                "replaced/",
+                "replaced/fresh=fresh",
+            ]
+        );
+        // Linked, not copied: the base's file and the new generation's are one.
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&out.join("data/keep")), ino(&base.join("data/keep")));
+        // The base is untouched.
+        assert_eq!(listing(&base).len(), 9);
+    }
+
+    #[test]
+    fn eviction_drops_the_least_recently_used_entries_first() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        for (name, age) in [("old", 300), ("mid", 200), ("new", 100)] {
+            write(&d.join(name).join("f"), &"x".repeat(8192));
+            let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+            for p in [d.join(name).join("f"), d.join(name)] {
+                std::fs::File::open(p)
+                    .unwrap()
+                    .set_times(
+                        std::fs::FileTimes::new()
+                            .set_accessed(when)
+                            .set_modified(when),
+                    )
+                    .unwrap();
+            }
+        }
+        let all = walk::usage(d).unwrap().bytes;
+        let one = walk::top_entries(d).unwrap()[0].bytes;
+        let (left, evicted) = evict(d, all - one).unwrap();
+        assert_eq!(evicted, ["old"]);
+        assert!(left <= all - one);
+        let (_, evicted) = evict(d, 0).unwrap();
+        assert_eq!(evicted, ["mid", "new"]);
+    }
+}
