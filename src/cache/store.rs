@@ -95,6 +95,20 @@ pub struct Pruned {
     pub problems: Vec<String>,
 }
 
+impl Reading {
+    /// The lock that keeps the generation: whoever holds it keeps it in place.
+    pub fn fd(&self) -> std::os::unix::io::RawFd {
+        std::os::unix::io::AsRawFd::as_raw_fd(&self._lock)
+    }
+}
+
+impl Writing {
+    /// The lock that marks the layer as written now.
+    pub fn fd(&self) -> std::os::unix::io::RawFd {
+        std::os::unix::io::AsRawFd::as_raw_fd(&self._lock)
+    }
+}
+
 impl CacheStore {
     /// Opens the store at `root` (as cibox sees it; the engine sees it at `host_root`).
     /// It must be a folder nobody but root and the invoking user can change.
@@ -400,6 +414,11 @@ impl Cache {
             base: reading.generation.clone(),
             _lock: lock,
         })
+    }
+
+    /// Bytes on disk a trusted run's layer holds.
+    pub fn layer_bytes(&self, w: &Writing) -> u64 {
+        walk::usage(&w.dir.join("upper")).map_or(0, |u| u.bytes)
     }
 
     /// Throws a trusted run's layer away (its batch did not pass).

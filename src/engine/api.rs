@@ -58,6 +58,9 @@ pub trait ContainerEngine: Sync {
 
     fn remove_volume(&self, name: &str) -> Result<(), EngineError>;
 
+    /// Where on the engine's host the mount at `target` comes from (a volume's folder).
+    fn mount_source(&self, id: &str, target: &str) -> Option<String>;
+
     /// The tar archive of `path` in the container, until `stop` gives a reason.
     fn download<'a>(
         &'a self,
@@ -133,6 +136,10 @@ impl ContainerEngine for Engine {
 
     fn remove_volume(&self, name: &str) -> Result<(), EngineError> {
         Engine::remove_volume(self, name)
+    }
+
+    fn mount_source(&self, id: &str, target: &str) -> Option<String> {
+        Engine::mount_source(self, id, target)
     }
 
     fn download<'a>(

@@ -315,6 +315,21 @@ impl Engine {
             .name
     }
 
+    /// Where on the engine's host the mount at `target` of a container comes from (a
+    /// volume's folder), if it has one.
+    pub fn mount_source(&self, id: &str, target: &str) -> Option<String> {
+        let details = self
+            .rt
+            .block_on(self.docker.inspect_container(id, None))
+            .ok()?;
+        details
+            .mounts?
+            .into_iter()
+            .find(|m| m.destination.as_deref() == Some(target))?
+            .source
+            .filter(|s| !s.is_empty())
+    }
+
     /// Removes a volume; one already gone is no error. A volume still in use (its
     /// container being removed by someone else) is tried again for up to 5 s.
     pub fn remove_volume(&self, name: &str) -> Result<(), EngineError> {

@@ -144,7 +144,46 @@ fn check_batch(
             ));
         }
     }
-    Ok(())
+    check_caches(policy, manifest, name, batch)
+}
+
+/// A batch's caches need the policy's `caches:`, and its project among those it lists.
+fn check_caches(
+    policy: &HostPolicy,
+    manifest: &Manifest,
+    name: &str,
+    batch: &Batch,
+) -> Result<(), GrantError> {
+    let Some(first) = batch.caches.first() else {
+        return Ok(());
+    };
+    let spec = &manifest.caches[first];
+    let refuse = |why: String| GrantError {
+        path: manifest.path.display().to_string(),
+        mark: spec.mark,
+        message: format!(
+            "batches.{name}.caches: cache `{first}` at `{}` is not granted on this host: {why}",
+            spec.path
+        ),
+    };
+    match &policy.caches {
+        None => Err(refuse(match &policy.source {
+            Some(s) => format!(
+                "the host policy {} has no `caches:` section (its root, sizes and who writes through)",
+                s.path.display()
+            ),
+            None => format!(
+                "this host has no policy ({DEFAULT_PATH}); a host policy's `caches:` would place and size caches"
+            ),
+        })),
+        Some(c) => match &c.projects {
+            Some(projects) if !projects.contains(&manifest.project) => Err(refuse(format!(
+                "the host policy's caches.projects does not list project `{}`",
+                manifest.project
+            ))),
+            _ => Ok(()),
+        },
+    }
 }
 
 #[cfg(test)]

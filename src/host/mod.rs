@@ -2,6 +2,7 @@
 //! get under it ([`grants`]), and the GPU facts it pins ([`gpu`]). The project's
 //! manifest requests; only the host grants.
 
+pub mod caches;
 pub mod gpu;
 pub mod grants;
 pub mod policy;

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::caches::{CachePolicy, RawCaches, cache_policy};
 use crate::exit::Failure;
 use crate::manifest::{
     CAP_ADD_ALLOWED, ContainerUser, IdlePolicy, Network, PoolSpec, ProbeChoice, ULIMIT_NAMES,
@@ -125,6 +126,8 @@ pub struct HostPolicy {
     pub source: Option<PolicySource>,
     pub gpu: HostGpu,
     pub grants: Grants,
+    /// Caches, where the host grants them.
+    pub caches: Option<CachePolicy>,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +138,7 @@ struct RawPolicy {
     gpu: RawGpu,
     #[serde(default)]
     grants: RawGrants,
+    caches: Option<RawCaches>,
 }
 
 #[derive(Default, Deserialize)]
@@ -296,6 +300,10 @@ impl HostPolicy {
                 idle: raw.gpu.idle,
             },
             grants: grants(raw.grants, &here)?,
+            caches: match raw.caches {
+                Some(c) => Some(cache_policy(c, &here)?),
+                None => None,
+            },
         })
     }
 
@@ -354,6 +362,9 @@ impl HostPolicy {
             if !items.is_empty() {
                 parts.push(format!("{what} {}", list(items.clone())));
             }
+        }
+        if let Some(c) = &self.caches {
+            parts.push(c.summary());
         }
         if parts.is_empty() {
             "nothing beyond the locked-down default".into()

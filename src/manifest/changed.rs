@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::units::Span;
 
 use super::ManifestError;
+use super::caches::{CacheSpec, batch_caches};
 use super::check::Checker;
 use super::container::{ContainerConfig, RawContainer, validate_container};
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image};
@@ -77,6 +78,8 @@ pub struct ChangedRun {
     pub verdict: BatchVerdict,
     /// The image test files run in.
     pub image: String,
+    /// The caches test files use.
+    pub caches: Vec<String>,
 }
 
 impl ChangedRun {
@@ -101,6 +104,7 @@ impl ChangedRun {
             image: self.image.clone(),
             image_named: true,
             install: None,
+            caches: self.caches.clone(),
             family: None,
             changed_file: Some(file.to_string()),
         }
@@ -137,10 +141,12 @@ pub(super) struct RawChangedRun {
     container: Option<RawContainer>,
     verdict: Option<BatchVerdict>,
     image: Option<String>,
+    caches: Option<Vec<String>>,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-pub(super) const CHANGED_RUN_DEFAULTS: [&str; 8] = [
+pub(super) const CHANGED_RUN_DEFAULTS: [&str; 9] = [
+    "caches",
     "image",
     "verdict",
     "timeout",
@@ -164,6 +170,7 @@ fn default_gpus() -> u32 {
 pub(super) fn validate_changed(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
+    caches: &IndexMap<String, CacheSpec>,
     top_container: &RawContainer,
     ch: RawChanged,
 ) -> Result<ChangedConfig, ManifestError> {
@@ -201,7 +208,13 @@ pub(super) fn validate_changed(
     }
     let run = match ch.run {
         None => None,
-        Some(r) => Some(validate_changed_run(check, images, top_container, r)?),
+        Some(r) => Some(validate_changed_run(
+            check,
+            images,
+            caches,
+            top_container,
+            r,
+        )?),
     };
     Ok(ChangedConfig {
         patterns: ch.patterns,
@@ -216,6 +229,7 @@ pub(super) fn validate_changed(
 fn validate_changed_run(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
+    caches: &IndexMap<String, CacheSpec>,
     top_container: &RawContainer,
     r: RawChangedRun,
 ) -> Result<ChangedRun, ManifestError> {
@@ -232,7 +246,9 @@ fn validate_changed_run(
         Some(c) => validate_container(check, &["changed", "run", "container"], c)?,
         None => validate_container(check, &["container"], top_container.clone())?,
     };
+    let caches = batch_caches(check, &["changed", "run"], caches, r.caches, &container)?;
     Ok(ChangedRun {
+        caches,
         command: r.command,
         timeout,
         preflight: r.preflight,

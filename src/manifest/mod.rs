@@ -29,6 +29,7 @@ use crate::units::Size;
 use crate::util::hex;
 use crate::yaml::{self, Mark};
 
+mod caches;
 mod changed;
 mod check;
 mod container;
@@ -42,6 +43,7 @@ mod types;
 mod validate;
 mod values;
 
+pub use caches::CacheSpec;
 pub use changed::{ChangeGroup, ChangedConfig, ChangedRun, GroupKind};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
@@ -102,6 +104,8 @@ pub struct Manifest {
     pub layers: IndexMap<String, Layer>,
     pub changed: Option<ChangedConfig>,
     pub workflows: WorkflowsConfig,
+    /// Folders the tests write and later batches reuse, by name.
+    pub caches: IndexMap<String, CacheSpec>,
 }
 
 /// The largest manifest file read.

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::units::Span;
 
+use super::caches::RawCache;
 use super::changed::RawChanged;
 use super::container::RawContainer;
 use super::each::RawEntry;
@@ -39,6 +40,8 @@ pub(super) struct RawManifest {
     pub(super) changed: Option<RawChanged>,
     #[serde(default)]
     pub(super) workflows: WorkflowsConfig,
+    #[serde(default)]
+    pub(super) caches: IndexMap<String, RawCache>,
     /// Laid under every batch by `prepare`; read here only so that a wrong value is an
     /// error even where every batch sets its own.
     #[allow(dead_code)]
@@ -64,6 +67,7 @@ pub(super) struct RawDefaults {
     verdict: Option<BatchVerdict>,
     image: Option<String>,
     install: Option<Vec<String>>,
+    caches: Option<Vec<String>>,
 }
 
 /// A batch, with `defaults:` laid under it.
@@ -92,6 +96,8 @@ pub(super) struct RawBatch {
     pub(super) verdict: Option<BatchVerdict>,
     pub(super) image: Option<String>,
     pub(super) install: Option<Vec<String>>,
+    /// The caches it uses (none given: every cache of the manifest).
+    pub(super) caches: Option<Vec<String>>,
     /// A test list: one batch per entry (see `each`).
     pub(super) each: Option<Vec<RawEntry>>,
 }

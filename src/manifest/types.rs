@@ -58,6 +58,8 @@ pub struct Batch {
     /// `source.install`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub install: Option<Vec<String>>,
+    /// The caches it uses, by name (keys of the manifest's `caches`).
+    pub caches: Vec<String>,
     /// The test list it is an entry of (`each:` of that batch), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,

@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 
 use crate::util::did_you_mean;
 
+use super::caches::{CacheSpec, batch_caches, validate_caches};
 use super::changed::validate_changed;
 use super::check::Checker;
 use super::container::{RawContainer, validate_container};
@@ -39,13 +40,21 @@ pub(super) fn validate(
 
     let gpu = validate_gpu(check, raw.gpu)?;
 
-    let (batches, families) = validate_batches(check, &images, &top_container, raw.batches)?;
+    let caches = validate_caches(check, raw.caches)?;
+    let (batches, families) =
+        validate_batches(check, &images, &caches, &top_container, raw.batches)?;
     let layers = validate_layers(check, &images, &batches, &families, raw.layers)?;
     require_an_image(check, &images, &batches, &layers)?;
 
     let changed = match raw.changed {
         None => None,
-        Some(ch) => Some(validate_changed(check, &images, &top_container, ch)?),
+        Some(ch) => Some(validate_changed(
+            check,
+            &images,
+            &caches,
+            &top_container,
+            ch,
+        )?),
     };
 
     Ok(Manifest {
@@ -67,6 +76,7 @@ pub(super) fn validate(
         layers,
         changed,
         workflows: raw.workflows,
+        caches,
     })
 }
 
@@ -131,6 +141,7 @@ type Batches = (IndexMap<String, Batch>, IndexMap<String, Vec<String>>);
 fn validate_batches(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
+    caches: &IndexMap<String, CacheSpec>,
     top_container: &RawContainer,
     raw: IndexMap<String, RawBatch>,
 ) -> Result<Batches, ManifestError> {
@@ -147,7 +158,7 @@ fn validate_batches(
     let mut families = IndexMap::new();
     for (name, mut b) in raw {
         let each = b.each.take();
-        let batch = validate_batch(check, images, top_container, &name, b)?;
+        let batch = validate_batch(check, images, caches, top_container, &name, b)?;
         match each {
             None => {
                 batches.insert(name, batch);
@@ -176,6 +187,7 @@ fn validate_batches(
 fn validate_batch(
     check: &Checker<'_>,
     images: &IndexMap<String, ImageConfig>,
+    caches: &IndexMap<String, CacheSpec>,
     top_container: &RawContainer,
     name: &str,
     b: RawBatch,
@@ -211,7 +223,15 @@ fn validate_batch(
         Some(c) => validate_container(check, &["batches", name, "container"], c)?,
         None => validate_container(check, &["container"], top_container.clone())?,
     };
+    let caches = batch_caches(
+        check,
+        &["batches", name],
+        caches,
+        b.caches,
+        &batch_container,
+    )?;
     Ok(Batch {
+        caches,
         description: b.description,
         gpus: b.gpus as u32,
         timeout,

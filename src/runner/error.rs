@@ -2,6 +2,7 @@
 //! write what it owns. Every error of the runner is here, so that its rooms import
 //! errors from below, never from each other.
 
+use crate::cache::CacheError;
 use crate::claims::ClaimsError;
 use crate::engine::EngineError;
 use crate::exit::Failure;
@@ -106,6 +107,9 @@ pub enum RunError {
     Claims(#[from] ClaimsError),
     #[error(transparent)]
     Reporter(#[from] ReporterError),
+    /// The host's cache store, or a cache in it, cannot be used.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
     /// A `gpu.pool` entry names no GPU of this host.
     #[error("{0}")]
     Pool(String),
@@ -170,6 +174,8 @@ impl RunError {
             RunError::Probe(e) => e.failure(),
             RunError::Claims(e) => e.failure(),
             RunError::Reporter(_) => Failure::Infra,
+            RunError::Cache(CacheError::Io { .. }) => Failure::Infra,
+            RunError::Cache(_) => Failure::Usage,
             RunError::Pool(_)
             | RunError::ForeignBatchDir { .. }
             | RunError::SourceUnreadable { .. } => Failure::Usage,

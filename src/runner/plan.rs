@@ -14,6 +14,7 @@ use super::container::mounts::HostMounts;
 pub use super::error::PlanError;
 use super::results::record::SourceInfo;
 use crate::host::HostPolicy;
+use crate::host::caches::CachePolicy;
 use crate::image::ImageId;
 use crate::manifest::{BatchVerdict, ContainerUser, Manifest, image_variable};
 use crate::units::Span;
@@ -66,6 +67,8 @@ pub struct HostFacts {
     pub mounts: HostMounts,
     /// The digest of the host policy that granted what the batches loosen, if one did.
     pub policy_digest: Option<String>,
+    /// Where the host keeps caches, when it grants them.
+    pub caches: Option<CachePolicy>,
 }
 
 impl HostFacts {
@@ -87,6 +90,7 @@ impl HostFacts {
                 .collect(),
             mounts,
             policy_digest: policy.source.as_ref().map(|s| s.digest.clone()),
+            caches: policy.caches.clone(),
         }
     }
 }
@@ -112,6 +116,8 @@ pub struct BatchPlan {
     pub run: Vec<String>,
     /// The test file, for a batch `cibox changed run` made.
     pub changed_file: Option<String>,
+    /// Its caches: name and where the batch sees each.
+    pub caches: Vec<(String, String)>,
 }
 
 /// A whole run, ready to execute.
@@ -132,6 +138,8 @@ pub struct RunPlan {
     pub parallel: bool,
     /// The uid:gid batches run as.
     pub user: (u32, u32),
+    /// Where the host keeps caches, when it grants them.
+    pub caches: Option<CachePolicy>,
 }
 
 impl RunPlan {
@@ -365,6 +373,11 @@ pub fn plan(
                 verdict: batch.verdict,
                 run: batch.run.clone(),
                 changed_file: batch.changed_file.clone(),
+                caches: batch
+                    .caches
+                    .iter()
+                    .map(|c| (c.clone(), manifest.caches[c].path.clone()))
+                    .collect(),
             })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
@@ -381,6 +394,7 @@ pub fn plan(
         wait,
         parallel: request.parallel,
         user,
+        caches: host.caches.clone(),
         manifest,
     })
 }
@@ -419,6 +433,7 @@ pub(crate) mod tests {
             pass_env: BTreeMap::from([("TOKEN".to_string(), "secret".to_string())]),
             mounts: HostMounts::default(),
             policy_digest: None,
+            caches: None,
         }
     }
 

@@ -143,7 +143,7 @@ impl ContainerPlan {
     /// `/work` and `/reports` are volumes, not plain tmpfs mounts: the engine's archive
     /// API sees volumes (not tmpfs mounts), so cibox can put the source into `/work` and
     /// copy `/reports` out while the container lives; anonymous, they go with it.
-    fn tmpfs_volume(&self, target: &str, size: u64, mode: &str, extra: &str) -> Mount {
+    pub(super) fn tmpfs_volume(&self, target: &str, size: u64, mode: &str, extra: &str) -> Mount {
         let (uid, gid) = (self.uid, self.gid);
         Mount {
             typ: Some(MountType::VOLUME),

@@ -11,6 +11,7 @@
 //! (`root` in the container still has no other capability and no-new-privileges).
 
 mod body;
+pub mod caches;
 pub mod git_mask;
 pub mod mounts;
 mod script;

@@ -12,7 +12,7 @@ use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::PoolGpu;
 use crate::gpu::{LeaseRequest, Waiter, Want};
 use crate::manifest::BatchVerdict;
-use crate::runner::ending::{BatchResult, ContainerEnd, judge};
+use crate::runner::ending::{BatchResult, ContainerEnd, Status, judge};
 use crate::runner::error::RunError;
 use crate::runner::event::Event;
 use crate::runner::plan::BatchPlan;
@@ -47,6 +47,8 @@ pub(super) struct Watched {
     pub steps: RefCell<Option<StepTracker>>,
     /// Which phase of its script was under way.
     pub phases: RefCell<PhaseTracker>,
+    /// Its caches while its container lives.
+    pub caches: RefCell<Option<super::caches::BatchCaches>>,
 }
 
 /// What a batch did, for its record.
@@ -107,7 +109,7 @@ impl Execution<'_> {
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
         let cases = self.cases(b, &ended, &watched);
-        let record = self.record(
+        let mut record = self.record(
             b,
             &Ran {
                 ended: &ended,
@@ -118,6 +120,10 @@ impl Execution<'_> {
                 clock,
             },
         );
+        // Its container is gone: a trusted layer of a batch that passed is kept.
+        if let Some(caches) = watched.caches.borrow_mut().take() {
+            record.caches = self.finish_caches(caches, record.status == Status::Passed);
+        }
         let result = BatchResult {
             record,
             cases: cases.cases,
@@ -309,6 +315,7 @@ impl Execution<'_> {
             reports: watched.reports.take(),
             loosened: b.container.loosened(),
             changed_file: b.changed_file.clone(),
+            caches: Vec::new(),
         }
     }
 }

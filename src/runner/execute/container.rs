@@ -29,13 +29,25 @@ impl Execution<'_> {
         lease_fds: &[RawFd],
         watched: &Watched,
     ) -> Result<ContainerEnd> {
-        let id = self.engine.create_container(
-            &b.container.name,
-            b.container
-                .body(gpus, self.git_masks, self.engine.recursive_read_only()),
-        )?;
-        // From here on, if cibox dies the watchdog removes the container.
-        let watchdog = match (self.start_watchdog)(&id, lease_fds) {
+        // Kept with what is watched, so that the batch's end finishes them whatever
+        // happens here.
+        *watched.caches.borrow_mut() = self.prepare_caches(b)?;
+        let mut body = b
+            .container
+            .body(gpus, self.git_masks, self.engine.recursive_read_only());
+        let mut fds = lease_fds.to_vec();
+        if let Some(caches) = watched.caches.borrow().as_ref()
+            && let Some(hc) = body.host_config.as_mut()
+        {
+            hc.mounts
+                .get_or_insert_with(Vec::new)
+                .extend(caches.mounts());
+            fds.extend(caches.fds());
+        }
+        let id = self.engine.create_container(&b.container.name, body)?;
+        // From here on, if cibox dies the watchdog removes the container (and holds the
+        // lease and the caches' generations until it has).
+        let watchdog = match (self.start_watchdog)(&id, &fds) {
             Ok(w) => w,
             Err(e) => {
                 let _ = self.engine.remove_container(&id);

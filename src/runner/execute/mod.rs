@@ -6,6 +6,7 @@
 //! ([`tests`]).
 
 mod batch;
+mod caches;
 mod container;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,7 @@ use super::event::Event;
 use super::plan::{BatchPlan, RunPlan};
 use super::reporter::Reporter;
 use super::results::batch_dir;
+use crate::cache::CacheStore;
 use crate::engine::ContainerEngine;
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe;
@@ -90,7 +92,9 @@ fn execute_with(
     }
     let git_masks = git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
     let source = source_set(plan, &git_masks.binds)?;
+    let cache_store = open_cache_store(plan)?;
     let run = Execution {
+        cache_store: cache_store.as_ref(),
         plan,
         engine,
         start_watchdog,
@@ -125,6 +129,19 @@ fn execute_with(
     };
     run.emit(&Event::RunEnded { run: &result })?;
     Ok(result)
+}
+
+/// The host's cache store, when a batch of the run uses caches (the host granted
+/// them: see `host::grants`).
+fn open_cache_store(plan: &RunPlan) -> Result<Option<CacheStore>> {
+    let Some(policy) = plan.caches.as_ref() else {
+        return Ok(None);
+    };
+    if plan.batches.iter().all(|b| b.caches.is_empty()) {
+        return Ok(None);
+    }
+    let host_root = policy.host_root.as_deref().unwrap_or(&policy.root);
+    Ok(Some(CacheStore::open(&policy.root, host_root)?))
 }
 
 /// What of the source ships, listed once for the run: never cibox's own output folders,
@@ -219,6 +236,8 @@ struct Execution<'a> {
     git_masks: &'a [String],
     /// What of the source each batch gets in `/work`.
     source: &'a SourceSet,
+    /// The host's cache store, when a batch of the run uses caches.
+    cache_store: Option<&'a CacheStore>,
 }
 
 impl Execution<'_> {

@@ -167,6 +167,10 @@ impl ContainerEngine for FakeEngine {
         Ok(())
     }
 
+    fn mount_source(&self, _: &str, target: &str) -> Option<String> {
+        Some(format!("/var/lib/engine/volumes{target}"))
+    }
+
     fn download<'a>(
         &'a self,
         _: &str,
@@ -266,6 +270,7 @@ fn project() -> Project {
         pass_env: Default::default(),
         mounts: Default::default(),
         policy_digest: None,
+        caches: None,
     };
     let mut plan = crate::runner::plan(manifest, request, &host).unwrap();
     // Root runs batches as nobody; here they run as whoever runs the tests.

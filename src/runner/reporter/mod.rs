@@ -198,6 +198,7 @@ pub(crate) mod sample {
             reports: Default::default(),
             loosened: serde_json::Value::Object(Default::default()),
             changed_file: None,
+            caches: Vec::new(),
         };
         BatchResult {
             record,

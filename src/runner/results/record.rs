@@ -126,6 +126,34 @@ pub struct RunRecord {
     /// `cibox reproduce` can make it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed_file: Option<String>,
+    /// What the batch did with each of its caches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<CacheRecord>,
+}
+
+/// One cache as a batch used it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CacheRecord {
+    pub name: String,
+    /// Where the batch saw it.
+    pub path: String,
+    /// The generation it read.
+    pub generation: String,
+    /// `through` (the host trusts its runs: kept if the batch passed) or `private`
+    /// (thrown away with the batch).
+    pub writes: String,
+    /// Bytes it wrote into its layer.
+    pub wrote_bytes: u64,
+    /// The generation its writes became, when they were kept.
+    pub kept: Option<String>,
+    /// Entries dropped to keep the cache within its cap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicted: Vec<String>,
+    /// Its private layer filled up.
+    #[serde(default)]
+    pub full: bool,
+    /// What went wrong with the cache, if anything.
+    pub problem: Option<String>,
 }
 
 impl RunRecord {

@@ -1,0 +1,142 @@
+//! `caches:`: folders a project's tests write and later batches reuse (datasets,
+//! converted checkpoints, compiled extensions), each named with the path the tests
+//! expect in the container. The manifest only names them: the host policy places,
+//! sizes and grants them, and says whether a run's writes are kept (see `crate::cache`).
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use super::ManifestError;
+use super::check::Checker;
+use super::container::ContainerConfig;
+use super::mounts::check_mount_target;
+use super::values::is_name;
+use crate::yaml::Mark;
+
+/// One cache as the manifest names it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CacheSpec {
+    /// Where the batch sees it.
+    pub path: String,
+    #[serde(skip)]
+    pub mark: Mark,
+}
+
+/// `NAME: PATH` or `NAME: {path: PATH}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawCache {
+    Path(String),
+    Full(RawCacheFull),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCacheFull {
+    path: String,
+}
+
+/// Reads `caches:`: names a cache store can hold, paths where a mount could go, no
+/// path inside another.
+pub(super) fn validate_caches(
+    check: &Checker<'_>,
+    raw: IndexMap<String, RawCache>,
+) -> Result<IndexMap<String, CacheSpec>, ManifestError> {
+    let mut caches: IndexMap<String, CacheSpec> = IndexMap::new();
+    for (name, c) in raw {
+        if !is_name(&name, true) || name.len() > 64 {
+            return Err(check.at_key(
+                &["caches", &name],
+                format!("`{name}` is not a valid cache name: use letters, digits, `_`, `.` and `-`, starting with a letter or digit"),
+            ));
+        }
+        let path = match c {
+            RawCache::Path(p) | RawCache::Full(RawCacheFull { path: p }) => p,
+        };
+        let here = ["caches", name.as_str()];
+        if let Err(why) = check_mount_target(&path) {
+            return Err(check.at(&here, format!("path `{path}`: {why}")));
+        }
+        if let Some((other, _)) = caches.iter().find(|(_, o)| overlap(&o.path, &path)) {
+            return Err(check.at(
+                &here,
+                format!(
+                    "path `{path}` overlaps cache `{other}`'s; each cache needs a folder of its own"
+                ),
+            ));
+        }
+        let mark = check.root.locate(&here).mark;
+        caches.insert(name, CacheSpec { path, mark });
+    }
+    Ok(caches)
+}
+
+/// The caches a batch uses: those it names (`caches:`, or `[]` for none), else every
+/// cache of the manifest. None may lie where one of its mounts goes.
+pub(super) fn batch_caches(
+    check: &Checker<'_>,
+    at: &[&str],
+    caches: &IndexMap<String, CacheSpec>,
+    asked: Option<Vec<String>>,
+    container: &ContainerConfig,
+) -> Result<Vec<String>, ManifestError> {
+    let names = match asked {
+        None => caches.keys().cloned().collect(),
+        Some(names) => {
+            for (i, n) in names.iter().enumerate() {
+                let here: Vec<String> = at
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(["caches".to_string(), i.to_string()])
+                    .collect();
+                if !caches.contains_key(n) {
+                    let known: Vec<&str> = caches.keys().map(String::as_str).collect();
+                    return Err(check.at(
+                        &here,
+                        format!(
+                            "`{n}` is not a cache of this manifest (`caches:` names {})",
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    ));
+                }
+                if names[..i].contains(n) {
+                    return Err(check.at(&here, format!("`{n}` is named twice")));
+                }
+            }
+            names
+        }
+    };
+    for n in &names {
+        let path = &caches[n].path;
+        if let Some(m) = container.mounts.iter().find(|m| overlap(&m.target, path)) {
+            let here: Vec<String> = at
+                .iter()
+                .map(|s| s.to_string())
+                .chain(["container".to_string(), "mounts".to_string()])
+                .collect();
+            return Err(check.at(
+                &here,
+                format!(
+                    "mount target `{}` overlaps cache `{n}` at `{path}`",
+                    m.target
+                ),
+            ));
+        }
+    }
+    Ok(names)
+}
+
+/// Whether one path is, or lies inside, the other.
+fn overlap(a: &str, b: &str) -> bool {
+    let (a, b): (PathBuf, PathBuf) = (
+        Path::new(a).components().collect(),
+        Path::new(b).components().collect(),
+    );
+    a.starts_with(&b) || b.starts_with(&a)
+}

@@ -1,0 +1,138 @@
+//! Caches (issue 25): what an untrusted run writes is never seen again, a trusted run's
+//! writes are, concurrent trusted writers both land, the cap holds, a full private
+//! layer fails the batch without touching the cache, and a run without a granted
+//! cache store is refused before anything starts.
+
+use crate::common::*;
+
+/// A store only root (the tests' user) can change, removed with its folder.
+struct Store {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+}
+
+impl Store {
+    fn new() -> Store {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Store { _dir: dir, root }
+    }
+
+    /// A policy granting caches in this store.
+    fn policy(&self, trusted: bool, extra: &str) -> String {
+        format!(
+            "version: 1\ncaches:\n  root: {}\n  trusted: {trusted}\n  private_size: 4m\n{extra}",
+            self.root.display()
+        )
+    }
+}
+
+const CACHES: &str = "caches:\n  models: /cache/models\n";
+
+/// Batches that write into the cache, read it, and fill it.
+const BATCHES: &str = "  plant:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"echo planted > /cache/models/weights\", \"mkdir -p /cache/models/ckpt && echo step1 > /cache/models/ckpt/s1\", \"cat /cache/models/weights\"]\n  look:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"ls -la /cache/models; if [ -e /cache/models/weights ]; then echo SEEN: $(cat /cache/models/weights); else echo NOT-SEEN; fi\"]\n  fail:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"echo from-a-failed-run > /cache/models/weights\", \"false\"]\n  fill:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"dd if=/dev/zero of=/cache/models/big bs=1M count=16\"]\n";
+
+fn project(store: &Store, trusted: bool) -> BusyboxProject {
+    busybox_project(BATCHES, CACHES).with_policy(&store.policy(trusted, ""))
+}
+
+#[test]
+fn what_an_untrusted_run_writes_no_later_run_sees() {
+    let store = Store::new();
+    let p = project(&store, false);
+    let r = p.run(&["batch", "run", "plant"]);
+    r.ok();
+    assert!(r.stdout.contains("planted"), "{}", r.stdout);
+    let rec = p.result("plant");
+    let c = &rec["caches"][0];
+    assert_eq!(c["name"], "models", "{rec}");
+    assert_eq!(c["writes"], "private", "{rec}");
+    assert!(c["wrote_bytes"].as_u64().unwrap() > 0, "{rec}");
+    assert!(c["kept"].is_null(), "{rec}");
+    // Neither an untrusted run nor a trusted one sees it.
+    let r = p.run(&["batch", "run", "look"]);
+    r.ok();
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+    let trusted = HostPolicyFile::new(&store.policy(true, ""));
+    let r = run(p
+        .batch_cmd(&["batch", "run", "look"])
+        .env("CIBOX_HOST_POLICY", trusted.path()));
+    r.ok();
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+    // Nothing of the batch is left: no holder container, no layer on disk.
+    assert!(p.containers().is_empty(), "{:?}", p.containers());
+    let work = store.root.join("bt/models/work");
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_trusted_run_that_passes_is_seen_by_the_next_and_one_that_fails_is_not() {
+    let store = Store::new();
+    let p = project(&store, true);
+    p.run(&["batch", "run", "plant"]).ok();
+    let rec = p.result("plant");
+    let c = &rec["caches"][0];
+    assert_eq!(c["writes"], "through", "{rec}");
+    let kept = c["kept"].as_str().unwrap().to_string();
+    assert_ne!(kept, c["generation"].as_str().unwrap(), "{rec}");
+    let r = p.run(&["batch", "run", "look"]);
+    r.ok();
+    assert!(r.stdout.contains("SEEN: planted"), "{}", r.stdout);
+    assert_eq!(p.result("look")["caches"][0]["generation"], kept.as_str());
+    // A failed batch's writes are thrown away.
+    let r = p.run(&["batch", "run", "fail"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(p.result("fail")["caches"][0]["kept"].is_null());
+    let r = p.run(&["batch", "run", "look"]);
+    assert!(r.stdout.contains("SEEN: planted"), "{}", r.stdout);
+}
+
+#[test]
+fn a_private_layer_that_fills_up_fails_the_batch_and_leaves_the_cache_as_it_was() {
+    let store = Store::new();
+    let p = project(&store, false);
+    let r = p.run(&["batch", "run", "fill"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let rec = p.result("fill");
+    let c = &rec["caches"][0];
+    assert_eq!(c["full"], true, "{rec}");
+    assert!(
+        c["problem"].as_str().unwrap().contains("filled up"),
+        "{rec}"
+    );
+    assert!(p.containers().is_empty(), "{:?}", p.containers());
+    let r = p.run(&["batch", "run", "look"]);
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+}
+
+#[test]
+fn caches_need_the_hosts_word() {
+    let store = Store::new();
+    // No policy: refused before anything starts.
+    let p = busybox_project(BATCHES, CACHES);
+    require_no_host_policy();
+    p.run(&["batch", "run", "look"]).fails_with(
+        2,
+        "batches.look.caches: cache `models` at `/cache/models` is not granted on this host",
+    );
+    assert!(p.containers().is_empty());
+    // A policy without caches, or one that lists other projects.
+    let p = p.with_policy("version: 1\n");
+    p.run(&["batch", "run", "look"])
+        .fails_with(2, "has no `caches:` section");
+    let p = p.with_policy(&store.policy(true, "  projects: [other]\n"));
+    p.run(&["batch", "run", "look"])
+        .fails_with(2, "does not list project `bt`");
+    // A store others may write is refused, nothing made.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&store.root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let p = p.with_policy(&store.policy(true, ""));
+    p.run(&["batch", "run", "look"])
+        .fails_with(2, "others may write it");
+    assert!(p.containers().is_empty());
+    assert!(!store.root.join("bt").exists());
+}
