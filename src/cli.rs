@@ -54,6 +54,9 @@ pub enum Command {
     Workflow(WorkflowCommand),
     /// Replay a recorded batch locally from its result.json.
     Reproduce(ReproduceArgs),
+    /// The host's caches of this project: list, inspect, prune.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// This host: its policy, and the one-time setup of its lock dir (as root).
     #[command(subcommand)]
     Host(HostCommand),
@@ -146,6 +149,30 @@ pub enum ImageCommand {
         /// Where to write the archive.
         #[arg(long, value_name = "FILE")]
         to: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// One row per cache: size, files, current generation, last use, runs writing.
+    List {
+        /// Every project's caches, not only this manifest's.
+        #[arg(long)]
+        all_projects: bool,
+    },
+    /// One cache: its generations (which are read now), layers being written, size.
+    Inspect {
+        /// The cache's name (a key of the manifest's `caches:`).
+        name: String,
+    },
+    /// Remove what no batch uses: old generations, layers of dead runs.
+    Prune {
+        /// The caches to prune (default: every cache of this project).
+        names: Vec<String>,
+        /// Start the caches again empty (generations in use stay until their batches
+        /// end).
+        #[arg(long)]
+        all: bool,
     },
 }
 

@@ -4,6 +4,7 @@
 //! Domain layers have error types of their own and say which kind of [`Failure`] each
 //! is; this type only gathers them for the commands.
 
+use crate::cache::CacheError;
 use crate::changed::ChangedError;
 use crate::claims::ClaimsError;
 use crate::engine::EngineError;
@@ -65,6 +66,8 @@ pub enum Error {
     /// A run record a user named cannot be read.
     #[error(transparent)]
     Record(#[from] RecordError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
     /// `capacity --require`: the GPUs a layer needs are not there.
     #[error("{0}")]
     Capacity(String),
@@ -101,6 +104,7 @@ impl Error {
             Error::Lease(e) => e.failure(),
             Error::Plan(e) => e.failure(),
             Error::Run(e) => e.failure(),
+            Error::Cache(e) => e.failure(),
             Error::Capacity(_) => Failure::Capacity,
             Error::Infra(_) => Failure::Infra,
         }

@@ -48,6 +48,17 @@ pub enum CacheError {
     },
 }
 
+impl CacheError {
+    /// The store or a cache is the host's to fix (exit 2); reading or writing its files
+    /// failed underneath (exit 5).
+    pub fn failure(&self) -> crate::exit::Failure {
+        match self {
+            CacheError::Io { .. } => crate::exit::Failure::Infra,
+            _ => crate::exit::Failure::Usage,
+        }
+    }
+}
+
 /// A cache's name or a project's, as a folder name: what a manifest's `project` allows
 /// (`[a-z0-9][a-z0-9_.-]*`) and what a cache name allows (letters, digits, `_`, `.`,
 /// `-`, starting with a letter or digit), never `.` or `..`.

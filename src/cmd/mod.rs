@@ -1,6 +1,7 @@
 //! One module per command family; [`dispatch`] routes a parsed command line to it.
 
 mod batch;
+mod cache;
 mod capacity;
 mod changed;
 mod doctor;
@@ -13,7 +14,7 @@ mod workflow;
 use std::path::PathBuf;
 
 use crate::cli::{
-    BatchCommand, Cli, Command, GpuCommand, HostCommand, ImageCommand, LayerCommand,
+    BatchCommand, CacheCommand, Cli, Command, GpuCommand, HostCommand, ImageCommand, LayerCommand,
     WorkflowCommand,
 };
 use crate::error::{Error, Result};
@@ -112,6 +113,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             workflow::lint(&ctx, &args.paths, args.format)
         }
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
+        Command::Cache(CacheCommand::List { all_projects }) => cache::list(&ctx, all_projects),
+        Command::Cache(CacheCommand::Inspect { name }) => cache::inspect(&ctx, &name),
+        Command::Cache(CacheCommand::Prune { names, all }) => cache::prune(&ctx, &names, all),
         Command::Host(HostCommand::Setup { lock_dir }) => host::setup(&ctx, lock_dir),
         Command::Host(HostCommand::Policy) => host::policy(&ctx),
         Command::Confine(a) => Ok(crate::process::confine::supervisor(

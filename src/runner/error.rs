@@ -174,8 +174,7 @@ impl RunError {
             RunError::Probe(e) => e.failure(),
             RunError::Claims(e) => e.failure(),
             RunError::Reporter(_) => Failure::Infra,
-            RunError::Cache(CacheError::Io { .. }) => Failure::Infra,
-            RunError::Cache(_) => Failure::Usage,
+            RunError::Cache(e) => e.failure(),
             RunError::Pool(_)
             | RunError::ForeignBatchDir { .. }
             | RunError::SourceUnreadable { .. } => Failure::Usage,

@@ -136,3 +136,52 @@ fn caches_need_the_hosts_word() {
     assert!(p.containers().is_empty());
     assert!(!store.root.join("bt").exists());
 }
+
+#[test]
+fn concurrent_trusted_writers_both_land_and_the_cap_evicts_the_least_recently_used() {
+    let store = Store::new();
+    let batches = "  one:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"mkdir /cache/models/one && dd if=/dev/zero of=/cache/models/one/w bs=1k count=40 && sleep 1\"]\n  two:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"mkdir /cache/models/two && dd if=/dev/zero of=/cache/models/two/w bs=1k count=40 && sleep 1\"]\n  three:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"mkdir /cache/models/three && dd if=/dev/zero of=/cache/models/three/w bs=1k count=40\"]\n  look:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"ls /cache/models\"]\n";
+    let p = busybox_project(batches, CACHES).with_policy(&store.policy(true, "  size: 100k\n"));
+    // Two runs at once, each in a reports folder of its own.
+    let spawn = |name: &str| {
+        let reports = p.project.path().join(format!("reports-{name}"));
+        p.batch_cmd(&["batch", "run", name, "--reports", reports.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn("one"), spawn("two"));
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let r = p.run(&["batch", "run", "look"]);
+    r.ok();
+    assert!(
+        r.stdout.contains("one") && r.stdout.contains("two"),
+        "{}",
+        r.stdout
+    );
+    // A third entry passes the cap (100k; each entry about 44k): the least recently
+    // used goes.
+    p.run(&["batch", "run", "three"]).ok();
+    let rec = p.result("three");
+    let evicted = rec["caches"][0]["evicted"].as_array().unwrap();
+    assert_eq!(evicted.len(), 1, "{rec}");
+    assert_ne!(evicted[0], "three", "{rec}");
+    let r = p.run(&["batch", "run", "look"]);
+    assert!(r.stdout.contains("three"), "{}", r.stdout);
+    // What `cache list` and `inspect` show, and a prune that starts it again.
+    let list = run(&mut p.batch_cmd_bare(&["cache", "list", "--json"]));
+    list.ok();
+    let v: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(v["caches"][0]["name"], "models", "{v}");
+    assert!(
+        v["caches"][0]["bytes"].as_u64().unwrap() <= 100 << 10,
+        "{v}"
+    );
+    let r = run(&mut p.batch_cmd_bare(&["cache", "prune", "models", "--all"]));
+    r.ok();
+    assert!(r.stdout.contains("starts again empty"), "{}", r.stdout);
+    let r = p.run(&["batch", "run", "look"]);
+    assert!(!r.stdout.contains("three"), "{}", r.stdout);
+}

@@ -151,6 +151,16 @@ impl BusyboxProject {
         run(&mut self.batch_cmd(args))
     }
 
+    /// `cibox ARGS` in the project, under its policy, without the run flags.
+    pub fn batch_cmd_bare(&self, args: &[&str]) -> Command {
+        let mut c = cibox(self.project.path());
+        if let Some(policy) = &self.policy {
+            c.env("CIBOX_HOST_POLICY", policy.path());
+        }
+        c.args(args);
+        c
+    }
+
     pub fn reports(&self) -> PathBuf {
         self.project.path().join("reports")
     }
