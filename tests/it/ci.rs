@@ -637,19 +637,37 @@ fn the_slime_like_example_renders_lints_and_runs_its_cpu_layer_from_what_git_shi
     r.ok();
     let image = ImageGuard(r.stdout.trim().to_string());
     let reports = copy.join("cibox-reports");
-    let r = run(cibox(&copy)
-        .args(["layer", "run", "cpu", "--image", &image.0, "--reports"])
-        .arg(&reports)
-        .args(["--scope", &format!("test-slime-{}", &image.0[7..19])]));
+    // The example's host policy, with its cache store in a folder of this test's and
+    // this host trusted: the first run makes the dataset, the second reads it.
+    let store = work.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let policy = std::fs::read_to_string(copy.join("host-policy.yaml"))
+        .unwrap()
+        .replace("/var/cache/cibox", store.to_str().unwrap())
+        .replace("trusted: false", "trusted: true");
+    let policy = HostPolicyFile::new(&policy);
+    let layer = || {
+        run(cibox(&copy)
+            .env("CIBOX_HOST_POLICY", policy.path())
+            .args(["layer", "run", "cpu", "--image", &image.0, "--reports"])
+            .arg(&reports)
+            .args(["--scope", &format!("test-slime-{}", &image.0[7..19])]))
+    };
+    let r = layer();
     r.ok();
     assert!(
         r.stdout.contains("layout ok: 6 GPU test files"),
         "{}",
         r.stdout
     );
+    assert!(r.stdout.contains("dataset made: 3 rows"), "{}", r.stdout);
+    let r = layer();
+    r.ok();
+    assert!(r.stdout.contains("dataset from cache: 3 rows"), "{}", r.stdout);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(reports.join("unit/result.json")).unwrap())
             .unwrap();
     // Its own reports folder does not make the checkout dirty.
     assert_eq!(v["source"]["dirty"], false, "{v}");
+    assert_eq!(v["caches"][0]["name"], "datasets", "{v}");
 }
