@@ -144,6 +144,26 @@ fn check_batch(
             ));
         }
     }
+    for d in &c.devices {
+        if !super::devices::device_granted(&g.devices, d) {
+            return Err(refuse(
+                "devices",
+                mark("devices"),
+                format!("device `{d}`"),
+                "devices",
+            ));
+        }
+    }
+    if let Some(profile) = &c.seccomp
+        && !g.seccomp.contains_key(profile)
+    {
+        return Err(refuse(
+            "seccomp",
+            mark("seccomp"),
+            format!("seccomp profile `{profile}`"),
+            "seccomp",
+        ));
+    }
     check_caches(policy, manifest, name, batch)
 }
 

@@ -3,6 +3,7 @@
 //! manifest requests; only the host grants.
 
 pub mod caches;
+pub mod devices;
 pub mod gpu;
 pub mod grants;
 pub mod policy;

@@ -14,12 +14,14 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::caches::{CachePolicy, RawCaches, cache_policy};
+use super::devices::{SeccompProfile, device_grants};
 use crate::exit::Failure;
 use crate::manifest::{
     CAP_ADD_ALLOWED, ContainerUser, IdlePolicy, Network, PoolSpec, ProbeChoice, ULIMIT_NAMES,
 };
 use crate::ownership;
 use crate::yaml::{self, Mark};
+use std::collections::BTreeMap;
 
 /// Where the host policy is, unless `CIBOX_HOST_POLICY` names another file.
 pub const DEFAULT_PATH: &str = "/etc/cibox/host.yaml";
@@ -109,6 +111,10 @@ pub struct Grants {
     pub ulimits: Vec<String>,
     /// Host variables a batch's `pass_env` may name.
     pub pass_env: Vec<String>,
+    /// Host device paths or patterns a batch may be given.
+    pub devices: Vec<String>,
+    /// Seccomp profiles a batch may name.
+    pub seccomp: BTreeMap<String, SeccompProfile>,
 }
 
 /// Where the policy in force was read.
@@ -170,6 +176,10 @@ struct RawGrants {
     ulimits: Vec<String>,
     #[serde(default)]
     pass_env: Vec<String>,
+    #[serde(default)]
+    devices: Vec<String>,
+    #[serde(default)]
+    seccomp: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -363,6 +373,15 @@ impl HostPolicy {
                 parts.push(format!("{what} {}", list(items.clone())));
             }
         }
+        if !g.devices.is_empty() {
+            parts.push(format!("devices {}", list(g.devices.clone())));
+        }
+        if !g.seccomp.is_empty() {
+            parts.push(format!(
+                "seccomp {}",
+                list(g.seccomp.keys().cloned().collect())
+            ));
+        }
         if let Some(c) = &self.caches {
             parts.push(c.summary());
         }
@@ -472,7 +491,10 @@ fn grants(
             ));
         }
     }
+    let (devices, seccomp) = device_grants(raw.devices, raw.seccomp, here)?;
     Ok(Grants {
+        devices,
+        seccomp,
         mounts,
         users,
         root_with_mounts: raw.root_with_mounts,
@@ -489,7 +511,7 @@ fn grants(
 }
 
 /// The file's bytes, at most [`MAX_BYTES`].
-fn read_small(real: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn read_small(real: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let (file, _) =
         crate::util::open_plain(real, false).map_err(|e| format!("cannot read it: {e}"))?;
@@ -509,7 +531,7 @@ fn read_small(real: &Path) -> Result<Vec<u8>, String> {
 /// The policy file and every folder on the way to it: only root or the invoking user
 /// can change them (see [`ownership::changeable_by_others`]), and the file itself is a
 /// plain file neither group nor others may write.
-fn trusted_file(real: &Path) -> Result<(), String> {
+pub(super) fn trusted_file(real: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     let md = std::fs::symlink_metadata(real).map_err(|e| e.to_string())?;

@@ -14,6 +14,7 @@ use crate::yaml::Mark;
 
 use super::ManifestError;
 use super::check::Checker;
+use super::devices::{validate_devices, validate_seccomp};
 use super::mounts::{check_mount_source, check_mount_target};
 use super::values::{EnvValue, env_map, is_env_name, ser_display, ser_display_opt};
 
@@ -60,6 +61,10 @@ pub struct ContainerConfig {
     /// Capabilities given back after dropping all, from [`CAP_ADD_ALLOWED`].
     pub cap_add: Vec<String>,
     pub user: ContainerUser,
+    /// Host devices beyond GPUs, by path or pattern (expanded on the host at run time).
+    pub devices: Vec<String>,
+    /// A seccomp profile the host policy names; `None`: the engine's default.
+    pub seccomp: Option<String>,
     /// Where the manifest asks for each loosening it asks for (`network`, `pass_env`,
     /// `ipc`, `ulimits`, `cap_add`, `user`), by key, so that a host that does not grant
     /// it can name the place. Mounts carry their own.
@@ -174,6 +179,9 @@ pub(super) struct RawContainer {
     #[serde(default)]
     cap_add: Vec<String>,
     user: Option<String>,
+    #[serde(default)]
+    devices: Vec<String>,
+    seccomp: Option<String>,
 }
 
 /// The key path of `key` in the container block at `at`.
@@ -194,6 +202,9 @@ pub(super) fn validate_container(
     let ulimits = validate_ulimits(check, at, &c.ulimits)?;
     let cap_add = validate_cap_add(check, at, &c.cap_add)?;
     let user = validate_user(check, at, c.user.as_deref())?;
+    let at_owned: Vec<String> = at.iter().map(|s| s.to_string()).collect();
+    let devices = validate_devices(check, &at_owned, &c.devices)?;
+    let seccomp = validate_seccomp(check, &at_owned, c.seccomp.as_deref())?;
     // Capabilities reach only a root process: without ambient capabilities (which
     // no-new-privileges keeps out) any other user's are cleared when it starts.
     if !cap_add.is_empty() && user != ContainerUser::Root {
@@ -211,6 +222,8 @@ pub(super) fn validate_container(
         ("ulimits", !c.ulimits.is_empty()),
         ("cap_add", !c.cap_add.is_empty()),
         ("user", c.user.is_some()),
+        ("devices", !c.devices.is_empty()),
+        ("seccomp", c.seccomp.is_some()),
     ];
     let marks = asked
         .iter()
@@ -240,6 +253,8 @@ pub(super) fn validate_container(
         ulimits,
         cap_add,
         user,
+        devices,
+        seccomp,
         marks,
     })
 }

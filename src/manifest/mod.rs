@@ -33,6 +33,7 @@ mod caches;
 mod changed;
 mod check;
 mod container;
+mod devices;
 mod each;
 mod gpu;
 mod images;

@@ -57,7 +57,8 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
         lock_dir: &manifest.gpu.lock_dir,
     };
     let host_mounts = mounts::check_host(&manifest, &names, &folders, policy)?;
-    let host = HostFacts::current(&manifest, host_mounts, policy);
+    let mut host = HostFacts::current(&manifest, host_mounts, policy);
+    host.devices = super::container::devices::check_devices(&manifest, &names, policy)?;
     let plan = plan::plan(manifest, request, &host)?;
     // Each image the run uses, verified by its own lock files.
     let mut locksets = indexmap::IndexMap::new();

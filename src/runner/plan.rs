@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::container::ContainerPlan;
+use super::container::devices::HostDevices;
 use super::container::mounts::HostMounts;
 pub use super::error::PlanError;
 use super::results::record::SourceInfo;
@@ -69,6 +70,8 @@ pub struct HostFacts {
     pub policy_digest: Option<String>,
     /// Where the host keeps caches, when it grants them.
     pub caches: Option<CachePolicy>,
+    /// Each batch's devices and seccomp profile, as checked on this host.
+    pub devices: HostDevices,
 }
 
 impl HostFacts {
@@ -91,6 +94,7 @@ impl HostFacts {
             mounts,
             policy_digest: policy.source.as_ref().map(|s| s.digest.clone()),
             caches: policy.caches.clone(),
+            devices: HostDevices::default(),
         }
     }
 }
@@ -352,20 +356,24 @@ pub fn plan(
                 ContainerUser::Root => (0, 0),
                 ContainerUser::Ids(u, g) => (u, g),
             };
+            let mut container = ContainerPlan::new(
+                &manifest,
+                name,
+                batch,
+                &identity,
+                batch_user,
+                (image_name, &images[image_name]),
+                host.mounts.get(name).cloned().unwrap_or_default(),
+            );
+            if let Some(granted) = host.devices.get(name) {
+                container.grant_devices(granted.clone());
+            }
             Ok(BatchPlan {
                 name: name.clone(),
                 gpus: batch.gpus,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,
-                container: ContainerPlan::new(
-                    &manifest,
-                    name,
-                    batch,
-                    &identity,
-                    batch_user,
-                    (image_name, &images[image_name]),
-                    host.mounts.get(name).cloned().unwrap_or_default(),
-                ),
+                container,
                 image_name: image_name.to_string(),
                 image: images[image_name].clone(),
                 dir,
@@ -434,6 +442,7 @@ pub(crate) mod tests {
             mounts: HostMounts::default(),
             policy_digest: None,
             caches: None,
+            devices: Default::default(),
         }
     }
 

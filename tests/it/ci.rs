@@ -663,7 +663,11 @@ fn the_slime_like_example_renders_lints_and_runs_its_cpu_layer_from_what_git_shi
     assert!(r.stdout.contains("dataset made: 3 rows"), "{}", r.stdout);
     let r = layer();
     r.ok();
-    assert!(r.stdout.contains("dataset from cache: 3 rows"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("dataset from cache: 3 rows"),
+        "{}",
+        r.stdout
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(reports.join("unit/result.json")).unwrap())
             .unwrap();

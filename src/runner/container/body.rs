@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountBindOptions, MountType,
-    MountVolumeOptions, MountVolumeOptionsDriverConfig, ResourcesUlimits,
+    ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, Mount, MountBindOptions,
+    MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig, ResourcesUlimits,
 };
 
 use super::ContainerPlan;
@@ -94,7 +94,21 @@ impl ContainerPlan {
                 .into(),
             ),
             ulimits: (!ulimits.is_empty()).then_some(ulimits),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(
+                std::iter::once("no-new-privileges".to_string())
+                    .chain(self.seccomp.clone())
+                    .collect(),
+            ),
+            devices: (!self.devices.is_empty()).then(|| {
+                self.devices
+                    .iter()
+                    .map(|d| DeviceMapping {
+                        path_on_host: Some(d.display().to_string()),
+                        path_in_container: Some(d.display().to_string()),
+                        cgroup_permissions: Some("rwm".into()),
+                    })
+                    .collect()
+            }),
             init: Some(true),
             pids_limit: Some(self.pids),
             nano_cpus: self.m_cpus.map(|c| (c * 1e9) as i64),

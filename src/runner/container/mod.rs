@@ -12,6 +12,7 @@
 
 mod body;
 pub mod caches;
+pub mod devices;
 pub mod git_mask;
 pub mod mounts;
 mod script;
@@ -86,6 +87,12 @@ pub struct ContainerPlan {
     ipc: Ipc,
     ulimits: BTreeMap<String, Ulimit>,
     cap_add: Vec<String>,
+    /// Host devices it is given (beyond GPUs), as resolved on the host.
+    devices: Vec<std::path::PathBuf>,
+    /// The engine's security option for a granted seccomp profile.
+    seccomp: Option<String>,
+    /// The digest of the host policy in force, recorded with what it granted.
+    policy_digest: Option<String>,
     /// What the container allows beyond the locked-down default, for the record.
     loosened: serde_json::Value,
 }
@@ -104,6 +111,26 @@ impl ContainerPlan {
     /// What the container allows beyond the locked-down default, for the record.
     pub fn loosened(&self) -> serde_json::Value {
         self.loosened.clone()
+    }
+
+    /// Gives the container the devices and seccomp profile the host check resolved,
+    /// and records them with what it loosens.
+    pub fn grant_devices(&mut self, granted: devices::BatchDevices) {
+        if let serde_json::Value::Object(map) = &mut self.loosened {
+            if !granted.devices.is_empty() {
+                map.insert("devices".into(), serde_json::json!(granted.devices));
+            }
+            if let Some((name, _)) = &granted.seccomp {
+                map.insert("seccomp".into(), name.clone().into());
+            }
+            if !map.is_empty()
+                && let Some(digest) = &self.policy_digest
+            {
+                map.insert("policy".into(), digest.clone().into());
+            }
+        }
+        self.devices = granted.devices;
+        self.seccomp = granted.seccomp.map(|(_, option)| option);
     }
 
     /// The host mounts, as the host check resolved them.
@@ -187,6 +214,9 @@ impl ContainerPlan {
             ipc: c.ipc,
             ulimits: c.ulimits.clone(),
             cap_add: c.cap_add.clone(),
+            devices: Vec::new(),
+            seccomp: None,
+            policy_digest: id.policy_digest.map(str::to_string),
         }
     }
 }

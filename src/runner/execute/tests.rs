@@ -271,6 +271,7 @@ fn project() -> Project {
         mounts: Default::default(),
         policy_digest: None,
         caches: None,
+        devices: Default::default(),
     };
     let mut plan = crate::runner::plan(manifest, request, &host).unwrap();
     // Root runs batches as nobody; here they run as whoever runs the tests.

@@ -2,6 +2,7 @@
 //! helpers that write a batch's manifest entry are here.
 
 mod changed;
+mod devices;
 mod endings;
 mod gpus;
 mod mounts;

@@ -1,0 +1,133 @@
+//! Devices beyond GPUs and seccomp profiles (issue 25): granted by the host policy
+//! only, expanded and resolved on the host, refused before anything starts otherwise,
+//! and recorded in `loosened`.
+
+use super::*;
+use std::process::Command;
+
+/// A character device of this test's under /dev (the null device's numbers), removed
+/// when dropped. Tests run as root here; making device nodes needs it.
+struct TestDevice(std::path::PathBuf);
+
+impl TestDevice {
+    fn new() -> TestDevice {
+        let path = std::path::PathBuf::from(format!("/dev/cibox-test-{}", nonce()));
+        // Open to all, as RDMA's device nodes are: batches do not run as root.
+        let ok = Command::new("mknod")
+            .args(["-m", "666"])
+            .arg(&path)
+            .args(["c", "1", "3"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mknod {} (these tests run as root)", path.display());
+        TestDevice(path)
+    }
+}
+
+impl Drop for TestDevice {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn device_batch(dev: &str) -> String {
+    batch(
+        "d",
+        0,
+        "1m",
+        &[
+            &format!("test -c {dev} && echo data > {dev} && echo DEVICE-OK"),
+            JUNIT_OK,
+        ],
+        &format!("    container: {{devices: [\"{dev}\"]}}\n"),
+    )
+}
+
+#[test]
+fn a_granted_device_reaches_the_batch_and_is_recorded() {
+    let dev = TestDevice::new();
+    let path = dev.0.display().to_string();
+    let p = busybox_project(&device_batch(&path), "")
+        .with_policy("version: 1\ngrants:\n  devices: [\"/dev/cibox-test-*\"]\n");
+    let r = p.run(&["batch", "run", "d"]);
+    r.ok();
+    assert!(r.stdout.contains("DEVICE-OK"), "{}", r.stdout);
+    let rec = p.result("d");
+    assert_eq!(rec["loosened"]["devices"][0], path.as_str(), "{rec}");
+    assert!(rec["loosened"]["policy"].is_string(), "{rec}");
+}
+
+#[test]
+fn devices_are_refused_unless_granted_and_present() {
+    let dev = TestDevice::new();
+    let path = dev.0.display().to_string();
+    let p = busybox_project(&device_batch(&path), "");
+    require_no_host_policy();
+    p.run(&["batch", "run", "d"])
+        .fails_with(2, "batches.d.container.devices: device `/dev/cibox-test-");
+    // A grant of other devices grants nothing.
+    let p = p.with_policy("version: 1\ngrants:\n  devices: [\"/dev/infiniband/*\"]\n");
+    p.run(&["batch", "run", "d"])
+        .fails_with(2, "the host policy");
+    assert!(p.containers().is_empty());
+    // A granted pattern that matches nothing on this host.
+    let p = busybox_project(&device_batch("/dev/cibox-test-absent"), "")
+        .with_policy("version: 1\ngrants:\n  devices: [\"/dev/cibox-test-*\"]\n");
+    p.run(&["batch", "run", "d"])
+        .fails_with(2, "matches no device on this host");
+    // A link in /dev that resolves to a device the grant does not cover.
+    let link = format!("/dev/cibox-test-link-{}", nonce());
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    let p = busybox_project(&device_batch(&link), "")
+        .with_policy("version: 1\ngrants:\n  devices: [\"/dev/cibox-test-*\"]\n");
+    let r = p.run(&["batch", "run", "d"]);
+    let _ = std::fs::remove_file(&link);
+    r.fails_with(2, "resolves to /dev/zero");
+    // GPUs are never mapped by path, whatever the policy says: the manifest is refused.
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [cibox.yaml]}\nbatches:\n  d: {gpus: 0, timeout: 1m, run: [x], container: {devices: [/dev/nvidia0]}}\n",
+    );
+    p.cibox(&["batch", "list"])
+        .fails_with(2, "GPUs are leased by cibox");
+}
+
+#[test]
+fn a_granted_seccomp_profile_applies_and_a_loose_one_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("no-mkdir.json");
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&profile, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let batches = batch(
+        "s",
+        0,
+        "1m",
+        &[
+            "if mkdir /tmp/x 2>/dev/null; then echo MKDIR-WORKED; else echo MKDIR-DENIED; fi",
+            JUNIT_OK,
+        ],
+        "    container: {seccomp: no-mkdir}\n",
+    );
+    let policy = format!(
+        "version: 1\ngrants:\n  seccomp: {{no-mkdir: {}, open: unconfined}}\n",
+        profile.display()
+    );
+    let p = busybox_project(&batches, "").with_policy(&policy);
+    let r = p.run(&["batch", "run", "s"]);
+    r.ok();
+    assert!(r.stdout.contains("MKDIR-DENIED"), "{}", r.stdout);
+    assert_eq!(p.result("s")["loosened"]["seccomp"], "no-mkdir");
+    // A profile others may change is never read.
+    std::fs::set_permissions(&profile, std::fs::Permissions::from_mode(0o666)).unwrap();
+    p.run(&["batch", "run", "s"])
+        .fails_with(2, "seccomp profile `no-mkdir`");
+    // A name the policy does not define, or none at all.
+    let p = busybox_project(&batches, "")
+        .with_policy("version: 1\ngrants:\n  seccomp: {open: unconfined}\n");
+    p.run(&["batch", "run", "s"])
+        .fails_with(2, "grants.seccomp");
+}
