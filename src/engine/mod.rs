@@ -6,12 +6,14 @@
 
 mod api;
 mod containers;
+mod host_view;
 mod images;
 
 pub use api::ContainerEngine;
 pub use containers::{
     ContainerInfo, Download, EndCause, FollowEnd, Followed, Removal, Steps, Stop,
 };
+pub use host_view::HostView;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -12,16 +12,16 @@ use super::container::mounts::{self, EngineFacts, RunFolders};
 use super::container::source::OUTPUT_FOLDERS;
 use super::ending::RunResult;
 use super::error::RunError;
-use super::plan::{self, HostFacts, RunRequest};
+use super::plan::{self, HostFacts, RunPlan, RunRequest};
 use super::reporter::Fanout;
 use super::reporter::files::Files;
 use super::reporter::github::GitHub;
 use super::reporter::terminal::Terminal;
 use super::results::record::SourceInfo;
-use crate::engine::Engine;
+use crate::engine::{Engine, HostView};
 use crate::host::{self, HostPolicy};
 use crate::image::Lockset;
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ManifestError};
 use crate::{console, signals};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -59,7 +59,7 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
     let host_mounts = mounts::check_host(&manifest, &names, &folders, policy)?;
     let mut host = HostFacts::current(&manifest, host_mounts, policy);
     host.devices = super::container::devices::check_devices(&manifest, &names, policy)?;
-    let plan = plan::plan(manifest, request, &host)?;
+    let mut plan = plan::plan(manifest, request, &host)?;
     // Each image the run uses, verified by its own lock files.
     let mut locksets = indexmap::IndexMap::new();
     for name in plan.images.keys() {
@@ -76,12 +76,51 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
         userns: info.userns,
     };
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
+    place_for_engine(&mut plan, &engine.host_view())?;
     // Files first: a batch's status is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
     if crate::github::active() {
         reporters = reporters.with(GitHub::stdout());
     }
     super::execute(&plan, &locksets, &engine, &mut reporters)
+}
+
+/// Where the run's paths are for the engine, when cibox runs in a container of the
+/// engine's host (a runner in a container with the engine's socket): host mounts
+/// handed over at their host paths, no `/src` bind, the cache store where the engine
+/// finds it. On the engine's host nothing changes.
+fn place_for_engine(plan: &mut RunPlan, w: &HostView) -> Result<()> {
+    if w.is_host() {
+        return Ok(());
+    }
+    plan.bind_source = false;
+    let source_on_host = w.to_host(&plan.source).ok();
+    let path = plan.manifest.path.display().to_string();
+    for b in &mut plan.batches {
+        b.container
+            .place_for_engine(w, source_on_host.as_deref())
+            .map_err(|(mark, why)| {
+                RunError::Mount(ManifestError::At {
+                    path: path.clone(),
+                    mark,
+                    message: format!("batches.{}.container.mounts: {why}", b.name),
+                })
+            })?;
+    }
+    let uses_caches = plan.batches.iter().any(|b| !b.caches.is_empty());
+    if let Some(c) = plan.caches.as_mut()
+        && c.host_root.is_none()
+        && uses_caches
+    {
+        let host = w.to_host(&c.root).map_err(|why| {
+            RunError::Cache(crate::cache::CacheError::Store {
+                path: c.root.clone(),
+                message: format!("{why}; or name where the engine's host has it in the host policy's caches.host_root"),
+            })
+        })?;
+        c.host_root = Some(host);
+    }
+    Ok(())
 }
 
 /// Where a run happens, before it is checked.

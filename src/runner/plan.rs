@@ -144,6 +144,8 @@ pub struct RunPlan {
     pub user: (u32, u32),
     /// Where the host keeps caches, when it grants them.
     pub caches: Option<CachePolicy>,
+    /// Whether the source is bound at `/src` (cibox runs on the engine's host).
+    pub bind_source: bool,
 }
 
 impl RunPlan {
@@ -403,6 +405,7 @@ pub fn plan(
         parallel: request.parallel,
         user,
         caches: host.caches.clone(),
+        bind_source: true,
         manifest,
     })
 }

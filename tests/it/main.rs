@@ -21,3 +21,4 @@ mod orphans;
 mod policy;
 mod probe;
 mod python;
+mod runner_container;

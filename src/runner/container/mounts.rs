@@ -7,8 +7,10 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
+use crate::engine::HostView;
 use crate::host::policy::{HostPolicy, MountRoot};
 use crate::host::{self, grants};
+use crate::manifest::check_mount_source;
 use crate::manifest::{self, ContainerUser, HostMount, Manifest, ManifestError};
 use crate::ownership;
 use crate::yaml::Mark;
@@ -446,6 +448,59 @@ fn unescape_octal(bytes: &[u8]) -> std::ffi::OsString {
         }
     }
     std::ffi::OsString::from_vec(out)
+}
+
+impl super::ContainerPlan {
+    /// Places the container's binds where the engine finds them when cibox runs
+    /// somewhere else than the engine's host (see [`HostView`]): the source is not
+    /// bound at `/src` (it reaches `/work` through the engine's archive API), and each
+    /// host mount is handed to the engine at its path on the host, which must pass the
+    /// host rules again and lie apart from the host folder of the run's source
+    /// (`source_on_host`). A refusal says where the manifest asks for the mount.
+    pub fn place_for_engine(
+        &mut self,
+        w: &HostView,
+        source_on_host: Option<&Path>,
+    ) -> Result<(), (Mark, String)> {
+        if w.is_host() {
+            return Ok(());
+        }
+        self.binds.clear();
+        for m in &mut self.mounts {
+            let host = w.to_host(&m.host_path).map_err(|why| (m.mark, why))?;
+            check_mount_source(&host).map_err(|why| {
+                (
+                    m.mark,
+                    format!(
+                        "source `{}` is {} on the engine's host, which {why}",
+                        m.source.display(),
+                        host.display()
+                    ),
+                )
+            })?;
+            if let Some(src) = source_on_host
+                && (src.starts_with(&host) || host.starts_with(src))
+            {
+                return Err((
+                    m.mark,
+                    format!(
+                        "source `{}` is {} on the engine's host, which is, holds or lies in this run's checkout there ({})",
+                        m.source.display(),
+                        host.display(),
+                        src.display()
+                    ),
+                ));
+            }
+            m.host_path = host;
+        }
+        // The record says what the engine mounted.
+        if let serde_json::Value::Object(map) = &mut self.loosened
+            && map.contains_key("mounts")
+        {
+            map.insert("mounts".into(), serde_json::json!(self.mounts));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

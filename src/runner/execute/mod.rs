@@ -106,7 +106,13 @@ fn execute_with(
             .iter()
             .map(|(name, l)| (name.clone(), l.digest.clone()))
             .collect(),
-        git_masks: &git_masks.binds,
+        // Bound only where the source is (cibox on the engine's host); the cleaned
+        // configs ship in `/work` either way.
+        git_masks: if plan.bind_source {
+            &git_masks.binds
+        } else {
+            &[]
+        },
         source: &source,
     };
     run.emit(&Event::RunStarted { plan })?;

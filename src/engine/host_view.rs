@@ -1,0 +1,148 @@
+//! Where cibox's own folders are as the engine sees them. On the engine's host they are
+//! the host's; when cibox runs in a container of that engine (a CI runner in a
+//! container with the engine's socket), a path of cibox's reaches the engine only
+//! through one of that container's mounts, at the mount's source on the host, and a
+//! path in the container's own files not at all. cibox finds its container from the
+//! kernel's record of its mounts and asks the engine for that container's mounts.
+
+use std::path::{Path, PathBuf};
+
+use super::Engine;
+
+/// Where this process runs, as the engine sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostView {
+    /// On the engine's host: cibox's paths are the host's.
+    Host,
+    /// In container `id` of this engine: `mounts` (inside → host, longest first) are
+    /// how its paths reach the host.
+    Container {
+        id: String,
+        mounts: Vec<(PathBuf, PathBuf)>,
+    },
+    /// In a container this engine does not know (another engine's, a remote one): no
+    /// path of cibox's is one the engine can bind.
+    Elsewhere { why: String },
+}
+
+impl HostView {
+    /// `path` (as cibox sees it) as the engine's host sees it.
+    pub fn to_host(&self, path: &Path) -> Result<PathBuf, String> {
+        match self {
+            HostView::Host => Ok(path.to_path_buf()),
+            HostView::Container { id, mounts } => mounts
+                .iter()
+                .find_map(|(inside, host)| {
+                    path.strip_prefix(inside).ok().map(|rest| {
+                        if rest.as_os_str().is_empty() {
+                            host.clone()
+                        } else {
+                            host.join(rest)
+                        }
+                    })
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "{} lies in the files of cibox's own container ({}), which the engine cannot reach: put it on a mount of that container",
+                        path.display(),
+                        &id[..12.min(id.len())]
+                    )
+                }),
+            HostView::Elsewhere { why } => Err(format!("{}: {why}", path.display())),
+        }
+    }
+
+    pub fn is_host(&self) -> bool {
+        matches!(self, HostView::Host)
+    }
+}
+
+impl Engine {
+    /// Where cibox runs, as this engine sees it.
+    pub fn host_view(&self) -> HostView {
+        let Some(id) = own_container_id() else {
+            return if in_a_container() {
+                HostView::Elsewhere {
+                    why: "cibox runs in a container whose ID it cannot find, so no path of its own can be bound by the engine".into(),
+                }
+            } else {
+                HostView::Host
+            };
+        };
+        let Ok(details) = self.rt.block_on(self.docker.inspect_container(&id, None)) else {
+            return HostView::Elsewhere {
+                why: format!(
+                    "cibox runs in container {}, which this engine does not know (another engine's?), so no path of its own can be bound",
+                    &id[..12]
+                ),
+            };
+        };
+        let mut mounts: Vec<(PathBuf, PathBuf)> = details
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                Some((
+                    PathBuf::from(m.destination.filter(|d| !d.is_empty())?),
+                    PathBuf::from(m.source.filter(|s| !s.is_empty())?),
+                ))
+            })
+            .collect();
+        // The deepest mount decides: `/data/shared` before `/data`.
+        mounts.sort_by_key(|(inside, _)| std::cmp::Reverse(inside.components().count()));
+        HostView::Container { id, mounts }
+    }
+}
+
+/// The ID of the engine container this process runs in: the engine binds each
+/// container's `hostname`, `hosts` and `resolv.conf` from `…/containers/<ID>/`, and the
+/// kernel names that folder as the root of those mounts.
+fn own_container_id() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|line| {
+        let root = line.split(' ').nth(3)?;
+        let rest = root.split("/containers/").nth(1)?;
+        let id = rest.split('/').next()?;
+        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+    })
+}
+
+/// Whether this process looks like it runs in a container at all.
+fn in_a_container() -> bool {
+    Path::new("/.dockerenv").exists() || Path::new("/run/.containerenv").exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_reach_the_host_through_the_deepest_mount() {
+        let w = HostView::Container {
+            id: "a".repeat(64),
+            mounts: vec![
+                ("/data/shared".into(), "/srv/shared".into()),
+                ("/data".into(), "/mnt/data".into()),
+                (
+                    "/workspace".into(),
+                    "/var/lib/docker/volumes/ws/_data".into(),
+                ),
+            ],
+        };
+        assert_eq!(
+            w.to_host(Path::new("/data/shared/models")).unwrap(),
+            Path::new("/srv/shared/models")
+        );
+        assert_eq!(
+            w.to_host(Path::new("/data/x")).unwrap(),
+            Path::new("/mnt/data/x")
+        );
+        assert_eq!(
+            w.to_host(Path::new("/workspace")).unwrap(),
+            Path::new("/var/lib/docker/volumes/ws/_data")
+        );
+        let e = w.to_host(Path::new("/opt/cache")).unwrap_err();
+        assert!(e.contains("own container"), "{e}");
+        assert!(HostView::Host.to_host(Path::new("/x")).is_ok());
+    }
+}
