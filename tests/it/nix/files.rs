@@ -73,7 +73,7 @@ fn the_lock_covers_every_flake_input() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("531670d871c0e29724a02f3cbcac170adc65b58c")
+        String::from_utf8_lossy(&out.stdout).contains("5880666fd9eb563038431edb35c2d0aa595884e6")
     );
     // And the check has teeth: a lock without the input cannot be completed offline.
     std::fs::write(dir.path().join("flake.lock"), EMPTY_LOCK).unwrap();
