@@ -24,6 +24,7 @@
       fileset = lib.fileset.unions [
         ./Cargo.toml
         ./Cargo.lock
+        ./build.rs
         ./src
         ./tests/nvml-double
       ];
@@ -41,7 +42,9 @@
 
     perSystem = system: let
       pkgs = pkgsFor system;
-      cibox = pkgs.callPackage ./nix/package.nix {inherit src;};
+      # The commit for `cibox --version`: the flake's source has no .git to ask.
+      commit = self.shortRev or self.dirtyShortRev or "unknown";
+      cibox = pkgs.callPackage ./nix/package.nix {inherit src commit;};
       image = name:
         import ./nix/image.nix {
           inherit pkgs lockset name;

@@ -5,6 +5,7 @@
   lib,
   rustPlatform,
   src,
+  commit,
 }: let
   cargoToml = lib.importTOML (src + "/Cargo.toml");
 in
@@ -14,6 +15,8 @@ in
     inherit src;
     cargoLock.lockFile = src + "/Cargo.lock";
     cargoTestFlags = ["--lib" "--bins"];
+    # build.rs puts it into `cibox --version`.
+    env.CIBOX_COMMIT = commit;
     meta = {
       description = cargoToml.package.description;
       license = lib.licenses.asl20;

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "cibox",
-    version,
+    version = crate::VERSION,
     about = "Reproducible, safe GPU CI: verified images, leased GPUs, disposable containers",
     after_help = "Exit codes: 0 ok, 1 tests failed, 2 usage/configuration, 3 image refused, \
                   4 no GPU capacity, 5 infrastructure, 124 timeout, 128+N signal N."
@@ -60,6 +60,14 @@ pub enum Command {
     /// This host: its policy, and the one-time setup of its lock dir (as root).
     #[command(subcommand)]
     Host(HostCommand),
+    /// Shell completion for bash, zsh, fish, elvish or PowerShell, on stdout
+    /// (`cibox completions bash > /etc/bash_completion.d/cibox`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// The manual page, in roff, on stdout (`cibox man | man -l -`).
+    Man,
     /// (Internal) the supervisor of a `gpu exec` command: confines it, and kills all of
     /// it if cibox dies.
     #[command(name = "__confine", hide = true)]

@@ -22,6 +22,14 @@
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
 
+/// `VERSION (commit C)`, as `cibox --version` prints it.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CIBOX_COMMIT"),
+    ")"
+);
+
 pub mod cache;
 pub mod changed;
 pub mod claims;

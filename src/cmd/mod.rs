@@ -128,6 +128,18 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 argv: a.command,
             },
         )),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "cibox", &mut std::io::stdout());
+            Ok(crate::exit::SUCCESS)
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map_err(|e| Error::Infra(format!("writing the manual page: {e}")))?;
+            Ok(crate::exit::SUCCESS)
+        }
         Command::Watchdog { container } => Ok(crate::runner::watch_container(&container)),
     }
 }

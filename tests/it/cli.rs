@@ -180,3 +180,37 @@ fn bad_env_override_names_variable() {
         .args(["batch", "list"]))
     .fails_with(2, "CIBOX_GPU_POOL: `zero` is neither a GPU index");
 }
+
+#[test]
+fn version_names_the_commit_and_completions_and_the_manual_are_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(cibox(dir.path()).arg("--version"));
+    r.ok();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert!(
+        r.stdout.starts_with("cibox ") && r.stdout.contains(&format!("(commit {head}")),
+        "{} (HEAD {head})",
+        r.stdout
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let r = run(cibox(dir.path()).args(["completions", shell]));
+        r.ok();
+        assert!(
+            r.stdout.contains("batch") && r.stdout.contains("image"),
+            "{shell}"
+        );
+    }
+    let r = run(cibox(dir.path()).arg("man"));
+    r.ok();
+    assert!(
+        r.stdout.starts_with(".ie") || r.stdout.contains(".TH cibox 1"),
+        "{}",
+        &r.stdout[..200.min(r.stdout.len())]
+    );
+    run(cibox(dir.path()).args(["completions", "tcsh"])).fails_with(2, "tcsh");
+}

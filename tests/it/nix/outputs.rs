@@ -255,12 +255,12 @@ fn the_unfree_predicate_lets_only_cuda_through(f: &FlakeUnderTest) {
 }
 
 fn the_tools_source_is_its_own_files(f: &FlakeUnderTest) {
-    // The tool's source is Cargo.toml, Cargo.lock, src/ and the workspace member: an edit
-    // to the README does not change it.
+    // The tool's source is Cargo.toml, Cargo.lock, build.rs, src/ and the workspace
+    // member: an edit to the README does not change it.
     let src = "p: builtins.attrNames (builtins.readDir p.standIn.src)";
     assert_eq!(
         f.ok("packages.x86_64-linux.cibox", Some(src)),
-        serde_json::json!(["Cargo.lock", "Cargo.toml", "src", "tests"])
+        serde_json::json!(["Cargo.lock", "Cargo.toml", "build.rs", "src", "tests"])
     );
     assert_eq!(
         f.ok(
