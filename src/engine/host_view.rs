@@ -3,7 +3,9 @@
 //! container with the engine's socket), a path of cibox's reaches the engine only
 //! through one of that container's mounts, at the mount's source on the host, and a
 //! path in the container's own files not at all. cibox finds its container from the
-//! kernel's record of its mounts and asks the engine for that container's mounts.
+//! kernel's record of its mounts and asks the engine for that container's mounts. A
+//! container the engine does not know is not one of its own (the engine may run in the
+//! same container as cibox): paths are then taken as the engine's.
 
 use std::path::{Path, PathBuf};
 
@@ -20,9 +22,6 @@ pub enum HostView {
         id: String,
         mounts: Vec<(PathBuf, PathBuf)>,
     },
-    /// In a container this engine does not know (another engine's, a remote one): no
-    /// path of cibox's is one the engine can bind.
-    Elsewhere { why: String },
 }
 
 impl HostView {
@@ -48,7 +47,6 @@ impl HostView {
                         &id[..12.min(id.len())]
                     )
                 }),
-            HostView::Elsewhere { why } => Err(format!("{}: {why}", path.display())),
         }
     }
 
@@ -61,21 +59,13 @@ impl Engine {
     /// Where cibox runs, as this engine sees it.
     pub fn host_view(&self) -> HostView {
         let Some(id) = own_container_id() else {
-            return if in_a_container() {
-                HostView::Elsewhere {
-                    why: "cibox runs in a container whose ID it cannot find, so no path of its own can be bound by the engine".into(),
-                }
-            } else {
-                HostView::Host
-            };
+            return HostView::Host;
         };
-        let Ok(details) = self.rt.block_on(self.docker.inspect_container(&id, None)) else {
-            return HostView::Elsewhere {
-                why: format!(
-                    "cibox runs in container {}, which this engine does not know (another engine's?), so no path of its own can be bound",
-                    &id[..12]
-                ),
-            };
+        let Ok(details) = self
+            .rt
+            .block_on(self.docker.inspect_container(&id, None))
+        else {
+            return HostView::Host;
         };
         let mut mounts: Vec<(PathBuf, PathBuf)> = details
             .mounts
@@ -105,11 +95,6 @@ fn own_container_id() -> Option<String> {
         let id = rest.split('/').next()?;
         (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
     })
-}
-
-/// Whether this process looks like it runs in a container at all.
-fn in_a_container() -> bool {
-    Path::new("/.dockerenv").exists() || Path::new("/run/.containerenv").exists()
 }
 
 #[cfg(test)]

@@ -111,13 +111,24 @@ impl SourceSet {
 }
 
 /// What git would ship of `root`: tracked files (submodules' too) and untracked ones it
-/// does not ignore; `None` when `root` is not in a git checkout.
+/// does not ignore; `None` when `root` is not in a git checkout, or lies in a folder
+/// that checkout ignores (a package unpacked under `target/`: git would ship none of it,
+/// and it is no part of that checkout).
 fn git_files(root: &Path) -> std::io::Result<Option<Vec<PathBuf>>> {
     if crate::git::text(root, &["rev-parse", "--is-inside-work-tree"])
         .ok()
         .as_deref()
         != Some("true")
     {
+        return Ok(None);
+    }
+    let ignored = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["check-ignore", "-q", "."])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ignored {
         return Ok(None);
     }
     let mut out = Vec::new();
