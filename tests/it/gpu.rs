@@ -685,3 +685,35 @@ fn nobody_overtakes_a_head_while_it_checks_the_gpus_it_locked() {
         "B overtook A while A checked its GPUs"
     );
 }
+
+#[test]
+fn one_try_takes_an_idle_gpu_after_finding_another_busy() {
+    // GPU 0 runs a process cibox does not know, GPU 1 is idle, and nothing has probed
+    // yet: a wait of 0s is one try, and that try must go on to GPU 1 once the probe
+    // finds GPU 0 busy, not give up with an idle GPU unleased.
+    let h = GpuHost::new(2);
+    h.smi.set("apps.csv", &format!("{}, 4242, 100\n", uuid(0)));
+    let r = h.run(&[
+        "gpu",
+        "exec",
+        "--count",
+        "1",
+        "--wait",
+        "0s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), uuid(1));
+    assert!(h.leased().is_empty());
+    // Both busy: one try still ends in exit 4, nothing kept.
+    h.smi.set(
+        "apps.csv",
+        &format!("{}, 4242, 100\n{}, 4243, 100\n", uuid(0), uuid(1)),
+    );
+    h.run(&["gpu", "exec", "--count", "1", "--wait", "0s", "--", "true"])
+        .fails_with(4, "busy outside cibox");
+    assert!(h.leased().is_empty());
+}
