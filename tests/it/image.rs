@@ -241,6 +241,30 @@ fn missing_engine_socket_is_exit_5() {
 }
 
 #[test]
+fn a_fetch_reference_that_is_no_repository_name_is_usage_before_the_engine() {
+    // The engine is unreachable here: whatever reaches it ends in 5. A repository path
+    // with `..`, `.` or a component that does not start and end with a letter or digit
+    // is not a name (docker's reference grammar) and is refused first, exit 2.
+    let p = image_project(&["image/*"]);
+    let digest = format!("sha256:{}", "a".repeat(64));
+    for repo in [
+        "127.0.0.1:5000/ci/../gpu",
+        "127.0.0.1:5000/../gpu",
+        "ci/./gpu",
+        "ci/gpu/..",
+        "ci/-gpu",
+        "ci/gpu_",
+        "ci/a..b",
+        "../../etc",
+    ] {
+        let r = run(cibox(p.path())
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .args(["image", "fetch", &format!("{repo}@{digest}")]));
+        r.fails_with(2, "is not a repository name");
+    }
+}
+
+#[test]
 fn refusing_engine_socket_is_exit_5() {
     let p = image_project(&["image/*"]);
     let sock = p.path().join("dead.sock");
