@@ -196,6 +196,45 @@ fn load_of_a_mismatched_image_loads_but_refuses() {
 }
 
 #[test]
+fn load_no_verify_skips_the_lockset_but_not_the_pin() {
+    // --no-verify skips the lockset check only: an ID the manifest pins is still held
+    // to (exit 3 when it differs); without a manifest there is no pin to hold to.
+    let p = image_project(&["image/*"]);
+    let img = build(&p);
+    let archive = p.path().join("pinned.tar");
+    let from = archive.to_str().unwrap();
+    p.cibox(&["image", "save", &img.0, "--to", from]).ok();
+    let manifest = std::fs::read_to_string(p.path().join("cibox.yaml")).unwrap();
+    let pin = |id: &str| {
+        manifest.replace(
+            "  dockerfile: image/Dockerfile\n",
+            &format!("  dockerfile: image/Dockerfile\n  id: \"{id}\"\n"),
+        )
+    };
+    let wrong = full_fake_id();
+    p.write("cibox.yaml", pin(&wrong));
+    let r = p.cibox(&["image", "load", "--no-verify", "--from", from]);
+    r.fails_with(3, &format!("pins {wrong}"));
+    assert!(
+        r.stdout.is_empty(),
+        "a refused ID is not printed: {}",
+        r.stdout
+    );
+    // Pinned right, with lock files that no longer match: loads (the lockset is skipped).
+    p.write("cibox.yaml", pin(&img.0));
+    p.write("image/extra.lock", "new");
+    let r = p.cibox(&["image", "load", "--no-verify", "--from", from]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), img.0);
+    // No manifest at all: nothing to hold it to.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir(bare.path().join(".git")).unwrap();
+    let r = run(cibox(bare.path()).args(["image", "load", "--no-verify", "--from", from]));
+    r.ok();
+    assert_eq!(r.stdout.trim(), img.0);
+}
+
+#[test]
 fn corrupt_archive_is_refused() {
     require_engine();
     let p = image_project(&["image/*"]);
