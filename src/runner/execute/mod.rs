@@ -88,6 +88,9 @@ fn execute_with(
         batch_dir::refuse_foreign(&b.dir)?;
     }
     let git_masks = git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
+    // Made now, when nothing refused the run: refused input leaves nothing behind.
+    std::fs::create_dir_all(&plan.reports)
+        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", plan.reports.display())))?;
     let run = Execution {
         plan,
         engine,
