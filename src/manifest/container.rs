@@ -15,7 +15,7 @@ use crate::yaml::Mark;
 use super::ManifestError;
 use super::check::Checker;
 use super::mounts::{check_mount_source, check_mount_target};
-use super::values::{EnvValue, env_map, is_env_name, ser_display, ser_display_opt};
+use super::values::{EnvValue, env_map, is_env_name, reserved_env, ser_display, ser_display_opt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -264,6 +264,12 @@ fn validate_limits(
             return Err(check.at(
                 &key_path(at, &["pass_env", &i.to_string()]),
                 format!("`{name}` is not a valid environment variable name"),
+            ));
+        }
+        if let Some(why) = reserved_env(name) {
+            return Err(check.at(
+                &key_path(at, &["pass_env", &i.to_string()]),
+                format!("`{name}` {why}"),
             ));
         }
     }

@@ -180,3 +180,40 @@ fn bad_env_override_names_variable() {
         .args(["batch", "list"]))
     .fails_with(2, "CIBOX_GPU_POOL: `zero` is neither a GPU index");
 }
+
+#[test]
+fn the_gpus_a_batch_sees_are_not_the_manifests_to_set() {
+    // Which GPUs a batch sees is its lease's (the UUIDs cibox sets, or none): a manifest
+    // that sets or passes CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES is refused with
+    // the position, wherever it says so.
+    let gpu = "  \"4a\":\n    gpus: 1\n";
+    for (with, needle) in [
+        (
+            GOOD.replace(
+                gpu,
+                &format!("{gpu}    env: {{CUDA_VISIBLE_DEVICES: \"0\"}}\n"),
+            ),
+            "cibox.yaml:13:11: batches.4a.env.CUDA_VISIBLE_DEVICES: is cibox's to set",
+        ),
+        (
+            GOOD.replace(
+                gpu,
+                &format!("{gpu}    fast_env: {{NVIDIA_VISIBLE_DEVICES: all}}\n"),
+            ),
+            "batches.4a.fast_env.NVIDIA_VISIBLE_DEVICES: is cibox's to set",
+        ),
+        (
+            format!("{GOOD}container: {{env: {{CUDA_VISIBLE_DEVICES: \"\"}}}}\n"),
+            "container.env.CUDA_VISIBLE_DEVICES: is cibox's to set",
+        ),
+        (
+            GOOD.replace(
+                gpu,
+                &format!("{gpu}    container: {{pass_env: [HOME_X, CUDA_VISIBLE_DEVICES]}}\n"),
+            ),
+            "batches.4a.container.pass_env.1: `CUDA_VISIBLE_DEVICES` is cibox's to set",
+        ),
+    ] {
+        bad(&with, needle);
+    }
+}

@@ -305,4 +305,51 @@ mod tests {
             serde_json::json!({})
         );
     }
+
+    #[test]
+    fn a_gpu_batch_sees_its_leased_uuids_once_whatever_its_environment_held() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  g: {gpus: 1, timeout: 1m, run: [x]}\n";
+        let m = Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        let pass_env = BTreeMap::new();
+        let id = Identity {
+            project: "p",
+            scope: "s",
+            run_id: "0123456789abcdef",
+            host: "h",
+            source: Path::new("/src/p"),
+            source_sha: None,
+            fast: false,
+            uid: 1000,
+            gid: 1000,
+            pass_env: &pass_env,
+            lock_dir: Path::new("/run/lock/cibox"),
+            policy_digest: None,
+        };
+        let image = ImageId::parse(&format!("sha256:{}", "a".repeat(64))).unwrap();
+        let mut plan = ContainerPlan::new(
+            &m,
+            "g",
+            &m.batches["g"],
+            &id,
+            (1000, 1000),
+            &image,
+            Vec::new(),
+        );
+        // However a value got there, the lease's UUIDs are what the batch sees.
+        plan.env.push("CUDA_VISIBLE_DEVICES=0,1".into());
+        let gpu = crate::gpu::pool::PoolGpu {
+            index: 1,
+            uuid: "GPU-11111111-2222-3333-4444-000000000001".into(),
+        };
+        let env = plan.body(&[gpu], &[], true).env.unwrap();
+        let set: Vec<&String> = env
+            .iter()
+            .filter(|e| e.starts_with("CUDA_VISIBLE_DEVICES="))
+            .collect();
+        assert_eq!(
+            set,
+            ["CUDA_VISIBLE_DEVICES=GPU-11111111-2222-3333-4444-000000000001"],
+            "{env:?}"
+        );
+    }
 }
