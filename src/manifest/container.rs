@@ -357,6 +357,10 @@ fn mount_source_and_target(
     })
 }
 
+/// The most `fs.nr_open` can be on any 64-bit kernel (`sysctl_nr_open_max`), so the
+/// most open files a ulimit can ask.
+const NR_OPEN_CEILING: i64 = 2_147_483_584;
+
 /// `ulimits`, by name.
 fn validate_ulimits(
     check: &Checker<'_>,
@@ -412,6 +416,26 @@ fn validate_ulimit(
             }
         },
     };
+    if name == "nofile" {
+        // The kernel caps open files at fs.nr_open, itself at most NR_OPEN_CEILING.
+        if limit.soft == -1 || limit.hard == -1 {
+            return Err(check.at(
+                here,
+                format!(
+                    "open files cannot be unlimited: the kernel caps them at fs.nr_open (at most {NR_OPEN_CEILING}); give a number"
+                ),
+            ));
+        }
+        if limit.hard > NR_OPEN_CEILING {
+            return Err(check.at(
+                here,
+                format!(
+                    "{} is more open files than any kernel allows (fs.nr_open is at most {NR_OPEN_CEILING})",
+                    limit.hard
+                ),
+            ));
+        }
+    }
     if limit.hard != -1 && (limit.soft == -1 || limit.soft > limit.hard) {
         return Err(check.at(here, "the soft limit is above the hard one"));
     }

@@ -217,3 +217,17 @@ fn the_gpus_a_batch_sees_are_not_the_manifests_to_set() {
         bad(&with, needle);
     }
 }
+
+#[test]
+fn ulimits_no_kernel_can_set_are_refused_with_the_manifest() {
+    // Open files are capped by fs.nr_open, which is never unlimited and at most
+    // 2147483584: asking more is known to fail before any engine is asked.
+    bad(
+        &format!("{GOOD}container: {{ulimits: {{nofile: unlimited}}}}\n"),
+        "container.ulimits.nofile: open files cannot be unlimited",
+    );
+    bad(
+        &format!("{GOOD}container: {{ulimits: {{nofile: {{soft: 1024, hard: 4294967296}}}}}}\n"),
+        "container.ulimits.nofile: 4294967296 is more open files than any kernel allows",
+    );
+}

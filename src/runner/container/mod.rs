@@ -83,6 +83,9 @@ pub struct ContainerPlan {
     mounts: Vec<ResolvedMount>,
     ipc: Ipc,
     ulimits: BTreeMap<String, Ulimit>,
+    /// Where the manifest asks for them (`cibox.yaml:LINE:COL: `), for the engine's
+    /// refusal of one.
+    ulimits_at: String,
     cap_add: Vec<String>,
     /// What the container allows beyond the locked-down default, for the record.
     loosened: serde_json::Value,
@@ -183,10 +186,69 @@ impl ContainerPlan {
             mounts,
             ipc: c.ipc,
             ulimits: c.ulimits.clone(),
+            ulimits_at: match c.marks.get("ulimits") {
+                Some(mark) => format!("{}:{mark}: ", m.path.display()),
+                None => format!("{}: ", m.path.display()),
+            },
             cap_add: c.cap_add.clone(),
         }
     }
+
+    /// The manifest's mistake in the engine's `reason` for not creating or starting
+    /// the container, when it is one of its ulimits the engine cannot set (above its
+    /// own hard limit, or for `nofile` above the host's `fs.nr_open`): which, and what
+    /// to do. runc names the limit by its number (`error setting rlimit type 7`).
+    pub fn refused_ulimit(&self, batch: &str, reason: &str) -> Option<String> {
+        let by_number = reason
+            .split("rlimit type ")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| RLIMIT_NAMES.get(n).copied());
+        let lower = reason.to_ascii_lowercase();
+        let by_name = || {
+            (lower.contains("ulimit") || lower.contains("rlimit"))
+                .then(|| self.ulimits.keys().find(|n| lower.contains(n.as_str())))
+                .flatten()
+                .map(String::as_str)
+        };
+        let name = by_number.or_else(by_name)?;
+        let limit = self.ulimits.get(name)?;
+        let shown = |v: i64| {
+            if v == -1 {
+                "unlimited".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        Some(format!(
+            "{}batches.{batch}.container.ulimits.{name}: the engine cannot set it (soft {}, hard {}): {reason}; ask at most what the engine may set (its own hard limit, and for nofile the host's fs.nr_open)",
+            self.ulimits_at,
+            shown(limit.soft),
+            shown(limit.hard),
+        ))
+    }
 }
+
+/// The kernel's resource limits by number (`RLIMIT_*`), as the ulimits name them.
+const RLIMIT_NAMES: [&str; 16] = [
+    "cpu",
+    "fsize",
+    "data",
+    "stack",
+    "core",
+    "rss",
+    "nproc",
+    "nofile",
+    "memlock",
+    "as",
+    "locks",
+    "sigpending",
+    "msgqueue",
+    "nice",
+    "rtprio",
+    "rttime",
+];
 
 /// The manifest-defined environment of a batch (no host values), for the record.
 pub fn manifest_env(batch: &Batch, fast: bool) -> BTreeMap<String, String> {
