@@ -15,6 +15,7 @@ use super::plan::{self, HostFacts, RunRequest};
 use super::reporter::Fanout;
 use super::reporter::files::Files;
 use super::reporter::github::GitHub;
+use super::reporter::pump::Pump;
 use super::reporter::terminal::Terminal;
 use super::results::record::SourceInfo;
 use crate::engine::Engine;
@@ -67,9 +68,13 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
     };
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     // Files first: a batch's status is printed once its result.json is written.
-    let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
+    // One queue for stdout, so the batches' output stays inside GitHub's fences.
+    let stdout = Pump::stdout();
+    let mut reporters = Fanout::new()
+        .with(Files::new())
+        .with(Terminal::stdio(stdout.clone()));
     if crate::github::active() {
-        reporters = reporters.with(GitHub::stdout());
+        reporters = reporters.with(GitHub::stdout(stdout));
     }
     super::execute(&plan, &locksets, &engine, &mut reporters)
 }
