@@ -156,10 +156,18 @@ fn a_container_killed_from_outside_is_an_infrastructure_error() {
             assert!(wait_until(30, || std::fs::read_to_string(&log)
                 .is_ok_and(|l| l.contains("cibox run: sleep 600"))));
         }
-        std::process::Command::new("docker")
-            .args(["kill", &p.containers()[0]])
-            .output()
-            .unwrap();
+        // A container made but not started yet cannot be killed: ask until it can be
+        // (or cibox has ended), or the batch would sleep its 600 s out.
+        let name = p.containers()[0].clone();
+        assert!(wait_until(30, || {
+            let killed = std::process::Command::new("docker")
+                .args(["kill", &name])
+                .output()
+                .unwrap()
+                .status
+                .success();
+            killed || child.try_wait().unwrap().is_some()
+        }));
         assert_eq!(child.wait().unwrap().code(), Some(5));
         let result = p.result("long");
         assert_eq!(result["status"], "infra_error", "not a test failure");
