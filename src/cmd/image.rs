@@ -387,6 +387,9 @@ fn show_progress(progress: Progress<'_>, verbose: bool) {
         } => console::info(format!(
             "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
         )),
+        Progress::LeftoversRemoved { images, folders } => console::info(format!(
+            "removed what killed builds had left: {images} image(s), {folders} scratch folder(s)"
+        )),
         Progress::NixBuild(attr) => console::info(format!("nix build {attr}")),
         Progress::Loaded(id) => console::info(format!("loaded {id}")),
     }

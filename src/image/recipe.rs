@@ -73,6 +73,9 @@ pub enum Progress<'a> {
         engine_id: &'a ImageId,
         config_digest: &'a ImageId,
     },
+    /// What builds killed before they could clean up had left was removed: their
+    /// images and scratch folders.
+    LeftoversRemoved { images: usize, folders: usize },
     /// `nix build` of this attribute starts.
     NixBuild(&'a str),
     /// The engine loaded this image; it is verified next.
@@ -275,6 +278,13 @@ fn build_dockerfile(
     ]);
     let (epoch, epoch_from) = super::build::source_date_epoch().map_err(RecipeError::Usage)?;
     let (engine, info) = connect(progress)?;
+    let left = super::scratch::sweep_dead(&engine);
+    if left.images + left.folders > 0 {
+        progress(Progress::LeftoversRemoved {
+            images: left.images,
+            folders: left.folders,
+        });
+    }
     let base_layers = local_base_layers(&engine, &bases, dockerfile, progress)?;
     progress(Progress::Building {
         dockerfile,

@@ -1,8 +1,11 @@
-//! Images on the real engine: build, verify, save/load, and every refusal.
+//! Images on the real engine: build, verify, save/load, and every refusal; what builds
+//! leave behind is [`leftovers`].
 
 use std::process::{Command, Stdio};
 
 use crate::common::*;
+
+mod leftovers;
 
 /// A project whose image is `FROM scratch` plus a unique file, with lock files.
 fn image_project(locks: &[&str]) -> Project {
