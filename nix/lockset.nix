@@ -6,7 +6,8 @@
 #
 # `root` is a path value (in a flake: `./.`, the flake's copy in the store). Patterns are
 # relative to it: `*`, `?` and `[…]` stay within a folder, `**` (a whole component)
-# crosses folders (`a/**/b` also matches `a/b`); a pattern without them names one file.
+# crosses folders (`a/**/b` also matches `a/b`; a trailing `a/**` is every file below
+# `a`, at any depth); a pattern without them names one file.
 # Only regular files count, a symlink as what it points to. Refused as by cibox, with
 # its messages: an empty list; a pattern that is empty, absolute or has `..`; a pattern
 # matching no regular file; a pattern without glob characters that names a folder (or
@@ -254,8 +255,13 @@
     else [(head list)] ++ takeWhile pred (tail list);
 
   # Regular files a glob matches: below its literal leading folders, and no deeper than
-  # its number of components unless it has `**`. A trailing `**` matches only folders.
-  globFiles = pattern: parts: let
+  # its number of components unless it has `**`. A trailing `**` is `**/*`: every file
+  # below (as cibox reads it).
+  globFiles = pattern: given: let
+    parts =
+      if elemAt given (length given - 1) == "**"
+      then given ++ ["*"]
+      else given;
     lead = takeWhile (c: !(isGlob c)) parts;
     rest = length parts - length lead;
     depth =
@@ -268,9 +274,7 @@
       then walk (concatStringsSep "/" lead) depth
       else [];
   in
-    if elemAt parts (length parts - 1) == "**"
-    then builtins.seq regex []
-    else builtins.seq regex (filter (f: match regex f != null) candidates);
+    builtins.seq regex (filter (f: match regex f != null) candidates);
 
   # A pattern without glob characters names one regular file; a trailing `/` (or `/.`)
   # asks for a folder, as the file system does.

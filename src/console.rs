@@ -33,10 +33,15 @@ pub fn enabled(level: Level) -> bool {
 }
 
 fn log(level: Level, prefix: &str, msg: &str) {
-    if enabled(level) {
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "cibox: {prefix}{}", crate::util::escape(msg));
+    if let Some(line) = log_line(level, prefix, msg) {
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
+}
+
+/// The line [`info`], [`warn`] or [`debug`] would print (newline included), when its
+/// level is shown: for who writes stderr in its own way.
+pub fn log_line(level: Level, prefix: &str, msg: &str) -> Option<String> {
+    enabled(level).then(|| format!("cibox: {prefix}{}\n", crate::util::escape(msg)))
 }
 
 pub fn warn(msg: impl AsRef<str>) {
@@ -53,13 +58,22 @@ pub fn debug(msg: impl AsRef<str>) {
 
 /// The error headline (always shown) and its detail lines.
 pub fn error(headline: &dyn Display, details: &[String]) {
-    let mut err = std::io::stderr().lock();
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(error_lines(headline, details).as_bytes());
+}
+
+/// The lines [`error`] prints.
+pub fn error_lines(headline: &dyn Display, details: &[String]) -> String {
     // One line, whatever a quoted value holds.
-    let headline = headline.to_string();
-    let _ = writeln!(err, "cibox: error: {}", crate::util::escape(&headline));
+    let mut out = format!(
+        "cibox: error: {}\n",
+        crate::util::escape(&headline.to_string())
+    );
     for d in details {
-        let _ = writeln!(err, "  {}", crate::util::escape(d));
+        out.push_str(&format!("  {}\n", crate::util::escape(d)));
     }
+    out
 }
 
 /// Prints a value as pretty JSON on stdout.
@@ -150,8 +164,26 @@ impl WaitLine {
 
     /// Shows `line(report)` if it is time to; the report is built only then.
     pub fn tick<R>(&mut self, report: &dyn Fn() -> R, line: impl Fn(&R) -> String) {
+        if let Some(text) = self.due(report, line) {
+            if self.live {
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "\r\x1b[2Kcibox: {text}");
+                let _ = err.flush();
+            } else {
+                info(text);
+            }
+        }
+    }
+
+    /// `line(report)` when it is time to show it (the report is built only then), for
+    /// who shows it in its own way.
+    pub fn due<R>(
+        &mut self,
+        report: &dyn Fn() -> R,
+        line: impl Fn(&R) -> String,
+    ) -> Option<String> {
         if Instant::now() < self.next {
-            return;
+            return None;
         }
         self.next = Instant::now()
             + if self.live {
@@ -160,14 +192,7 @@ impl WaitLine {
                 Duration::from_secs(30)
             };
         self.shown = true;
-        let line = line(&report());
-        if self.live {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2Kcibox: {line}");
-            let _ = err.flush();
-        } else {
-            info(line);
-        }
+        Some(line(&report()))
     }
 
     /// Clears a live line; the wait is over.

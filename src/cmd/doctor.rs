@@ -232,10 +232,16 @@ pub fn run(ctx: &Context) -> Result<u8> {
     let snapshot = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
     match gpu_cfg {
         Ok(g) => {
-            findings.push(match lockdir::check(&g.lock_dir) {
-                Ok(d) => finding("lock dir", Status::Ok, d, true),
-                Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
-            });
+            findings.push(
+                match lockdir::check(&g.lock_dir, g.allow_network_lock_dir) {
+                    // Allowed, but leases there are only as sound as its flock.
+                    Ok(c) if c.network.is_some() => {
+                        finding("lock dir", Status::Warn, c.detail, true)
+                    }
+                    Ok(c) => finding("lock dir", Status::Ok, c.detail, true),
+                    Err(e) => finding("lock dir", Status::Fail, e.to_string(), true),
+                },
+            );
             findings.push(pool_finding(&g.pool, snapshot.as_ref()));
         }
         Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),

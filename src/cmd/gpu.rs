@@ -218,8 +218,9 @@ fn lease_for_exec(
         (Some(n), _) => {
             let n = *n as usize;
             if n > pool.len() {
-                return Err(Error::Usage(format!(
-                    "gpu exec: --count {n} is more than the {} GPU(s) in the pool",
+                // Capacity, as for a batch asking for more than the pool (docs §2).
+                return Err(Error::Capacity(format!(
+                    "gpu exec: --count {n} needs {n} GPUs; the pool has {}",
                     pool.len()
                 )));
             }

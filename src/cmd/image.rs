@@ -146,14 +146,29 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
 /// `cibox image load [--from FILE|-]`.
 pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Result<u8> {
     // Read the manifest first: a bad manifest must stop us before the engine changes.
-    let (manifest, source) = if verify {
-        let m = ctx.manifest()?;
-        let (n, img) = named(&m, name)?;
-        let source = Lockset::compute(&m.dir, &img.locks)?;
-        let n = n.to_string();
-        (Some((m, n)), Some(source))
-    } else {
-        (None, None)
+    // `--no-verify` skips the lockset only: an ID the manifest pins still holds (there
+    // is none to hold to without a manifest, unless a name was asked for).
+    let manifest = match ctx.manifest() {
+        Ok(m) => Some(m),
+        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. }))
+            if !verify && name.is_none() =>
+        {
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let (manifest, source) = match manifest {
+        Some(m) => {
+            let (n, img) = named(&m, name)?;
+            let source = if verify {
+                Some(Lockset::compute(&m.dir, &img.locks)?)
+            } else {
+                None
+            };
+            let n = n.to_string();
+            (Some((m, n)), source)
+        }
+        None => (None, None),
     };
     if from == "-" && std::io::stdin().is_terminal() {
         return Err(Error::Usage(
@@ -176,8 +191,13 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         None => engine.load(Box::new(std::io::stdin()))?,
     };
     let ids = image::load::loaded_ids(&engine, loaded)?;
-    // Unverified, the IDs alone (stdout, one per line, for scripts).
+    // Unverified, the IDs alone (stdout, one per line, for scripts), once held to the pin.
     let (Some((m, name)), Some(source)) = (&manifest, &source) else {
+        if let Some((m, name)) = &manifest {
+            for id in &ids {
+                pin_of(m, name).check(id)?;
+            }
+        }
         if ctx.json {
             console::json(&json!({"images": ids, "verified": false}));
         } else {
@@ -366,6 +386,9 @@ fn show_progress(progress: Progress<'_>, verbose: bool) {
             config_digest,
         } => console::info(format!(
             "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
+        )),
+        Progress::LeftoversRemoved { images, folders } => console::info(format!(
+            "removed what killed builds had left: {images} image(s), {folders} scratch folder(s)"
         )),
         Progress::NixBuild(attr) => console::info(format!("nix build {attr}")),
         Progress::Loaded(id) => console::info(format!("loaded {id}")),

@@ -61,10 +61,7 @@ impl Engine {
         let Some(id) = own_container_id() else {
             return HostView::Host;
         };
-        let Ok(details) = self
-            .rt
-            .block_on(self.docker.inspect_container(&id, None))
-        else {
+        let Ok(details) = self.rt.block_on(self.docker.inspect_container(&id, None)) else {
             return HostView::Host;
         };
         let mut mounts: Vec<(PathBuf, PathBuf)> = details

@@ -211,6 +211,67 @@ impl Engine {
             .map_err(|e| Self::api("removing an image", e))
     }
 
+    /// Removes exactly this image, by ID: not forced (one a container uses, or one with
+    /// images built on it, stays), no parent pruned with it (those may be another
+    /// build's), and only when each of its tags is one `may_untag` allows (so an image
+    /// someone else named stays). Says whether it is gone.
+    pub fn remove_image_only(
+        &self,
+        id: &str,
+        may_untag: impl Fn(&str) -> bool,
+    ) -> Result<bool, EngineError> {
+        match self.inspect(id)? {
+            None => return Ok(true),
+            Some(found)
+                if found
+                    .repo_tags
+                    .iter()
+                    .any(|t| t != "<none>:<none>" && !may_untag(t)) =>
+            {
+                return Ok(false);
+            }
+            Some(_) => {}
+        }
+        let opts = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: true,
+            platforms: None,
+        };
+        match self
+            .rt
+            .block_on(self.docker.remove_image(id, Some(opts), None))
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(true),
+            // In use, built on, or named more than once: it stays.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(false),
+            Err(e) => Err(Self::api("removing an image", e)),
+        }
+    }
+
+    /// The images (intermediate ones included) carrying the label `key`, with its
+    /// value.
+    pub fn images_labelled(&self, key: &str) -> Result<Vec<(String, String)>, EngineError> {
+        let opts = bollard::query_parameters::ListImagesOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_string(),
+                vec![key.to_string()],
+            )])),
+            ..Default::default()
+        };
+        let list = self
+            .rt
+            .block_on(self.docker.list_images(Some(opts)))
+            .map_err(|e| Self::api("listing images", e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|i| i.labels.get(key).map(|v| (i.id.clone(), v.clone())))
+            .collect())
+    }
+
     /// Writes `docker save` of one image to `to`, atomically (a temp file renamed into
     /// place), and returns the number of bytes written.
     pub fn save(&self, id: &str, to: &Path) -> Result<u64, EngineError> {

@@ -162,6 +162,17 @@ impl Engine {
     /// Connects to `DOCKER_HOST` (default the local socket) and negotiates the API
     /// version down to what the engine speaks.
     pub fn connect() -> Result<Engine, EngineError> {
+        Self::connect_limited(None)
+    }
+
+    /// [`Engine::connect`], with every call to the engine, the handshake included,
+    /// given up after `limit` (whole seconds, at least one) instead of the client's
+    /// two-minute default: for who must not wait on a hung engine (the watchdog).
+    pub fn connect_within(limit: Duration) -> Result<Engine, EngineError> {
+        Self::connect_limited(Some(limit.max(Duration::from_secs(1))))
+    }
+
+    fn connect_limited(limit: Option<Duration>) -> Result<Engine, EngineError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -174,15 +185,20 @@ impl Engine {
         let docker = {
             // bollard registers the connector with the runtime it is made in.
             let _in_rt = rt.enter();
-            Docker::connect_with_host(&host).map_err(|e| unreachable(reason(&e)))?
+            let docker = Docker::connect_with_host(&host).map_err(|e| unreachable(reason(&e)))?;
+            match limit {
+                Some(limit) => docker.with_timeout(limit),
+                None => docker,
+            }
         };
+        let handshake = limit.map_or(CONNECT_TIMEOUT, |l| l.min(CONNECT_TIMEOUT));
         let docker = rt.block_on(async {
-            match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
+            match tokio::time::timeout(handshake, docker.negotiate_version()).await {
                 Ok(Ok(d)) => Ok(d),
                 Ok(Err(e)) => Err(unreachable(reason(&e))),
                 Err(_) => Err(unreachable(format!(
                     "no answer within {}s",
-                    CONNECT_TIMEOUT.as_secs()
+                    handshake.as_secs()
                 ))),
             }
         })?;

@@ -101,6 +101,9 @@ impl<'d> Waiter<'d> {
         mut on_wait: impl FnMut(&dyn Fn() -> WaitReport),
     ) -> Result<Lease, LeaseError> {
         let mut a = Acquisition::begin(self, request, probe)?;
+        // Busy verdicts since the last pause: each may be followed at once by another
+        // choice among the GPUs the probe found idle (bounded by the candidates).
+        let mut verdicts = 0;
         loop {
             a.stop_if_signalled()?;
             let head = a
@@ -115,6 +118,10 @@ impl<'d> Waiter<'d> {
                         if let Some(lease) = a.confirm(lease, locked_at, &free)? {
                             return Ok(lease);
                         }
+                        verdicts += 1;
+                        if a.try_again_at_once(&free, verdicts) {
+                            continue;
+                        }
                     }
                     Choice::ProbeBusyFirst => {
                         a.refresh_busy(&free)?;
@@ -127,6 +134,7 @@ impl<'d> Waiter<'d> {
                 return Err(a.give_up(head));
             }
             on_wait(&|| a.report(head));
+            verdicts = 0;
             std::thread::sleep(POLL);
         }
     }
@@ -446,6 +454,22 @@ where
         drop(lease);
         self.next_probe = Instant::now();
         Ok(None)
+    }
+
+    /// After a busy verdict: whether to choose again before the deadline is looked at
+    /// or the poll sleeps. The probe just said which free GPUs are idle, so when enough
+    /// are, one try (`--wait 0s`) or the last round goes on to them rather than giving
+    /// up with idle GPUs unleased. At most one more choice per candidate, so GPUs that
+    /// flip between busy and idle cannot keep it here.
+    fn try_again_at_once(&mut self, free: &[PoolGpu], verdicts: usize) -> bool {
+        let free: Vec<&PoolGpu> = free.iter().collect();
+        let again = verdicts <= self.candidates.len()
+            && idle_among(&free, &self.busy.gpus).len() >= self.need;
+        if again {
+            // An overtaker's turn is rate-limited; this is the same turn, carried on.
+            self.next_overtake = Instant::now();
+        }
+        again
     }
 
     /// What we know while we wait, for progress lines and the final refusal.

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::normalize::{self, Normalised};
+use super::scratch::{BuildScratch, LABEL_RAW_BUILD, RAW_TAG, StepImages};
 use super::{ImageError, ImageId};
 use crate::engine::Engine;
 
@@ -31,39 +32,44 @@ pub struct Built {
 }
 
 /// Builds once (from the cache unless `no_cache`), normalises, and returns the
-/// normalised archive; the engine's raw build is removed.
+/// normalised archive (written in `into`, a folder of `scratch`); the engine's raw build
+/// is removed, and every image the build made is `scratch`'s to remove.
 fn build_once(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
     no_cache: bool,
-    scratch: &Path,
+    scratch: &mut BuildScratch<'_>,
+    into: &Path,
     on_output: &mut dyn FnMut(&str),
 ) -> Result<Normalised, ImageError> {
     let context = (inputs.context)()?;
     // The raw build gets a tag of its own, never the lockset tag: removing it must not
     // take that tag from the image an earlier build left.
-    let raw_tag = format!("cibox-raw-build:{}", crate::util::random_hex(8));
+    let raw_tag = format!("{RAW_TAG}:{}", crate::util::random_hex(8));
+    // Ties the raw build to this one, for the next build should this one be killed
+    // (normalising drops it: the image's ID does not depend on it).
+    let mut labels = inputs.labels.clone();
+    labels.insert(LABEL_RAW_BUILD.to_string(), scratch.label());
+    let mut steps = StepImages::default();
     let raw = engine.build(
         context,
         inputs.dockerfile,
-        inputs.labels,
+        &labels,
         &raw_tag,
         no_cache,
-        |out| on_output(out),
+        |out| {
+            steps.feed(out, &mut |id| scratch.made(id));
+            on_output(out)
+        },
     )?;
-    let saved = scratch.join("built.tar");
+    scratch.made(&raw);
+    let saved = into.join("built.tar");
     let result = engine
         .save(&raw, &saved)
         .map_err(ImageError::from)
         .and_then(|_| {
-            normalize::normalise(
-                &saved,
-                inputs.epoch,
-                inputs.tag,
-                &inputs.base_layers,
-                scratch,
-            )
-            .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
+            normalize::normalise(&saved, inputs.epoch, inputs.tag, &inputs.base_layers, into)
+                .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
         });
     let _ = std::fs::remove_file(&saved);
     // The raw build goes whatever happened: only the normalised image is kept. By its
@@ -99,9 +105,10 @@ fn load(engine: &Engine, n: &Normalised) -> Result<Built, ImageError> {
     })
 }
 
-/// A scratch folder for the saved and normalised archives.
-fn scratch() -> Result<tempfile::TempDir, ImageError> {
-    normalize::scratch().map_err(|e| ImageError::refused(format!("temporary folder: {e}")))
+/// The build's scratch: a folder for the saved and normalised archives, and the images
+/// it makes, removed with it.
+fn scratch(engine: &Engine) -> Result<BuildScratch<'_>, ImageError> {
+    BuildScratch::new(engine).map_err(|e| ImageError::refused(format!("temporary folder: {e}")))
 }
 
 /// `image build`: one build, normalised and loaded.
@@ -110,8 +117,9 @@ pub fn build(
     inputs: &BuildInputs<'_>,
     on_output: &mut dyn FnMut(&str),
 ) -> Result<Built, ImageError> {
-    let scratch = scratch()?;
-    let n = build_once(engine, inputs, false, scratch.path(), on_output)?;
+    let mut scratch = scratch(engine)?;
+    let into = scratch.path().to_path_buf();
+    let n = build_once(engine, inputs, false, &mut scratch, &into, on_output)?;
     load(engine, &n)
 }
 
@@ -122,15 +130,15 @@ pub fn check(
     inputs: &BuildInputs<'_>,
     on_output: &mut dyn FnMut(&str),
 ) -> Result<Built, ImageError> {
-    let scratch = scratch()?;
+    let mut scratch = scratch(engine)?;
     let first_dir = scratch.path().join("1");
     let second_dir = scratch.path().join("2");
     for d in [&first_dir, &second_dir] {
         std::fs::create_dir(d)
             .map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
     }
-    let first = build_once(engine, inputs, true, &first_dir, on_output)?;
-    let second = build_once(engine, inputs, true, &second_dir, on_output)?;
+    let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on_output)?;
+    let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on_output)?;
     if first.id != second.id {
         let mut details = normalize::differences(&first, &second, 20);
         if details.is_empty() {

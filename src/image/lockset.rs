@@ -64,6 +64,16 @@ fn has_glob_meta(p: &str) -> bool {
     p.contains(['*', '?', '['])
 }
 
+/// A trailing `**` means every file below, at any depth (as in `.gitignore`): the glob
+/// crate reads it as folders only, which never name a lock file.
+fn files_below(pattern: &str) -> std::borrow::Cow<'_, str> {
+    if pattern == "**" || pattern.ends_with("/**") {
+        format!("{pattern}/*").into()
+    } else {
+        pattern.into()
+    }
+}
+
 impl Lockset {
     /// Expands `patterns` under `root`, hashes every file and builds the text and digest.
     pub fn compute(root: &Path, patterns: &[String]) -> Result<Lockset, LocksetError> {
@@ -80,7 +90,11 @@ impl Lockset {
                     .to_str()
                     .ok_or_else(|| LocksetError::NotUtf8(root.display().to_string()))?;
                 // The root is literal text; only the pattern may hold glob syntax.
-                let full = format!("{}/{pattern}", glob::Pattern::escape(root_str));
+                let full = format!(
+                    "{}/{}",
+                    glob::Pattern::escape(root_str),
+                    files_below(pattern)
+                );
                 let opts = glob::MatchOptions {
                     case_sensitive: true,
                     require_literal_separator: true,

@@ -13,6 +13,7 @@ pub mod lockset;
 pub mod normalize;
 pub mod pinned;
 pub mod recipe;
+pub mod scratch;
 
 pub use id::ImageId;
 pub use lockset::Lockset;

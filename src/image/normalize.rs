@@ -348,8 +348,20 @@ fn normalise_config(config: &mut serde_json::Value, diff_ids: &[String], epoch: 
         // The classic builder names the intermediate image it ran the last step in.
         image.remove("Image");
         image.remove("Hostname");
+        // Which build made it, for the next one should this one be killed: not the
+        // image's (see `scratch`).
+        if let Some(labels) = image.get_mut("Labels").and_then(|l| l.as_object_mut()) {
+            labels.remove(super::scratch::LABEL_RAW_BUILD);
+        }
     }
     if let Some(history) = obj.get_mut("history").and_then(|h| h.as_array_mut()) {
+        // The builder records each label as a step of its own: that one goes too.
+        let raw_label = format!("LABEL {}=", super::scratch::LABEL_RAW_BUILD);
+        history.retain(|step| {
+            !step["created_by"]
+                .as_str()
+                .is_some_and(|c| c.contains(&raw_label))
+        });
         for step in history {
             if let Some(s) = step.as_object_mut() {
                 s.insert("created".into(), created.clone().into());
@@ -590,9 +602,4 @@ fn what_differs(a: &EntrySummary, b: &EntrySummary) -> String {
         });
     }
     parts.join(", ")
-}
-
-/// A scratch folder for the archives, beside the system's temporary files.
-pub fn scratch() -> std::io::Result<tempfile::TempDir> {
-    tempfile::Builder::new().prefix("cibox-image-").tempdir()
 }

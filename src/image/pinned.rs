@@ -46,24 +46,78 @@ impl PinnedRef {
                 last.split_once(':').map(|(_, t)| t).unwrap_or("")
             ));
         }
-        for (i, c) in components.iter().enumerate() {
-            // The first component may be a registry host with a port.
-            let allowed = |b: u8| {
-                b.is_ascii_lowercase()
-                    || b.is_ascii_digit()
-                    || matches!(b, b'.' | b'_' | b'-')
-                    || (i == 0 && components.len() > 1 && (b == b':' || b.is_ascii_uppercase()))
-            };
-            if c.is_empty() || !c.bytes().all(allowed) {
-                return Err(format!(
-                    "`{repository}` is not a repository name (lower-case letters, digits, `.`, `_`, `-`, separated by `/`)"
-                ));
+        let registry = components.len() > 1 && looks_like_registry(components[0]);
+        let named = components.iter().enumerate().all(|(i, c)| {
+            if i == 0 && registry {
+                is_registry(c)
+            } else {
+                is_path_component(c)
             }
+        });
+        if !named {
+            return Err(format!(
+                "`{repository}` is not a repository name (components of lower-case letters and digits, joined by `.`, `_`, `__` or `-`, separated by `/`; no `..`)"
+            ));
         }
         Ok(PinnedRef {
             repository: repository.to_string(),
             digest: digest.to_string(),
         })
+    }
+}
+
+/// Docker's rule: the first of several components names a registry when it has a `.`
+/// or a `:`, is `localhost`, or has an upper-case letter.
+fn looks_like_registry(c: &str) -> bool {
+    c.contains(['.', ':']) || c == "localhost" || c.bytes().any(|b| b.is_ascii_uppercase())
+}
+
+/// `host[:port]`: dot-separated labels of letters, digits and inner `-`.
+fn is_registry(c: &str) -> bool {
+    let (host, port) = match c.split_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (c, None),
+    };
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    host.split('.').all(label)
+        && port
+            .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A path component: runs of `[a-z0-9]` joined by one separator each (`.`, `_`, `__`,
+/// or any number of `-`), so never empty, never `.` or `..`, never starting or ending
+/// with a separator.
+fn is_path_component(c: &str) -> bool {
+    let bytes = c.as_bytes();
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let mut i = 0;
+    loop {
+        let start = i;
+        while i < bytes.len() && alnum(bytes[i]) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+        if i == bytes.len() {
+            return true;
+        }
+        let sep = i;
+        while i < bytes.len() && !alnum(bytes[i]) {
+            i += 1;
+        }
+        let ok = match &c[sep..i] {
+            "." | "_" | "__" => true,
+            s => s.bytes().all(|b| b == b'-'),
+        };
+        if !ok {
+            return false;
+        }
     }
 }
 
@@ -97,5 +151,45 @@ mod tests {
                 .unwrap_err()
                 .contains("not a repository name")
         );
+    }
+
+    #[test]
+    fn names_follow_the_reference_grammar() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        for good in [
+            "gpu",
+            "ci/gpu",
+            "localhost/ci",
+            "localhost:5000/ci/gpu",
+            "127.0.0.1:5000/ci/gpu",
+            "Registry.Example.com/org/img",
+            "org/img.v1__x---y_z",
+        ] {
+            assert!(PinnedRef::parse(&format!("{good}@{d}")).is_ok(), "{good}");
+        }
+        for bad in [
+            "ci/../gpu",
+            "127.0.0.1:5000/../gpu",
+            "..",
+            "ci/./gpu",
+            "ci/gpu/.",
+            "ci/-gpu",
+            "ci/gpu-",
+            "ci/a..b",
+            "ci/a___b",
+            "ci/a._b",
+            "-reg.io/x",
+            "reg.io:/x",
+            "reg.io:50a/x",
+            "ci//gpu",
+            "/ci",
+        ] {
+            assert!(
+                PinnedRef::parse(&format!("{bad}@{d}"))
+                    .unwrap_err()
+                    .contains("not a repository name"),
+                "{bad}"
+            );
+        }
     }
 }

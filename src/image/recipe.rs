@@ -73,6 +73,9 @@ pub enum Progress<'a> {
         engine_id: &'a ImageId,
         config_digest: &'a ImageId,
     },
+    /// What builds killed before they could clean up had left was removed: their
+    /// images and scratch folders.
+    LeftoversRemoved { images: usize, folders: usize },
     /// `nix build` of this attribute starts.
     NixBuild(&'a str),
     /// The engine loaded this image; it is verified next.
@@ -151,7 +154,7 @@ fn connect(progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Engine, EngineInfo
 fn dockerfile_bases(text: &str) -> Vec<String> {
     let mut stages: Vec<String> = Vec::new();
     let mut bases = Vec::new();
-    for line in text.lines() {
+    for line in logical_lines(text) {
         let words: Vec<&str> = line.split_whitespace().collect();
         if words
             .first()
@@ -190,6 +193,56 @@ fn dockerfile_bases(text: &str) -> Vec<String> {
     bases
 }
 
+/// The Dockerfile's instructions, one per item, as the builder reads them: a line that
+/// ends with the escape character (`\\`, or what an `# escape=` parser directive at the
+/// top sets) goes on in the next, and comment and blank lines are dropped (also inside
+/// such a continuation).
+fn logical_lines(text: &str) -> Vec<String> {
+    let mut escape = '\\';
+    let mut directives = true;
+    let mut lines = Vec::new();
+    let mut current: Option<String> = None;
+    for raw in text.lines() {
+        let trimmed = raw.trim_start();
+        if directives {
+            match parser_directive(trimmed) {
+                Some((key, v)) if key == "escape" && matches!(v, "\\" | "`") => {
+                    escape = v.chars().next().expect("one character");
+                    continue;
+                }
+                Some(_) => continue,
+                None => directives = false,
+            }
+        }
+        if trimmed.starts_with('#') || trimmed.is_empty() {
+            continue;
+        }
+        let body = raw.trim_end();
+        let (body, goes_on) = match body.strip_suffix(escape) {
+            Some(b) => (b, true),
+            None => (body, false),
+        };
+        let line = current.get_or_insert_with(String::new);
+        line.push_str(body);
+        line.push(' ');
+        if !goes_on {
+            lines.extend(current.take());
+        }
+    }
+    lines.extend(current);
+    lines
+}
+
+/// A parser directive (`# syntax=…`, `# escape=…`, `# check=…`) as the key, lower
+/// case, and its value; docker reads them only above everything else.
+fn parser_directive(line: &str) -> Option<(String, &str)> {
+    let (key, value) = line.strip_prefix('#')?.split_once('=')?;
+    let key = key.trim().to_ascii_lowercase();
+    ["syntax", "escape", "check"]
+        .contains(&key.as_str())
+        .then(|| (key, value.trim()))
+}
+
 fn build_dockerfile(
     request: &BuildRequest<'_>,
     dockerfile: &Path,
@@ -225,6 +278,13 @@ fn build_dockerfile(
     ]);
     let (epoch, epoch_from) = super::build::source_date_epoch().map_err(RecipeError::Usage)?;
     let (engine, info) = connect(progress)?;
+    let left = super::scratch::sweep_dead(&engine);
+    if left.images + left.folders > 0 {
+        progress(Progress::LeftoversRemoved {
+            images: left.images,
+            folders: left.folders,
+        });
+    }
     let base_layers = local_base_layers(&engine, &bases, dockerfile, progress)?;
     progress(Progress::Building {
         dockerfile,
@@ -401,5 +461,17 @@ mod tests {
             dockerfile_bases(df),
             ["sha256:abc", "scratch", "alpine:3.19"]
         );
+    }
+
+    #[test]
+    fn line_continuations_join_before_words_are_read() {
+        let df = "FROM \\\n    --platform=linux/amd64 \\\n  alpine:3.19 \\\n  AS base\nRUN echo \\\n  FROM not-an-image\nFROM base\nCOPY \\\n  --from=busybox:1 \\\n  /x /x\n";
+        assert_eq!(dockerfile_bases(df), ["alpine:3.19", "busybox:1"]);
+        // Comment and blank lines inside a continuation are dropped, as docker does.
+        let df = "FROM \\\n# a comment\n\n  debian:12 AS b\nFROM b\n";
+        assert_eq!(dockerfile_bases(df), ["debian:12"]);
+        // A parser directive may make the escape a backtick (Windows style).
+        let df = "# escape=`\nFROM `\n  debian:12\nRUN dir c:\\\nFROM scratch\n";
+        assert_eq!(dockerfile_bases(df), ["debian:12", "scratch"]);
     }
 }

@@ -77,9 +77,17 @@ pub fn network_fs(path: &Path) -> Result<Option<&'static str>, std::io::Error> {
         .map(|(_, name)| *name))
 }
 
-/// Checks that `dir` is (or can become) a local, writable folder. Returns a short
-/// description for reports.
-pub fn check(dir: &Path) -> Result<String, LockDirError> {
+/// What [`check`] found of a usable lock dir.
+pub struct Checked {
+    /// A short description for reports.
+    pub detail: String,
+    /// The network file system it is on, where `allow_network_fs` let that pass.
+    pub network: Option<&'static str>,
+}
+
+/// Checks that `dir` is (or can become) a writable folder, on local disk unless
+/// `allow_network_fs` (`gpu.allow_network_lock_dir`, as [`LockDir::open`] takes it).
+pub fn check(dir: &Path, allow_network_fs: bool) -> Result<Checked, LockDirError> {
     let shown = dir.display().to_string();
     let unusable = |reason: String| LockDirError::Unusable {
         dir: shown.clone(),
@@ -89,16 +97,16 @@ pub fn check(dir: &Path) -> Result<String, LockDirError> {
     if !at.is_dir() {
         return Err(unusable(format!("{} is not a directory", at.display())));
     }
-    match network_fs(&at) {
-        Ok(Some(fs)) => {
+    let network = match network_fs(&at) {
+        Ok(Some(fs)) if !allow_network_fs => {
             return Err(LockDirError::Network {
                 dir: shown.clone(),
                 fs,
             });
         }
-        Ok(None) => {}
+        Ok(found) => found,
         Err(e) => return Err(unusable(format!("cannot stat its file system: {e}"))),
-    }
+    };
     let probe = at.join(format!(".cibox-write-check-{}", std::process::id()));
     match std::fs::OpenOptions::new()
         .write(true)
@@ -115,14 +123,21 @@ pub fn check(dir: &Path) -> Result<String, LockDirError> {
             )));
         }
     }
-    Ok(if at == dir {
-        format!("{shown}: local, writable")
+    let kind = match network {
+        Some(fs) => format!(
+            "on a network file system ({fs}), allowed by allow_network_lock_dir: flock may not hold there, writable"
+        ),
+        None => "local, writable".to_string(),
+    };
+    let detail = if at == dir {
+        format!("{shown}: {kind}")
     } else {
         format!(
-            "{shown}: does not exist yet; will be created in {} (local, writable)",
+            "{shown}: does not exist yet; will be created in {} ({kind})",
             at.display()
         )
-    })
+    };
+    Ok(Checked { detail, network })
 }
 
 /// The shared lock directory (`gpu.lock_dir`): GPU leases, the queue, run locks.

@@ -16,7 +16,7 @@ use super::ManifestError;
 use super::check::Checker;
 use super::devices::{validate_devices, validate_seccomp};
 use super::mounts::{check_mount_source, check_mount_target};
-use super::values::{EnvValue, env_map, is_env_name, ser_display, ser_display_opt};
+use super::values::{EnvValue, env_map, is_env_name, reserved_env, ser_display, ser_display_opt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -281,6 +281,12 @@ fn validate_limits(
                 format!("`{name}` is not a valid environment variable name"),
             ));
         }
+        if let Some(why) = reserved_env(name) {
+            return Err(check.at(
+                &key_path(at, &["pass_env", &i.to_string()]),
+                format!("`{name}` {why}"),
+            ));
+        }
     }
     for (field, size) in [("disk", c.disk), ("reports_size", c.reports_size)] {
         if size.is_some_and(|s| s.0 < 1 << 20) {
@@ -366,6 +372,10 @@ fn mount_source_and_target(
     })
 }
 
+/// The most `fs.nr_open` can be on any 64-bit kernel (`sysctl_nr_open_max`), so the
+/// most open files a ulimit can ask.
+const NR_OPEN_CEILING: i64 = 2_147_483_584;
+
 /// `ulimits`, by name.
 fn validate_ulimits(
     check: &Checker<'_>,
@@ -421,6 +431,26 @@ fn validate_ulimit(
             }
         },
     };
+    if name == "nofile" {
+        // The kernel caps open files at fs.nr_open, itself at most NR_OPEN_CEILING.
+        if limit.soft == -1 || limit.hard == -1 {
+            return Err(check.at(
+                here,
+                format!(
+                    "open files cannot be unlimited: the kernel caps them at fs.nr_open (at most {NR_OPEN_CEILING}); give a number"
+                ),
+            ));
+        }
+        if limit.hard > NR_OPEN_CEILING {
+            return Err(check.at(
+                here,
+                format!(
+                    "{} is more open files than any kernel allows (fs.nr_open is at most {NR_OPEN_CEILING})",
+                    limit.hard
+                ),
+            ));
+        }
+    }
     if limit.hard != -1 && (limit.soft == -1 || limit.soft > limit.hard) {
         return Err(check.at(here, "the soft limit is above the hard one"));
     }

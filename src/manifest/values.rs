@@ -63,6 +63,17 @@ pub(super) fn is_env_name(s: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// The variables that say which GPUs a batch sees: cibox's to set (its leased UUIDs, or
+/// none), never a manifest's, which could widen what the runtime hands the batch.
+const CIBOX_GPU_VARIABLES: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"];
+
+/// Why a manifest may not set or pass `name`, if it may not.
+pub(super) fn reserved_env(name: &str) -> Option<&'static str> {
+    CIBOX_GPU_VARIABLES.contains(&name).then_some(
+        "is cibox's to set: a GPU batch sees exactly the GPUs it leased (by UUID), a CPU batch none; remove it",
+    )
+}
+
 pub(super) fn env_map(
     check: &Checker<'_>,
     path: &[&str],
@@ -74,6 +85,11 @@ pub(super) fn env_map(
                 let mut p = path.to_vec();
                 p.push(&k);
                 return Err(check.at_key(&p, "not a valid environment variable name"));
+            }
+            if let Some(why) = reserved_env(&k) {
+                let mut p = path.to_vec();
+                p.push(&k);
+                return Err(check.at_key(&p, why));
             }
             if v.0.contains('\0') {
                 let mut p = path.to_vec();

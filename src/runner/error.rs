@@ -146,8 +146,8 @@ pub enum RunError {
         "batches run as uid {uid}, never as root, and cannot read the source {dir} (mode {mode:o}); make it readable by others (chmod o+rx), or run cibox as an unprivileged CI user"
     )]
     SourceUnreadable { dir: String, mode: u32, uid: u32 },
-    #[error("cannot write the source's git config without its credentials: {0}")]
-    GitMask(#[source] std::io::Error),
+    #[error(transparent)]
+    GitMask(#[from] crate::runner::container::git_mask::MaskError),
 }
 
 impl RunError {
@@ -173,6 +173,7 @@ impl RunError {
             RunError::Lease(e) => e.failure(),
             RunError::Probe(e) => e.failure(),
             RunError::Claims(e) => e.failure(),
+            RunError::GitMask(e) => e.failure(),
             RunError::Reporter(_) => Failure::Infra,
             RunError::Cache(e) => e.failure(),
             RunError::Pool(_)
@@ -187,7 +188,6 @@ impl RunError {
             | RunError::BatchDir { .. }
             | RunError::Panicked
             | RunError::Watchdog(_)
-            | RunError::GitMask(_)
             | RunError::Infra(_) => Failure::Infra,
         }
     }

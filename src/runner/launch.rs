@@ -16,6 +16,7 @@ use super::plan::{self, HostFacts, RunPlan, RunRequest};
 use super::reporter::Fanout;
 use super::reporter::files::Files;
 use super::reporter::github::GitHub;
+use super::reporter::pump::Pump;
 use super::reporter::terminal::Terminal;
 use super::results::record::SourceInfo;
 use crate::engine::{Engine, HostView};
@@ -78,9 +79,13 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     place_for_engine(&mut plan, &engine.host_view())?;
     // Files first: a batch's status is printed once its result.json is written.
-    let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
+    // One queue for stdout, so the batches' output stays inside GitHub's fences.
+    let stdout = Pump::stdout();
+    let mut reporters = Fanout::new()
+        .with(Files::new())
+        .with(Terminal::stdio(stdout.clone()));
     if crate::github::active() {
-        reporters = reporters.with(GitHub::stdout());
+        reporters = reporters.with(GitHub::stdout(stdout));
     }
     super::execute(&plan, &locksets, &engine, &mut reporters)
 }
@@ -135,7 +140,8 @@ pub struct Whereabouts {
 }
 
 /// Fills in where `request` runs, checked: the source a directory (canonical, with
-/// what git says of it), the reports folder created and writable, the scope not empty.
+/// what git says of it), the reports folder writable or one that can be made (it is
+/// made only once the run starts, by `execute`), the scope not empty.
 pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
     let source = match at.source {
         Some(s) => s,
@@ -161,7 +167,7 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
             source.display()
         ));
     }
-    let reports = writable_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
+    let reports = planned_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
     let scope = at.scope.unwrap_or_else(default_scope);
     if scope.is_empty() {
         return Err(RunError::Usage("--scope is empty".into()));
@@ -173,23 +179,60 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
     Ok(())
 }
 
-/// The reports folder, created, canonical and shown to be writable.
-fn writable_reports(reports: PathBuf) -> Result<PathBuf> {
-    std::fs::create_dir_all(&reports)
-        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", reports.display())))?;
-    let reports = reports
-        .canonicalize()
-        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", reports.display())))?;
-    let probe = reports.join(".cibox-write-check");
+/// The reports folder, resolved but not made: a folder that exists (canonical, shown
+/// writable), or the canonical path of one to be made in the nearest folder that exists
+/// (shown writable). Bad input must leave nothing behind, so it is made only when the
+/// run starts (by `execute`, once everything is checked).
+fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
+    let shown = reports.display().to_string();
+    let usage = |what: String| RunError::Usage(format!("reports dir {shown}: {what}"));
+    let absolute = if reports.is_absolute() {
+        reports.clone()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| usage(format!("cannot read the current folder: {e}")))?
+            .join(&reports)
+    };
+    // The nearest folder that exists, and the names below it still to be made.
+    let mut at = absolute.as_path();
+    let mut missing = Vec::new();
+    while !at.exists() {
+        let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
+            return Err(usage("no folder of it exists".into()));
+        };
+        missing.push(name.to_os_string());
+        at = parent;
+    }
+    let at = at.canonicalize().map_err(|e| usage(e.to_string()))?;
+    if !at.is_dir() {
+        return Err(usage(format!("{} is not a directory", at.display())));
+    }
+    let mut planned = at.clone();
+    for name in missing.iter().rev() {
+        match Path::new(name).components().next() {
+            Some(std::path::Component::Normal(_)) => planned.push(name),
+            Some(std::path::Component::CurDir) => {}
+            _ => {
+                return Err(usage(format!(
+                    "`..` below {}, which does not exist yet: name the folder without it",
+                    at.display()
+                )));
+            }
+        }
+    }
+    // Written and removed: only a folder we may write in will do.
+    let probe = at.join(format!(".cibox-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"")
         .and_then(|_| std::fs::remove_file(&probe))
         .map_err(|e| {
-            RunError::Usage(format!(
-                "reports dir {} is not writable: {e}",
-                reports.display()
-            ))
+            let what = if missing.is_empty() {
+                format!("{} is not writable: {e}", at.display())
+            } else {
+                format!("cannot be made: {} is not writable: {e}", at.display())
+            };
+            RunError::Usage(format!("reports dir {what}"))
         })?;
-    Ok(reports)
+    Ok(planned)
 }
 
 /// A test file `changed run` or a replay was given: a plain file of `source` (not a

@@ -214,3 +214,54 @@ fn version_names_the_commit_and_completions_and_the_manual_are_generated() {
     );
     run(cibox(dir.path()).args(["completions", "tcsh"])).fails_with(2, "tcsh");
 }
+
+#[test]
+fn the_gpus_a_batch_sees_are_not_the_manifests_to_set() {
+    // Which GPUs a batch sees is its lease's (the UUIDs cibox sets, or none): a manifest
+    // that sets or passes CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES is refused with
+    // the position, wherever it says so.
+    let gpu = "  \"4a\":\n    gpus: 1\n";
+    for (with, needle) in [
+        (
+            GOOD.replace(
+                gpu,
+                &format!("{gpu}    env: {{CUDA_VISIBLE_DEVICES: \"0\"}}\n"),
+            ),
+            "cibox.yaml:13:11: batches.4a.env.CUDA_VISIBLE_DEVICES: is cibox's to set",
+        ),
+        (
+            GOOD.replace(
+                gpu,
+                &format!("{gpu}    fast_env: {{NVIDIA_VISIBLE_DEVICES: all}}\n"),
+            ),
+            "batches.4a.fast_env.NVIDIA_VISIBLE_DEVICES: is cibox's to set",
+        ),
+        (
+            format!("{GOOD}container: {{env: {{CUDA_VISIBLE_DEVICES: \"\"}}}}\n"),
+            "container.env.CUDA_VISIBLE_DEVICES: is cibox's to set",
+        ),
+        (
+            GOOD.replace(
+                gpu,
+                &format!("{gpu}    container: {{pass_env: [HOME_X, CUDA_VISIBLE_DEVICES]}}\n"),
+            ),
+            "batches.4a.container.pass_env.1: `CUDA_VISIBLE_DEVICES` is cibox's to set",
+        ),
+    ] {
+        bad(&with, needle);
+    }
+}
+
+#[test]
+fn ulimits_no_kernel_can_set_are_refused_with_the_manifest() {
+    // Open files are capped by fs.nr_open, which is never unlimited and at most
+    // 2147483584: asking more is known to fail before any engine is asked.
+    bad(
+        &format!("{GOOD}container: {{ulimits: {{nofile: unlimited}}}}\n"),
+        "container.ulimits.nofile: open files cannot be unlimited",
+    );
+    bad(
+        &format!("{GOOD}container: {{ulimits: {{nofile: {{soft: 1024, hard: 4294967296}}}}}}\n"),
+        "container.ulimits.nofile: 4294967296 is more open files than any kernel allows",
+    );
+}

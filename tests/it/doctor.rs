@@ -156,3 +156,34 @@ fn doctor_shows_the_host_policy_and_what_it_grants() {
     assert_eq!(status(&v, "host policy"), "fail");
     assert_eq!(r.code, 2, "{}", r.stdout);
 }
+
+#[test]
+fn doctor_honours_the_network_lock_dir_allowance() {
+    // A lock dir on a file system cibox counts as a network one (FUSE here): doctor
+    // fails it, unless allow_network_lock_dir is set, as leasing itself does.
+    let net = FuseDir::mount();
+    let dir = net.join("locks");
+    let smi = FakeSmi::idle();
+    let (_, v) = doctor(&smi, &dir);
+    assert_eq!(status(&v, "lock dir"), "fail", "{v}");
+    let p = Project::new(&manifest_with_locks(&["cibox.yaml"]));
+    let mut c = cibox(p.path());
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", &dir)
+        .env("CIBOX_ALLOW_NETWORK_LOCK_DIR", "1")
+        .args(["doctor", "--json"]);
+    let r = run(&mut c);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect(&r.stdout);
+    assert_eq!(status(&v, "lock dir"), "warn", "{v}");
+    let detail = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "lock dir")
+        .unwrap()["detail"]
+        .to_string();
+    assert!(
+        detail.contains("FUSE") && detail.contains("allow_network_lock_dir"),
+        "{detail}"
+    );
+}

@@ -281,6 +281,31 @@ fn the_batch_sees_the_checkout_without_git_credentials() {
     assert!(config.contains("SECRETHEADER"));
 }
 
+#[test]
+fn a_checkout_nested_deep_in_the_source_is_masked_too() {
+    // A repository checked out five folders down (past the depth cibox used to look):
+    // its .git/config token must not reach the batch either.
+    let p = busybox_project(
+        "  peek:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"cat /src/a/b/c/d/e/.git/config > $CIBOX_REPORTS/config.txt\"]\n",
+        "",
+    );
+    let nested = p.project.path().join("a/b/c/d/e");
+    std::fs::create_dir_all(&nested).unwrap();
+    git(&nested, &["init", "-q"]);
+    git(
+        &nested,
+        &[
+            "config",
+            "http.https://github.com/.extraheader",
+            "AUTHORIZATION: basic SECRETDEEP",
+        ],
+    );
+    p.run(&["batch", "run", "peek"]).ok();
+    let seen = std::fs::read_to_string(p.reports().join("peek/config.txt")).unwrap();
+    assert!(!seen.contains("SECRETDEEP"), "the batch read:\n{seen}");
+    assert!(seen.contains("[core]"), "{seen}");
+}
+
 /// What the bomb batch runs: 25,000 cases (beyond the 20,000 kept), a failing case
 /// whose name tries to forge a summary row, and a 70 MB report (beyond the 64 MiB read
 /// per file).

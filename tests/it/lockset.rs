@@ -152,3 +152,34 @@ fn lock_path_escaping_the_project_is_refused() {
     p.cibox(&["image", "lockset"])
         .fails_with(2, "must be a relative path inside the manifest's folder");
 }
+
+#[test]
+fn a_trailing_double_star_matches_every_file_below_at_any_depth() {
+    // `image/**` is what users write for "everything under image/": it must name the
+    // files there and in subfolders at any depth (it named none, exit 2).
+    let p = Project::new(&manifest_with_locks(&["image/**"]));
+    p.write("image/Dockerfile", "FROM scratch\n");
+    p.write("image/.hidden", "h");
+    p.write("image/sub/uv.lock", "x");
+    p.write("image/sub/deeper/still/req.txt", "y");
+    p.write("other/not.lock", "not under image/");
+    let r = p.cibox(&["image", "lockset"]);
+    r.ok();
+    assert_eq!(
+        r.stdout.rsplit_once("digest: ").unwrap().0,
+        sha256sum(
+            p.path(),
+            &[
+                "image/.hidden",
+                "image/Dockerfile",
+                "image/sub/deeper/still/req.txt",
+                "image/sub/uv.lock",
+            ]
+        )
+    );
+    // A folder with no file below still matches nothing.
+    let p = Project::new(&manifest_with_locks(&["empty/**"]));
+    std::fs::create_dir_all(p.path().join("empty/sub")).unwrap();
+    p.cibox(&["image", "lockset"])
+        .fails_with(2, "lock pattern `empty/**` matches no file");
+}

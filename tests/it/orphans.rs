@@ -156,10 +156,18 @@ fn a_container_killed_from_outside_is_an_infrastructure_error() {
             assert!(wait_until(30, || std::fs::read_to_string(&log)
                 .is_ok_and(|l| l.contains("cibox run: sleep 600"))));
         }
-        std::process::Command::new("docker")
-            .args(["kill", &p.containers()[0]])
-            .output()
-            .unwrap();
+        // A container made but not started yet cannot be killed: ask until it can be
+        // (or cibox has ended), or the batch would sleep its 600 s out.
+        let name = p.containers()[0].clone();
+        assert!(wait_until(30, || {
+            let killed = std::process::Command::new("docker")
+                .args(["kill", &name])
+                .output()
+                .unwrap()
+                .status
+                .success();
+            killed || child.try_wait().unwrap().is_some()
+        }));
         assert_eq!(child.wait().unwrap().code(), Some(5));
         let result = p.result("long");
         assert_eq!(result["status"], "infra_error", "not a test failure");
@@ -197,5 +205,96 @@ fn a_batch_over_its_memory_limit_fails_and_says_so() {
             .unwrap()
             .contains("went over its memory limit (256m)"),
         "{result}"
+    );
+}
+
+/// An engine on a socket of its own that answers the version handshake and never
+/// answers a removal: how a hung engine looks to the watchdog. Counts the removals.
+struct HangingEngine {
+    dir: tempfile::TempDir,
+    removals: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HangingEngine {
+    fn start() -> HangingEngine {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().unwrap();
+        let listener =
+            std::os::unix::net::UnixListener::bind(dir.path().join("docker.sock")).unwrap();
+        let removals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = removals.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut out = stream;
+                    loop {
+                        let mut head = Vec::new();
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            head.push(line);
+                        }
+                        if head.first().is_some_and(|l| l.starts_with("DELETE ")) {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                            // Never answered: held until the client gives up.
+                            let _ = reader.read_to_end(&mut Vec::new());
+                            return;
+                        }
+                        let body =
+                            r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12","Version":"20.10.0"}"#;
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if out.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        HangingEngine { dir, removals }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.dir.path().join("docker.sock").display())
+    }
+
+    fn removals(&self) -> usize {
+        self.removals.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_hung_engine_holds_the_watchdog_only_briefly() {
+    // cibox is gone (the watchdog's pipe is closed at once) and the engine takes the
+    // removal but never answers it. Each engine call of the watchdog must give up soon
+    // and try again, not wait out the client's two-minute default while it holds the
+    // batch's GPUs.
+    let engine = HangingEngine::start();
+    let work = tempfile::tempdir().unwrap();
+    let mut watchdog = cibox(work.path())
+        .args(["__watchdog", "cibox-hung-engine-test"])
+        .env("DOCKER_HOST", engine.host())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let retried = wait_until(60, || engine.removals() >= 2);
+    let _ = watchdog.kill();
+    let _ = watchdog.wait();
+    assert!(
+        retried,
+        "one removal held the watchdog ({} asked)",
+        engine.removals()
     );
 }

@@ -136,6 +136,7 @@ pub fn probe(
         started,
     };
     // Not being able to leave these only costs others a probe of their own.
+    remove_stale_temps(dir);
     let _ = write(dir, STARTED, &start);
     let result = own();
     if let Ok((gpus, apps)) = &result {
@@ -161,6 +162,34 @@ fn read_trusted<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     let mut text = Vec::new();
     file.take(MAX_RESULT).read_to_end(&mut text).ok()?;
     serde_json::from_slice(&text).ok()
+}
+
+/// How old a `.probe.*` temp file must be to count as left by a writer that was killed
+/// between making it and renaming it into place (a write takes milliseconds).
+const STALE_TEMP: Duration = Duration::from_secs(60);
+
+/// Removes the `.probe.*` temp files of our uid older than [`STALE_TEMP`]: a writer
+/// killed mid-write leaves one, and nothing else ever would. Only the holder of `probe.lock` writes, so one younger is at most a writer's at work
+/// now; it is left. Plain files only, never followed; failures only leave them.
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    for entry in entries.flatten() {
+        if !entry.file_name().as_encoded_bytes().starts_with(b".probe.") {
+            continue;
+        }
+        let Ok(md) = entry.metadata() else { continue };
+        let old = md
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > STALE_TEMP);
+        if md.file_type().is_file() && md.uid() == me && old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Replaces the record whole (a reader sees the old one or the new one).
@@ -327,5 +356,38 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
         let mine = probe(tmp.path(), "smi", since, t, |_| true, || Ok(reading(3))).unwrap();
         assert_eq!(mine.0[0].memory_used_mib, 3);
+    }
+
+    #[test]
+    fn temp_files_a_killed_writer_left_do_not_pile_up() {
+        // A writer killed between making its `.probe.*` temp file and renaming it
+        // leaves it behind; the next write removes those of ours older than a minute,
+        // and leaves a fresh one (another writer's, at work now) and other files alone.
+        let tmp = tempfile::tempdir().unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(120);
+        let plant = |name: &str, aged: bool| {
+            let path = tmp.path().join(name);
+            let f = std::fs::File::create(&path).unwrap();
+            if aged {
+                f.set_modified(old).unwrap();
+            }
+            path
+        };
+        let stale = [plant(".probe.AbC123", true), plant(".probe.zzz", true)];
+        let fresh = plant(".probe.fresh1", false);
+        let other = plant("unrelated.old", true);
+        let since = HostInstant::now().unwrap();
+        let t = Duration::from_secs(5);
+        probe(tmp.path(), "smi", since, t, |_| true, || Ok(reading(1))).unwrap();
+        for s in &stale {
+            assert!(!s.exists(), "{} was left", s.display());
+        }
+        assert!(fresh.exists() && other.exists());
+        let left: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".probe."))
+            .collect();
+        assert_eq!(left, [".probe.fresh1"], "only the fresh temp file is left");
     }
 }

@@ -10,11 +10,17 @@ use std::io::{Read, Write};
 use std::os::unix::io::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
 
 /// What cibox writes when it has removed the container itself.
 const DISMISS: u8 = b'd';
+
+/// How long one engine call of the watchdog may take (a forced removal asked again
+/// after a timeout finds it done or under way), and how long it keeps trying.
+const ENGINE_CALL: Duration = Duration::from_secs(5);
+const REMOVE_FOR: Duration = Duration::from_secs(30);
 
 /// A running watchdog of one container.
 pub struct Watchdog {
@@ -108,14 +114,17 @@ pub fn watch(container: &str) -> u8 {
     if said == Some(DISMISS) {
         return 0;
     }
-    // cibox is gone. The engine may be slow to answer; try for a while.
-    for _ in 0..10 {
-        if let Ok(engine) = Engine::connect()
+    // cibox is gone. The engine may be slow to answer; try for a while, each call
+    // short: a hung engine must not keep the batch's lease for minutes (while it hangs,
+    // nobody is handed GPUs a cibox container may hold: the claims fail closed).
+    let deadline = Instant::now() + REMOVE_FOR;
+    while Instant::now() < deadline {
+        if let Ok(engine) = Engine::connect_within(ENGINE_CALL)
             && engine.remove_container(container).is_ok()
         {
             return 0;
         }
-        std::thread::sleep(std::time::Duration::from_secs(1));
+        std::thread::sleep(Duration::from_secs(1));
     }
     0
 }

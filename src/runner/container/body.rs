@@ -29,6 +29,8 @@ impl ContainerPlan {
         labels.insert(LABEL_GPUS.to_string(), uuids.join(","));
         let mut env = self.env.clone();
         if !gpus.is_empty() {
+            // The lease's UUIDs, once: nothing else decides which GPUs a batch sees.
+            env.retain(|e| !e.starts_with("CUDA_VISIBLE_DEVICES="));
             env.push(format!("CUDA_VISIBLE_DEVICES={}", uuids.join(",")));
         }
         ContainerCreateBody {

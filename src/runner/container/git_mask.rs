@@ -28,6 +28,27 @@ const DROPPED_KEYS: &[&str] = &[
     "remote.*.proxy",
 ];
 
+/// Why the source's git configs could not be masked.
+#[derive(Debug, thiserror::Error)]
+pub enum MaskError {
+    #[error("cannot write the source's git config without its credentials: {0}")]
+    Write(#[from] std::io::Error),
+    /// The walk for nested checkouts gave up: fail closed rather than miss one.
+    #[error(
+        "source {dir}: more than {max} folders to look through for checkouts nested in it, whose .git/config may hold credentials the batch would see; run from a smaller checkout (--source), or remove what the tests do not need from it (build outputs, virtual environments, caches)"
+    )]
+    TooManyFolders { dir: String, max: usize },
+}
+
+impl MaskError {
+    pub fn failure(&self) -> crate::exit::Failure {
+        match self {
+            MaskError::Write(_) => crate::exit::Failure::Infra,
+            MaskError::TooManyFolders { .. } => crate::exit::Failure::Usage,
+        }
+    }
+}
+
 /// Cleaned copies of a source's git configs, alive as long as this value.
 pub struct GitMasks {
     _dir: Option<tempfile::TempDir>,
@@ -37,11 +58,11 @@ pub struct GitMasks {
 
 /// Makes cleaned copies of `source`'s git configs (`.git/config` and those of its
 /// submodules under `.git/modules`, and of repositories checked out inside it, such as
-/// a second `actions/checkout` into `deps/x`); none when there is no `.git` folder. A
-/// config git cannot read (or no git) is masked with an empty one.
-pub fn mask(source: &Path) -> std::io::Result<GitMasks> {
+/// a second `actions/checkout` into `deps/x`, at any depth); none when there is no
+/// `.git` folder. A config git cannot read (or no git) is masked with an empty one.
+pub fn mask(source: &Path) -> Result<GitMasks, MaskError> {
     let mut configs = Vec::new();
-    for git_dir in git_dirs(source) {
+    for git_dir in git_dirs(source, NESTED_FOLDERS)? {
         configs.extend(configs_under(&git_dir));
     }
     if configs.is_empty() {
@@ -84,22 +105,27 @@ fn write_readable(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
 }
 
-/// How deep below the source a nested checkout is looked for, and how many folders at
-/// most: a source of a million files must not cost a walk of all of them.
-const NESTED_DEPTH: usize = 4;
-const NESTED_FOLDERS: usize = 20_000;
+/// How many folders of the source are looked through for nested checkouts at most: a
+/// source of millions must not cost a walk of all of them, and one past this is refused
+/// rather than run with a checkout's credentials unmasked.
+const NESTED_FOLDERS: usize = 200_000;
 
-/// The `.git` folders of the source and of repositories inside it (bounded walk; no
-/// link followed; `.git` folders themselves not entered).
-fn git_dirs(source: &Path) -> Vec<PathBuf> {
+/// The `.git` folders of the source and of repositories inside it, at any depth (no
+/// link followed; `.git` folders themselves not entered), looking through at most
+/// `max_folders` folders.
+fn git_dirs(source: &Path, max_folders: usize) -> Result<Vec<PathBuf>, MaskError> {
     let mut out = Vec::new();
-    let mut stack = vec![(source.to_path_buf(), 0usize)];
+    let mut stack = vec![source.to_path_buf()];
     let mut seen = 0;
-    while let Some((d, depth)) = stack.pop() {
+    while let Some(d) = stack.pop() {
         seen += 1;
-        if seen > NESTED_FOLDERS {
-            break;
+        if seen > max_folders {
+            return Err(MaskError::TooManyFolders {
+                dir: source.display().to_string(),
+                max: max_folders,
+            });
         }
+        // One the walk cannot read, a batch (never more privileged) cannot read either.
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;
         };
@@ -109,13 +135,13 @@ fn git_dirs(source: &Path) -> Vec<PathBuf> {
             }
             if e.file_name() == ".git" {
                 out.push(e.path());
-            } else if depth < NESTED_DEPTH {
-                stack.push((e.path(), depth + 1));
+            } else {
+                stack.push(e.path());
             }
         }
     }
     out.sort();
-    out
+    Ok(out)
 }
 
 /// `.git/config` and `.git/modules/**/config`, plain files only.
@@ -272,5 +298,28 @@ mod tests {
         assert!(clean.contains("[remote \"origin\"]"), "{clean}");
         assert!(clean.contains("[branch \"main\"]"), "{clean}");
         assert!(clean.contains("repositoryformatversion = \"0\""), "{clean}");
+    }
+
+    #[test]
+    fn nested_checkouts_are_found_at_any_depth_and_a_walk_too_long_fails_closed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let deep = tmp.path().join("a/b/c/d/e/f/g/h");
+        for d in [tmp.path().join(".git"), deep.join(".git/modules/m")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::os::unix::fs::symlink(tmp.path().join("a"), tmp.path().join("loop")).unwrap();
+        assert_eq!(
+            git_dirs(tmp.path(), 100).unwrap(),
+            [tmp.path().join(".git"), deep.join(".git")]
+        );
+        // Nine folders to look through (the source and a … h; none inside .git, no link
+        // followed): past the most allowed, refused, never a partial answer.
+        assert_eq!(git_dirs(tmp.path(), 9).unwrap().len(), 2);
+        let err = git_dirs(tmp.path(), 8).unwrap_err();
+        assert!(
+            matches!(err, MaskError::TooManyFolders { max: 8, .. }),
+            "{err}"
+        );
+        assert_eq!(err.failure(), crate::exit::Failure::Usage);
     }
 }

@@ -86,6 +86,9 @@ pub struct ContainerPlan {
     mounts: Vec<ResolvedMount>,
     ipc: Ipc,
     ulimits: BTreeMap<String, Ulimit>,
+    /// Where the manifest asks for them (`cibox.yaml:LINE:COL: `), for the engine's
+    /// refusal of one.
+    ulimits_at: String,
     cap_add: Vec<String>,
     /// Host devices it is given (beyond GPUs), as resolved on the host.
     devices: Vec<std::path::PathBuf>,
@@ -213,11 +216,50 @@ impl ContainerPlan {
             mounts,
             ipc: c.ipc,
             ulimits: c.ulimits.clone(),
+            ulimits_at: match c.marks.get("ulimits") {
+                Some(mark) => format!("{}:{mark}: ", m.path.display()),
+                None => format!("{}: ", m.path.display()),
+            },
             cap_add: c.cap_add.clone(),
             devices: Vec::new(),
             seccomp: None,
             policy_digest: id.policy_digest.map(str::to_string),
         }
+    }
+
+    /// The manifest's mistake in the engine's `reason` for not creating or starting
+    /// the container, when it is one of its ulimits the engine cannot set (above its
+    /// own hard limit, or for `nofile` above the host's `fs.nr_open`): which, and what
+    /// to do. runc names the limit by its number (`error setting rlimit type 7`).
+    pub fn refused_ulimit(&self, batch: &str, reason: &str) -> Option<String> {
+        let by_number = reason
+            .split("rlimit type ")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| RLIMIT_NAMES.get(n).copied());
+        let lower = reason.to_ascii_lowercase();
+        let by_name = || {
+            (lower.contains("ulimit") || lower.contains("rlimit"))
+                .then(|| self.ulimits.keys().find(|n| lower.contains(n.as_str())))
+                .flatten()
+                .map(String::as_str)
+        };
+        let name = by_number.or_else(by_name)?;
+        let limit = self.ulimits.get(name)?;
+        let shown = |v: i64| {
+            if v == -1 {
+                "unlimited".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        Some(format!(
+            "{}batches.{batch}.container.ulimits.{name}: the engine cannot set it (soft {}, hard {}): {reason}; ask at most what the engine may set (its own hard limit, and for nofile the host's fs.nr_open)",
+            self.ulimits_at,
+            shown(limit.soft),
+            shown(limit.hard),
+        ))
     }
 }
 
@@ -230,6 +272,26 @@ fn install_for<'m>(m: &'m Manifest, batch: &'m Batch, image_name: &str) -> &'m [
         .or_else(|| m.images.get(image_name).and_then(|i| i.install.as_deref()))
         .unwrap_or(&m.source.install)
 }
+
+/// The kernel's resource limits by number (`RLIMIT_*`), as the ulimits name them.
+const RLIMIT_NAMES: [&str; 16] = [
+    "cpu",
+    "fsize",
+    "data",
+    "stack",
+    "core",
+    "rss",
+    "nproc",
+    "nofile",
+    "memlock",
+    "as",
+    "locks",
+    "sigpending",
+    "msgqueue",
+    "nice",
+    "rtprio",
+    "rttime",
+];
 
 /// The manifest-defined environment of a batch (no host values), for the record.
 pub fn manifest_env(batch: &Batch, fast: bool) -> BTreeMap<String, String> {
@@ -346,6 +408,53 @@ mod tests {
         assert_eq!(
             loosenings(&m.batches["c"], &[], Some("sha256:p")),
             serde_json::json!({})
+        );
+    }
+
+    #[test]
+    fn a_gpu_batch_sees_its_leased_uuids_once_whatever_its_environment_held() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  g: {gpus: 1, timeout: 1m, run: [x]}\n";
+        let m = Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        let pass_env = BTreeMap::new();
+        let id = Identity {
+            project: "p",
+            scope: "s",
+            run_id: "0123456789abcdef",
+            host: "h",
+            source: Path::new("/src/p"),
+            source_sha: None,
+            fast: false,
+            uid: 1000,
+            gid: 1000,
+            pass_env: &pass_env,
+            lock_dir: Path::new("/run/lock/cibox"),
+            policy_digest: None,
+        };
+        let image = ImageId::parse(&format!("sha256:{}", "a".repeat(64))).unwrap();
+        let mut plan = ContainerPlan::new(
+            &m,
+            "g",
+            &m.batches["g"],
+            &id,
+            (1000, 1000),
+            ("default", &image),
+            Vec::new(),
+        );
+        // However a value got there, the lease's UUIDs are what the batch sees.
+        plan.env.push("CUDA_VISIBLE_DEVICES=0,1".into());
+        let gpu = crate::gpu::pool::PoolGpu {
+            index: 1,
+            uuid: "GPU-11111111-2222-3333-4444-000000000001".into(),
+        };
+        let env = plan.body(&[gpu], &[], true).env.unwrap();
+        let set: Vec<&String> = env
+            .iter()
+            .filter(|e| e.starts_with("CUDA_VISIBLE_DEVICES="))
+            .collect();
+        assert_eq!(
+            set,
+            ["CUDA_VISIBLE_DEVICES=GPU-11111111-2222-3333-4444-000000000001"],
+            "{env:?}"
         );
     }
 }

@@ -44,7 +44,15 @@ impl Execution<'_> {
                 .extend(caches.mounts());
             fds.extend(caches.fds());
         }
-        let id = self.engine.create_container(&b.container.name, body)?;
+        let id = self
+            .engine
+            .create_container(&b.container.name, body)
+            .map_err(
+                |e| match b.container.refused_ulimit(&b.name, &e.to_string()) {
+                    Some(why) => RunError::Usage(why),
+                    None => e.into(),
+                },
+            )?;
         // From here on, if cibox dies the watchdog removes the container (and holds the
         // lease and the caches' generations until it has).
         let watchdog = match (self.start_watchdog)(&id, &fds) {
@@ -118,6 +126,11 @@ impl Execution<'_> {
             .map_or(0, |d| d.as_secs())
             .saturating_sub(1);
         if let Err(why) = self.engine.start_container(id) {
+            // A ulimit it cannot set is the manifest's mistake: the run stops (exit 2),
+            // and the container goes like any other.
+            if let Some(refused) = b.container.refused_ulimit(&b.name, &why) {
+                return Err(RunError::Usage(refused));
+            }
             return Ok(not_started(b, &why));
         }
         self.emit(&Event::ContainerStarted {

@@ -90,9 +90,12 @@ fn execute_with(
     for b in &plan.batches {
         batch_dir::refuse_foreign(&b.dir)?;
     }
-    let git_masks = git_mask::mask(&plan.source).map_err(RunError::GitMask)?;
+    let git_masks = git_mask::mask(&plan.source)?;
     let source = source_set(plan, &git_masks.binds)?;
     let cache_store = open_cache_store(plan)?;
+    // Made now, when nothing refused the run: refused input leaves nothing behind.
+    std::fs::create_dir_all(&plan.reports)
+        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", plan.reports.display())))?;
     let run = Execution {
         cache_store: cache_store.as_ref(),
         plan,

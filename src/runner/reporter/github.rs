@@ -3,23 +3,23 @@
 //! that did not get to report, the step outputs `status` and `failed_batches`, and the
 //! summary as the step summary (docs/interface.md §9).
 
-use std::io::Write;
-
+use super::pump::{Pump, Sink};
 use super::{Reporter, ReporterError, summary_markdown};
 use crate::github::{append, escape_data, escape_property, output};
 use crate::runner::ending::{RunResult, Status};
 use crate::runner::event::Event;
 
-/// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow).
-pub struct GitHub<W: Write + Send> {
-    out: W,
+/// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow, in
+/// order with the batches' output: one [`Pump`] for both).
+pub struct GitHub<S: Sink> {
+    out: S,
     /// While a batch's output runs, workflow commands are off (`::stop-commands::`):
     /// a test must not be able to write annotations, groups or outputs of its own.
     token: String,
 }
 
-impl<W: Write + Send> GitHub<W> {
-    pub fn new(out: W) -> GitHub<W> {
+impl<S: Sink> GitHub<S> {
+    pub fn new(out: S) -> GitHub<S> {
         GitHub {
             out,
             token: format!("cibox-{}", crate::util::random_hex(16)),
@@ -27,34 +27,38 @@ impl<W: Write + Send> GitHub<W> {
     }
 }
 
-impl GitHub<std::io::Stdout> {
-    pub fn stdout() -> GitHub<std::io::Stdout> {
-        GitHub::new(std::io::stdout())
+impl GitHub<Pump> {
+    /// On stdout, through `out` (shared with the terminal reporter).
+    pub fn stdout(out: Pump) -> GitHub<Pump> {
+        GitHub::new(out)
     }
 }
 
-impl<W: Write + Send> Reporter for GitHub<W> {
+impl<S: Sink> Reporter for GitHub<S> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match event {
             Event::ContainerStarted { batch, .. } => {
-                let _ = writeln!(self.out, "::group::batch {}", batch.name);
-                let _ = writeln!(self.out, "::stop-commands::{}", self.token);
+                let text = format!(
+                    "::group::batch {}\n::stop-commands::{}\n",
+                    batch.name, self.token
+                );
+                self.out.line(text.as_bytes());
             }
             Event::OutputEnded { .. } => {
                 // On a line of its own, whatever the output's last line was.
-                let _ = writeln!(self.out, "\n::{}::", self.token);
-                let _ = writeln!(self.out, "::endgroup::");
+                let text = format!("\n::{}::\n::endgroup::\n", self.token);
+                self.out.line(text.as_bytes());
             }
             Event::RunEnded { run } => {
                 append("GITHUB_STEP_SUMMARY", &summary_markdown(&run.batches));
                 let (status, failed) = step_outputs(run);
                 output("status", status);
                 output("failed_batches", &failed);
-                let _ = self.out.write_all(annotations(run).as_bytes());
+                self.out.line(annotations(run).as_bytes());
+                self.out.settle();
             }
             _ => {}
         }
-        let _ = self.out.flush();
         Ok(())
     }
 }

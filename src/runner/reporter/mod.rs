@@ -5,6 +5,7 @@
 
 pub mod files;
 pub mod github;
+pub mod pump;
 pub mod terminal;
 
 use super::ending::BatchResult;

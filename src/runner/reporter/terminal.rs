@@ -3,18 +3,22 @@
 //! failures, each batch's verdict and how to replay what did not pass.
 
 use std::collections::HashMap;
-use std::io::Write;
 
+use super::pump::{Pump, Sink};
 use super::{Reporter, ReporterError};
-use crate::console::{self, WaitLine};
+use crate::console::{self, Level, WaitLine};
 use crate::runner::cleanup::sweep::{Note, Swept};
 use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
 use crate::runner::results::record::{RunRecord, reproduce_line};
 
-/// The terminal reporter of a run.
-pub struct Terminal<W: Write + Send> {
-    out: W,
+/// The terminal reporter of a run. It never writes itself: its sinks queue (see
+/// [`super::pump`]), so a reader that stalls holds up no batch.
+pub struct Terminal<O: Sink, E: Sink> {
+    /// The batches' output.
+    out: O,
+    /// cibox's lines about the run.
+    err: E,
     /// Prefix each output line with its batch (several batches in one run).
     prefixed: bool,
     /// Per batch: whether its output is at the start of a line; its wait line.
@@ -22,28 +26,33 @@ pub struct Terminal<W: Write + Send> {
     waits: HashMap<String, WaitLine>,
 }
 
-impl<W: Write + Send> Terminal<W> {
-    /// Output goes to `out`. A run's waits are logged every 30 s, never as a live line:
-    /// its log is read later more often than watched (the live line is `gpu exec`'s).
-    pub fn new(out: W) -> Terminal<W> {
+impl<O: Sink, E: Sink> Terminal<O, E> {
+    /// Output goes to `out`, cibox's lines to `err`. A run's waits are logged every
+    /// 30 s, never as a live line: its log is read later more often than watched (the
+    /// live line is `gpu exec`'s).
+    pub fn new(out: O, err: E) -> Terminal<O, E> {
         Terminal {
             out,
+            err,
             prefixed: false,
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
         }
     }
 
-    fn end_wait(&mut self, batch: &str) {
-        if let Some(mut w) = self.waits.remove(batch) {
-            w.finish();
+    fn info(&mut self, msg: &str) {
+        if let Some(line) = console::log_line(Level::Info, "", msg) {
+            self.err.line(line.as_bytes());
         }
     }
 }
 
-impl Terminal<std::io::Stdout> {
-    pub fn stdout() -> Terminal<std::io::Stdout> {
-        Terminal::new(std::io::stdout())
+impl Terminal<Pump, Pump> {
+    /// On stdout and stderr, each written from a thread of its own; `out` is shared
+    /// with whoever else writes stdout during the run (GitHub's workflow commands), so
+    /// that everything keeps its order.
+    pub fn stdio(out: Pump) -> Terminal<Pump, Pump> {
+        Terminal::new(out, Pump::stderr())
     }
 }
 
@@ -66,13 +75,22 @@ pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool
 
 /// Says what a sweep found, each note at its level.
 pub fn print_sweep_notes(swept: &Swept) {
-    for (note, text) in swept.notes() {
-        match note {
-            Note::Debug => console::debug(text),
-            Note::Info => console::info(text),
-            Note::Warn => console::warn(text),
-        }
+    for line in sweep_lines(swept) {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
+}
+
+/// The lines [`print_sweep_notes`] prints (those shown at the log level).
+fn sweep_lines(swept: &Swept) -> Vec<String> {
+    swept
+        .notes()
+        .into_iter()
+        .filter_map(|(note, text)| match note {
+            Note::Debug => console::log_line(Level::Debug, "", &text),
+            Note::Info => console::log_line(Level::Info, "", &text),
+            Note::Warn => console::log_line(Level::Warn, "warning: ", &text),
+        })
+        .collect()
 }
 
 /// A batch's verdict in one line: status, why, counts, duration.
@@ -112,13 +130,15 @@ pub fn replay_lines(run: &RunResult) -> Vec<String> {
         .collect()
 }
 
-impl<W: Write + Send> Reporter for Terminal<W> {
+impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match event {
             Event::Swept { scope, swept } => {
-                print_sweep_notes(swept);
+                for line in sweep_lines(swept) {
+                    self.err.line(line.as_bytes());
+                }
                 if !swept.removed.is_empty() {
-                    console::info(format!(
+                    self.info(&format!(
                         "removed {} leftover container(s) of dead runs (this run's scope: {scope})",
                         swept.removed.len()
                     ));
@@ -130,44 +150,58 @@ impl<W: Write + Send> Reporter for Terminal<W> {
             Event::Waiting { batch, report } => {
                 let gpus = batch.gpus;
                 let name = batch.name.clone();
-                self.waits
+                let due = self
+                    .waits
                     .entry(batch.name.clone())
                     .or_insert_with(|| WaitLine::new(false))
-                    .tick(*report, |r| {
+                    .due(*report, |r| {
                         format!("batch {name}: waiting for {gpus} GPU(s): {}", r.describe())
                     });
+                if let Some(line) = due {
+                    self.info(&line);
+                }
             }
-            Event::LeaseGranted { batch, .. } => self.end_wait(&batch.name),
+            Event::LeaseGranted { batch, .. } => {
+                self.waits.remove(&batch.name);
+            }
             Event::Output { batch, bytes } => {
                 let start = self.at_line_start.entry(batch.name.clone()).or_insert(true);
                 let prefix = self.prefixed.then_some(batch.name.as_str());
                 let buf = prefix_lines(bytes, prefix, start);
-                let _ = self.out.write_all(&buf);
-            }
-            Event::OutputEnded { .. } => {
-                let _ = self.out.flush();
+                self.out.output(&buf);
             }
             Event::TimedOut { batch } => {
-                console::error(
+                let text = console::error_lines(
                     &format_args!(
                         "batch {}: timeout after {}; stopping its container",
                         batch.name, batch.timeout
                     ),
                     &[],
                 );
+                self.err.line(text.as_bytes());
             }
             Event::OutputBroke { batch, error } => {
-                console::warn(format!("batch {}: log stream broke: {error}", batch.name));
+                if let Some(line) = console::log_line(
+                    Level::Warn,
+                    "warning: ",
+                    &format!("batch {}: log stream broke: {error}", batch.name),
+                ) {
+                    self.err.line(line.as_bytes());
+                }
             }
             Event::BatchFailed { batch, error } => {
-                self.end_wait(&batch.name);
-                console::error(error, error.details());
+                self.waits.remove(&batch.name);
+                self.err
+                    .line(console::error_lines(error, error.details()).as_bytes());
             }
-            Event::BatchEnded { result } => console::info(verdict_line(&result.record)),
+            Event::BatchEnded { result } => self.info(&verdict_line(&result.record)),
             Event::RunEnded { run } => {
                 for line in replay_lines(run) {
-                    console::info(line);
+                    self.info(&line);
                 }
+                // Whatever comes next (the command's own lines, exit) comes after.
+                self.out.settle();
+                self.err.settle();
             }
             _ => {}
         }

@@ -70,6 +70,29 @@ fn a_batch_gets_the_host_settings_real_gpu_tests_need() {
 }
 
 #[test]
+fn a_ulimit_the_engine_refuses_is_a_usage_error_and_leaves_no_container() {
+    // More open files than the host's fs.nr_open allows: only the engine can say (its
+    // runtime fails to set it when the container starts). That is the manifest's
+    // mistake, exit 2 naming the ulimit, not an infrastructure error, and no container
+    // is left. (Were nr_open already at the kernel's ceiling, the manifest itself would
+    // be refused: also exit 2, naming it.)
+    let nr_open: i64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let container = format!(
+        "    container:\n      ulimits: {{nofile: {{soft: 1024, hard: {}}}}}\n",
+        nr_open + 64
+    );
+    let p = busybox_project(&batch("files", 0, "1m", &[JUNIT_OK], &container), "")
+        .with_policy(GRANT_ALL);
+    let r = p.run(&["batch", "run", "files"]);
+    r.fails_with(2, "ulimits.nofile");
+    assert!(p.containers().is_empty(), "{:?}", p.containers());
+}
+
+#[test]
 fn a_mount_that_is_missing_or_leads_home_starts_nothing() {
     let dir = data_dir();
     let missing = dir.path().join("no-such-folder");

@@ -115,3 +115,43 @@ fn github_actions_gets_summary_outputs_and_annotations() {
         r.stdout
     );
 }
+
+#[test]
+fn refused_input_makes_no_reports_folder() {
+    // Nothing may be made when input is refused: a `changed run` test file that is not
+    // in the source, or a batch asking what no host policy grants, is refused (exit 2)
+    // before a reports folder exists. No engine is asked, so none is needed.
+    let p = Project::new(
+        "version: 1\nproject: t\nimage:\n  locks: [\"cibox.yaml\"]\nchanged:\n  patterns: [\"tests/test_*.py\"]\n  run:\n    command: pytest \"$CIBOX_TEST_FILE\"\n    timeout: 1m\nbatches:\n  unit: {gpus: 0, timeout: 1m, run: [\"true\"]}\n  root: {gpus: 0, timeout: 1m, run: [\"true\"], container: {user: root}}\n",
+    );
+    let reports = p.path().join("out/reports");
+    let image = format!("sha256:{}", "a".repeat(64));
+    let matrix = serde_json::json!([{"test_file": "tests/test_gone.py", "num_gpus": 0}]);
+    let common = [
+        "--image",
+        &image,
+        "--reports",
+        reports.to_str().unwrap(),
+        "--scope",
+        "refused",
+    ];
+    run(cibox(p.path())
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .env("CIBOX_MATRIX", matrix.to_string())
+        .args(["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .args(common))
+    .fails_with(2, "test file `tests/test_gone.py` is not a file in");
+    assert!(
+        !p.path().join("out").exists(),
+        "a refused changed run made its reports folder"
+    );
+    run(cibox(p.path())
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .args(["batch", "run", "root"])
+        .args(common))
+    .fails_with(2, "root");
+    assert!(
+        !p.path().join("out").exists(),
+        "a refused batch run made its reports folder"
+    );
+}

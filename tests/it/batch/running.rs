@@ -184,3 +184,44 @@ fn batches_run_in_their_named_images_each_verified_by_its_own_locks() {
     r.fails_with(3, "was built from different lock files");
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn a_stdout_nobody_reads_stalls_neither_the_timeout_nor_the_other_batches() {
+    // cibox's stdout is a pipe nobody reads (a paused terminal, a stuck log reader):
+    // `loud` prints far more than the pipe holds, then sleeps past its timeout. The
+    // timeout must still stop it, `quiet` (beside it) must still finish, and log.txt
+    // must still get everything; what the reader missed is dropped, not waited for.
+    let loud = "yes 'a line of test output that fills any pipe' | head -c 4000000; echo done-printing; sleep 600";
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("loud", 0, "5s", &[loud], "    allow_empty: true\n"),
+            batch("quiet", 0, "1m", &["sleep 2", JUNIT_OK], "")
+        ),
+        "",
+    );
+    let mut child = p
+        .batch_cmd(&["batch", "run", "loud", "quiet", "--parallel"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held, never read: the pipe stays open and full.
+    let _stalled = child.stdout.take();
+    let ended = wait_until(120, || child.try_wait().unwrap().is_some());
+    if !ended {
+        // Stuck on the pipe: its watchdog removes the container once it is gone.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(ended, "cibox stalled on its stdout");
+    assert_eq!(child.wait().unwrap().code(), Some(124));
+    assert_eq!(p.result("loud")["status"], "timeout");
+    assert_eq!(p.result("quiet")["status"], "passed");
+    let log = std::fs::read_to_string(p.reports().join("loud/log.txt")).unwrap();
+    assert!(
+        log.len() > 4_000_000 && log.contains("done-printing"),
+        "log.txt holds {} bytes",
+        log.len()
+    );
+}

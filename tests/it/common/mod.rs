@@ -5,6 +5,7 @@
 
 mod cli;
 mod engine;
+mod fuse;
 mod gpus;
 mod policy;
 mod processes;
@@ -12,6 +13,7 @@ mod projects;
 
 pub use cli::*;
 pub use engine::*;
+pub use fuse::*;
 pub use gpus::*;
 pub use policy::*;
 pub use processes::*;

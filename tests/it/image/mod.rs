@@ -1,8 +1,11 @@
-//! Images on the real engine: build, verify, save/load, and every refusal.
+//! Images on the real engine: build, verify, save/load, and every refusal; what builds
+//! leave behind is [`leftovers`].
 
 use std::process::{Command, Stdio};
 
 use crate::common::*;
+
+mod leftovers;
 
 /// A project whose image is `FROM scratch` plus a unique file, with lock files.
 fn image_project(locks: &[&str]) -> Project {
@@ -196,6 +199,45 @@ fn load_of_a_mismatched_image_loads_but_refuses() {
 }
 
 #[test]
+fn load_no_verify_skips_the_lockset_but_not_the_pin() {
+    // --no-verify skips the lockset check only: an ID the manifest pins is still held
+    // to (exit 3 when it differs); without a manifest there is no pin to hold to.
+    let p = image_project(&["image/*"]);
+    let img = build(&p);
+    let archive = p.path().join("pinned.tar");
+    let from = archive.to_str().unwrap();
+    p.cibox(&["image", "save", &img.0, "--to", from]).ok();
+    let manifest = std::fs::read_to_string(p.path().join("cibox.yaml")).unwrap();
+    let pin = |id: &str| {
+        manifest.replace(
+            "  dockerfile: image/Dockerfile\n",
+            &format!("  dockerfile: image/Dockerfile\n  id: \"{id}\"\n"),
+        )
+    };
+    let wrong = full_fake_id();
+    p.write("cibox.yaml", pin(&wrong));
+    let r = p.cibox(&["image", "load", "--no-verify", "--from", from]);
+    r.fails_with(3, &format!("pins {wrong}"));
+    assert!(
+        r.stdout.is_empty(),
+        "a refused ID is not printed: {}",
+        r.stdout
+    );
+    // Pinned right, with lock files that no longer match: loads (the lockset is skipped).
+    p.write("cibox.yaml", pin(&img.0));
+    p.write("image/extra.lock", "new");
+    let r = p.cibox(&["image", "load", "--no-verify", "--from", from]);
+    r.ok();
+    assert_eq!(r.stdout.trim(), img.0);
+    // No manifest at all: nothing to hold it to.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir(bare.path().join(".git")).unwrap();
+    let r = run(cibox(bare.path()).args(["image", "load", "--no-verify", "--from", from]));
+    r.ok();
+    assert_eq!(r.stdout.trim(), img.0);
+}
+
+#[test]
 fn corrupt_archive_is_refused() {
     require_engine();
     let p = image_project(&["image/*"]);
@@ -238,6 +280,30 @@ fn missing_engine_socket_is_exit_5() {
         5,
         "container engine unreachable at unix:///nonexistent/docker.sock",
     );
+}
+
+#[test]
+fn a_fetch_reference_that_is_no_repository_name_is_usage_before_the_engine() {
+    // The engine is unreachable here: whatever reaches it ends in 5. A repository path
+    // with `..`, `.` or a component that does not start and end with a letter or digit
+    // is not a name (docker's reference grammar) and is refused first, exit 2.
+    let p = image_project(&["image/*"]);
+    let digest = format!("sha256:{}", "a".repeat(64));
+    for repo in [
+        "127.0.0.1:5000/ci/../gpu",
+        "127.0.0.1:5000/../gpu",
+        "ci/./gpu",
+        "ci/gpu/..",
+        "ci/-gpu",
+        "ci/gpu_",
+        "ci/a..b",
+        "../../etc",
+    ] {
+        let r = run(cibox(p.path())
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .args(["image", "fetch", &format!("{repo}@{digest}")]));
+        r.fails_with(2, "is not a repository name");
+    }
 }
 
 #[test]
