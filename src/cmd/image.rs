@@ -328,6 +328,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
             )));
         }
     };
+    let args_path = img.build_args.as_deref().map(|a| m.resolve(a));
     let request = BuildRequest {
         name,
         recipe,
@@ -336,6 +337,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
         project: &m.project,
         dir: &m.dir,
         check,
+        build_args: args_path.as_deref().zip(img.build_args.as_deref()),
     };
     let verbose = console::enabled(console::Level::Debug);
     let built = recipe::build(&request, &mut |p| show_progress(p, verbose))?;

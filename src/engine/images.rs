@@ -139,6 +139,7 @@ impl Engine {
         context_tar: std::fs::File,
         dockerfile: &str,
         labels: &HashMap<String, String>,
+        build_args: &HashMap<String, String>,
         tag: &str,
         no_cache: bool,
         mut on_output: impl FnMut(&str),
@@ -147,6 +148,7 @@ impl Engine {
             .dockerfile(dockerfile)
             .t(tag)
             .labels(labels)
+            .buildargs(build_args)
             .rm(true)
             .forcerm(true)
             .nocache(no_cache)

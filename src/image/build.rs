@@ -16,6 +16,8 @@ pub struct BuildInputs<'a> {
     pub context: &'a dyn Fn() -> Result<std::fs::File, ImageError>,
     pub dockerfile: &'a str,
     pub labels: &'a HashMap<String, String>,
+    /// `ARG` values, from the image's build arguments file.
+    pub build_args: &'a HashMap<String, String>,
     pub tag: &'a str,
     /// Every file time of the layers the build adds is set to this (seconds since 1970).
     pub epoch: u64,
@@ -55,6 +57,7 @@ fn build_once(
         context,
         inputs.dockerfile,
         &labels,
+        inputs.build_args,
         &raw_tag,
         no_cache,
         |out| {

@@ -6,6 +6,7 @@
 
 pub mod archive;
 pub mod build;
+pub mod build_args;
 pub mod build_context;
 pub mod id;
 pub mod load;

@@ -45,6 +45,8 @@ pub struct BuildRequest<'a> {
     pub dir: &'a Path,
     /// `--check`: build a Dockerfile twice without the cache, and compare.
     pub check: bool,
+    /// A Dockerfile's build arguments file: its path, and as the manifest names it.
+    pub build_args: Option<(&'a Path, &'a str)>,
 }
 
 /// What happens while an image is built, in order, for the command to show.
@@ -197,7 +199,7 @@ fn dockerfile_bases(text: &str) -> Vec<String> {
 /// ends with the escape character (`\\`, or what an `# escape=` parser directive at the
 /// top sets) goes on in the next, and comment and blank lines are dropped (also inside
 /// such a continuation).
-fn logical_lines(text: &str) -> Vec<String> {
+pub(super) fn logical_lines(text: &str) -> Vec<String> {
     let mut escape = '\\';
     let mut directives = true;
     let mut lines = Vec::new();
@@ -261,6 +263,10 @@ fn build_dockerfile(
         .unwrap_or("Dockerfile")
         .to_string();
     let bases = dockerfile_bases(&text);
+    let build_args = match request.build_args {
+        Some((path, rel)) => super::build_args::read(path, rel, request.source, &text)?,
+        None => HashMap::new(),
+    };
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
     let first_context = std::cell::RefCell::new(Some(build_context::pack(&context_dir, &name)?));
@@ -298,6 +304,7 @@ fn build_dockerfile(
         context: &context,
         dockerfile: &name,
         labels: &labels,
+        build_args: &build_args,
         tag: &tag,
         epoch,
         base_layers,

@@ -30,6 +30,10 @@ pub struct ImageConfig {
     /// batch's own `install` wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install: Option<Vec<String>>,
+    /// A file of `NAME=VALUE` build arguments for a Dockerfile recipe, relative to the
+    /// manifest; one of the image's lock files, so the ID still follows from the locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_args: Option<String>,
 }
 
 /// The variable that names the ID of image `name` for a run (`CIBOX_IMAGE_<NAME>`, the
@@ -123,6 +127,20 @@ fn check_image<'a>(
         && let Err(why) = crate::image::ImageId::parse(id.trim())
     {
         return Err(check.at(&at_key("id"), why));
+    }
+    if let Some(args) = &img.build_args {
+        if img.dockerfile.is_none() {
+            return Err(check.at(
+                &at_key("build_args"),
+                "build arguments are for a `dockerfile` recipe (a Nix recipe takes its inputs from the flake)",
+            ));
+        }
+        if args.is_empty() || Path::new(args).is_absolute() || args.split('/').any(|c| c == "..") {
+            return Err(check.at(
+                &at_key("build_args"),
+                format!("`{args}` must be a relative path inside the manifest's folder"),
+            ));
+        }
     }
     for (i, pat) in img.locks.iter().enumerate() {
         if pat.is_empty() || Path::new(pat).is_absolute() || pat.split('/').any(|c| c == "..") {

@@ -54,7 +54,7 @@ pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source, check_mount_target};
 pub use types::{Batch, BatchVerdict, Layer, SourceConfig, WorkflowsConfig};
-pub use values::is_batch_name;
+pub use values::{is_batch_name, is_env_name};
 
 use check::{Checker, serde_error};
 use container::{CPUS_RANGE, cpus_in_range};

@@ -57,7 +57,7 @@ pub(super) fn is_name(s: &str, upper_ok: bool) -> bool {
         && bytes.all(|b| first_ok(b) || matches!(b, b'_' | b'.' | b'-'))
 }
 
-pub(super) fn is_env_name(s: &str) -> bool {
+pub fn is_env_name(s: &str) -> bool {
     let mut b = s.bytes();
     matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')

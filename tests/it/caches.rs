@@ -169,7 +169,7 @@ fn concurrent_trusted_writers_both_land_and_the_cap_evicts_the_least_recently_us
     assert_eq!(evicted.len(), 1, "{rec}");
     assert_ne!(evicted[0], "three", "{rec}");
     let r = p.run(&["batch", "run", "look"]);
-    assert!(r.stdout.contains("three"), "{}", r.stdout);
+    assert!(r.stdout.contains("three"), "{}{}", r.stdout, r.stderr);
     // What `cache list` and `inspect` show, and a prune that starts it again.
     let list = run(&mut p.batch_cmd_bare(&["cache", "list", "--json"]));
     list.ok();

@@ -5,6 +5,7 @@ use std::process::{Command, Stdio};
 
 use crate::common::*;
 
+mod build_args;
 mod leftovers;
 
 /// A project whose image is `FROM scratch` plus a unique file, with lock files.

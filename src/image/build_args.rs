@@ -1,0 +1,103 @@
+//! Build arguments for a Dockerfile recipe (`images.NAME.build_args`): a file of
+//! `NAME=VALUE` lines that is one of the image's lock files, so that the arguments are
+//! in the lockset and the image's ID still follows from the locks (slime's CUDA 13
+//! variant is the same Dockerfile with other arguments). Each name must be one the
+//! Dockerfile declares with `ARG`: the builder ignores others with a warning, and a
+//! mistyped name would build an image that only looks configured.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::lockset::Lockset;
+use super::recipe::RecipeError;
+
+/// The most a build arguments file holds.
+const MAX_BYTES: u64 = 64 * 1024;
+
+/// Reads the arguments in `path` (`rel` as the manifest names it), which must be one
+/// of `source`'s lock files and name only arguments `dockerfile` declares.
+pub fn read(
+    path: &Path,
+    rel: &str,
+    source: &Lockset,
+    dockerfile: &str,
+) -> Result<HashMap<String, String>, RecipeError> {
+    let fail = |why: String| RecipeError::Usage(format!("build_args {rel}: {why}"));
+    let normal: std::path::PathBuf = Path::new(rel).components().collect();
+    if !source.files.iter().any(|f| {
+        Path::new(&f.path)
+            .components()
+            .collect::<std::path::PathBuf>()
+            == normal
+    }) {
+        return Err(fail(
+            "is not one of the image's lock files; add it to `locks` so the image's ID follows from it".into(),
+        ));
+    }
+    let (file, md) = crate::util::open_plain(path, false).map_err(|e| fail(e.to_string()))?;
+    if md.len() > MAX_BYTES {
+        return Err(fail(format!("is over {} KiB", MAX_BYTES >> 10)));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_BYTES), &mut text)
+        .map_err(|e| fail(format!("cannot read it as UTF-8: {e}")))?;
+    let declared = declared_args(dockerfile);
+    let mut args = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |why: String| fail(format!("line {}: {why}", i + 1));
+        let Some((name, value)) = line.split_once('=') else {
+            return Err(at("is not `NAME=VALUE`".into()));
+        };
+        let name = name.trim();
+        if !crate::manifest::is_env_name(name) {
+            return Err(at(format!("`{name}` is not an argument name")));
+        }
+        if !declared.iter().any(|d| d == name) {
+            return Err(at(format!(
+                "`{name}` is not declared by an `ARG` of the Dockerfile (it declares {})",
+                if declared.is_empty() {
+                    "none".into()
+                } else {
+                    declared.join(", ")
+                }
+            )));
+        }
+        if args.insert(name.to_string(), value.to_string()).is_some() {
+            return Err(at(format!("`{name}` is given twice")));
+        }
+    }
+    Ok(args)
+}
+
+/// The names a Dockerfile declares with `ARG NAME` or `ARG NAME=default`.
+fn declared_args(dockerfile: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in super::recipe::logical_lines(dockerfile) {
+        let mut words = line.split_whitespace();
+        if !words.next().is_some_and(|w| w.eq_ignore_ascii_case("ARG")) {
+            continue;
+        }
+        for w in words {
+            let name = w.split('=').next().unwrap_or(w);
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_are_the_ones_the_dockerfile_declares() {
+        let df = "ARG CUDA=12.8\nFROM scratch\nARG TORCH \\\n  FLAVOUR=cu128\n";
+        assert_eq!(declared_args(df), ["CUDA", "TORCH", "FLAVOUR"]);
+    }
+}
