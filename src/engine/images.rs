@@ -14,6 +14,17 @@ use tokio::io::AsyncWriteExt;
 
 use super::{Engine, EngineError, ImageDetails, is_not_found, reason};
 
+/// What a Dockerfile build is asked.
+pub struct BuildSpec<'a> {
+    /// The Dockerfile's name in the context.
+    pub dockerfile: &'a str,
+    pub labels: &'a HashMap<String, String>,
+    /// `ARG` values.
+    pub build_args: &'a HashMap<String, String>,
+    pub tag: &'a str,
+    pub no_cache: bool,
+}
+
 impl Engine {
     /// Looks an image up by its full ID, or by any reference the engine understands
     /// (right after a load that reported a tag). Never pulls; `None` when it is not
@@ -131,27 +142,23 @@ impl Engine {
         })
     }
 
-    /// Builds a Dockerfile with the classic builder from a tar of its context, with the
-    /// given labels, and tags the result so it is not garbage as a dangling image.
-    /// Returns the new image's ID.
+    /// Builds a Dockerfile with the classic builder from a tar of its context, as `spec`
+    /// says, and tags the result so it is not garbage as a dangling image. Returns the
+    /// new image's ID.
     pub fn build(
         &self,
         context_tar: std::fs::File,
-        dockerfile: &str,
-        labels: &HashMap<String, String>,
-        build_args: &HashMap<String, String>,
-        tag: &str,
-        no_cache: bool,
+        spec: &BuildSpec<'_>,
         mut on_output: impl FnMut(&str),
     ) -> Result<String, EngineError> {
         let opts = BuildImageOptionsBuilder::default()
-            .dockerfile(dockerfile)
-            .t(tag)
-            .labels(labels)
-            .buildargs(build_args)
+            .dockerfile(spec.dockerfile)
+            .t(spec.tag)
+            .labels(spec.labels)
+            .buildargs(spec.build_args)
             .rm(true)
             .forcerm(true)
-            .nocache(no_cache)
+            .nocache(spec.no_cache)
             .build();
         let id = self.rt.block_on(async {
             // Streamed from disk: a rootfs context can be hundreds of megabytes.

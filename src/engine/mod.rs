@@ -14,6 +14,7 @@ pub use containers::{
     ContainerInfo, Download, EndCause, FollowEnd, Followed, Removal, Steps, Stop,
 };
 pub use host_view::HostView;
+pub use images::BuildSpec;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -53,18 +53,17 @@ fn build_once(
     let mut labels = inputs.labels.clone();
     labels.insert(LABEL_RAW_BUILD.to_string(), scratch.label());
     let mut steps = StepImages::default();
-    let raw = engine.build(
-        context,
-        inputs.dockerfile,
-        &labels,
-        inputs.build_args,
-        &raw_tag,
+    let spec = crate::engine::BuildSpec {
+        dockerfile: inputs.dockerfile,
+        labels: &labels,
+        build_args: inputs.build_args,
+        tag: &raw_tag,
         no_cache,
-        |out| {
-            steps.feed(out, &mut |id| scratch.made(id));
-            on_output(out)
-        },
-    )?;
+    };
+    let raw = engine.build(context, &spec, |out| {
+        steps.feed(out, &mut |id| scratch.made(id));
+        on_output(out)
+    })?;
     scratch.made(&raw);
     let saved = into.join("built.tar");
     let result = engine
