@@ -212,6 +212,10 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
             console::info(format!("loaded {id}"))
         })?;
     for v in &verified {
+        // Named as `image build` names it: a loaded archive may carry no name (`image
+        // save` of an ID), and an unnamed image is the first an engine prunes.
+        let (repo, tag) = image::recipe::tag_parts(&m.project, &source.digest);
+        engine.tag(&v.id.to_string(), &repo, &tag)?;
         print_result(ctx, v, &info, "verified");
     }
     Ok(exit::SUCCESS)

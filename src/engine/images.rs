@@ -208,6 +208,17 @@ impl Engine {
         }
     }
 
+    /// Names image `id` `repo:tag` (moving the tag from whatever image had it).
+    pub fn tag(&self, id: &str, repo: &str, tag: &str) -> Result<(), EngineError> {
+        let opts = bollard::query_parameters::TagImageOptionsBuilder::default()
+            .repo(repo)
+            .tag(tag)
+            .build();
+        self.rt
+            .block_on(self.docker.tag_image(id, Some(opts)))
+            .map_err(|e| Self::api("tagging an image", e))
+    }
+
     /// Removes an image by ID (not forced: an image a container uses stays).
     pub fn remove_image(&self, id: &str) -> Result<(), EngineError> {
         self.rt

@@ -366,7 +366,19 @@ fn local_base_layers(
 /// A tag keeps the image from being "dangling" (and so from `docker image prune`);
 /// cibox itself never selects images by it.
 fn tag_for(project: &str, source: &Lockset) -> String {
-    format!("cibox/{project}:lockset-{}", &source.digest[7..19])
+    let (repo, tag) = tag_parts(project, &source.digest);
+    format!("{repo}:{tag}")
+}
+
+/// The name cibox gives an image of `project` built from the lockset `digest`
+/// (`cibox/PROJECT`, `lockset-` and 12 hex digits), so the engine never prunes it as
+/// dangling.
+pub fn tag_parts(project: &str, digest: &str) -> (String, String) {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    (
+        format!("cibox/{project}"),
+        format!("lockset-{}", &hex[..12.min(hex.len())]),
+    )
 }
 
 fn build_nix(

@@ -170,6 +170,13 @@ fn save_then_load_restores_the_identical_id() {
     r.ok();
     assert_eq!(r.stdout.trim(), img.0);
     assert!(r.stderr.contains("verified"), "{}", r.stderr);
+    // Named again as `image build` named it, so the engine does not prune it.
+    let tags = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{json .RepoTags}}", &img.0])
+        .output()
+        .unwrap();
+    let tags = String::from_utf8_lossy(&tags.stdout).to_string();
+    assert!(tags.contains(":lockset-"), "{tags}");
     // From standard input too.
     remove_image(&img.0);
     let r = run(cibox(p.path())
