@@ -413,30 +413,56 @@ fn nix_build(
         ))
     })?;
     progress(Progress::NixBuild(attr));
+    // `--json` (Nix 2.4 and later) rather than `--print-out-paths` (2.9): Debian 12's Nix
+    // is 2.8. The features are switched on here, so no nix.conf has to.
     let out = std::process::Command::new(&nix)
-        .args(["build", "--no-link", "--print-out-paths", attr])
+        .args([
+            "--extra-experimental-features",
+            "nix-command flakes",
+            "build",
+            "--no-link",
+            "--json",
+            attr,
+        ])
         .current_dir(dir)
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| RecipeError::Infra(format!("cannot run {}: {e}", nix.display())))?;
     if !out.status.success() {
         return Err(RecipeError::Infra(format!(
-            "`nix build {attr}` failed ({})",
-            out.status
+            "`nix build {attr}` failed ({}; {}; cibox needs Nix 2.4 or later, with flakes)",
+            out.status,
+            nix_version(&nix)
         )));
     }
-    let path = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    if path.is_empty() {
-        return Err(RecipeError::Infra(format!(
-            "`nix build {attr}` printed no output path"
-        )));
-    }
-    Ok(PathBuf::from(path))
+    built_path(&out.stdout).ok_or_else(|| {
+        RecipeError::Infra(format!(
+            "`nix build --json {attr}` named no output path ({})",
+            nix_version(&nix)
+        ))
+    })
+}
+
+/// The output path `nix build --json` names: `[{"outputs": {"out": PATH}, …}]`.
+fn built_path(json: &[u8]) -> Option<PathBuf> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let outputs = v.as_array()?.last()?.get("outputs")?.as_object()?;
+    let path = outputs
+        .get("out")
+        .or_else(|| outputs.values().next())?
+        .as_str()?;
+    Some(PathBuf::from(path))
+}
+
+/// `nix (Nix) 2.8.0`, or that it could not be asked.
+fn nix_version(nix: &Path) -> String {
+    std::process::Command::new(nix)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "its version unknown".into())
 }
 
 /// Loads what a Nix build made: an archive, or a script that streams one.

@@ -7,6 +7,7 @@ use crate::common::*;
 
 mod build_args;
 mod leftovers;
+mod nix_recipe;
 
 /// A project whose image is `FROM scratch` plus a unique file, with lock files.
 fn image_project(locks: &[&str]) -> Project {
