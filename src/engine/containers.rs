@@ -410,30 +410,7 @@ impl Engine {
         path: &str,
         archive: Box<dyn Read + Send>,
     ) -> Result<(), EngineError> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-        // Not joined: a refused upload ends the reader at its next send.
-        std::thread::spawn(move || {
-            let mut archive = archive;
-            loop {
-                let mut buf = vec![0u8; 256 * 1024];
-                let item = match archive.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        Ok(Bytes::from(buf))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => Err(e),
-                };
-                let failed = item.is_err();
-                if tx.blocking_send(item).is_err() || failed {
-                    return;
-                }
-            }
-        });
-        let body = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        });
+        let body = super::streamed(archive);
         // Owners as the archive's headers say (without `copyUIDGID`, which would make
         // everything the container's configured user's, root for the keeper).
         let opts = bollard::query_parameters::UploadToContainerOptions {

@@ -8,7 +8,6 @@ use std::path::Path;
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
 };
-use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
@@ -92,33 +91,7 @@ impl Engine {
     /// it reports loading: image IDs (`sha256:…`) or references (`name:tag`). The
     /// archive is read on a thread of its own, in 256 KiB chunks, as the engine takes it.
     pub fn load(&self, archive: Box<dyn Read + Send>) -> Result<Vec<String>, EngineError> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-        // Not joined: if the engine refuses the archive midway, the reader may sit in
-        // a read of a stalled producer; it ends at its next send (the body is gone)
-        // or at the producer's end.
-        std::thread::spawn(move || {
-            let mut archive = archive;
-            loop {
-                let mut buf = vec![0u8; 256 * 1024];
-                let item = match archive.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        Ok(Bytes::from(buf))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => Err(e),
-                };
-                let failed = item.is_err();
-                // The engine stopped reading (it refused the archive): stop too.
-                if tx.blocking_send(item).is_err() || failed {
-                    return;
-                }
-            }
-        });
-        let body = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        });
+        let body = super::streamed(archive);
         self.rt.block_on(async {
             let opts = ImportImageOptionsBuilder::default().quiet(true).build();
             let mut progress = self.docker.import_image_stream(opts, body, None);

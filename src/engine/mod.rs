@@ -263,3 +263,36 @@ impl Engine {
         })
     }
 }
+
+/// A request body read from `archive` on a thread of its own, in 256 KiB chunks, as the
+/// engine takes it. The thread is not joined: if the engine refuses the body midway,
+/// the reader may sit in a read of a stalled producer; it ends at its next send (the
+/// body is gone) or at the producer's end.
+fn streamed(
+    archive: Box<dyn std::io::Read + Send>,
+) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    std::thread::spawn(move || {
+        let mut archive = archive;
+        loop {
+            let mut buf = vec![0u8; 256 * 1024];
+            let item = match archive.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(bytes::Bytes::from(buf))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+            let failed = item.is_err();
+            // The engine stopped reading (it refused the body): stop too.
+            if tx.blocking_send(item).is_err() || failed {
+                return;
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+}

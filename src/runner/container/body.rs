@@ -161,28 +161,11 @@ impl ContainerPlan {
     /// copy `/reports` out while the container lives; anonymous, they go with it.
     pub(super) fn tmpfs_volume(&self, target: &str, size: u64, mode: &str, extra: &str) -> Mount {
         let (uid, gid) = (self.uid, self.gid);
-        Mount {
-            typ: Some(MountType::VOLUME),
-            target: Some(target.into()),
-            volume_options: Some(MountVolumeOptions {
-                no_copy: Some(true),
-                driver_config: Some(MountVolumeOptionsDriverConfig {
-                    name: Some("local".into()),
-                    options: Some(HashMap::from([
-                        ("type".to_string(), "tmpfs".to_string()),
-                        ("device".to_string(), "tmpfs".to_string()),
-                        (
-                            "o".to_string(),
-                            format!(
-                                "size={size},uid={uid},gid={gid},mode={mode},nosuid,nodev{extra}"
-                            ),
-                        ),
-                    ])),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        local_volume(
+            target,
+            "tmpfs",
+            format!("size={size},uid={uid},gid={gid},mode={mode},nosuid,nodev{extra}"),
+        )
     }
 
     /// The batch's host mounts, by the path the host check resolved. Read-only all the
@@ -208,5 +191,28 @@ impl ContainerPlan {
             }),
             ..Default::default()
         })
+    }
+}
+
+/// An anonymous volume of the engine's `local` driver at `target`: a mount of `kind`
+/// (`tmpfs`, `overlay`) with options `o`, made when the container starts and gone with
+/// it.
+pub(super) fn local_volume(target: &str, kind: &str, o: String) -> Mount {
+    Mount {
+        typ: Some(MountType::VOLUME),
+        target: Some(target.into()),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            driver_config: Some(MountVolumeOptionsDriverConfig {
+                name: Some("local".into()),
+                options: Some(HashMap::from([
+                    ("type".to_string(), kind.to_string()),
+                    ("device".to_string(), kind.to_string()),
+                    ("o".to_string(), o),
+                ])),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }

@@ -8,12 +8,7 @@
 //! holder is locked down like a batch (no network, no capability, a read-only root), runs
 //! nothing but the keeper, and goes with the batch.
 
-use std::collections::HashMap;
-
-use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions,
-    MountVolumeOptionsDriverConfig,
-};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount};
 
 use super::ContainerPlan;
 use super::script::KEEPER;
@@ -66,21 +61,5 @@ pub fn overlay_mount(target: &str, lower: &str, upper: &str, work: &str, userxat
     if userxattr {
         o.push_str(",userxattr");
     }
-    Mount {
-        typ: Some(MountType::VOLUME),
-        target: Some(target.into()),
-        volume_options: Some(MountVolumeOptions {
-            no_copy: Some(true),
-            driver_config: Some(MountVolumeOptionsDriverConfig {
-                name: Some("local".into()),
-                options: Some(HashMap::from([
-                    ("type".to_string(), "overlay".to_string()),
-                    ("device".to_string(), "overlay".to_string()),
-                    ("o".to_string(), o),
-                ])),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    super::body::local_volume(target, "overlay", o)
 }
