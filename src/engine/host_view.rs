@@ -87,7 +87,14 @@ impl Engine {
 fn own_container_id() -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     text.lines().find_map(|line| {
-        let root = line.split(' ').nth(3)?;
+        let mut fields = line.split(' ');
+        let root = fields.nth(3)?;
+        // Only the container's own binds: the engine's host lists its containers'
+        // mounts too (a shm folder under `…/containers/ID/`).
+        let at = fields.next()?;
+        if !matches!(at, "/etc/hostname" | "/etc/hosts" | "/etc/resolv.conf") {
+            return None;
+        }
         let rest = root.split("/containers/").nth(1)?;
         let id = rest.split('/').next()?;
         (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
