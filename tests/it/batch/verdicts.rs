@@ -211,3 +211,53 @@ fn a_script_batch_that_ends_early_with_success_fails_the_steps_it_skipped() {
         "{junit}"
     );
 }
+
+#[test]
+fn output_keeps_its_order_and_a_failing_step_keeps_only_its_own() {
+    // Announcements (cibox's), stdout and stderr of the steps, in the order printed:
+    // one stream, so a step's output never lands after the next step's announcement.
+    let steps = [
+        "echo one-out; echo one-err >&2; echo one-more",
+        "echo two-out; echo two-err >&2; exit 4",
+    ];
+    let p = busybox_project(
+        &batch("ordered", 0, "1m", &steps, "    verdict: exit-code\n"),
+        "",
+    );
+    for _ in 0..3 {
+        let r = p.run(&["batch", "run", "ordered"]);
+        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        let log = std::fs::read_to_string(p.reports().join("ordered/log.txt")).unwrap();
+        let at = |needle: &str| {
+            log.find(needle)
+                .unwrap_or_else(|| panic!("`{needle}` missing from log.txt:\n{log}"))
+        };
+        let order = [
+            "cibox run: echo one-out",
+            "one-out",
+            "one-err",
+            "one-more",
+            "cibox run: echo two-out",
+            "two-out",
+            "two-err",
+        ];
+        for pair in order.windows(2) {
+            assert!(
+                at(pair[0]) < at(pair[1]),
+                "`{}` came after `{}`:\n{log}",
+                pair[0],
+                pair[1]
+            );
+        }
+        // The terminal shows the same order.
+        let shown = r.stdout.find("one-more").unwrap() < r.stdout.find("cibox run: echo two").unwrap();
+        assert!(shown, "{}", r.stdout);
+        let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
+        let failing = junit
+            .split("<testcase")
+            .find(|c| c.contains("step 2"))
+            .unwrap();
+        assert!(failing.contains("two-out") && failing.contains("two-err"), "{failing}");
+        assert!(!failing.contains("one-"), "step 1's output in step 2's failure: {failing}");
+    }
+}
