@@ -47,21 +47,53 @@ const MAX_FAILING_LISTED: usize = 50;
 /// The longest summary: GitHub refuses step summaries over 1 MiB.
 const MAX_SUMMARY_BYTES: usize = 512 * 1024;
 
-/// Test output as Markdown text: one line, every character that Markdown or HTML would
-/// read as markup escaped, so a test name cannot forge a table row, a link or a tag.
+/// Test output as Markdown text: one line, with a backslash before each character that
+/// Markdown or HTML would read as markup where it stands, so a test name cannot forge a
+/// table row, a link, emphasis or a tag; and no other, so the file still reads as plain
+/// text in a terminal (`(256m)`, not `\(256m\)`).
 pub fn markdown_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' | '\r' | '\t' => out.push(' '),
-            c if c.is_control() => {}
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '<' | '>' | '(' | ')' | '#' | '+'
-            | '-' | '.' | '!' | '|' | '~' | '&' => {
-                out.push('\\');
-                out.push(c);
+    let chars: Vec<char> = text
+        .chars()
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
             }
-            c => out.push(c),
+        })
+        .filter(|c| !c.is_control())
+        .skip_while(|c| *c == ' ')
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let before = i.checked_sub(1).map(|j| chars[j]);
+        let after = chars.get(i + 1).copied();
+        let escape = match c {
+            // Code spans, emphasis, links and images, tags, table cells, strikethrough.
+            '`' | '*' | '[' | ']' | '<' | '|' | '~' => true,
+            // Only a backslash before punctuation escapes it.
+            '\\' => after.is_some_and(|a| a.is_ascii_punctuation()),
+            // Inside a word an underscore is a letter.
+            '_' => {
+                !(before.is_some_and(char::is_alphanumeric)
+                    && after.is_some_and(char::is_alphanumeric))
+            }
+            // An entity (`&amp;`, `&#60;`).
+            '&' => after.is_some_and(|a| a == '#' || a.is_ascii_alphabetic()),
+            // At the start of a line: a heading, list item, quote or setext underline.
+            '#' | '-' | '+' | '=' | '>' => i == 0,
+            // An ordered list item: digits at the start, then `.` or `)`.
+            '.' | ')' => {
+                i > 0
+                    && chars[..i].iter().all(char::is_ascii_digit)
+                    && after.is_none_or(|a| a == ' ')
+            }
+            _ => false,
+        };
+        if escape {
+            out.push('\\');
         }
+        out.push(c);
     }
     out
 }
@@ -255,8 +287,23 @@ mod tests {
     fn test_names_cannot_forge_markdown() {
         assert_eq!(
             super::markdown_text("x\n| forged | row |\n<img src=x>"),
-            "x \\| forged \\| row \\| \\<img src=x\\>"
+            "x \\| forged \\| row \\| \\<img src=x>"
         );
+        // Plain text stays plain: no escape where Markdown reads no markup.
+        assert_eq!(
+            super::markdown_text(
+                "the batch went over its memory limit (256m); see log.txt, test_x."
+            ),
+            "the batch went over its memory limit (256m); see log.txt, test_x."
+        );
+        // Markup where it stands is escaped.
+        assert_eq!(
+            super::markdown_text("# 1. _em_ *b* [l](u) ~s~ &amp; a\\*"),
+            "\\# 1. \\_em\\_ \\*b\\* \\[l\\](u) \\~s\\~ \\&amp; a\\\\\\*"
+        );
+        assert_eq!(super::markdown_text("12. item"), "12\\. item");
+        assert_eq!(super::markdown_text("0.9 > 0.5"), "0.9 > 0.5");
+        assert_eq!(super::markdown_text("- item"), "\\- item");
         assert_eq!(super::code_span("a`b"), "`` a`b ``");
         assert_eq!(super::code_span("t::x\ny"), "` t::x y `");
     }

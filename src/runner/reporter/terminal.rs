@@ -20,6 +20,8 @@ pub struct Terminal<W: Write + Send> {
     /// Per batch: whether its output is at the start of a line; its wait line.
     at_line_start: HashMap<String, bool>,
     waits: HashMap<String, WaitLine>,
+    /// When the run started, for its closing line.
+    started: Option<std::time::Instant>,
 }
 
 impl<W: Write + Send> Terminal<W> {
@@ -31,6 +33,7 @@ impl<W: Write + Send> Terminal<W> {
             prefixed: false,
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
+            started: None,
         }
     }
 
@@ -96,6 +99,111 @@ pub fn verdict_line(r: &RunRecord) -> String {
     )
 }
 
+/// The most failing tests the closing lines name (the rest are in `summary.md`).
+const MAX_CLOSING_FAILURES: usize = 50;
+
+/// The run's closing lines, as nextest ends: one summary line (how long, how many
+/// batches ended how, how many tests), then each failing test and each batch that ended
+/// neither passed nor failed, by name.
+pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> Vec<String> {
+    use crate::runner::ending::Status;
+    use crate::runner::results::junit::CaseStatus;
+    let secs = elapsed.map_or_else(
+        || run.batches.iter().map(|b| b.record.duration_s).sum(),
+        |d| d.as_secs_f64(),
+    );
+    let mut by_status: Vec<String> = Vec::new();
+    for status in [
+        Status::Passed,
+        Status::Failed,
+        Status::Timeout,
+        Status::Cancelled,
+        Status::InfraError,
+        Status::ImageRefused,
+        Status::Capacity,
+    ] {
+        let n = run.batches.iter().filter(|b| b.status() == status).count();
+        if n > 0 {
+            by_status.push(format!("{n} {}", status.as_str()));
+        }
+    }
+    let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
+    for t in run.batches.iter().map(|b| &b.record.tests) {
+        total += t.total;
+        passed += t.passed;
+        failed += t.failed;
+        errors += t.errors;
+        skipped += t.skipped;
+    }
+    let n = run.batches.len();
+    let mut lines = vec![format!(
+        "summary [{secs:>7.1}s] {n} batch{} run: {}; {total} tests: {passed} passed, {failed} failed, {errors} errors, {skipped} skipped",
+        if n == 1 { "" } else { "es" },
+        if by_status.is_empty() {
+            "none".to_string()
+        } else {
+            by_status.join(", ")
+        }
+    )];
+    let mut listed = 0;
+    let mut unlisted = 0;
+    for b in &run.batches {
+        let r = &b.record;
+        for c in b.failing() {
+            if listed == MAX_CLOSING_FAILURES {
+                unlisted += 1;
+                continue;
+            }
+            listed += 1;
+            let word = if c.status == CaseStatus::Error {
+                "ERROR"
+            } else {
+                "FAIL"
+            };
+            lines.push(format!(
+                "{word:>8} [{:>7.1}s] {} {}",
+                c.time_s.unwrap_or(0.0),
+                r.batch,
+                c.id()
+            ));
+        }
+        if !matches!(r.status, Status::Passed | Status::Failed) {
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {}{}",
+                r.status.as_str().to_uppercase(),
+                r.duration_s,
+                r.batch,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        } else if r.status == Status::Failed && b.failing().next().is_none() {
+            // Failed without a failing test case: a step, a missing or broken report.
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {}{}",
+                "FAIL",
+                r.duration_s,
+                r.batch,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if unlisted > 0 {
+        lines.push(format!(
+            "… and {unlisted} more failing test(s); see {}",
+            run.reports.join("summary.md").display()
+        ));
+    }
+    if let Some(sig) = run.stopped_by {
+        lines.push(format!("the run was stopped by {sig}"));
+    }
+    lines
+}
+
 /// How to replay each batch that did not pass.
 pub fn replay_lines(run: &RunResult) -> Vec<String> {
     run.batches
@@ -126,6 +234,7 @@ impl<W: Write + Send> Reporter for Terminal<W> {
             }
             Event::RunStarted { plan } => {
                 self.prefixed = plan.batches.len() > 1;
+                self.started = Some(std::time::Instant::now());
             }
             Event::Waiting { batch, report } => {
                 let gpus = batch.gpus;
@@ -165,6 +274,10 @@ impl<W: Write + Send> Reporter for Terminal<W> {
             }
             Event::BatchEnded { result } => console::info(verdict_line(&result.record)),
             Event::RunEnded { run } => {
+                let elapsed = self.started.map(|t| t.elapsed());
+                for line in closing_lines(run, elapsed) {
+                    console::info(line);
+                }
                 for line in replay_lines(run) {
                     console::info(line);
                 }
@@ -208,6 +321,7 @@ mod line_tests {
             .iter()
             .map(|b| verdict_line(&b.record))
             .collect();
+        lines.extend(closing_lines(&run, None));
         lines.extend(replay_lines(&run));
         insta::assert_snapshot!(lines.join("\n"));
     }

@@ -79,6 +79,24 @@ fn failing_test_cases_fail_the_batch_and_are_named() {
     assert_eq!(r.code, 1);
     let v = p.result("tf");
     assert_eq!(v["failed_tests"], serde_json::json!(["m::t1"]));
+    // The closing lines name it, as nextest's do.
+    let closing: Vec<&str> = r
+        .stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("cibox: summary ["))
+        .collect();
+    assert!(
+        closing[0].contains("1 batch run: 1 failed; 2 tests: 0 passed, 1 failed"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        closing
+            .iter()
+            .any(|l| l.contains("FAIL [") && l.ends_with("tf m::t1")),
+        "{}",
+        r.stderr
+    );
     assert_eq!(v["tests"]["skipped_reasons"]["needs 2 GPUs"], 1);
     let merged = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
     assert!(merged.contains("t1") && merged.contains("nope"), "{merged}");
@@ -250,14 +268,21 @@ fn output_keeps_its_order_and_a_failing_step_keeps_only_its_own() {
             );
         }
         // The terminal shows the same order.
-        let shown = r.stdout.find("one-more").unwrap() < r.stdout.find("cibox run: echo two").unwrap();
+        let shown =
+            r.stdout.find("one-more").unwrap() < r.stdout.find("cibox run: echo two").unwrap();
         assert!(shown, "{}", r.stdout);
         let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
         let failing = junit
             .split("<testcase")
             .find(|c| c.contains("step 2"))
             .unwrap();
-        assert!(failing.contains("two-out") && failing.contains("two-err"), "{failing}");
-        assert!(!failing.contains("one-"), "step 1's output in step 2's failure: {failing}");
+        assert!(
+            failing.contains("two-out") && failing.contains("two-err"),
+            "{failing}"
+        );
+        assert!(
+            !failing.contains("one-"),
+            "step 1's output in step 2's failure: {failing}"
+        );
     }
 }
