@@ -62,6 +62,14 @@ pub fn error(headline: &dyn Display, details: &[String]) {
     }
 }
 
+/// An error as `--json` prints it on stdout, beside its line on stderr:
+/// `{"error": {"message", "details", "exit_code"}}`.
+pub fn json_error(message: &str, details: &[String], exit_code: u8) {
+    json(&serde_json::json!({
+        "error": {"message": message, "details": details, "exit_code": exit_code}
+    }));
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn json<T: serde::Serialize>(value: &T) {
     let text = serde_json::to_string_pretty(value).expect("report values serialise");

@@ -414,7 +414,25 @@ pub fn qualify(
         reports: Some(reports),
         scope,
     };
-    let q = crate::runner::qualify::qualify(ctx.manifest()?, &ctx.host_policy()?, &image, at)?;
+    let q = crate::runner::qualify::qualify(
+        ctx.manifest()?,
+        &ctx.host_policy()?,
+        &image,
+        at,
+        ctx.json,
+    )?;
+    if ctx.json {
+        let mut outcome = q.run.to_json();
+        outcome["image"] = json!(image);
+        outcome["qualified"] = json!(q.record.is_some());
+        outcome["qualification"] = json!(q.record);
+        console::json(&outcome);
+        return Ok(if q.record.is_some() {
+            exit::SUCCESS
+        } else {
+            q.run.exit_code()
+        });
+    }
     match &q.record {
         Some(path) => {
             println!("qualified {image}: {}", path.display());

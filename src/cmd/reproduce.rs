@@ -97,10 +97,16 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     if engine.inspect(image.as_str())?.is_none() {
         return Err(image_gone(&image, &sha, &record));
     }
-    for line in plan_lines(&record, &sha, &image, &manifest_rel) {
-        println!("{line}");
+    let plan = plan_json(&record, &sha, &image, &manifest_rel);
+    if !ctx.json {
+        for line in plan_lines(&record, &sha, &image, &manifest_rel) {
+            println!("{line}");
+        }
     }
     if dry_run {
+        if ctx.json {
+            console::json(&serde_json::json!({ "plan": plan }));
+        }
         return Ok(exit::SUCCESS);
     }
     let worktree = Worktree::add(&repo, &sha)?;
@@ -128,13 +134,20 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         },
     )?;
     drop(engine);
-    let run = launch::run(m, &ctx.host_policy()?, request)?;
-    // No batch ran only when a signal stopped the run before it started.
-    let Some(replayed) = run.batches.first().map(|b| &b.record) else {
-        return Ok(run.exit_code());
-    };
+    let run = launch::run(m, &ctx.host_policy()?, request, ctx.json)?;
     drop(worktree);
-    side_by_side(&record, replayed);
+    // No batch ran only when a signal stopped the run before it started.
+    let replayed = run.batches.first().map(|b| &b.record);
+    if ctx.json {
+        console::json(&serde_json::json!({
+            "plan": plan,
+            "recorded": record,
+            "replayed": replayed,
+            "outcome": run.to_json(),
+        }));
+    } else if let Some(replayed) = replayed {
+        side_by_side(&record, replayed);
+    }
     Ok(run.exit_code())
 }
 
@@ -172,6 +185,26 @@ fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Pat
         format!("gpus:     {}", record.gpu_count),
         format!("manifest: {}", manifest_rel.display()),
     ]
+}
+
+/// What the replay will do, as `--json` prints it.
+fn plan_json(
+    record: &RunRecord,
+    sha: &str,
+    image: &ImageId,
+    manifest_rel: &Path,
+) -> serde_json::Value {
+    serde_json::json!({
+        "batch": record.batch,
+        "run": record.run,
+        "recorded_status": record.status,
+        "commit": sha,
+        "dirty": record.source.dirty,
+        "image": image,
+        "fast": record.fast,
+        "gpus": record.gpu_count,
+        "manifest": manifest_rel,
+    })
 }
 
 /// A recorded batch to replay, and where it came from.

@@ -28,8 +28,15 @@ type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Plans and executes a run with the reporters of a front end: the reports folder, the
 /// terminal, and GitHub when cibox runs in a workflow. What the manifest asks beyond the
-/// locked-down default must be granted by `policy`.
-pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Result<RunResult> {
+/// locked-down default must be granted by `policy`. With `json`, standard output is
+/// kept for the outcome the front end prints: the batches' output and GitHub's
+/// commands go to standard error.
+pub fn run(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    request: RunRequest,
+    json: bool,
+) -> Result<RunResult> {
     // Again for the front ends that come here directly (qualify, reproduce).
     let names = plan::check_request(&manifest, &request)?;
     // `changed run`'s test files, named by data from elsewhere: files of this source.
@@ -76,9 +83,18 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
     };
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     // Files first: a batch's status is printed once its result.json is written.
-    let mut reporters = Fanout::new().with(Files::new()).with(Terminal::stdout());
+    let mut reporters = Fanout::new().with(Files::new());
+    reporters = if json {
+        reporters.with(Terminal::new(std::io::stderr()))
+    } else {
+        reporters.with(Terminal::stdout())
+    };
     if crate::github::active() {
-        reporters = reporters.with(GitHub::stdout());
+        reporters = if json {
+            reporters.with(GitHub::new(std::io::stderr()))
+        } else {
+            reporters.with(GitHub::stdout())
+        };
     }
     super::execute(&plan, &locksets, &engine, &mut reporters)
 }

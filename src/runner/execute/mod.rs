@@ -119,6 +119,7 @@ fn execute_with(
         run_lock.leave_record();
     }
     let result = RunResult {
+        run: plan.run_id.clone(),
         batches,
         stopped_by,
         reports: plan.reports.clone(),

@@ -241,6 +241,7 @@ pub(crate) mod sample {
 
     pub fn run() -> RunResult {
         RunResult {
+            run: "0123456789abcdef".into(),
             batches: vec![
                 result(
                     "unit",

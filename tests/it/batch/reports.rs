@@ -115,3 +115,46 @@ fn github_actions_gets_summary_outputs_and_annotations() {
         r.stdout
     );
 }
+
+#[test]
+fn json_run_outcome_on_stdout_with_the_output_on_stderr() {
+    let p = busybox_project(
+        &(batch("good", 0, "1m", &["echo printed-by-good", JUNIT_OK], "")
+            + &batch("bad", 0, "1m", &["echo printed-by-bad; exit 3"], "")),
+        "",
+    );
+    let r = p.run(&["--json", "batch", "run", "good", "bad"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}):\n{}", r.stdout));
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["run"].as_str().unwrap().len(), 16, "{v}");
+    let batches = v["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 2, "{v}");
+    assert_eq!(batches[0]["batch"], "good");
+    assert_eq!(batches[0]["status"], "passed");
+    assert_eq!(batches[1]["status"], "failed");
+    assert_eq!(batches[1]["container_exit_code"], 3);
+    let result = batches[1]["result"].as_str().unwrap();
+    assert!(std::path::Path::new(result).is_file(), "{result}");
+    assert!(
+        v["summary"].as_str().unwrap().ends_with("summary.md"),
+        "{v}"
+    );
+    // The batches' output went to stderr, out of the JSON's way.
+    assert!(r.stderr.contains("printed-by-good"), "{}", r.stderr);
+    assert!(!r.stdout.contains("printed-by"), "{}", r.stdout);
+    // An error is JSON too (and still its one line on stderr).
+    let r = p.run(&["--json", "batch", "run", "nosuch"]);
+    r.fails_with(2, "unknown batch `nosuch`");
+    let e: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(e["error"]["exit_code"], 2, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown batch `nosuch`"),
+        "{e}"
+    );
+}
