@@ -178,6 +178,20 @@ mod tests {
     }
 }
 
+/// A duration for people: `0.4s`, `12s`, `4m 08s`, `2h 05m`.
+pub fn human(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s < 10 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h {:02}m", s / 3600, s % 3600 / 60)
+    }
+}
+
 /// `SystemTime` as RFC 3339 in UTC with milliseconds (`2026-11-29T11:22:33.456Z`).
 pub fn rfc3339(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -204,6 +218,15 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 
 #[cfg(test)]
 mod time_tests {
+    #[test]
+    fn human_durations() {
+        use std::time::Duration;
+        assert_eq!(super::human(Duration::from_millis(400)), "0.4s");
+        assert_eq!(super::human(Duration::from_secs(12)), "12s");
+        assert_eq!(super::human(Duration::from_secs(248)), "4m 08s");
+        assert_eq!(super::human(Duration::from_secs(7500)), "2h 05m");
+    }
+
     #[test]
     fn rfc3339_known_instants() {
         use std::time::{Duration, UNIX_EPOCH};

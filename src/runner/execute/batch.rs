@@ -57,6 +57,8 @@ struct Ran<'a> {
     watched: &'a Watched,
     started: SystemTime,
     clock: Instant,
+    /// How long it waited for its GPUs (until granted or refused).
+    gpu_wait: std::time::Duration,
 }
 
 /// The batch's test cases and what judging them needs.
@@ -77,6 +79,7 @@ impl Execution<'_> {
         let clock = Instant::now();
         self.emit(&Event::BatchStarted { batch: b })?;
         // The batch's GPUs, leased for its whole life.
+        let waiting = Instant::now();
         let (lease, refused) = if b.gpus > 0 {
             match self.lease(b) {
                 Ok(l) => {
@@ -91,6 +94,7 @@ impl Execution<'_> {
         } else {
             (None, None)
         };
+        let gpu_wait = waiting.elapsed();
         let leased: Vec<PoolGpu> = lease
             .as_ref()
             .map(|l| l.gpus().to_vec())
@@ -116,6 +120,7 @@ impl Execution<'_> {
                 watched: &watched,
                 started,
                 clock,
+                gpu_wait,
             },
         );
         let result = BatchResult {
@@ -246,6 +251,7 @@ impl Execution<'_> {
             watched,
             started,
             clock,
+            gpu_wait,
         } = *ran;
         let setup_failed = match ended {
             ContainerEnd::Exited(code) if *code != 0 => {
@@ -290,6 +296,7 @@ impl Execution<'_> {
             started_at: rfc3339(started),
             finished_at: rfc3339(SystemTime::now()),
             duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
+            gpu_wait_s: (gpu_wait.as_millis() as f64) / 1000.0,
             tests: cases.totals.clone(),
             cibox_version: env!("CARGO_PKG_VERSION").to_string(),
             manifest_digest: plan.manifest.digest.clone(),

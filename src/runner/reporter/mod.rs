@@ -217,6 +217,7 @@ pub(crate) mod sample {
             started_at: "2026-11-30T03:00:00Z".into(),
             finished_at: "2026-11-30T03:00:12Z".into(),
             duration_s: 12.25,
+            gpu_wait_s: 0.0,
             tests,
             cibox_version: "0.1.0".into(),
             manifest_digest: format!("sha256:{}", "d".repeat(64)),

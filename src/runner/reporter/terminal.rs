@@ -243,7 +243,11 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                     .entry(batch.name.clone())
                     .or_insert_with(|| WaitLine::new(false))
                     .tick(*report, |r| {
-                        format!("batch {name}: waiting for {gpus} GPU(s): {}", r.describe())
+                        format!(
+                            "batch {name}: waiting {} for {gpus} GPU(s): {}",
+                            crate::units::human(r.waited),
+                            r.progress()
+                        )
                     });
             }
             Event::LeaseGranted { batch, .. } => self.end_wait(&batch.name),

@@ -122,6 +122,10 @@ pub struct RunRecord {
     /// mounts, IPC, ulimits, capabilities, user, network); empty when nothing.
     #[serde(default)]
     pub loosened: serde_json::Value,
+    /// How long the batch waited for its GPUs, until they were granted or refused (0 for
+    /// a CPU batch; 0 in records of older cibox versions).
+    #[serde(default)]
+    pub gpu_wait_s: f64,
     /// The test file, for a batch `cibox changed run` made from `changed.run` (so
     /// `cibox reproduce` can make it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -119,3 +119,40 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
     );
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn a_batch_that_waits_for_its_gpus_says_where_it_stands_and_records_the_wait() {
+    let p = busybox_project(&batch("g", 1, "1m", &[JUNIT_OK], ""), "");
+    let host = GpuHost::new(1);
+    let mut holder = host
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "2"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || host.leased() == [0] && host.queued() == 0));
+    let mut c = p.batch_cmd(&["batch", "run", "g", "--wait", "30s"]);
+    host.smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", host.locks.path())
+        .env("CIBOX_PROBE_TIMEOUT", "2s");
+    let r = run(&mut c);
+    holder.wait().unwrap();
+    // It got the GPU once the holder let go (and the engine, without a GPU runtime for
+    // the fixture's UUIDs, could not start it).
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("batch g: waiting"))
+        .unwrap_or_else(|| panic!("no wait line:\n{}", r.stderr));
+    assert!(
+        line.contains("for 1 GPU(s): queue position 1, leased: GPU 0 by pid"),
+        "{line}"
+    );
+    assert!(line.contains("; gives up in 30s, at "), "{line}");
+    let v = p.result("g");
+    assert_eq!(v["gpus"][0]["uuid"], uuid(0), "{v}");
+    let waited = v["gpu_wait_s"].as_f64().unwrap();
+    assert!(
+        waited > 0.0 && waited <= v["duration_s"].as_f64().unwrap(),
+        "{v}"
+    );
+}

@@ -24,6 +24,7 @@ fn a_passing_batch_leaves_reports_and_no_container() {
     assert_eq!(v["exit_code"], 0);
     assert_eq!(v["image"], p.image.0.as_str());
     assert_eq!(v["tests"]["total"], 1);
+    assert_eq!(v["gpu_wait_s"], 0.0, "a CPU batch waits for no GPU");
     assert_eq!(v["scope"], p.scope().as_str());
     assert!(
         v["container"]
