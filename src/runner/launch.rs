@@ -83,11 +83,12 @@ pub fn run(
     };
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     // Files first: a batch's status is printed once its result.json is written.
+    let heartbeat = heartbeat();
     let mut reporters = Fanout::new().with(Files::new());
     reporters = if json {
-        reporters.with(Terminal::new(std::io::stderr()))
+        reporters.with(Terminal::new(std::io::stderr()).with_heartbeat(heartbeat))
     } else {
-        reporters.with(Terminal::stdout())
+        reporters.with(Terminal::stdout().with_heartbeat(heartbeat))
     };
     if crate::github::active() {
         reporters = if json {
@@ -97,6 +98,22 @@ pub fn run(
         };
     }
     super::execute(&plan, &locksets, &engine, &mut reporters)
+}
+
+/// How often a quiet batch is said to be alive: `CIBOX_HEARTBEAT` (a duration; `0s`
+/// never), else every 30 s; a malformed value means the default.
+fn heartbeat() -> std::time::Duration {
+    match std::env::var("CIBOX_HEARTBEAT")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        Some("0" | "0s") => std::time::Duration::ZERO,
+        Some(text) => text
+            .parse::<crate::units::Span>()
+            .map_or(super::reporter::terminal::HEARTBEAT, |s| s.0),
+        None => super::reporter::terminal::HEARTBEAT,
+    }
 }
 
 /// Where a run happens, before it is checked.

@@ -14,7 +14,7 @@ use crate::gpu::{LeaseRequest, Waiter, Want};
 use crate::manifest::BatchVerdict;
 use crate::runner::ending::{BatchResult, ContainerEnd, judge};
 use crate::runner::error::RunError;
-use crate::runner::event::Event;
+use crate::runner::event::{Event, Phase};
 use crate::runner::plan::BatchPlan;
 use crate::runner::results::batch_dir;
 use crate::runner::results::copy::Copied;
@@ -30,8 +30,9 @@ const MAX_REPORTS_BYTES: u64 = 256 << 20;
 const MAX_FAILED_NAMED: usize = 1000;
 
 /// What watching one batch's container found.
-#[derive(Default)]
 pub(super) struct Watched {
+    /// When the batch started (its phases are timed from here).
+    pub started: Instant,
     /// How much the batch printed, for the record (log.txt keeps only so much).
     pub printed: Cell<u64>,
     /// Its container could not be removed: its folder is not cleaned (it may still
@@ -47,6 +48,20 @@ pub(super) struct Watched {
     pub steps: RefCell<Option<StepTracker>>,
     /// Which phase of its script was under way.
     pub phases: RefCell<PhaseTracker>,
+}
+
+impl Watched {
+    fn new(started: Instant) -> Watched {
+        Watched {
+            started,
+            printed: Cell::default(),
+            container_left: Cell::default(),
+            reports: RefCell::default(),
+            container_died: Cell::default(),
+            steps: RefCell::default(),
+            phases: RefCell::default(),
+        }
+    }
 }
 
 /// What a batch did, for its record.
@@ -87,11 +102,27 @@ impl Execution<'_> {
                         batch: b,
                         gpus: l.gpus(),
                     })?;
+                    let gpus: Vec<String> = l
+                        .gpus()
+                        .iter()
+                        .map(|g| format!("GPU {} ({})", g.index, g.uuid))
+                        .collect();
+                    self.phase(
+                        b,
+                        Phase::Lease,
+                        clock,
+                        format!(
+                            "{} after waiting {}",
+                            gpus.join(", "),
+                            crate::units::human(waiting.elapsed())
+                        ),
+                    )?;
                     (Some(l), None)
                 }
                 Err(e) => (None, Some(self.failed(b, e)?)),
             }
         } else {
+            self.phase(b, Phase::Lease, clock, "no GPU asked".into())?;
             (None, None)
         };
         let gpu_wait = waiting.elapsed();
@@ -99,7 +130,7 @@ impl Execution<'_> {
             .as_ref()
             .map(|l| l.gpus().to_vec())
             .unwrap_or_default();
-        let watched = Watched::default();
+        let watched = Watched::new(clock);
         if b.verdict == BatchVerdict::ExitCode {
             *watched.steps.borrow_mut() = Some(StepTracker::new(&b.run));
         }
@@ -111,6 +142,14 @@ impl Execution<'_> {
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
         let cases = self.cases(b, &ended, &watched);
+        let collected = {
+            let copied = watched.reports.borrow();
+            format!(
+                "{} file(s), {} byte(s) copied out of /reports; {} test case(s)",
+                copied.files, copied.bytes, cases.totals.total
+            )
+        };
+        self.phase(b, Phase::Collect, clock, collected)?;
         let record = self.record(
             b,
             &Ran {
@@ -131,6 +170,22 @@ impl Execution<'_> {
         };
         self.emit(&Event::BatchEnded { result: &result })?;
         Ok(result)
+    }
+
+    /// Says that a step of the batch is done or under way (what `-v` shows).
+    pub(super) fn phase(
+        &self,
+        b: &BatchPlan,
+        phase: Phase,
+        started: Instant,
+        detail: String,
+    ) -> Result<()> {
+        self.emit(&Event::Phase {
+            batch: Some(b),
+            phase,
+            at: started.elapsed(),
+            detail,
+        })
     }
 
     /// Runs the batch's container. An engine failure ends this batch, not the run: the

@@ -19,7 +19,7 @@ use super::container::git_mask;
 use super::container::source::{OUTPUT_FOLDERS, SourceSet};
 use super::ending::{BatchResult, ContainerEnd, RunResult, Status};
 use super::error::RunError;
-use super::event::Event;
+use super::event::{Event, Phase};
 use super::plan::{BatchPlan, RunPlan};
 use super::reporter::Reporter;
 use super::results::batch_dir;
@@ -53,8 +53,18 @@ fn execute_with(
     start_watchdog: StartWatchdog,
     reporter: &mut dyn Reporter,
 ) -> Result<RunResult> {
+    let started = std::time::Instant::now();
     source_readable(plan)?;
     verify_images(plan, locksets, engine)?;
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
+        reporter.handle(&Event::Phase {
+            batch: None,
+            phase: Phase::Verify,
+            at: started.elapsed(),
+            detail: format!("image {name} {id} carries the source's lockset {lockset}"),
+        })?;
+    }
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.

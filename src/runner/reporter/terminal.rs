@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use super::{Reporter, ReporterError};
 use crate::console::{self, WaitLine};
@@ -11,6 +12,17 @@ use crate::runner::cleanup::sweep::{Note, Swept};
 use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
 use crate::runner::results::record::{RunRecord, reproduce_line};
+use crate::units::human;
+
+/// How often a quiet batch is said to be alive, unless `CIBOX_HEARTBEAT` says otherwise.
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// A running batch, for its heartbeat.
+struct Alive {
+    started: Instant,
+    last_output: Option<Instant>,
+    last_said: Instant,
+}
 
 /// The terminal reporter of a run.
 pub struct Terminal<W: Write + Send> {
@@ -22,6 +34,10 @@ pub struct Terminal<W: Write + Send> {
     waits: HashMap<String, WaitLine>,
     /// When the run started, for its closing line.
     started: Option<std::time::Instant>,
+    /// Each running batch, and how often to say that a quiet one still runs (zero:
+    /// never).
+    alive: HashMap<String, Alive>,
+    heartbeat: Duration,
 }
 
 impl<W: Write + Send> Terminal<W> {
@@ -34,7 +50,38 @@ impl<W: Write + Send> Terminal<W> {
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
             started: None,
+            alive: HashMap::new(),
+            heartbeat: HEARTBEAT,
         }
+    }
+
+    /// Says every `every` that a batch which printed nothing for that long still runs
+    /// (zero: never).
+    pub fn with_heartbeat(mut self, every: Duration) -> Terminal<W> {
+        self.heartbeat = every;
+        self
+    }
+
+    /// A quiet batch's heartbeat, when one is due: how long it has run and when it
+    /// last printed.
+    fn beat(&mut self, batch: &str) {
+        let Some(a) = self.alive.get_mut(batch) else {
+            return;
+        };
+        let now = Instant::now();
+        let quiet_since = a.last_output.unwrap_or(a.started).max(a.last_said);
+        if self.heartbeat.is_zero() || now.duration_since(quiet_since) < self.heartbeat {
+            return;
+        }
+        a.last_said = now;
+        let last = match a.last_output {
+            Some(t) => format!("last output {} ago", human(now.duration_since(t))),
+            None => "no output yet".to_string(),
+        };
+        console::info(format!(
+            "batch {batch}: running for {}, {last}",
+            human(now.duration_since(a.started))
+        ));
     }
 
     fn end_wait(&mut self, batch: &str) {
@@ -251,13 +298,43 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                     });
             }
             Event::LeaseGranted { batch, .. } => self.end_wait(&batch.name),
+            Event::ContainerStarted { batch, .. } => {
+                let now = Instant::now();
+                self.alive.insert(
+                    batch.name.clone(),
+                    Alive {
+                        started: now,
+                        last_output: None,
+                        last_said: now,
+                    },
+                );
+            }
+            Event::Tick { batch } => self.beat(&batch.name),
+            Event::Phase {
+                batch,
+                phase,
+                at,
+                detail,
+            } => match batch {
+                Some(b) => console::debug(format!(
+                    "batch {}: {:>9} [{:>6.1}s] {detail}",
+                    b.name,
+                    phase.as_str(),
+                    at.as_secs_f64()
+                )),
+                None => console::debug(format!("{}: {detail}", phase.as_str())),
+            },
             Event::Output { batch, bytes } => {
+                if let Some(a) = self.alive.get_mut(&batch.name) {
+                    a.last_output = Some(Instant::now());
+                }
                 let start = self.at_line_start.entry(batch.name.clone()).or_insert(true);
                 let prefix = self.prefixed.then_some(batch.name.as_str());
                 let buf = prefix_lines(bytes, prefix, start);
                 let _ = self.out.write_all(&buf);
             }
-            Event::OutputEnded { .. } => {
+            Event::OutputEnded { batch } => {
+                self.alive.remove(&batch.name);
                 let _ = self.out.flush();
             }
             Event::TimedOut { batch } => {
