@@ -22,6 +22,18 @@ pub struct BuildInputs<'a> {
     pub base_layers: std::collections::HashSet<String>,
 }
 
+/// What a build goes through after the engine's builder, for the command to show.
+pub enum Stage<'a> {
+    /// Output of the engine's builder, as it comes.
+    Output(&'a str),
+    /// The engine's build is being saved, to be written again.
+    Saving,
+    /// The saved build (this many bytes) is being normalised.
+    Normalising { bytes: u64 },
+    /// The normalised image (this many bytes) is being loaded into the engine.
+    Loading { bytes: u64 },
+}
+
 /// A normalised build, loaded into the engine.
 pub struct Built {
     pub id: ImageId,
@@ -37,7 +49,7 @@ fn build_once(
     inputs: &BuildInputs<'_>,
     no_cache: bool,
     scratch: &Path,
-    on_output: &mut dyn FnMut(&str),
+    on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Normalised, ImageError> {
     let context = (inputs.context)()?;
     // The raw build gets a tag of its own, never the lockset tag: removing it must not
@@ -49,13 +61,15 @@ fn build_once(
         inputs.labels,
         &raw_tag,
         no_cache,
-        |out| on_output(out),
+        |out| on(Stage::Output(out)),
     )?;
     let saved = scratch.join("built.tar");
+    on(Stage::Saving);
     let result = engine
         .save(&raw, &saved)
         .map_err(ImageError::from)
-        .and_then(|_| {
+        .and_then(|bytes| {
+            on(Stage::Normalising { bytes });
             normalize::normalise(
                 &saved,
                 inputs.epoch,
@@ -74,11 +88,18 @@ fn build_once(
 }
 
 /// Loads a normalised archive and returns its ID as the engine names it.
-fn load(engine: &Engine, n: &Normalised) -> Result<Built, ImageError> {
+fn load(
+    engine: &Engine,
+    n: &Normalised,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> Result<Built, ImageError> {
     let file = n
         .archive
         .reopen()
         .map_err(|e| ImageError::refused(format!("reading the normalised archive: {e}")))?;
+    on(Stage::Loading {
+        bytes: file.metadata().map_or(0, |m| m.len()),
+    });
     let loaded = engine.load(Box::new(file))?;
     // A tagged archive reports the tag; its ID is what the engine resolves it to.
     let mut engine_id = None;
@@ -108,11 +129,11 @@ fn scratch() -> Result<tempfile::TempDir, ImageError> {
 pub fn build(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
-    on_output: &mut dyn FnMut(&str),
+    on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Built, ImageError> {
     let scratch = scratch()?;
-    let n = build_once(engine, inputs, false, scratch.path(), on_output)?;
-    load(engine, &n)
+    let n = build_once(engine, inputs, false, scratch.path(), on)?;
+    load(engine, &n, on)
 }
 
 /// `image build --check`: two builds without the cache; the first is loaded when they
@@ -120,7 +141,7 @@ pub fn build(
 pub fn check(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
-    on_output: &mut dyn FnMut(&str),
+    on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Built, ImageError> {
     let scratch = scratch()?;
     let first_dir = scratch.path().join("1");
@@ -129,8 +150,8 @@ pub fn check(
         std::fs::create_dir(d)
             .map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
     }
-    let first = build_once(engine, inputs, true, &first_dir, on_output)?;
-    let second = build_once(engine, inputs, true, &second_dir, on_output)?;
+    let first = build_once(engine, inputs, true, &first_dir, on)?;
+    let second = build_once(engine, inputs, true, &second_dir, on)?;
     if first.id != second.id {
         let mut details = normalize::differences(&first, &second, 20);
         if details.is_empty() {
@@ -144,7 +165,7 @@ pub fn check(
             details,
         });
     }
-    load(engine, &first)
+    load(engine, &first, on)
 }
 
 /// The latest epoch an image's `created` can carry (9999-12-31T23:59:59Z).
