@@ -352,6 +352,7 @@ impl Execution<'_> {
             finished_at: rfc3339(SystemTime::now()),
             duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
             gpu_wait_s: (gpu_wait.as_millis() as f64) / 1000.0,
+            hardware: Some(self.hardware.of_batch(leased)),
             tests: cases.totals.clone(),
             cibox_version: env!("CARGO_PKG_VERSION").to_string(),
             manifest_digest: plan.manifest.digest.clone(),

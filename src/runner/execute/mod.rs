@@ -23,6 +23,7 @@ use super::event::{Event, Phase};
 use super::plan::{BatchPlan, RunPlan};
 use super::reporter::Reporter;
 use super::results::batch_dir;
+use super::results::record::Hardware;
 use crate::engine::ContainerEngine;
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe;
@@ -95,6 +96,7 @@ fn execute_with(
     } else {
         Vec::new()
     };
+    let hardware = RunHardware::of(engine, plan.needs_gpus().then_some(&prober));
     for b in &plan.batches {
         batch_dir::refuse_foreign(&b.dir)?;
     }
@@ -114,6 +116,7 @@ fn execute_with(
             .collect(),
         git_masks: &git_masks.binds,
         source: &source,
+        hardware,
     };
     run.emit(&Event::RunStarted { plan })?;
     let batches = if plan.parallel {
@@ -230,6 +233,51 @@ struct Execution<'a> {
     git_masks: &'a [String],
     /// What of the source each batch gets in `/work`.
     source: &'a SourceSet,
+    /// What the run's batches run on.
+    hardware: RunHardware,
+}
+
+/// What the run's batches run on, read once: the pool's GPUs (or why the probe could
+/// not say what they are), the kernel, the engine.
+struct RunHardware {
+    gpus: std::result::Result<Vec<probe::GpuHardware>, String>,
+    kernel: String,
+    engine: String,
+}
+
+impl RunHardware {
+    /// Asks the engine, the kernel and (for a run with GPU batches) the probe.
+    fn of(engine: &dyn ContainerEngine, prober: Option<&probe::Prober>) -> RunHardware {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|k| k.trim().to_string())
+            .unwrap_or_default();
+        RunHardware {
+            gpus: prober.map_or(Ok(Vec::new()), |p| p.hardware().map_err(|e| e.to_string())),
+            kernel,
+            engine: engine.version(),
+        }
+    }
+
+    /// What a batch that leased `leased` ran on.
+    fn of_batch(&self, leased: &[PoolGpu]) -> Hardware {
+        let (gpus, gpus_unknown) = match &self.gpus {
+            Ok(all) => (
+                leased
+                    .iter()
+                    .filter_map(|g| all.iter().find(|h| h.uuid == g.uuid).cloned())
+                    .collect(),
+                None,
+            ),
+            Err(why) if !leased.is_empty() => (Vec::new(), Some(why.clone())),
+            Err(_) => (Vec::new(), None),
+        };
+        Hardware {
+            gpus,
+            kernel: self.kernel.clone(),
+            engine: self.engine.clone(),
+            gpus_unknown,
+        }
+    }
 }
 
 impl Execution<'_> {

@@ -85,6 +85,10 @@ impl FakeEngine {
 }
 
 impl ContainerEngine for FakeEngine {
+    fn version(&self) -> String {
+        "20.10.24+fake".into()
+    }
+
     fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
         Ok(self.script.image_present.then(|| ImageDetails {
             id: reference.to_string(),

@@ -5,6 +5,7 @@
 
 pub mod files;
 pub mod github;
+mod hardware;
 pub mod terminal;
 
 use super::ending::BatchResult;
@@ -165,6 +166,7 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             reproduce_line(&b.record_path)
         ));
     }
+    s.push_str(&hardware::summary_section(results));
     s
 }
 
@@ -177,7 +179,7 @@ pub(crate) mod sample {
 
     use crate::runner::ending::{BatchResult, RunResult, Status};
     use crate::runner::results::junit::{Case, CaseStatus, Totals};
-    use crate::runner::results::record::{GpuRef, RunRecord, SourceInfo};
+    use crate::runner::results::record::{GpuHardware, GpuRef, Hardware, RunRecord, SourceInfo};
 
     fn case(name: &str, status: CaseStatus, message: Option<&str>, file: Option<&str>) -> Case {
         Case {
@@ -218,6 +220,20 @@ pub(crate) mod sample {
             finished_at: "2026-11-30T03:00:12Z".into(),
             duration_s: 12.25,
             gpu_wait_s: 0.0,
+            hardware: Some(Hardware {
+                gpus: vec![GpuHardware {
+                    index: 0,
+                    uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                    name: Some("NVIDIA H100 80GB HBM3".into()),
+                    memory_mib: Some(81559),
+                    driver: Some("550.54.15".into()),
+                    cuda: Some("12.4".into()),
+                    compute_capability: Some("9.0".into()),
+                }],
+                kernel: "6.1.0-18-amd64".into(),
+                engine: "20.10.24+dfsg1".into(),
+                gpus_unknown: None,
+            }),
             tests,
             cibox_version: "0.1.0".into(),
             manifest_digest: format!("sha256:{}", "d".repeat(64)),

@@ -248,6 +248,7 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
     if let Some(sig) = run.stopped_by {
         lines.push(format!("the run was stopped by {sig}"));
     }
+    lines.extend(super::hardware::closing_line(&run.batches));
     lines
 }
 

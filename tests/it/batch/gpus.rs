@@ -156,3 +156,57 @@ fn a_batch_that_waits_for_its_gpus_says_where_it_stands_and_records_the_wait() {
         "{v}"
     );
 }
+
+#[test]
+fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
+    let p = busybox_project(
+        &(batch("g", 1, "1m", &[JUNIT_OK], "") + &batch("cpu", 0, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    for backend in Backend::BOTH {
+        let smi = FakeSmi::with_gpus(2);
+        smi.set("gpu_name", "NVIDIA A100-SXM4-80GB");
+        smi.set("compute_cap", "8.0");
+        smi.set("cuda_version", "12.2");
+        smi.set("driver_version", "535.104.05");
+        let locks = tempfile::tempdir().unwrap();
+        let mut c = p.batch_cmd(&["batch", "run", "g", "cpu"]);
+        smi.apply(&mut c);
+        backend.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+        let r = run(&mut c);
+        // The fixture's GPUs exist on no engine: the batch leases one and cannot start.
+        assert_eq!(r.code, 5, "{backend:?}: {}", r.stderr);
+        let hw = &p.result("g")["hardware"];
+        assert_eq!(
+            hw["gpus"],
+            serde_json::json!([{
+                "index": 0,
+                "uuid": uuid(0),
+                "name": "NVIDIA A100-SXM4-80GB",
+                "memory_mib": 81559,
+                "driver": "535.104.05",
+                "cuda": "12.2",
+                "compute_capability": "8.0",
+            }]),
+            "{backend:?}: {hw}"
+        );
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_eq!(hw["kernel"], kernel.trim(), "{hw}");
+        assert!(!hw["engine"].as_str().unwrap().is_empty(), "{hw}");
+        let cpu = &p.result("cpu")["hardware"];
+        assert_eq!(cpu["gpus"], serde_json::json!([]), "{cpu}");
+        assert_eq!(cpu["engine"], hw["engine"], "{cpu}");
+    }
+    // A driver too old to say the compute capability: the rest is still recorded.
+    let smi = FakeSmi::with_gpus(1);
+    smi.set("compute_cap", "old");
+    let locks = tempfile::tempdir().unwrap();
+    let mut c = p.batch_cmd(&["batch", "run", "g"]);
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+    assert_eq!(run(&mut c).code, 5);
+    let gpu = &p.result("g")["hardware"]["gpus"][0];
+    assert_eq!(gpu["name"], "NVIDIA H100 80GB HBM3", "{gpu}");
+    assert!(gpu["compute_capability"].is_null(), "{gpu}");
+}
