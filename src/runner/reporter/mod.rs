@@ -7,6 +7,7 @@ pub mod files;
 pub mod github;
 mod hardware;
 pub mod terminal;
+pub mod timeline;
 
 use super::ending::BatchResult;
 pub use super::error::ReporterError;
@@ -42,6 +43,9 @@ impl Reporter for Fanout {
         self.0.iter_mut().try_for_each(|r| r.handle(event))
     }
 }
+
+/// The picture of the run beside `summary.md` (see [`timeline`]).
+pub const TIMELINE_FILE: &str = "timeline.svg";
 
 /// The most failing tests a summary lists per batch.
 const MAX_FAILING_LISTED: usize = 50;
@@ -141,6 +145,14 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             r.tests.skipped,
             r.gpus.len(),
             r.duration_s
+        ));
+    }
+    let picture = timeline::mermaid(results);
+    if !picture.is_empty() {
+        s.push_str("\n### Timeline\n\n");
+        s.push_str(&picture);
+        s.push_str(&format!(
+            "\nPer GPU, each batch's wait for its GPUs, then its run (red: it did not pass). The same picture without GitHub: `{TIMELINE_FILE}` beside `summary.md`.\n"
         ));
     }
     for b in results.iter().filter(|b| !b.passed()) {

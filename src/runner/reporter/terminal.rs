@@ -249,6 +249,13 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         lines.push(format!("the run was stopped by {sig}"));
     }
     lines.extend(super::hardware::closing_line(&run.batches));
+    if !run.batches.is_empty() {
+        lines.push(format!(
+            "reports: {}, with a picture of the run in {}",
+            run.reports.join("summary.md").display(),
+            run.reports.join(super::TIMELINE_FILE).display()
+        ));
+    }
     lines
 }
 

@@ -210,3 +210,78 @@ fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
     assert_eq!(gpu["name"], "NVIDIA H100 80GB HBM3", "{gpu}");
     assert!(gpu["compute_capability"].is_null(), "{gpu}");
 }
+
+#[test]
+fn the_summary_and_timeline_svg_picture_which_batch_ran_on_which_gpu_when() {
+    let p = busybox_project(
+        &(batch("cpu", 0, "1m", &["sleep 1", JUNIT_OK], "")
+            + &batch("g1", 1, "1m", &[JUNIT_OK], "")
+            + &batch("g2", 1, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    let host = GpuHost::new(1);
+    let mut c = p.batch_cmd(&[
+        "batch",
+        "run",
+        "cpu",
+        "g1",
+        "g2",
+        "--parallel",
+        "--wait",
+        "30s",
+    ]);
+    host.smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", host.locks.path());
+    let r = run(&mut c);
+    // The fixture's GPU exists on no engine: both GPU batches get GPU 0, one after the
+    // other, and cannot start.
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
+    let block = summary
+        .split("```mermaid\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap_or_else(|| panic!("no Mermaid block:\n{summary}"));
+    let lines: Vec<&str> = block.lines().map(str::trim).collect();
+    assert_eq!(lines[0], "gantt", "{block}");
+    assert!(lines.contains(&"dateFormat x"), "{block}");
+    assert!(
+        lines.contains(&"section GPU 0 (NVIDIA H100 80GB HBM3)") && lines.contains(&"section CPU"),
+        "{block}"
+    );
+    // Every task: `NAME :[tags, ]id, start, end` with start < end in Unix milliseconds.
+    let tasks: Vec<&str> = lines.iter().copied().filter(|l| l.contains(" :")).collect();
+    for t in &tasks {
+        let (_, data) = t.split_once(" :").unwrap();
+        let fields: Vec<&str> = data.split(", ").collect();
+        let (start, end) = (fields[fields.len() - 2], fields[fields.len() - 1]);
+        let (start, end): (u64, u64) = (start.parse().unwrap(), end.parse().unwrap());
+        assert!(start < end && start > 1_700_000_000_000, "{t}");
+    }
+    for name in [
+        "cpu passed :done",
+        "g1 infra_error :crit",
+        "g2 infra_error :crit",
+    ] {
+        assert!(tasks.iter().any(|t| t.starts_with(name)), "{name}: {block}");
+    }
+    let svg = std::fs::read_to_string(p.reports().join("timeline.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
+    );
+    for text in [
+        ">GPU 0 (NVIDIA H100 80GB HBM3)<",
+        ">CPU<",
+        ">g1<",
+        ">g2<",
+        ">cpu<",
+        "passed ",
+    ] {
+        assert!(
+            svg.contains(text),
+            "{text} missing from the picture:\n{svg}"
+        );
+    }
+    assert!(!svg.contains("<script") && !svg.contains("href"), "{svg}");
+}
