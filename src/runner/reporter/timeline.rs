@@ -281,7 +281,7 @@ fn tick_step(span_ms: u64) -> u64 {
 fn offset(ms: u64) -> String {
     if ms == 0 {
         "0".into()
-    } else if ms < 10_000 && ms % 1000 != 0 {
+    } else if ms < 10_000 && !ms.is_multiple_of(1000) {
         format!("+{:.1}s", ms as f64 / 1000.0)
     } else if ms < 60_000 {
         format!("+{}s", ms / 1000)
