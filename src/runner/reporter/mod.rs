@@ -74,8 +74,12 @@ pub fn markdown_text(text: &str) -> String {
         let before = i.checked_sub(1).map(|j| chars[j]);
         let after = chars.get(i + 1).copied();
         let escape = match c {
-            // Code spans, emphasis, links and images, tags, table cells, strikethrough.
-            '`' | '*' | '[' | ']' | '<' | '|' | '~' => true,
+            // Code spans, emphasis, tags, table cells, strikethrough.
+            '`' | '*' | '<' | '|' | '~' => true,
+            // A link: `[text](url)`, `[text][ref]`, or a definition `[ref]: url`, which
+            // only the start of a line can hold. `[[gpu]]` and `test_x[1]` stay plain.
+            '[' => i == 0,
+            ']' => after.is_some_and(|a| matches!(a, '(' | '[' | ':')),
             // Only a backslash before punctuation escapes it.
             '\\' => after.is_some_and(|a| a.is_ascii_punctuation()),
             // Inside a word an underscore is a letter.
@@ -329,7 +333,11 @@ mod tests {
         // Markup where it stands is escaped.
         assert_eq!(
             super::markdown_text("# 1. _em_ *b* [l](u) ~s~ &amp; a\\*"),
-            "\\# 1. \\_em\\_ \\*b\\* \\[l\\](u) \\~s\\~ \\&amp; a\\\\\\*"
+            "\\# 1. \\_em\\_ \\*b\\* [l\\](u) \\~s\\~ \\&amp; a\\\\\\*"
+        );
+        assert_eq!(
+            super::markdown_text("[r]: http://x and [a][r] but [[gpu]] and t[1]"),
+            "\\[r\\]: http://x and [a\\][r] but [[gpu]] and t[1]"
         );
         assert_eq!(super::markdown_text("12. item"), "12\\. item");
         assert_eq!(super::markdown_text("0.9 > 0.5"), "0.9 > 0.5");
