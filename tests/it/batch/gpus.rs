@@ -170,7 +170,8 @@ fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
         smi.set("cuda_version", "12.2");
         smi.set("driver_version", "535.104.05");
         let locks = tempfile::tempdir().unwrap();
-        let mut c = p.batch_cmd(&["batch", "run", "g", "cpu"]);
+        // A wait: another test's orphan container may name the fixture's GPU 0 a moment.
+        let mut c = p.batch_cmd(&["batch", "run", "g", "cpu", "--wait", "30s"]);
         smi.apply(&mut c);
         backend.apply(&mut c);
         c.env("CIBOX_GPU_LOCK_DIR", locks.path());
@@ -202,7 +203,7 @@ fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
     let smi = FakeSmi::with_gpus(1);
     smi.set("compute_cap", "old");
     let locks = tempfile::tempdir().unwrap();
-    let mut c = p.batch_cmd(&["batch", "run", "g"]);
+    let mut c = p.batch_cmd(&["batch", "run", "g", "--wait", "30s"]);
     smi.apply(&mut c);
     c.env("CIBOX_GPU_LOCK_DIR", locks.path());
     assert_eq!(run(&mut c).code, 5);
