@@ -75,6 +75,26 @@ fn qualify_writes_a_record_only_when_every_batch_passed() {
         !out.join("qualification.json").exists(),
         "a failed qualification left a record"
     );
+    // Under --json, the outcome says so.
+    let r = run(cibox(p.project.path())
+        .args([
+            "--json",
+            "image",
+            "qualify",
+            &p.image.0,
+            "--scope",
+            &p.scope(),
+            "--reports",
+        ])
+        .arg(&out));
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (v["qualified"].as_bool(), v["status"].as_str()),
+        (Some(false), Some("failed")),
+        "{v}"
+    );
+    assert_eq!(v["batches"].as_array().unwrap().len(), 2, "{v}");
     run(cibox(p.project.path()).args(["image", "qualify", "latest"])).fails_with(3, "is a tag");
 }
 
@@ -101,6 +121,13 @@ fn github_actions_gets_summary_outputs_and_annotations() {
     let s = std::fs::read_to_string(&summary).unwrap();
     assert!(
         s.contains("| red | failed |") && s.contains("cibox reproduce"),
+        "{s}"
+    );
+    // The timeline, which GitHub draws.
+    assert!(
+        s.contains("```mermaid\ngantt\n")
+            && s.contains("section CPU\n")
+            && s.contains("red failed :crit, "),
         "{s}"
     );
     assert!(
