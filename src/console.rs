@@ -76,6 +76,14 @@ pub fn error_lines(headline: &dyn Display, details: &[String]) -> String {
     out
 }
 
+/// An error as `--json` prints it on stdout, beside its line on stderr:
+/// `{"error": {"message", "details", "exit_code"}}`.
+pub fn json_error(message: &str, details: &[String], exit_code: u8) {
+    json(&serde_json::json!({
+        "error": {"message": message, "details": details, "exit_code": exit_code}
+    }));
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn json<T: serde::Serialize>(value: &T) {
     let text = serde_json::to_string_pretty(value).expect("report values serialise");
@@ -200,6 +208,100 @@ impl WaitLine {
         if self.live && self.shown {
             let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
             self.shown = false;
+        }
+    }
+}
+
+/// Says that long work still goes on: every `every` that nothing else was said, a line
+/// `WHAT: 40s so far` on stderr, from a thread of its own, until dropped.
+pub struct Ticker {
+    state: std::sync::Arc<(std::sync::Mutex<TickState>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct TickState {
+    what: Option<String>,
+    since: Instant,
+    said: Instant,
+    done: bool,
+}
+
+impl Ticker {
+    pub fn start(every: Duration) -> Ticker {
+        let now = Instant::now();
+        let state = std::sync::Arc::new((
+            std::sync::Mutex::new(TickState {
+                what: None,
+                since: now,
+                said: now,
+                done: false,
+            }),
+            std::sync::Condvar::new(),
+        ));
+        let shared = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("ticker".into())
+            .spawn(move || {
+                let (lock, wake) = &*shared;
+                let mut s = lock
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                while !s.done {
+                    let due = s.said + every;
+                    let now = Instant::now();
+                    if now < due {
+                        s = wake
+                            .wait_timeout(s, due - now)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .0;
+                        continue;
+                    }
+                    s.said = now;
+                    if let Some(what) = &s.what {
+                        info(format!(
+                            "{what}: {} so far",
+                            crate::units::human(now.duration_since(s.since))
+                        ));
+                    }
+                }
+            })
+            .ok();
+        Ticker { state, thread }
+    }
+
+    /// The work under way now (said, so the next line is one period away).
+    pub fn doing(&self, what: impl Into<String>) {
+        let mut s = self
+            .state
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.what = Some(what.into());
+        s.since = Instant::now();
+        s.said = s.since;
+    }
+
+    /// Something else was said: the next line is one period away.
+    pub fn said(&self) {
+        let mut s = self
+            .state
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.said = Instant::now();
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.state
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .done = true;
+        self.state.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

@@ -19,10 +19,14 @@ fn main() -> ExitCode {
         Err(e) => return ExitCode::from(usage_error(e)),
     };
     console::init(cli.verbose);
+    let json = cli.json;
     let code = match cmd::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             console::error(&e, e.details());
+            if json {
+                console::json_error(&e.to_string(), e.details(), e.exit_code());
+            }
             e.exit_code()
         }
     };
@@ -60,6 +64,14 @@ fn usage_error(e: clap::Error) -> u8 {
                 .unwrap_or("bad command line")
                 .trim_start_matches("error: ");
             eprintln!("cibox: error: {first} (see `cibox --help`)");
+            // `--json` was asked for, though the line it is on did not parse.
+            let json = std::env::args()
+                .skip(1)
+                .take_while(|a| a != "--")
+                .any(|a| a == "--json");
+            if json {
+                console::json_error(first, &[], exit::USAGE);
+            }
             exit::USAGE
         }
     }

@@ -178,6 +178,20 @@ mod tests {
     }
 }
 
+/// A duration for people: `0.4s`, `12s`, `4m 08s`, `2h 05m`.
+pub fn human(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s < 10 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h {:02}m", s / 3600, s % 3600 / 60)
+    }
+}
+
 /// `SystemTime` as RFC 3339 in UTC with milliseconds (`2026-11-29T11:22:33.456Z`).
 pub fn rfc3339(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -202,8 +216,88 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
     )
 }
 
+/// Milliseconds since 1970 of an RFC 3339 time in UTC as [`rfc3339`] writes it
+/// (`2026-11-29T11:22:33.456Z`; the fraction optional, up to milliseconds used).
+pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() < 20 || !text.ends_with('Z') || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = text.get(r)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let millis = match &text[19..text.len() - 1] {
+        "" => 0,
+        frac if frac.starts_with('.') && frac.len() > 1 => {
+            let digits: String = frac[1..].chars().chain("000".chars()).take(3).collect();
+            num_str(&digits)?
+        }
+        _ => return None,
+    };
+    // Days since 1970-01-01 from a civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec;
+    u64::try_from(secs)
+        .ok()?
+        .checked_mul(1000)?
+        .checked_add(millis)
+}
+
+fn num_str(s: &str) -> Option<u64> {
+    s.bytes()
+        .all(|c| c.is_ascii_digit())
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
 #[cfg(test)]
 mod time_tests {
+    #[test]
+    fn rfc3339_reads_back_what_it_writes() {
+        use std::time::{Duration, UNIX_EPOCH};
+        for ms in [0, 951_782_400_000, 1_795_951_353_456, 4_102_444_799_999] {
+            let text = super::rfc3339(UNIX_EPOCH + Duration::from_millis(ms));
+            assert_eq!(super::parse_rfc3339_ms(&text), Some(ms), "{text}");
+        }
+        assert_eq!(
+            super::parse_rfc3339_ms("2026-11-30T03:00:12Z"),
+            Some(1_796_007_612_000)
+        );
+        for bad in [
+            "",
+            "2026-11-30",
+            "2026-13-30T03:00:12Z",
+            "2026-11-30T03:00:12.x5Z",
+            "2026-11-30T03:00:12+01:00",
+        ] {
+            assert_eq!(super::parse_rfc3339_ms(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn human_durations() {
+        use std::time::Duration;
+        assert_eq!(super::human(Duration::from_millis(400)), "0.4s");
+        assert_eq!(super::human(Duration::from_secs(12)), "12s");
+        assert_eq!(super::human(Duration::from_secs(248)), "4m 08s");
+        assert_eq!(super::human(Duration::from_secs(7500)), "2h 05m");
+    }
+
     #[test]
     fn rfc3339_known_instants() {
         use std::time::{Duration, UNIX_EPOCH};

@@ -8,7 +8,6 @@ use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::host::HostPolicy;
 use crate::lockdir::LockDir;
 use crate::manifest::Manifest;
 use crate::runner::launch::{self, Whereabouts};
@@ -77,17 +76,19 @@ pub fn list(ctx: &Context) -> Result<u8> {
 
 /// `cibox batch run` and `cibox layer run`.
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
-    run_manifest(ctx.manifest()?, &ctx.host_policy()?, names, layer, opts)
+    run_manifest(ctx, ctx.manifest()?, names, layer, opts)
 }
 
-/// Runs batches of a manifest (which `changed run` extends with its own).
+/// Runs batches of a manifest (which `changed run` extends with its own); with `--json`
+/// the run's outcome is printed on stdout.
 pub(super) fn run_manifest(
+    ctx: &Context,
     m: Manifest,
-    policy: &HostPolicy,
     names: &[String],
     layer: Option<&str>,
     opts: &RunOptions,
 ) -> Result<u8> {
+    let policy = ctx.host_policy()?;
     let mut request = RunRequest {
         names: names.to_vec(),
         layer: layer.map(str::to_string),
@@ -130,7 +131,10 @@ pub(super) fn run_manifest(
             scope: opts.scope.clone(),
         },
     )?;
-    let run = launch::run(m, policy, request)?;
+    let run = launch::run(m, &policy, request, ctx.json)?;
+    if ctx.json {
+        console::json(&run.to_json());
+    }
     Ok(run.exit_code())
 }
 

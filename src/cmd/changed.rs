@@ -261,6 +261,12 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     }
     if files.is_empty() {
         console::info("no changed test file to run");
+        if ctx.json {
+            console::json(&serde_json::json!({
+                "run": null, "status": "passed", "exit_code": 0, "stopped_by": null,
+                "reports": null, "summary": null, "junit": null, "batches": [],
+            }));
+        }
         return Ok(exit::SUCCESS);
     }
     let mut names = Vec::new();
@@ -275,7 +281,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
             .insert(name.clone(), template.batch_for(&f.path, f.gpus));
         names.push(name);
     }
-    super::batch::run_manifest(m, &ctx.host_policy()?, &names, None, &args.options)
+    super::batch::run_manifest(ctx, m, &names, None, &args.options)
 }
 
 #[cfg(test)]

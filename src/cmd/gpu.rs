@@ -246,9 +246,9 @@ fn lease_for_exec(
         |r| {
             progress.tick(r, |r| {
                 format!(
-                    "waiting {}s for {want_count} GPU(s): {}",
-                    r.waited.as_secs(),
-                    r.describe()
+                    "waiting {} for {want_count} GPU(s): {}",
+                    crate::units::human(r.waited),
+                    r.progress()
                 )
             })
         },

@@ -12,6 +12,7 @@ use crate::console;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::image::build::Stage;
 use crate::image::lockset::Lockset;
 use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
@@ -344,7 +345,10 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
         build_args: args_path.as_deref().zip(img.build_args.as_deref()),
     };
     let verbose = console::enabled(console::Level::Debug);
-    let built = recipe::build(&request, &mut |p| show_progress(p, verbose))?;
+    // A large build can be quiet for a while: say that it goes on.
+    let ticker = console::Ticker::start(std::time::Duration::from_secs(10));
+    let built = recipe::build(&request, &mut |p| show_progress(p, verbose, &ticker))?;
+    drop(ticker);
     let done = match recipe {
         Recipe::Nix(_) => "verified",
         Recipe::Dockerfile(_) if check => "built twice, reproducible, and verified",
@@ -356,9 +360,17 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// What `image build` reports as it goes, on stderr; the builder's own output only when
-/// `verbose`.
-fn show_progress(progress: Progress<'_>, verbose: bool) {
+/// What `image build` reports as it goes, on stderr: each stage, the builder's steps
+/// (its whole output when `verbose`), and through `ticker` that a quiet stage goes on.
+fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker) {
+    let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20));
+    let say = |line: String, doing: Option<String>| {
+        console::info(line);
+        match doing {
+            Some(what) => ticker.doing(what),
+            None => ticker.said(),
+        }
+    };
     match progress {
         Progress::Engine(info) => describe_engine(info),
         Progress::BaseNotChecked(base) => console::warn(format!(
@@ -373,31 +385,77 @@ fn show_progress(progress: Progress<'_>, verbose: bool) {
             lockset,
             epoch,
             epoch_from,
-        } => console::info(format!(
-            "building {}{} (lockset {lockset}; file times set to {epoch}, {epoch_from})",
-            dockerfile.display(),
-            if twice {
-                " twice, without the cache"
-            } else {
-                ""
-            },
-        )),
-        Progress::BuildOutput(out) => {
+        } => say(
+            format!(
+                "building {}{} (lockset {lockset}; file times set to {epoch}, {epoch_from})",
+                dockerfile.display(),
+                if twice {
+                    " twice, without the cache"
+                } else {
+                    ""
+                },
+            ),
+            None,
+        ),
+        Progress::Context { bytes } => say(
+            format!("sending the build context to the engine: {}", mib(bytes)),
+            Some(format!("sending the build context ({})", mib(bytes))),
+        ),
+        Progress::Stage(Stage::Output(out)) => {
             if verbose {
                 eprint!("{out}");
+                ticker.said();
+            }
+            for step in out
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with("Step "))
+            {
+                if verbose {
+                    ticker.doing(format!("building: {step}"));
+                } else {
+                    say(
+                        format!("building: {step}"),
+                        Some(format!("building: {step}")),
+                    );
+                }
             }
         }
+        Progress::Stage(Stage::Saving) => say(
+            "saving the engine's build, to write it again reproducibly".into(),
+            Some("saving the engine's build".into()),
+        ),
+        Progress::Stage(Stage::Normalising { bytes }) => say(
+            format!(
+                "normalising the build ({}): file times, entry order, builder fields",
+                mib(bytes)
+            ),
+            Some(format!("normalising the build ({})", mib(bytes))),
+        ),
+        Progress::Stage(Stage::Loading { bytes }) => say(
+            format!("loading the normalised image: {}", mib(bytes)),
+            Some(format!("loading the normalised image ({})", mib(bytes))),
+        ),
         Progress::EngineId {
             engine_id,
             config_digest,
-        } => console::info(format!(
-            "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
-        )),
-        Progress::LeftoversRemoved { images, folders } => console::info(format!(
-            "removed what killed builds had left: {images} image(s), {folders} scratch folder(s)"
-        )),
-        Progress::NixBuild(attr) => console::info(format!("nix build {attr}")),
-        Progress::Loaded(id) => console::info(format!("loaded {id}")),
+        } => say(
+            format!(
+                "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
+            ),
+            None,
+        ),
+        Progress::LeftoversRemoved { images, folders } => say(
+            format!(
+                "removed what killed builds had left: {images} image(s), {folders} scratch folder(s)"
+            ),
+            None,
+        ),
+        Progress::NixBuild(attr) => say(
+            format!("nix build {attr}"),
+            Some(format!("nix build {attr}")),
+        ),
+        Progress::Loaded(id) => say(format!("loaded {id}"), None),
     }
 }
 
@@ -443,7 +501,25 @@ pub fn qualify(
         reports: Some(reports),
         scope,
     };
-    let q = crate::runner::qualify::qualify(ctx.manifest()?, &ctx.host_policy()?, &image, at)?;
+    let q = crate::runner::qualify::qualify(
+        ctx.manifest()?,
+        &ctx.host_policy()?,
+        &image,
+        at,
+        ctx.json,
+    )?;
+    if ctx.json {
+        let mut outcome = q.run.to_json();
+        outcome["image"] = json!(image);
+        outcome["qualified"] = json!(q.record.is_some());
+        outcome["qualification"] = json!(q.record);
+        console::json(&outcome);
+        return Ok(if q.record.is_some() {
+            exit::SUCCESS
+        } else {
+            q.run.exit_code()
+        });
+    }
     match &q.record {
         Some(path) => {
             println!("qualified {image}: {}", path.display());

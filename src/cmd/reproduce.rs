@@ -97,10 +97,16 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     if engine.inspect(image.as_str())?.is_none() {
         return Err(image_gone(&image, &sha, &record));
     }
-    for line in plan_lines(&record, &sha, &image, &manifest_rel) {
-        println!("{line}");
+    let plan = plan_json(&record, &sha, &image, &manifest_rel);
+    if !ctx.json {
+        for line in plan_lines(&record, &sha, &image, &manifest_rel) {
+            println!("{line}");
+        }
     }
     if dry_run {
+        if ctx.json {
+            console::json(&serde_json::json!({ "plan": plan }));
+        }
         return Ok(exit::SUCCESS);
     }
     let worktree = Worktree::add(&repo, &sha)?;
@@ -128,14 +134,51 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         },
     )?;
     drop(engine);
-    let run = launch::run(m, &ctx.host_policy()?, request)?;
-    // No batch ran only when a signal stopped the run before it started.
-    let Some(replayed) = run.batches.first().map(|b| &b.record) else {
-        return Ok(run.exit_code());
-    };
+    let run = launch::run(m, &ctx.host_policy()?, request, ctx.json)?;
     drop(worktree);
-    side_by_side(&record, replayed);
+    // No batch ran only when a signal stopped the run before it started.
+    let replayed = run.batches.first().map(|b| &b.record);
+    let differs = replayed
+        .map(|r| hardware_differences(&record, r))
+        .unwrap_or_default();
+    if !differs.is_empty() {
+        let said: Vec<String> = differs
+            .iter()
+            .map(|(what, a, b)| format!("{what} {a} then, {b} now"))
+            .collect();
+        console::warn(format!(
+            "replayed on other hardware than recorded: {}; a difference in the outcome may come from there",
+            said.join("; ")
+        ));
+    }
+    if ctx.json {
+        let differs: Vec<_> = differs
+            .iter()
+            .map(|(what, a, b)| serde_json::json!({"what": what, "recorded": a, "replayed": b}))
+            .collect();
+        console::json(&serde_json::json!({
+            "plan": plan,
+            "recorded": record,
+            "replayed": replayed,
+            "outcome": run.to_json(),
+            "hardware_differs": differs,
+        }));
+    } else if let Some(replayed) = replayed {
+        side_by_side(&record, replayed);
+    }
     Ok(run.exit_code())
+}
+
+/// Where the replay's hardware differs from the recorded (nothing when the record is
+/// older than `hardware`).
+fn hardware_differences(
+    recorded: &RunRecord,
+    replayed: &RunRecord,
+) -> Vec<(&'static str, String, String)> {
+    match (&recorded.hardware, &replayed.hardware) {
+        (Some(a), Some(b)) => a.differences(b),
+        _ => Vec::new(),
+    }
 }
 
 /// The refusal when the image the run used is not in the local engine, with how to get
@@ -151,8 +194,8 @@ fn image_gone(image: &ImageId, sha: &str, record: &RunRecord) -> Error {
 }
 
 /// What the replay will do, one line each.
-fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Path) -> [String; 6] {
-    [
+fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Path) -> Vec<String> {
+    let mut lines = vec![
         format!(
             "batch:    {} (run {}, recorded {})",
             record.batch,
@@ -171,7 +214,37 @@ fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Pat
         format!("fast:     {}", record.fast),
         format!("gpus:     {}", record.gpu_count),
         format!("manifest: {}", manifest_rel.display()),
-    ]
+    ];
+    if let Some(hw) = &record.hardware {
+        let said: Vec<String> = hw
+            .aspects()
+            .into_iter()
+            .map(|(what, text)| format!("{what} {text}"))
+            .collect();
+        lines.push(format!("recorded on: {}", said.join("; ")));
+    }
+    lines
+}
+
+/// What the replay will do, as `--json` prints it.
+fn plan_json(
+    record: &RunRecord,
+    sha: &str,
+    image: &ImageId,
+    manifest_rel: &Path,
+) -> serde_json::Value {
+    serde_json::json!({
+        "batch": record.batch,
+        "run": record.run,
+        "recorded_status": record.status,
+        "commit": sha,
+        "dirty": record.source.dirty,
+        "image": image,
+        "fast": record.fast,
+        "gpus": record.gpu_count,
+        "manifest": manifest_rel,
+        "recorded_hardware": record.hardware,
+    })
 }
 
 /// A recorded batch to replay, and where it came from.
@@ -257,6 +330,22 @@ fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) {
         recorded.gpus.len().to_string(),
         replayed.gpus.len().to_string(),
     ));
+    // What each ran on, side by side, a differing row marked.
+    let aspects = |r: &RunRecord| r.hardware.as_ref().map(|h| h.aspects());
+    if let Some(replayed_hw) = aspects(replayed) {
+        let recorded_hw = aspects(recorded);
+        for (i, (what, now)) in replayed_hw.into_iter().enumerate() {
+            let then = recorded_hw
+                .as_ref()
+                .map_or_else(|| "not recorded".to_string(), |a| a[i].1.clone());
+            let mark = if recorded_hw.is_some() && then != now {
+                " (differs)"
+            } else {
+                ""
+            };
+            t.row(row(what, then, format!("{now}{mark}")));
+        }
+    }
     println!();
     print!("{}", t.render());
     let both: std::collections::BTreeSet<&String> = recorded

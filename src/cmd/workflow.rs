@@ -37,21 +37,24 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
         .collect::<std::result::Result<_, _>>()
         .map_err(Error::Usage)?;
     let mut stale = 0;
+    let mut outputs = Vec::new();
     for r in &rendered {
         let current = std::fs::read_to_string(&r.output).ok();
-        if current.as_deref() == Some(r.text.as_str()) {
-            continue;
-        }
-        if check {
+        let state = if current.as_deref() == Some(r.text.as_str()) {
+            "unchanged"
+        } else if check {
             stale += 1;
-            print!(
-                "{}",
-                render::diff(
-                    r.output.strip_prefix(&m.dir).unwrap_or(&r.output),
-                    current.as_deref().unwrap_or(""),
-                    &r.text
-                )
+            let diff = render::diff(
+                r.output.strip_prefix(&m.dir).unwrap_or(&r.output),
+                current.as_deref().unwrap_or(""),
+                &r.text,
             );
+            if ctx.json {
+                outputs.push(json!({"template": r.template, "output": r.output,
+                    "state": if current.is_some() { "stale" } else { "missing" }, "diff": diff}));
+                continue;
+            }
+            print!("{diff}");
             console::info(format!(
                 "{} {}",
                 r.output.display(),
@@ -61,6 +64,11 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                     "is missing"
                 }
             ));
+            if current.is_some() {
+                "stale"
+            } else {
+                "missing"
+            }
         } else {
             std::fs::write(&r.output, &r.text)
                 .map_err(|e| Error::Infra(format!("writing {}: {e}", r.output.display())))?;
@@ -69,7 +77,12 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                 r.output.display(),
                 r.template.display()
             ));
-        }
+            "written"
+        };
+        outputs.push(json!({"template": r.template, "output": r.output, "state": state}));
+    }
+    if ctx.json {
+        console::json(&json!({"check": check, "stale": stale, "outputs": outputs}));
     }
     if check && stale > 0 {
         console::info(format!(

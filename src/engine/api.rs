@@ -13,6 +13,9 @@ use super::{
 
 /// The engine as the runner, the sweep and the GPU claims use it.
 pub trait ContainerEngine: Sync {
+    /// The engine's version, for the records of what batches ran on (empty when it
+    /// cannot say).
+    fn version(&self) -> String;
     /// An image by ID or reference, if present (see [`Engine::inspect`]).
     fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError>;
 
@@ -83,6 +86,10 @@ pub trait ContainerEngine: Sync {
 }
 
 impl ContainerEngine for Engine {
+    fn version(&self) -> String {
+        self.info().map(|i| i.server_version).unwrap_or_default()
+    }
+
     fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
         Engine::inspect(self, reference)
     }

@@ -27,6 +27,9 @@ pub enum Followed<'a> {
     DeadlinePassed,
     /// The log stream broke before the container ended.
     StreamBroke(&'a EngineError),
+    /// Time passed (every poll, 100 ms), whether or not the batch printed anything:
+    /// what shows that a quiet batch still runs.
+    Tick,
 }
 
 /// The end of a followed container.
@@ -247,6 +250,7 @@ impl Engine {
                         self.signal_all(id, user, "KILL").await?;
                     }
                     _ = tick.tick() => {
+                        on(Followed::Tick);
                         if stopped != Some(Stop::Interrupted) && interrupted() {
                             stopped = Some(Stop::Interrupted);
                             kill_at = None;

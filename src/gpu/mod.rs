@@ -154,9 +154,29 @@ pub struct WaitReport {
     pub leased: Vec<(u32, String)>,
     pub busy: Vec<(u32, String)>,
     pub waited: Duration,
+    /// How long until the wait gives up.
+    pub left: Duration,
 }
 
 impl WaitReport {
+    /// The wait line's text: the place in the queue, what holds the GPUs, and when the
+    /// wait gives up (`queue position 2 (1 waiter(s) ahead), leased: GPU 0 by …; gives up
+    /// in 4m 48s, at 12:04:05Z`).
+    pub fn progress(&self) -> String {
+        let at = std::time::SystemTime::now() + self.left;
+        let clock = crate::units::rfc3339(at);
+        // Whole seconds, rounded up: a 30 s wait reads 30s at its start.
+        let left =
+            Duration::from_secs(self.left.as_secs() + u64::from(self.left.subsec_nanos() > 0));
+        format!(
+            "queue position {}, {}; gives up in {}, at {}Z",
+            self.position + 1,
+            self.describe(),
+            crate::units::human(left),
+            &clock[11..19]
+        )
+    }
+
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.position > 0 {

@@ -480,6 +480,7 @@ where
             leased: leased_now(self.dir, &self.candidates),
             busy: self.busy.gpus.clone(),
             waited: self.start.elapsed(),
+            left: self.deadline.saturating_duration_since(Instant::now()),
         }
     }
 

@@ -25,6 +25,18 @@ pub struct BuildInputs<'a> {
     pub base_layers: std::collections::HashSet<String>,
 }
 
+/// What a build goes through after the engine's builder, for the command to show.
+pub enum Stage<'a> {
+    /// Output of the engine's builder, as it comes.
+    Output(&'a str),
+    /// The engine's build is being saved, to be written again.
+    Saving,
+    /// The saved build (this many bytes) is being normalised.
+    Normalising { bytes: u64 },
+    /// The normalised image (this many bytes) is being loaded into the engine.
+    Loading { bytes: u64 },
+}
+
 /// A normalised build, loaded into the engine.
 pub struct Built {
     pub id: ImageId,
@@ -42,7 +54,7 @@ fn build_once(
     no_cache: bool,
     scratch: &mut BuildScratch<'_>,
     into: &Path,
-    on_output: &mut dyn FnMut(&str),
+    on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Normalised, ImageError> {
     let context = (inputs.context)()?;
     // The raw build gets a tag of its own, never the lockset tag: removing it must not
@@ -62,14 +74,16 @@ fn build_once(
     };
     let raw = engine.build(context, &spec, |out| {
         steps.feed(out, &mut |id| scratch.made(id));
-        on_output(out)
+        on(Stage::Output(out))
     })?;
     scratch.made(&raw);
     let saved = into.join("built.tar");
+    on(Stage::Saving);
     let result = engine
         .save(&raw, &saved)
         .map_err(ImageError::from)
-        .and_then(|_| {
+        .and_then(|bytes| {
+            on(Stage::Normalising { bytes });
             normalize::normalise(&saved, inputs.epoch, inputs.tag, &inputs.base_layers, into)
                 .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
         });
@@ -82,11 +96,18 @@ fn build_once(
 }
 
 /// Loads a normalised archive and returns its ID as the engine names it.
-fn load(engine: &Engine, n: &Normalised) -> Result<Built, ImageError> {
+fn load(
+    engine: &Engine,
+    n: &Normalised,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> Result<Built, ImageError> {
     let file = n
         .archive
         .reopen()
         .map_err(|e| ImageError::refused(format!("reading the normalised archive: {e}")))?;
+    on(Stage::Loading {
+        bytes: file.metadata().map_or(0, |m| m.len()),
+    });
     let loaded = engine.load(Box::new(file))?;
     // A tagged archive reports the tag; its ID is what the engine resolves it to.
     let mut engine_id = None;
@@ -117,12 +138,12 @@ fn scratch(engine: &Engine) -> Result<BuildScratch<'_>, ImageError> {
 pub fn build(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
-    on_output: &mut dyn FnMut(&str),
+    on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Built, ImageError> {
     let mut scratch = scratch(engine)?;
     let into = scratch.path().to_path_buf();
-    let n = build_once(engine, inputs, false, &mut scratch, &into, on_output)?;
-    load(engine, &n)
+    let n = build_once(engine, inputs, false, &mut scratch, &into, on)?;
+    load(engine, &n, on)
 }
 
 /// `image build --check`: two builds without the cache; the first is loaded when they
@@ -130,7 +151,7 @@ pub fn build(
 pub fn check(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
-    on_output: &mut dyn FnMut(&str),
+    on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Built, ImageError> {
     let mut scratch = scratch(engine)?;
     let first_dir = scratch.path().join("1");
@@ -139,8 +160,8 @@ pub fn check(
         std::fs::create_dir(d)
             .map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
     }
-    let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on_output)?;
-    let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on_output)?;
+    let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on)?;
+    let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on)?;
     if first.id != second.id {
         let mut details = normalize::differences(&first, &second, 20);
         if details.is_empty() {
@@ -154,7 +175,7 @@ pub fn check(
             details,
         });
     }
-    load(engine, &first)
+    load(engine, &first, on)
 }
 
 /// The latest epoch an image's `created` can carry (9999-12-31T23:59:59Z).

@@ -67,8 +67,10 @@ pub enum Progress<'a> {
         epoch: u64,
         epoch_from: &'a str,
     },
-    /// Output of the engine's builder, as it comes.
-    BuildOutput(&'a str),
+    /// The build context is packed: this many bytes go to the engine (per build).
+    Context { bytes: u64 },
+    /// The builder's output, or what the build goes through after it.
+    Stage(super::build::Stage<'a>),
     /// The engine names the built image by another ID than its config digest (a
     /// containerd image store names images by their manifest digest).
     EngineId {
@@ -269,7 +271,9 @@ fn build_dockerfile(
     };
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
-    let first_context = std::cell::RefCell::new(Some(build_context::pack(&context_dir, &name)?));
+    let packed = build_context::pack(&context_dir, &name)?;
+    let context_bytes = packed.metadata().map_or(0, |m| m.len());
+    let first_context = std::cell::RefCell::new(Some(packed));
     let context = || -> Result<std::fs::File, ImageError> {
         match first_context.borrow_mut().take() {
             Some(f) => Ok(f),
@@ -299,6 +303,9 @@ fn build_dockerfile(
         epoch,
         epoch_from: &epoch_from,
     });
+    progress(Progress::Context {
+        bytes: context_bytes,
+    });
     let tag = tag_for(request.project, source);
     let inputs = BuildInputs {
         context: &context,
@@ -309,11 +316,11 @@ fn build_dockerfile(
         epoch,
         base_layers,
     };
-    let mut on_output = |out: &str| progress(Progress::BuildOutput(out));
+    let mut on_stage = |stage: super::build::Stage<'_>| progress(Progress::Stage(stage));
     let built = if request.check {
-        super::build::check(&engine, &inputs, &mut on_output)?
+        super::build::check(&engine, &inputs, &mut on_stage)?
     } else {
-        super::build::build(&engine, &inputs, &mut on_output)?
+        super::build::build(&engine, &inputs, &mut on_stage)?
     };
     if built.engine_id != built.id {
         progress(Progress::EngineId {

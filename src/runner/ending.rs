@@ -183,6 +183,8 @@ impl BatchResult {
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct RunResult {
+    /// The run's ID.
+    pub run: String,
     /// The batches that ran (or were refused), in the order they ended.
     pub batches: Vec<BatchResult>,
     /// The signal that stopped the run, if one did.
@@ -202,6 +204,36 @@ impl RunResult {
 
     pub fn passed(&self) -> bool {
         self.stopped_by.is_none() && self.batches.iter().all(BatchResult::passed)
+    }
+
+    /// The run's outcome as `--json` prints it (docs/interface.md §3): the run, its
+    /// status and exit code, where its reports are, and each batch's record with the
+    /// path of its `result.json`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let batches: Vec<serde_json::Value> = self
+            .batches
+            .iter()
+            .map(|b| {
+                let mut record = serde_json::to_value(&b.record).expect("records serialise");
+                if let Some(map) = record.as_object_mut() {
+                    map.insert(
+                        "result".into(),
+                        serde_json::Value::from(b.record_path.display().to_string()),
+                    );
+                }
+                record
+            })
+            .collect();
+        serde_json::json!({
+            "run": self.run,
+            "status": if self.passed() { "passed" } else { "failed" },
+            "exit_code": self.exit_code(),
+            "stopped_by": self.stopped_by.map(|s| s.as_str()),
+            "reports": self.reports,
+            "summary": self.reports.join("summary.md"),
+            "junit": self.reports.join("junit.xml"),
+            "batches": batches,
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 //! handles these ([`super::reporter`]).
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::cleanup::sweep::Swept;
 use super::ending::{BatchResult, RunResult};
@@ -11,6 +12,40 @@ use super::plan::{BatchPlan, RunPlan};
 use crate::engine::EngineError;
 use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
+
+/// The steps of a run and of each batch, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The run's images were verified against their lock files.
+    Verify,
+    /// The batch's GPUs were leased (or it needs none).
+    Lease,
+    /// Its container was created.
+    Create,
+    /// The source was copied into its `/work`.
+    Copy,
+    /// An install, preflight or run step was announced.
+    Install,
+    Preflight,
+    Run,
+    /// Its `/reports` was copied out and its test cases read.
+    Collect,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Verify => "verify",
+            Phase::Lease => "lease",
+            Phase::Create => "create",
+            Phase::Copy => "copy",
+            Phase::Install => "install",
+            Phase::Preflight => "preflight",
+            Phase::Run => "run",
+            Phase::Collect => "collect",
+        }
+    }
+}
 
 pub enum Event<'a> {
     /// The image is verified and the run's lock held; batches start next.
@@ -45,6 +80,17 @@ pub enum Event<'a> {
     },
     /// The container's output has closed.
     OutputEnded { batch: &'a BatchPlan },
+    /// Time passed while the batch ran (every 100 ms), printed or not: a reporter that
+    /// shows a quiet batch is alive counts from here.
+    Tick { batch: &'a BatchPlan },
+    /// A step of the run began or ended (what `-v` shows): `batch` is `None` for the
+    /// run's own steps; `at` is the time since the batch started.
+    Phase {
+        batch: Option<&'a BatchPlan>,
+        phase: Phase,
+        at: Duration,
+        detail: String,
+    },
     /// The batch hit its timeout; its container is being stopped.
     TimedOut { batch: &'a BatchPlan },
     /// The container's output could not be followed to its end.

@@ -29,8 +29,15 @@ type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Plans and executes a run with the reporters of a front end: the reports folder, the
 /// terminal, and GitHub when cibox runs in a workflow. What the manifest asks beyond the
-/// locked-down default must be granted by `policy`.
-pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Result<RunResult> {
+/// locked-down default must be granted by `policy`. With `json`, standard output is
+/// kept for the outcome the front end prints: the batches' output and GitHub's
+/// commands go to standard error.
+pub fn run(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    request: RunRequest,
+    json: bool,
+) -> Result<RunResult> {
     // Again for the front ends that come here directly (qualify, reproduce).
     let names = plan::check_request(&manifest, &request)?;
     // `changed run`'s test files, named by data from elsewhere: files of this source.
@@ -79,13 +86,20 @@ pub fn run(manifest: Manifest, policy: &HostPolicy, request: RunRequest) -> Resu
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     place_for_engine(&mut plan, &engine.host_view())?;
     // Files first: a batch's status is printed once its result.json is written.
-    // One queue for stdout, so the batches' output stays inside GitHub's fences.
-    let stdout = Pump::stdout();
+    let heartbeat = heartbeat();
+    // One queue for stdout, so the batches' output stays inside GitHub's fences; under
+    // --json, stdout is the outcome's alone and everything else goes to stderr.
+    let (out, err) = if json {
+        let err = Pump::stderr();
+        (err.clone(), err)
+    } else {
+        (Pump::stdout(), Pump::stderr())
+    };
     let mut reporters = Fanout::new()
         .with(Files::new())
-        .with(Terminal::stdio(stdout.clone()));
+        .with(Terminal::new(out.clone(), err).with_heartbeat(heartbeat));
     if crate::github::active() {
-        reporters = reporters.with(GitHub::stdout(stdout));
+        reporters = reporters.with(GitHub::new(out));
     }
     super::execute(&plan, &locksets, &engine, &mut reporters)
 }
@@ -126,6 +140,22 @@ fn place_for_engine(plan: &mut RunPlan, w: &HostView) -> Result<()> {
         c.host_root = Some(host);
     }
     Ok(())
+}
+
+/// How often a quiet batch is said to be alive: `CIBOX_HEARTBEAT` (a duration; `0s`
+/// never), else every 30 s; a malformed value means the default.
+fn heartbeat() -> std::time::Duration {
+    match std::env::var("CIBOX_HEARTBEAT")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        Some("0" | "0s") => std::time::Duration::ZERO,
+        Some(text) => text
+            .parse::<crate::units::Span>()
+            .map_or(super::reporter::terminal::HEARTBEAT, |s| s.0),
+        None => super::reporter::terminal::HEARTBEAT,
+    }
 }
 
 /// Where a run happens, before it is checked.

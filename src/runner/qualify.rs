@@ -24,12 +24,13 @@ pub struct Qualification {
 }
 
 /// Runs the `qualify` layer on `image`, with the reports (and the record) in
-/// `at.reports`.
+/// `at.reports`; `json` as for [`launch::run`].
 pub fn qualify(
     manifest: Manifest,
     policy: &HostPolicy,
     image: &ImageId,
     at: Whereabouts,
+    json: bool,
 ) -> Result<Qualification, RunError> {
     if !manifest.layers.contains_key("qualify") {
         return Err(RunError::Usage(format!(
@@ -55,7 +56,7 @@ pub fn qualify(
         ..RunRequest::default()
     };
     launch::locate(&mut request, at)?;
-    let run = launch::run(manifest, policy, request)?;
+    let run = launch::run(manifest, policy, request, json)?;
     if !run.passed() {
         return Ok(Qualification { run, record: None });
     }

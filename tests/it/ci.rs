@@ -64,6 +64,23 @@ fn render_uses_the_manifest_and_passes_github_expressions_through() {
         out
     );
     p.cibox(&["workflow", "render", "--check"]).ok();
+    // --json says the same; a stale output comes with its diff.
+    let r = p.cibox(&["--json", "workflow", "render", "--check"]);
+    let v: serde_json::Value = serde_json::from_str(&r.ok().stdout).unwrap();
+    assert_eq!(v["outputs"][0]["state"], "unchanged", "{v}");
+    p.write("wf/gpu.yml", "stale\n");
+    let r = p.cibox(&["--json", "workflow", "render", "--check"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (v["stale"].as_u64(), v["outputs"][0]["state"].as_str()),
+        (Some(1), Some("stale")),
+        "{v}"
+    );
+    assert!(
+        v["outputs"][0]["diff"].as_str().unwrap().contains("-stale"),
+        "{v}"
+    );
 }
 
 #[test]

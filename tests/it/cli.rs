@@ -54,6 +54,33 @@ fn bad_flag_is_one_line_exit_2() {
 }
 
 #[test]
+fn errors_are_json_under_json() {
+    let p = Project::new(GOOD);
+    // A flag that does not parse: `--json` was still asked for.
+    let r = p.cibox(&["--json", "batch", "list", "--frobnicate"]);
+    r.fails_with(2, "--frobnicate");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["error"]["exit_code"], 2, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--frobnicate")
+    );
+    // A bad manifest.
+    p.write("cibox.yaml", "version: 1\nproject: demo\nbatchez: {}\n");
+    let r = p.cibox(&["batch", "list", "--json"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("batchez"),
+        "{v}"
+    );
+    // Without --json, stdout stays empty.
+    assert!(p.cibox(&["batch", "list"]).stdout.is_empty());
+}
+
+#[test]
 fn batch_list_text_and_json() {
     let p = Project::new(GOOD);
     let r = p.cibox(&["batch", "list"]);

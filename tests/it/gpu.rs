@@ -428,12 +428,17 @@ fn waiting_is_logged_with_holders() {
     assert!(wait_until(10, || h.leased() == [0] && h.queued() == 0));
     let r = h.run(&["gpu", "exec", "--count", "1", "--wait", "30s", "--", "true"]);
     r.ok();
+    // Its place in the queue, who holds the GPU, and when the wait gives up.
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("waiting 0.0s for 1 GPU(s): "))
+        .unwrap_or_else(|| panic!("no wait line:\n{}", r.stderr));
     assert!(
-        r.stderr
-            .contains("waiting 0s for 1 GPU(s): leased: GPU 0 by pid"),
-        "{}",
-        r.stderr
+        line.contains("GPU(s): queue position 1, leased: GPU 0 by pid"),
+        "{line}"
     );
+    assert!(line.contains("; gives up in 30s, at "), "{line}");
     holder.wait().unwrap();
 }
 

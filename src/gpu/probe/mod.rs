@@ -111,6 +111,24 @@ pub struct ComputeApp {
     pub used_memory_mib: u64,
 }
 
+/// What a GPU is, for the record of what a batch ran on: its model, memory, and the
+/// driver and CUDA version it is driven by. A field the backend cannot give is `None`
+/// (an older nvidia-smi has no `compute_cap`): these describe, they decide nothing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GpuHardware {
+    pub index: u32,
+    pub uuid: String,
+    /// The model, as the driver names it (`NVIDIA H100 80GB HBM3`).
+    pub name: Option<String>,
+    pub memory_mib: Option<u64>,
+    /// The driver's version (`550.54.15`).
+    pub driver: Option<String>,
+    /// The highest CUDA version the driver supports (`12.4`).
+    pub cuda: Option<String>,
+    /// `MAJOR.MINOR` (`9.0`).
+    pub compute_capability: Option<String>,
+}
+
 /// What one backend read: the GPUs and the compute processes on them.
 pub type Reading = (Vec<GpuState>, Vec<ComputeApp>);
 
@@ -184,6 +202,13 @@ impl Backend {
         }
     }
 
+    fn hardware(&self, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
+        match self {
+            Backend::Smi { program, .. } => smi::hardware(program, timeout),
+            Backend::Nvml(s) => s.hardware(timeout),
+        }
+    }
+
     fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
         match self {
             Backend::Smi { program, fallback } => {
@@ -243,6 +268,12 @@ impl Prober {
     /// Which backend answers, for `doctor` and `gpu status`: deciding it may load NVML.
     pub fn backend(&self) -> Result<String, ProbeError> {
         Ok(self.resolve()?.describe())
+    }
+
+    /// What each GPU is (model, memory, driver, CUDA, compute capability), for the
+    /// records of the batches that run on them.
+    pub fn hardware(&self) -> Result<Vec<GpuHardware>, ProbeError> {
+        self.resolve()?.hardware(timeout())
     }
 
     /// Reads the GPUs now.

@@ -16,7 +16,7 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
-use super::{ComputeApp, GpuState, ProbeError, Reading, is_gpu_uuid};
+use super::{ComputeApp, GpuHardware, GpuState, ProbeError, Reading, is_gpu_uuid};
 
 /// The library NVML ships as with the driver (the unversioned name comes only with
 /// development packages).
@@ -67,8 +67,8 @@ impl From<OpenError> for ProbeError {
     }
 }
 
-/// A question for the worker thread, with where to send the answer.
-type Job = mpsc::SyncSender<Result<Reading, Refusal>>;
+/// A question for the worker thread, which sends its own answer back.
+type Job = Box<dyn FnOnce(&Nvml) + Send>;
 
 /// What NVML refused, and in which call.
 struct Refusal {
@@ -117,7 +117,7 @@ impl Session {
                     return;
                 }
                 for job in job_rx {
-                    let _ = job.send(read(&nvml));
+                    job(&nvml);
                 }
             });
         if let Err(e) = spawned {
@@ -159,6 +159,21 @@ impl Session {
 
     /// Reads every GPU and its compute processes.
     pub fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
+        self.ask(timeout, "reading the GPUs", read)
+    }
+
+    /// What each GPU is.
+    pub fn hardware(&self, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
+        self.ask(timeout, "reading what the GPUs are", hardware)
+    }
+
+    /// Asks `question` of NVML on the worker thread, waiting at most `timeout`.
+    fn ask<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        what: &str,
+        question: fn(&Nvml) -> Result<T, Refusal>,
+    ) -> Result<T, ProbeError> {
         let wedged = || ProbeError::NvmlTimeout {
             lib: self.lib.clone(),
             call: "an earlier call".into(),
@@ -169,11 +184,14 @@ impl Session {
             return Err(wedged());
         }
         let (tx, rx) = mpsc::sync_channel(1);
-        if jobs.send(tx).is_err() {
+        let job: Job = Box::new(move |nvml| {
+            let _ = tx.send(question(nvml));
+        });
+        if jobs.send(job).is_err() {
             return Err(wedged());
         }
         match rx.recv_timeout(timeout) {
-            Ok(Ok(reading)) => Ok(reading),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(r)) => Err(ProbeError::Nvml {
                 lib: self.lib.clone(),
                 call: r.call,
@@ -183,12 +201,54 @@ impl Session {
                 STUCK.store(true, Ordering::SeqCst);
                 Err(ProbeError::NvmlTimeout {
                     lib: self.lib.clone(),
-                    call: "reading the GPUs".into(),
+                    call: what.into(),
                     secs: timeout.as_secs().max(1),
                 })
             }
         }
     }
+}
+
+/// What each GPU is. The GPUs must answer as for a probe; a value NVML cannot give
+/// (a call this library lacks, or one not supported) is `None`.
+fn hardware(nvml: &Nvml) -> Result<Vec<GpuHardware>, Refusal> {
+    let refused = |call: String| {
+        move |e: NvmlError| Refusal {
+            call,
+            message: e.to_string(),
+        }
+    };
+    let driver = nvml.sys_driver_version().ok();
+    let cuda = nvml.sys_cuda_driver_version().ok().map(|v| {
+        format!(
+            "{}.{}",
+            nvml_wrapper::cuda_driver_version_major(v),
+            nvml_wrapper::cuda_driver_version_minor(v)
+        )
+    });
+    let count = nvml
+        .device_count()
+        .map_err(refused("nvmlDeviceGetCount".into()))?;
+    let mut gpus = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let at = |what: &str| format!("GPU {i}: {what}");
+        let d = nvml
+            .device_by_index(i)
+            .map_err(refused(at("nvmlDeviceGetHandleByIndex")))?;
+        gpus.push(GpuHardware {
+            index: d.index().map_err(refused(at("nvmlDeviceGetIndex")))?,
+            uuid: d.uuid().map_err(refused(at("nvmlDeviceGetUUID")))?,
+            name: d.name().ok(),
+            memory_mib: d.memory_info().ok().map(|m| m.total / MIB),
+            driver: driver.clone(),
+            cuda: cuda.clone(),
+            compute_capability: d
+                .cuda_compute_capability()
+                .ok()
+                .map(|c| format!("{}.{}", c.major, c.minor)),
+        });
+    }
+    Ok(gpus)
 }
 
 fn open_error(lib: &str, e: NvmlError) -> OpenError {

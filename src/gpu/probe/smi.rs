@@ -6,10 +6,16 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{ComputeApp, GpuState, ProbeError, is_gpu_uuid};
+use super::{ComputeApp, GpuHardware, GpuState, ProbeError, is_gpu_uuid};
 
 pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
+/// What each GPU is; `compute_cap` needs a driver of 2022 or later (R510).
+pub const QUERY_HARDWARE: &str =
+    "--query-gpu=index,uuid,name,memory.total,driver_version,compute_cap";
+const QUERY_HARDWARE_OLD: &str = "--query-gpu=index,uuid,name,memory.total,driver_version";
+/// Prints the versions, the CUDA version among them (R525 and later).
+pub const QUERY_VERSION: &str = "--version";
 const FORMAT: &str = "--format=csv,noheader,nounits";
 
 /// The program to run: `CIBOX_NVIDIA_SMI`, else `nvidia-smi` from `PATH`.
@@ -58,8 +64,13 @@ struct Query {
 
 impl Query {
     fn start(program: &str, query: &'static str) -> Result<Query, ProbeError> {
+        let args: &[&str] = if query == QUERY_VERSION {
+            &[query]
+        } else {
+            &[query, FORMAT]
+        };
         let mut child = Command::new(program)
-            .args([query, FORMAT])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -148,6 +159,83 @@ impl Query {
             reason: "output is not UTF-8".into(),
         })
     }
+}
+
+/// What each GPU is: one query for the GPUs (without `compute_cap` when the driver is
+/// too old to know it) and `--version` for the CUDA version, both at once. A value
+/// nvidia-smi cannot give (`[N/A]`) is `None`; a GPU list that does not parse, or a
+/// program that fails both ways, is an error.
+pub fn hardware(program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
+    let deadline = Instant::now() + timeout;
+    let gpus_query = Query::start(program, QUERY_HARDWARE)?;
+    let version_query = Query::start(program, QUERY_VERSION);
+    let (out, with_cap) = match gpus_query.finish(deadline, timeout) {
+        Ok(out) => (out, true),
+        Err(_) => {
+            let deadline = Instant::now() + timeout;
+            let old = Query::start(program, QUERY_HARDWARE_OLD)?.finish(deadline, timeout);
+            (old?, false)
+        }
+    };
+    let cuda = version_query
+        .ok()
+        .and_then(|q| q.finish(deadline, timeout).ok())
+        .and_then(|v| cuda_version(&v));
+    parse_hardware(program, &out, with_cap, cuda.as_deref())
+}
+
+/// The CUDA version `nvidia-smi --version` names (`CUDA Version        : 12.4`).
+pub fn cuda_version(out: &str) -> Option<String> {
+    out.lines().find_map(|l| {
+        let (key, value) = l.split_once(':')?;
+        (key.trim().eq_ignore_ascii_case("CUDA Version") && !value.trim().is_empty())
+            .then(|| value.trim().to_string())
+    })
+}
+
+/// The answer of [`QUERY_HARDWARE`] (or the query without `compute_cap`).
+pub fn parse_hardware(
+    program: &str,
+    out: &str,
+    with_cap: bool,
+    cuda: Option<&str>,
+) -> Result<Vec<GpuHardware>, ProbeError> {
+    let q = if with_cap {
+        QUERY_HARDWARE
+    } else {
+        QUERY_HARDWARE_OLD
+    };
+    let known = |v: &str| {
+        let v = v.trim();
+        (!v.is_empty() && !v.starts_with('[')).then(|| v.to_string())
+    };
+    let mut gpus = Vec::new();
+    for (i, line) in out
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let n = i + 1;
+        let f = fields(program, q, n, line, if with_cap { 6 } else { 5 })?;
+        if !is_gpu_uuid(f[1]) {
+            return Err(ProbeError::Parse {
+                program: program.into(),
+                query: q,
+                line: n,
+                reason: format!("`{}` is not a GPU UUID", f[1]),
+            });
+        }
+        gpus.push(GpuHardware {
+            index: number(program, q, n, "index", f[0])?,
+            uuid: f[1].to_string(),
+            name: known(f[2]),
+            memory_mib: known(f[3]).and_then(|m| m.parse().ok()),
+            driver: known(f[4]),
+            cuda: cuda.map(str::to_string),
+            compute_capability: if with_cap { known(f[5]) } else { None },
+        });
+    }
+    Ok(gpus)
 }
 
 fn fields<'a>(
@@ -295,6 +383,35 @@ mod tests {
         let apps = parse_apps("x", &format!("{U1}, 4242, 1000\n"), &gpus).unwrap();
         assert_eq!(apps[0].pid, 4242);
         assert!(parse_apps("x", "", &gpus).unwrap().is_empty());
+    }
+
+    #[test]
+    fn reads_what_each_gpu_is() {
+        let out = format!(
+            "0, {U0}, NVIDIA H200, 143771, 550.90.07, 9.0\n1, {U1}, NVIDIA H200, [N/A], 550.90.07, [N/A]\n"
+        );
+        let hw = parse_hardware("x", &out, true, Some("12.4")).unwrap();
+        assert_eq!(hw[0].name.as_deref(), Some("NVIDIA H200"));
+        assert_eq!(hw[0].memory_mib, Some(143_771));
+        assert_eq!(hw[0].driver.as_deref(), Some("550.90.07"));
+        assert_eq!(hw[0].cuda.as_deref(), Some("12.4"));
+        assert_eq!(hw[0].compute_capability.as_deref(), Some("9.0"));
+        assert_eq!(
+            (hw[1].memory_mib, hw[1].compute_capability.as_deref()),
+            (None, None)
+        );
+        let old = parse_hardware(
+            "x",
+            &format!("0, {U0}, Tesla V100, 16160, 470.1"),
+            false,
+            None,
+        )
+        .unwrap();
+        assert_eq!(old[0].compute_capability, None);
+        assert!(parse_hardware("x", "0, not-a-uuid, x, 1, 2, 3", true, None).is_err());
+        let version = "NVIDIA-SMI version  : 550.54.15\nNVML version        : 550.54\nDRIVER version      : 550.54.15\nCUDA Version        : 12.4\n";
+        assert_eq!(cuda_version(version).as_deref(), Some("12.4"));
+        assert_eq!(cuda_version("nvidia-smi: unknown option"), None);
     }
 
     #[test]

@@ -11,9 +11,14 @@ pub fn sh_quote(s: &str) -> String {
 /// The script the container runs in `/work`, where cibox has put the source (see
 /// [`super::source`]): install it, then the batch's preflight and run steps, stopping at
 /// the first that fails.
+///
+/// Its standard error is its standard output: one pipe keeps what the steps print in
+/// the order they printed it. Two pipes reach the engine apart, so a step's output
+/// could land after the next step's announcement (and in that step's failure text).
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
     let mut s = String::from(
-        "set -e\n\
+        "exec 2>&1\n\
+         set -e\n\
          if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n\
          cd /work\n",
     );

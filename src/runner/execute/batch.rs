@@ -14,7 +14,7 @@ use crate::gpu::{LeaseRequest, Waiter, Want};
 use crate::manifest::BatchVerdict;
 use crate::runner::ending::{BatchResult, ContainerEnd, Status, judge};
 use crate::runner::error::RunError;
-use crate::runner::event::Event;
+use crate::runner::event::{Event, Phase};
 use crate::runner::plan::BatchPlan;
 use crate::runner::results::batch_dir;
 use crate::runner::results::copy::Copied;
@@ -30,8 +30,9 @@ const MAX_REPORTS_BYTES: u64 = 256 << 20;
 const MAX_FAILED_NAMED: usize = 1000;
 
 /// What watching one batch's container found.
-#[derive(Default)]
 pub(super) struct Watched {
+    /// When the batch started (its phases are timed from here).
+    pub started: Instant,
     /// How much the batch printed, for the record (log.txt keeps only so much).
     pub printed: Cell<u64>,
     /// Its container could not be removed: its folder is not cleaned (it may still
@@ -51,6 +52,21 @@ pub(super) struct Watched {
     pub caches: RefCell<Option<super::caches::BatchCaches>>,
 }
 
+impl Watched {
+    fn new(started: Instant) -> Watched {
+        Watched {
+            started,
+            printed: Cell::default(),
+            container_left: Cell::default(),
+            reports: RefCell::default(),
+            container_died: Cell::default(),
+            steps: RefCell::default(),
+            phases: RefCell::default(),
+            caches: RefCell::default(),
+        }
+    }
+}
+
 /// What a batch did, for its record.
 struct Ran<'a> {
     ended: &'a ContainerEnd,
@@ -59,6 +75,8 @@ struct Ran<'a> {
     watched: &'a Watched,
     started: SystemTime,
     clock: Instant,
+    /// How long it waited for its GPUs (until granted or refused).
+    gpu_wait: std::time::Duration,
 }
 
 /// The batch's test cases and what judging them needs.
@@ -79,6 +97,7 @@ impl Execution<'_> {
         let clock = Instant::now();
         self.emit(&Event::BatchStarted { batch: b })?;
         // The batch's GPUs, leased for its whole life.
+        let waiting = Instant::now();
         let (lease, refused) = if b.gpus > 0 {
             match self.lease(b) {
                 Ok(l) => {
@@ -86,18 +105,35 @@ impl Execution<'_> {
                         batch: b,
                         gpus: l.gpus(),
                     })?;
+                    let gpus: Vec<String> = l
+                        .gpus()
+                        .iter()
+                        .map(|g| format!("GPU {} ({})", g.index, g.uuid))
+                        .collect();
+                    self.phase(
+                        b,
+                        Phase::Lease,
+                        clock,
+                        format!(
+                            "{} after waiting {}",
+                            gpus.join(", "),
+                            crate::units::human(waiting.elapsed())
+                        ),
+                    )?;
                     (Some(l), None)
                 }
                 Err(e) => (None, Some(self.failed(b, e)?)),
             }
         } else {
+            self.phase(b, Phase::Lease, clock, "no GPU asked".into())?;
             (None, None)
         };
+        let gpu_wait = waiting.elapsed();
         let leased: Vec<PoolGpu> = lease
             .as_ref()
             .map(|l| l.gpus().to_vec())
             .unwrap_or_default();
-        let watched = Watched::default();
+        let watched = Watched::new(clock);
         if b.verdict == BatchVerdict::ExitCode {
             *watched.steps.borrow_mut() = Some(StepTracker::new(&b.run));
         }
@@ -109,6 +145,14 @@ impl Execution<'_> {
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
         drop(lease);
         let cases = self.cases(b, &ended, &watched);
+        let collected = {
+            let copied = watched.reports.borrow();
+            format!(
+                "{} file(s), {} byte(s) copied out of /reports; {} test case(s)",
+                copied.files, copied.bytes, cases.totals.total
+            )
+        };
+        self.phase(b, Phase::Collect, clock, collected)?;
         let mut record = self.record(
             b,
             &Ran {
@@ -118,6 +162,7 @@ impl Execution<'_> {
                 watched: &watched,
                 started,
                 clock,
+                gpu_wait,
             },
         );
         // Its container is gone: a trusted layer of a batch that passed is kept.
@@ -132,6 +177,22 @@ impl Execution<'_> {
         };
         self.emit(&Event::BatchEnded { result: &result })?;
         Ok(result)
+    }
+
+    /// Says that a step of the batch is done or under way (what `-v` shows).
+    pub(super) fn phase(
+        &self,
+        b: &BatchPlan,
+        phase: Phase,
+        started: Instant,
+        detail: String,
+    ) -> Result<()> {
+        self.emit(&Event::Phase {
+            batch: Some(b),
+            phase,
+            at: started.elapsed(),
+            detail,
+        })
     }
 
     /// Runs the batch's container. An engine failure ends this batch, not the run: the
@@ -252,6 +313,7 @@ impl Execution<'_> {
             watched,
             started,
             clock,
+            gpu_wait,
         } = *ran;
         let setup_failed = match ended {
             ContainerEnd::Exited(code) if *code != 0 => {
@@ -296,6 +358,8 @@ impl Execution<'_> {
             started_at: rfc3339(started),
             finished_at: rfc3339(SystemTime::now()),
             duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
+            gpu_wait_s: (gpu_wait.as_millis() as f64) / 1000.0,
+            hardware: Some(self.hardware.of_batch(leased)),
             tests: cases.totals.clone(),
             cibox_version: env!("CARGO_PKG_VERSION").to_string(),
             manifest_digest: plan.manifest.digest.clone(),

@@ -11,9 +11,10 @@ use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, 
 use crate::gpu::pool::PoolGpu;
 use crate::runner::ending::{ContainerEnd, Status};
 use crate::runner::error::RunError;
-use crate::runner::event::Event;
+use crate::runner::event::{Event, Phase};
 use crate::runner::plan::BatchPlan;
 use crate::runner::results::copy;
+use crate::runner::results::phases::Phase as ScriptPhase;
 use crate::signals;
 
 /// Grace between SIGTERM and SIGKILL when a batch times out.
@@ -53,6 +54,16 @@ impl Execution<'_> {
                     None => e.into(),
                 },
             )?;
+        self.phase(
+            b,
+            Phase::Create,
+            watched.started,
+            format!(
+                "container {} ({})",
+                b.container.name,
+                &id[..id.len().min(12)]
+            ),
+        )?;
         // From here on, if cibox dies the watchdog removes the container (and holds the
         // lease and the caches' generations until it has).
         let watchdog = match (self.start_watchdog)(&id, &fds) {
@@ -137,6 +148,7 @@ impl Execution<'_> {
             batch: b,
             container: &b.container.name,
         })?;
+        let copying = Instant::now();
         if let Err(e) = self
             .engine
             .upload(id, "/work", self.source.archive(b.user.0, b.user.1))
@@ -150,6 +162,16 @@ impl Execution<'_> {
                 exit: None,
             });
         }
+        self.phase(
+            b,
+            Phase::Copy,
+            watched.started,
+            format!(
+                "{} files and folders of the source into /work in {}",
+                self.source.count(),
+                crate::units::human(copying.elapsed())
+            ),
+        )?;
         let mut signal = None;
         let mut report_failed = None;
         let followed = self.engine.follow_exec(
@@ -165,7 +187,7 @@ impl Execution<'_> {
                 signal.is_some()
             },
             &mut |seen| {
-                if let Err(e) = self.emit(&self.seen(b, watched, seen)) {
+                if let Err(e) = self.seen(b, watched, seen) {
                     report_failed.get_or_insert(e);
                 }
             },
@@ -216,9 +238,9 @@ impl Execution<'_> {
         })
     }
 
-    /// The event for what following the batch saw; its output is counted and fed to
-    /// the step tracker first.
-    fn seen<'e>(&self, b: &'e BatchPlan, watched: &Watched, seen: Followed<'e>) -> Event<'e> {
+    /// Reports what following the batch saw; its output is counted and fed to the
+    /// step and phase trackers first, and the steps it announced follow it.
+    fn seen(&self, b: &BatchPlan, watched: &Watched, seen: Followed<'_>) -> Result<()> {
         match seen {
             Followed::Output(bytes) => {
                 let printed = &watched.printed;
@@ -226,11 +248,21 @@ impl Execution<'_> {
                 if let Some(t) = watched.steps.borrow_mut().as_mut() {
                     t.feed(bytes);
                 }
-                watched.phases.borrow_mut().feed(bytes);
-                Event::Output { batch: b, bytes }
+                let announced = watched.phases.borrow_mut().feed(bytes);
+                self.emit(&Event::Output { batch: b, bytes })?;
+                for (step, cmd) in announced {
+                    let phase = match step {
+                        ScriptPhase::Install => Phase::Install,
+                        ScriptPhase::Preflight => Phase::Preflight,
+                        ScriptPhase::Run => Phase::Run,
+                    };
+                    self.phase(b, phase, watched.started, cmd)?;
+                }
+                Ok(())
             }
-            Followed::DeadlinePassed => Event::TimedOut { batch: b },
-            Followed::StreamBroke(error) => Event::OutputBroke { batch: b, error },
+            Followed::DeadlinePassed => self.emit(&Event::TimedOut { batch: b }),
+            Followed::StreamBroke(error) => self.emit(&Event::OutputBroke { batch: b, error }),
+            Followed::Tick => self.emit(&Event::Tick { batch: b }),
         }
     }
 }

@@ -20,10 +20,11 @@ use super::container::git_mask;
 use super::container::source::{OUTPUT_FOLDERS, SourceSet};
 use super::ending::{BatchResult, ContainerEnd, RunResult, Status};
 use super::error::RunError;
-use super::event::Event;
+use super::event::{Event, Phase};
 use super::plan::{BatchPlan, RunPlan};
 use super::reporter::Reporter;
 use super::results::batch_dir;
+use super::results::record::Hardware;
 use crate::cache::CacheStore;
 use crate::engine::ContainerEngine;
 use crate::gpu::pool::{self, PoolGpu};
@@ -55,8 +56,18 @@ fn execute_with(
     start_watchdog: StartWatchdog,
     reporter: &mut dyn Reporter,
 ) -> Result<RunResult> {
+    let started = std::time::Instant::now();
     source_readable(plan)?;
     verify_images(plan, locksets, engine)?;
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
+        reporter.handle(&Event::Phase {
+            batch: None,
+            phase: Phase::Verify,
+            at: started.elapsed(),
+            detail: format!("image {name} {id} carries the source's lockset {lockset}"),
+        })?;
+    }
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.
@@ -87,6 +98,7 @@ fn execute_with(
     } else {
         Vec::new()
     };
+    let hardware = RunHardware::of(engine, plan.needs_gpus().then_some(&prober));
     for b in &plan.batches {
         batch_dir::refuse_foreign(&b.dir)?;
     }
@@ -117,6 +129,7 @@ fn execute_with(
             &[]
         },
         source: &source,
+        hardware,
     };
     run.emit(&Event::RunStarted { plan })?;
     let batches = if plan.parallel {
@@ -132,6 +145,7 @@ fn execute_with(
         run_lock.leave_record();
     }
     let result = RunResult {
+        run: plan.run_id.clone(),
         batches,
         stopped_by,
         reports: plan.reports.clone(),
@@ -247,6 +261,51 @@ struct Execution<'a> {
     source: &'a SourceSet,
     /// The host's cache store, when a batch of the run uses caches.
     cache_store: Option<&'a CacheStore>,
+    /// What the run's batches run on.
+    hardware: RunHardware,
+}
+
+/// What the run's batches run on, read once: the pool's GPUs (or why the probe could
+/// not say what they are), the kernel, the engine.
+struct RunHardware {
+    gpus: std::result::Result<Vec<probe::GpuHardware>, String>,
+    kernel: String,
+    engine: String,
+}
+
+impl RunHardware {
+    /// Asks the engine, the kernel and (for a run with GPU batches) the probe.
+    fn of(engine: &dyn ContainerEngine, prober: Option<&probe::Prober>) -> RunHardware {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|k| k.trim().to_string())
+            .unwrap_or_default();
+        RunHardware {
+            gpus: prober.map_or(Ok(Vec::new()), |p| p.hardware().map_err(|e| e.to_string())),
+            kernel,
+            engine: engine.version(),
+        }
+    }
+
+    /// What a batch that leased `leased` ran on.
+    fn of_batch(&self, leased: &[PoolGpu]) -> Hardware {
+        let (gpus, gpus_unknown) = match &self.gpus {
+            Ok(all) => (
+                leased
+                    .iter()
+                    .filter_map(|g| all.iter().find(|h| h.uuid == g.uuid).cloned())
+                    .collect(),
+                None,
+            ),
+            Err(why) if !leased.is_empty() => (Vec::new(), Some(why.clone())),
+            Err(_) => (Vec::new(), None),
+        };
+        Hardware {
+            gpus,
+            kernel: self.kernel.clone(),
+            engine: self.engine.clone(),
+            gpus_unknown,
+        }
+    }
 }
 
 impl Execution<'_> {

@@ -85,6 +85,10 @@ impl FakeEngine {
 }
 
 impl ContainerEngine for FakeEngine {
+    fn version(&self) -> String {
+        "20.10.24+fake".into()
+    }
+
     fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
         Ok(self.script.image_present.then(|| ImageDetails {
             id: reference.to_string(),
@@ -203,13 +207,18 @@ fn junit_archive() -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-/// Remembers the events' kinds.
+/// Remembers the events' kinds (the phases apart, and not the ticks).
 #[derive(Default)]
-struct Recorder(Vec<&'static str>);
+struct Recorder(Vec<&'static str>, Vec<&'static str>);
 
 impl Reporter for Recorder {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         self.0.push(match event {
+            Event::Tick { .. } => return Ok(()),
+            Event::Phase { phase, .. } => {
+                self.1.push(phase.as_str());
+                return Ok(());
+            }
             Event::RunStarted { .. } => "run started",
             Event::Swept { .. } => "swept",
             Event::BatchStarted { .. } => "batch started",
@@ -287,6 +296,19 @@ fn project() -> Project {
 
 /// Runs project `p` on a fake engine that plays `script`.
 fn run_with(script: Script) -> (Result<RunResult>, Vec<&'static str>, Calls) {
+    let (result, events, _, calls) = run_with_phases(script);
+    (result, events, calls)
+}
+
+/// As [`run_with`], with the phases the run went through.
+fn run_with_phases(
+    script: Script,
+) -> (
+    Result<RunResult>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Calls,
+) {
     let p = project();
     let engine = FakeEngine::new(script, &p.lockset);
     let locksets = indexmap::IndexMap::from([("default".to_string(), p.lockset.clone())]);
@@ -299,7 +321,7 @@ fn run_with(script: Script) -> (Result<RunResult>, Vec<&'static str>, Calls) {
         &mut reporter,
     );
     let calls = engine.calls.into_inner().unwrap();
-    (result, reporter.0, calls)
+    (result, reporter.0, reporter.1, calls)
 }
 
 /// The one batch's record.
@@ -332,6 +354,21 @@ fn a_batch_whose_steps_and_tests_pass_passes_and_leaves_nothing() {
             "output ended",
             "batch ended",
             "run ended"
+        ]
+    );
+}
+
+#[test]
+fn a_batch_goes_through_its_phases_in_order() {
+    let (result, _, phases, _) = run_with_phases(Script {
+        output: b"cibox install: pip install .\nok\ncibox run: pytest\n.\n",
+        ..Script::default()
+    });
+    assert_eq!(record(&result).status, Status::Passed);
+    assert_eq!(
+        phases,
+        [
+            "verify", "lease", "create", "copy", "install", "run", "collect"
         ]
     );
 }

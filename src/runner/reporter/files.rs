@@ -93,6 +93,16 @@ impl Reporter for Files {
                 std::fs::write(root.join("summary.md"), summary_markdown(&run.batches))
                     .map_err(io)?;
                 std::fs::write(root.join("junit.xml"), merged_junit(&run.batches)).map_err(io)?;
+                let picture = root.join(super::TIMELINE_FILE);
+                match super::timeline::svg(&run.batches) {
+                    Some(svg) => std::fs::write(&picture, svg).map_err(io)?,
+                    // No batch to draw: no picture of an earlier run stays.
+                    None => match std::fs::remove_file(&picture) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(io(e)),
+                    },
+                }
             }
             _ => {}
         }

@@ -5,8 +5,10 @@
 
 pub mod files;
 pub mod github;
+mod hardware;
 pub mod pump;
 pub mod terminal;
+pub mod timeline;
 
 use super::ending::BatchResult;
 pub use super::error::ReporterError;
@@ -43,26 +45,65 @@ impl Reporter for Fanout {
     }
 }
 
+/// The picture of the run beside `summary.md` (see [`timeline`]).
+pub const TIMELINE_FILE: &str = "timeline.svg";
+
 /// The most failing tests a summary lists per batch.
 const MAX_FAILING_LISTED: usize = 50;
 /// The longest summary: GitHub refuses step summaries over 1 MiB.
 const MAX_SUMMARY_BYTES: usize = 512 * 1024;
 
-/// Test output as Markdown text: one line, every character that Markdown or HTML would
-/// read as markup escaped, so a test name cannot forge a table row, a link or a tag.
+/// Test output as Markdown text: one line, with a backslash before each character that
+/// Markdown or HTML would read as markup where it stands, so a test name cannot forge a
+/// table row, a link, emphasis or a tag; and no other, so the file still reads as plain
+/// text in a terminal (`(256m)`, not `\(256m\)`).
 pub fn markdown_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' | '\r' | '\t' => out.push(' '),
-            c if c.is_control() => {}
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '<' | '>' | '(' | ')' | '#' | '+'
-            | '-' | '.' | '!' | '|' | '~' | '&' => {
-                out.push('\\');
-                out.push(c);
+    let chars: Vec<char> = text
+        .chars()
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
             }
-            c => out.push(c),
+        })
+        .filter(|c| !c.is_control())
+        .skip_while(|c| *c == ' ')
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let before = i.checked_sub(1).map(|j| chars[j]);
+        let after = chars.get(i + 1).copied();
+        let escape = match c {
+            // Code spans, emphasis, tags, table cells, strikethrough.
+            '`' | '*' | '<' | '|' | '~' => true,
+            // A link: `[text](url)`, `[text][ref]`, or a definition `[ref]: url`, which
+            // only the start of a line can hold. `[[gpu]]` and `test_x[1]` stay plain.
+            '[' => i == 0,
+            ']' => after.is_some_and(|a| matches!(a, '(' | '[' | ':')),
+            // Only a backslash before punctuation escapes it.
+            '\\' => after.is_some_and(|a| a.is_ascii_punctuation()),
+            // Inside a word an underscore is a letter.
+            '_' => {
+                !(before.is_some_and(char::is_alphanumeric)
+                    && after.is_some_and(char::is_alphanumeric))
+            }
+            // An entity (`&amp;`, `&#60;`).
+            '&' => after.is_some_and(|a| a == '#' || a.is_ascii_alphabetic()),
+            // At the start of a line: a heading, list item, quote or setext underline.
+            '#' | '-' | '+' | '=' | '>' => i == 0,
+            // An ordered list item: digits at the start, then `.` or `)`.
+            '.' | ')' => {
+                i > 0
+                    && chars[..i].iter().all(char::is_ascii_digit)
+                    && after.is_none_or(|a| a == ' ')
+            }
+            _ => false,
+        };
+        if escape {
+            out.push('\\');
         }
+        out.push(c);
     }
     out
 }
@@ -111,6 +152,14 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             r.duration_s
         ));
     }
+    let picture = timeline::mermaid(results);
+    if !picture.is_empty() {
+        s.push_str("\n### Timeline\n\n");
+        s.push_str(&picture);
+        s.push_str(&format!(
+            "\nPer GPU, each batch's wait for its GPUs, then its run (red: it did not pass). The same picture without GitHub: `{TIMELINE_FILE}` beside `summary.md`.\n"
+        ));
+    }
     for b in results.iter().filter(|b| !b.passed()) {
         let r = &b.record;
         s.push_str(&format!("\n### {} ({})\n\n", r.batch, r.status.as_str()));
@@ -134,6 +183,7 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             reproduce_line(&b.record_path)
         ));
     }
+    s.push_str(&hardware::summary_section(results));
     s
 }
 
@@ -146,7 +196,7 @@ pub(crate) mod sample {
 
     use crate::runner::ending::{BatchResult, RunResult, Status};
     use crate::runner::results::junit::{Case, CaseStatus, Totals};
-    use crate::runner::results::record::{GpuRef, RunRecord, SourceInfo};
+    use crate::runner::results::record::{GpuHardware, GpuRef, Hardware, RunRecord, SourceInfo};
 
     fn case(name: &str, status: CaseStatus, message: Option<&str>, file: Option<&str>) -> Case {
         Case {
@@ -186,6 +236,21 @@ pub(crate) mod sample {
             started_at: "2026-11-30T03:00:00Z".into(),
             finished_at: "2026-11-30T03:00:12Z".into(),
             duration_s: 12.25,
+            gpu_wait_s: 0.0,
+            hardware: Some(Hardware {
+                gpus: vec![GpuHardware {
+                    index: 0,
+                    uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                    name: Some("NVIDIA H100 80GB HBM3".into()),
+                    memory_mib: Some(81559),
+                    driver: Some("550.54.15".into()),
+                    cuda: Some("12.4".into()),
+                    compute_capability: Some("9.0".into()),
+                }],
+                kernel: "6.1.0-18-amd64".into(),
+                engine: "20.10.24+dfsg1".into(),
+                gpus_unknown: None,
+            }),
             tests,
             cibox_version: "0.1.0".into(),
             manifest_digest: format!("sha256:{}", "d".repeat(64)),
@@ -211,6 +276,7 @@ pub(crate) mod sample {
 
     pub fn run() -> RunResult {
         RunResult {
+            run: "0123456789abcdef".into(),
             batches: vec![
                 result(
                     "unit",
@@ -257,8 +323,27 @@ mod tests {
     fn test_names_cannot_forge_markdown() {
         assert_eq!(
             super::markdown_text("x\n| forged | row |\n<img src=x>"),
-            "x \\| forged \\| row \\| \\<img src=x\\>"
+            "x \\| forged \\| row \\| \\<img src=x>"
         );
+        // Plain text stays plain: no escape where Markdown reads no markup.
+        assert_eq!(
+            super::markdown_text(
+                "the batch went over its memory limit (256m); see log.txt, test_x."
+            ),
+            "the batch went over its memory limit (256m); see log.txt, test_x."
+        );
+        // Markup where it stands is escaped.
+        assert_eq!(
+            super::markdown_text("# 1. _em_ *b* [l](u) ~s~ &amp; a\\*"),
+            "\\# 1. \\_em\\_ \\*b\\* [l\\](u) \\~s\\~ \\&amp; a\\\\\\*"
+        );
+        assert_eq!(
+            super::markdown_text("[r]: http://x and [a][r] but [[gpu]] and t[1]"),
+            "\\[r\\]: http://x and [a\\][r] but [[gpu]] and t[1]"
+        );
+        assert_eq!(super::markdown_text("12. item"), "12\\. item");
+        assert_eq!(super::markdown_text("0.9 > 0.5"), "0.9 > 0.5");
+        assert_eq!(super::markdown_text("- item"), "\\- item");
         assert_eq!(super::code_span("a`b"), "`` a`b ``");
         assert_eq!(super::code_span("t::x\ny"), "` t::x y `");
     }

@@ -3,6 +3,7 @@
 //! failures, each batch's verdict and how to replay what did not pass.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use super::pump::{Pump, Sink};
 use super::{Reporter, ReporterError};
@@ -11,6 +12,17 @@ use crate::runner::cleanup::sweep::{Note, Swept};
 use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
 use crate::runner::results::record::{RunRecord, reproduce_line};
+use crate::units::human;
+
+/// How often a quiet batch is said to be alive, unless `CIBOX_HEARTBEAT` says otherwise.
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// A running batch, for its heartbeat.
+struct Alive {
+    started: Instant,
+    last_output: Option<Instant>,
+    last_said: Instant,
+}
 
 /// The terminal reporter of a run. It never writes itself: its sinks queue (see
 /// [`super::pump`]), so a reader that stalls holds up no batch.
@@ -24,6 +36,12 @@ pub struct Terminal<O: Sink, E: Sink> {
     /// Per batch: whether its output is at the start of a line; its wait line.
     at_line_start: HashMap<String, bool>,
     waits: HashMap<String, WaitLine>,
+    /// When the run started, for its closing line.
+    started: Option<Instant>,
+    /// Each running batch, and how often to say that a quiet one still runs (zero:
+    /// never).
+    alive: HashMap<String, Alive>,
+    heartbeat: Duration,
 }
 
 impl<O: Sink, E: Sink> Terminal<O, E> {
@@ -37,6 +55,45 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
             prefixed: false,
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
+            started: None,
+            alive: HashMap::new(),
+            heartbeat: HEARTBEAT,
+        }
+    }
+
+    /// Says every `every` that a batch which printed nothing for that long still runs
+    /// (zero: never).
+    pub fn with_heartbeat(mut self, every: Duration) -> Terminal<O, E> {
+        self.heartbeat = every;
+        self
+    }
+
+    /// A quiet batch's heartbeat, when one is due: how long it has run and when it
+    /// last printed.
+    fn beat(&mut self, batch: &str) {
+        let Some(a) = self.alive.get_mut(batch) else {
+            return;
+        };
+        let now = Instant::now();
+        let quiet_since = a.last_output.unwrap_or(a.started).max(a.last_said);
+        if self.heartbeat.is_zero() || now.duration_since(quiet_since) < self.heartbeat {
+            return;
+        }
+        a.last_said = now;
+        let last = match a.last_output {
+            Some(t) => format!("last output {} ago", human(now.duration_since(t))),
+            None => "no output yet".to_string(),
+        };
+        let line = format!(
+            "batch {batch}: running for {}, {last}",
+            human(now.duration_since(a.started))
+        );
+        self.info(&line);
+    }
+
+    fn debug(&mut self, msg: &str) {
+        if let Some(line) = console::log_line(Level::Debug, "", msg) {
+            self.err.line(line.as_bytes());
         }
     }
 
@@ -114,6 +171,119 @@ pub fn verdict_line(r: &RunRecord) -> String {
     )
 }
 
+/// The most failing tests the closing lines name (the rest are in `summary.md`).
+const MAX_CLOSING_FAILURES: usize = 50;
+
+/// The run's closing lines, as nextest ends: one summary line (how long, how many
+/// batches ended how, how many tests), then each failing test and each batch that ended
+/// neither passed nor failed, by name.
+pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> Vec<String> {
+    use crate::runner::ending::Status;
+    use crate::runner::results::junit::CaseStatus;
+    let secs = elapsed.map_or_else(
+        || run.batches.iter().map(|b| b.record.duration_s).sum(),
+        |d| d.as_secs_f64(),
+    );
+    let mut by_status: Vec<String> = Vec::new();
+    for status in [
+        Status::Passed,
+        Status::Failed,
+        Status::Timeout,
+        Status::Cancelled,
+        Status::InfraError,
+        Status::ImageRefused,
+        Status::Capacity,
+    ] {
+        let n = run.batches.iter().filter(|b| b.status() == status).count();
+        if n > 0 {
+            by_status.push(format!("{n} {}", status.as_str()));
+        }
+    }
+    let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
+    for t in run.batches.iter().map(|b| &b.record.tests) {
+        total += t.total;
+        passed += t.passed;
+        failed += t.failed;
+        errors += t.errors;
+        skipped += t.skipped;
+    }
+    let n = run.batches.len();
+    let mut lines = vec![format!(
+        "summary [{secs:>7.1}s] {n} batch{} run: {}; {total} tests: {passed} passed, {failed} failed, {errors} errors, {skipped} skipped",
+        if n == 1 { "" } else { "es" },
+        if by_status.is_empty() {
+            "none".to_string()
+        } else {
+            by_status.join(", ")
+        }
+    )];
+    let mut listed = 0;
+    let mut unlisted = 0;
+    for b in &run.batches {
+        let r = &b.record;
+        for c in b.failing() {
+            if listed == MAX_CLOSING_FAILURES {
+                unlisted += 1;
+                continue;
+            }
+            listed += 1;
+            let word = if c.status == CaseStatus::Error {
+                "ERROR"
+            } else {
+                "FAIL"
+            };
+            lines.push(format!(
+                "{word:>8} [{:>7.1}s] {} {}",
+                c.time_s.unwrap_or(0.0),
+                r.batch,
+                c.id()
+            ));
+        }
+        if !matches!(r.status, Status::Passed | Status::Failed) {
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {}{}",
+                r.status.as_str().to_uppercase(),
+                r.duration_s,
+                r.batch,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        } else if r.status == Status::Failed && b.failing().next().is_none() {
+            // Failed without a failing test case: a step, a missing or broken report.
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {}{}",
+                "FAIL",
+                r.duration_s,
+                r.batch,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if unlisted > 0 {
+        lines.push(format!(
+            "… and {unlisted} more failing test(s); see {}",
+            run.reports.join("summary.md").display()
+        ));
+    }
+    if let Some(sig) = run.stopped_by {
+        lines.push(format!("the run was stopped by {sig}"));
+    }
+    lines.extend(super::hardware::closing_line(&run.batches));
+    if !run.batches.is_empty() {
+        lines.push(format!(
+            "reports: {}, with a picture of the run in {}",
+            run.reports.join("summary.md").display(),
+            run.reports.join(super::TIMELINE_FILE).display()
+        ));
+    }
+    lines
+}
+
 /// How to replay each batch that did not pass.
 pub fn replay_lines(run: &RunResult) -> Vec<String> {
     run.batches
@@ -146,6 +316,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             }
             Event::RunStarted { plan } => {
                 self.prefixed = plan.batches.len() > 1;
+                self.started = Some(Instant::now());
             }
             Event::Waiting { batch, report } => {
                 let gpus = batch.gpus;
@@ -155,7 +326,11 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     .entry(batch.name.clone())
                     .or_insert_with(|| WaitLine::new(false))
                     .due(*report, |r| {
-                        format!("batch {name}: waiting for {gpus} GPU(s): {}", r.describe())
+                        format!(
+                            "batch {name}: waiting {} for {gpus} GPU(s): {}",
+                            human(r.waited),
+                            r.progress()
+                        )
                     });
                 if let Some(line) = due {
                     self.info(&line);
@@ -164,7 +339,42 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             Event::LeaseGranted { batch, .. } => {
                 self.waits.remove(&batch.name);
             }
+            Event::ContainerStarted { batch, .. } => {
+                let now = Instant::now();
+                self.alive.insert(
+                    batch.name.clone(),
+                    Alive {
+                        started: now,
+                        last_output: None,
+                        last_said: now,
+                    },
+                );
+            }
+            Event::Tick { batch } => self.beat(&batch.name),
+            Event::Phase {
+                batch,
+                phase,
+                at,
+                detail,
+            } => {
+                let line = match batch {
+                    Some(b) => format!(
+                        "batch {}: {:>9} [{:>6.1}s] {detail}",
+                        b.name,
+                        phase.as_str(),
+                        at.as_secs_f64()
+                    ),
+                    None => format!("{}: {detail}", phase.as_str()),
+                };
+                self.debug(&line);
+            }
+            Event::OutputEnded { batch } => {
+                self.alive.remove(&batch.name);
+            }
             Event::Output { batch, bytes } => {
+                if let Some(a) = self.alive.get_mut(&batch.name) {
+                    a.last_output = Some(Instant::now());
+                }
                 let start = self.at_line_start.entry(batch.name.clone()).or_insert(true);
                 let prefix = self.prefixed.then_some(batch.name.as_str());
                 let buf = prefix_lines(bytes, prefix, start);
@@ -196,6 +406,10 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             }
             Event::BatchEnded { result } => self.info(&verdict_line(&result.record)),
             Event::RunEnded { run } => {
+                let elapsed = self.started.map(|t| t.elapsed());
+                for line in closing_lines(run, elapsed) {
+                    self.info(&line);
+                }
                 for line in replay_lines(run) {
                     self.info(&line);
                 }
@@ -242,6 +456,7 @@ mod line_tests {
             .iter()
             .map(|b| verdict_line(&b.record))
             .collect();
+        lines.extend(closing_lines(&run, None));
         lines.extend(replay_lines(&run));
         insta::assert_snapshot!(lines.join("\n"));
     }

@@ -38,11 +38,12 @@ pub struct PhaseTracker {
 }
 
 impl PhaseTracker {
-    /// Takes what the batch printed, as it came.
-    pub fn feed(&mut self, bytes: &[u8]) {
+    /// Takes what the batch printed, as it came; returns the steps announced in it.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<(Phase, String)> {
+        let mut announced = Vec::new();
         for &b in bytes {
             if b == b'\n' {
-                self.end_line();
+                announced.extend(self.end_line());
             } else if self.line.len() < MAX_LINE {
                 self.line.push(b);
             }
@@ -51,19 +52,24 @@ impl PhaseTracker {
         if self.tail.len() > 2 * TAIL_BYTES {
             self.tail.drain(..self.tail.len() - TAIL_BYTES);
         }
+        announced
     }
 
-    fn end_line(&mut self) {
+    fn end_line(&mut self) -> Option<(Phase, String)> {
         let line = String::from_utf8_lossy(&self.line);
+        let mut announced = None;
         for phase in [Phase::Install, Phase::Preflight, Phase::Run] {
             let marker = format!("cibox {}: ", phase.word());
             if let Some(at) = line.rfind(&marker) {
-                self.current = Some((phase, line[at + marker.len()..].to_string()));
+                let cmd = line[at + marker.len()..].to_string();
+                self.current = Some((phase, cmd.clone()));
                 self.tail.clear();
+                announced = Some((phase, cmd));
                 break;
             }
         }
         self.line.clear();
+        announced
     }
 
     /// When the batch failed with `code` while installing the source or in a

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::junit::Totals;
+pub use crate::gpu::probe::GpuHardware;
 use crate::nofollow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +48,72 @@ pub struct SourceInfo {
 pub struct GpuRef {
     pub index: u32,
     pub uuid: String,
+}
+
+/// What a batch ran on: its GPUs as the probe described them, the host's kernel and the
+/// engine. A replay elsewhere compares these (`cibox reproduce`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hardware {
+    /// Each GPU leased to the batch, in the order leased (empty for a CPU batch).
+    pub gpus: Vec<GpuHardware>,
+    /// The host's kernel release (`uname -r`).
+    pub kernel: String,
+    /// The container engine's version.
+    pub engine: String,
+    /// Why the GPUs' model, driver and CUDA version are missing, when the probe could
+    /// not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_unknown: Option<String>,
+}
+
+impl Hardware {
+    /// What a replay compares, one named text each: the GPUs' models (with compute
+    /// capability), their memory, the driver, the CUDA version, the kernel, the engine.
+    pub fn aspects(&self) -> Vec<(&'static str, String)> {
+        let each = |f: &dyn Fn(&GpuHardware) -> String| {
+            if self.gpus.is_empty() {
+                return "none".to_string();
+            }
+            let mut seen: Vec<String> = self.gpus.iter().map(f).collect();
+            seen.dedup();
+            seen.join(", ")
+        };
+        let unknown = || "unknown".to_string();
+        vec![
+            (
+                "GPU model",
+                each(&|g| {
+                    let name = g.name.clone().unwrap_or_else(unknown);
+                    match &g.compute_capability {
+                        Some(cc) => format!("{name} (compute {cc})"),
+                        None => name,
+                    }
+                }),
+            ),
+            (
+                "GPU memory",
+                each(&|g| g.memory_mib.map_or_else(unknown, |m| format!("{m} MiB"))),
+            ),
+            (
+                "driver",
+                each(&|g| g.driver.clone().unwrap_or_else(unknown)),
+            ),
+            ("CUDA", each(&|g| g.cuda.clone().unwrap_or_else(unknown))),
+            ("kernel", self.kernel.clone()),
+            ("engine", self.engine.clone()),
+        ]
+    }
+
+    /// Where `other` differs from this: (what, this, other), in [`Hardware::aspects`]'
+    /// order.
+    pub fn differences(&self, other: &Hardware) -> Vec<(&'static str, String, String)> {
+        self.aspects()
+            .into_iter()
+            .zip(other.aspects())
+            .filter(|((_, a), (_, b))| a != b)
+            .map(|((what, a), (_, b))| (what, a, b))
+            .collect()
+    }
 }
 
 /// Why a run record cannot be read.
@@ -122,6 +189,13 @@ pub struct RunRecord {
     /// mounts, IPC, ulimits, capabilities, user, network); empty when nothing.
     #[serde(default)]
     pub loosened: serde_json::Value,
+    /// How long the batch waited for its GPUs, until they were granted or refused (0 for
+    /// a CPU batch; 0 in records of older cibox versions).
+    #[serde(default)]
+    pub gpu_wait_s: f64,
+    /// What the batch ran on; `None` in records of older cibox versions.
+    #[serde(default)]
+    pub hardware: Option<Hardware>,
     /// The test file, for a batch `cibox changed run` made from `changed.run` (so
     /// `cibox reproduce` can make it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,4 +293,52 @@ impl RunRecord {
 /// The one line that replays a batch locally.
 pub fn reproduce_line(result: &Path) -> String {
     format!("cibox reproduce {}", result.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, name: &str, cc: &str) -> GpuHardware {
+        GpuHardware {
+            index,
+            uuid: format!("GPU-00000000-0000-0000-0000-00000000000{index}"),
+            name: Some(name.into()),
+            memory_mib: Some(81559),
+            driver: Some("550.54.15".into()),
+            cuda: Some("12.4".into()),
+            compute_capability: Some(cc.into()),
+        }
+    }
+
+    #[test]
+    fn a_replay_names_what_hardware_differs() {
+        let recorded = Hardware {
+            gpus: vec![gpu(0, "NVIDIA A100-SXM4-80GB", "8.0")],
+            kernel: "6.1.0-18-amd64".into(),
+            engine: "20.10.24".into(),
+            gpus_unknown: None,
+        };
+        assert!(recorded.differences(&recorded).is_empty());
+        let mut replayed = recorded.clone();
+        replayed.gpus = vec![gpu(3, "NVIDIA H100 80GB HBM3", "9.0")];
+        assert_eq!(
+            recorded.differences(&replayed),
+            [(
+                "GPU model",
+                "NVIDIA A100-SXM4-80GB (compute 8.0)".to_string(),
+                "NVIDIA H100 80GB HBM3 (compute 9.0)".to_string()
+            )]
+        );
+        // Another index of the same model is the same hardware.
+        let mut moved = recorded.clone();
+        moved.gpus[0].index = 5;
+        assert!(recorded.differences(&moved).is_empty());
+        // Two GPUs of a model read as one.
+        let two = Hardware {
+            gpus: vec![gpu(0, "X", "9.0"), gpu(1, "X", "9.0")],
+            ..recorded.clone()
+        };
+        assert_eq!(two.aspects()[0].1, "X (compute 9.0)");
+    }
 }

@@ -79,8 +79,7 @@ impl StepTracker {
     fn end_line(&mut self) {
         let next = self.started.len();
         // A line that ends with the announcement: the step before may have left its
-        // last line without a newline (`printf 'ok'`), or its output may have come
-        // through the other stream a moment before.
+        // last line without a newline (`printf 'ok'`).
         if next < self.markers.len() && self.line.ends_with(self.markers[next].as_bytes()) {
             self.started.push(Instant::now());
             self.tails.push(Vec::new());

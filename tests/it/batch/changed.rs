@@ -48,6 +48,55 @@ fn reproduce_replays_a_recorded_failure_side_by_side() {
         "{}",
         r.stdout
     );
+    // Same host: what it ran on, side by side, and no warning.
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let kernel = kernel.trim();
+    assert!(
+        rows.contains(&format!("kernel {kernel} {kernel}")),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stderr.contains("other hardware"), "{}", r.stderr);
+    // A record from another host: the replay warns and marks what differs.
+    let mut elsewhere = rec.clone();
+    elsewhere["hardware"]["kernel"] = "4.19.0-27-amd64".into();
+    elsewhere["hardware"]["engine"] = "19.03.15".into();
+    let other = d.join("elsewhere.json");
+    std::fs::write(&other, elsewhere.to_string()).unwrap();
+    let dry = run(cibox(d).args(["reproduce", "--dry-run"]).arg(&other));
+    assert!(
+        dry.ok().stdout.contains("recorded on: GPU model none; GPU memory none; driver none; CUDA none; kernel 4.19.0-27-amd64; engine 19.03.15"),
+        "{}",
+        dry.stdout
+    );
+    let r = run(cibox(d).arg("reproduce").arg(&other));
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    let warning = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("cibox: warning: replayed on other hardware than recorded: "))
+        .unwrap_or_else(|| panic!("no warning:\n{}", r.stderr));
+    assert!(
+        warning.contains(&format!(
+            "kernel 4.19.0-27-amd64 then, {kernel} now; engine 19.03.15 then, "
+        )),
+        "{warning}"
+    );
+    assert!(
+        r.rows()
+            .contains(&format!("kernel 4.19.0-27-amd64 {kernel} (differs)")),
+        "{}",
+        r.stdout
+    );
+    let r = run(cibox(d).args(["reproduce", "--json"]).arg(&other));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["hardware_differs"][0]["what"], "kernel", "{v}");
+    assert_eq!(
+        v["hardware_differs"][0]["recorded"], "4.19.0-27-amd64",
+        "{v}"
+    );
+    assert_eq!(v["replayed"]["status"], "failed", "{v}");
+    assert_eq!(v["plan"]["commit"], sha.as_str(), "{v}");
     let worktrees = git(d, &["worktree", "list"]);
     assert_eq!(
         worktrees.lines().count(),

@@ -119,3 +119,170 @@ fn gpus_of_a_running_cibox_container_are_never_leased() {
     );
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn a_batch_that_waits_for_its_gpus_says_where_it_stands_and_records_the_wait() {
+    let p = busybox_project(&batch("g", 1, "1m", &[JUNIT_OK], ""), "");
+    let host = GpuHost::new(1);
+    let mut holder = host
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "2"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || host.leased() == [0] && host.queued() == 0));
+    let mut c = p.batch_cmd(&["batch", "run", "g", "--wait", "30s"]);
+    host.smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", host.locks.path())
+        .env("CIBOX_PROBE_TIMEOUT", "2s");
+    let r = run(&mut c);
+    holder.wait().unwrap();
+    // It got the GPU once the holder let go (and the engine, without a GPU runtime for
+    // the fixture's UUIDs, could not start it).
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("batch g: waiting"))
+        .unwrap_or_else(|| panic!("no wait line:\n{}", r.stderr));
+    assert!(
+        line.contains("for 1 GPU(s): queue position 1, leased: GPU 0 by pid"),
+        "{line}"
+    );
+    assert!(line.contains("; gives up in 30s, at "), "{line}");
+    let v = p.result("g");
+    assert_eq!(v["gpus"][0]["uuid"], uuid(0), "{v}");
+    let waited = v["gpu_wait_s"].as_f64().unwrap();
+    assert!(
+        waited > 0.0 && waited <= v["duration_s"].as_f64().unwrap(),
+        "{v}"
+    );
+}
+
+#[test]
+fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
+    let p = busybox_project(
+        &(batch("g", 1, "1m", &[JUNIT_OK], "") + &batch("cpu", 0, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    for backend in Backend::BOTH {
+        let smi = FakeSmi::with_gpus(2);
+        smi.set("gpu_name", "NVIDIA A100-SXM4-80GB");
+        smi.set("compute_cap", "8.0");
+        smi.set("cuda_version", "12.2");
+        smi.set("driver_version", "535.104.05");
+        let locks = tempfile::tempdir().unwrap();
+        // A wait: another test's orphan container may name the fixture's GPU 0 a moment.
+        let mut c = p.batch_cmd(&["batch", "run", "g", "cpu", "--wait", "30s"]);
+        smi.apply(&mut c);
+        backend.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+        let r = run(&mut c);
+        // The fixture's GPUs exist on no engine: the batch leases one and cannot start.
+        assert_eq!(r.code, 5, "{backend:?}: {}", r.stderr);
+        let hw = &p.result("g")["hardware"];
+        assert_eq!(
+            hw["gpus"],
+            serde_json::json!([{
+                "index": 0,
+                "uuid": uuid(0),
+                "name": "NVIDIA A100-SXM4-80GB",
+                "memory_mib": 81559,
+                "driver": "535.104.05",
+                "cuda": "12.2",
+                "compute_capability": "8.0",
+            }]),
+            "{backend:?}: {hw}"
+        );
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_eq!(hw["kernel"], kernel.trim(), "{hw}");
+        assert!(!hw["engine"].as_str().unwrap().is_empty(), "{hw}");
+        let cpu = &p.result("cpu")["hardware"];
+        assert_eq!(cpu["gpus"], serde_json::json!([]), "{cpu}");
+        assert_eq!(cpu["engine"], hw["engine"], "{cpu}");
+    }
+    // A driver too old to say the compute capability: the rest is still recorded.
+    let smi = FakeSmi::with_gpus(1);
+    smi.set("compute_cap", "old");
+    let locks = tempfile::tempdir().unwrap();
+    let mut c = p.batch_cmd(&["batch", "run", "g", "--wait", "30s"]);
+    smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+    assert_eq!(run(&mut c).code, 5);
+    let gpu = &p.result("g")["hardware"]["gpus"][0];
+    assert_eq!(gpu["name"], "NVIDIA H100 80GB HBM3", "{gpu}");
+    assert!(gpu["compute_capability"].is_null(), "{gpu}");
+}
+
+#[test]
+fn the_summary_and_timeline_svg_picture_which_batch_ran_on_which_gpu_when() {
+    let p = busybox_project(
+        &(batch("cpu", 0, "1m", &["sleep 1", JUNIT_OK], "")
+            + &batch("g1", 1, "1m", &[JUNIT_OK], "")
+            + &batch("g2", 1, "1m", &[JUNIT_OK], "")),
+        "",
+    );
+    let host = GpuHost::new(1);
+    let mut c = p.batch_cmd(&[
+        "batch",
+        "run",
+        "cpu",
+        "g1",
+        "g2",
+        "--parallel",
+        "--wait",
+        "30s",
+    ]);
+    host.smi.apply(&mut c);
+    c.env("CIBOX_GPU_LOCK_DIR", host.locks.path());
+    let r = run(&mut c);
+    // The fixture's GPU exists on no engine: both GPU batches get GPU 0, one after the
+    // other, and cannot start.
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
+    let block = summary
+        .split("```mermaid\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap_or_else(|| panic!("no Mermaid block:\n{summary}"));
+    let lines: Vec<&str> = block.lines().map(str::trim).collect();
+    assert_eq!(lines[0], "gantt", "{block}");
+    assert!(lines.contains(&"dateFormat x"), "{block}");
+    assert!(
+        lines.contains(&"section GPU 0 (NVIDIA H100 80GB HBM3)") && lines.contains(&"section CPU"),
+        "{block}"
+    );
+    // Every task: `NAME :[tags, ]id, start, end` with start < end in Unix milliseconds.
+    let tasks: Vec<&str> = lines.iter().copied().filter(|l| l.contains(" :")).collect();
+    for t in &tasks {
+        let (_, data) = t.split_once(" :").unwrap();
+        let fields: Vec<&str> = data.split(", ").collect();
+        let (start, end) = (fields[fields.len() - 2], fields[fields.len() - 1]);
+        let (start, end): (u64, u64) = (start.parse().unwrap(), end.parse().unwrap());
+        assert!(start < end && start > 1_700_000_000_000, "{t}");
+    }
+    for name in [
+        "cpu passed :done",
+        "g1 infra_error :crit",
+        "g2 infra_error :crit",
+    ] {
+        assert!(tasks.iter().any(|t| t.starts_with(name)), "{name}: {block}");
+    }
+    let svg = std::fs::read_to_string(p.reports().join("timeline.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
+    );
+    for text in [
+        ">GPU 0 (NVIDIA H100 80GB HBM3)<",
+        ">CPU<",
+        ">g1<",
+        ">g2<",
+        ">cpu<",
+        "passed ",
+    ] {
+        assert!(
+            svg.contains(text),
+            "{text} missing from the picture:\n{svg}"
+        );
+    }
+    assert!(!svg.contains("<script") && !svg.contains("href"), "{svg}");
+}

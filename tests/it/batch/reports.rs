@@ -75,6 +75,26 @@ fn qualify_writes_a_record_only_when_every_batch_passed() {
         !out.join("qualification.json").exists(),
         "a failed qualification left a record"
     );
+    // Under --json, the outcome says so.
+    let r = run(cibox(p.project.path())
+        .args([
+            "--json",
+            "image",
+            "qualify",
+            &p.image.0,
+            "--scope",
+            &p.scope(),
+            "--reports",
+        ])
+        .arg(&out));
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (v["qualified"].as_bool(), v["status"].as_str()),
+        (Some(false), Some("failed")),
+        "{v}"
+    );
+    assert_eq!(v["batches"].as_array().unwrap().len(), 2, "{v}");
     run(cibox(p.project.path()).args(["image", "qualify", "latest"])).fails_with(3, "is a tag");
 }
 
@@ -101,6 +121,13 @@ fn github_actions_gets_summary_outputs_and_annotations() {
     let s = std::fs::read_to_string(&summary).unwrap();
     assert!(
         s.contains("| red | failed |") && s.contains("cibox reproduce"),
+        "{s}"
+    );
+    // The timeline, which GitHub draws.
+    assert!(
+        s.contains("```mermaid\ngantt\n")
+            && s.contains("section CPU\n")
+            && s.contains("red failed :crit, "),
         "{s}"
     );
     assert!(
@@ -153,5 +180,48 @@ fn refused_input_makes_no_reports_folder() {
     assert!(
         !p.path().join("out").exists(),
         "a refused batch run made its reports folder"
+    );
+}
+
+#[test]
+fn json_run_outcome_on_stdout_with_the_output_on_stderr() {
+    let p = busybox_project(
+        &(batch("good", 0, "1m", &["echo printed-by-good", JUNIT_OK], "")
+            + &batch("bad", 0, "1m", &["echo printed-by-bad; exit 3"], "")),
+        "",
+    );
+    let r = p.run(&["--json", "batch", "run", "good", "bad"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}):\n{}", r.stdout));
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["run"].as_str().unwrap().len(), 16, "{v}");
+    let batches = v["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 2, "{v}");
+    assert_eq!(batches[0]["batch"], "good");
+    assert_eq!(batches[0]["status"], "passed");
+    assert_eq!(batches[1]["status"], "failed");
+    assert_eq!(batches[1]["container_exit_code"], 3);
+    let result = batches[1]["result"].as_str().unwrap();
+    assert!(std::path::Path::new(result).is_file(), "{result}");
+    assert!(
+        v["summary"].as_str().unwrap().ends_with("summary.md"),
+        "{v}"
+    );
+    // The batches' output went to stderr, out of the JSON's way.
+    assert!(r.stderr.contains("printed-by-good"), "{}", r.stderr);
+    assert!(!r.stdout.contains("printed-by"), "{}", r.stdout);
+    // An error is JSON too (and still its one line on stderr).
+    let r = p.run(&["--json", "batch", "run", "nosuch"]);
+    r.fails_with(2, "unknown batch `nosuch`");
+    let e: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(e["error"]["exit_code"], 2, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown batch `nosuch`"),
+        "{e}"
     );
 }

@@ -225,3 +225,50 @@ fn a_stdout_nobody_reads_stalls_neither_the_timeout_nor_the_other_batches() {
         log.len()
     );
 }
+
+#[test]
+fn progress_shows_phases_under_v_and_a_heartbeat_for_a_quiet_batch() {
+    let p = busybox_project(
+        &batch("quiet", 0, "1m", &["echo started", "sleep 3", JUNIT_OK], ""),
+        "",
+    );
+    let r = run(p
+        .batch_cmd(&["-v", "batch", "run", "quiet"])
+        .env("CIBOX_HEARTBEAT", "1s"));
+    r.ok();
+    // Each step of the batch, in order, timed from its start.
+    let mut at = 0;
+    for phase in [
+        "cibox: verify: image default sha256:",
+        "cibox: batch quiet:     lease [",
+        "cibox: batch quiet:    create [",
+        "cibox: batch quiet:      copy [",
+        "cibox: batch quiet:       run [",
+        "cibox: batch quiet:   collect [",
+    ] {
+        let found = r.stderr[at..]
+            .find(phase)
+            .unwrap_or_else(|| panic!("`{phase}` missing, or out of order:\n{}", r.stderr));
+        at += found + phase.len();
+    }
+    assert!(
+        r.stderr.contains("] sleep 3\n"),
+        "the run step is named: {}",
+        r.stderr
+    );
+    // Quiet for a second while it sleeps: said to be alive, and since when.
+    let beat = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("cibox: batch quiet: running for "))
+        .unwrap_or_else(|| panic!("no heartbeat:\n{}", r.stderr));
+    assert!(
+        beat.contains(", last output ") && beat.ends_with(" ago"),
+        "{beat}"
+    );
+    // Without -v, no phase lines; without CIBOX_HEARTBEAT, none within 30 s.
+    let r = p.run(&["batch", "run", "quiet"]);
+    r.ok();
+    assert!(!r.stderr.contains("     lease ["), "{}", r.stderr);
+    assert!(!r.stderr.contains("running for"), "{}", r.stderr);
+}

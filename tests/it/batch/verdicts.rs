@@ -24,6 +24,7 @@ fn a_passing_batch_leaves_reports_and_no_container() {
     assert_eq!(v["exit_code"], 0);
     assert_eq!(v["image"], p.image.0.as_str());
     assert_eq!(v["tests"]["total"], 1);
+    assert_eq!(v["gpu_wait_s"], 0.0, "a CPU batch waits for no GPU");
     assert_eq!(v["scope"], p.scope().as_str());
     assert!(
         v["container"]
@@ -79,6 +80,24 @@ fn failing_test_cases_fail_the_batch_and_are_named() {
     assert_eq!(r.code, 1);
     let v = p.result("tf");
     assert_eq!(v["failed_tests"], serde_json::json!(["m::t1"]));
+    // The closing lines name it, as nextest's do.
+    let closing: Vec<&str> = r
+        .stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("cibox: summary ["))
+        .collect();
+    assert!(
+        closing[0].contains("1 batch run: 1 failed; 2 tests: 0 passed, 1 failed"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        closing
+            .iter()
+            .any(|l| l.contains("FAIL [") && l.ends_with("tf m::t1")),
+        "{}",
+        r.stderr
+    );
     assert_eq!(v["tests"]["skipped_reasons"]["needs 2 GPUs"], 1);
     let merged = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
     assert!(merged.contains("t1") && merged.contains("nope"), "{merged}");
@@ -210,4 +229,61 @@ fn a_script_batch_that_ends_early_with_success_fails_the_steps_it_skipped() {
         junit.contains("did not run: the batch exited 0 before this step"),
         "{junit}"
     );
+}
+
+#[test]
+fn output_keeps_its_order_and_a_failing_step_keeps_only_its_own() {
+    // Announcements (cibox's), stdout and stderr of the steps, in the order printed:
+    // one stream, so a step's output never lands after the next step's announcement.
+    let steps = [
+        "echo one-out; echo one-err >&2; echo one-more",
+        "echo two-out; echo two-err >&2; exit 4",
+    ];
+    let p = busybox_project(
+        &batch("ordered", 0, "1m", &steps, "    verdict: exit-code\n"),
+        "",
+    );
+    for _ in 0..3 {
+        let r = p.run(&["batch", "run", "ordered"]);
+        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        let log = std::fs::read_to_string(p.reports().join("ordered/log.txt")).unwrap();
+        let at = |needle: &str| {
+            log.find(needle)
+                .unwrap_or_else(|| panic!("`{needle}` missing from log.txt:\n{log}"))
+        };
+        let order = [
+            "cibox run: echo one-out",
+            "one-out",
+            "one-err",
+            "one-more",
+            "cibox run: echo two-out",
+            "two-out",
+            "two-err",
+        ];
+        for pair in order.windows(2) {
+            assert!(
+                at(pair[0]) < at(pair[1]),
+                "`{}` came after `{}`:\n{log}",
+                pair[0],
+                pair[1]
+            );
+        }
+        // The terminal shows the same order.
+        let shown =
+            r.stdout.find("one-more").unwrap() < r.stdout.find("cibox run: echo two").unwrap();
+        assert!(shown, "{}", r.stdout);
+        let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
+        let failing = junit
+            .split("<testcase")
+            .find(|c| c.contains("step 2"))
+            .unwrap();
+        assert!(
+            failing.contains("two-out") && failing.contains("two-err"),
+            "{failing}"
+        );
+        assert!(
+            !failing.contains("one-"),
+            "step 1's output in step 2's failure: {failing}"
+        );
+    }
 }

@@ -700,3 +700,32 @@ fn image_id_refuses_what_is_not_one_whole_image() {
         r.fails_with(2, want);
     }
 }
+
+#[test]
+fn build_says_each_stage_as_it_goes() {
+    let p = image_project(&["image/*"]);
+    require_engine();
+    let r = {
+        let _store = image_store_lock(false);
+        p.cibox(&["image", "build"])
+    };
+    r.ok();
+    let _img = ImageGuard(r.stdout.trim().to_string());
+    // What a quiet build would otherwise hide, in order.
+    let mut at = 0;
+    for stage in [
+        "cibox: building ",
+        "cibox: sending the build context to the engine: ",
+        "cibox: building: Step 1/",
+        "cibox: building: Step 2/",
+        "cibox: saving the engine's build",
+        "cibox: normalising the build (",
+        "cibox: loading the normalised image: ",
+        "cibox: built and verified",
+    ] {
+        let found = r.stderr[at..]
+            .find(stage)
+            .unwrap_or_else(|| panic!("`{stage}` missing, or out of order:\n{}", r.stderr));
+        at += found + stage.len();
+    }
+}

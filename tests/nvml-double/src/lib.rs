@@ -10,6 +10,9 @@
 //! - `apps.csv`: `gpu_uuid, pid, used_memory`, one line a compute process.
 //! - `nvml_init_latency`, `nvml_latency`: seconds that init, and every other query, take.
 //! - `calls.log`: when present, gets `nvml init` and `nvml count` lines as those calls start.
+//! - What the GPUs are, as the nvidia-smi fixture reads them: `gpu_name` (default `NVIDIA
+//!   H100 80GB HBM3`), `compute_cap` (`9.0`; `old` answers Not Supported), `driver_version`
+//!   (`550.54.15`), `cuda_version` (`12.4`).
 //!
 //! Numbers in the csv files are MiB or percent, as nvidia-smi prints them with `nounits`.
 //!
@@ -17,7 +20,7 @@
 //! Every export is an NVML C entry point: pointers must be valid as NVML documents.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use std::ffi::{c_char, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -244,9 +247,60 @@ pub unsafe extern "C" fn nvmlErrorString(code: Ret) -> *const c_char {
     text.as_ptr()
 }
 
+/// A value of what the GPUs are: the state folder's file `name`, else `default`.
+fn fact(dir: &Path, name: &str, default: &str) -> String {
+    fs::read_to_string(dir.join(name))
+        .map(|t| t.trim().to_owned())
+        .unwrap_or_else(|_| default.to_owned())
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(buf: *mut c_char, len: c_uint) -> Ret {
-    code(enter(None).and_then(|_| unsafe { put_str(buf, len, "550.54.15") }))
+    code(enter(None).and_then(|(dir, _)| unsafe {
+        put_str(buf, len, &fact(&dir, "driver_version", "550.54.15"))
+    }))
+}
+
+/// The CUDA version as NVML gives it: 1000 × major + 10 × minor (12.4 is 12040).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> Ret {
+    code(enter(None).and_then(|(dir, _)| {
+        let text = fact(&dir, "cuda_version", "12.4");
+        let (major, minor) = text.split_once('.').unwrap_or((&text, "0"));
+        let major: c_int = major.parse().map_err(|_| UNKNOWN)?;
+        let minor: c_int = minor.parse().map_err(|_| UNKNOWN)?;
+        unsafe { put(version, major * 1000 + minor * 10) }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> Ret {
+    unsafe { nvmlSystemGetCudaDriverVersion_v2(version) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetName(device: Device, buf: *mut c_char, len: c_uint) -> Ret {
+    query(device, |dir, _| unsafe {
+        put_str(buf, len, &fact(dir, "gpu_name", "NVIDIA H100 80GB HBM3"))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: Device,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> Ret {
+    query(device, |dir, _| {
+        let text = fact(dir, "compute_cap", "9.0");
+        let (ma, mi) = text.split_once('.').ok_or(NOT_SUPPORTED)?;
+        let ma: c_int = ma.parse().map_err(|_| NOT_SUPPORTED)?;
+        let mi: c_int = mi.parse().map_err(|_| NOT_SUPPORTED)?;
+        unsafe {
+            put(major, ma)?;
+            put(minor, mi)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
