@@ -17,6 +17,42 @@ pub enum Level {
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
 
+/// Whether stderr gets colour: a terminal, unless `NO_COLOR` is set (no-color.org) or
+/// the terminal is `dumb`; `CLICOLOR_FORCE` (not `0`) forces it anywhere.
+fn colour_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+        if std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0") {
+            return true;
+        }
+        !set("NO_COLOR")
+            && std::env::var("TERM").map_or(true, |t| t != "dumb")
+            && std::io::stderr().is_terminal()
+    })
+}
+
+/// A colour for [`paint`].
+#[derive(Debug, Clone, Copy)]
+pub enum Colour {
+    Red,
+    Yellow,
+    Green,
+}
+
+/// `text` in `colour` (bold), where stderr takes colour; else as it is.
+pub fn paint(text: &str, colour: Colour) -> String {
+    if !colour_on() {
+        return text.to_string();
+    }
+    let code = match colour {
+        Colour::Red => "1;31",
+        Colour::Yellow => "1;33",
+        Colour::Green => "1;32",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
 /// Sets the log level from `CIBOX_LOG`, raised by each `-v`.
 pub fn init(verbose: u8) {
     let base = match std::env::var("CIBOX_LOG").ok().as_deref().map(str::trim) {
@@ -41,6 +77,10 @@ fn log(level: Level, prefix: &str, msg: &str) {
 /// The line [`info`], [`warn`] or [`debug`] would print (newline included), when its
 /// level is shown: for who writes stderr in its own way.
 pub fn log_line(level: Level, prefix: &str, msg: &str) -> Option<String> {
+    let prefix = match prefix {
+        "warning: " => paint("warning:", Colour::Yellow) + " ",
+        other => other.to_string(),
+    };
     enabled(level).then(|| format!("cibox: {prefix}{}\n", crate::util::escape(msg)))
 }
 
@@ -67,7 +107,8 @@ pub fn error(headline: &dyn Display, details: &[String]) {
 pub fn error_lines(headline: &dyn Display, details: &[String]) -> String {
     // One line, whatever a quoted value holds.
     let mut out = format!(
-        "cibox: error: {}\n",
+        "cibox: {} {}\n",
+        paint("error:", Colour::Red),
         crate::util::escape(&headline.to_string())
     );
     for d in details {

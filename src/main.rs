@@ -63,7 +63,19 @@ fn usage_error(e: clap::Error) -> u8 {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("bad command line")
                 .trim_start_matches("error: ");
-            eprintln!("cibox: error: {first} (see `cibox --help`)");
+            // clap's "did you mean": kept, on the same line.
+            let tip = text
+                .lines()
+                .map(str::trim)
+                .find_map(|l| l.strip_prefix("tip: "))
+                .map(|t| format!("; {t}"))
+                .unwrap_or_default();
+            let first = format!("{first}{tip}");
+            let first = first.as_str();
+            eprintln!(
+                "cibox: {} {first} (see `cibox --help`)",
+                console::paint("error:", console::Colour::Red)
+            );
             // `--json` was asked for, though the line it is on did not parse.
             let json = std::env::args()
                 .skip(1)

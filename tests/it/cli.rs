@@ -292,3 +292,23 @@ fn ulimits_no_kernel_can_set_are_refused_with_the_manifest() {
         "container.ulimits.nofile: 4294967296 is more open files than any kernel allows",
     );
 }
+
+#[test]
+fn a_mistyped_flag_gets_clap_s_suggestion_and_colour_only_where_asked() {
+    let p = Project::new(GOOD);
+    run(cibox(p.path()).args(["batch", "run", "cpu", "--imgae", "x"])).fails_with(
+        2,
+        "unexpected argument '--imgae' found; a similar argument exists: '--image'",
+    );
+    // No colour when stderr is no terminal (here), nor with NO_COLOR; forced, it has it.
+    let plain = run(cibox(p.path()).args(["batch", "run", "nosuch"]));
+    assert!(!plain.stderr.contains('\x1b'), "{:?}", plain.stderr);
+    let forced = run(cibox(p.path())
+        .env("CLICOLOR_FORCE", "1")
+        .args(["batch", "run", "nosuch"]));
+    assert!(
+        forced.stderr.contains("\x1b[1;31merror:\x1b[0m"),
+        "{:?}",
+        forced.stderr
+    );
+}

@@ -158,10 +158,15 @@ pub fn verdict_line(r: &RunRecord) -> String {
         .as_deref()
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
+    let colour = match r.status {
+        crate::runner::ending::Status::Passed => console::Colour::Green,
+        crate::runner::ending::Status::Failed => console::Colour::Red,
+        _ => console::Colour::Yellow,
+    };
     format!(
         "batch {}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
         r.batch,
-        r.status.as_str(),
+        console::paint(r.status.as_str(), colour),
         t.total,
         t.passed,
         t.failed,
