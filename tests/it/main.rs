@@ -21,4 +21,5 @@ mod orphans;
 mod policy;
 mod probe;
 mod python;
+mod readme;
 mod runner_container;
