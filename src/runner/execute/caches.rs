@@ -18,6 +18,9 @@ use crate::runner::results::record::CacheRecord;
 
 /// Room left in a private layer below which it counts as full.
 const FULL_MARGIN: u64 = 1 << 20;
+/// Room for the archive's headers when a private layer is measured: a layer of many
+/// small files is counted up to about this many of them.
+const MAX_HEADER_BYTES: u64 = 64 << 20;
 
 /// A batch's caches while its container lives.
 pub(super) struct BatchCaches {
@@ -229,23 +232,28 @@ impl Execution<'_> {
     }
 
     /// How much a batch wrote into a private layer: the sizes of the files the holder
-    /// keeps there, read from the engine's archive (bounded by the layer's size).
+    /// keeps there, read from the engine's archive. The batch chose what is there: a
+    /// sparse file claims any size (counted by its size as the archive gives it, PAX
+    /// headers included, and never read past), and the archive is read no further than
+    /// the layer could hold with room for headers, nor longer than a copy of
+    /// `/reports` may take, nor past a signal.
     fn private_bytes(&self, holder: &str, name: &str, size: u64) -> u64 {
-        let stop = || None;
+        let stop = crate::runner::results::copy::StopWhen::now();
         let archive = self.engine.download(
             holder,
             &format!("{}/upper", private_dir(name)),
-            Box::new(stop),
+            Box::new(move || stop.reason()),
         );
+        let readable = size.saturating_mul(2).saturating_add(MAX_HEADER_BYTES);
         let mut total: u64 = 0;
-        let mut tar = tar::Archive::new(archive);
+        let mut tar = tar::Archive::new(std::io::Read::take(archive, readable));
         let Ok(entries) = tar.entries() else {
             return 0;
         };
         for e in entries {
             let Ok(e) = e else { break };
             if e.header().entry_type().is_file() {
-                total += e.header().size().unwrap_or(0);
+                total = total.saturating_add(e.size());
             }
             if total > size.saturating_mul(2) {
                 break;

@@ -5,6 +5,8 @@
 
 use crate::common::*;
 
+mod attacks;
+
 /// A store only root (the tests' user) can change, removed with its folder.
 struct Store {
     _dir: tempfile::TempDir,

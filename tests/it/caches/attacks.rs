@@ -1,0 +1,239 @@
+//! Caches attacked (issue 25): what a pull request's batch (its code and its manifest)
+//! and another local user can do to a cache, and what a trusted batch can plant that
+//! would hurt cibox itself while it merges, evicts or prunes.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::Store;
+use crate::common::*;
+
+/// A project whose batches each run `sh /src/NAME.sh`, under an untrusted policy
+/// (`extra` added to it); [`Scripted::trusted`] runs one under a trusted policy.
+struct Scripted {
+    p: BusyboxProject,
+    trusted: HostPolicyFile,
+}
+
+fn scripted(store: &Store, scripts: &[(&str, &str)], extra: &str) -> Scripted {
+    let batches: String = scripts
+        .iter()
+        .map(|(name, _)| {
+            format!("  {name}:\n    gpus: 0\n    timeout: 3m\n    verdict: exit-code\n    run: [\"sh /src/{name}.sh\"]\n")
+        })
+        .collect();
+    let p = busybox_project(&batches, super::CACHES).with_policy(&store.policy(false, extra));
+    for (name, text) in scripts {
+        p.project.write(&format!("{name}.sh"), text);
+    }
+    Scripted {
+        p,
+        trusted: HostPolicyFile::new(&store.policy(true, extra)),
+    }
+}
+
+impl Scripted {
+    fn untrusted(&self, batch: &str) -> Run {
+        self.p.run(&["batch", "run", batch])
+    }
+
+    fn trusted(&self, batch: &str) -> Run {
+        run(self
+            .p
+            .batch_cmd(&["batch", "run", batch])
+            .env("CIBOX_HOST_POLICY", self.trusted.path()))
+    }
+}
+
+/// Runs `cmd` to its end, or stops it and fails the test when it has not ended after
+/// `secs`: cibox hangs on `what` (a limit far above what the run needs, not a measure
+/// of speed).
+fn finishes(cmd: &mut std::process::Command, secs: u64, what: &str) -> Run {
+    let out = tempfile::tempdir().unwrap();
+    let (o, e) = (out.path().join("out"), out.path().join("err"));
+    let mut child = cmd
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    wait_until(secs, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "cibox had not ended {secs} s after it started, on {what}:\n{}{}",
+            std::fs::read_to_string(&o).unwrap_or_default(),
+            std::fs::read_to_string(&e).unwrap_or_default()
+        );
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(&o).unwrap(),
+        stderr: std::fs::read_to_string(&e).unwrap(),
+    }
+}
+
+/// The cache's folder in the store, and its current generation's.
+fn cache_dir(store: &Store) -> PathBuf {
+    store.root.join("bt/models")
+}
+
+fn current_gen(store: &Store) -> PathBuf {
+    let dir = cache_dir(store);
+    let name = std::fs::read_to_string(dir.join("current")).unwrap();
+    dir.join("gens").join(name.trim())
+}
+
+/// Every entry below `dir` as a line (name, type, mode, owner, size, and a plain
+/// file's text when short), links never followed.
+fn snapshot(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let md = std::fs::symlink_metadata(&d).unwrap();
+        let rel = d.strip_prefix(dir).unwrap().display().to_string();
+        let ft = md.file_type();
+        let what = if ft.is_dir() {
+            "dir".to_string()
+        } else if ft.is_symlink() {
+            format!("link->{}", std::fs::read_link(&d).unwrap().display())
+        } else if ft.is_fifo() {
+            "fifo".into()
+        } else if ft.is_file() && md.len() < 4096 {
+            format!("file={:?}", std::fs::read_to_string(&d).unwrap_or_default())
+        } else {
+            format!("other {:o}", md.mode() & 0o170000)
+        };
+        out.push(format!(
+            "{rel:?} {what} {:o} {}:{} {}",
+            md.mode() & 0o7777,
+            md.uid(),
+            md.gid(),
+            md.len()
+        ));
+        if ft.is_dir() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What a batch sees of the cache: every entry's name, type, mode and owner, every
+/// file's digest, and the text of the seeded files.
+const LOOK: &str = "cd /cache/models && find . -exec stat -c '%n %F %a %u' {} + | sort && find . -type f -exec md5sum {} + | sort && cat weights dir/file gone/f && readlink link && echo LOOKED\n";
+
+/// What a batch printed, without cibox's own lines.
+fn seen(r: &Run) -> Vec<&str> {
+    r.stdout
+        .lines()
+        .filter(|l| !l.starts_with("cibox "))
+        .collect()
+}
+
+/// A trusted run seeds the cache.
+const SEED: &str = "set -e\ncd /cache/models\necho clean > weights\nmkdir dir gone\necho clean > dir/file\necho clean > gone/f\nln -s weights link\n";
+
+/// An untrusted batch tries every way it has to leave something in the cache.
+const POISON: &str = r#"cd /cache/models || exit 1
+try() { "$@" || echo "FAILED: $*"; }
+try sh -c 'echo poison >> weights'
+try ln weights hl
+try sh -c 'echo poison >> hl'
+try mv dir/file dir/moved
+try sh -c 'echo poison > dir/file'
+try rm -rf gone
+try rm link
+try ln -s /etc/passwd link
+try ln -s / evil
+try mkfifo fifo
+mknod dev c 1 3 2>/dev/null && echo MKNOD-WORKED
+try sh -c 'echo x > suid'
+try chmod 4755 suid
+try chmod 777 . dir
+try truncate -s 1073741824 huge
+try mkdir -p many
+(cd many && seq 10000 | xargs touch) || echo "FAILED: many"
+try mkdir deep
+(cd deep && for i in $(seq 200); do mkdir d && cd d || exit 1; done) || echo "FAILED: deep"
+try touch "$(printf 'new\nline')"
+echo ATTACKED
+"#;
+
+#[test]
+fn an_untrusted_batch_leaves_nothing_in_the_cache_whatever_it_plants() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[("seed", SEED), ("poison", POISON), ("look", LOOK)],
+        "",
+    );
+    s.trusted("seed").ok();
+    let before_look = s.untrusted("look");
+    before_look.ok();
+    assert!(
+        before_look.stdout.contains("LOOKED"),
+        "{}",
+        before_look.stdout
+    );
+    let gen_before = current_gen(&store);
+    let before = snapshot(&cache_dir(&store));
+
+    let r = s.untrusted("poison");
+    r.ok();
+    assert!(r.stdout.contains("ATTACKED"), "{}", r.stdout);
+    assert!(!r.stdout.contains("FAILED"), "{}", r.stdout);
+    assert!(!r.stdout.contains("MKNOD-WORKED"), "{}", r.stdout);
+    let rec = s.p.result("poison");
+    assert_eq!(rec["caches"][0]["writes"], "private", "{rec}");
+    assert!(rec["caches"][0]["kept"].is_null(), "{rec}");
+
+    // The store is as it was, but for the times of use.
+    assert_eq!(current_gen(&store), gen_before);
+    let after = snapshot(&cache_dir(&store));
+    let without_locks = |s: &[String]| -> Vec<String> {
+        s.iter()
+            .filter(|l| !l.contains(".lock\""))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(without_locks(&after), without_locks(&before));
+    // Batches after it, untrusted or trusted, see what the seed left.
+    for look in [s.untrusted("look"), s.trusted("look")] {
+        look.ok();
+        assert_eq!(seen(&look), seen(&before_look));
+    }
+    assert!(s.p.containers().is_empty(), "{:?}", s.p.containers());
+}
+
+/// A file of 1 PiB that takes no room: the archive of the private layer would stream it
+/// all, and cibox measured the layer by reading that archive to its end.
+#[test]
+fn a_sparse_file_in_a_private_layer_does_not_hold_cibox() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[(
+            "sparse",
+            "truncate -s 1125899906842624 /cache/models/huge && echo PLANTED\n",
+        )],
+        "",
+    );
+    let r = finishes(
+        &mut s.p.batch_cmd(&["batch", "run", "sparse"]),
+        180,
+        "measuring a private layer that holds a sparse file of 1 PiB",
+    );
+    r.ok();
+    assert!(r.stdout.contains("PLANTED"), "{}", r.stdout);
+    let rec = s.p.result("sparse");
+    let c = &rec["caches"][0];
+    assert!(c["wrote_bytes"].as_u64().unwrap() >= 1 << 50, "{rec}");
+    assert!(s.p.containers().is_empty(), "{:?}", s.p.containers());
+}
