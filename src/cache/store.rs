@@ -157,12 +157,9 @@ impl CacheStore {
             host_dir: self.host_root.join(project).join(name),
             me: self.me,
         };
-        for dir in [
-            self.root.join(project),
-            cache.dir.clone(),
-            cache.dir.join("gens"),
-            cache.dir.join("work"),
-        ] {
+        cache.ensure_dir(&self.root.join(project))?;
+        cache.ensure_private_dir(&cache.dir)?;
+        for dir in [cache.dir.join("gens"), cache.dir.join("work")] {
             cache.ensure_dir(&dir)?;
         }
         cache.ensure_current()?;
@@ -258,6 +255,28 @@ impl Cache {
         }
         let md = std::fs::symlink_metadata(dir).map_err(|e| self.io("reading", dir, e))?;
         check_ours(&md, self.me).map_err(|why| self.refuse(format!("{}: {why}", dir.display())))
+    }
+
+    /// Makes the cache's own folder (mode 0700) or closes the one there to others. What
+    /// a trusted run kept is the batch user's (`nobody` when cibox is root, a user other
+    /// processes of the host run as) with the modes the batch gave it, and a generation
+    /// is what every later batch loads: nobody else may reach it. Nor may anyone else
+    /// open the cache's lock files: a lock needs no more than that, and one held
+    /// forever would stop every batch. The engine, root, still reaches the layers.
+    fn ensure_private_dir(&self, dir: &Path) -> Result<(), CacheError> {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.io("making", dir, e)),
+        }
+        let md = std::fs::symlink_metadata(dir).map_err(|e| self.io("reading", dir, e))?;
+        check_ours(&md, self.me).map_err(|why| self.refuse(format!("{}: {why}", dir.display())))?;
+        if md.mode() & 0o077 != 0 {
+            // Ours, not a link, in a folder only we can change: closing it is safe.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| self.io("closing", dir, e))?;
+        }
+        Ok(())
     }
 
     /// Opens (making it if need be) a lock file of the cache: a plain file, root's or
@@ -692,6 +711,17 @@ mod tests {
         assert_eq!(info.writing, 1, "our own lock still holds: {info:?}");
         assert!(dir.exists());
         assert!(seen(&c).is_empty());
+    }
+
+    #[test]
+    fn a_caches_folder_is_closed_to_others_even_one_made_open() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&c.dir), 0o700);
+        std::fs::set_permissions(&c.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = s.cache("proj", "x").unwrap();
+        assert_eq!(mode(&c.dir), 0o700);
     }
 
     #[test]

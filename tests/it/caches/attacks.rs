@@ -237,3 +237,50 @@ fn a_sparse_file_in_a_private_layer_does_not_hold_cibox() {
     assert!(c["wrote_bytes"].as_u64().unwrap() >= 1 << 50, "{rec}");
     assert!(s.p.containers().is_empty(), "{:?}", s.p.containers());
 }
+
+/// Runs `sh -c script` as the host's `nobody` (uid 65534: the user batches run as when
+/// cibox is root, and that of many a daemon); whether it succeeded.
+fn as_nobody(script: &str) -> bool {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("setpriv (util-linux)")
+        .success()
+}
+
+/// The files a trusted run kept are the batch user's, and a generation is what every
+/// later batch loads: no other local user may reach them, nor hold the cache's locks
+/// (a lock needs only a file one can open, and a lock held forever stops every batch).
+#[test]
+fn another_local_user_can_neither_change_read_nor_lock_a_cache() {
+    let store = Store::new();
+    let s = scripted(&store, &[("seed", SEED), ("look", LOOK)], "");
+    s.trusted("seed").ok();
+    let generation = current_gen(&store);
+    let dir = cache_dir(&store);
+    assert!(
+        !as_nobody(&format!("echo poison >> {}/weights", generation.display())),
+        "another user wrote the current generation"
+    );
+    assert!(
+        !as_nobody(&format!("cat {}/weights", generation.display())),
+        "another user read the current generation"
+    );
+    for lock in ["cache.lock", "current"] {
+        assert!(
+            !as_nobody(&format!("flock -n -x {}/{lock} true", dir.display())),
+            "another user could lock {lock}"
+        );
+    }
+    let r = s.untrusted("look");
+    r.ok();
+    assert!(!r.stdout.contains("poison"), "{}", r.stdout);
+}

@@ -7,7 +7,8 @@ use crate::common::*;
 
 mod attacks;
 
-/// A store only root (the tests' user) can change, removed with its folder.
+/// A store only root (the tests' user) can change, in a folder everyone may pass as a
+/// host's would be (`/var/lib/...`), removed with its folder.
 struct Store {
     _dir: tempfile::TempDir,
     root: std::path::PathBuf,
@@ -17,6 +18,7 @@ impl Store {
     fn new() -> Store {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let root = dir.path().join("store");
         std::fs::create_dir(&root).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
