@@ -311,6 +311,36 @@ mod tests {
         assert_eq!(listing(&base).len(), 9);
     }
 
+    /// Sets `path`'s access and change times to `age` seconds ago.
+    fn age(path: &Path, age: u64) {
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        std::fs::File::open(path)
+            .unwrap()
+            .set_times(
+                std::fs::FileTimes::new()
+                    .set_accessed(when)
+                    .set_modified(when),
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_merged_generations_folders_are_as_old_as_what_they_hold() {
+        // A promotion makes every folder anew: their times are the merge's. Named so
+        // that the merge makes the newer entry's folder first.
+        let t = tempfile::tempdir().unwrap();
+        let (base, upper, out) = (t.path().join("b"), t.path().join("u"), t.path().join("o"));
+        for (name, secs) in [("a-old", 3000), ("z-new", 100)] {
+            write(&base.join(name).join("sub/f"), &"x".repeat(8192));
+            age(&base.join(name).join("sub/f"), secs);
+        }
+        std::fs::create_dir(&upper).unwrap();
+        merge(Some(&base), &upper, &out, &mut Vec::new()).unwrap();
+        let one = walk::top_entries(&out).unwrap()[0].bytes;
+        let (_, evicted) = evict(&out, one + 4096).unwrap();
+        assert_eq!(evicted, ["a-old"]);
+    }
+
     #[test]
     fn eviction_drops_the_least_recently_used_entries_first() {
         let t = tempfile::tempdir().unwrap();
