@@ -2,7 +2,7 @@
 //! and another local user can do to a cache, and what a trusted batch can plant that
 //! would hurt cibox itself while it merges, evicts or prunes.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::Store;
@@ -283,4 +283,105 @@ fn another_local_user_can_neither_change_read_nor_lock_a_cache() {
     let r = s.untrusted("look");
     r.ok();
     assert!(!r.stdout.contains("poison"), "{}", r.stdout);
+}
+
+/// What a trusted batch could plant to hurt cibox when it merges the layer, evicts and
+/// prunes: links out of the store (to a host folder and a file), a folder nobody may
+/// enter, a FIFO, a setuid file, hard links, a name with a newline, a deep tree, a top
+/// folder open to all.
+const HAZARDS: &str = r#"set -e
+cd /cache/models
+ln -s "$OUTSIDE" to-dir
+ln -s "$OUTSIDE/precious" to-file
+mkdir shut
+echo x > shut/f
+chmod 000 shut
+mkfifo fifo
+echo s > suid
+chmod 4755 suid
+echo a > hard1
+ln hard1 hard2
+touch "$(printf 'new\nline')"
+mkdir deep
+(cd deep && for i in $(seq 200); do mkdir d && cd d; done && echo bottom > f)
+chmod 777 .
+echo PLANTED
+"#;
+
+/// Lists the hazards as a batch sees them.
+const HAZARDS_SEEN: &str = "cd /cache/models && ls -la && readlink to-dir && readlink to-file && find deep -name f && stat -c '%a %h' suid hard1 && echo LOOKED\n";
+
+/// Writes more than the cap: eviction drops every older entry, then this one.
+const OVER_CAP: &str = "dd if=/dev/zero of=/cache/models/zz bs=1k count=4096\n";
+
+#[test]
+fn what_a_trusted_batch_plants_does_not_lead_cibox_out_of_the_store() {
+    let store = Store::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(outside.path().join("precious"), "keep").unwrap();
+    std::fs::create_dir(outside.path().join("sub")).unwrap();
+    std::fs::write(outside.path().join("sub/f"), "keep too").unwrap();
+    let before = snapshot(outside.path());
+    let plant = HAZARDS.replace("$OUTSIDE", &outside.path().display().to_string());
+    let s = scripted(
+        &store,
+        &[
+            ("plant", &plant),
+            ("look", HAZARDS_SEEN),
+            ("over", OVER_CAP),
+        ],
+        "  size: 2m\n",
+    );
+    let r = s.trusted("plant");
+    r.ok();
+    assert!(r.stdout.contains("PLANTED"), "{}", r.stdout);
+    let rec = s.p.result("plant");
+    let c = &rec["caches"][0];
+    assert!(c["kept"].is_string(), "{rec}");
+    assert!(c["problem"].is_null(), "{rec}");
+    assert!(c["evicted"].as_array().is_none_or(Vec::is_empty), "{rec}");
+    assert_eq!(snapshot(outside.path()), before);
+    // The next batch sees all of it.
+    let r = s.untrusted("look");
+    r.ok();
+    assert!(r.stdout.contains("LOOKED"), "{}", r.stdout);
+    assert!(r.stdout.contains("4755 1"), "{}", r.stdout);
+    assert!(r.stdout.contains("644 2"), "{}", r.stdout);
+    assert!(r.stdout.contains("/d/f"), "{}", r.stdout);
+    // Eviction drops it all, and a prune starts the cache again.
+    s.trusted("over").ok();
+    let rec = s.p.result("over");
+    let evicted: Vec<&str> = rec["caches"][0]["evicted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for planted in [
+        "to-dir",
+        "to-file",
+        "shut",
+        "fifo",
+        "suid",
+        "hard1",
+        "hard2",
+        "new\nline",
+        "deep",
+    ] {
+        assert!(evicted.contains(&planted), "{planted}: {rec}");
+    }
+    assert!(rec["caches"][0]["problem"].is_null(), "{rec}");
+    assert_eq!(snapshot(outside.path()), before);
+    let r = run(&mut s.p.batch_cmd_bare(&["cache", "prune", "models", "--all"]));
+    r.ok();
+    assert_eq!(snapshot(outside.path()), before);
+    let dir = cache_dir(&store);
+    let gens: Vec<String> = std::fs::read_dir(dir.join("gens"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".lock"))
+        .collect();
+    assert_eq!(gens.len(), 1, "{gens:?}");
+    assert_eq!(std::fs::read_dir(dir.join("work")).unwrap().count(), 0);
 }
