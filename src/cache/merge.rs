@@ -117,6 +117,18 @@ fn merge(
     out: &Path,
     problems: &mut Vec<String>,
 ) -> std::io::Result<()> {
+    let mut linker = Linker::default();
+    let merged = merge_with(base, upper, out, &mut linker);
+    problems.append(&mut linker.problems);
+    merged
+}
+
+fn merge_with(
+    base: Option<&Path>,
+    upper: &Path,
+    out: &Path,
+    linker: &mut Linker,
+) -> std::io::Result<()> {
     // Modes are set once a folder is full: one without write permission would refuse
     // its own entries.
     let mut modes = Vec::new();
@@ -156,13 +168,13 @@ fn merge(
                         out,
                     });
                 }
-                (Some(_), _) => link(&u.expect("layer entry"), &out, problems)?,
+                (Some(_), _) => linker.link(&u.expect("layer entry"), &out)?,
                 (None, Some(m)) if m.is_dir() => stack.push(Pending {
                     base: b,
                     upper: None,
                     out,
                 }),
-                (None, Some(_)) => link(&b.expect("base entry"), &out, problems)?,
+                (None, Some(_)) => linker.link(&b.expect("base entry"), &out)?,
                 (None, None) => {}
             }
         }
@@ -182,24 +194,70 @@ fn make_dir_like(from: &Path, out: &Path) -> std::io::Result<u32> {
     Ok(md.mode() & 0o7777)
 }
 
-/// Links `from` at `to`; a file cibox may not link (another user's, under
-/// `protected_hardlinks`) is copied, a link made again; anything else is named.
-fn link(from: &Path, to: &Path, problems: &mut Vec<String>) -> std::io::Result<()> {
-    match std::fs::hard_link(from, to) {
-        Ok(()) => Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(nix::libc::EPERM | nix::libc::EMLINK)) => {
-            let md = std::fs::symlink_metadata(from)?;
-            if md.file_type().is_symlink() {
-                std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
-            } else if md.is_file() {
-                std::fs::copy(from, to).map(|_| ())
-            } else {
-                problems.push(format!("{}: not kept ({e})", from.display()));
-                Ok(())
-            }
+/// What links the files of a new generation, and what it had to copy.
+#[derive(Default)]
+struct Linker {
+    problems: Vec<String>,
+    /// The copy made of each file that could not be linked, by the file's `(dev, ino)`:
+    /// its other names link to that copy, so a file with as many names as the file
+    /// system allows (65,000 on ext4) is copied once, not once per name.
+    copies: std::collections::HashMap<(u64, u64), PathBuf>,
+}
+
+impl Linker {
+    /// Links `from` at `to`. A file cibox may not link (another user's, under
+    /// `protected_hardlinks`, or one with the most links it may have) is copied, a
+    /// symbolic link made again; anything else is named.
+    fn link(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        let e = match std::fs::hard_link(from, to) {
+            Ok(()) => return Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(nix::libc::EPERM | nix::libc::EMLINK)) => e,
+            Err(e) => return Err(e),
+        };
+        let md = std::fs::symlink_metadata(from)?;
+        if md.file_type().is_symlink() {
+            return std::os::unix::fs::symlink(std::fs::read_link(from)?, to);
         }
-        Err(e) => Err(e),
+        if !md.is_file() {
+            self.problems
+                .push(format!("{}: not kept ({e})", from.display()));
+            return Ok(());
+        }
+        let key = (md.dev(), md.ino());
+        if let Some(copy) = self.copies.get(&key)
+            && std::fs::hard_link(copy, to).is_ok()
+        {
+            return Ok(());
+        }
+        copy_as(from, &md, to)?;
+        self.copies.insert(key, to.to_path_buf());
+        Ok(())
     }
+}
+
+/// Copies the plain file `from` (of metadata `md`) to the new name `to` as it was: its
+/// owner, then its mode (a copy cibox made as root keeps no setuid bit it was not
+/// given by its owner) and its times (when it was last used).
+fn copy_as(from: &Path, md: &std::fs::Metadata, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(from)?;
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    std::io::copy(&mut src, &mut dst)?;
+    let _ = std::os::unix::fs::fchown(&dst, Some(md.uid()), Some(md.gid()));
+    dst.set_permissions(std::fs::Permissions::from_mode(md.mode() & 0o7777))?;
+    let times = std::fs::FileTimes::new();
+    let times = match (md.accessed(), md.modified()) {
+        (Ok(a), Ok(m)) => times.set_accessed(a).set_modified(m),
+        _ => times,
+    };
+    dst.set_times(times)
 }
 
 /// Drops the least recently used top-level entries of `dir` until it holds at most

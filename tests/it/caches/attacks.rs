@@ -385,3 +385,51 @@ fn what_a_trusted_batch_plants_does_not_lead_cibox_out_of_the_store() {
     assert_eq!(gens.len(), 1, "{gens:?}");
     assert_eq!(std::fs::read_dir(dir.join("work")).unwrap().count(), 0);
 }
+
+/// A file with as many names as ext4 allows (65,000), setuid: none of its names can be
+/// linked into the new generation, and each was copied (65,000 copies, as root: a
+/// setuid file of root's).
+const MANY_LINKS: &str = r#"set -e
+cd /cache/models
+mkdir links && cd links
+mkdir a
+dd if=/dev/zero of=a/f bs=4k count=1 2>/dev/null
+chmod 4755 a/f
+for i in $(seq 254); do ln a/f a/f$i; done
+for i in $(seq 255); do cp -al a d$i 2>/dev/null || true; done
+stat -c 'LINKS %h' a/f
+"#;
+
+#[test]
+fn a_file_with_the_most_links_is_copied_once_as_its_owners() {
+    // On disk (ext4 here): /tmp may be a tmpfs, which has no limit on links.
+    let store = Store::new_in(std::path::Path::new("/var/tmp"));
+    let s = scripted(&store, &[("links", MANY_LINKS)], "");
+    let r = s.trusted("links");
+    r.ok();
+    assert!(
+        r.stdout.contains("LINKS 65000"),
+        "the store's file system should stop a file at 65,000 links, as ext4 does: {}",
+        r.stdout
+    );
+    let rec = s.p.result("links");
+    assert!(rec["caches"][0]["kept"].is_string(), "{rec}");
+    assert!(rec["caches"][0]["problem"].is_null(), "{rec}");
+    let mut inodes = std::collections::HashMap::new();
+    let mut stack = vec![current_gen(&store).join("links")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = std::fs::symlink_metadata(e.path()).unwrap();
+            if md.is_dir() {
+                stack.push(e.path());
+            } else {
+                inodes.insert(md.ino(), (md.uid(), md.mode() & 0o7777));
+            }
+        }
+    }
+    assert!(inodes.len() <= 2, "{} copies of one file", inodes.len());
+    for (uid, mode) in inodes.values() {
+        assert_eq!((*uid, *mode), (65534, 0o4755));
+    }
+}
