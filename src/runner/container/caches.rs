@@ -60,9 +60,10 @@ impl ContainerPlan {
 
 /// An overlay of a cache at `target`: `lower` read-only beneath, writes into `upper`
 /// (`work` is the overlay's own). `userxattr`: the layer is read back by cibox, which
-/// needs the overlay's marks where an unprivileged process can read them.
+/// needs the overlay's marks where an unprivileged process can read them. `nosuid` and
+/// `nodev`, as the batch's other writable folders: a cache holds what batches wrote.
 pub fn overlay_mount(target: &str, lower: &str, upper: &str, work: &str, userxattr: bool) -> Mount {
-    let mut o = format!("lowerdir={lower},upperdir={upper},workdir={work}");
+    let mut o = format!("lowerdir={lower},upperdir={upper},workdir={work},nosuid,nodev");
     if userxattr {
         o.push_str(",userxattr");
     }

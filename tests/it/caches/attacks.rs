@@ -433,3 +433,25 @@ fn a_file_with_the_most_links_is_copied_once_as_its_owners() {
         assert_eq!((*uid, *mode), (65534, 0o4755));
     }
 }
+
+/// A cache holds what batches wrote: setuid files among them (see above). However the
+/// batch is confined, its cache is mounted as its other writable folders are, with no
+/// setuid bit or device file honoured.
+#[test]
+fn a_cache_is_mounted_nosuid_and_nodev() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[("mounts", "grep ' /cache/models ' /proc/mounts\n")],
+        "",
+    );
+    for r in [s.untrusted("mounts"), s.trusted("mounts")] {
+        r.ok();
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains(" /cache/models "))
+            .unwrap_or_else(|| panic!("{}", r.stdout));
+        assert!(line.contains("nosuid") && line.contains("nodev"), "{line}");
+    }
+}
