@@ -33,8 +33,22 @@ pub struct Promoted {
 
 impl Cache {
     /// Lays `w` over the current generation into a new current one of at most `cap`
-    /// bytes, then removes what nobody uses any more.
+    /// bytes, then removes what nobody uses any more. The layer goes whatever happens:
+    /// one that cannot be laid over (a path longer than the host's calls take, say) is
+    /// named in the error and thrown away, not left for a later clean-up.
     pub fn promote(&self, w: Writing, cap: u64) -> Result<Promoted, CacheError> {
+        let laid = self.lay_over(&w, cap);
+        let thrown = self.discard(w);
+        let mut promoted = laid?;
+        promoted.problems.extend(thrown);
+        if let Ok(p) = self.prune(false) {
+            promoted.problems.extend(p.problems);
+        }
+        Ok(promoted)
+    }
+
+    /// The new generation, named current, with `cache.lock` held exclusive throughout.
+    fn lay_over(&self, w: &Writing, cap: u64) -> Result<Promoted, CacheError> {
         let upper = w.dir.join("upper");
         let wrote = walk::usage(&upper)
             .map_err(|e| self.io("measuring", &upper, e))?
@@ -46,22 +60,19 @@ impl Cache {
         let name = Cache::next_name(Some(&base));
         let making = gens.join(format!(".{name}"));
         let mut problems = Vec::new();
-        let merged = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)
-            .map_err(|e| self.io("merging into", &making, e));
-        if let Err(e) = merged {
-            let _ = crate::nofollow::remove_tree(&making);
-            return Err(e);
-        }
-        let (bytes, evicted) =
-            evict(&making, cap).map_err(|e| self.io("evicting in", &making, e))?;
+        let made = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)
+            .map_err(|e| self.io("merging into", &making, e))
+            .and_then(|()| evict(&making, cap).map_err(|e| self.io("evicting in", &making, e)));
+        let (bytes, evicted) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                let _ = crate::nofollow::remove_tree(&making);
+                return Err(e);
+            }
+        };
         let done = gens.join(&name);
         std::fs::rename(&making, &done).map_err(|e| self.io("renaming", &done, e))?;
         self.set_current(&name)?;
-        problems.extend(self.discard(w));
-        drop(lock);
-        if let Ok(p) = self.prune(false) {
-            problems.extend(p.problems);
-        }
         Ok(Promoted {
             generation: name,
             wrote_bytes: wrote,

@@ -455,3 +455,41 @@ fn a_cache_is_mounted_nosuid_and_nodev() {
         assert!(line.contains("nosuid") && line.contains("nodev"), "{line}");
     }
 }
+
+/// A tree whose paths pass what the host's calls take (4,096 bytes): 30 folders of 200
+/// letters, made from the bottom up. The batch passes; its layer cannot be merged.
+const TOO_LONG: &str = r#"set -e
+cd /cache/models
+mkdir keep
+echo kept > keep/f
+n=$(printf 'x%.0s' $(seq 200))
+mkdir t0
+echo bottom > t0/f
+for i in $(seq 30); do mkdir t$i && mv t$((i - 1)) t$i/$n; done
+mv t30 long
+echo WROTE
+"#;
+
+#[test]
+fn a_layer_that_cannot_be_merged_is_named_and_thrown_away() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[("long", TOO_LONG), ("look", LOOK), ("seed", SEED)],
+        "",
+    );
+    s.trusted("seed").ok();
+    let before = snapshot(&current_gen(&store));
+    let r = s.trusted("long");
+    r.ok();
+    assert!(r.stdout.contains("WROTE"), "{}", r.stdout);
+    let rec = s.p.result("long");
+    let c = &rec["caches"][0];
+    assert!(c["kept"].is_null(), "{rec}");
+    assert!(c["problem"].as_str().unwrap().contains("not kept"), "{rec}");
+    // The cache is as it was, and nothing of the layer is left.
+    assert_eq!(snapshot(&current_gen(&store)), before);
+    let work = cache_dir(&store).join("work");
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+    s.trusted("look").ok();
+}
