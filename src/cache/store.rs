@@ -465,6 +465,18 @@ impl Cache {
             self.set_current(&generation)?;
             current = Some(generation);
         }
+        // A `current` a killed promotion was writing (`current.XXXXXXXX`): only one
+        // holding `cache.lock` exclusive writes one.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                if name.to_string_lossy().starts_with("current.")
+                    && e.file_type().is_ok_and(|t| t.is_file())
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         // Generations a killed promotion was making (`.NAME`): nobody reads them.
         if let Ok(entries) = std::fs::read_dir(self.dir.join("gens")) {
             for e in entries.flatten() {
@@ -722,6 +734,22 @@ mod tests {
         std::fs::set_permissions(&c.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let c = s.cache("proj", "x").unwrap();
         assert_eq!(mode(&c.dir), 0o700);
+    }
+
+    #[test]
+    fn a_clean_up_removes_what_a_killed_promotion_was_making() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        std::fs::write(c.dir.join("current.0123abcd"), "00000001-0123abcd\n").unwrap();
+        std::fs::create_dir_all(c.dir.join("gens/.00000001-0123abcd/half")).unwrap();
+        c.prune(false).unwrap();
+        let left: Vec<String> = std::fs::read_dir(&c.dir)
+            .unwrap()
+            .chain(std::fs::read_dir(c.dir.join("gens")).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.') || n.starts_with("current."))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]
