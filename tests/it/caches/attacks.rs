@@ -493,3 +493,134 @@ fn a_layer_that_cannot_be_merged_is_named_and_thrown_away() {
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
     s.trusted("look").ok();
 }
+
+/// The volumes a container mounts (named or anonymous).
+fn volumes_of(container: &str) -> Vec<String> {
+    BusyboxProject::inspect(container, "{{range .Mounts}}{{.Name}} {{end}}")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn volume_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["volume", "inspect", name])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Writes into the cache, then waits to be killed.
+const WRITE_AND_WAIT: &str = "echo half > /cache/models/half && sleep 120\n";
+
+#[test]
+fn cibox_killed_mid_batch_leaves_nothing_that_stops_the_next_run() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[("wait", WRITE_AND_WAIT), ("seed", SEED), ("look", LOOK)],
+        "",
+    );
+    s.trusted("seed").ok();
+    let generation = current_gen(&store);
+    for trusted in [false, true] {
+        let mut cmd = s.p.batch_cmd(&["batch", "run", "wait"]);
+        if trusted {
+            cmd.env("CIBOX_HOST_POLICY", s.trusted.path());
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let want = if trusted { 1 } else { 2 };
+        assert!(
+            wait_until(60, || s.p.containers().len() == want
+                && s.p
+                    .containers()
+                    .iter()
+                    .all(
+                        |c| BusyboxProject::inspect(c, "{{.State.Running}}") == "true"
+                    )),
+            "{:?}",
+            s.p.containers()
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let volumes: Vec<String> =
+            s.p.containers()
+                .iter()
+                .flat_map(|c| volumes_of(c))
+                .collect();
+        assert!(!volumes.is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The watchdogs remove the batch's container and the holder, with their volumes.
+        assert!(
+            wait_until(60, || s.p.containers().is_empty()),
+            "left: {:?}",
+            s.p.containers()
+        );
+        assert!(
+            wait_until(30, || volumes.iter().all(|v| !volume_exists(v))),
+            "volumes left: {volumes:?}"
+        );
+        assert_eq!(current_gen(&store), generation);
+    }
+    // A trusted run's layer is left behind (its lock free) until the next promotion.
+    let r = s.trusted("look");
+    r.ok();
+    assert!(!r.stdout.contains("half"), "{}", r.stdout);
+    let work = cache_dir(&store).join("work");
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}
+
+/// Many files: the promotion takes long enough to be caught.
+const MANY_FILES: &str = "cd /cache/models && for d in $(seq 100); do mkdir d$d && (cd d$d && seq 1000 | xargs touch); done && echo WROTE\n";
+
+#[test]
+fn cibox_killed_mid_promotion_leaves_the_cache_as_it_was_and_the_next_run_cleans_up() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[("many", MANY_FILES), ("seed", SEED), ("look", LOOK)],
+        "",
+    );
+    s.trusted("seed").ok();
+    let generation = current_gen(&store);
+    let seen_before = s.untrusted("look");
+    seen_before.ok();
+    let gens = cache_dir(&store).join("gens");
+    let making = || {
+        std::fs::read_dir(&gens)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with('.'))
+    };
+    let mut child =
+        s.p.batch_cmd(&["batch", "run", "many"])
+            .env("CIBOX_HOST_POLICY", s.trusted.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    assert!(
+        wait_until(180, making),
+        "no generation was being made (the promotion went too fast to catch?)"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(making(), "the half-made generation is left");
+    assert_eq!(current_gen(&store), generation);
+    // Readers see what the seed left; the next promotion cleans up.
+    let r = s.untrusted("look");
+    r.ok();
+    assert_eq!(seen(&r), seen(&seen_before));
+    s.trusted("look").ok();
+    assert!(!making());
+    let work = cache_dir(&store).join("work");
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+    let r = s.untrusted("look");
+    assert_eq!(seen(&r), seen(&seen_before));
+}
