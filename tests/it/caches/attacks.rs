@@ -624,3 +624,65 @@ fn cibox_killed_mid_promotion_leaves_the_cache_as_it_was_and_the_next_run_cleans
     let r = s.untrusted("look");
     assert_eq!(seen(&r), seen(&seen_before));
 }
+
+/// Reads the cache, waits while others change it, reads it again.
+const READ_TWICE: &str = "cd /cache/models && cat weights dir/file && sleep 25 && echo AGAIN && cat weights dir/file && ls\n";
+
+/// Changes what the seed wrote.
+const CHANGE: &str = "cd /cache/models && echo changed > weights && rm -r dir && echo CHANGED\n";
+
+#[test]
+fn a_reader_keeps_its_generation_through_a_promotion_and_a_prune() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[
+            ("seed", SEED),
+            ("read", READ_TWICE),
+            ("change", CHANGE),
+            ("look", LOOK),
+        ],
+        "",
+    );
+    s.trusted("seed").ok();
+    let held = current_gen(&store);
+    let reports = s.p.project.path().join("reports-read");
+    let reader =
+        s.p.batch_cmd(&[
+            "batch",
+            "run",
+            "read",
+            "--reports",
+            reports.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(60, || s.p.containers().len() == 2),
+        "{:?}",
+        s.p.containers()
+    );
+    // A trusted writer promotes, then the cache is pruned and started again.
+    let r = s.trusted("change");
+    r.ok();
+    assert_ne!(current_gen(&store), held);
+    run(&mut s.p.batch_cmd_bare(&["cache", "prune", "models", "--all"])).ok();
+    assert!(held.is_dir(), "the generation a batch reads was removed");
+    assert!(
+        !s.p.containers().is_empty(),
+        "the reader ended before the writer and the prune were done: no race was tried"
+    );
+    let out = reader.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (first, again) = text.split_once("AGAIN").unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(first.matches("clean").count(), 2, "{text}");
+    assert_eq!(again.matches("clean").count(), 2, "{text}");
+    // Once nobody reads it, it goes.
+    run(&mut s.p.batch_cmd_bare(&["cache", "prune", "models"])).ok();
+    assert!(!held.exists());
+    let r = s.untrusted("look");
+    assert!(!r.stdout.contains("clean"), "{}", r.stdout);
+}
