@@ -18,6 +18,12 @@ use bollard::models::{
 use super::ContainerPlan;
 use super::script::KEEPER;
 
+/// What the holder may use: it runs the batch's image (a pull request's, it may be) as
+/// root, and needs only a shell that waits. The pages of the private layers are the
+/// batch's: charged to the batch's memory, which writes them.
+const HOLDER_MEMORY: i64 = 32 << 20;
+const HOLDER_NANO_CPUS: i64 = 100_000_000;
+
 /// Where the holder keeps cache `name`'s private layer.
 pub fn private_dir(name: &str) -> String {
     format!("/private/{name}")
@@ -50,6 +56,9 @@ impl ContainerPlan {
                 readonly_rootfs: Some(true),
                 init: Some(true),
                 pids_limit: Some(16),
+                memory: Some(HOLDER_MEMORY),
+                memory_swap: Some(HOLDER_MEMORY),
+                nano_cpus: Some(HOLDER_NANO_CPUS),
                 network_mode: Some("none".into()),
                 ..Default::default()
             }),

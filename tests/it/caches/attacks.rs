@@ -686,3 +686,54 @@ fn a_reader_keeps_its_generation_through_a_promotion_and_a_prune() {
     let r = s.untrusted("look");
     assert!(!r.stdout.contains("clean"), "{}", r.stdout);
 }
+
+/// The holder of private layers runs the batch's image (a pull request's, it may be)
+/// as root: it is held to a little memory, CPU and processes, as the batch is to its own.
+#[test]
+fn the_holder_of_private_layers_is_held_to_little() {
+    let store = Store::new();
+    let s = scripted(&store, &[("wait", "sleep 30\n")], "");
+    let mut child = s.p.spawn(&["batch", "run", "wait"]);
+    let holder = || {
+        s.p.containers()
+            .into_iter()
+            .find(|c| c.ends_with("-caches"))
+    };
+    assert!(
+        wait_until(60, || holder().is_some()),
+        "{:?}",
+        s.p.containers()
+    );
+    let limits = BusyboxProject::inspect(
+        &holder().unwrap(),
+        "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}}",
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let n: Vec<i64> = limits
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert!(n[0] > 0 && n[0] <= 64 << 20, "memory: {limits}");
+    assert!(n[1] > 0 && n[1] <= 500_000_000, "CPU: {limits}");
+    assert!(n[2] > 0 && n[2] <= 16, "processes: {limits}");
+    assert!(wait_until(60, || s.p.containers().is_empty()));
+    // What the batch writes into its private layers is its own memory, not the
+    // holder's: 100 MiB is written whatever the holder may use.
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[(
+            "write",
+            "dd if=/dev/zero of=/cache/models/big bs=1M count=100 && echo WROTE\n",
+        )],
+        "",
+    );
+    let p = s.p.with_policy(&format!(
+        "version: 1\ncaches:\n  root: {}\n  private_size: 200m\n",
+        store.root.display()
+    ));
+    let r = p.run(&["batch", "run", "write"]);
+    r.ok();
+    assert!(r.stdout.contains("WROTE"), "{}", r.stdout);
+}
