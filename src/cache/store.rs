@@ -318,7 +318,10 @@ impl Cache {
         std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_CURRENT), &mut text)
             .map_err(|e| self.io("reading", &path, e))?;
         let name = text.trim().to_string();
-        if !is_folder_name(&name) || !self.dir.join("gens").join(&name).is_dir() {
+        // A folder, never a link: the engine would mount, and a merge link files from,
+        // wherever a link leads.
+        let is_folder = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        if !is_folder_name(&name) || !is_folder(&self.dir.join("gens").join(&name)) {
             return Err(self.refuse(format!(
                 "{} names no generation of this cache ({name:?}); `cibox cache prune --all` starts it again",
                 path.display()
@@ -750,6 +753,27 @@ mod tests {
             .filter(|n| n.starts_with('.') || n.starts_with("current."))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_generation_or_current_put_there_by_someone_else_is_refused() {
+        let (t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        let generation = c.current().unwrap();
+        let path = c.dir.join("gens").join(&generation);
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::remove_dir(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let e = c.read().unwrap_err().to_string();
+        assert!(e.contains("names no generation"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert!(c.read().is_ok());
+        std::os::unix::fs::lchown(c.dir.join("current"), Some(65534), Some(65534))
+            .expect("giving a file to another user (the tests run as root)");
+        let e = c.read().unwrap_err().to_string();
+        assert!(e.contains("is not root's or ours"), "{e}");
     }
 
     #[test]
