@@ -577,7 +577,7 @@ fn cibox_killed_mid_batch_leaves_nothing_that_stops_the_next_run() {
 }
 
 /// Many files: the promotion takes long enough to be caught.
-const MANY_FILES: &str = "cd /cache/models && for d in $(seq 100); do mkdir d$d && (cd d$d && seq 1000 | xargs touch); done && echo WROTE\n";
+const MANY_FILES: &str = "cd /cache/models && for d in $(seq 100); do mkdir -p d$d && (cd d$d && seq 1000 | xargs touch); done && echo WROTE\n";
 
 #[test]
 fn cibox_killed_mid_promotion_leaves_the_cache_as_it_was_and_the_next_run_cleans_up() {
@@ -736,4 +736,36 @@ fn the_holder_of_private_layers_is_held_to_little() {
     let r = p.run(&["batch", "run", "write"]);
     r.ok();
     assert!(r.stdout.contains("WROTE"), "{}", r.stdout);
+}
+
+/// A hundred thousand files, kept by a trusted run and written by an untrusted one.
+#[test]
+fn a_hundred_thousand_files_are_kept_or_thrown_away_whole() {
+    let store = Store::new();
+    let s = scripted(
+        &store,
+        &[
+            ("many", MANY_FILES),
+            ("count", "find /cache/models -type f | wc -l\n"),
+        ],
+        "",
+    );
+    s.trusted("many").ok();
+    let rec = s.p.result("many");
+    assert!(rec["caches"][0]["kept"].is_string(), "{rec}");
+    assert!(rec["caches"][0]["problem"].is_null(), "{rec}");
+    let r = s.untrusted("count");
+    r.ok();
+    assert!(seen(&r).contains(&"100000"), "{}", r.stdout);
+    // Untrusted, into a private layer of 4 MiB: empty files take no room there.
+    let r = s.untrusted("many");
+    r.ok();
+    let rec = s.p.result("many");
+    assert!(!rec["caches"][0]["full"].as_bool().unwrap(), "{rec}");
+    assert_eq!(
+        std::fs::read_dir(cache_dir(&store).join("work"))
+            .unwrap()
+            .count(),
+        0
+    );
 }
