@@ -168,8 +168,16 @@ impl Execution<'_> {
 
     /// Ends the batch's use of its caches, once its container is gone: promotes a
     /// trusted layer of a batch that `passed`, throws every other away, and says what
-    /// each cache saw.
-    pub(super) fn finish_caches(&self, caches: BatchCaches, passed: bool) -> Vec<CacheRecord> {
+    /// each cache saw. When its container could not be removed (`container_left`), what
+    /// still runs there may write its layer: a merge or a removal would follow the links
+    /// it plants, so the layer is left to a clean-up once the watchdog has removed the
+    /// container (it holds the layer's lock until then).
+    pub(super) fn finish_caches(
+        &self,
+        caches: BatchCaches,
+        passed: bool,
+        container_left: bool,
+    ) -> Vec<CacheRecord> {
         let BatchCaches {
             uses,
             holder,
@@ -193,7 +201,11 @@ impl Execution<'_> {
                         .caches
                         .as_ref()
                         .map_or(0, |p| p.cap(&u.cache.project, &u.name));
-                    if passed {
+                    if container_left {
+                        r.problem = Some(
+                            "not kept: the batch's container could not be removed; its layer is left until it is (`cibox cache prune`)".into(),
+                        );
+                    } else if passed {
                         match u.cache.promote(w, cap) {
                             Ok(p) => {
                                 r.kept = Some(p.generation);
