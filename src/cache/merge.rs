@@ -33,8 +33,22 @@ pub struct Promoted {
 
 impl Cache {
     /// Lays `w` over the current generation into a new current one of at most `cap`
-    /// bytes, then removes what nobody uses any more.
+    /// bytes, then removes what nobody uses any more. The layer goes whatever happens:
+    /// one that cannot be laid over (a path longer than the host's calls take, say) is
+    /// named in the error and thrown away, not left for a later clean-up.
     pub fn promote(&self, w: Writing, cap: u64) -> Result<Promoted, CacheError> {
+        let laid = self.lay_over(&w, cap);
+        let thrown = self.discard(w);
+        let mut promoted = laid?;
+        promoted.problems.extend(thrown);
+        if let Ok(p) = self.prune(false) {
+            promoted.problems.extend(p.problems);
+        }
+        Ok(promoted)
+    }
+
+    /// The new generation, named current, with `cache.lock` held exclusive throughout.
+    fn lay_over(&self, w: &Writing, cap: u64) -> Result<Promoted, CacheError> {
         let upper = w.dir.join("upper");
         let wrote = walk::usage(&upper)
             .map_err(|e| self.io("measuring", &upper, e))?
@@ -46,22 +60,19 @@ impl Cache {
         let name = Cache::next_name(Some(&base));
         let making = gens.join(format!(".{name}"));
         let mut problems = Vec::new();
-        let merged = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)
-            .map_err(|e| self.io("merging into", &making, e));
-        if let Err(e) = merged {
-            let _ = crate::nofollow::remove_tree(&making);
-            return Err(e);
-        }
-        let (bytes, evicted) =
-            evict(&making, cap).map_err(|e| self.io("evicting in", &making, e))?;
+        let made = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)
+            .map_err(|e| self.io("merging into", &making, e))
+            .and_then(|()| evict(&making, cap).map_err(|e| self.io("evicting in", &making, e)));
+        let (bytes, evicted) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                let _ = crate::nofollow::remove_tree(&making);
+                return Err(e);
+            }
+        };
         let done = gens.join(&name);
         std::fs::rename(&making, &done).map_err(|e| self.io("renaming", &done, e))?;
         self.set_current(&name)?;
-        problems.extend(self.discard(w));
-        drop(lock);
-        if let Ok(p) = self.prune(false) {
-            problems.extend(p.problems);
-        }
         Ok(Promoted {
             generation: name,
             wrote_bytes: wrote,
@@ -117,6 +128,18 @@ fn merge(
     out: &Path,
     problems: &mut Vec<String>,
 ) -> std::io::Result<()> {
+    let mut linker = Linker::default();
+    let merged = merge_with(base, upper, out, &mut linker);
+    problems.append(&mut linker.problems);
+    merged
+}
+
+fn merge_with(
+    base: Option<&Path>,
+    upper: &Path,
+    out: &Path,
+    linker: &mut Linker,
+) -> std::io::Result<()> {
     // Modes are set once a folder is full: one without write permission would refuse
     // its own entries.
     let mut modes = Vec::new();
@@ -156,13 +179,13 @@ fn merge(
                         out,
                     });
                 }
-                (Some(_), _) => link(&u.expect("layer entry"), &out, problems)?,
+                (Some(_), _) => linker.link(&u.expect("layer entry"), &out)?,
                 (None, Some(m)) if m.is_dir() => stack.push(Pending {
                     base: b,
                     upper: None,
                     out,
                 }),
-                (None, Some(_)) => link(&b.expect("base entry"), &out, problems)?,
+                (None, Some(_)) => linker.link(&b.expect("base entry"), &out)?,
                 (None, None) => {}
             }
         }
@@ -182,24 +205,70 @@ fn make_dir_like(from: &Path, out: &Path) -> std::io::Result<u32> {
     Ok(md.mode() & 0o7777)
 }
 
-/// Links `from` at `to`; a file cibox may not link (another user's, under
-/// `protected_hardlinks`) is copied, a link made again; anything else is named.
-fn link(from: &Path, to: &Path, problems: &mut Vec<String>) -> std::io::Result<()> {
-    match std::fs::hard_link(from, to) {
-        Ok(()) => Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(nix::libc::EPERM | nix::libc::EMLINK)) => {
-            let md = std::fs::symlink_metadata(from)?;
-            if md.file_type().is_symlink() {
-                std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
-            } else if md.is_file() {
-                std::fs::copy(from, to).map(|_| ())
-            } else {
-                problems.push(format!("{}: not kept ({e})", from.display()));
-                Ok(())
-            }
+/// What links the files of a new generation, and what it had to copy.
+#[derive(Default)]
+struct Linker {
+    problems: Vec<String>,
+    /// The copy made of each file that could not be linked, by the file's `(dev, ino)`:
+    /// its other names link to that copy, so a file with as many names as the file
+    /// system allows (65,000 on ext4) is copied once, not once per name.
+    copies: std::collections::HashMap<(u64, u64), PathBuf>,
+}
+
+impl Linker {
+    /// Links `from` at `to`. A file cibox may not link (another user's, under
+    /// `protected_hardlinks`, or one with the most links it may have) is copied, a
+    /// symbolic link made again; anything else is named.
+    fn link(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        let e = match std::fs::hard_link(from, to) {
+            Ok(()) => return Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(nix::libc::EPERM | nix::libc::EMLINK)) => e,
+            Err(e) => return Err(e),
+        };
+        let md = std::fs::symlink_metadata(from)?;
+        if md.file_type().is_symlink() {
+            return std::os::unix::fs::symlink(std::fs::read_link(from)?, to);
         }
-        Err(e) => Err(e),
+        if !md.is_file() {
+            self.problems
+                .push(format!("{}: not kept ({e})", from.display()));
+            return Ok(());
+        }
+        let key = (md.dev(), md.ino());
+        if let Some(copy) = self.copies.get(&key)
+            && std::fs::hard_link(copy, to).is_ok()
+        {
+            return Ok(());
+        }
+        copy_as(from, &md, to)?;
+        self.copies.insert(key, to.to_path_buf());
+        Ok(())
     }
+}
+
+/// Copies the plain file `from` (of metadata `md`) to the new name `to` as it was: its
+/// owner, then its mode (a copy cibox made as root keeps no setuid bit it was not
+/// given by its owner) and its times (when it was last used).
+fn copy_as(from: &Path, md: &std::fs::Metadata, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(from)?;
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    std::io::copy(&mut src, &mut dst)?;
+    let _ = std::os::unix::fs::fchown(&dst, Some(md.uid()), Some(md.gid()));
+    dst.set_permissions(std::fs::Permissions::from_mode(md.mode() & 0o7777))?;
+    let times = std::fs::FileTimes::new();
+    let times = match (md.accessed(), md.modified()) {
+        (Ok(a), Ok(m)) => times.set_accessed(a).set_modified(m),
+        _ => times,
+    };
+    dst.set_times(times)
 }
 
 /// Drops the least recently used top-level entries of `dir` until it holds at most
@@ -309,6 +378,36 @@ mod tests {
         assert_eq!(ino(&out.join("data/keep")), ino(&base.join("data/keep")));
         // The base is untouched.
         assert_eq!(listing(&base).len(), 9);
+    }
+
+    /// Sets `path`'s access and change times to `age` seconds ago.
+    fn age(path: &Path, age: u64) {
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        std::fs::File::open(path)
+            .unwrap()
+            .set_times(
+                std::fs::FileTimes::new()
+                    .set_accessed(when)
+                    .set_modified(when),
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_merged_generations_folders_are_as_old_as_what_they_hold() {
+        // A promotion makes every folder anew: their times are the merge's. Named so
+        // that the merge makes the newer entry's folder first.
+        let t = tempfile::tempdir().unwrap();
+        let (base, upper, out) = (t.path().join("b"), t.path().join("u"), t.path().join("o"));
+        for (name, secs) in [("a-old", 3000), ("z-new", 100)] {
+            write(&base.join(name).join("sub/f"), &"x".repeat(8192));
+            age(&base.join(name).join("sub/f"), secs);
+        }
+        std::fs::create_dir(&upper).unwrap();
+        merge(Some(&base), &upper, &out, &mut Vec::new()).unwrap();
+        let one = walk::top_entries(&out).unwrap()[0].bytes;
+        let (_, evicted) = evict(&out, one + 4096).unwrap();
+        assert_eq!(evicted, ["a-old"]);
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //!   with (a shared lock) until they end; a generation nobody uses and that is not
 //!   current is removed.
 //!
-//! Layout under the store's root (see [`store`]): `PROJECT/NAME/` holds `cache.lock`,
+//! Layout under the store's root (see [`store`]): `PROJECT/NAME/` (mode 0700: what it
+//! holds is the batch user's, and no other local user may reach it) holds `cache.lock`,
 //! `current` (the current generation's name), `gens/GEN/` and `gens/GEN.lock`, and
 //! `work/ID/{upper,work}` with `work/ID.lock` for trusted runs under way.
 

@@ -157,12 +157,9 @@ impl CacheStore {
             host_dir: self.host_root.join(project).join(name),
             me: self.me,
         };
-        for dir in [
-            self.root.join(project),
-            cache.dir.clone(),
-            cache.dir.join("gens"),
-            cache.dir.join("work"),
-        ] {
+        cache.ensure_dir(&self.root.join(project))?;
+        cache.ensure_private_dir(&cache.dir)?;
+        for dir in [cache.dir.join("gens"), cache.dir.join("work")] {
             cache.ensure_dir(&dir)?;
         }
         cache.ensure_current()?;
@@ -260,6 +257,28 @@ impl Cache {
         check_ours(&md, self.me).map_err(|why| self.refuse(format!("{}: {why}", dir.display())))
     }
 
+    /// Makes the cache's own folder (mode 0700) or closes the one there to others. What
+    /// a trusted run kept is the batch user's (`nobody` when cibox is root, a user other
+    /// processes of the host run as) with the modes the batch gave it, and a generation
+    /// is what every later batch loads: nobody else may reach it. Nor may anyone else
+    /// open the cache's lock files: a lock needs no more than that, and one held
+    /// forever would stop every batch. The engine, root, still reaches the layers.
+    fn ensure_private_dir(&self, dir: &Path) -> Result<(), CacheError> {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.io("making", dir, e)),
+        }
+        let md = std::fs::symlink_metadata(dir).map_err(|e| self.io("reading", dir, e))?;
+        check_ours(&md, self.me).map_err(|why| self.refuse(format!("{}: {why}", dir.display())))?;
+        if md.mode() & 0o077 != 0 {
+            // Ours, not a link, in a folder only we can change: closing it is safe.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| self.io("closing", dir, e))?;
+        }
+        Ok(())
+    }
+
     /// Opens (making it if need be) a lock file of the cache: a plain file, root's or
     /// ours, never a link.
     pub(super) fn lock_file(&self, path: &Path) -> Result<File, CacheError> {
@@ -299,7 +318,10 @@ impl Cache {
         std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_CURRENT), &mut text)
             .map_err(|e| self.io("reading", &path, e))?;
         let name = text.trim().to_string();
-        if !is_folder_name(&name) || !self.dir.join("gens").join(&name).is_dir() {
+        // A folder, never a link: the engine would mount, and a merge link files from,
+        // wherever a link leads.
+        let is_folder = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        if !is_folder_name(&name) || !is_folder(&self.dir.join("gens").join(&name)) {
             return Err(self.refuse(format!(
                 "{} names no generation of this cache ({name:?}); `cibox cache prune --all` starts it again",
                 path.display()
@@ -445,6 +467,18 @@ impl Cache {
                 .map_err(|e| self.io("making", &path, e))?;
             self.set_current(&generation)?;
             current = Some(generation);
+        }
+        // A `current` a killed promotion was writing (`current.XXXXXXXX`): only one
+        // holding `cache.lock` exclusive writes one.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                if name.to_string_lossy().starts_with("current.")
+                    && e.file_type().is_ok_and(|t| t.is_file())
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
         }
         // Generations a killed promotion was making (`.NAME`): nobody reads them.
         if let Ok(entries) = std::fs::read_dir(self.dir.join("gens")) {
@@ -692,6 +726,54 @@ mod tests {
         assert_eq!(info.writing, 1, "our own lock still holds: {info:?}");
         assert!(dir.exists());
         assert!(seen(&c).is_empty());
+    }
+
+    #[test]
+    fn a_caches_folder_is_closed_to_others_even_one_made_open() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&c.dir), 0o700);
+        std::fs::set_permissions(&c.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = s.cache("proj", "x").unwrap();
+        assert_eq!(mode(&c.dir), 0o700);
+    }
+
+    #[test]
+    fn a_clean_up_removes_what_a_killed_promotion_was_making() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        std::fs::write(c.dir.join("current.0123abcd"), "00000001-0123abcd\n").unwrap();
+        std::fs::create_dir_all(c.dir.join("gens/.00000001-0123abcd/half")).unwrap();
+        c.prune(false).unwrap();
+        let left: Vec<String> = std::fs::read_dir(&c.dir)
+            .unwrap()
+            .chain(std::fs::read_dir(c.dir.join("gens")).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.') || n.starts_with("current."))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_generation_or_current_put_there_by_someone_else_is_refused() {
+        let (t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        let generation = c.current().unwrap();
+        let path = c.dir.join("gens").join(&generation);
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::remove_dir(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let e = c.read().unwrap_err().to_string();
+        assert!(e.contains("names no generation"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert!(c.read().is_ok());
+        std::os::unix::fs::lchown(c.dir.join("current"), Some(65534), Some(65534))
+            .expect("giving a file to another user (the tests run as root)");
+        let e = c.read().unwrap_err().to_string();
+        assert!(e.contains("is not root's or ours"), "{e}");
     }
 
     #[test]

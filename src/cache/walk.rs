@@ -37,8 +37,10 @@ pub fn usage(dir: &Path) -> std::io::Result<Usage> {
 
 /// The entries at the top of `dir`, each with its bytes (a file shared with an entry
 /// measured earlier counts there) and its last use: the newest access or change time of
-/// anything in it. Access times move on a read through the overlay (with `relatime`, at
-/// most once a day), so this is least recently used to about a day.
+/// anything in it but folders (a generation's folders are made anew by each promotion,
+/// and cibox's own walks read them: their times say when cibox last merged, not when a
+/// batch last used them). Access times move on a read through the overlay (with
+/// `relatime`, at most once a day), so this is least recently used to about a day.
 pub fn top_entries(dir: &Path) -> std::io::Result<Vec<TopEntry>> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
@@ -48,8 +50,10 @@ pub fn top_entries(dir: &Path) -> std::io::Result<Vec<TopEntry>> {
         let mut last = SystemTime::UNIX_EPOCH;
         tree(&e.path(), &mut seen, &mut |md| {
             bytes += md.blocks() * 512;
-            for t in [md.accessed(), md.modified()].into_iter().flatten() {
-                last = last.max(t);
+            if !md.is_dir() {
+                for t in [md.accessed(), md.modified()].into_iter().flatten() {
+                    last = last.max(t);
+                }
             }
         })?;
         out.push(TopEntry {

@@ -140,3 +140,103 @@ fn overlap(a: &str, b: &str) -> bool {
     );
     a.starts_with(&b) || b.starts_with(&a)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::manifest::tests::{GOOD, assert_refused, parse};
+
+    /// GOOD with caches, and its `cpu` batch asking for `models`.
+    fn with_caches() -> String {
+        GOOD.replace(
+            "batches:\n",
+            "caches:\n  models: /cache/models\n  hf: {path: /root/.cache/huggingface}\nbatches:\n",
+        )
+        .replace(
+            "    run: [\"pytest\"]\n",
+            "    run: [\"pytest\"]\n    caches: [models]\n",
+        )
+    }
+
+    #[test]
+    fn a_cache_path_or_name_that_traverses_or_collides_is_refused_with_its_place() {
+        let base = with_caches();
+        let m = parse(&base).unwrap();
+        assert_eq!(m.caches["hf"].path, "/root/.cache/huggingface");
+        assert_refused(
+            &base,
+            &[
+                (
+                    "models: /cache/models",
+                    "models: /cache/../src",
+                    "caches.models: path `/cache/../src`: must not contain `..`",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: /src/models",
+                    "caches.models: path `/src/models`: is under `/src`",
+                ),
+                ("models: /cache/models", "models: /work", "is under `/work`"),
+                (
+                    "models: /cache/models",
+                    "models: /./reports/x",
+                    "is under `/reports`",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: //tmp//x",
+                    "is under `/tmp`",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: /",
+                    "is the container's root",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: cache/models",
+                    "must be an absolute path",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: \"/cache/a,upperdir=/x\"",
+                    "must not contain `,` or `:`",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: /root/.cache",
+                    "caches.hf: path `/root/.cache/huggingface` overlaps cache `models`",
+                ),
+                (
+                    "models: /cache/models",
+                    "models: /root/.cache/huggingface/./hub",
+                    "overlaps cache `models`",
+                ),
+                (
+                    "models: /cache/models",
+                    "\"..\": /cache/models",
+                    "`..` is not a valid cache name",
+                ),
+                (
+                    "models: /cache/models",
+                    "\"a/b\": /cache/models",
+                    "`a/b` is not a valid cache name",
+                ),
+                (
+                    "caches: [models]",
+                    "caches: [nope]",
+                    "`nope` is not a cache of this manifest",
+                ),
+                (
+                    "caches: [models]",
+                    "caches: [models, models]",
+                    "`models` is named twice",
+                ),
+                (
+                    "    caches: [models]\n",
+                    "    caches: [models]\n    container: {mounts: [\"/data/m:/cache\"]}\n",
+                    "mount target `/cache` overlaps cache `models` at `/cache/models`",
+                ),
+            ],
+        );
+    }
+}

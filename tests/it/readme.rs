@@ -51,7 +51,11 @@ fn the_readme_tour_runs_verbatim_from_a_fresh_clone() {
         .success();
     assert!(ok, "git clone of {}", repo.display());
     let bin = Path::new(env!("CARGO_BIN_EXE_cibox")).parent().unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     // The demo image's ID is reproducible: one this engine already holds (someone's
     // demo) is not this test's to remove.
     let before = images();
@@ -77,7 +81,9 @@ fn the_readme_tour_runs_verbatim_from_a_fresh_clone() {
     assert_eq!(r.code, 0, "the tour failed:\n{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("unit"), "{}", r.stdout);
     assert!(
-        clone.join("examples/demo/cibox-reports/unit/result.json").is_file(),
+        clone
+            .join("examples/demo/cibox-reports/unit/result.json")
+            .is_file(),
         "the layer's reports: {}",
         r.stderr
     );

@@ -13,6 +13,12 @@ use bollard::models::{ContainerCreateBody, HostConfig, Mount};
 use super::ContainerPlan;
 use super::script::KEEPER;
 
+/// What the holder may use: it runs the batch's image (a pull request's, it may be) as
+/// root, and needs only a shell that waits. The pages of the private layers are the
+/// batch's: charged to the batch's memory, which writes them.
+const HOLDER_MEMORY: i64 = 32 << 20;
+const HOLDER_NANO_CPUS: i64 = 100_000_000;
+
 /// Where the holder keeps cache `name`'s private layer.
 pub fn private_dir(name: &str) -> String {
     format!("/private/{name}")
@@ -45,6 +51,9 @@ impl ContainerPlan {
                 readonly_rootfs: Some(true),
                 init: Some(true),
                 pids_limit: Some(16),
+                memory: Some(HOLDER_MEMORY),
+                memory_swap: Some(HOLDER_MEMORY),
+                nano_cpus: Some(HOLDER_NANO_CPUS),
                 network_mode: Some("none".into()),
                 ..Default::default()
             }),
@@ -55,9 +64,10 @@ impl ContainerPlan {
 
 /// An overlay of a cache at `target`: `lower` read-only beneath, writes into `upper`
 /// (`work` is the overlay's own). `userxattr`: the layer is read back by cibox, which
-/// needs the overlay's marks where an unprivileged process can read them.
+/// needs the overlay's marks where an unprivileged process can read them. `nosuid` and
+/// `nodev`, as the batch's other writable folders: a cache holds what batches wrote.
 pub fn overlay_mount(target: &str, lower: &str, upper: &str, work: &str, userxattr: bool) -> Mount {
-    let mut o = format!("lowerdir={lower},upperdir={upper},workdir={work}");
+    let mut o = format!("lowerdir={lower},upperdir={upper},workdir={work},nosuid,nodev");
     if userxattr {
         o.push_str(",userxattr");
     }

@@ -167,7 +167,11 @@ impl Execution<'_> {
         );
         // Its container is gone: a trusted layer of a batch that passed is kept.
         if let Some(caches) = watched.caches.borrow_mut().take() {
-            record.caches = self.finish_caches(caches, record.status == Status::Passed);
+            record.caches = self.finish_caches(
+                caches,
+                record.status == Status::Passed,
+                watched.container_left.get(),
+            );
         }
         let result = BatchResult {
             record,

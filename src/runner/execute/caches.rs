@@ -18,6 +18,9 @@ use crate::runner::results::record::CacheRecord;
 
 /// Room left in a private layer below which it counts as full.
 const FULL_MARGIN: u64 = 1 << 20;
+/// Room for the archive's headers when a private layer is measured: a layer of many
+/// small files is counted up to about this many of them.
+const MAX_HEADER_BYTES: u64 = 64 << 20;
 
 /// A batch's caches while its container lives.
 pub(super) struct BatchCaches {
@@ -165,8 +168,16 @@ impl Execution<'_> {
 
     /// Ends the batch's use of its caches, once its container is gone: promotes a
     /// trusted layer of a batch that `passed`, throws every other away, and says what
-    /// each cache saw.
-    pub(super) fn finish_caches(&self, caches: BatchCaches, passed: bool) -> Vec<CacheRecord> {
+    /// each cache saw. When its container could not be removed (`container_left`), what
+    /// still runs there may write its layer: a merge or a removal would follow the links
+    /// it plants, so the layer is left to a clean-up once the watchdog has removed the
+    /// container (it holds the layer's lock until then).
+    pub(super) fn finish_caches(
+        &self,
+        caches: BatchCaches,
+        passed: bool,
+        container_left: bool,
+    ) -> Vec<CacheRecord> {
         let BatchCaches {
             uses,
             holder,
@@ -190,7 +201,11 @@ impl Execution<'_> {
                         .caches
                         .as_ref()
                         .map_or(0, |p| p.cap(&u.cache.project, &u.name));
-                    if passed {
+                    if container_left {
+                        r.problem = Some(
+                            "not kept: the batch's container could not be removed; its layer is left until it is (`cibox cache prune`)".into(),
+                        );
+                    } else if passed {
                         match u.cache.promote(w, cap) {
                             Ok(p) => {
                                 r.kept = Some(p.generation);
@@ -229,23 +244,28 @@ impl Execution<'_> {
     }
 
     /// How much a batch wrote into a private layer: the sizes of the files the holder
-    /// keeps there, read from the engine's archive (bounded by the layer's size).
+    /// keeps there, read from the engine's archive. The batch chose what is there: a
+    /// sparse file claims any size (counted by its size as the archive gives it, PAX
+    /// headers included, and never read past), and the archive is read no further than
+    /// the layer could hold with room for headers, nor longer than a copy of
+    /// `/reports` may take, nor past a signal.
     fn private_bytes(&self, holder: &str, name: &str, size: u64) -> u64 {
-        let stop = || None;
+        let stop = crate::runner::results::copy::StopWhen::now();
         let archive = self.engine.download(
             holder,
             &format!("{}/upper", private_dir(name)),
-            Box::new(stop),
+            Box::new(move || stop.reason()),
         );
+        let readable = size.saturating_mul(2).saturating_add(MAX_HEADER_BYTES);
         let mut total: u64 = 0;
-        let mut tar = tar::Archive::new(archive);
+        let mut tar = tar::Archive::new(std::io::Read::take(archive, readable));
         let Ok(entries) = tar.entries() else {
             return 0;
         };
         for e in entries {
             let Ok(e) = e else { break };
             if e.header().entry_type().is_file() {
-                total += e.header().size().unwrap_or(0);
+                total = total.saturating_add(e.size());
             }
             if total > size.saturating_mul(2) {
                 break;

@@ -36,6 +36,8 @@ struct Script {
     reports: Vec<u8>,
     end_cause: EndCause,
     removal: Removal,
+    /// Removing the batch's container fails (it may still run).
+    remove_fails: bool,
 }
 
 impl Default for Script {
@@ -52,6 +54,7 @@ impl Default for Script {
             reports: junit_archive(),
             end_cause: EndCause::Itself,
             removal: Removal::Removed,
+            remove_fails: false,
         }
     }
 }
@@ -186,6 +189,12 @@ impl ContainerEngine for FakeEngine {
 
     fn remove(&self, id: &str) -> Result<Removal, EngineError> {
         self.calls.lock().unwrap().removed.push(id.to_string());
+        if self.script.remove_fails {
+            return Err(EngineError::Api {
+                action: "removing the container".into(),
+                reason: "did not receive an exit event".into(),
+            });
+        }
         Ok(self.script.removal)
     }
 
@@ -247,12 +256,22 @@ struct Project {
 }
 
 fn project() -> Project {
+    project_with(None)
+}
+
+/// One whose batch uses cache `m`, in a store at `store` that the host trusts.
+fn project_with(store: Option<&std::path::Path>) -> Project {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::write(root.join("requirements.lock"), "torch==2.5\n").unwrap();
     let text = format!(
-        "version: 1\nproject: p\nimage: {{locks: [requirements.lock]}}\ngpu: {{lock_dir: {}}}\nbatches:\n  b: {{gpus: 0, timeout: 1m, run: [\"true\"]}}\n",
-        root.join("locks").display()
+        "version: 1\nproject: p\nimage: {{locks: [requirements.lock]}}\ngpu: {{lock_dir: {}}}\n{}batches:\n  b: {{gpus: 0, timeout: 1m, run: [\"true\"]}}\n",
+        root.join("locks").display(),
+        if store.is_some() {
+            "caches: {m: /cache/m}\n"
+        } else {
+            ""
+        }
     );
     let manifest_path = root.join("cibox.yaml");
     std::fs::write(&manifest_path, &text).unwrap();
@@ -279,7 +298,15 @@ fn project() -> Project {
         pass_env: Default::default(),
         mounts: Default::default(),
         policy_digest: None,
-        caches: None,
+        caches: store.map(|root| crate::host::caches::CachePolicy {
+            root: root.to_path_buf(),
+            host_root: None,
+            size: 1 << 30,
+            sizes: Default::default(),
+            private_size: 1 << 20,
+            trusted: true,
+            projects: None,
+        }),
         devices: Default::default(),
     };
     let mut plan = crate::runner::plan(manifest, request, &host).unwrap();
@@ -296,7 +323,7 @@ fn project() -> Project {
 
 /// Runs project `p` on a fake engine that plays `script`.
 fn run_with(script: Script) -> (Result<RunResult>, Vec<&'static str>, Calls) {
-    let (result, events, _, calls) = run_with_phases(script);
+    let (result, events, _, calls) = run_project_with_phases(&project(), script);
     (result, events, calls)
 }
 
@@ -309,7 +336,24 @@ fn run_with_phases(
     Vec<&'static str>,
     Calls,
 ) {
-    let p = project();
+    run_project_with_phases(&project(), script)
+}
+
+/// Runs project `p` on a fake engine that plays `script`.
+fn run_project(p: &Project, script: Script) -> (Result<RunResult>, Vec<&'static str>, Calls) {
+    let (result, events, _, calls) = run_project_with_phases(p, script);
+    (result, events, calls)
+}
+
+fn run_project_with_phases(
+    p: &Project,
+    script: Script,
+) -> (
+    Result<RunResult>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Calls,
+) {
     let engine = FakeEngine::new(script, &p.lockset);
     let locksets = indexmap::IndexMap::from([("default".to_string(), p.lockset.clone())]);
     let mut reporter = Recorder::default();
@@ -596,4 +640,39 @@ fn a_failed_install_is_named_and_counts_no_test() {
         )
     );
     assert_eq!(r.tests.total, 0, "no test ran");
+}
+
+#[test]
+fn a_trusted_layer_is_left_alone_while_its_container_may_still_write_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let store = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = project_with(Some(store.path()));
+    let work = store.path().join("p/m/work");
+    // Passed, but its container could not be removed: whatever still runs in it writes
+    // the layer, and a merge or a removal there would follow what it plants.
+    let (result, _, _) = run_project(
+        &p,
+        Script {
+            remove_fails: true,
+            ..Script::default()
+        },
+    );
+    let r = record(&result);
+    assert!(r.caches[0].kept.is_none(), "{:?}", r.caches);
+    assert!(
+        r.caches[0]
+            .problem
+            .as_deref()
+            .is_some_and(|p| p.contains("could not be removed")),
+        "{:?}",
+        r.caches
+    );
+    let layers: Vec<_> = std::fs::read_dir(&work).unwrap().flatten().collect();
+    assert!(layers.iter().any(|e| e.path().is_dir()), "{layers:?}");
+    // Once it is gone, its layer goes with the next clean-up; one that passes is kept.
+    let (result, _, _) = run_project(&project_with(Some(store.path())), Script::default());
+    assert!(record(&result).caches[0].kept.is_some());
+    let layers: Vec<_> = std::fs::read_dir(&work).unwrap().flatten().collect();
+    assert!(layers.is_empty(), "{layers:?}");
 }

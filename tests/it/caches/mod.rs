@@ -5,7 +5,10 @@
 
 use crate::common::*;
 
-/// A store only root (the tests' user) can change, removed with its folder.
+mod attacks;
+
+/// A store only root (the tests' user) can change, in a folder everyone may pass as a
+/// host's would be (`/var/lib/...`), removed with its folder.
 struct Store {
     _dir: tempfile::TempDir,
     root: std::path::PathBuf,
@@ -13,8 +16,14 @@ struct Store {
 
 impl Store {
     fn new() -> Store {
+        Store::new_in(&std::env::temp_dir())
+    }
+
+    /// One in a folder of its own under `parent`.
+    fn new_in(parent: &std::path::Path) -> Store {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in(parent).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let root = dir.path().join("store");
         std::fs::create_dir(&root).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
