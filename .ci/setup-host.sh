@@ -4,7 +4,9 @@
 # answers), busybox-static (the demo image's rootfs), debootstrap (the Debian image of
 # the Python test), nix-bin (offline checks of the flake), python3 (drives a pseudo-
 # terminal in the `gpu exec` terminal test), docker-registry (a local registry for
-# `image fetch`, started on 127.0.0.1:5000 without auth), and cargo-nextest. Idempotent.
+# `image fetch`, started on 127.0.0.1:5000 without auth), cargo-nextest, and Slurm with
+# munge (slurm-wlm, munge: an emulated 2-node cluster with 4 fake GPUs a node, for the
+# Slurm tests and bench; see .ci/slurm-cluster.sh). Idempotent.
 set -euo pipefail
 
 need=()
@@ -17,6 +19,8 @@ command -v nix-instantiate >/dev/null 2>&1 || need+=(nix-bin)
 # python3 installed under root's home (pyenv).
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -x /usr/bin/docker-registry ] || need+=(docker-registry)
+command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || need+=(munge)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup-host: need root to install: ${need[*]}" >&2
@@ -90,3 +94,13 @@ YML
   fi
 fi
 echo "setup-host: registry on 127.0.0.1:5000"
+
+# The emulated Slurm cluster (two slurmd on this machine, 4 fake GPUs each).
+if [ "$(id -u)" = 0 ]; then
+  bash "$(dirname "$0")/slurm-cluster.sh"
+elif ! sinfo -h >/dev/null 2>&1; then
+  echo "setup-host: no Slurm controller answers and only root can start the emulated cluster" >&2
+  exit 1
+else
+  echo "setup-host: Slurm answers: $(sinfo -h -N -o '%N %t %G' | tr '\n' ' ')"
+fi

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::scheduler::{RawScheduler, RawSlurm, Scheduler};
 use crate::exit::Failure;
 use crate::manifest::{
     CAP_ADD_ALLOWED, ContainerUser, IdlePolicy, Network, PoolSpec, ProbeChoice, ULIMIT_NAMES,
@@ -125,6 +126,8 @@ pub struct HostPolicy {
     pub source: Option<PolicySource>,
     pub gpu: HostGpu,
     pub grants: Grants,
+    /// How batches run: here, or as Slurm jobs.
+    pub scheduler: Scheduler,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +138,8 @@ struct RawPolicy {
     gpu: RawGpu,
     #[serde(default)]
     grants: RawGrants,
+    scheduler: Option<RawScheduler>,
+    slurm: Option<RawSlurm>,
 }
 
 #[derive(Default, Deserialize)]
@@ -286,8 +291,14 @@ impl HostPolicy {
                 "must be an absolute path".into(),
             ));
         }
+        let scheduler =
+            super::scheduler::scheduler(raw.scheduler, raw.slurm).map_err(|(path, why)| {
+                let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                here(&path, why)
+            })?;
         Ok(HostPolicy {
             source: None,
+            scheduler,
             gpu: HostGpu {
                 pool: raw.gpu.pool,
                 lock_dir: raw.gpu.lock_dir,
