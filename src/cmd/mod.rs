@@ -8,6 +8,7 @@ mod gpu;
 mod host;
 mod image;
 mod reproduce;
+mod slurm;
 mod workflow;
 
 use std::path::PathBuf;
@@ -123,5 +124,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             },
         )),
         Command::Watchdog { container } => Ok(crate::runner::watch_container(&container)),
+        Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
+        Command::SlurmWatchdog { name, srun } => Ok(crate::runner::slurm::watch_job(&name, srun)),
     }
 }

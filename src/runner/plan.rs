@@ -43,6 +43,38 @@ pub struct RunRequest {
     pub wait: Option<Duration>,
     /// Run all batches at once; the lease queue decides which fit together.
     pub parallel: bool,
+    /// On a node of a Slurm cluster: this process runs one batch as a task of the
+    /// job the submitter made for it.
+    pub node: Option<NodeRole>,
+}
+
+/// A batch's task on a node of a Slurm job: which rank, and the GPUs Slurm allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRole {
+    /// The submitter's run ID: this batch's run.
+    pub run_id: String,
+    pub job_id: String,
+    /// This node's name, as Slurm knows it.
+    pub node: String,
+    pub rank: u32,
+    /// How many nodes the job spans.
+    pub nodes: u32,
+    /// The GPUs Slurm allocated here, by index: exactly these are leased.
+    pub gpus: Vec<u32>,
+    /// The rendezvous variables of a job on several nodes (none for one).
+    pub rendezvous: BTreeMap<String, String>,
+}
+
+impl NodeRole {
+    /// The folder of this rank's reports: the batch's own on one node; on several,
+    /// `node-<rank>` in it (the submitter writes the batch's record beside them).
+    pub fn batch_dir(&self, reports: &std::path::Path, batch: &str) -> PathBuf {
+        if self.nodes > 1 {
+            reports.join(batch).join(format!("node-{}", self.rank))
+        } else {
+            reports.join(batch)
+        }
+    }
 }
 
 /// The user batches run as when cibox runs as root: `nobody:nogroup` on Debian, by
@@ -96,6 +128,8 @@ impl HostFacts {
 pub struct BatchPlan {
     pub name: String,
     pub gpus: u32,
+    /// The nodes it spans under Slurm.
+    pub nodes: u32,
     pub timeout: Span,
     pub allow_empty: bool,
     /// `<reports>/<batch>/`, mounted at `/reports`.
@@ -132,6 +166,10 @@ pub struct RunPlan {
     pub parallel: bool,
     /// The uid:gid batches run as.
     pub user: (u32, u32),
+    /// On a node of a Slurm job: its rank and GPUs.
+    pub node: Option<NodeRole>,
+    /// The layer the batches run as part of, if any.
+    pub layer: Option<String>,
 }
 
 impl RunPlan {
@@ -338,26 +376,34 @@ pub fn plan(
         .map(|name| {
             let batch = &manifest.batches[name];
             let image_name = batch_image(&manifest, name, request.layer.as_deref())?;
-            let dir = request.reports.join(name);
+            let dir = match &request.node {
+                Some(role) => role.batch_dir(&request.reports, name),
+                None => request.reports.join(name),
+            };
             let batch_user = match batch.container.user {
                 ContainerUser::Invoker => user,
                 ContainerUser::Root => (0, 0),
                 ContainerUser::Ids(u, g) => (u, g),
             };
+            let mut container = ContainerPlan::new(
+                &manifest,
+                name,
+                batch,
+                &identity,
+                batch_user,
+                (image_name, &images[image_name]),
+                host.mounts.get(name).cloned().unwrap_or_default(),
+            );
+            if let Some(role) = &request.node {
+                container.on_node(role.rank, role.nodes, &role.rendezvous);
+            }
             Ok(BatchPlan {
                 name: name.clone(),
                 gpus: batch.gpus,
+                nodes: batch.nodes,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,
-                container: ContainerPlan::new(
-                    &manifest,
-                    name,
-                    batch,
-                    &identity,
-                    batch_user,
-                    (image_name, &images[image_name]),
-                    host.mounts.get(name).cloned().unwrap_or_default(),
-                ),
+                container,
                 image_name: image_name.to_string(),
                 image: images[image_name].clone(),
                 dir,
@@ -381,6 +427,8 @@ pub fn plan(
         wait,
         parallel: request.parallel,
         user,
+        node: request.node,
+        layer: request.layer,
         manifest,
     })
 }

@@ -135,6 +135,17 @@ fn read_all(pipe: Option<Box<dyn Read + Send>>) -> std::thread::JoinHandle<Vec<u
     })
 }
 
+/// The job ID in one of `srun`'s own lines (`srun: job 12 queued and waiting for
+/// resources`, `srun: job 12 has been allocated resources`).
+pub fn job_id_in(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("srun: ")?;
+    let rest = rest
+        .strip_prefix("job ")
+        .or_else(|| rest.strip_prefix("Job allocation "))?;
+    let id: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    (!id.is_empty() && rest[id.len()..].starts_with(' ')).then_some(id)
+}
+
 /// `Key=Value` pairs of one line of `scontrol show … -o`. A value may hold spaces (a
 /// node's `OS=` or `Reason=`): a word without `=` belongs to the value before it.
 pub(crate) fn key_values(line: &str) -> Vec<(String, String)> {
@@ -169,6 +180,25 @@ mod tests {
         assert_eq!(get("OS"), Some("Linux 6.1 #1 SMP"));
         assert_eq!(get("State"), Some("IDLE"));
         assert_eq!(get("Reason"), Some("not responding [root@x]"));
+    }
+
+    #[test]
+    fn srun_names_its_job() {
+        let id = |l: &str| job_id_in(l);
+        assert_eq!(
+            id("srun: job 12 queued and waiting for resources").as_deref(),
+            Some("12")
+        );
+        assert_eq!(
+            id("srun: job 7 has been allocated resources").as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            id("srun: Job allocation 9 has been revoked").as_deref(),
+            Some("9")
+        );
+        assert_eq!(id("srun: error: x"), None);
+        assert_eq!(id("0: srun: job 1 queued"), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod files;
 pub mod github;
 pub mod terminal;
+pub mod wire;
 
 use super::ending::BatchResult;
 pub use super::error::ReporterError;
@@ -176,6 +177,7 @@ pub(crate) mod sample {
             gpus: vec![GpuRef {
                 index: 0,
                 uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                node: None,
             }],
             host: "gpu-host".into(),
             scope: "gh-1-1".into(),
@@ -198,6 +200,7 @@ pub(crate) mod sample {
             reports: Default::default(),
             loosened: serde_json::Value::Object(Default::default()),
             changed_file: None,
+            slurm: None,
         };
         BatchResult {
             record,

@@ -20,6 +20,8 @@ pub struct Terminal<W: Write + Send> {
     /// Per batch: whether its output is at the start of a line; its wait line.
     at_line_start: HashMap<String, bool>,
     waits: HashMap<String, WaitLine>,
+    /// Per batch under Slurm: the queue state last told, and when.
+    queued: HashMap<String, (String, std::time::Instant)>,
 }
 
 impl<W: Write + Send> Terminal<W> {
@@ -31,6 +33,7 @@ impl<W: Write + Send> Terminal<W> {
             prefixed: false,
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
+            queued: HashMap::new(),
         }
     }
 
@@ -136,6 +139,20 @@ impl<W: Write + Send> Reporter for Terminal<W> {
                     .tick(*report, |r| {
                         format!("batch {name}: waiting for {gpus} GPU(s): {}", r.describe())
                     });
+            }
+            Event::Queued { batch, job, state } => {
+                // Told when it changes, and every 30 s while it does not.
+                let told = self.queued.get(&batch.name);
+                if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
+                    console::info(format!(
+                        "batch {}: Slurm job {job} waits in the queue: {state}",
+                        batch.name
+                    ));
+                    self.queued.insert(
+                        batch.name.clone(),
+                        (state.to_string(), std::time::Instant::now()),
+                    );
+                }
             }
             Event::LeaseGranted { batch, .. } => self.end_wait(&batch.name),
             Event::Output { batch, bytes } => {

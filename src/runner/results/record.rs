@@ -47,6 +47,21 @@ pub struct SourceInfo {
 pub struct GpuRef {
     pub index: u32,
     pub uuid: String,
+    /// The Slurm node it is on, for a batch that ran through Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The Slurm job a batch ran as (docs/interface.md §14).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmJob {
+    /// The job's ID; `None` when it was never submitted or Slurm never named it.
+    pub job_id: Option<String>,
+    /// Its name, as `squeue` and the accounting show it.
+    pub name: String,
+    pub partition: Option<String>,
+    /// Its nodes, by rank.
+    pub nodes: Vec<String>,
 }
 
 /// Why a run record cannot be read.
@@ -126,6 +141,9 @@ pub struct RunRecord {
     /// `cibox reproduce` can make it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed_file: Option<String>,
+    /// The Slurm job it ran as, when the host submits batches to Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmJob>,
 }
 
 impl RunRecord {

@@ -11,6 +11,9 @@
 //! - `nvml_init_latency`, `nvml_latency`: seconds that init, and every other query, take.
 //! - `calls.log`: when present, gets `nvml init` and `nvml count` lines as those calls start.
 //!
+//! Under an emulated Slurm node (`SLURMD_NODENAME` set), `nodes/<node>/` in the folder,
+//! when it exists, is that node's own state folder.
+//!
 //! Numbers in the csv files are MiB or percent, as nvidia-smi prints them with `nounits`.
 //!
 //! # Safety
@@ -85,8 +88,14 @@ struct Gpu {
     util: Option<c_uint>,
 }
 
+/// The state folder; on an emulated Slurm node (`SLURMD_NODENAME` set), its own
+/// `nodes/<node>` folder when there is one, so the nodes of one machine have GPUs apart.
 fn state_dir() -> Option<PathBuf> {
-    std::env::var_os("CIBOX_FAKE_SMI_STATE").map(PathBuf::from)
+    let dir = PathBuf::from(std::env::var_os("CIBOX_FAKE_SMI_STATE")?);
+    match std::env::var_os("SLURMD_NODENAME") {
+        Some(node) if dir.join("nodes").join(&node).is_dir() => Some(dir.join("nodes").join(node)),
+        _ => Some(dir),
+    }
 }
 
 /// The non-blank lines of a csv file in the folder, split into trimmed fields.

@@ -1,0 +1,26 @@
+//! `cibox __slurm-node JOB`: a batch's task on a node of its Slurm job. Everything it
+//! has to say goes to the submitter on stdout, what kept it from running included.
+
+use super::Context;
+use crate::error::Error;
+use crate::runner::launch;
+use crate::runner::reporter::wire::Wire;
+use crate::runner::slurm::NodeJob;
+
+/// Runs the job and returns its exit code; an error is told to the submitter.
+pub fn node(ctx: &Context, job: &str) -> u8 {
+    let ran = serde_json::from_str::<NodeJob>(job)
+        .map_err(|e| Error::Usage(format!("the node's job is not one cibox sends: {e}")))
+        .and_then(|job| {
+            let policy = ctx.host_policy()?;
+            Ok(launch::run_on_node(&job, &policy)?)
+        });
+    match ran {
+        Ok(run) => run.exit_code(),
+        // Said once, by the submitter, which shows it as the batch's.
+        Err(e) => {
+            let _ = Wire::stdout().refused(&e.to_string(), e.details(), e.exit_code());
+            e.exit_code()
+        }
+    }
+}
