@@ -9,6 +9,15 @@ use crate::runner::slurm::NodeJob;
 
 /// Runs the job and returns its exit code; an error is told to the submitter.
 pub fn node(ctx: &Context, job: &str) -> u8 {
+    // With its submitter gone (`srun` ended), writing to it must fail, not kill the
+    // node's cibox before it has removed the batch's container.
+    // SAFETY: setting a disposition before any thread of this process exists.
+    unsafe {
+        let _ = nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigIgn,
+        );
+    }
     let ran = serde_json::from_str::<NodeJob>(job)
         .map_err(|e| Error::Usage(format!("the node's job is not one cibox sends: {e}")))
         .and_then(|job| {

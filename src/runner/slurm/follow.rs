@@ -263,11 +263,12 @@ impl<'b> Following<'b> {
         match self.decoder.line(line) {
             Line::Partial => Ok(()),
             Line::Message { rank, bytes } => {
-                if !self.running {
-                    self.running = true;
+                self.running = true;
+                self.relay.frame(run, self.b, rank, &bytes, &mut self.end)?;
+                if self.relay.started && self.deadline.is_none() {
                     self.deadline = Some(Instant::now() + self.b.timeout.0 + BACKSTOP);
                 }
-                self.relay.frame(run, self.b, rank, &bytes, &mut self.end)
+                Ok(())
             }
             Line::Stray { rank, text } => {
                 let from = rank.map_or("srun".to_string(), |r| format!("its node (rank {r})"));
@@ -306,14 +307,7 @@ impl<'b> Following<'b> {
                 message: format!("cancelled by {signal}"),
                 exit: None,
             });
-            // A running batch's nodes end it themselves and say so; one in the queue
-            // just goes.
-            if self.running {
-                self.signalled = Some(now);
-                self.cancel(Some(signal));
-            } else {
-                self.cancel(None);
-            }
+            self.end_job(signal);
         }
         if self
             .signalled
@@ -327,11 +321,18 @@ impl<'b> Following<'b> {
                 Signal::SIGKILL,
             );
         }
-        if !self.running && now >= self.next_poll && self.cancelled.is_none() {
+        if !self.running
+            && now >= self.next_poll
+            && self.cancelled.is_none()
+            && self.signalled.is_none()
+        {
             self.next_poll = now + POLL;
             self.poll_queue(run, now)?;
         }
-        if self.deadline.is_some_and(|d| now >= d) && self.cancelled.is_none() {
+        if self.deadline.is_some_and(|d| now >= d)
+            && self.cancelled.is_none()
+            && self.signalled.is_none()
+        {
             self.stop(ContainerEnd::Stopped {
                 status: Status::Timeout,
                 message: format!(
@@ -341,9 +342,23 @@ impl<'b> Following<'b> {
                 ),
                 exit: None,
             });
-            self.cancel(None);
+            self.end_job(Signal::SIGTERM);
         }
         Ok(())
+    }
+
+    /// Ends the job: one that runs gets `signal` first, so its nodes end the batch
+    /// themselves (its container removed, its record written), and is cancelled
+    /// [`SIGNAL_GRACE`] later; one in the queue is cancelled at once. (Slurm's cancel
+    /// of a running step kills its processes at once: cibox on the node would have no
+    /// time to remove the container.)
+    fn end_job(&mut self, signal: Signal) {
+        if self.running {
+            self.signalled = Some(Instant::now());
+            self.cancel(Some(signal));
+        } else {
+            self.cancel(None);
+        }
     }
 
     /// While the job waits in the queue: says so, and gives up past the wait allowed.
@@ -358,6 +373,8 @@ impl<'b> Following<'b> {
         };
         self.end.job_id.get_or_insert(state.id.clone());
         if !state.pending() {
+            // Allocated: its nodes start (or have ended) the batch.
+            self.running = true;
             return Ok(());
         }
         let shown = state.describe();
@@ -376,7 +393,7 @@ impl<'b> Following<'b> {
                 ),
                 exit: None,
             });
-            self.cancel(None);
+            self.end_job(Signal::SIGTERM);
         }
         Ok(())
     }

@@ -23,6 +23,8 @@ pub(super) struct Relay {
     at_line_start: BTreeMap<u32, bool>,
     launched: bool,
     timed_out: bool,
+    /// A node's container has started: the batch's timeout runs.
+    pub(super) started: bool,
 }
 
 impl Relay {
@@ -32,6 +34,7 @@ impl Relay {
             at_line_start: BTreeMap::new(),
             launched: false,
             timed_out: false,
+            started: false,
         }
     }
 
@@ -94,10 +97,13 @@ impl Relay {
                 })
             }
             Remote::Launching => Ok(()),
-            Remote::ContainerStarted { container } => run.emit(&Event::ContainerStarted {
-                batch: b,
-                container: &container,
-            }),
+            Remote::ContainerStarted { container } => {
+                self.started = true;
+                run.emit(&Event::ContainerStarted {
+                    batch: b,
+                    container: &container,
+                })
+            }
             Remote::OutputEnded => run.emit(&Event::OutputEnded { batch: b }),
             Remote::TimedOut if !self.timed_out => {
                 self.timed_out = true;

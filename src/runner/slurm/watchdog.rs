@@ -8,7 +8,15 @@
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::slurm::job;
+
+/// How long the nodes of a running job get to end its batch before it is cancelled.
+const STEP_GRACE: Duration = Duration::from_secs(8);
 
 /// What cibox writes when the job is over.
 const DISMISS: u8 = b'd';
@@ -87,23 +95,30 @@ pub fn watch(name: &str, srun: Option<u32>) -> u8 {
     if said == Some(DISMISS) {
         return 0;
     }
-    // cibox is gone. Its srun, if still there, is told to give up first.
-    if let Some(pid) = srun.filter(|p| is_srun(*p)) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+    // cibox is gone. A job that runs gets SIGTERM first, so its nodes end the batch
+    // and remove its container (Slurm's cancel kills a step's processes at once).
+    let running = matches!(job::queue_state(name), Ok(Some(q)) if !q.pending());
+    if running && job::cancel(name, Some(Signal::SIGTERM)).is_ok() {
+        let deadline = Instant::now() + STEP_GRACE;
+        while Instant::now() < deadline
+            && matches!(job::queue_state(name), Ok(Some(q)) if q.state == "RUNNING")
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    } else if let Some(pid) = srun.filter(|p| is_srun(*p)) {
+        // Still in the queue, or not yet submitted: its srun gives up the request.
+        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
     }
     // The controller may be slow to answer; try for a while. Once more later: an srun
     // that was submitting as cibox died may have made the job after the first cancel.
     for _ in 0..10 {
-        if crate::slurm::job::cancel(name, None).is_ok() {
+        if job::cancel(name, None).is_ok() {
             break;
         }
         std::thread::sleep(Duration::from_secs(1));
     }
     std::thread::sleep(Duration::from_secs(3));
-    let _ = crate::slurm::job::cancel(name, None);
+    let _ = job::cancel(name, None);
     0
 }
 
