@@ -20,3 +20,4 @@ mod orphans;
 mod policy;
 mod probe;
 mod python;
+mod slurm;

@@ -9,6 +9,7 @@ mod gpus;
 mod policy;
 mod processes;
 mod projects;
+mod slurm;
 
 pub use cli::*;
 pub use engine::*;
@@ -16,3 +17,4 @@ pub use gpus::*;
 pub use policy::*;
 pub use processes::*;
 pub use projects::*;
+pub use slurm::*;
