@@ -42,6 +42,9 @@ const BACKSTOP: Duration = Duration::from_secs(60);
 /// The most of `srun`'s own lines kept, for the message of a job that said nothing.
 const SRUN_LINES: usize = 20;
 
+/// One of `srun`'s pipes.
+type Pipe = Box<dyn std::io::Read + Send>;
+
 /// A line from `srun`.
 enum Out {
     Stdout(String),
@@ -176,46 +179,41 @@ fn spawn_srun(spec: &JobSpec) -> Result<Child> {
 /// `srun`'s lines, from both its pipes, as they come; the channel closes when both do.
 fn read_lines(child: &mut Child) -> mpsc::Receiver<Out> {
     let (tx, rx) = mpsc::channel();
-    let pipes: [(Option<Box<dyn std::io::Read + Send>>, fn(String) -> Out); 2] = [
-        (
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-            Out::Stdout,
-        ),
-        (
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-            Out::Stderr,
-        ),
-    ];
-    for (pipe, kind) in pipes {
-        let Some(pipe) = pipe else { continue };
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut reader = std::io::BufReader::new(pipe);
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                // A line is at most 64 KiB: Slurm's own are far shorter.
-                match (&mut reader).take(64 << 10).read_until(b'\n', &mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let line = String::from_utf8_lossy(&buf)
-                            .trim_end_matches(['\n', '\r'])
-                            .to_string();
-                        if tx.send(kind(line)).is_err() {
-                            break;
-                        }
+    forward(
+        child.stdout.take().map(|p| Box::new(p) as Pipe),
+        Out::Stdout,
+        tx.clone(),
+    );
+    forward(
+        child.stderr.take().map(|p| Box::new(p) as Pipe),
+        Out::Stderr,
+        tx,
+    );
+    rx
+}
+
+/// Sends each line of `pipe` to `tx`, in a thread, until the pipe closes.
+fn forward(pipe: Option<Pipe>, kind: fn(String) -> Out, tx: mpsc::Sender<Out>) {
+    let Some(pipe) = pipe else { return };
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::new(pipe);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            // A line is at most 64 KiB: Slurm's own are far shorter.
+            match (&mut reader).take(64 << 10).read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\n', '\r'])
+                        .to_string();
+                    if tx.send(kind(line)).is_err() {
+                        break;
                     }
                 }
             }
-        });
-    }
-    rx
+        }
+    });
 }
 
 /// A job being followed.
