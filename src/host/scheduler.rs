@@ -68,6 +68,32 @@ pub struct SlurmPolicy {
     pub cibox: Option<PathBuf>,
 }
 
+impl Scheduler {
+    /// `local`, or `slurm (partition gpu, account ml, …)`: what `host policy` shows.
+    pub fn describe(&self) -> String {
+        let Scheduler::Slurm(p) = self else {
+            return "local".into();
+        };
+        let mut parts = vec![format!(
+            "partition {}",
+            p.partition.as_deref().unwrap_or("(the cluster's default)")
+        )];
+        for (what, value) in [("account", &p.account), ("qos", &p.qos)] {
+            if let Some(v) = value {
+                parts.push(format!("{what} {v}"));
+            }
+        }
+        if !p.options.is_empty() {
+            parts.push(format!("options {}", p.options.join(" ")));
+        }
+        parts.push(format!("grace {}", Span(p.grace)));
+        if let Some(c) = &p.cibox {
+            parts.push(format!("nodes run {}", c.display()));
+        }
+        format!("slurm ({})", parts.join(", "))
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum RawScheduler {

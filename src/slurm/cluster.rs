@@ -80,7 +80,8 @@ impl Cluster {
     /// Asks the controller.
     pub fn query() -> Result<Cluster, SlurmError> {
         let partitions = parse_partitions(&query("scontrol", &["show", "partition", "-o"])?);
-        let nodes = parse_nodes(&query("scontrol", &["show", "node", "-o"])?)?;
+        // `-d`: with what jobs hold (`GresUsed`).
+        let nodes = parse_nodes(&query("scontrol", &["show", "node", "-d", "-o"])?)?;
         Ok(Cluster { nodes, partitions })
     }
 
@@ -141,6 +142,33 @@ impl Cluster {
             )));
         }
         Ok(())
+    }
+}
+
+impl Cluster {
+    /// Whether `ask` could start now in `partition`: enough usable nodes with that many
+    /// GPUs free.
+    pub fn fits_now(&self, partition: &str, ask: Ask<'_>) -> bool {
+        self.nodes_of(partition)
+            .filter(|n| n.usable() && n.gpus_free() >= ask.gpus_per_node)
+            .count()
+            >= ask.nodes as usize
+    }
+
+    /// `n1: 2 free, n2: 0 free (drained)`: each node of `partition`.
+    pub fn free_by_node(&self, partition: &str) -> String {
+        let nodes: Vec<String> = self
+            .nodes_of(partition)
+            .map(|n| {
+                let why = if n.usable() {
+                    String::new()
+                } else {
+                    format!(" ({})", n.state.to_ascii_lowercase())
+                };
+                format!("{}: {} free{why}", n.name, n.gpus_free())
+            })
+            .collect();
+        nodes.join(", ")
     }
 }
 
@@ -272,6 +300,10 @@ mod tests {
         assert!(c.check(debug, ask(2, 1)).is_err(), "MaxNodes=1");
         let e = c.partition(Some("nope")).unwrap_err();
         assert!(e.to_string().contains("its partitions: gpu, debug"), "{e}");
+        assert!(c.fits_now("gpu", ask(1, 1)), "n1 has one free");
+        assert!(!c.fits_now("gpu", ask(1, 2)));
+        assert!(!c.fits_now("gpu", ask(2, 1)), "n2 is drained");
+        assert_eq!(c.free_by_node("gpu"), "n1: 1 free, n2: 0 free (idle+drain)");
         assert_eq!(gres_gpus("(null)"), Ok(0));
         assert_eq!(gres_gpus("gpu"), Ok(1));
     }

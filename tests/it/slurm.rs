@@ -445,3 +445,63 @@ fn a_node_without_the_image_refuses_it_clearly() {
         "{message}"
     );
 }
+
+#[test]
+fn capacity_and_gpu_status_say_what_the_cluster_has_free_by_node() {
+    let host = SlurmHost::new();
+    let p = Project::new(&format!(
+        "version: 1\nproject: bt\nimage: {{locks: [cibox.yaml]}}\nbatches:\n{}{}layers:\n  two: {{batches: [pair]}}\n  four: {{batches: [quad]}}\n",
+        batch("pair", 2, "1m", &[JUNIT_OK], ""),
+        batch("quad", 4, "1m", &[JUNIT_OK], "")
+    ));
+    let policy = HostPolicyFile::new(&host.policy("", ""));
+    let cibox_here = |args: &[&str]| {
+        let mut c = cibox(p.path());
+        c.env("CIBOX_HOST_POLICY", policy.path()).args(args);
+        run(&mut c)
+    };
+    let _n1 = Holder::new("n1", 3);
+    let _n2 = Holder::new("n2", 1);
+    let status = cibox_here(&["gpu", "status", "--json"]);
+    status.ok();
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(v["scheduler"], "slurm");
+    let figures: Vec<(String, u64, u64, u64)> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap().to_string(),
+                n["gpus"].as_u64().unwrap(),
+                n["allocated"].as_u64().unwrap(),
+                n["free"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        figures,
+        [("n1".to_string(), 4, 3, 1), ("n2".to_string(), 4, 1, 3)]
+    );
+    let table = cibox_here(&["gpu", "status"]);
+    table.ok();
+    assert!(
+        table.rows().contains(&"n1 mixed 4 3 1 -".to_string()),
+        "{}",
+        table.stdout
+    );
+    let cap = cibox_here(&["capacity", "--json"]);
+    cap.ok();
+    let v: serde_json::Value = serde_json::from_str(&cap.stdout).unwrap();
+    assert_eq!(
+        (v["pool"].as_u64(), v["available"].as_u64()),
+        (Some(8), Some(4))
+    );
+    assert_eq!(v["layers"][0]["ready"], true, "two GPUs fit on n2: {v}");
+    assert_eq!(v["layers"][1]["ready"], false, "{v}");
+    cibox_here(&["capacity", "--require", "four"]).fails_with(
+        4,
+        "layer four cannot be admitted now: batch quad needs 1 node(s) with 4 GPU(s) free; partition gpu has n1: 1 free, n2: 3 free",
+    );
+    cibox_here(&["capacity", "--require", "two"]).ok();
+}
