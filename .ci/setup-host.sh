@@ -6,7 +6,8 @@
 # terminal in the `gpu exec` terminal test), docker-registry (a local registry for
 # `image fetch`, started on 127.0.0.1:5000 without auth), cargo-nextest, and Slurm with
 # munge (slurm-wlm, munge: an emulated 2-node cluster with 4 fake GPUs a node, for the
-# Slurm tests and bench; see .ci/slurm-cluster.sh). Idempotent.
+# Slurm tests and bench; see .ci/slurm-cluster.sh), and a second engine whose containers
+# can be given those fake GPUs (.ci/gpu-engine.sh, for bench/slurm.py). Idempotent.
 set -euo pipefail
 
 need=()
@@ -95,9 +96,11 @@ YML
 fi
 echo "setup-host: registry on 127.0.0.1:5000"
 
-# The emulated Slurm cluster (two slurmd on this machine, 4 fake GPUs each).
+# The emulated Slurm cluster (two slurmd on this machine, 4 fake GPUs each), and an
+# engine whose containers can be given the fake GPUs (for bench/slurm.py).
 if [ "$(id -u)" = 0 ]; then
   bash "$(dirname "$0")/slurm-cluster.sh"
+  bash "$(dirname "$0")/gpu-engine.sh"
 elif ! sinfo -h >/dev/null 2>&1; then
   echo "setup-host: no Slurm controller answers and only root can start the emulated cluster" >&2
   exit 1

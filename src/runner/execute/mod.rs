@@ -63,24 +63,16 @@ fn execute_with(
         project: plan.manifest.project.clone(),
         scope: plan.scope.clone(),
     };
-    let run_lock = match RunLock::hold(&lock_dir, &plan.run_id, &run_info) {
-        Ok(lock) => Some(lock),
-        // Another rank of this Slurm job on this host (nodes emulated on one machine)
-        // holds it: while it lives our containers are its run's too.
-        Err(e)
-            if e.kind() == std::io::ErrorKind::AlreadyExists
-                && plan.node.as_ref().is_some_and(|n| n.nodes > 1) =>
-        {
-            None
-        }
-        Err(source) => {
-            return Err(RunError::RunLocks {
-                dir: lock_dir.path().display().to_string(),
-                what: "cannot take this run's lock".into(),
-                source,
-            });
-        }
+    // On a Slurm node, the run's other batches on this host may hold it too.
+    let held = match plan.node {
+        Some(_) => RunLock::share(&lock_dir, &plan.run_id, &run_info),
+        None => RunLock::hold(&lock_dir, &plan.run_id, &run_info),
     };
+    let run_lock = held.map_err(|source| RunError::RunLocks {
+        dir: lock_dir.path().display().to_string(),
+        what: "cannot take this run's lock".into(),
+        source,
+    })?;
     // Host-wide: a run killed in any scope leaves containers (and GPUs) behind that
     // nobody else would remove.
     let swept = sweep::sweep(engine, None, None, &lock_dir, &plan.host)?;
@@ -127,10 +119,8 @@ fn execute_with(
         .iter()
         .find_map(BatchResult::cancelled_by)
         .or_else(signals::received);
-    if let Some(lock) = &run_lock
-        && batches.iter().any(|b| b.container_left)
-    {
-        lock.leave_record();
+    if batches.iter().any(|b| b.container_left) {
+        run_lock.leave_record();
     }
     let result = RunResult {
         batches,
