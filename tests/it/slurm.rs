@@ -426,16 +426,12 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
 }
 
 #[test]
-fn a_node_without_the_image_refuses_it_clearly() {
+fn a_node_without_the_image_fetches_it_by_digest_or_refuses_it() {
     let host = SlurmHost::new();
     let p = project(&host, &batch("noimage", 0, "1m", &[JUNIT_OK], ""), "", "");
+    // An ID no node has, and no `ref` to fetch it by.
     let missing = format!("sha256:{}", "e".repeat(64));
-    let r = host.run(
-        &p,
-        &[
-            "batch", "run", "noimage", "--image", &missing, "--wait", "120s",
-        ],
-    );
+    let r = host.run(&p, &["batch", "run", "noimage", "--image", &missing, "--wait", "120s"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let v = p.result("noimage");
     assert_eq!(v["status"], "image_refused", "{v}");
@@ -444,6 +440,18 @@ fn a_node_without_the_image_refuses_it_clearly() {
         message.contains("is not present on Slurm node") && message.contains("no `ref`"),
         "{message}"
     );
+    // The project's own image, gone from the node's engine but pinned by digest in a
+    // registry: the node fetches it, checks it is that ID, and runs the batch.
+    let pinned = push_to_registry(&p.image.0);
+    assert!(remove_image(&p.image.0), "the image could not be removed");
+    let manifest = std::fs::read_to_string(p.project.path().join("cibox.yaml")).unwrap();
+    let with_ref = manifest.replacen("image:\n", &format!("image:\n  ref: \"{pinned}\"\n"), 1);
+    assert_ne!(with_ref, manifest);
+    p.project.write("cibox.yaml", &with_ref);
+    let r = host.run(&p, &["batch", "run", "noimage", "--wait", "120s"]);
+    r.ok();
+    assert!(r.stderr.contains(&format!("pulling {pinned}")), "{}", r.stderr);
+    assert_eq!(p.result("noimage")["status"], "passed");
 }
 
 #[test]

@@ -289,7 +289,12 @@ impl<'b> Following<'b> {
             }
         } else {
             // The node's cibox warns on its stderr, labelled with its rank.
-            eprintln!("[{} on Slurm, rank {line}", self.b.name);
+            match line.trim_start().split_once(": ") {
+                Some((rank, text)) if rank.parse::<u32>().is_ok() => {
+                    eprintln!("[{} node-{rank}] {text}", self.b.name)
+                }
+                _ => eprintln!("[{}] {line}", self.b.name),
+            }
         }
     }
 
