@@ -431,7 +431,12 @@ fn a_node_without_the_image_fetches_it_by_digest_or_refuses_it() {
     let p = project(&host, &batch("noimage", 0, "1m", &[JUNIT_OK], ""), "", "");
     // An ID no node has, and no `ref` to fetch it by.
     let missing = format!("sha256:{}", "e".repeat(64));
-    let r = host.run(&p, &["batch", "run", "noimage", "--image", &missing, "--wait", "120s"]);
+    let r = host.run(
+        &p,
+        &[
+            "batch", "run", "noimage", "--image", &missing, "--wait", "120s",
+        ],
+    );
     assert_eq!(r.code, 3, "{}", r.stderr);
     let v = p.result("noimage");
     assert_eq!(v["status"], "image_refused", "{v}");
@@ -450,7 +455,11 @@ fn a_node_without_the_image_fetches_it_by_digest_or_refuses_it() {
     p.project.write("cibox.yaml", &with_ref);
     let r = host.run(&p, &["batch", "run", "noimage", "--wait", "120s"]);
     r.ok();
-    assert!(r.stderr.contains(&format!("pulling {pinned}")), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("pulling {pinned}")),
+        "{}",
+        r.stderr
+    );
     assert_eq!(p.result("noimage")["status"], "passed");
 }
 

@@ -277,3 +277,64 @@ fn of_end(e: &ContainerEnd) -> (Status, String, Option<nix::sys::signal::Signal>
         ContainerEnd::Unknown => (Status::InfraError, "its end is unknown".into(), None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::plan::tests::batch_plan;
+
+    #[test]
+    fn a_job_without_a_record_says_why() {
+        let b = batch_plan("b");
+        let why = |end: &mut JobEnd| why_no_record(&b, end);
+        let mut end = JobEnd {
+            stopped: Some(ContainerEnd::Cancelled {
+                signal: nix::sys::signal::Signal::SIGINT,
+                message: "cancelled by SIGINT".into(),
+                exit: None,
+            }),
+            ..JobEnd::default()
+        };
+        let (status, _, signal) = why(&mut end).unwrap();
+        assert_eq!(status, Status::Cancelled);
+        assert_eq!(status.exit_code(signal), 130);
+        // What the node refused is the batch's; a refusal that is configuration, the run's.
+        let mut end = JobEnd::default();
+        end.failures.insert(
+            0,
+            crate::runner::remote::error_of("no image", &[], exit::IMAGE_REFUSED),
+        );
+        assert_eq!(why(&mut end).unwrap().0, Status::ImageRefused);
+        let mut end = JobEnd::default();
+        end.failures.insert(
+            0,
+            crate::runner::remote::error_of("not granted", &[], exit::USAGE),
+        );
+        assert!(why(&mut end).is_err());
+        // What Slurm said, when nobody else did.
+        let mut end = JobEnd::default();
+        end.srun_said.push_back(
+            "srun: error: *** STEP 3.0 ON n1 CANCELLED AT … DUE TO TIME LIMIT ***".into(),
+        );
+        assert_eq!(why(&mut end).unwrap().0, Status::Timeout);
+        let mut end = JobEnd {
+            job_id: Some("7".into()),
+            ..JobEnd::default()
+        };
+        end.srun_said
+            .push_back("srun: error: Node failure on n2".into());
+        let (status, message, _) = why(&mut end).unwrap();
+        assert_eq!(status, Status::InfraError);
+        assert_eq!(
+            message,
+            "Slurm job 7 ended without a record from its node: srun: error: Node failure on n2"
+        );
+    }
+
+    #[test]
+    fn a_failing_rank_tells_more_than_the_ranks_it_ended() {
+        assert!(weight(Status::Failed) > weight(Status::Cancelled));
+        assert!(weight(Status::InfraError) > weight(Status::Failed));
+        assert!(weight(Status::Cancelled) > weight(Status::Passed));
+    }
+}
