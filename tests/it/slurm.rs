@@ -522,3 +522,34 @@ fn capacity_and_gpu_status_say_what_the_cluster_has_free_by_node() {
     );
     cibox_here(&["capacity", "--require", "two"]).ok();
 }
+
+#[test]
+fn a_job_waiting_in_the_queue_says_why_and_gives_up_after_the_wait() {
+    let host = SlurmHost::new();
+    let p = project(&host, &batch("queued", 1, "1m", &[JUNIT_OK], ""), "", "");
+    // Every GPU of the cluster held by other jobs.
+    let _n1 = Holder::new("n1", 4);
+    let _n2 = Holder::new("n2", 4);
+    let r = host.run(&p, &["batch", "run", "queued", "--wait", "4s"]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("waits in the queue: PENDING (Resources)"),
+        "{}",
+        r.stderr
+    );
+    let v = p.result("queued");
+    assert_eq!(v["status"], "capacity", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("still waits in the queue after 4s: PENDING (Resources)"),
+        "{v}"
+    );
+    let name = job_name(&v, "queued");
+    assert!(
+        wait_until(10, || live_jobs(&name).is_empty()),
+        "{:?}",
+        jobs_named(&name)
+    );
+}
