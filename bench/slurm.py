@@ -35,8 +35,9 @@ def sh(*cmd, **kw):
 
 
 def project(work):
-    """A busybox project with one batch per job and a layer of them all; its image ID
-    (built in the GPU engine double)."""
+    """A busybox project in `work`/src with one batch per job and a layer of them all;
+    its image ID (built in the GPU engine double)."""
+    work = os.path.join(work, "src")
     os.makedirs(os.path.join(work, ".git"))
     root = os.path.join(work, "image", "rootfs")
     for d in ["bin", "tmp", "work", "src", "reports"]:
@@ -59,6 +60,13 @@ def project(work):
     os.chmod(work, 0o755)
     env = dict(os.environ, DOCKER_HOST=GPU_ENGINE, CIBOX_LOG="error")
     return sh(CIBOX, "--manifest", os.path.join(work, "cibox.yaml"), "image", "build", env=env)
+
+
+def run_cmd(work, *args):
+    """`cibox ARGS` on the project, its source the project (the reports, locks and GPU
+    state lie beside it, not in it)."""
+    src = os.path.join(work, "src")
+    return [CIBOX, "--manifest", os.path.join(src, "cibox.yaml"), *args, "--source", src]
 
 
 def gpu_state(work):
@@ -102,9 +110,8 @@ def cibox_slurm(work, image, state):
                CIBOX_NVIDIA_SMI=SMI, CIBOX_FAKE_SMI_STATE=state)
     reports = os.path.join(work, "reports-slurm")
     t = time.perf_counter()
-    r = subprocess.run([CIBOX, "--manifest", os.path.join(work, "cibox.yaml"), "layer", "run", "mix",
-                        "--parallel", "--wait", "10m", "--image", image, "--source", work,
-                        "--reports", reports, "--scope", "bench-slurm"],
+    r = subprocess.run(run_cmd(work, "layer", "run", "mix", "--parallel", "--wait", "10m",
+                               "--image", image, "--reports", reports, "--scope", "bench-slurm"),
                        env=env, capture_output=True, text=True)
     took = time.perf_counter() - t
     assert r.returncode == 0, f"cibox through Slurm: exit {r.returncode}\n{r.stderr[-3000:]}"
@@ -126,9 +133,9 @@ def random_dealing(work, image, state, seed):
                    CIBOX_GPU_LOCK_DIR=os.path.join(work, f"locks-{seed}-{node}"))
         env.pop("CIBOX_HOST_POLICY", None)
         procs.append(subprocess.Popen(
-            [CIBOX, "--manifest", os.path.join(work, "cibox.yaml"), "batch", "run", f"j{i:02}",
-             "--wait", "10m", "--image", image, "--source", work,
-             "--reports", os.path.join(work, f"reports-{seed}-{i}"), "--scope", f"bench-random-{seed}"],
+            run_cmd(work, "batch", "run", f"j{i:02}", "--wait", "10m", "--image", image,
+                    "--reports", os.path.join(work, f"reports-{seed}-{i}"),
+                    "--scope", f"bench-random-{seed}"),
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     codes = wait_all(procs)
     assert all(c == 0 for c in codes), f"random dealing (seed {seed}): exits {codes}"
