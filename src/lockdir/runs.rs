@@ -44,13 +44,10 @@ pub struct RunInfo {
 /// The lock a live run holds; dropped when the run ends (after its containers).
 pub struct RunLock {
     path: PathBuf,
-    file: File,
+    _file: File,
     /// Keep the record when the run ends: a container of it could not be removed, and
     /// the record of a dead run is what gets it swept (and its GPUs counted busy).
     keep: std::cell::Cell<bool>,
-    /// Held shared with the other batches of the run on this host (see
-    /// [`RunLock::share`]).
-    shared: bool,
 }
 
 impl RunLock {
@@ -68,61 +65,8 @@ impl RunLock {
         file.write_all(&serde_json::to_vec(info).expect("run info serialises"))?;
         Ok(RunLock {
             path,
-            file,
+            _file: file,
             keep: std::cell::Cell::new(false),
-            shared: false,
-        })
-    }
-
-    /// The lock of a run whose batches each run in a cibox of their own on this host
-    /// (the tasks of a run's Slurm jobs on one node): each holds it shared, and the run
-    /// is alive while any does. A record already there is shared only when it is a
-    /// plain file of this user or root that nobody holds alone: the run ID is no secret
-    /// (it is in the job's name), and `runs/` is writable by everyone.
-    pub fn share(dir: &LockDir, run: &str, info: &RunInfo) -> std::io::Result<RunLock> {
-        debug_assert!(is_run_id(run));
-        let path = path(dir, run);
-        let created = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path);
-        let file = match created {
-            Ok(mut file) => {
-                file.lock_shared()?;
-                file.write_all(&serde_json::to_vec(info).expect("run info serialises"))?;
-                file
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let file = super::open_read(&path)?;
-                let owner = std::os::unix::fs::MetadataExt::uid(&file.metadata()?);
-                if !super::vouched_for(owner) {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::PermissionDenied,
-                        format!(
-                            "{} is {}'s, not this run's",
-                            path.display(),
-                            crate::ownership::owner_of(owner)
-                        ),
-                    ));
-                }
-                file.try_lock_shared().map_err(|e| match e {
-                    TryLockError::WouldBlock => std::io::Error::new(
-                        std::io::ErrorKind::WouldBlock,
-                        format!("{} is held by another process alone", path.display()),
-                    ),
-                    TryLockError::Error(e) => e,
-                })?;
-                file
-            }
-            Err(e) => return Err(e),
-        };
-        Ok(RunLock {
-            path,
-            file,
-            keep: std::cell::Cell::new(false),
-            shared: true,
         })
     }
 }
@@ -136,9 +80,7 @@ impl RunLock {
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        // A shared record goes with its last holder: one that can hold it alone.
-        let last = !self.shared || self.file.try_lock().is_ok();
-        if !self.keep.get() && last {
+        if !self.keep.get() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -166,8 +108,7 @@ pub fn liveness(dir: &LockDir, run: &str) -> std::io::Result<Liveness> {
         Err(e) if super::is_planted(&e) => return Ok(Liveness::Unknown),
         Err(e) => return Err(e),
     };
-    // Exclusive: a run's ciboxes may hold its lock shared (`RunLock::share`).
-    match file.try_lock() {
+    match file.try_lock_shared() {
         Err(TryLockError::WouldBlock) => Ok(Liveness::Alive),
         Err(TryLockError::Error(e)) => Err(e),
         Ok(()) => Ok(Liveness::Dead),
@@ -217,7 +158,7 @@ pub fn dead_runs(dir: &LockDir) -> std::io::Result<Vec<DeadRun>> {
             Err(e) => return Err(e),
         };
         let owner = std::os::unix::fs::MetadataExt::uid(&file.metadata()?);
-        match file.try_lock() {
+        match file.try_lock_shared() {
             Err(TryLockError::WouldBlock) => continue,
             Err(TryLockError::Error(e)) => return Err(e),
             Ok(()) => {
@@ -253,29 +194,6 @@ mod tests {
             project: "p".into(),
             scope: "s".into(),
         }
-    }
-
-    #[test]
-    fn a_run_shared_by_its_batches_lives_until_the_last_lets_go() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = LockDir::open(tmp.path(), false).unwrap();
-        let run = "0123456789abcdef";
-        let a = RunLock::share(&dir, run, &info()).unwrap();
-        let b = RunLock::share(&dir, run, &info()).unwrap();
-        assert_eq!(liveness(&dir, run).unwrap(), Liveness::Alive);
-        assert!(dead_runs(&dir).unwrap().is_empty());
-        drop(a);
-        assert_eq!(liveness(&dir, run).unwrap(), Liveness::Alive, "b holds it");
-        drop(b);
-        assert_eq!(
-            liveness(&dir, run).unwrap(),
-            Liveness::Unknown,
-            "the last removed it"
-        );
-        // A run holding its lock alone is not shared.
-        let alone = RunLock::hold(&dir, run, &info()).unwrap();
-        assert!(RunLock::share(&dir, run, &info()).is_err());
-        drop(alone);
     }
 
     #[test]

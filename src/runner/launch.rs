@@ -102,8 +102,8 @@ fn run_here(
     };
     let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
     let mut host = HostFacts::current(&manifest, host_mounts, policy);
-    if let Some(role) = &request.node {
-        host.run_id = role.run_id.clone();
+    if let (Some(role), [batch]) = (&request.node, names) {
+        host.run_id = role.task_run_id(batch);
     }
     let plan = plan::plan(manifest, request, &host)?;
     let locksets = locksets(&plan)?;

@@ -66,6 +66,17 @@ pub struct NodeRole {
 }
 
 impl NodeRole {
+    /// The ID this task runs under on its node (its containers' `org.cibox.run` label
+    /// and its lock in the lock dir's `runs/`): the run's own for one task, but each
+    /// task of a run needs its own, since two may share a host (two batches of a run on
+    /// one node, or emulated nodes) and a run's lock is held by one process alone. The
+    /// record keeps the run's ID.
+    pub fn task_run_id(&self, batch: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}:{batch}:{}", self.run_id, self.rank));
+        crate::util::hex(&digest[..8])
+    }
+
     /// The folder of this rank's reports: the batch's own on one node; on several,
     /// `node-<rank>` in it (the submitter writes the batch's record beside them).
     pub fn batch_dir(&self, reports: &std::path::Path, batch: &str) -> PathBuf {
@@ -480,6 +491,21 @@ pub(crate) mod tests {
             scope: "local-me".into(),
             ..RunRequest::default()
         }
+    }
+
+    #[test]
+    fn each_task_of_a_slurm_job_runs_under_an_id_of_its_own() {
+        let role = |rank| NodeRole {
+            run_id: "0123456789abcdef".into(),
+            rank,
+            nodes: 2,
+            ..NodeRole::default()
+        };
+        let (a, b) = (role(0).task_run_id("b"), role(1).task_run_id("b"));
+        assert!(crate::lockdir::runs::is_run_id(&a) && crate::lockdir::runs::is_run_id(&b));
+        assert_ne!(a, b);
+        assert_ne!(a, role(0).task_run_id("c"));
+        assert_eq!(a, role(0).task_run_id("b"), "the same task, the same ID");
     }
 
     #[test]

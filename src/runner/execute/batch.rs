@@ -329,7 +329,11 @@ impl Execution<'_> {
                 .collect(),
             host: plan.host.clone(),
             scope: plan.scope.clone(),
-            run: plan.run_id.clone(),
+            // On a Slurm node the run's, not the task's own (see `NodeRole::task_run_id`).
+            run: plan
+                .node
+                .as_ref()
+                .map_or_else(|| plan.run_id.clone(), |n| n.run_id.clone()),
             container: b.container.name.clone(),
             fast: plan.fast,
             started_at: rfc3339(started),

@@ -63,16 +63,12 @@ fn execute_with(
         project: plan.manifest.project.clone(),
         scope: plan.scope.clone(),
     };
-    // On a Slurm node, the run's other batches on this host may hold it too.
-    let held = match plan.node {
-        Some(_) => RunLock::share(&lock_dir, &plan.run_id, &run_info),
-        None => RunLock::hold(&lock_dir, &plan.run_id, &run_info),
-    };
-    let run_lock = held.map_err(|source| RunError::RunLocks {
-        dir: lock_dir.path().display().to_string(),
-        what: "cannot take this run's lock".into(),
-        source,
-    })?;
+    let run_lock =
+        RunLock::hold(&lock_dir, &plan.run_id, &run_info).map_err(|source| RunError::RunLocks {
+            dir: lock_dir.path().display().to_string(),
+            what: "cannot take this run's lock".into(),
+            source,
+        })?;
     // Host-wide: a run killed in any scope leaves containers (and GPUs) behind that
     // nobody else would remove.
     let swept = sweep::sweep(engine, None, None, &lock_dir, &plan.host)?;
