@@ -161,7 +161,7 @@ fn walk(
     while let Some(dir) = stack.pop() {
         // cibox's own output folders are never shipped, nor walked: other batches of
         // the run (on other Slurm nodes, say) write there meanwhile.
-        if skip.iter().any(|o| dir == *o) {
+        if skip.contains(&dir) {
             continue;
         }
         let entries = match std::fs::read_dir(root.join(&dir)) {
