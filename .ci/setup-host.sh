@@ -1,33 +1,51 @@
 #!/usr/bin/env bash
-# Installs and starts what cibox's tests and demo need on a fresh Debian machine:
-# a Docker engine (Debian's docker.io, dockerd started in the background when no engine
-# answers), busybox-static (the demo image's rootfs), debootstrap (the Debian image of
-# the Python test), nix-bin (offline checks of the flake), python3 (drives a pseudo-
-# terminal in the `gpu exec` terminal test), docker-registry (a local registry for
-# `image fetch`, started on 127.0.0.1:5000 without auth), and cargo-nextest. Idempotent.
+# Installs and starts what cibox needs on a fresh Debian machine, saying each step.
+#
+#   setup-host.sh --demo   the main job (examples/demo/run-demo.sh): a Docker engine
+#                          (Debian's docker.io, dockerd started in the background when no
+#                          engine answers) and busybox-static (the demo image's rootfs).
+#   setup-host.sh          the tests (.ci/run), on top of that: debootstrap (the Debian
+#                          image of the Python test), nix-bin (offline checks of the
+#                          flake), python3 (drives a pseudo-terminal in a `gpu exec`
+#                          test), docker-registry (a local registry for `image fetch`,
+#                          started on 127.0.0.1:5000 without auth), cargo-nextest, and
+#                          Slurm with munge (an emulated 2-node cluster with 4 fake GPUs
+#                          a node; see .ci/slurm-cluster.sh).
+#
+# Idempotent: what is there is left as it is. bench/slurm.py starts a second engine
+# of its own (.ci/gpu-engine.sh).
 set -euo pipefail
+
+demo=no
+[ "${1:-}" = "--demo" ] && demo=yes
 
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker >/dev/null 2>&1 || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
+if [ "$demo" = yes ]; then
+  :
+else
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 command -v nix-instantiate >/dev/null 2>&1 || need+=(nix-bin)
 # Debian's own: the confinement tests run it as user nobody, who cannot reach a
 # python3 installed under root's home (pyenv).
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -x /usr/bin/docker-registry ] || need+=(docker-registry)
+command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || need+=(munge)
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup-host: need root to install: ${need[*]}" >&2
     exit 1
   fi
-  echo "setup-host: installing ${need[*]}"
+  echo "setup-host: installing with apt: ${need[*]}"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if ! cargo nextest --version >/dev/null 2>&1; then
+if [ "$demo" = no ] && ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup-host: installing cargo-nextest"
   cargo install --locked cargo-nextest
 fi
@@ -51,6 +69,10 @@ if ! docker info >/dev/null 2>&1; then
   fi
 fi
 echo "setup-host: engine $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+if [ "$demo" = yes ]; then
+  echo "setup-host: ready for the demo (the tests need more: run it without --demo)"
+  exit 0
+fi
 
 # The registry the `image fetch` tests push to and pull from: loopback only (the engine
 # trusts it without TLS), no auth, its own storage.
@@ -90,3 +112,13 @@ YML
   fi
 fi
 echo "setup-host: registry on 127.0.0.1:5000"
+
+# The emulated Slurm cluster (two slurmd on this machine, 4 fake GPUs each).
+if [ "$(id -u)" = 0 ]; then
+  bash "$(dirname "$0")/slurm-cluster.sh"
+elif ! sinfo -h >/dev/null 2>&1; then
+  echo "setup-host: no Slurm controller answers and only root can start the emulated cluster" >&2
+  exit 1
+else
+  echo "setup-host: Slurm answers: $(sinfo -h -N -o '%N %t %G' | tr '\n' ' ')"
+fi

@@ -78,6 +78,20 @@ pub enum Command {
         /// The container's ID.
         container: String,
     },
+    /// (Internal) on a node of a Slurm job: runs the batch the submitter sent.
+    #[command(name = "__slurm-node", hide = true)]
+    SlurmNode {
+        /// The node's job, as JSON.
+        job: String,
+    },
+    /// (Internal) the watchdog of a batch's Slurm job: cancels it if cibox dies.
+    #[command(name = "__slurm-watchdog", hide = true)]
+    SlurmWatchdog {
+        /// The job's name.
+        name: String,
+        /// The `srun` that submits it.
+        srun: Option<u32>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

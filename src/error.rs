@@ -60,6 +60,8 @@ pub enum Error {
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(transparent)]
+    Slurm(#[from] crate::slurm::SlurmError),
+    #[error(transparent)]
     Changed(#[from] ChangedError),
     #[error(transparent)]
     Git(#[from] GitError),
@@ -105,6 +107,7 @@ impl Error {
             Error::Plan(e) => e.failure(),
             Error::Run(e) => e.failure(),
             Error::Cache(e) => e.failure(),
+            Error::Slurm(e) => e.failure(),
             Error::Capacity(_) => Failure::Capacity,
             Error::Infra(_) => Failure::Infra,
         }

@@ -12,7 +12,8 @@
 //! - the domain: [`host`] (the host policy: what the host grants, its GPU facts),
 //!   [`manifest`] (what `cibox.yaml` says), [`image`] (IDs, lockset,
 //!   verification, build recipes), [`gpu`] (probe, pool, queue, the lease sequence),
-//!   [`lockdir`] (the shared lock directory), [`engine`] (the container engine,
+//!   [`lockdir`] (the shared lock directory), [`slurm`] (a Slurm cluster's commands and
+//!   what they print), [`engine`] (the container engine,
 //!   synchronous, owning the async runtime), [`changed`], [`workflow`] (render and lint);
 //! - leaves: [`labels`], [`util`], [`units`], [`yaml`], [`git`], [`github`],
 //!   [`process`], [`signals`], [`console`] (what cibox prints), [`nofollow`] (file
@@ -52,6 +53,7 @@ pub mod ownership;
 pub mod process;
 pub mod runner;
 pub mod signals;
+pub mod slurm;
 pub mod units;
 pub mod util;
 pub mod workflow;

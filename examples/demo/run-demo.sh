@@ -5,7 +5,7 @@
 # show what the host offers GPU batches.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bash "$root/.ci/setup-host.sh"
+bash "$root/.ci/setup-host.sh" --demo
 step() { printf '\n== %s\n' "$*"; }
 
 step "build cibox (release; a few minutes the first time)"

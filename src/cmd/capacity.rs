@@ -11,6 +11,7 @@ use crate::exit;
 use crate::gpu::lease::LeaseState;
 use crate::gpu::pool;
 use crate::gpu::probe::Prober;
+use crate::host::Scheduler;
 use crate::lockdir::LockDir;
 
 pub fn run(
@@ -38,9 +39,41 @@ pub fn run(
     } else {
         layers.to_vec()
     };
-    let counts = PoolCounts::now(&m)?;
-    let available = counts.available;
-    let rows: Vec<Row> = chosen.iter().map(|name| counts.judge(&m, name)).collect();
+    // On a login node, what the cluster has free, from Slurm; else this host's GPUs.
+    let policy = ctx.host_policy()?;
+    // The layer `--require` names is judged with the others.
+    let mut judged = chosen.clone();
+    judged.extend(require.map(str::to_string).filter(|r| !chosen.contains(r)));
+    let (rows, mut summary) = match &policy.scheduler {
+        Scheduler::Slurm(slurm) => {
+            let (verdicts, summary) = super::slurm::capacity(&m, slurm, &judged)?;
+            let rows = verdicts
+                .into_iter()
+                .map(|v| Row {
+                    layer: v.layer,
+                    ready: v.ready,
+                    largest: v.largest,
+                    reason: v.reason,
+                })
+                .collect();
+            (rows, summary)
+        }
+        Scheduler::Local => {
+            let counts = PoolCounts::now(&m)?;
+            let rows: Vec<Row> = judged.iter().map(|name| counts.judge(&m, name)).collect();
+            let summary = json!({"pool": counts.pool, "available": counts.available, "leased": counts.leased, "busy": counts.busy});
+            (rows, summary)
+        }
+    };
+    let required = require.map(|req| {
+        rows.iter()
+            .find(|r| r.layer == req)
+            .map(|r| (r.ready, r.largest, r.reason.clone()))
+    });
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .filter(|r| chosen.contains(&r.layer))
+        .collect();
     if let Some(out) = &mut outputs {
         write_outputs(out, &rows)?;
     }
@@ -49,9 +82,8 @@ pub fn run(
             .iter()
             .map(|r| json!({"layer": r.layer, "ready": r.ready, "largest_batch_gpus": r.largest, "reason": r.reason}))
             .collect();
-        console::json(
-            &json!({"pool": counts.pool, "available": counts.available, "leased": counts.leased, "busy": counts.busy, "layers": v}),
-        );
+        summary["layers"] = json!(v);
+        console::json(&summary);
     } else {
         let mut t = Table::new(&["LAYER", "READY", "NEEDS", "REASON"]);
         for r in &rows {
@@ -65,18 +97,16 @@ pub fn run(
         print!("{}", t.render());
     }
     // The required layer is judged whether or not --layer listed it.
-    if let Some(req) = require {
-        let largest = m.layers[req]
-            .batches
-            .iter()
-            .map(|b| m.batches[b].gpus)
-            .max()
-            .unwrap_or(0);
-        if largest as usize > available {
-            return Err(Error::Capacity(format!(
+    if let (Some(req), Some(Some((false, largest, reason)))) = (require, required) {
+        return Err(Error::Capacity(match summary["available"].as_u64() {
+            Some(available) if matches!(policy.scheduler, Scheduler::Local) => format!(
                 "layer {req} cannot be admitted now: needs {largest} GPUs, {available} idle and unleased"
-            )));
-        }
+            ),
+            _ => format!(
+                "layer {req} cannot be admitted now: {}",
+                reason.unwrap_or_default()
+            ),
+        }));
     }
     Ok(exit::SUCCESS)
 }

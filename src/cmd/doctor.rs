@@ -280,12 +280,35 @@ fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> bool {
                 format!("{}: {}", p.describe(), p.grants_summary()),
                 false,
             ));
+            if let crate::host::Scheduler::Slurm(slurm) = &p.scheduler {
+                findings.push(slurm_finding(slurm));
+            }
             true
         }
         Err(e) => {
             findings.push(finding("host policy", Status::Fail, e.to_string(), false));
             false
         }
+    }
+}
+
+/// On a login node: whether the Slurm controller answers, and what the partition has.
+fn slurm_finding(slurm: &crate::host::SlurmPolicy) -> Finding {
+    use crate::slurm::cluster::Cluster;
+    let found = Cluster::query().and_then(|c| {
+        let name = c.partition(slurm.partition.as_deref())?.name.clone();
+        let nodes: Vec<_> = c.nodes_of(&name).collect();
+        Ok(format!(
+            "partition {name}: {} node(s), {} GPU(s), {} free ({})",
+            nodes.len(),
+            nodes.iter().map(|n| n.gpus).sum::<u32>(),
+            nodes.iter().map(|n| n.gpus_free()).sum::<u32>(),
+            c.free_by_node(&name)
+        ))
+    });
+    match found {
+        Ok(detail) => finding("slurm", Status::Ok, detail, true),
+        Err(e) => finding("slurm", Status::Fail, e.to_string(), true),
     }
 }
 

@@ -52,6 +52,10 @@ fn probe_pool(
 
 /// `cibox gpu status`: one row per GPU, without waiting on any lock.
 pub fn status(ctx: &Context) -> Result<u8> {
+    // On a login node: the cluster's nodes, from Slurm.
+    if let crate::host::Scheduler::Slurm(slurm) = &ctx.host_policy()?.scheduler {
+        return super::slurm::gpu_status(ctx, slurm);
+    }
     let cfg = settings(ctx)?;
     let prober = Prober::new(cfg.probe);
     let mut claims = ContainerClaims::new(LockDir::existing(&cfg.lock_dir), prober.clone());

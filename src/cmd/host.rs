@@ -65,10 +65,12 @@ pub fn policy(ctx: &Context) -> Result<u8> {
             "path": p.source.as_ref().map(|s| &s.path),
             "digest": p.source.as_ref().map(|s| &s.digest),
             "grants": p.grants_summary(),
+            "scheduler": p.scheduler.describe(),
         }));
     } else {
         println!("{}", p.describe());
         println!("{}", p.grants_summary());
+        println!("scheduler: {}", p.scheduler.describe());
     }
     Ok(exit::SUCCESS)
 }

@@ -9,6 +9,7 @@ mod gpu;
 mod host;
 mod image;
 mod reproduce;
+mod slurm;
 mod workflow;
 
 use std::path::PathBuf;
@@ -141,5 +142,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             Ok(crate::exit::SUCCESS)
         }
         Command::Watchdog { container } => Ok(crate::runner::watch_container(&container)),
+        Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
+        Command::SlurmWatchdog { name, srun } => Ok(crate::runner::slurm::watch_job(&name, srun)),
     }
 }

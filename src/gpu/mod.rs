@@ -146,7 +146,7 @@ pub fn parse_devices(
 }
 
 /// What a waiter knows while it waits, for progress lines and the final refusal.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct WaitReport {
     pub position: usize,
     /// Who holds the nearest ticket ahead, when there is one (for the final refusal).

@@ -4,7 +4,7 @@ use super::probe::{GpuState, Snapshot};
 use crate::manifest::{GpuConfig, IdlePolicy, PoolSpec};
 
 /// A GPU of the pool, as the probe numbers it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolGpu {
     pub index: u32,
     pub uuid: String,

@@ -8,6 +8,8 @@ pub mod gpu;
 pub mod grants;
 pub mod policy;
 pub mod runner;
+pub mod scheduler;
 
 pub use grants::{GrantError, check_requests};
 pub use policy::{HostPolicy, PolicyError};
+pub use scheduler::{Scheduler, SlurmPolicy};

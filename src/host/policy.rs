@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::caches::{CachePolicy, RawCaches, cache_policy};
 use super::devices::{SeccompProfile, device_grants};
+use super::scheduler::{RawScheduler, RawSlurm, Scheduler};
 use crate::exit::Failure;
 use crate::manifest::{
     CAP_ADD_ALLOWED, ContainerUser, IdlePolicy, Network, PoolSpec, ProbeChoice, ULIMIT_NAMES,
@@ -134,6 +135,8 @@ pub struct HostPolicy {
     pub grants: Grants,
     /// Caches, where the host grants them.
     pub caches: Option<CachePolicy>,
+    /// How batches run: here, or as Slurm jobs.
+    pub scheduler: Scheduler,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +148,8 @@ struct RawPolicy {
     #[serde(default)]
     grants: RawGrants,
     caches: Option<RawCaches>,
+    scheduler: Option<RawScheduler>,
+    slurm: Option<RawSlurm>,
 }
 
 #[derive(Default, Deserialize)]
@@ -300,8 +305,14 @@ impl HostPolicy {
                 "must be an absolute path".into(),
             ));
         }
+        let scheduler =
+            super::scheduler::scheduler(raw.scheduler, raw.slurm).map_err(|(path, why)| {
+                let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                here(&path, why)
+            })?;
         Ok(HostPolicy {
             source: None,
+            scheduler,
             gpu: HostGpu {
                 pool: raw.gpu.pool,
                 lock_dir: raw.gpu.lock_dir,

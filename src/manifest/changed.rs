@@ -89,6 +89,7 @@ impl ChangedRun {
         let mut env = self.env.clone();
         env.insert("CIBOX_TEST_FILE".into(), file.to_string());
         Batch {
+            nodes: 1,
             description: Some(format!("changed test file {file}")),
             gpus,
             timeout: self.timeout,

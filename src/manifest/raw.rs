@@ -55,6 +55,7 @@ pub(super) struct RawManifest {
 pub(super) struct RawDefaults {
     description: Option<String>,
     gpus: Option<u32>,
+    nodes: Option<u32>,
     timeout: Option<Span>,
     preflight: Option<Vec<String>>,
     run: Option<Vec<String>>,
@@ -76,6 +77,8 @@ pub(super) struct RawDefaults {
 pub(super) struct RawBatch {
     pub(super) description: Option<String>,
     pub(super) gpus: i64,
+    /// Nodes of a Slurm cluster the batch spans (one container on each).
+    pub(super) nodes: Option<i64>,
     /// Required; an `Option` so that its absence is named (serde would complain about
     /// the missing value's unit).
     pub(super) timeout: Option<Span>,

@@ -34,6 +34,9 @@ pub enum BatchVerdict {
 pub struct Batch {
     pub description: Option<String>,
     pub gpus: u32,
+    /// How many nodes it spans under Slurm, `gpus` on each (1: one node; more need
+    /// `container.network: host` for the ranks to meet).
+    pub nodes: u32,
     #[serde(serialize_with = "ser_display")]
     pub timeout: Span,
     pub preflight: Vec<String>,

@@ -182,6 +182,9 @@ fn validate_batches(
     Ok((batches, families))
 }
 
+/// The most nodes a batch may span.
+const MAX_NODES: i64 = 1024;
+
 /// Reads one batch; `top_container` is the top-level `container:`, the batch's when
 /// it has none.
 fn validate_batch(
@@ -207,6 +210,16 @@ fn validate_batch(
     if b.gpus > u32::MAX as i64 {
         return Err(check.at(&["batches", name, "gpus"], "is too large"));
     }
+    let nodes = match b.nodes {
+        None => 1,
+        Some(n) if (1..=MAX_NODES).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(check.at(
+                &["batches", name, "nodes"],
+                format!("must be 1 to {MAX_NODES}, got {n}"),
+            ));
+        }
+    };
     let Some(timeout) = b.timeout else {
         return Err(check.at(
             &["batches", name],
@@ -223,6 +236,14 @@ fn validate_batch(
         Some(c) => validate_container(check, &["batches", name, "container"], c)?,
         None => validate_container(check, &["container"], top_container.clone())?,
     };
+    // The ranks meet over the nodes' network (NCCL, the rendezvous): a loosening the
+    // manifest must ask for, and the host grant.
+    if nodes > 1 && batch_container.network != crate::manifest::Network::Host {
+        return Err(check.at(
+            &["batches", name, "nodes"],
+            format!("a batch on {nodes} nodes needs `container: {{network: host}}`: its ranks meet over the nodes' network (the host policy must grant `network: [host]`)"),
+        ));
+    }
     let caches = batch_caches(
         check,
         &["batches", name],
@@ -234,6 +255,7 @@ fn validate_batch(
         caches,
         description: b.description,
         gpus: b.gpus as u32,
+        nodes,
         timeout,
         preflight: b.preflight,
         run: b.run,

@@ -13,6 +13,7 @@ use crate::image::ImageError;
 use crate::image::lockset::LocksetError;
 use crate::lockdir::LockDirError;
 use crate::manifest::ManifestError;
+use crate::slurm::SlurmError;
 
 /// A reporter could not write what it owns (a reports file).
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +149,32 @@ pub enum RunError {
     SourceUnreadable { dir: String, mode: u32, uid: u32 },
     #[error(transparent)]
     GitMask(#[from] crate::runner::container::git_mask::MaskError),
+    /// Slurm could not take, or tell about, the batch's job.
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    /// The GPUs Slurm allocated on a node cannot be leased there (fail closed).
+    #[error("{0}")]
+    SlurmGpus(String),
+    /// What kept a batch from running on its node, as the node said it (exit `code`).
+    #[error("{message}")]
+    OnNode {
+        message: String,
+        details: Vec<String>,
+        code: u8,
+    },
+}
+
+/// The kind of failure an exit code says (a node's, relayed).
+pub fn failure_of_code(code: u8) -> Failure {
+    match code {
+        crate::exit::USAGE => Failure::Usage,
+        crate::exit::IMAGE_REFUSED => Failure::ImageRefused,
+        crate::exit::CAPACITY => Failure::Capacity,
+        c if c > 128 => nix::sys::signal::Signal::try_from(i32::from(c) - 128)
+            .map(Failure::Signal)
+            .unwrap_or(Failure::Infra),
+        _ => Failure::Infra,
+    }
 }
 
 impl RunError {
@@ -155,6 +182,7 @@ impl RunError {
     pub fn details(&self) -> &[String] {
         match self {
             RunError::Image(e) => e.details(),
+            RunError::OnNode { details, .. } => details,
             _ => &[],
         }
     }
@@ -184,6 +212,9 @@ impl RunError {
                 Failure::Usage
             }
             RunError::PoolTooSmall { .. } => Failure::Capacity,
+            RunError::Slurm(e) => e.failure(),
+            RunError::SlurmGpus(_) => Failure::Infra,
+            RunError::OnNode { code, .. } => failure_of_code(*code),
             RunError::RunLocks { .. }
             | RunError::BatchDir { .. }
             | RunError::Panicked

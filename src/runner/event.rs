@@ -60,6 +60,13 @@ pub enum Event<'a> {
         batch: &'a BatchPlan,
         report: &'a dyn Fn() -> WaitReport,
     },
+    /// The batch's Slurm job waits in Slurm's queue (sent as the submitter polls it):
+    /// `state` is Slurm's, with its reason (`PENDING (Resources)`).
+    Queued {
+        batch: &'a BatchPlan,
+        job: &'a str,
+        state: &'a str,
+    },
     /// The batch holds its GPUs until it ends.
     LeaseGranted {
         batch: &'a BatchPlan,

@@ -13,15 +13,17 @@ use super::container::source::OUTPUT_FOLDERS;
 use super::ending::RunResult;
 use super::error::RunError;
 use super::plan::{self, HostFacts, RunPlan, RunRequest};
-use super::reporter::Fanout;
 use super::reporter::files::Files;
 use super::reporter::github::GitHub;
 use super::reporter::pump::Pump;
 use super::reporter::terminal::Terminal;
+use super::reporter::wire::Wire;
+use super::reporter::{Fanout, Reporter};
 use super::results::record::SourceInfo;
+use super::slurm::NodeJob;
 use crate::engine::{Engine, HostView};
-use crate::host::{self, HostPolicy};
-use crate::image::Lockset;
+use crate::host::{self, HostPolicy, Scheduler, SlurmPolicy};
+use crate::image::{ImageError, Lockset, PinnedRef};
 use crate::manifest::{Manifest, ManifestError};
 use crate::{console, signals};
 
@@ -29,17 +31,48 @@ type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Plans and executes a run with the reporters of a front end: the reports folder, the
 /// terminal, and GitHub when cibox runs in a workflow. What the manifest asks beyond the
-/// locked-down default must be granted by `policy`. With `json`, standard output is
-/// kept for the outcome the front end prints: the batches' output and GitHub's
-/// commands go to standard error.
+/// locked-down default must be granted by `policy`. Where the policy says
+/// `scheduler: slurm`, each batch runs as a Slurm job on the node Slurm allocates. With
+/// `json`, standard output is kept for the outcome the front end prints: the batches'
+/// output and GitHub's commands go to standard error.
 pub fn run(
     manifest: Manifest,
     policy: &HostPolicy,
     request: RunRequest,
     json: bool,
 ) -> Result<RunResult> {
+    let names = check(&manifest, policy, &request)?;
+    if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
+        return submit(manifest, policy, slurm, request, json);
+    }
+    let mut reporters = standard_reporters(json);
+    run_here(manifest, policy, request, &names, &mut reporters)
+}
+
+/// The reporters of a run on this host's terminal.
+fn standard_reporters(json: bool) -> Fanout {
+    // One queue for stdout, so the batches' output stays inside GitHub's fences; under
+    // --json, stdout is the outcome's alone and everything else goes to stderr.
+    let (out, err) = if json {
+        let err = Pump::stderr();
+        (err.clone(), err)
+    } else {
+        (Pump::stdout(), Pump::stderr())
+    };
+    // Files first: a batch's status is printed once its result.json is written.
+    let mut reporters = Fanout::new()
+        .with(Files::new())
+        .with(Terminal::new(out.clone(), err).with_heartbeat(heartbeat()));
+    if crate::github::active() {
+        reporters = reporters.with(GitHub::new(out));
+    }
+    reporters
+}
+
+/// What needs only the manifest, the request and the policy; the run's batches.
+fn check(manifest: &Manifest, policy: &HostPolicy, request: &RunRequest) -> Result<Vec<String>> {
     // Again for the front ends that come here directly (qualify, reproduce).
-    let names = plan::check_request(&manifest, &request)?;
+    let names = plan::check_request(manifest, request)?;
     // `changed run`'s test files, named by data from elsewhere: files of this source.
     for name in &names {
         if let Some(file) = manifest
@@ -58,22 +91,41 @@ pub fn run(
             message: "lies in this run's source or reports folder, where a pull request's files are; the host's policy lives outside every checkout".into(),
         }));
     }
-    host::check_requests(policy, &manifest, &names)?;
-    let folders = RunFolders {
-        source: &request.source,
-        reports: &request.reports,
-        lock_dir: &manifest.gpu.lock_dir,
-    };
-    let host_mounts = mounts::check_host(&manifest, &names, &folders, policy)?;
-    let mut host = HostFacts::current(&manifest, host_mounts, policy);
-    host.devices = super::container::devices::check_devices(&manifest, &names, policy)?;
-    let mut plan = plan::plan(manifest, request, &host)?;
-    // Each image the run uses, verified by its own lock files.
+    host::check_requests(policy, manifest, &names)?;
+    Ok(names)
+}
+
+/// Each image the run uses, with its own lock files.
+fn locksets(plan: &super::RunPlan) -> Result<indexmap::IndexMap<String, Lockset>> {
     let mut locksets = indexmap::IndexMap::new();
     for name in plan.images.keys() {
         let locks = &plan.manifest.images[name].locks;
         locksets.insert(name.clone(), Lockset::compute(&plan.manifest.dir, locks)?);
     }
+    Ok(locksets)
+}
+
+/// Runs the batches here, each in a container of this host's engine.
+fn run_here(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    request: RunRequest,
+    names: &[String],
+    reporters: &mut dyn Reporter,
+) -> Result<RunResult> {
+    let folders = RunFolders {
+        source: &request.source,
+        reports: &request.reports,
+        lock_dir: &manifest.gpu.lock_dir,
+    };
+    let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
+    let mut host = HostFacts::current(&manifest, host_mounts, policy);
+    host.devices = super::container::devices::check_devices(&manifest, names, policy)?;
+    if let (Some(role), [batch]) = (&request.node, names) {
+        host.run_id = role.task_run_id(batch);
+    }
+    let mut plan = plan::plan(manifest, request, &host)?;
+    let locksets = locksets(&plan)?;
     signals::install();
     let engine = Engine::connect()?;
     let info = engine.info()?;
@@ -85,23 +137,71 @@ pub fn run(
     };
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     place_for_engine(&mut plan, &engine.host_view())?;
-    // Files first: a batch's status is printed once its result.json is written.
-    let heartbeat = heartbeat();
-    // One queue for stdout, so the batches' output stays inside GitHub's fences; under
-    // --json, stdout is the outcome's alone and everything else goes to stderr.
-    let (out, err) = if json {
-        let err = Pump::stderr();
-        (err.clone(), err)
-    } else {
-        (Pump::stdout(), Pump::stderr())
-    };
-    let mut reporters = Fanout::new()
-        .with(Files::new())
-        .with(Terminal::new(out.clone(), err).with_heartbeat(heartbeat));
-    if crate::github::active() {
-        reporters = reporters.with(GitHub::new(out));
+    if plan.node.is_some() {
+        fetch_missing_images(&engine, &plan)?;
     }
-    super::execute(&plan, &locksets, &engine, &mut reporters)
+    super::execute(&plan, &locksets, &engine, reporters)
+}
+
+/// Submits the batches to Slurm: the nodes check what is theirs to check (mounts, the
+/// engine, the image) when they run them.
+fn submit(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    slurm: &SlurmPolicy,
+    request: RunRequest,
+    json: bool,
+) -> Result<RunResult> {
+    let host = HostFacts::current(&manifest, Default::default(), policy);
+    let plan = plan::plan(manifest, request, &host)?;
+    let locksets = locksets(&plan)?;
+    signals::install();
+    let mut reporters = standard_reporters(json);
+    super::slurm::execute(&plan, &locksets, slurm, &mut reporters)
+}
+
+/// On a node of a Slurm job: runs the batch the submitter sent, as a local run of it
+/// would, on the GPUs Slurm allocated, telling the submitter everything on stdout.
+pub fn run_on_node(job: &NodeJob, policy: &HostPolicy) -> Result<RunResult> {
+    let alloc = crate::slurm::alloc::Allocation::current()?;
+    let manifest = job.manifest(policy)?;
+    let request = job.request(&manifest, &alloc)?;
+    let names = check(&manifest, policy, &request)?;
+    let mut wire = Wire::stdout();
+    run_here(manifest, policy, request, &names, &mut wire)
+}
+
+/// A node that lacks an image of the run gets it by its pinned digest (`image.ref`),
+/// and keeps it only when it is the very ID the submitter planned with; one without
+/// a reference refuses, saying how to get the image there.
+fn fetch_missing_images(engine: &Engine, plan: &super::RunPlan) -> Result<()> {
+    for (name, id) in &plan.images {
+        if engine.inspect(id.as_str())?.is_some() {
+            continue;
+        }
+        let node = plan.node.as_ref().map_or("this node", |n| n.node.as_str());
+        let Some(text) = plan.manifest.images[name].reference.as_deref() else {
+            return Err(RunError::Image(ImageError::Refused {
+                message: format!(
+                    "{id} is not present on Slurm node {node}, and image `{name}` has no `ref` to fetch it by digest"
+                ),
+                details: vec![
+                    "set the image's ref (REPOSITORY@sha256:…) so nodes fetch it, or load it on every node (cibox image load)".into(),
+                ],
+            }));
+        };
+        let pinned = PinnedRef::parse(text).map_err(RunError::Usage)?;
+        crate::console::info(format!("{id} is not on node {node}: pulling {pinned}"));
+        engine.pull(&pinned.repository, &pinned.digest)?;
+        let found = engine.inspect(&pinned.to_string())?.map(|i| i.id);
+        if found.as_deref() != Some(id.as_str()) {
+            return Err(RunError::Image(ImageError::refused(format!(
+                "{pinned} is image {}, not {id} that the run was planned with",
+                found.as_deref().unwrap_or("(nothing)")
+            ))));
+        }
+    }
+    Ok(())
 }
 
 /// Where the run's paths are for the engine, when cibox runs in a container of the

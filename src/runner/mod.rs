@@ -38,8 +38,10 @@ mod execute;
 pub mod launch;
 mod plan;
 pub mod qualify;
+mod remote;
 pub mod reporter;
 mod results;
+pub mod slurm;
 
 pub use cleanup::sweep::{Swept, sweep};
 pub use cleanup::watchdog::watch as watch_container;

@@ -45,6 +45,49 @@ pub struct RunRequest {
     pub wait: Option<Duration>,
     /// Run all batches at once; the lease queue decides which fit together.
     pub parallel: bool,
+    /// On a node of a Slurm cluster: this process runs one batch as a task of the
+    /// job the submitter made for it.
+    pub node: Option<NodeRole>,
+}
+
+/// A batch's task on a node of a Slurm job: which rank, and the GPUs Slurm allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRole {
+    /// The submitter's run ID: this batch's run.
+    pub run_id: String,
+    pub job_id: String,
+    /// This node's name, as Slurm knows it.
+    pub node: String,
+    pub rank: u32,
+    /// How many nodes the job spans.
+    pub nodes: u32,
+    /// The GPUs Slurm allocated here, by index: exactly these are leased.
+    pub gpus: Vec<u32>,
+    /// The rendezvous variables of a job on several nodes (none for one).
+    pub rendezvous: BTreeMap<String, String>,
+}
+
+impl NodeRole {
+    /// The ID this task runs under on its node (its containers' `org.cibox.run` label
+    /// and its lock in the lock dir's `runs/`): the run's own for one task, but each
+    /// task of a run needs its own, since two may share a host (two batches of a run on
+    /// one node, or emulated nodes) and a run's lock is held by one process alone. The
+    /// record keeps the run's ID.
+    pub fn task_run_id(&self, batch: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}:{batch}:{}", self.run_id, self.rank));
+        crate::util::hex(&digest[..8])
+    }
+
+    /// The folder of this rank's reports: the batch's own on one node; on several,
+    /// `node-<rank>` in it (the submitter writes the batch's record beside them).
+    pub fn batch_dir(&self, reports: &std::path::Path, batch: &str) -> PathBuf {
+        if self.nodes > 1 {
+            reports.join(batch).join(format!("node-{}", self.rank))
+        } else {
+            reports.join(batch)
+        }
+    }
 }
 
 /// The user batches run as when cibox runs as root: `nobody:nogroup` on Debian, by
@@ -104,6 +147,8 @@ impl HostFacts {
 pub struct BatchPlan {
     pub name: String,
     pub gpus: u32,
+    /// The nodes it spans under Slurm.
+    pub nodes: u32,
     pub timeout: Span,
     pub allow_empty: bool,
     /// `<reports>/<batch>/`, mounted at `/reports`.
@@ -146,6 +191,10 @@ pub struct RunPlan {
     pub caches: Option<CachePolicy>,
     /// Whether the source is bound at `/src` (cibox runs on the engine's host).
     pub bind_source: bool,
+    /// On a node of a Slurm job: its rank and GPUs.
+    pub node: Option<NodeRole>,
+    /// The layer the batches run as part of, if any.
+    pub layer: Option<String>,
 }
 
 impl RunPlan {
@@ -352,7 +401,10 @@ pub fn plan(
         .map(|name| {
             let batch = &manifest.batches[name];
             let image_name = batch_image(&manifest, name, request.layer.as_deref())?;
-            let dir = request.reports.join(name);
+            let dir = match &request.node {
+                Some(role) => role.batch_dir(&request.reports, name),
+                None => request.reports.join(name),
+            };
             let batch_user = match batch.container.user {
                 ContainerUser::Invoker => user,
                 ContainerUser::Root => (0, 0),
@@ -370,9 +422,13 @@ pub fn plan(
             if let Some(granted) = host.devices.get(name) {
                 container.grant_devices(granted.clone());
             }
+            if let Some(role) = &request.node {
+                container.on_node(role.rank, role.nodes, &role.rendezvous);
+            }
             Ok(BatchPlan {
                 name: name.clone(),
                 gpus: batch.gpus,
+                nodes: batch.nodes,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,
                 container,
@@ -406,6 +462,8 @@ pub fn plan(
         user,
         caches: host.caches.clone(),
         bind_source: true,
+        node: request.node,
+        layer: request.layer,
         manifest,
     })
 }
@@ -459,6 +517,21 @@ pub(crate) mod tests {
             scope: "local-me".into(),
             ..RunRequest::default()
         }
+    }
+
+    #[test]
+    fn each_task_of_a_slurm_job_runs_under_an_id_of_its_own() {
+        let role = |rank| NodeRole {
+            run_id: "0123456789abcdef".into(),
+            rank,
+            nodes: 2,
+            ..NodeRole::default()
+        };
+        let (a, b) = (role(0).task_run_id("b"), role(1).task_run_id("b"));
+        assert!(crate::lockdir::runs::is_run_id(&a) && crate::lockdir::runs::is_run_id(&b));
+        assert_ne!(a, b);
+        assert_ne!(a, role(0).task_run_id("c"));
+        assert_eq!(a, role(0).task_run_id("b"), "the same task, the same ID");
     }
 
     #[test]

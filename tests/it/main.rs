@@ -23,3 +23,4 @@ mod probe;
 mod python;
 mod readme;
 mod runner_container;
+mod slurm;

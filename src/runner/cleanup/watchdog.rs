@@ -90,14 +90,16 @@ impl Drop for Watchdog {
 /// The watchdog itself: waits until cibox says it is done or dies, and in the second
 /// case removes `container`. Exits 0 either way; it has nobody to tell.
 pub fn watch(container: &str) -> u8 {
-    // Nothing to print to and nobody to stop it: a SIGPIPE or SIGHUP must not end it
-    // before the container is gone.
+    // Nothing to print to and nobody to stop it: a SIGPIPE, SIGHUP or SIGTERM must not
+    // end it before the container is gone (a Slurm step's end sends SIGTERM to every
+    // process of the step, this one included, while its cibox still cleans up).
     // SAFETY: setting dispositions of this single-threaded process.
     unsafe {
         for sig in [
             nix::sys::signal::Signal::SIGPIPE,
             nix::sys::signal::Signal::SIGHUP,
             nix::sys::signal::Signal::SIGINT,
+            nix::sys::signal::Signal::SIGTERM,
         ] {
             let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
         }

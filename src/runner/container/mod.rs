@@ -136,6 +136,17 @@ impl ContainerPlan {
         self.seccomp = granted.seccomp.map(|(_, option)| option);
     }
 
+    /// The container of rank `rank` of a batch on `nodes` nodes of a Slurm job: named
+    /// apart from the other ranks' (two may share an engine), with the rendezvous
+    /// variables. Not in the record's `env`: they are the job's, not the manifest's.
+    pub fn on_node(&mut self, rank: u32, nodes: u32, rendezvous: &BTreeMap<String, String>) {
+        if nodes > 1 {
+            self.name = format!("{}-n{rank}", self.name);
+        }
+        self.env
+            .extend(rendezvous.iter().map(|(k, v)| format!("{k}={v}")));
+    }
+
     /// The host mounts, as the host check resolved them.
     pub fn mounts(&self) -> &[ResolvedMount] {
         &self.mounts

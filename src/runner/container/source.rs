@@ -37,7 +37,7 @@ impl SourceSet {
             Some(listed) => {
                 let mut all: BTreeSet<PathBuf> = listed.into_iter().collect();
                 match std::fs::symlink_metadata(root.join(".git")) {
-                    Ok(md) if md.is_dir() => walk(root, Path::new(".git"), &mut all)?,
+                    Ok(md) if md.is_dir() => walk(root, Path::new(".git"), &[], &mut all)?,
                     // A worktree's or submodule's `.git` file.
                     Ok(_) => {
                         all.insert(PathBuf::from(".git"));
@@ -48,7 +48,7 @@ impl SourceSet {
             }
             None => {
                 let mut all = BTreeSet::new();
-                walk(root, Path::new(""), &mut all)?;
+                walk(root, Path::new(""), outputs, &mut all)?;
                 all
             }
         };
@@ -162,13 +162,33 @@ fn git_files(root: &Path) -> std::io::Result<Option<Vec<PathBuf>>> {
 }
 
 /// Every entry below `root/rel` (links not followed), as paths relative to `root`.
-fn walk(root: &Path, rel: &Path, out: &mut BTreeSet<PathBuf>) -> std::io::Result<()> {
+fn walk(
+    root: &Path,
+    rel: &Path,
+    skip: &[PathBuf],
+    out: &mut BTreeSet<PathBuf>,
+) -> std::io::Result<()> {
     let mut stack = vec![rel.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(root.join(&dir))? {
+        // cibox's own output folders are never shipped, nor walked: other batches of
+        // the run (on other Slurm nodes, say) write there meanwhile.
+        if skip.contains(&dir) {
+            continue;
+        }
+        let entries = match std::fs::read_dir(root.join(&dir)) {
+            Ok(entries) => entries,
+            // Gone since it was listed: nothing of it ships.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir != rel => continue,
+            Err(e) => return Err(e),
+        };
+        for e in entries {
             let e = e?;
             let path = dir.join(e.file_name());
-            let kind = e.file_type()?;
+            let kind = match e.file_type() {
+                Ok(kind) => kind,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(err),
+            };
             if kind.is_dir() {
                 stack.push(path.clone());
             }

@@ -10,17 +10,17 @@ use super::{Execution, Result};
 use crate::claims::ContainerClaims;
 use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::PoolGpu;
-use crate::gpu::{LeaseRequest, Waiter, Want};
+use crate::gpu::{LeaseError, LeaseRequest, Waiter, Want};
 use crate::manifest::BatchVerdict;
 use crate::runner::ending::{BatchResult, ContainerEnd, Status, judge};
 use crate::runner::error::RunError;
 use crate::runner::event::{Event, Phase};
-use crate::runner::plan::BatchPlan;
+use crate::runner::plan::{BatchPlan, NodeRole};
 use crate::runner::results::batch_dir;
 use crate::runner::results::copy::Copied;
 use crate::runner::results::junit::{self, Case, CaseStatus};
 use crate::runner::results::phases::PhaseTracker;
-use crate::runner::results::record::{GpuRef, RunRecord};
+use crate::runner::results::record::{GpuRef, RunRecord, SlurmJob};
 use crate::runner::results::steps::StepTracker;
 use crate::units::rfc3339;
 
@@ -223,7 +223,8 @@ impl Execution<'_> {
         }
     }
 
-    /// Waits in the queue for the batch's GPUs.
+    /// Waits in the queue for the batch's GPUs: any of the pool, or on a node of a
+    /// Slurm job exactly those Slurm allocated.
     fn lease(&self, b: &BatchPlan) -> Result<Lease> {
         let need = b.gpus as usize;
         if need > self.pool.len() {
@@ -233,6 +234,10 @@ impl Execution<'_> {
                 pool: self.pool.len(),
             });
         }
+        let want = match &self.plan.node {
+            Some(node) => Want::Devices(self.allocated(b, node)?),
+            None => Want::Count(need),
+        };
         let mut holder = Holder::this_process();
         holder.batch = Some(b.name.clone());
         holder.container = Some(b.container.name.clone());
@@ -245,7 +250,7 @@ impl Execution<'_> {
             Instant::now() + self.plan.wait,
         )?;
         let request = LeaseRequest {
-            want: Want::Count(need),
+            want,
             pool: &self.pool,
             policy: &self.plan.manifest.gpu.idle,
             holder: &holder,
@@ -261,7 +266,46 @@ impl Execution<'_> {
                 let _ = self.emit(&Event::Waiting { batch: b, report });
             },
         );
-        Ok(lease?)
+        match (&self.plan.node, lease) {
+            // Slurm counts them free: whatever holds them is outside Slurm. Fail closed.
+            (Some(node), Err(LeaseError::Capacity(why))) => Err(RunError::SlurmGpus(format!(
+                "the GPU(s) Slurm allocated to job {} on node {} could not be leased there within {}: {why}; Slurm counts them free, so something outside Slurm holds or uses them",
+                node.job_id,
+                node.node,
+                crate::units::Span(self.plan.wait)
+            ))),
+            (_, lease) => Ok(lease?),
+        }
+    }
+
+    /// The pool's GPUs Slurm allocated to the batch on this node.
+    fn allocated(&self, b: &BatchPlan, node: &NodeRole) -> Result<Vec<PoolGpu>> {
+        if node.gpus.len() != b.gpus as usize {
+            return Err(RunError::SlurmGpus(format!(
+                "Slurm allocated {} GPU(s) on node {} to batch {}, which asks for {}",
+                node.gpus.len(),
+                node.node,
+                b.name,
+                b.gpus
+            )));
+        }
+        node.gpus
+            .iter()
+            .map(|i| {
+                self.pool.iter().find(|g| g.index == *i).cloned().ok_or_else(|| {
+                    RunError::SlurmGpus(format!(
+                        "Slurm allocated GPU {i} on node {} to batch {}, which is not in this node's GPU pool ({}); Slurm's GRES and cibox's pool must name the same GPUs",
+                        node.node,
+                        b.name,
+                        self.pool
+                            .iter()
+                            .map(|g| g.index.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// The batch's test cases: its steps, for `verdict: exit-code` (the steps' exit
@@ -352,11 +396,16 @@ impl Execution<'_> {
                 .map(|g| GpuRef {
                     index: g.index,
                     uuid: g.uuid.clone(),
+                    node: plan.node.as_ref().map(|n| n.node.clone()),
                 })
                 .collect(),
             host: plan.host.clone(),
             scope: plan.scope.clone(),
-            run: plan.run_id.clone(),
+            // On a Slurm node the run's, not the task's own (see `NodeRole::task_run_id`).
+            run: plan
+                .node
+                .as_ref()
+                .map_or_else(|| plan.run_id.clone(), |n| n.run_id.clone()),
             container: b.container.name.clone(),
             fast: plan.fast,
             started_at: rfc3339(started),
@@ -384,6 +433,12 @@ impl Execution<'_> {
             loosened: b.container.loosened(),
             changed_file: b.changed_file.clone(),
             caches: Vec::new(),
+            slurm: plan.node.as_ref().map(|n| SlurmJob {
+                job_id: Some(n.job_id.clone()),
+                name: String::new(),
+                partition: None,
+                nodes: vec![n.node.clone()],
+            }),
         }
     }
 }

@@ -232,6 +232,7 @@ impl Reporter for Recorder {
             Event::Swept { .. } => "swept",
             Event::BatchStarted { .. } => "batch started",
             Event::Waiting { .. } => "waiting",
+            Event::Queued { .. } => "queued",
             Event::LeaseGranted { .. } => "lease granted",
             Event::Launching { .. } => "launching",
             Event::ContainerStarted { .. } => "container started",

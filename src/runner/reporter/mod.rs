@@ -9,6 +9,7 @@ mod hardware;
 pub mod pump;
 pub mod terminal;
 pub mod timeline;
+pub mod wire;
 
 use super::ending::BatchResult;
 pub use super::error::ReporterError;
@@ -227,6 +228,7 @@ pub(crate) mod sample {
             gpus: vec![GpuRef {
                 index: 0,
                 uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                node: None,
             }],
             host: "gpu-host".into(),
             scope: "gh-1-1".into(),
@@ -265,6 +267,7 @@ pub(crate) mod sample {
             loosened: serde_json::Value::Object(Default::default()),
             changed_file: None,
             caches: Vec::new(),
+            slurm: None,
         };
         BatchResult {
             record,

@@ -42,6 +42,8 @@ pub struct Terminal<O: Sink, E: Sink> {
     /// never).
     alive: HashMap<String, Alive>,
     heartbeat: Duration,
+    /// Per batch under Slurm: the queue state last told, and when.
+    queued: HashMap<String, (String, std::time::Instant)>,
 }
 
 impl<O: Sink, E: Sink> Terminal<O, E> {
@@ -58,6 +60,7 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
             started: None,
             alive: HashMap::new(),
             heartbeat: HEARTBEAT,
+            queued: HashMap::new(),
         }
     }
 
@@ -375,6 +378,21 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             }
             Event::OutputEnded { batch } => {
                 self.alive.remove(&batch.name);
+            }
+            Event::Queued { batch, job, state } => {
+                // Told when it changes, and every 30 s while it does not.
+                let told = self.queued.get(&batch.name);
+                if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
+                    let line = format!(
+                        "batch {}: Slurm job {job} waits in the queue: {state}",
+                        batch.name
+                    );
+                    self.info(&line);
+                    self.queued.insert(
+                        batch.name.clone(),
+                        (state.to_string(), std::time::Instant::now()),
+                    );
+                }
             }
             Event::Output { batch, bytes } => {
                 if let Some(a) = self.alive.get_mut(&batch.name) {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use quick_xml::Reader;
 use quick_xml::events::{BytesStart, Event};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CaseStatus {
     Passed,
@@ -18,7 +18,7 @@ pub enum CaseStatus {
 }
 
 /// One test case as the report gives it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Case {
     pub classname: String,
     pub name: String,

@@ -48,6 +48,21 @@ pub struct SourceInfo {
 pub struct GpuRef {
     pub index: u32,
     pub uuid: String,
+    /// The Slurm node it is on, for a batch that ran through Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The Slurm job a batch ran as (docs/interface.md §14).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmJob {
+    /// The job's ID; `None` when it was never submitted or Slurm never named it.
+    pub job_id: Option<String>,
+    /// Its name, as `squeue` and the accounting show it.
+    pub name: String,
+    pub partition: Option<String>,
+    /// Its nodes, by rank.
+    pub nodes: Vec<String>,
 }
 
 /// What a batch ran on: its GPUs as the probe described them, the host's kernel and the
@@ -203,6 +218,9 @@ pub struct RunRecord {
     /// What the batch did with each of its caches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub caches: Vec<CacheRecord>,
+    /// The Slurm job it ran as, when the host submits batches to Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmJob>,
 }
 
 /// One cache as a batch used it.

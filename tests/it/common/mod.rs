@@ -10,6 +10,7 @@ mod gpus;
 mod policy;
 mod processes;
 mod projects;
+mod slurm;
 
 pub use cli::*;
 pub use engine::*;
@@ -18,3 +19,4 @@ pub use gpus::*;
 pub use policy::*;
 pub use processes::*;
 pub use projects::*;
+pub use slurm::*;

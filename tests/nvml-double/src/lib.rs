@@ -14,6 +14,9 @@
 //!   H100 80GB HBM3`), `compute_cap` (`9.0`; `old` answers Not Supported), `driver_version`
 //!   (`550.54.15`), `cuda_version` (`12.4`).
 //!
+//! Under an emulated Slurm node (`SLURMD_NODENAME` set), `nodes/<node>/` in the folder,
+//! when it exists, is that node's own state folder.
+//!
 //! Numbers in the csv files are MiB or percent, as nvidia-smi prints them with `nounits`.
 //!
 //! # Safety
@@ -88,8 +91,14 @@ struct Gpu {
     util: Option<c_uint>,
 }
 
+/// The state folder; on an emulated Slurm node (`SLURMD_NODENAME` set), its own
+/// `nodes/<node>` folder when there is one, so the nodes of one machine have GPUs apart.
 fn state_dir() -> Option<PathBuf> {
-    std::env::var_os("CIBOX_FAKE_SMI_STATE").map(PathBuf::from)
+    let dir = PathBuf::from(std::env::var_os("CIBOX_FAKE_SMI_STATE")?);
+    match std::env::var_os("SLURMD_NODENAME") {
+        Some(node) if dir.join("nodes").join(&node).is_dir() => Some(dir.join("nodes").join(node)),
+        _ => Some(dir),
+    }
 }
 
 /// The non-blank lines of a csv file in the folder, split into trimmed fields.

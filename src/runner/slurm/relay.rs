@@ -1,0 +1,158 @@
+//! The nodes' frames as the submitter's events: what a node says of its batch becomes
+//! the event its reporters would have seen from a local run, for the submitter's
+//! [`BatchPlan`]. A batch on several nodes shows each node's output lines prefixed
+//! with its rank, and the events the batch has once (its log opening, its timeout)
+//! once.
+
+use std::collections::BTreeMap;
+
+use super::records::{Ended, JobEnd};
+use super::{Result, Submission};
+use crate::console;
+use crate::engine::EngineError;
+use crate::runner::ending::ContainerEnd;
+use crate::runner::event::Event;
+use crate::runner::plan::BatchPlan;
+use crate::runner::remote::{self, Frame, Remote};
+use crate::runner::reporter::terminal::prefix_lines;
+
+/// What the relay of one batch remembers.
+pub(super) struct Relay {
+    /// The batch spans several nodes: output lines carry their rank.
+    ranked: bool,
+    at_line_start: BTreeMap<u32, bool>,
+    launched: bool,
+    timed_out: bool,
+    /// A node's container has started: the batch's timeout runs.
+    pub(super) started: bool,
+}
+
+impl Relay {
+    pub(super) fn new(ranked: bool) -> Relay {
+        Relay {
+            ranked,
+            at_line_start: BTreeMap::new(),
+            launched: false,
+            timed_out: false,
+            started: false,
+        }
+    }
+
+    /// One whole frame from the node of `rank`.
+    pub(super) fn frame(
+        &mut self,
+        run: &Submission<'_>,
+        b: &BatchPlan,
+        rank: u32,
+        bytes: &[u8],
+        end: &mut JobEnd,
+    ) -> Result<()> {
+        match remote::decode(bytes) {
+            Ok(Frame::Output(out)) => {
+                end.printed += out.len() as u64;
+                let out = if self.ranked {
+                    let start = self.at_line_start.entry(rank).or_insert(true);
+                    prefix_lines(&out, Some(&format!("node-{rank}")), start)
+                } else {
+                    out
+                };
+                run.emit(&Event::Output {
+                    batch: b,
+                    bytes: &out,
+                })
+            }
+            Ok(Frame::Message(m)) => self.message(run, b, rank, *m, end),
+            Err(why) => {
+                console::warn(format!(
+                    "batch {}: its node (rank {rank}) sent {why}",
+                    b.name
+                ));
+                Ok(())
+            }
+        }
+    }
+
+    fn message(
+        &mut self,
+        run: &Submission<'_>,
+        b: &BatchPlan,
+        rank: u32,
+        m: Remote,
+        end: &mut JobEnd,
+    ) -> Result<()> {
+        match m {
+            Remote::Waiting { report } => run.emit(&Event::Waiting {
+                batch: b,
+                report: &|| report.clone(),
+            }),
+            Remote::Leased { gpus } => run.emit(&Event::LeaseGranted {
+                batch: b,
+                gpus: &gpus,
+            }),
+            Remote::Launching if !self.launched => {
+                self.launched = true;
+                run.emit(&Event::Launching {
+                    batch: b,
+                    dir: &b.dir,
+                })
+            }
+            Remote::Launching => Ok(()),
+            Remote::ContainerStarted { container } => {
+                self.started = true;
+                run.emit(&Event::ContainerStarted {
+                    batch: b,
+                    container: &container,
+                })
+            }
+            Remote::OutputEnded => run.emit(&Event::OutputEnded { batch: b }),
+            Remote::TimedOut if !self.timed_out => {
+                self.timed_out = true;
+                run.emit(&Event::TimedOut { batch: b })
+            }
+            Remote::TimedOut => Ok(()),
+            Remote::OutputBroke { error } => run.emit(&Event::OutputBroke {
+                batch: b,
+                error: &EngineError::Api {
+                    action: format!("following the batch on its node (rank {rank})"),
+                    reason: error,
+                },
+            }),
+            Remote::Failed {
+                message,
+                details,
+                code,
+            }
+            | Remote::Refused {
+                message,
+                details,
+                code,
+            } => {
+                let error = remote::error_of(&message, &details, code);
+                // An error that ends the run is said once, by the run's end.
+                if ContainerEnd::of_error(&error).is_some() {
+                    run.emit(&Event::BatchFailed {
+                        batch: b,
+                        error: &error,
+                    })?;
+                }
+                end.failures.entry(rank).or_insert(error);
+                Ok(())
+            }
+            Remote::Ended {
+                record,
+                cases,
+                container_left,
+            } => {
+                end.ended.insert(
+                    rank,
+                    Ended {
+                        record: *record,
+                        cases,
+                        container_left,
+                    },
+                );
+                Ok(())
+            }
+        }
+    }
+}

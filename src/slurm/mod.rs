@@ -1,0 +1,210 @@
+//! Slurm, as cibox uses it (docs/interface.md §14): its commands (`srun`, `squeue`,
+//! `scontrol`, `scancel`) run with a time limit, and what they print parsed into types.
+//!
+//! - [`cluster`]: the cluster's nodes and partitions (`scontrol show … -o`), and
+//!   whether a job could ever run there;
+//! - [`job`]: the `srun` command line of a batch, its state in the queue, cancelling it;
+//! - [`alloc`]: on a node, what Slurm allocated to this job step (its GPUs, its rank,
+//!   the rendezvous of a job on several nodes);
+//! - [`wire`]: messages from the nodes to the submitter through `srun --label`, framed
+//!   so that Slurm's line splitting cannot break them.
+//!
+//! A leaf of the domain: it imports only cibox's leaves.
+
+pub mod alloc;
+pub mod cluster;
+pub mod job;
+pub mod wire;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::exit::Failure;
+
+/// How long one Slurm query may take: the controller answers in milliseconds, or
+/// after its own `MessageTimeout` (10 s by default) when it is down.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why Slurm could not do what cibox asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// A Slurm command is missing, hangs or says the controller cannot be reached.
+    #[error("Slurm does not answer: `{command}` {why}")]
+    Unreachable { command: String, why: String },
+    /// The cluster cannot take the request as the host's policy or manifest shapes
+    /// it (a partition that does not exist).
+    #[error("{0}")]
+    Refused(String),
+    /// The cluster has never enough of what a batch asks (GPUs on a node, nodes).
+    #[error("{0}")]
+    Lacks(String),
+    /// A Slurm command answered something cibox cannot read.
+    #[error("cannot read what `{command}` printed: {why}")]
+    Unreadable { command: String, why: String },
+}
+
+impl SlurmError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            SlurmError::Unreachable { .. } | SlurmError::Unreadable { .. } => Failure::Infra,
+            SlurmError::Refused(_) => Failure::Usage,
+            SlurmError::Lacks(_) => Failure::Capacity,
+        }
+    }
+}
+
+/// Runs a Slurm command to its end (at most [`QUERY_TIMEOUT`]) and returns what it
+/// printed; a command that fails is [`SlurmError::Unreachable`] with its last words.
+pub fn query(program: &str, args: &[&str]) -> Result<String, SlurmError> {
+    let shown = || format!("{program} {}", args.join(" "));
+    let unreachable = |why: String| SlurmError::Unreachable {
+        command: shown(),
+        why,
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            unreachable(if e.kind() == std::io::ErrorKind::NotFound {
+                "is not installed here (no such program on PATH)".to_string()
+            } else {
+                format!("could not start: {e}")
+            })
+        })?;
+    let readers = [
+        read_all(
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ),
+        read_all(
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ),
+    ];
+    let deadline = Instant::now() + QUERY_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(unreachable(format!(
+                    "did not answer within {} s",
+                    QUERY_TIMEOUT.as_secs()
+                )));
+            }
+            Err(e) => return Err(unreachable(format!("could not be waited for: {e}"))),
+        }
+    };
+    let [out, err] = readers.map(|r| r.join().unwrap_or_default());
+    if !status.success() {
+        let last = String::from_utf8_lossy(&err)
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("exited with {status}"));
+        return Err(unreachable(format!(
+            "failed: {}",
+            crate::util::escape(&last)
+        )));
+    }
+    String::from_utf8(out).map_err(|_| SlurmError::Unreadable {
+        command: shown(),
+        why: "not UTF-8".into(),
+    })
+}
+
+/// Reads a child's pipe to its end in a thread, at most 64 MiB.
+fn read_all(pipe: Option<Box<dyn Read + Send>>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(p) = pipe {
+            let _ = p.take(64 << 20).read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// The job ID in one of `srun`'s own lines (`srun: job 12 queued and waiting for
+/// resources`, `srun: job 12 has been allocated resources`).
+pub fn job_id_in(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("srun: ")?;
+    let rest = rest
+        .strip_prefix("job ")
+        .or_else(|| rest.strip_prefix("Job allocation "))?;
+    let id: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    (!id.is_empty() && rest[id.len()..].starts_with(' ')).then_some(id)
+}
+
+/// `Key=Value` pairs of one line of `scontrol show … -o`. A value may hold spaces (a
+/// node's `OS=` or `Reason=`): a word without `=` belongs to the value before it.
+pub(crate) fn key_values(line: &str) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for word in line.split_whitespace() {
+        match word.split_once('=') {
+            Some((k, v))
+                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
+                pairs.push((k.to_string(), v.to_string()));
+            }
+            _ => {
+                if let Some((_, v)) = pairs.last_mut() {
+                    v.push(' ');
+                    v.push_str(word);
+                }
+            }
+        }
+    }
+    pairs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_may_hold_spaces() {
+        let kv =
+            key_values("NodeName=n1 OS=Linux 6.1 #1 SMP State=IDLE Reason=not responding [root@x]");
+        let get = |k: &str| kv.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("OS"), Some("Linux 6.1 #1 SMP"));
+        assert_eq!(get("State"), Some("IDLE"));
+        assert_eq!(get("Reason"), Some("not responding [root@x]"));
+    }
+
+    #[test]
+    fn srun_names_its_job() {
+        let id = |l: &str| job_id_in(l);
+        assert_eq!(
+            id("srun: job 12 queued and waiting for resources").as_deref(),
+            Some("12")
+        );
+        assert_eq!(
+            id("srun: job 7 has been allocated resources").as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            id("srun: Job allocation 9 has been revoked").as_deref(),
+            Some("9")
+        );
+        assert_eq!(id("srun: error: x"), None);
+        assert_eq!(id("0: srun: job 1 queued"), None);
+    }
+
+    #[test]
+    fn a_missing_command_is_unreachable() {
+        let e = query("/nonexistent/sinfo", &[]).unwrap_err();
+        assert_eq!(e.failure(), Failure::Infra);
+        assert!(e.to_string().contains("not installed"), "{e}");
+    }
+}
