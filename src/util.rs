@@ -2,6 +2,20 @@
 
 use std::path::{Path, PathBuf};
 
+/// Keeps what container and job names allow, `[A-Za-z0-9_.-]`; anything else becomes
+/// `_`.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// Lowercase hex of a byte slice.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;

@@ -74,17 +74,7 @@ fn minutes_up(d: Duration) -> u64 {
 /// The job name of a batch: `cibox:<project>:<batch>:<run>`, what `squeue` and the
 /// accounting show; characters Slurm tools would mangle are `_`.
 pub fn job_name(project: &str, batch: &str, run_id: &str) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
+    let clean = crate::util::sanitize;
     format!(
         "cibox:{}:{}:{}",
         clean(project),

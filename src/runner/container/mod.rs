@@ -46,18 +46,7 @@ pub struct Identity<'a> {
     pub policy_digest: Option<&'a str>,
 }
 
-/// Keeps what a container name allows: `[a-zA-Z0-9_.-]`, others become `_`.
-pub fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
+pub use crate::util::sanitize;
 
 #[derive(Debug, Clone)]
 pub struct ContainerPlan {
