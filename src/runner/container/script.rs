@@ -2,6 +2,7 @@
 //! keeps the container alive until cibox has copied `/reports` out.
 
 use crate::manifest::Batch;
+use crate::runner::results::phases::REPORTS_EMPTY;
 
 /// Quotes a string for `sh` (single quotes, `'` as `'\''`).
 pub fn sh_quote(s: &str) -> String {
@@ -10,7 +11,8 @@ pub fn sh_quote(s: &str) -> String {
 
 /// The script the container runs in `/work`, where cibox has put the source (see
 /// [`super::source`]): install it, then the batch's preflight and run steps, stopping at
-/// the first that fails.
+/// the first that fails; when all passed, it says last whether `/reports` is empty (see
+/// [`REPORTS_EMPTY`]).
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
     let mut s = String::from(
         "set -e\n\
@@ -34,6 +36,17 @@ pub(super) fn script(install: &[String], batch: &Batch) -> String {
             "\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n",
         );
     }
+    // Said only of a folder the batch can list (it is the batch's: one it made
+    // unreadable is copied as before), by the shell alone: no process to start.
+    s.push_str(&format!(
+        "if [ -d /reports ] && [ -r /reports ] && [ -x /reports ]; then\n\
+         for __cibox_f in /reports/* /reports/.[!.]* /reports/..?*; do\n\
+         if [ -e \"$__cibox_f\" ] || [ -L \"$__cibox_f\" ]; then exit 0; fi\n\
+         done\n\
+         echo {} >&2\n\
+         fi\n",
+        sh_quote(REPORTS_EMPTY)
+    ));
     s
 }
 

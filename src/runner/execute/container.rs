@@ -66,8 +66,12 @@ impl Execution<'_> {
         // without its volumes leaves it.
         let volume = self.engine.volume_at(&id, "/reports");
         let followed = self.follow(b, &id, watched);
-        // The container still lives (its keeper waits): copy `/reports` out now.
-        if followed.is_ok() {
+        // The container still lives (its keeper waits): copy `/reports` out now, unless
+        // the batch ended well saying it left it empty. Saying so falsely loses the batch
+        // its own reports, nothing else: no reports is what it said it has.
+        let said_empty = matches!(followed, Ok(ContainerEnd::Exited(0)))
+            && watched.phases.borrow().said_reports_empty();
+        if followed.is_ok() && !said_empty {
             *watched.reports.borrow_mut() = self.copy_reports(b, &id, watched.container_died.get());
         }
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).

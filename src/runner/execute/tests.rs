@@ -63,6 +63,8 @@ struct Calls {
     removed: Vec<String>,
     /// Each upload's folder and the names in its archive.
     uploaded: Vec<(String, Vec<String>)>,
+    /// The folders downloaded.
+    downloaded: Vec<String>,
 }
 
 struct FakeEngine {
@@ -174,9 +176,10 @@ impl ContainerEngine for FakeEngine {
     fn download<'a>(
         &'a self,
         _: &str,
-        _: &str,
+        path: &str,
         _: Box<dyn Fn() -> Option<String> + 'a>,
     ) -> Box<dyn Read + 'a> {
+        self.calls.lock().unwrap().downloaded.push(path.to_string());
         Box::new(std::io::Cursor::new(self.script.reports.clone()))
     }
 
@@ -320,6 +323,7 @@ fn a_batch_whose_steps_and_tests_pass_passes_and_leaves_nothing() {
     assert_eq!(path, "/work");
     assert!(names.contains(&"cibox.yaml".to_string()), "{names:?}");
     assert!(!names.iter().any(|n| n.starts_with("reports")), "{names:?}");
+    assert_eq!(calls.downloaded, ["/reports"]);
     assert_eq!(
         events,
         [
@@ -559,4 +563,51 @@ fn a_failed_install_is_named_and_counts_no_test() {
         )
     );
     assert_eq!(r.tests.total, 0, "no test ran");
+}
+
+#[test]
+fn reports_said_empty_by_a_batch_that_ended_well_are_not_copied() {
+    let said = b"cibox run: true\ncibox reports: none\n";
+    let (result, _, calls) = run_with(Script {
+        output: said,
+        ..Script::default()
+    });
+    assert!(calls.downloaded.is_empty(), "{:?}", calls.downloaded);
+    let r = record(&result);
+    // What it said it has: no test case (this batch does not allow that).
+    assert_eq!((r.tests.total, r.status), (0, Status::Failed));
+    assert_eq!(r.reports.files, 0);
+    assert_eq!(r.reports.stopped, None);
+    assert_eq!(calls.removed.len(), 1);
+    // Said by a batch that did not end well, or not as its last word: copied.
+    for (output, exit) in [
+        (&said[..], Some(1)),
+        (&said[..], None),
+        (&b"cibox reports: none\nlate worker\n"[..], Some(0)),
+    ] {
+        let (_, _, calls) = run_with(Script {
+            output,
+            follow: Ok(FollowEnd {
+                stopped: None,
+                exit,
+            }),
+            ..Script::default()
+        });
+        assert_eq!(
+            calls.downloaded,
+            ["/reports"],
+            "{:?} {exit:?}",
+            String::from_utf8_lossy(output)
+        );
+    }
+    // Stopped at its deadline after saying so: copied.
+    let (_, _, calls) = run_with(Script {
+        output: said,
+        follow: Ok(FollowEnd {
+            stopped: Some(Stop::Deadline),
+            exit: Some(0),
+        }),
+        ..Script::default()
+    });
+    assert_eq!(calls.downloaded, ["/reports"]);
 }
