@@ -9,13 +9,17 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The script the container runs in `/work`, where cibox has put the source (see
+/// The script the container runs in `/work`, once cibox has put the source there (see
 /// [`super::source`]): install it, then the batch's preflight and run steps, stopping at
 /// the first that fails; when all passed, it says last whether `/reports` is empty (see
 /// [`REPORTS_EMPTY`]).
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
+    // cibox says, on standard input, when the source is in: until then the script runs
+    // nothing of the batch's (see `Engine::follow_exec`).
     let mut s = String::from(
         "set -e\n\
+         if ! read -r _; then echo 'cibox: the source never reached /work' >&2; exit 125; fi\n\
+         exec </dev/null\n\
          if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n\
          cd /work\n",
     );

@@ -3,7 +3,6 @@
 //! still lives, and remove it by the ID we created, whatever happened.
 
 use std::os::unix::io::RawFd;
-use std::time::Instant;
 
 use super::batch::Watched;
 use super::{Execution, Result};
@@ -141,19 +140,7 @@ impl Execution<'_> {
             batch: b,
             container: &b.container.name,
         })?;
-        if let Err(e) = self
-            .engine
-            .upload(id, "/work", self.source.archive(b.user.0, b.user.1))
-        {
-            return Ok(ContainerEnd::Stopped {
-                status: Status::InfraError,
-                message: format!(
-                    "could not copy the source ({} files and folders) into the container's /work: {e}",
-                    self.source.count()
-                ),
-                exit: None,
-            });
-        }
+        let mut copy_failed = None;
         let mut signal = None;
         let mut report_failed = None;
         let followed = self.engine.follow_exec(
@@ -161,8 +148,16 @@ impl Execution<'_> {
             Steps {
                 cmd: b.container.steps(),
                 user: b.container.user(),
-                deadline: Instant::now() + b.timeout.0,
+                timeout: b.timeout.0,
                 grace: STOP_GRACE,
+            },
+            // While the steps' process starts: its script runs nothing before the
+            // source is in.
+            &mut || {
+                let archive = self.source.archive(b.user.0, b.user.1);
+                let copied = self.engine.upload(id, "/work", archive);
+                copy_failed = copied.err();
+                copy_failed.is_none()
             },
             &mut || {
                 signal = signal.or_else(signals::received);
@@ -174,6 +169,16 @@ impl Execution<'_> {
                 }
             },
         );
+        if let Some(e) = copy_failed {
+            return Ok(ContainerEnd::Stopped {
+                status: Status::InfraError,
+                message: format!(
+                    "could not copy the source ({} files and folders) into the container's /work: {e}",
+                    self.source.count()
+                ),
+                exit: None,
+            });
+        }
         self.emit(&Event::OutputEnded { batch: b })?;
         if let Some(e) = report_failed {
             return Err(e);

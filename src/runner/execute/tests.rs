@@ -26,6 +26,8 @@ struct Script {
     image_present: bool,
     /// `create_container` fails with this.
     create_fails: Option<fn() -> EngineError>,
+    /// Copying the source in fails.
+    upload_fails: bool,
     /// What following the steps ends with, and what they print first.
     output: &'static [u8],
     follow: Result<FollowEnd, fn() -> EngineError>,
@@ -43,6 +45,7 @@ impl Default for Script {
         Script {
             image_present: true,
             create_fails: None,
+            upload_fails: false,
             output: b"cibox run: true\n",
             follow: Ok(FollowEnd {
                 stopped: None,
@@ -135,6 +138,12 @@ impl ContainerEngine for FakeEngine {
             .unwrap()
             .uploaded
             .push((path.to_string(), names));
+        if self.script.upload_fails {
+            return Err(EngineError::Api {
+                action: "copying the source in".into(),
+                reason: "no space left on device".into(),
+            });
+        }
         Ok(())
     }
 
@@ -142,9 +151,16 @@ impl ContainerEngine for FakeEngine {
         &self,
         _: &str,
         _: Steps<'_>,
+        prepare: &mut dyn FnMut() -> bool,
         _: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
+        if !prepare() {
+            return Err(EngineError::Api {
+                action: "starting the batch".into(),
+                reason: "not made ready".into(),
+            });
+        }
         on(Followed::Output(self.script.output));
         match &self.script.follow {
             Ok(end) => {
@@ -610,4 +626,22 @@ fn reports_said_empty_by_a_batch_that_ended_well_are_not_copied() {
         ..Script::default()
     });
     assert_eq!(calls.downloaded, ["/reports"]);
+}
+
+#[test]
+fn a_source_that_cannot_be_copied_in_runs_no_step() {
+    let (result, events, calls) = run_with(Script {
+        upload_fails: true,
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::InfraError, 5));
+    let message = r.message.as_deref().unwrap();
+    assert!(
+        message.starts_with("could not copy the source (")
+            && message.ends_with("into the container's /work: container engine: copying the source in failed: no space left on device"),
+        "{message}"
+    );
+    assert!(!events.contains(&"output"), "the steps went on: {events:?}");
+    assert_eq!(calls.removed.len(), 1);
 }
