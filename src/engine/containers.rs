@@ -268,7 +268,10 @@ impl Engine {
     ) -> Result<FollowEnd, EngineError> {
         let (user, grace) = (run.user, run.grace);
         let deadline = tokio::time::Instant::now() + run.timeout;
-        let mut tick = tokio::time::interval(INTERRUPT_POLL);
+        // First after one period: the steps have just gone on, so asking at once whether
+        // they ended would only cost a round trip before their first output.
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + INTERRUPT_POLL, INTERRUPT_POLL);
         let mut stopped = None;
         let mut kill_at: Option<tokio::time::Instant> = None;
         // When the last SIGKILL went out: a process stuck where no signal reaches
