@@ -183,24 +183,25 @@ impl Engine {
 
     /// Runs a batch's steps in a running container and follows them to their end. The
     /// steps' process is started first, and `prepare` runs while it starts (outside the
-    /// runtime, so it may call the engine): only when it returns true does the process's
-    /// standard input get one line, then its end; when it returns false nothing more is
-    /// done. A script whose first command reads that line runs nothing before `prepare`
-    /// is done. From then on: their output goes to `on`, their `timeout` is enforced
-    /// (SIGTERM to every process of `user` in the container, then SIGKILL after
-    /// `grace`), and `interrupted` is asked every 100 ms (true: SIGKILL to all of them
-    /// at once). Returns once the command has ended and its exit code is known (`None`
-    /// when the engine cannot say, as when the container itself died). The container
-    /// lives on, so that what the batch left in its mounts can still be copied out.
+    /// runtime, so it may call the engine): only when it returns true, and `interrupted`
+    /// does not say otherwise then, does the process's standard input get one line,
+    /// then its end; otherwise nothing more is done. A script whose first command reads
+    /// that line runs nothing before `prepare` is done. From then on: their output goes
+    /// to `on`, their `timeout` is enforced (SIGTERM to every process of `user` in the
+    /// container, then SIGKILL after `grace`), and `interrupted` is asked every 100 ms
+    /// (true: SIGKILL to all of them at once). Returns once the command has ended and
+    /// its exit code is known (`None` when the engine cannot say, as when the container
+    /// itself died). The container lives on, so that what the batch left in its mounts
+    /// can still be copied out.
     ///
-    /// `interrupted` and `on` run inside the engine's runtime: they must be quick and
-    /// must not call the engine (that would nest `block_on`).
+    /// From the word on, `interrupted` and `on` run inside the engine's runtime: they
+    /// must be quick and must not call the engine (that would nest `block_on`).
     pub fn follow_exec(
         &self,
         id: &str,
         run: Steps<'_>,
         mut prepare: impl FnMut() -> bool,
-        interrupted: impl FnMut() -> bool,
+        mut interrupted: impl FnMut() -> bool,
         on: impl FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
         let (exec, output, mut input) = self.rt.block_on(self.start_exec(id, &run))?;
@@ -208,6 +209,13 @@ impl Engine {
             return Err(EngineError::Api {
                 action: "starting the batch in its container".into(),
                 reason: "what it needs first could not be made ready".into(),
+            });
+        }
+        // Interrupted meanwhile: the steps never go on (their input just ends).
+        if interrupted() {
+            return Ok(FollowEnd {
+                stopped: Some(Stop::Interrupted),
+                exit: None,
             });
         }
         self.rt.block_on(async {
