@@ -11,7 +11,7 @@ pub fn sh_quote(s: &str) -> String {
 
 /// The script the container runs in `/work`, once cibox has put the source there (see
 /// [`super::source`]): install it, then the batch's preflight and run steps, stopping at
-/// the first that fails; when all passed, it says last whether `/reports` is empty (see
+/// the first that fails; when all passed and `/reports` is empty, it says so last (see
 /// [`REPORTS_EMPTY`]).
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
     // cibox says, on standard input, when the source is in: until then the script runs

@@ -4,10 +4,10 @@
 //! whose tests failed, and named as such with the end of that step's output. A batch
 //! can print a fake announcement, but only to word its own failure differently.
 //!
-//! A script that ends well says last whether it left `/reports` empty
-//! ([`REPORTS_EMPTY`]), so that cibox need not copy nothing out. A batch can print that
-//! line while its `/reports` holds files, but then it only loses its own reports (as it
-//! could by deleting them): no reports is what it said it has.
+//! A script that ends well with `/reports` empty says so last ([`REPORTS_EMPTY`]), so
+//! that cibox need not read an empty folder out of the container. A batch can print
+//! that line while its `/reports` holds files, but then it only loses its own reports
+//! (as it could by deleting them): no reports is what it said it has.
 
 /// The script's last line when every step passed and `/reports` holds nothing.
 pub const REPORTS_EMPTY: &str = "cibox reports: none";
