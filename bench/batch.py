@@ -8,13 +8,16 @@
                                           cleanup); SIGTERM mid-batch;
                                           timeout with workers that ignore SIGTERM
 Paired runs alternate the two sides; medians and ratios are printed.
-Usage: bench/batch.py [path/to/cibox] [rounds]   (run as root, engine up: .ci/setup-host.sh)
+Usage: bench/batch.py [--trivial] [path/to/cibox] [rounds]   (run as root, engine up: .ci/setup-host.sh)
+  --trivial: part 1 only
 """
 import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+TRIVIAL_ONLY = "--trivial" in sys.argv[1:]
+ARGS = [a for a in sys.argv[1:] if a != "--trivial"]
+CIBOX = ARGS[0] if ARGS else os.path.join(ROOT, "target/release/cibox")
+ROUNDS = int(ARGS[1]) if len(ARGS) > 1 else 10
 DEMO = os.path.join(ROOT, "examples/demo/images/demo")
 
 
@@ -28,6 +31,13 @@ def timed(cmd, **kw):
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
     _, status, usage = os.wait4(p.pid, 0)
     return time.perf_counter() - t, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
+
+
+def spread(xs, scale=1000, unit=" ms"):
+    """min / quartiles / max of `xs`, for noisy medians."""
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return "/".join(f"{v * scale:.0f}" if scale > 1 else f"{v:.2f}"
+                    for v in (min(xs), q[0], q[1], q[2], max(xs))) + unit + " (min/q1/med/q3/max)"
 
 
 def project(work, batches):
@@ -76,7 +86,12 @@ def main():
             a.append(timed(batch_cmd(manifest, image, work, "trivial", small, "bench"), env=env)[0])
             b.append(timed(["docker", "run", "--rm", "--network", "none", image, "true"])[0])
         ma, mb = statistics.median(a), statistics.median(b)
-        print(f"trivial batch:  cibox {ma*1000:6.0f} ms   docker run {mb*1000:6.0f} ms   ratio {ma/mb:.2f} (target <= 1.3)")
+        print(f"trivial batch:  cibox {ma*1000:6.0f} ms   docker run {mb*1000:6.0f} ms   ratio {ma/mb:.2f} (target <= 1.2)")
+        print(f"  spread: cibox {spread(a)}   docker run {spread(b)}   "
+              f"pairwise ratios {spread([x / y for x, y in zip(a, b)], 1, '')}")
+        if TRIVIAL_ONLY:
+            subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
+            return
 
         # 2. 200 MB source copied in.
         big = os.path.join(work, "big-src")

@@ -44,12 +44,14 @@ pub trait ContainerEngine: Sync {
         archive: Box<dyn Read + Send>,
     ) -> Result<(), EngineError>;
 
-    /// Runs a batch's steps in a running container and follows them to their end (see
+    /// Runs a batch's steps in a running container and follows them to their end; they
+    /// go on once `prepare`, run while their process starts, returns true (see
     /// [`Engine::follow_exec`]).
     fn follow_exec(
         &self,
         id: &str,
         steps: Steps<'_>,
+        prepare: &mut dyn FnMut() -> bool,
         interrupted: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError>;
@@ -127,10 +129,11 @@ impl ContainerEngine for Engine {
         &self,
         id: &str,
         steps: Steps<'_>,
+        prepare: &mut dyn FnMut() -> bool,
         interrupted: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
-        Engine::follow_exec(self, id, steps, interrupted, on)
+        Engine::follow_exec(self, id, steps, prepare, interrupted, on)
     }
 
     fn is_running(&self, id: &str) -> bool {

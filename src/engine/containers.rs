@@ -42,14 +42,30 @@ pub struct FollowEnd {
     pub exit: Option<i64>,
 }
 
-/// What [`Engine::follow_exec`] runs: `cmd` as `user`, stopped at `deadline` (SIGTERM,
-/// then SIGKILL after `grace`).
+/// What [`Engine::follow_exec`] runs: `cmd` as `user`, stopped `timeout` after it goes
+/// on (SIGTERM, then SIGKILL after `grace`).
 pub struct Steps<'a> {
     pub cmd: Vec<String>,
     pub user: &'a str,
-    pub deadline: Instant,
+    pub timeout: Duration,
     pub grace: Duration,
 }
+
+/// A started exec: its ID, its output, and its standard input.
+type StartedExec = (
+    String,
+    ExecOutput,
+    std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+);
+
+/// What an attached exec prints.
+type ExecOutput = std::pin::Pin<
+    Box<
+        dyn futures_util::Stream<
+                Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
+            > + Send,
+    >,
+>;
 
 /// How often [`Engine::follow_exec`] asks whether it was interrupted.
 const INTERRUPT_POLL: Duration = Duration::from_millis(100);
@@ -168,128 +184,173 @@ impl Engine {
             .map_err(|e| reason(&e))
     }
 
-    /// Runs a batch's steps in a running container and follows them to their end: their
-    /// output goes to `on`, its `deadline` is enforced (SIGTERM to every process of
-    /// `user` in the container, then SIGKILL after `grace`), and `interrupted` is asked
-    /// every 100 ms (true: SIGKILL to all of them at once). Returns once the command has
-    /// ended and its exit code is known (`None` when the engine cannot say, as when the
-    /// container itself died). The container lives on, so that what the batch left in
-    /// its mounts can still be copied out.
+    /// Runs a batch's steps in a running container and follows them to their end. The
+    /// steps' process is started first, and `prepare` runs while it starts (outside the
+    /// runtime, so it may call the engine): only when it returns true, and `interrupted`
+    /// does not say otherwise then, does the process's standard input get one line,
+    /// then its end; otherwise nothing more is done. A script whose first command reads
+    /// that line runs nothing before `prepare` is done. From then on: their output goes
+    /// to `on`, their `timeout` is enforced (SIGTERM to every process of `user` in the
+    /// container, then SIGKILL after `grace`), and `interrupted` is asked every 100 ms
+    /// (true: SIGKILL to all of them at once). Returns once the command has ended and
+    /// its exit code is known (`None` when the engine cannot say, as when the container
+    /// itself died). The container lives on, so that what the batch left in its mounts
+    /// can still be copied out.
     ///
-    /// Both callbacks run inside the engine's runtime: they must be quick and must not
-    /// call the engine (that would nest `block_on`).
+    /// From the word on, `interrupted` and `on` run inside the engine's runtime: they
+    /// must be quick and must not call the engine (that would nest `block_on`).
     pub fn follow_exec(
         &self,
         id: &str,
         run: Steps<'_>,
+        mut prepare: impl FnMut() -> bool,
+        mut interrupted: impl FnMut() -> bool,
+        on: impl FnMut(Followed<'_>),
+    ) -> Result<FollowEnd, EngineError> {
+        let (exec, output, mut input) = self.rt.block_on(self.start_exec(id, &run))?;
+        if !prepare() {
+            return Err(EngineError::Api {
+                action: "starting the batch in its container".into(),
+                reason: "what it needs first could not be made ready".into(),
+            });
+        }
+        // Interrupted meanwhile: the steps never go on (their input just ends).
+        if interrupted() {
+            return Ok(FollowEnd {
+                stopped: Some(Stop::Interrupted),
+                exit: None,
+            });
+        }
+        self.rt.block_on(async {
+            use tokio::io::AsyncWriteExt;
+            // A process that ended already (an image without a shell) reads nothing:
+            // what it printed and its exit code say why.
+            let _ = async {
+                input.write_all(b"\n").await?;
+                input.shutdown().await
+            }
+            .await;
+            self.follow_output(id, &exec, &run, output, interrupted, on)
+                .await
+        })
+    }
+
+    /// Creates and starts the steps' exec, its output and standard input attached.
+    async fn start_exec(&self, id: &str, run: &Steps<'_>) -> Result<StartedExec, EngineError> {
+        let failed = |e| Self::api("starting the batch in its container", e);
+        let exec = self
+            .docker
+            .create_exec(
+                id,
+                bollard::exec::CreateExecOptions {
+                    attach_stdin: Some(true),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    cmd: Some(run.cmd.clone()),
+                    user: Some(run.user.to_string()),
+                    working_dir: Some("/".to_string()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(failed)?
+            .id;
+        let started = self.docker.start_exec(&exec, None).await.map_err(failed)?;
+        let bollard::exec::StartExecResults::Attached { output, input } = started else {
+            return Err(EngineError::Api {
+                action: "starting the batch in its container".into(),
+                reason: "the engine did not attach its output".into(),
+            });
+        };
+        Ok((exec, output, input))
+    }
+
+    /// Follows the output of an exec whose steps have just gone on to its end, with
+    /// their timeout and `interrupted` (see [`Engine::follow_exec`]), and waits for its
+    /// exit code.
+    async fn follow_output(
+        &self,
+        id: &str,
+        exec: &str,
+        run: &Steps<'_>,
+        mut output: ExecOutput,
         mut interrupted: impl FnMut() -> bool,
         mut on: impl FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
-        let Steps {
-            cmd,
-            user,
-            deadline,
-            grace,
-        } = run;
-        self.rt.block_on(async {
-            let exec = self
-                .docker
-                .create_exec(
-                    id,
-                    bollard::exec::CreateExecOptions {
-                        attach_stdout: Some(true),
-                        attach_stderr: Some(true),
-                        cmd: Some(cmd),
-                        user: Some(user.to_string()),
-                        working_dir: Some("/".to_string()),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(|e| Self::api("starting the batch in its container", e))?
-                .id;
-            let started = self
-                .docker
-                .start_exec(&exec, None)
-                .await
-                .map_err(|e| Self::api("starting the batch in its container", e))?;
-            let bollard::exec::StartExecResults::Attached { mut output, .. } = started else {
-                return Err(EngineError::Api {
-                    action: "starting the batch in its container".into(),
-                    reason: "the engine did not attach its output".into(),
-                });
-            };
-            let deadline = tokio::time::Instant::from_std(deadline);
-            let mut tick = tokio::time::interval(INTERRUPT_POLL);
-            let mut stopped = None;
-            let mut kill_at: Option<tokio::time::Instant> = None;
-            // When the last SIGKILL went out: a process stuck where no signal reaches
-            // (in a driver, say) must not hold cibox past KILL_WAIT after it.
-            let mut killed_at: Option<tokio::time::Instant> = None;
-            // When the command ended while a process it left holds its output open.
-            let mut ended_at: Option<tokio::time::Instant> = None;
-            loop {
-                tokio::select! {
-                    chunk = output.next() => match chunk {
-                        Some(Ok(out)) => on(Followed::Output(&out.into_bytes())),
-                        Some(Err(e)) => {
-                            on(Followed::StreamBroke(&Self::api("reading the batch's output", e)));
-                            break;
-                        }
-                        None => break,
-                    },
-                    _ = tokio::time::sleep_until(deadline), if stopped.is_none() => {
-                        stopped = Some(Stop::Deadline);
-                        on(Followed::DeadlinePassed);
-                        self.signal_all(id, user, "TERM").await?;
-                        kill_at = Some(tokio::time::Instant::now() + grace);
+        let (user, grace) = (run.user, run.grace);
+        let deadline = tokio::time::Instant::now() + run.timeout;
+        // First after one period: the steps have just gone on, so asking at once whether
+        // they ended would only cost a round trip before their first output.
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + INTERRUPT_POLL, INTERRUPT_POLL);
+        let mut stopped = None;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        // When the last SIGKILL went out: a process stuck where no signal reaches
+        // (in a driver, say) must not hold cibox past KILL_WAIT after it.
+        let mut killed_at: Option<tokio::time::Instant> = None;
+        // When the command ended while a process it left holds its output open.
+        let mut ended_at: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                chunk = output.next() => match chunk {
+                    Some(Ok(out)) => on(Followed::Output(&out.into_bytes())),
+                    Some(Err(e)) => {
+                        on(Followed::StreamBroke(&Self::api("reading the batch's output", e)));
+                        break;
                     }
-                    _ = async { tokio::time::sleep_until(kill_at.unwrap_or(deadline)).await }, if kill_at.is_some() => {
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline), if stopped.is_none() => {
+                    stopped = Some(Stop::Deadline);
+                    on(Followed::DeadlinePassed);
+                    self.signal_all(id, user, "TERM").await?;
+                    kill_at = Some(tokio::time::Instant::now() + grace);
+                }
+                _ = async { tokio::time::sleep_until(kill_at.unwrap_or(deadline)).await }, if kill_at.is_some() => {
+                    kill_at = None;
+                    killed_at = Some(tokio::time::Instant::now());
+                    self.signal_all(id, user, "KILL").await?;
+                }
+                _ = tick.tick() => {
+                    on(Followed::Tick);
+                    if stopped != Some(Stop::Interrupted) && interrupted() {
+                        stopped = Some(Stop::Interrupted);
                         kill_at = None;
                         killed_at = Some(tokio::time::Instant::now());
                         self.signal_all(id, user, "KILL").await?;
                     }
-                    _ = tick.tick() => {
-                        on(Followed::Tick);
-                        if stopped != Some(Stop::Interrupted) && interrupted() {
-                            stopped = Some(Stop::Interrupted);
-                            kill_at = None;
-                            killed_at = Some(tokio::time::Instant::now());
-                            self.signal_all(id, user, "KILL").await?;
-                        }
-                        if killed_at.is_some_and(|t| tokio::time::Instant::now() >= t + KILL_WAIT) {
-                            break;
-                        }
-                        // A worker the command left in the background can keep its
-                        // output open after it ended: give that a moment, then go on.
-                        match ended_at {
-                            Some(t) if tokio::time::Instant::now() >= t + OUTPUT_DRAIN => break,
-                            Some(_) => {}
-                            None => if self.exec_exit(&exec).await.is_some() {
-                                ended_at = Some(tokio::time::Instant::now());
-                            },
-                        }
+                    if killed_at.is_some_and(|t| tokio::time::Instant::now() >= t + KILL_WAIT) {
+                        break;
+                    }
+                    // A worker the command left in the background can keep its
+                    // output open after it ended: give that a moment, then go on.
+                    match ended_at {
+                        Some(t) if tokio::time::Instant::now() >= t + OUTPUT_DRAIN => break,
+                        Some(_) => {}
+                        None => if self.exec_exit(exec).await.is_some() {
+                            ended_at = Some(tokio::time::Instant::now());
+                        },
                     }
                 }
             }
-            // The output closes a moment before the engine reports the exit.
-            let until = tokio::time::Instant::now()
-                + if killed_at.is_some() {
-                    OUTPUT_DRAIN
-                } else {
-                    EXIT_WAIT
-                };
-            let exit = loop {
-                match self.exec_exit(&exec).await {
-                    Some(code) => break Some(code),
-                    None if tokio::time::Instant::now() >= until || !self.running(id).await => {
-                        break None;
-                    }
-                    None => tokio::time::sleep(Duration::from_millis(10)).await,
-                }
+        }
+        // The output closes a moment before the engine reports the exit.
+        let until = tokio::time::Instant::now()
+            + if killed_at.is_some() {
+                OUTPUT_DRAIN
+            } else {
+                EXIT_WAIT
             };
-            Ok(FollowEnd { stopped, exit })
-        })
+        let exit = loop {
+            match self.exec_exit(exec).await {
+                Some(code) => break Some(code),
+                None if tokio::time::Instant::now() >= until || !self.running(id).await => {
+                    break None;
+                }
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        Ok(FollowEnd { stopped, exit })
     }
 
     /// The exit code of an exec that has ended; `None` while it runs or when the

@@ -81,17 +81,22 @@ impl Engine {
     }
 }
 
-/// The ID of the engine container this process runs in: the engine binds each
-/// container's `hostname`, `hosts` and `resolv.conf` from `…/containers/<ID>/`, and the
-/// kernel names that folder as the root of those mounts.
+/// The ID of the engine container this process runs in.
 fn own_container_id() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|line| {
-        let mut fields = line.split(' ');
-        let root = fields.nth(3)?;
-        // Only the container's own binds: the engine's host lists its containers'
-        // mounts too (a shm folder under `…/containers/ID/`).
-        let at = fields.next()?;
+    container_id_in(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// The engine binds each container's `hostname`, `hosts` and `resolv.conf` from
+/// `…/containers/<ID>/` at `/etc/…`, and the kernel names that file as the root of the
+/// mount (`mountinfo`'s fourth field, the fifth being where it is mounted). Only a mount
+/// at `/etc/…` itself counts: on the engine's host, while the engine copies files into
+/// or out of any container, the same files are bound into that container's root
+/// (`…/merged/etc/hostname`) for a moment, and a cibox started then would take itself
+/// for that container.
+fn container_id_in(mountinfo: &str) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ').skip(3);
+        let (root, at) = (fields.next()?, fields.next()?);
         if !matches!(at, "/etc/hostname" | "/etc/hosts" | "/etc/resolv.conf") {
             return None;
         }
@@ -104,6 +109,21 @@ fn own_container_id() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_own_container_is_where_its_hostname_file_is_bound() {
+        let id = "9520ee56c8f93948266bfcd3bc510e1bcb2cb26d303fc24f5269b155976a3dbf";
+        let inside = format!(
+            "1021 1003 254:1 /var/lib/docker/containers/{id}/hostname /etc/hostname rw,relatime - ext4 /dev/vda1 rw\n"
+        );
+        assert_eq!(container_id_in(&inside).as_deref(), Some(id));
+        // On the engine's host while the engine copies files into that container.
+        let host = format!(
+            "26 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n\
+             1400 1399 254:1 /var/lib/docker/containers/{id}/hostname /var/lib/docker/overlay2/0189/merged/etc/hostname rw,relatime - ext4 /dev/vda1 rw\n"
+        );
+        assert_eq!(container_id_in(&host), None);
+    }
 
     #[test]
     fn paths_reach_the_host_through_the_deepest_mount() {

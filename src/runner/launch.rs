@@ -128,13 +128,19 @@ fn run_here(
     let locksets = locksets(&plan)?;
     signals::install();
     let engine = Engine::connect()?;
-    let info = engine.info()?;
-    let facts = EngineFacts {
+    let mut facts = EngineFacts {
         api: engine.api_version(),
         recursive_read_only: engine.recursive_read_only(),
-        root_dir: info.root_dir,
-        userns: info.userns,
+        root_dir: None,
+        userns: false,
     };
+    // Only host mounts are checked against the engine's data root and user namespace;
+    // its info is slow to gather (a good part of a trivial batch's setup), so it is
+    // asked for only when a batch has one.
+    if host.mounts.values().any(|m| !m.is_empty()) {
+        let info = engine.info()?;
+        (facts.root_dir, facts.userns) = (info.root_dir, info.userns);
+    }
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
     place_for_engine(&mut plan, &engine.host_view())?;
     if plan.node.is_some() {

@@ -2,23 +2,29 @@
 //! keeps the container alive until cibox has copied `/reports` out.
 
 use crate::manifest::Batch;
+use crate::runner::results::phases::REPORTS_EMPTY;
 
 /// Quotes a string for `sh` (single quotes, `'` as `'\''`).
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The script the container runs in `/work`, where cibox has put the source (see
+/// The script the container runs in `/work`, once cibox has put the source there (see
 /// [`super::source`]): install it, then the batch's preflight and run steps, stopping at
-/// the first that fails.
+/// the first that fails; when all passed and `/reports` is empty, it says so last (see
+/// [`REPORTS_EMPTY`]).
 ///
 /// Its standard error is its standard output: one pipe keeps what the steps print in
 /// the order they printed it. Two pipes reach the engine apart, so a step's output
 /// could land after the next step's announcement (and in that step's failure text).
 pub(super) fn script(install: &[String], batch: &Batch) -> String {
+    // cibox says, on standard input, when the source is in: until then the script runs
+    // nothing of the batch's (see `Engine::follow_exec`).
     let mut s = String::from(
         "exec 2>&1\n\
          set -e\n\
+         if ! read -r _; then echo 'cibox: the source never reached /work' >&2; exit 125; fi\n\
+         exec </dev/null\n\
          if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n\
          cd /work\n",
     );
@@ -39,6 +45,17 @@ pub(super) fn script(install: &[String], batch: &Batch) -> String {
             "\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n",
         );
     }
+    // Said only of a folder the batch can list (it is the batch's: one it made
+    // unreadable is copied as before), by the shell alone: no process to start.
+    s.push_str(&format!(
+        "if [ -d /reports ] && [ -r /reports ] && [ -x /reports ]; then\n\
+         for __cibox_f in /reports/* /reports/.[!.]* /reports/..?*; do\n\
+         if [ -e \"$__cibox_f\" ] || [ -L \"$__cibox_f\" ]; then exit 0; fi\n\
+         done\n\
+         echo {} >&2\n\
+         fi\n",
+        sh_quote(REPORTS_EMPTY)
+    ));
     s
 }
 

@@ -77,8 +77,12 @@ impl Execution<'_> {
         // without its volumes leaves it.
         let volume = self.engine.volume_at(&id, "/reports");
         let followed = self.follow(b, &id, watched);
-        // The container still lives (its keeper waits): copy `/reports` out now.
-        if followed.is_ok() {
+        // The container still lives (its keeper waits): copy `/reports` out now, unless
+        // the batch ended well saying it left it empty. Saying so falsely loses the batch
+        // its own reports, nothing else: no reports is what it said it has.
+        let said_empty = matches!(followed, Ok(ContainerEnd::Exited(0)))
+            && watched.phases.borrow().said_reports_empty();
+        if followed.is_ok() && !said_empty {
             *watched.reports.borrow_mut() = self.copy_reports(b, &id, watched.container_died.get());
         }
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
@@ -148,30 +152,7 @@ impl Execution<'_> {
             batch: b,
             container: &b.container.name,
         })?;
-        let copying = Instant::now();
-        if let Err(e) = self
-            .engine
-            .upload(id, "/work", self.source.archive(b.user.0, b.user.1))
-        {
-            return Ok(ContainerEnd::Stopped {
-                status: Status::InfraError,
-                message: format!(
-                    "could not copy the source ({} files and folders) into the container's /work: {e}",
-                    self.source.count()
-                ),
-                exit: None,
-            });
-        }
-        self.phase(
-            b,
-            Phase::Copy,
-            watched.started,
-            format!(
-                "{} files and folders of the source into /work in {}",
-                self.source.count(),
-                crate::units::human(copying.elapsed())
-            ),
-        )?;
+        let mut copy_failed = None;
         let mut signal = None;
         let mut report_failed = None;
         let followed = self.engine.follow_exec(
@@ -179,8 +160,30 @@ impl Execution<'_> {
             Steps {
                 cmd: b.container.steps(),
                 user: b.container.user(),
-                deadline: Instant::now() + b.timeout.0,
+                timeout: b.timeout.0,
                 grace: STOP_GRACE,
+            },
+            // While the steps' process starts: its script runs nothing before the
+            // source is in.
+            &mut || {
+                let copying = Instant::now();
+                let archive = self.source.archive(b.user.0, b.user.1);
+                let copied = self.engine.upload(id, "/work", archive);
+                copy_failed = copied.err();
+                if copy_failed.is_none() {
+                    // A reporter that fails here fails again, and counts, at the end.
+                    let _ = self.phase(
+                        b,
+                        Phase::Copy,
+                        watched.started,
+                        format!(
+                            "{} files and folders of the source into /work in {}",
+                            self.source.count(),
+                            crate::units::human(copying.elapsed())
+                        ),
+                    );
+                }
+                copy_failed.is_none()
             },
             &mut || {
                 signal = signal.or_else(signals::received);
@@ -192,6 +195,16 @@ impl Execution<'_> {
                 }
             },
         );
+        if let Some(e) = copy_failed {
+            return Ok(ContainerEnd::Stopped {
+                status: Status::InfraError,
+                message: format!(
+                    "could not copy the source ({} files and folders) into the container's /work: {e}",
+                    self.source.count()
+                ),
+                exit: None,
+            });
+        }
         self.emit(&Event::OutputEnded { batch: b })?;
         if let Some(e) = report_failed {
             return Err(e);

@@ -26,6 +26,8 @@ struct Script {
     image_present: bool,
     /// `create_container` fails with this.
     create_fails: Option<fn() -> EngineError>,
+    /// Copying the source in fails.
+    upload_fails: bool,
     /// What following the steps ends with, and what they print first.
     output: &'static [u8],
     follow: Result<FollowEnd, fn() -> EngineError>,
@@ -45,6 +47,7 @@ impl Default for Script {
         Script {
             image_present: true,
             create_fails: None,
+            upload_fails: false,
             output: b"cibox run: true\n",
             follow: Ok(FollowEnd {
                 stopped: None,
@@ -66,6 +69,8 @@ struct Calls {
     removed: Vec<String>,
     /// Each upload's folder and the names in its archive.
     uploaded: Vec<(String, Vec<String>)>,
+    /// The folders downloaded.
+    downloaded: Vec<String>,
 }
 
 struct FakeEngine {
@@ -140,6 +145,12 @@ impl ContainerEngine for FakeEngine {
             .unwrap()
             .uploaded
             .push((path.to_string(), names));
+        if self.script.upload_fails {
+            return Err(EngineError::Api {
+                action: "copying the source in".into(),
+                reason: "no space left on device".into(),
+            });
+        }
         Ok(())
     }
 
@@ -147,9 +158,16 @@ impl ContainerEngine for FakeEngine {
         &self,
         _: &str,
         _: Steps<'_>,
+        prepare: &mut dyn FnMut() -> bool,
         _: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
+        if !prepare() {
+            return Err(EngineError::Api {
+                action: "starting the batch".into(),
+                reason: "not made ready".into(),
+            });
+        }
         on(Followed::Output(self.script.output));
         match &self.script.follow {
             Ok(end) => {
@@ -181,9 +199,10 @@ impl ContainerEngine for FakeEngine {
     fn download<'a>(
         &'a self,
         _: &str,
-        _: &str,
+        path: &str,
         _: Box<dyn Fn() -> Option<String> + 'a>,
     ) -> Box<dyn Read + 'a> {
+        self.calls.lock().unwrap().downloaded.push(path.to_string());
         Box::new(std::io::Cursor::new(self.script.reports.clone()))
     }
 
@@ -387,6 +406,7 @@ fn a_batch_whose_steps_and_tests_pass_passes_and_leaves_nothing() {
     assert_eq!(path, "/work");
     assert!(names.contains(&"cibox.yaml".to_string()), "{names:?}");
     assert!(!names.iter().any(|n| n.starts_with("reports")), "{names:?}");
+    assert_eq!(calls.downloaded, ["/reports"]);
     assert_eq!(
         events,
         [
@@ -676,4 +696,69 @@ fn a_trusted_layer_is_left_alone_while_its_container_may_still_write_it() {
     assert!(record(&result).caches[0].kept.is_some());
     let layers: Vec<_> = std::fs::read_dir(&work).unwrap().flatten().collect();
     assert!(layers.is_empty(), "{layers:?}");
+}
+
+#[test]
+fn reports_said_empty_by_a_batch_that_ended_well_are_not_copied() {
+    let said = b"cibox run: true\ncibox reports: none\n";
+    let (result, _, calls) = run_with(Script {
+        output: said,
+        ..Script::default()
+    });
+    assert!(calls.downloaded.is_empty(), "{:?}", calls.downloaded);
+    let r = record(&result);
+    // What it said it has: no test case (this batch does not allow that).
+    assert_eq!((r.tests.total, r.status), (0, Status::Failed));
+    assert_eq!(r.reports.files, 0);
+    assert_eq!(r.reports.stopped, None);
+    assert_eq!(calls.removed.len(), 1);
+    // Said by a batch that did not end well, or not as its last word: copied.
+    for (output, exit) in [
+        (&said[..], Some(1)),
+        (&said[..], None),
+        (&b"cibox reports: none\nlate worker\n"[..], Some(0)),
+    ] {
+        let (_, _, calls) = run_with(Script {
+            output,
+            follow: Ok(FollowEnd {
+                stopped: None,
+                exit,
+            }),
+            ..Script::default()
+        });
+        assert_eq!(
+            calls.downloaded,
+            ["/reports"],
+            "{:?} {exit:?}",
+            String::from_utf8_lossy(output)
+        );
+    }
+    // Stopped at its deadline after saying so: copied.
+    let (_, _, calls) = run_with(Script {
+        output: said,
+        follow: Ok(FollowEnd {
+            stopped: Some(Stop::Deadline),
+            exit: Some(0),
+        }),
+        ..Script::default()
+    });
+    assert_eq!(calls.downloaded, ["/reports"]);
+}
+
+#[test]
+fn a_source_that_cannot_be_copied_in_runs_no_step() {
+    let (result, events, calls) = run_with(Script {
+        upload_fails: true,
+        ..Script::default()
+    });
+    let r = record(&result);
+    assert_eq!((r.status, r.exit_code), (Status::InfraError, 5));
+    let message = r.message.as_deref().unwrap();
+    assert!(
+        message.starts_with("could not copy the source (")
+            && message.ends_with("into the container's /work: container engine: copying the source in failed: no space left on device"),
+        "{message}"
+    );
+    assert!(!events.contains(&"output"), "the steps went on: {events:?}");
+    assert_eq!(calls.removed.len(), 1);
 }

@@ -3,6 +3,14 @@
 //! runs it, so a batch that failed while installing the source can be told from one
 //! whose tests failed, and named as such with the end of that step's output. A batch
 //! can print a fake announcement, but only to word its own failure differently.
+//!
+//! A script that ends well with `/reports` empty says so last ([`REPORTS_EMPTY`]), so
+//! that cibox need not read an empty folder out of the container. A batch can print
+//! that line while its `/reports` holds files, but then it only loses its own reports
+//! (as it could by deleting them): no reports is what it said it has.
+
+/// The script's last line when every step passed and `/reports` holds nothing.
+pub const REPORTS_EMPTY: &str = "cibox reports: none";
 
 /// How much of the step's output is kept.
 const TAIL_BYTES: usize = 2048;
@@ -35,6 +43,8 @@ pub struct PhaseTracker {
     /// What it printed since.
     tail: Vec<u8>,
     line: Vec<u8>,
+    /// The last line so far is [`REPORTS_EMPTY`] (nothing came after it).
+    said_reports_empty: bool,
 }
 
 impl PhaseTracker {
@@ -44,8 +54,11 @@ impl PhaseTracker {
         for &b in bytes {
             if b == b'\n' {
                 announced.extend(self.end_line());
-            } else if self.line.len() < MAX_LINE {
-                self.line.push(b);
+            } else {
+                self.said_reports_empty = false;
+                if self.line.len() < MAX_LINE {
+                    self.line.push(b);
+                }
             }
             self.tail.push(b);
         }
@@ -56,6 +69,8 @@ impl PhaseTracker {
     }
 
     fn end_line(&mut self) -> Option<(Phase, String)> {
+        // Glued onto what a step left without a newline, like the announcements.
+        self.said_reports_empty = self.line.ends_with(REPORTS_EMPTY.as_bytes());
         let line = String::from_utf8_lossy(&self.line);
         let mut announced = None;
         for phase in [Phase::Install, Phase::Preflight, Phase::Run] {
@@ -70,6 +85,11 @@ impl PhaseTracker {
         }
         self.line.clear();
         announced
+    }
+
+    /// The batch's script said, as its last line, that it left `/reports` empty.
+    pub fn said_reports_empty(&self) -> bool {
+        self.said_reports_empty
     }
 
     /// When the batch failed with `code` while installing the source or in a
@@ -120,5 +140,22 @@ mod tests {
                 .unwrap()
                 .ends_with("it printed nothing")
         );
+    }
+
+    #[test]
+    fn an_empty_reports_folder_is_said_by_the_last_line_only() {
+        let mut t = PhaseTracker::default();
+        t.feed(b"cibox run: true\nok\ncibox reports: no");
+        assert!(!t.said_reports_empty(), "a line not yet ended");
+        t.feed(b"ne\n");
+        assert!(t.said_reports_empty());
+        // Output after it (a worker the script left behind): no longer the last word.
+        t.feed(b"late");
+        assert!(!t.said_reports_empty());
+        t.feed(b"\n");
+        assert!(!t.said_reports_empty());
+        // Glued onto a line a step left without a newline.
+        t.feed(b"no newlinecibox reports: none\n");
+        assert!(t.said_reports_empty());
     }
 }

@@ -64,6 +64,25 @@ fn sigterm_cancels_removes_and_exits_143() {
 }
 
 #[test]
+fn a_signal_while_the_source_is_copied_in_runs_no_step() {
+    // The batch's exec starts while its source is copied in, its script waiting for
+    // cibox's word: a SIGTERM before that word is given ends the batch with no step run.
+    let p = busybox_project(&batch("b", 0, "10m", &["echo STEP-RAN"], ""), "");
+    // 100 MB to copy: the signal lands while the engine extracts it.
+    for f in ["big-1", "big-2"] {
+        std::fs::write(p.project.path().join(f), vec![0u8; 50 << 20]).unwrap();
+    }
+    let mut child = p.spawn(&["batch", "run", "b"]);
+    assert!(wait_until(30, || p.containers().len() == 1));
+    unsafe { nix::libc::kill(child.id() as i32, nix::libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    assert_eq!(p.result("b")["status"], "cancelled");
+    let log = std::fs::read_to_string(p.reports().join("b/log.txt")).unwrap();
+    assert!(!log.contains("STEP-RAN"), "a step ran: {log}");
+    assert!(p.containers().is_empty());
+}
+
+#[test]
 fn after_sigkill_cleanup_removes_exactly_our_leftovers() {
     let p = busybox_project(
         &format!(

@@ -37,6 +37,46 @@ fn symlinks_a_batch_plants_in_its_reports_are_never_followed() {
 }
 
 #[test]
+fn a_batch_says_when_it_left_its_reports_empty_and_anything_there_is_copied() {
+    // The script's last line says so only of a `/reports` that holds nothing at all: a
+    // hidden file or an empty folder is there, and copied.
+    let p = busybox_project(
+        &(batch("none", 0, "1m", &["true"], "    allow_empty: true\n")
+            + &batch(
+                "hidden",
+                0,
+                "1m",
+                &["echo x > $CIBOX_REPORTS/.hidden"],
+                "    allow_empty: true\n",
+            )
+            + &batch(
+                "folder",
+                0,
+                "1m",
+                &["mkdir $CIBOX_REPORTS/sub"],
+                "    allow_empty: true\n",
+            )),
+        "",
+    );
+    p.run(&["batch", "run", "none", "hidden", "folder"]).ok();
+    let log = |b: &str| std::fs::read_to_string(p.reports().join(b).join("log.txt")).unwrap();
+    assert!(
+        log("none").ends_with("cibox reports: none\n"),
+        "{}",
+        log("none")
+    );
+    for b in ["hidden", "folder"] {
+        assert!(!log(b).contains("cibox reports: none"), "{b}: {}", log(b));
+    }
+    assert_eq!(
+        std::fs::read_to_string(p.reports().join("hidden/.hidden")).unwrap(),
+        "x\n"
+    );
+    assert!(p.reports().join("folder/sub").is_dir());
+    assert_eq!(p.result("none")["status"], "passed");
+}
+
+#[test]
 fn qualify_writes_a_record_only_when_every_batch_passed() {
     let p = busybox_project(
         &(batch("good", 0, "1m", &[JUNIT_OK], "") + &batch("bad", 0, "1m", &["exit 1"], "")),

@@ -17,6 +17,8 @@ fn the_container_is_locked_down() {
         // Source read-only at /src, copied into /work.
         "! touch /src/x 2>/dev/null",
         "test -f /work/cibox.yaml",
+        // Standard input ends at once: the word that the source is in was the script's.
+        "test -z \"$(cat)\"",
         // No host variable but pass_env; CUDA hidden for a CPU batch.
         "test -z \"${CIBOX_TEST_SECRET:-}\"",
         "test \"$CIBOX_TEST_PASSED\" = yes",
