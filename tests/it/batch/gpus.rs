@@ -170,7 +170,6 @@ fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
         smi.set("cuda_version", "12.2");
         smi.set("driver_version", "535.104.05");
         let locks = tempfile::tempdir().unwrap();
-        // A wait: another test's orphan container may name the fixture's GPU 0 a moment.
         let mut c = p.batch_cmd(&["batch", "run", "g", "cpu", "--wait", "30s"]);
         smi.apply(&mut c);
         backend.apply(&mut c);
@@ -179,11 +178,15 @@ fn the_record_says_what_hardware_the_batch_ran_on_with_either_probe() {
         // The fixture's GPUs exist on no engine: the batch leases one and cannot start.
         assert_eq!(r.code, 5, "{backend:?}: {}", r.stderr);
         let hw = &p.result("g")["hardware"];
+        // Another test's cibox container may hold the fixture's GPU 0 for a moment: the
+        // lease then takes GPU 1, and the record must name whichever it was.
+        let index = hw["gpus"][0]["index"].as_u64().unwrap_or(0) as usize;
+        assert!(index < 2, "{backend:?}: {hw}");
         assert_eq!(
             hw["gpus"],
             serde_json::json!([{
-                "index": 0,
-                "uuid": uuid(0),
+                "index": index,
+                "uuid": uuid(index),
                 "name": "NVIDIA A100-SXM4-80GB",
                 "memory_mib": 81559,
                 "driver": "535.104.05",
