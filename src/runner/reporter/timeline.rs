@@ -175,14 +175,29 @@ pub fn mermaid(results: &[BatchResult]) -> String {
     let Some(p) = Picture::of(results) else {
         return String::new();
     };
-    let mut s = String::from("```mermaid\ngantt\n");
+    // Mermaid leaves 75 px left of the bars for section names, and a GPU's name is
+    // longer: without room, it is drawn over the bars.
+    let longest = p
+        .lanes
+        .iter()
+        .map(|(title, _)| title.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut s = format!(
+        "```mermaid\n%%{{init: {{\"gantt\": {{\"leftPadding\": {}}}}}}}%%\ngantt\n",
+        (longest * 7 + 20).clamp(75, 400)
+    );
     let _ = writeln!(
         s,
         "    title cibox run {} ({})",
         mermaid_text(&p.run),
         wall(&p)
     );
-    s.push_str("    dateFormat x\n    axisFormat %H:%M:%S\n    todayMarker off\n");
+    let _ = writeln!(
+        s,
+        "    dateFormat x\n    axisFormat {}\n    todayMarker off",
+        axis_format(p.end - p.start)
+    );
     let mut id = 0;
     for (title, rows) in &p.lanes {
         let _ = writeln!(s, "    section {}", mermaid_text(title));
@@ -231,6 +246,17 @@ pub fn mermaid(results: &[BatchResult]) -> String {
 }
 
 /// The run's wall time, from the first batch's start to the last one's end.
+/// Ticks that tell apart the moments of a run `ms` long: milliseconds for a short one
+/// (every tick of a second-long run would read the same second), no seconds for a long
+/// one.
+fn axis_format(ms: u64) -> &'static str {
+    match ms {
+        0..10_000 => "%M:%S.%L",
+        10_000..7_200_000 => "%H:%M:%S",
+        _ => "%H:%M",
+    }
+}
+
 fn wall(p: &Picture) -> String {
     human(std::time::Duration::from_millis(p.end - p.start))
 }

@@ -246,8 +246,14 @@ fn the_summary_and_timeline_svg_picture_which_batch_ran_on_which_gpu_when() {
         .nth(1)
         .and_then(|b| b.split("```").next())
         .unwrap_or_else(|| panic!("no Mermaid block:\n{summary}"));
-    let lines: Vec<&str> = block.lines().map(str::trim).collect();
+    // Room for the GPUs' names left of the bars, then the chart.
+    assert!(
+        block.starts_with("%%{init: {\"gantt\": {\"leftPadding\": 223}}}%%\n"),
+        "{block}"
+    );
+    let lines: Vec<&str> = block.lines().skip(1).map(str::trim).collect();
     assert_eq!(lines[0], "gantt", "{block}");
+    assert!(lines.contains(&"axisFormat %M:%S.%L"), "{block}");
     assert!(lines.contains(&"dateFormat x"), "{block}");
     assert!(
         lines.contains(&"section GPU 0 (NVIDIA H100 80GB HBM3)") && lines.contains(&"section CPU"),
