@@ -428,16 +428,11 @@ fn vouch(e: &SpannedExpr<'_>, negated: bool, trigger: Trigger, reach: Reach) -> 
                 }
                 _ => Vouch::NONE,
             };
-            // `contains(github.event.pull_request.labels.*.name, 'run-gpu')`
-            let labelled = expr::context_path(&args[0].inner).as_deref()
-                == Some("github.event.pull_request.labels.*.name")
-                && string_literal(&args[1]).is_some()
-                && label_approves(trigger, reach);
-            if labelled {
-                by_role.and(Vouch::STARTER)
-            } else {
-                by_role
-            }
+            // `contains(github.event.pull_request.labels.*.name, 'run-gpu')` approves
+            // nothing: once the label is on, any later `labeled` event (another label,
+            // put on by a person or by a bot after a push) runs whatever head the pull
+            // request has then, which nobody approved.
+            by_role
         }
         _ => Vouch::NONE,
     }
