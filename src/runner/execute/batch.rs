@@ -326,6 +326,18 @@ impl Execution<'_> {
         }
         if let Some(tracker) = watched.steps.borrow_mut().take() {
             let succeeded = matches!(ended, ContainerEnd::Exited(0));
+            // A batch that failed before its first step (its source could not be
+            // copied in, its container would not start, it was cancelled meanwhile) ran
+            // no test: its steps are not counted as skipped tests.
+            if !succeeded && !tracker.began() {
+                return Cases {
+                    cases: Vec::new(),
+                    totals: junit::Totals::default(),
+                    dropped: 0,
+                    junit_problem: None,
+                    allow_empty: true,
+                };
+            }
             let cases = tracker.cases(&b.name, Instant::now(), succeeded);
             let totals = junit::Totals::of(&cases);
             return Cases {

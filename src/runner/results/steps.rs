@@ -87,6 +87,11 @@ impl StepTracker {
         self.line.clear();
     }
 
+    /// Whether any `run` step was announced (began).
+    pub fn began(&self) -> bool {
+        !self.started.is_empty()
+    }
+
     /// One case per `run` step: passed, failed (the step under way when the batch ended
     /// without success), or skipped (never reached).
     pub fn cases(&self, batch: &str, ended_at: Instant, succeeded: bool) -> Vec<Case> {

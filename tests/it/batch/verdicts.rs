@@ -287,3 +287,32 @@ fn output_keeps_its_order_and_a_failing_step_keeps_only_its_own() {
         );
     }
 }
+
+#[test]
+fn a_script_batch_that_never_began_counts_no_test() {
+    // The project's source holds busybox (2 MB): it cannot be copied into a 1 MB /work.
+    let p = busybox_project(
+        &batch(
+            "tiny",
+            0,
+            "1m",
+            &["echo one", "echo two"],
+            "    verdict: exit-code\n    container: {disk: 1m}\n",
+        ),
+        "",
+    );
+    let r = p.run(&["batch", "run", "tiny"]);
+    assert_eq!(r.code, 5, "{}{}", r.stdout, r.stderr);
+    let v = p.result("tiny");
+    assert_eq!(v["status"], "infra_error", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not copy the source"),
+        "{v}"
+    );
+    // Its steps never began: they are no skipped tests.
+    assert_eq!(v["tests"]["total"], 0, "{v}");
+    assert!(r.stderr.contains("(0 tests:"), "{}", r.stderr);
+}
