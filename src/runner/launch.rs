@@ -296,14 +296,14 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
     let source = source
         .canonicalize()
         .map_err(|e| RunError::Usage(format!("--source {}: {e}", source.display())))?;
-    let source_info = source_info(&source);
+    let reports = planned_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
+    let source_info = source_info(&source, Some(&reports));
     if source_info.sha.is_none() {
         console::warn(format!(
             "{} is not a git checkout: the run record will carry no commit",
             source.display()
         ));
     }
-    let reports = planned_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
     let scope = at.scope.unwrap_or_else(default_scope);
     if scope.is_empty() {
         return Err(RunError::Usage("--scope is empty".into()));
@@ -391,15 +391,23 @@ pub fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
 
 /// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
 /// is a checkout. Not being one is allowed and recorded.
-pub fn source_info(dir: &Path) -> SourceInfo {
+pub fn source_info(dir: &Path, reports: Option<&Path>) -> SourceInfo {
     let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
         .ok()
         .filter(|s| s.len() == 40);
-    // cibox's own output folders in the source make it no dirtier: they never ship.
-    let excluded: Vec<String> = OUTPUT_FOLDERS
+    // cibox's own output folders in the source (at any depth: a manifest in a subfolder
+    // has its reports there) and this run's reports folder make it no dirtier: they
+    // never ship.
+    let mut excluded: Vec<String> = OUTPUT_FOLDERS
         .iter()
-        .map(|f| format!(":(exclude){f}"))
+        .map(|f| format!(":(exclude,glob)**/{f}/**"))
         .collect();
+    if let Some(rel) = reports.and_then(|r| r.strip_prefix(dir).ok())
+        && !rel.as_os_str().is_empty()
+        && let Some(rel) = rel.to_str()
+    {
+        excluded.push(format!(":(exclude,literal){rel}"));
+    }
     let mut args = vec![
         "status",
         "--porcelain",

@@ -52,7 +52,14 @@ impl SourceSet {
                 all
             }
         };
-        files.retain(|f| !outputs.iter().any(|o| f.starts_with(o)));
+        // cibox's own folders at any depth (a manifest in a subfolder has its reports
+        // there), and the given ones.
+        files.retain(|f| {
+            !outputs.iter().any(|o| f.starts_with(o))
+                && !f
+                    .components()
+                    .any(|c| OUTPUT_FOLDERS.iter().any(|o| c.as_os_str() == *o))
+        });
         // Every folder on the way to a file, before it.
         let mut entries: BTreeSet<PathBuf> = BTreeSet::new();
         for f in &files {

@@ -87,6 +87,44 @@ fn a_source_outside_git_is_allowed_and_recorded() {
 }
 
 #[test]
+fn cibox_output_folders_anywhere_in_the_source_neither_ship_nor_make_it_dirty() {
+    let p = busybox_project(
+        &batch(
+            "look",
+            0,
+            "1m",
+            &["test ! -e sub/cibox-reports && test ! -e out && test -e sub/kept"],
+            "    verdict: exit-code\n",
+        ),
+        "",
+    );
+    let dir = p.project.path();
+    std::fs::remove_dir(dir.join(".git")).unwrap();
+    git(dir, &["init", "-q"]);
+    p.project.write("sub/kept", "x");
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-qm", "source"]);
+    // What an earlier run of a manifest in `sub/` left, and this run's reports folder,
+    // both untracked in the checkout.
+    p.project.write("sub/cibox-reports/unit/result.json", "{}");
+    let out = dir.join("out");
+    let r = p.run(&["batch", "run", "look", "--reports", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("look/result.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["source"]["dirty"], false, "{v}");
+    // Something else untracked still counts.
+    p.project.write("sub/new.py", "x");
+    p.run(&["batch", "run", "look", "--reports", out.to_str().unwrap()])
+        .ok();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("look/result.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["source"]["dirty"], true, "{v}");
+}
+
+#[test]
 fn parallel_batches_run_at_once_and_prefix_their_output() {
     let step = |n: &str| {
         format!(
