@@ -119,8 +119,10 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     };
     let m = replay.manifest(&worktree)?;
     let reports = PathBuf::from("cibox-reproduce").join(&record.run);
+    // As part of its layer again: the layer decided its image (and so its install).
     let mut request = RunRequest {
         names: vec![record.batch.clone()],
+        layer: record.layer.clone(),
         fast: Some(record.fast),
         image: Some(image.to_string()),
         ..RunRequest::default()
@@ -210,7 +212,15 @@ fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Pat
                 ""
             }
         ),
-        format!("image:    {image}"),
+        format!(
+            "image:    {image}{}",
+            match (&record.layer, record.image_name.as_str()) {
+                (Some(layer), name) if !name.is_empty() => format!(" (`{name}`, of layer {layer})"),
+                (Some(layer), _) => format!(" (of layer {layer})"),
+                (None, "") => String::new(),
+                (None, name) => format!(" (`{name}`)"),
+            }
+        ),
         format!("fast:     {}", record.fast),
         format!("gpus:     {}", record.gpu_count),
         format!("manifest: {}", manifest_rel.display()),
@@ -240,6 +250,8 @@ fn plan_json(
         "commit": sha,
         "dirty": record.source.dirty,
         "image": image,
+        "image_name": record.image_name,
+        "layer": record.layer,
         "fast": record.fast,
         "gpus": record.gpu_count,
         "manifest": manifest_rel,

@@ -397,6 +397,8 @@ impl Execution<'_> {
             status,
             exit_code: status.exit_code(ended.cancelled_by()),
             image: b.image.to_string(),
+            image_name: b.image_name.clone(),
+            layer: plan.layer.clone(),
             lockset: self
                 .locksets
                 .get(&b.image_name)

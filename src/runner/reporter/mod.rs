@@ -219,6 +219,8 @@ pub(crate) mod sample {
             status,
             exit_code: status.exit_code(None),
             image: format!("sha256:{}", "a".repeat(64)),
+            image_name: "default".into(),
+            layer: None,
             lockset: format!("sha256:{}", "b".repeat(64)),
             source: SourceInfo {
                 sha: Some("c".repeat(40)),

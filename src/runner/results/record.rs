@@ -221,6 +221,13 @@ pub struct RunRecord {
     /// The Slurm job it ran as, when the host submits batches to Slurm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmJob>,
+    /// The manifest's name of the image it ran in (`image` is its ID); empty in records
+    /// of older cibox versions.
+    #[serde(default)]
+    pub image_name: String,
+    /// The layer it ran as part of (whose image and fast mode it took), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<String>,
 }
 
 /// One cache as a batch used it.

@@ -179,6 +179,8 @@ impl Submission<'_> {
             status,
             exit_code: status.exit_code(None),
             image: b.image.to_string(),
+            image_name: b.image_name.clone(),
+            layer: plan.layer.clone(),
             lockset: self
                 .locksets
                 .get(&b.image_name)

@@ -192,6 +192,8 @@ fn batches_run_in_their_named_images_each_verified_by_its_own_locks() {
             "\n    dockerfile: image/Dockerfile",
         )
         .replace("\n  b:\n", "\n  b:\n    image: second\n");
+    // `a` again as part of a layer of the second image.
+    let named = format!("{named}layers:\n  other: {{batches: [a], image: second}}\n");
     p.project.write("cibox.yaml", &named);
     let r = {
         let _store = image_store_lock(false);
@@ -218,6 +220,36 @@ fn batches_run_in_their_named_images_each_verified_by_its_own_locks() {
     assert_ne!(a["lockset"], b["lockset"], "each image has its own lockset");
     // One --image for a run of two images is ambiguous: refused, nothing started.
     run_both(&["--image", &second.0]).fails_with(2, "uses the images default, second");
+    // As part of the layer, `a` runs in the second image (and fails there); its record
+    // says so, and a replay runs it there again.
+    let d = p.project.path();
+    std::fs::remove_dir_all(d.join(".git")).unwrap();
+    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
+    git(d, &["init", "-q"]);
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "recorded"]);
+    let mut c = cibox(d);
+    c.args(["layer", "run", "other", "--source"])
+        .arg(d)
+        .arg("--reports")
+        .arg(p.reports())
+        .args(["--scope", &p.scope()])
+        .env("CIBOX_IMAGE_SECOND", &second.0);
+    assert_eq!(run(&mut c).code, 1);
+    let a = p.result("a");
+    assert_eq!(a["image"], second.0.as_str(), "{a}");
+    assert_eq!(a["image_name"], "second", "{a}");
+    assert_eq!(a["layer"], "other", "{a}");
+    let replay = run(cibox(d)
+        .arg("reproduce")
+        .arg(p.reports().join("a/result.json")));
+    assert!(
+        replay.stdout.contains("of layer other")
+            && replay.rows().contains(&"status failed failed".to_string()),
+        "{}\n{}",
+        replay.stdout,
+        replay.stderr
+    );
     // An image built from other locks than its own is refused before anything runs.
     p.project.write("image2/marker", "changed");
     let r = run_both(&[]);
