@@ -172,6 +172,23 @@ impl Execution<'_> {
                 record.status == Status::Passed,
                 watched.container_left.get(),
             );
+            // A batch that did not pass with a cache full: most likely why, so said
+            // where a person looks first, not only in the record's `caches`.
+            if record.status != Status::Passed {
+                let full: Vec<String> = record
+                    .caches
+                    .iter()
+                    .filter(|c| c.full)
+                    .filter_map(|c| Some(format!("cache {}: {}", c.name, c.problem.as_ref()?)))
+                    .collect();
+                if !full.is_empty() {
+                    let said = full.join("; ");
+                    record.message = Some(match record.message.take() {
+                        Some(m) => format!("{m}; {said}"),
+                        None => said,
+                    });
+                }
+            }
         }
         let result = BatchResult {
             record,

@@ -113,6 +113,13 @@ fn a_private_layer_that_fills_up_fails_the_batch_and_leaves_the_cache_as_it_was(
         c["problem"].as_str().unwrap().contains("filled up"),
         "{rec}"
     );
+    // Said where a person looks first: the batch's message and its closing line.
+    let message = rec["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cache ") && message.contains("filled up"),
+        "{rec}"
+    );
+    assert!(r.stderr.contains("filled up"), "{}", r.stderr);
     assert!(p.containers().is_empty(), "{:?}", p.containers());
     let r = p.run(&["batch", "run", "look"]);
     assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
