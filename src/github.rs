@@ -9,6 +9,22 @@ pub fn active() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
+/// The event of this workflow run when its code may be a pull request's that nobody
+/// merged (`GITHUB_EVENT_NAME`): `pull_request_target` and `issue_comment` runs start
+/// from the base branch but test what a pull request brought.
+pub fn unmerged_code_event() -> Option<String> {
+    const EVENTS: [&str; 6] = [
+        "pull_request",
+        "pull_request_target",
+        "pull_request_review",
+        "pull_request_review_comment",
+        "issue_comment",
+        "workflow_run",
+    ];
+    let event = std::env::var("GITHUB_EVENT_NAME").ok()?;
+    EVENTS.contains(&event.as_str()).then_some(event)
+}
+
 /// Escapes workflow-command data (`%`, CR, LF); properties also `:` and `,`.
 pub fn escape_data(s: &str) -> String {
     s.replace('%', "%25")

@@ -120,6 +120,25 @@ fn run_here(
     };
     let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
     let mut host = HostFacts::current(&manifest, host_mounts, policy);
+    // A host that trusts its runs' cache writes trusts the code they run; a pull
+    // request's run (even one the approved-commit pattern started from the base
+    // branch) runs code nobody merged: its writes stay private.
+    if let Some(caches) = host.caches.as_mut()
+        && caches.trusted
+        && let Some(event) = crate::github::unmerged_code_event()
+    {
+        caches.trusted = false;
+        if names.iter().any(|n| {
+            manifest
+                .batches
+                .get(n)
+                .is_some_and(|b| !b.caches.is_empty())
+        }) {
+            console::warn(format!(
+                "this host keeps what its runs write to caches (caches.trusted), but this is a {event} run, whose code may be a pull request's: its cache writes stay private and are thrown away"
+            ));
+        }
+    }
     host.devices = super::container::devices::check_devices(&manifest, names, policy)?;
     if let (Some(role), [batch]) = (&request.node, names) {
         host.run_id = role.task_run_id(batch);

@@ -101,6 +101,35 @@ fn a_trusted_run_that_passes_is_seen_by_the_next_and_one_that_fails_is_not() {
 }
 
 #[test]
+fn a_pull_request_run_on_a_trusted_host_writes_privately() {
+    // The approved-commit pattern starts from the base branch, so a runner group kept
+    // to protected branches lets it in; the code it tests is the pull request's.
+    let store = Store::new();
+    let p = project(&store, true);
+    for event in ["pull_request_target", "issue_comment"] {
+        let mut c = p.batch_cmd(&["batch", "run", "plant"]);
+        c.env("GITHUB_EVENT_NAME", event);
+        let r = run(&mut c);
+        r.ok();
+        assert!(
+            r.stderr.contains(&format!("this is a {event} run")),
+            "{}",
+            r.stderr
+        );
+        let rec = p.result("plant");
+        assert_eq!(rec["caches"][0]["writes"], "private", "{rec}");
+        assert!(rec["caches"][0]["kept"].is_null(), "{rec}");
+        let r = p.run(&["batch", "run", "look"]);
+        assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+    }
+    // A push's run on the same host keeps its writes.
+    let mut c = p.batch_cmd(&["batch", "run", "plant"]);
+    c.env("GITHUB_EVENT_NAME", "push");
+    run(&mut c).ok();
+    assert_eq!(p.result("plant")["caches"][0]["writes"], "through");
+}
+
+#[test]
 fn a_private_layer_that_fills_up_fails_the_batch_and_leaves_the_cache_as_it_was() {
     let store = Store::new();
     let p = project(&store, false);
