@@ -33,7 +33,6 @@ step "verify it by ID"
 step "run layer 1 (the CPU batch) in a disposable, locked-down container"
 reports="$root/target/demo-reports"
 "${cibox[@]}" layer run 1 --image "$id" --source "$root/examples/demo" --reports "$reports"
-cat "$reports/summary.md"
 
 step "back it up, remove it, restore it: the ID must come back identical"
 backup="$root/target/demo-image.tar"
