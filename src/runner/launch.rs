@@ -56,6 +56,11 @@ fn standard_reporters(json: bool) -> Fanout {
     let (out, err) = if json {
         let err = Pump::stderr();
         (err.clone(), err)
+    } else if one_destination() {
+        // A terminal, or `2>&1` into one file: one queue, so cibox's lines (a step's
+        // phase line, a timeout) come out where they happened among the output.
+        let out = Pump::stdout();
+        (out.clone(), out)
     } else {
         (Pump::stdout(), Pump::stderr())
     };
@@ -67,6 +72,26 @@ fn standard_reporters(json: bool) -> Fanout {
         reporters = reporters.with(GitHub::new(out));
     }
     reporters
+}
+
+/// Whether standard output and standard error lead to the same file (a terminal, a
+/// pipe or file both were sent to).
+fn one_destination() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let meta = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|f| f.metadata())
+            .map(|m| (m.dev(), m.ino()))
+    };
+    use std::os::fd::AsFd;
+    match (
+        meta(std::io::stdout().as_fd()),
+        meta(std::io::stderr().as_fd()),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// What needs only the manifest, the request and the policy; the run's batches.

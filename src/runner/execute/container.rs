@@ -262,14 +262,27 @@ impl Execution<'_> {
                     t.feed(bytes);
                 }
                 let announced = watched.phases.borrow_mut().feed(bytes);
-                self.emit(&Event::Output { batch: b, bytes })?;
-                for (step, cmd) in announced {
+                // Each step's phase line right after its announcement: the output is
+                // cut there (only there, so a loud batch is not cut per line).
+                let mut from = 0;
+                for (end, step, cmd) in announced {
+                    self.emit(&Event::Output {
+                        batch: b,
+                        bytes: &bytes[from..end],
+                    })?;
+                    from = end;
                     let phase = match step {
                         ScriptPhase::Install => Phase::Install,
                         ScriptPhase::Preflight => Phase::Preflight,
                         ScriptPhase::Run => Phase::Run,
                     };
                     self.phase(b, phase, watched.started, cmd)?;
+                }
+                if from < bytes.len() {
+                    self.emit(&Event::Output {
+                        batch: b,
+                        bytes: &bytes[from..],
+                    })?;
                 }
                 Ok(())
             }

@@ -48,12 +48,13 @@ pub struct PhaseTracker {
 }
 
 impl PhaseTracker {
-    /// Takes what the batch printed, as it came; returns the steps announced in it.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<(Phase, String)> {
+    /// Takes what the batch printed, as it came; returns the steps announced in it,
+    /// each with where in `bytes` its announcement's line ends (after its newline).
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<(usize, Phase, String)> {
         let mut announced = Vec::new();
-        for &b in bytes {
+        for (i, &b) in bytes.iter().enumerate() {
             if b == b'\n' {
-                announced.extend(self.end_line());
+                announced.extend(self.end_line().map(|(p, cmd)| (i + 1, p, cmd)));
             } else {
                 self.said_reports_empty = false;
                 if self.line.len() < MAX_LINE {

@@ -299,6 +299,39 @@ fn a_stdout_nobody_reads_stalls_neither_the_timeout_nor_the_other_batches() {
 }
 
 #[test]
+fn sent_to_one_file_phase_lines_come_where_they_happened_among_the_output() {
+    let p = busybox_project(
+        &batch(
+            "two",
+            0,
+            "1m",
+            &["echo first-out", "sleep 1; echo second-out"],
+            "    verdict: exit-code\n",
+        ),
+        "",
+    );
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut c = p.batch_cmd(&["-v", "batch", "run", "two"]);
+    c.stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap());
+    assert!(c.status().unwrap().success());
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("`{needle}` missing:\n{text}"))
+    };
+    // Each step's phase line after its announcement, and before the next one's.
+    let first = at("cibox run: echo first-out");
+    let first_phase = at("run [");
+    let second = at("cibox run: sleep 1; echo second-out");
+    let second_phase = at("] sleep 1; echo second-out");
+    assert!(
+        first < first_phase && first_phase < second && second < second_phase,
+        "{text}"
+    );
+}
+
+#[test]
 fn progress_shows_phases_under_v_and_a_heartbeat_for_a_quiet_batch() {
     let p = busybox_project(
         &batch("quiet", 0, "1m", &["echo started", "sleep 3", JUNIT_OK], ""),
