@@ -264,7 +264,7 @@ fn validate_batch(
         allow_empty: b.allow_empty,
         tests: b.tests,
         container: batch_container,
-        meta: plain_meta(check, &["batches", name, "meta"], b.meta)?,
+        meta: plain_meta(check, &["batches", name, "meta"], b.meta, false)?,
         verdict: b.verdict.unwrap_or_default(),
         image_named: b.image.is_some(),
         image: match &b.image {
@@ -315,7 +315,7 @@ fn validate_layers(
                 ));
             }
         }
-        let meta = plain_meta(check, &["layers", &name, "meta"], l.meta)?;
+        let meta = plain_meta(check, &["layers", &name, "meta"], l.meta, false)?;
         layers.insert(
             name,
             Layer {
