@@ -3,7 +3,7 @@
 //! changed test file runs in), their raw forms and checks, and the `defaults` keys the
 //! template takes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -49,6 +49,22 @@ pub struct ChangeGroup {
     pub patterns: Vec<String>,
     #[serde(default)]
     pub kind: GroupKind,
+}
+
+impl GroupKind {
+    /// The step outputs (`--github-output`) of the group named `group` (`None`: the
+    /// unnamed one, `changed.patterns`): `[GROUP_]matrix` and `[GROUP_]has_tests` for
+    /// test files, `GROUP` and `GROUP_files` for plain files.
+    pub fn outputs(self, group: Option<&str>) -> [String; 2] {
+        let key = |k: &str| match group {
+            Some(g) => format!("{g}_{k}"),
+            None => k.to_string(),
+        };
+        match self {
+            GroupKind::Tests => [key("matrix"), key("has_tests")],
+            GroupKind::Files => [group.unwrap_or("files").to_string(), key("files")],
+        }
+    }
 }
 
 /// What a change group's files are.
@@ -201,6 +217,27 @@ pub(super) fn validate_changed(
             ));
         }
     }
+    // Each step output is one group's: GitHub keeps one value of a name written twice.
+    let mut outputs: HashMap<String, Option<&str>> = HashMap::new();
+    if !ch.patterns.is_empty() {
+        for o in GroupKind::Tests.outputs(None) {
+            outputs.insert(o, None);
+        }
+    }
+    for (name, g) in &ch.groups {
+        for o in g.kind.outputs(Some(name)) {
+            if let Some(other) = outputs.insert(o.clone(), Some(name)) {
+                let other = match other {
+                    Some(other) => format!("group `{other}`"),
+                    None => "`changed.patterns`".to_string(),
+                };
+                return Err(check.at_key(
+                    &["changed", "groups", name.as_str()],
+                    format!("writes the step output `{o}`, which {other} writes too (one would hide the other); rename one of them"),
+                ));
+            }
+        }
+    }
     if !is_env_name(&ch.gpus_marker) {
         return Err(check.at(
             &["changed", "gpus_marker"],
@@ -297,5 +334,36 @@ mod tests {
             .replace("    gpus: 8\n", "    gpus: 8\n    timeout: 1h\n");
         let err = parse(&no_default).unwrap_err();
         assert!(err.contains("changed.run: needs a `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn change_groups_whose_outputs_share_a_name_are_refused() {
+        let with = |groups: &str| {
+            REAL.replace(
+                "layers:",
+                &format!("changed:\n  patterns: [\"tests/**/test_*.py\"]\n  groups:\n{groups}layers:"),
+            )
+        };
+        let err = parse(&with(
+            "    lib: {patterns: [src/**], kind: files}\n    lib_files: {patterns: [docs/**], kind: files}\n",
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("cibox.yaml:37:5: changed.groups.lib_files: writes the step output `lib_files`, which group `lib` writes too (one would hide the other); rename one of them"),
+            "{err}"
+        );
+        let err = parse(&with(
+            "    t: {patterns: [tests/**]}\n    t_matrix: {patterns: [src/**], kind: files}\n",
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("changed.groups.t_matrix: writes the step output `t_matrix`, which group `t` writes too"),
+            "{err}"
+        );
+        // Apart, they are fine.
+        parse(&with(
+            "    lib: {patterns: [src/**], kind: files}\n    t: {patterns: [tests/**]}\n",
+        ))
+        .unwrap();
     }
 }
