@@ -341,7 +341,9 @@ mod tests {
         let with = |groups: &str| {
             REAL.replace(
                 "layers:",
-                &format!("changed:\n  patterns: [\"tests/**/test_*.py\"]\n  groups:\n{groups}layers:"),
+                &format!(
+                    "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  groups:\n{groups}layers:"
+                ),
             )
         };
         let err = parse(&with(

@@ -360,6 +360,23 @@ mod tests {
         );
         let err = parse(&SUITE.replace("name: glm4-slow", "name: unit")).unwrap_err();
         assert!(err.contains("which batches.unit has already"), "{err}");
+        // A family's name stands for its entries: no entry may take it, its own
+        // family's or another's (defined before or after it).
+        let err = parse(&SUITE.replace("name: glm4-slow", "name: megatron")).unwrap_err();
+        assert!(
+            err.contains("batches.megatron.each.2.name: gives the batch name `megatron`, which batches.megatron (a test list, whose name stands for all its entries) has already"),
+            "{err}"
+        );
+        let two = SUITE.replace(
+            "layers:",
+            "  other:\n    gpus: 1\n    run: [x]\n    each: [{file: t/a.py}]\nlayers:",
+        );
+        parse(&two).unwrap();
+        let err = parse(&two.replace("name: glm4-slow", "name: other")).unwrap_err();
+        assert!(
+            err.contains("gives the batch name `other`, which batches.other (a test list"),
+            "{err}"
+        );
         let err = parse(&SUITE.replace(
             "tests/test_glm4.py, gpus: 8, timeout",
             "../etc/passwd, gpus: 8, timeout",

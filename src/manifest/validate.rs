@@ -148,11 +148,20 @@ fn validate_batches(
     if raw.is_empty() {
         return Err(check.at(&["batches"], "define at least one batch"));
     }
-    // Every plain batch's name, so an entry cannot take one defined further down.
+    // Every batch's and family's name, so an entry cannot take one defined further down.
+    // A family's name stands for its entries (in layers, `batch run`, `batch list`): an
+    // entry of that name could never be named alone.
     let mut taken: HashMap<String, String> = raw
         .iter()
-        .filter(|(_, b)| b.each.is_none())
-        .map(|(n, _)| (n.clone(), format!("batches.{n}")))
+        .map(|(n, b)| {
+            let what = match b.each {
+                None => format!("batches.{n}"),
+                Some(_) => {
+                    format!("batches.{n} (a test list, whose name stands for all its entries)")
+                }
+            };
+            (n.clone(), what)
+        })
         .collect();
     let mut batches = IndexMap::new();
     let mut families = IndexMap::new();
