@@ -96,6 +96,9 @@ pub struct ChangedRun {
     pub image: String,
     /// The caches test files use.
     pub caches: Vec<String>,
+    /// How the source is installed for them, instead of their image's `install` (or
+    /// `source.install`), as a batch's `install`.
+    pub install: Option<Vec<String>>,
 }
 
 impl ChangedRun {
@@ -120,7 +123,7 @@ impl ChangedRun {
             verdict: self.verdict,
             image: self.image.clone(),
             image_named: true,
-            install: None,
+            install: self.install.clone(),
             caches: self.caches.clone(),
             family: None,
             changed_file: Some(file.to_string()),
@@ -158,13 +161,15 @@ pub(super) struct RawChangedRun {
     container: Option<RawContainer>,
     verdict: Option<BatchVerdict>,
     image: Option<String>,
+    install: Option<Vec<String>>,
     caches: Option<Vec<String>>,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-pub(super) const CHANGED_RUN_DEFAULTS: [&str; 9] = [
+pub(super) const CHANGED_RUN_DEFAULTS: [&str; 10] = [
     "caches",
     "image",
+    "install",
     "verdict",
     "timeout",
     "preflight",
@@ -287,6 +292,7 @@ fn validate_changed_run(
     let caches = batch_caches(check, &["changed", "run"], caches, r.caches, &container)?;
     Ok(ChangedRun {
         caches,
+        install: r.install,
         command: r.command,
         timeout,
         preflight: r.preflight,
@@ -334,6 +340,27 @@ mod tests {
             .replace("    gpus: 8\n", "    gpus: 8\n    timeout: 1h\n");
         let err = parse(&no_default).unwrap_err();
         assert!(err.contains("changed.run: needs a `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn changed_run_takes_an_install_of_its_own_or_the_defaults() {
+        let text = REAL.replace(
+            "layers:",
+            "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: pytest \"$CIBOX_TEST_FILE\"\n    install: [\"pip install -e .\"]\nlayers:",
+        );
+        let run = parse(&text).unwrap().changed.unwrap().run.unwrap();
+        let want = vec!["pip install -e .".to_string()];
+        assert_eq!(run.install.as_ref(), Some(&want));
+        assert_eq!(run.batch_for("tests/test_a.py", 1).install, Some(want));
+        // From the defaults; none: the image's (or `source.install`), as for a batch.
+        let from_defaults = text
+            .replace("    install: [\"pip install -e .\"]\n", "")
+            .replace("defaults:\n", "defaults:\n  install: []\n");
+        let run = parse(&from_defaults).unwrap().changed.unwrap().run.unwrap();
+        assert_eq!(run.batch_for("t.py", 0).install, Some(vec![]));
+        let none = text.replace("    install: [\"pip install -e .\"]\n", "");
+        let run = parse(&none).unwrap().changed.unwrap().run.unwrap();
+        assert_eq!(run.batch_for("t.py", 0).install, None);
     }
 
     #[test]
