@@ -344,25 +344,21 @@ impl Found {
     /// or `false`) and `NAME_files`. Serialised, never pasted: names with quotes,
     /// `$(…)` or newlines stay data.
     pub fn outputs(&self, group: Option<&str>) -> Vec<(String, String)> {
-        let key = |k: &str| match group {
-            Some(g) => format!("{g}_{k}"),
-            None => k.to_string(),
-        };
         match self {
-            Found::Tests(include) => vec![
-                (key("matrix"), self.text()),
-                (key("has_tests"), (!include.is_empty()).to_string()),
-            ],
-            Found::Files(files) => vec![
-                (
-                    group.unwrap_or("files").to_string(),
-                    (!files.is_empty()).to_string(),
-                ),
-                (
-                    key("files"),
-                    serde_json::to_string(files).expect("serialises"),
-                ),
-            ],
+            Found::Tests(include) => {
+                let [matrix, has_tests] = GroupKind::Tests.outputs(group);
+                vec![
+                    (matrix, self.text()),
+                    (has_tests, (!include.is_empty()).to_string()),
+                ]
+            }
+            Found::Files(files) => {
+                let [changed, list] = GroupKind::Files.outputs(group);
+                vec![
+                    (changed, (!files.is_empty()).to_string()),
+                    (list, serde_json::to_string(files).expect("serialises")),
+                ]
+            }
         }
     }
 

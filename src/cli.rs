@@ -260,9 +260,15 @@ pub struct ConfineArgs {
 #[derive(Debug, Subcommand)]
 pub enum BatchCommand {
     /// The manifest's batches and layers.
-    List,
+    List(BatchListArgs),
     /// Run batches, each in its own disposable container.
     Run(BatchRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BatchListArgs {
+    /// Only these batches (a test list's name: all its entries), without the layers.
+    pub names: Vec<String>,
 }
 
 #[derive(Debug, Args)]

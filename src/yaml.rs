@@ -417,6 +417,11 @@ fn merge_keys(entries: Vec<(Node, Node)>) -> Result<Vec<(Node, Node)>, YamlError
 }
 
 impl Node {
+    /// Whether this is YAML's null: a plain `null` (`Null`, `NULL`), `~`, or nothing.
+    pub fn is_null(&self) -> bool {
+        matches!(&self.value, NodeValue::Scalar { text, plain: true } if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL"))
+    }
+
     pub fn scalar_text(&self) -> Option<&str> {
         match &self.value {
             NodeValue::Scalar { text, .. } => Some(text),

@@ -16,12 +16,25 @@ use crate::runner::sweep;
 use crate::runner::{self, RunRequest};
 use crate::units::Span;
 
-/// `cibox batch list`: batches (name, GPUs, timeout, description) and layers.
-pub fn list(ctx: &Context) -> Result<u8> {
+/// `cibox batch list [NAME…]`: batches (name, GPUs, timeout, description) and layers;
+/// with names, only those batches (a test list's name: all its entries), no layers.
+pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
     let m = ctx.manifest()?;
+    let shown: Vec<(&String, &crate::manifest::Batch)> = if names.is_empty() {
+        m.batches.iter().collect()
+    } else {
+        runner::named_batches(&m, names)?
+            .into_iter()
+            .filter_map(|n| m.batches.get_key_value(&n))
+            .collect()
+    };
+    let layers = if names.is_empty() {
+        m.layers.iter().collect()
+    } else {
+        Vec::new()
+    };
     if ctx.json {
-        let batches: Vec<_> = m
-            .batches
+        let batches: Vec<_> = shown
             .iter()
             .map(|(name, b)| {
                 json!({
@@ -31,11 +44,12 @@ pub fn list(ctx: &Context) -> Result<u8> {
                     "timeout_s": b.timeout.0.as_secs(),
                     "description": b.description,
                     "allow_empty": b.allow_empty,
+                    "family": b.family,
+                    "test_file": b.family.as_ref().and_then(|_| b.tests.first()),
                 })
             })
             .collect();
-        let layers: Vec<_> = m
-            .layers
+        let layers: Vec<_> = layers
             .iter()
             .map(|(name, l)| {
                 json!({"name": name, "fast": l.fast, "batches": l.batches, "description": l.description})
@@ -45,26 +59,26 @@ pub fn list(ctx: &Context) -> Result<u8> {
         return Ok(exit::SUCCESS);
     }
     let mut t = Table::new(&["BATCH", "GPUS", "TIMEOUT", "DESCRIPTION"]);
-    for (name, b) in &m.batches {
+    for (name, b) in &shown {
         t.row(vec![
-            name.clone(),
+            name.to_string(),
             b.gpus.to_string(),
             b.timeout.to_string(),
             b.description.clone().unwrap_or_default(),
         ]);
     }
     print!("{}", t.render());
-    if !m.layers.is_empty() {
+    if !layers.is_empty() {
         println!();
         let mut t = Table::new(&["LAYER", "FAST", "BATCHES"]);
-        for (name, l) in &m.layers {
+        for (name, l) in &layers {
             let batches = if l.all {
                 format!("all ({})", l.batches.join(", "))
             } else {
                 l.batches.join(", ")
             };
             t.row(vec![
-                name.clone(),
+                name.to_string(),
                 if l.fast { "yes" } else { "no" }.into(),
                 batches,
             ]);

@@ -97,7 +97,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             scope,
         }) => image::qualify(&ctx, &id, reports, source, scope),
         Command::Doctor => doctor::run(&ctx),
-        Command::Batch(BatchCommand::List) => batch::list(&ctx),
+        Command::Batch(BatchCommand::List(a)) => batch::list(&ctx, &a.names),
         Command::Batch(BatchCommand::Run(a)) => {
             batch::run(&ctx, &a.names, a.layer.as_deref(), &a.options)
         }

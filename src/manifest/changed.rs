@@ -3,7 +3,7 @@
 //! changed test file runs in), their raw forms and checks, and the `defaults` keys the
 //! template takes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -51,6 +51,22 @@ pub struct ChangeGroup {
     pub kind: GroupKind,
 }
 
+impl GroupKind {
+    /// The step outputs (`--github-output`) of the group named `group` (`None`: the
+    /// unnamed one, `changed.patterns`): `[GROUP_]matrix` and `[GROUP_]has_tests` for
+    /// test files, `GROUP` and `GROUP_files` for plain files.
+    pub fn outputs(self, group: Option<&str>) -> [String; 2] {
+        let key = |k: &str| match group {
+            Some(g) => format!("{g}_{k}"),
+            None => k.to_string(),
+        };
+        match self {
+            GroupKind::Tests => [key("matrix"), key("has_tests")],
+            GroupKind::Files => [group.unwrap_or("files").to_string(), key("files")],
+        }
+    }
+}
+
 /// What a change group's files are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -80,6 +96,9 @@ pub struct ChangedRun {
     pub image: String,
     /// The caches test files use.
     pub caches: Vec<String>,
+    /// How the source is installed for them, instead of their image's `install` (or
+    /// `source.install`), as a batch's `install`.
+    pub install: Option<Vec<String>>,
 }
 
 impl ChangedRun {
@@ -104,7 +123,7 @@ impl ChangedRun {
             verdict: self.verdict,
             image: self.image.clone(),
             image_named: true,
-            install: None,
+            install: self.install.clone(),
             caches: self.caches.clone(),
             family: None,
             changed_file: Some(file.to_string()),
@@ -142,13 +161,15 @@ pub(super) struct RawChangedRun {
     container: Option<RawContainer>,
     verdict: Option<BatchVerdict>,
     image: Option<String>,
+    install: Option<Vec<String>>,
     caches: Option<Vec<String>>,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-pub(super) const CHANGED_RUN_DEFAULTS: [&str; 9] = [
+pub(super) const CHANGED_RUN_DEFAULTS: [&str; 10] = [
     "caches",
     "image",
+    "install",
     "verdict",
     "timeout",
     "preflight",
@@ -201,6 +222,27 @@ pub(super) fn validate_changed(
             ));
         }
     }
+    // Each step output is one group's: GitHub keeps one value of a name written twice.
+    let mut outputs: HashMap<String, Option<&str>> = HashMap::new();
+    if !ch.patterns.is_empty() {
+        for o in GroupKind::Tests.outputs(None) {
+            outputs.insert(o, None);
+        }
+    }
+    for (name, g) in &ch.groups {
+        for o in g.kind.outputs(Some(name)) {
+            if let Some(other) = outputs.insert(o.clone(), Some(name)) {
+                let other = match other {
+                    Some(other) => format!("group `{other}`"),
+                    None => "`changed.patterns`".to_string(),
+                };
+                return Err(check.at_key(
+                    &["changed", "groups", name.as_str()],
+                    format!("writes the step output `{o}`, which {other} writes too (one would hide the other); rename one of them"),
+                ));
+            }
+        }
+    }
     if !is_env_name(&ch.gpus_marker) {
         return Err(check.at(
             &["changed", "gpus_marker"],
@@ -250,6 +292,7 @@ fn validate_changed_run(
     let caches = batch_caches(check, &["changed", "run"], caches, r.caches, &container)?;
     Ok(ChangedRun {
         caches,
+        install: r.install,
         command: r.command,
         timeout,
         preflight: r.preflight,
@@ -297,5 +340,59 @@ mod tests {
             .replace("    gpus: 8\n", "    gpus: 8\n    timeout: 1h\n");
         let err = parse(&no_default).unwrap_err();
         assert!(err.contains("changed.run: needs a `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn changed_run_takes_an_install_of_its_own_or_the_defaults() {
+        let text = REAL.replace(
+            "layers:",
+            "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  run:\n    command: pytest \"$CIBOX_TEST_FILE\"\n    install: [\"pip install -e .\"]\nlayers:",
+        );
+        let run = parse(&text).unwrap().changed.unwrap().run.unwrap();
+        let want = vec!["pip install -e .".to_string()];
+        assert_eq!(run.install.as_ref(), Some(&want));
+        assert_eq!(run.batch_for("tests/test_a.py", 1).install, Some(want));
+        // From the defaults; none: the image's (or `source.install`), as for a batch.
+        let from_defaults = text
+            .replace("    install: [\"pip install -e .\"]\n", "")
+            .replace("defaults:\n", "defaults:\n  install: []\n");
+        let run = parse(&from_defaults).unwrap().changed.unwrap().run.unwrap();
+        assert_eq!(run.batch_for("t.py", 0).install, Some(vec![]));
+        let none = text.replace("    install: [\"pip install -e .\"]\n", "");
+        let run = parse(&none).unwrap().changed.unwrap().run.unwrap();
+        assert_eq!(run.batch_for("t.py", 0).install, None);
+    }
+
+    #[test]
+    fn change_groups_whose_outputs_share_a_name_are_refused() {
+        let with = |groups: &str| {
+            REAL.replace(
+                "layers:",
+                &format!(
+                    "changed:\n  patterns: [\"tests/**/test_*.py\"]\n  groups:\n{groups}layers:"
+                ),
+            )
+        };
+        let err = parse(&with(
+            "    lib: {patterns: [src/**], kind: files}\n    lib_files: {patterns: [docs/**], kind: files}\n",
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("cibox.yaml:37:5: changed.groups.lib_files: writes the step output `lib_files`, which group `lib` writes too (one would hide the other); rename one of them"),
+            "{err}"
+        );
+        let err = parse(&with(
+            "    t: {patterns: [tests/**]}\n    t_matrix: {patterns: [src/**], kind: files}\n",
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("changed.groups.t_matrix: writes the step output `t_matrix`, which group `t` writes too"),
+            "{err}"
+        );
+        // Apart, they are fine.
+        parse(&with(
+            "    lib: {patterns: [src/**], kind: files}\n    t: {patterns: [tests/**]}\n",
+        ))
+        .unwrap();
     }
 }

@@ -21,19 +21,35 @@ use super::values::{EnvValue, env_map, is_name, plain_meta};
 /// container plan, a row in every listing and a job a template may render.
 pub const MAX_BATCHES: usize = 10_000;
 
-/// One entry of `each:`.
+/// One entry of `each:`. Its keys lie over the family's as everywhere: `None` is a key
+/// not written (the family's stays), `Some(None)` a key set to `null` (the family's is
+/// removed), for the keys the family may have.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawEntry {
     file: String,
+    /// `null`: the derived name, as when not written (a family has no name to lay under).
     name: Option<String>,
-    gpus: Option<i64>,
-    timeout: Option<Span>,
+    #[serde(default, deserialize_with = "written")]
+    gpus: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "written")]
+    timeout: Option<Option<Span>>,
+    /// `null`: no arguments, as when not written.
     args: Option<String>,
-    #[serde(default)]
-    env: BTreeMap<String, EnvValue>,
-    description: Option<String>,
-    meta: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "written")]
+    env: Option<Option<BTreeMap<String, Option<EnvValue>>>>,
+    #[serde(default, deserialize_with = "written")]
+    description: Option<Option<String>>,
+    #[serde(default, deserialize_with = "written")]
+    meta: Option<Option<serde_json::Value>>,
+}
+
+/// A key that is written, `null` included (`Some(None)`); with `#[serde(default)]` a
+/// key not written is `None`.
+fn written<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// The name an entry's batch gets: its own `name`, else the family's name and the file's
@@ -137,33 +153,73 @@ fn entry_batch(
         p
     };
     let mut b = template.clone();
-    if let Some(gpus) = e.gpus {
-        if !(0..=i64::from(u32::MAX)).contains(&gpus) {
-            return Err(check.at(&key("gpus"), format!("must be 0 or more, got {gpus}")));
+    // Where the batch cannot be without the key, `null` says what it would remove.
+    let cannot_remove = |k: &str, what: &str, family_has: String| {
+        check.at(
+            &key(k),
+            format!("an entry's batch cannot be without {what} (`null` removes the family's {family_has}): give {}, or drop the key to keep the family's", if k == "gpus" { "a number" } else { "a duration" }),
+        )
+    };
+    match e.gpus {
+        None => {}
+        Some(None) => {
+            return Err(cannot_remove("gpus", "a GPU count", b.gpus.to_string()));
         }
-        b.gpus = gpus as u32;
+        Some(Some(gpus)) => {
+            if !(0..=i64::from(u32::MAX)).contains(&gpus) {
+                return Err(check.at(&key("gpus"), format!("must be 0 or more, got {gpus}")));
+            }
+            b.gpus = gpus as u32;
+        }
     }
-    if let Some(t) = e.timeout {
-        if t.0.is_zero() {
-            return Err(check.at(&key("timeout"), "must be more than 0s"));
+    match e.timeout {
+        None => {}
+        Some(None) => {
+            return Err(cannot_remove("timeout", "a timeout", b.timeout.to_string()));
         }
-        b.timeout = t;
+        Some(Some(t)) => {
+            if t.0.is_zero() {
+                return Err(check.at(&key("timeout"), "must be more than 0s"));
+            }
+            b.timeout = t;
+        }
     }
     let env_key = key("env");
     let env_at: Vec<&str> = env_key.iter().map(String::as_str).collect();
-    b.env.extend(env_map(check, &env_at, e.env)?);
+    match e.env {
+        None => {}
+        Some(None) => b.env.clear(),
+        Some(Some(env)) => {
+            let mut set = BTreeMap::new();
+            for (k, v) in env {
+                match v {
+                    None => {
+                        b.env.remove(&k);
+                    }
+                    Some(v) => {
+                        set.insert(k, v);
+                    }
+                }
+            }
+            b.env.extend(env_map(check, &env_at, set)?);
+        }
+    }
     b.env.insert("CIBOX_TEST_FILE".into(), e.file.clone());
     b.env
         .insert("CIBOX_TEST_ARGS".into(), e.args.clone().unwrap_or_default());
-    if e.description.is_some() {
-        b.description = e.description;
+    match e.description {
+        None => {}
+        Some(d) => b.description = d,
     }
     let meta_at: Vec<String> = key("meta");
     let meta_at: Vec<&str> = meta_at.iter().map(String::as_str).collect();
-    if let Some(meta) = plain_meta(check, &meta_at, e.meta)?.as_object()
-        && let Some(own) = b.meta.as_object_mut()
-    {
-        own.extend(meta.clone());
+    match e.meta {
+        None => {}
+        Some(None) => b.meta = serde_json::Value::Object(Default::default()),
+        Some(Some(meta)) => {
+            let meta = plain_meta(check, &meta_at, Some(meta), true)?;
+            overlay_meta(&mut b.meta, meta);
+        }
     }
     if let Some(own) = b.meta.as_object_mut() {
         own.insert("test_file".into(), e.file.clone().into());
@@ -171,6 +227,25 @@ fn entry_batch(
     b.tests = vec![e.file];
     b.family = Some(family.to_string());
     Ok(b)
+}
+
+/// An entry's `meta` laid over its family's: mappings merge key by key, a key set to
+/// `null` removes the family's, anything else replaces it (as the YAML layers do).
+fn overlay_meta(base: &mut serde_json::Value, over: serde_json::Value) {
+    match (base, over) {
+        (serde_json::Value::Object(base), serde_json::Value::Object(over)) => {
+            for (k, v) in over {
+                if v.is_null() {
+                    base.remove(&k);
+                } else if let Some(have) = base.get_mut(&k) {
+                    overlay_meta(have, v);
+                } else {
+                    base.insert(k, v);
+                }
+            }
+        }
+        (base, over) => *base = over,
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +284,74 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_lies_over_its_family_with_the_same_null_rule() {
+        let family = SUITE
+            .replace(
+                "    gpus: 2\n",
+                "    gpus: 2\n    description: the family\n    env: {NCCL_DEBUG: INFO, KEEP: \"1\"}\n    meta: {runner: gpu, deps: {a: 1, b: 2}}\n",
+            )
+            .replace(
+                "name: glm4-slow, gpus: 8}",
+                "name: glm4-slow, gpus: 8, env: {NCCL_DEBUG: null, NEW: ~}, description: null, meta: {runner: null, deps: {b: null, c: 3}}}",
+            );
+        let m = parse(&family).unwrap();
+        let slow = &m.batches["glm4-slow"];
+        assert!(!slow.env.contains_key("NCCL_DEBUG") && !slow.env.contains_key("NEW"));
+        assert_eq!(slow.env["KEEP"], "1");
+        assert_eq!(slow.description, None);
+        assert_eq!(
+            slow.meta,
+            serde_json::json!({"deps": {"a": 1, "c": 3}, "test_file": "tests/test_glm4.py"})
+        );
+        let qwen = &m.batches["megatron-test_qwen3_0.6B_fsdp"];
+        assert_eq!(qwen.env["NCCL_DEBUG"], "INFO");
+        assert_eq!(qwen.description.as_deref(), Some("the family"));
+        // `env: null` removes all the family's variables (cibox's own stay).
+        // `name: null` is the derived name, as when not written.
+        let err = parse(&family.replace("name: glm4-slow", "name: null")).unwrap_err();
+        assert!(
+            err.contains("`megatron-test_glm4`, which batches.megatron.each.1 has already"),
+            "{err}"
+        );
+        let m = parse(&family.replace("env: {NCCL_DEBUG: null, NEW: ~}", "env: null, args: null"))
+            .unwrap();
+        let slow = &m.batches["glm4-slow"];
+        assert_eq!(
+            slow.env.keys().collect::<Vec<_>>(),
+            ["CIBOX_TEST_ARGS", "CIBOX_TEST_FILE"]
+        );
+        // A key an entry's batch cannot be without says so.
+        for (key, want) in [
+            (
+                "gpus",
+                "each.2.gpus: an entry's batch cannot be without a GPU count (`null` removes the family's 2): give a number, or drop the key to keep the family's",
+            ),
+            (
+                "timeout",
+                "each.2.timeout: an entry's batch cannot be without a timeout (`null` removes the family's 30m): give a duration, or drop the key to keep the family's",
+            ),
+        ] {
+            let err = parse(&SUITE.replace(
+                "name: glm4-slow, gpus: 8",
+                &format!("name: glm4-slow, gpus: 8, {key}: null").replacen(
+                    "gpus: 8, gpus: null",
+                    "gpus: null",
+                    1,
+                ),
+            ))
+            .unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+        let err = parse(&SUITE.replace("env: {SEED: \"1\"}", "env: {SEED: [1]}")).unwrap_err();
+        assert!(
+            err.contains("each.1.env.SEED: an environment value must be a string"),
+            "{err}"
+        );
+        let err = parse(&SUITE.replace("env: {SEED: \"1\"}", "meta: {a: [~]}")).unwrap_err();
+        assert!(err.contains("each.1.meta.a.0: is empty (null)"), "{err}");
+    }
+
+    #[test]
     fn entries_that_collide_or_say_too_much_are_refused_with_a_position() {
         let err = parse(&SUITE.replace(", name: glm4-slow", "")).unwrap_err();
         assert!(
@@ -217,6 +360,23 @@ mod tests {
         );
         let err = parse(&SUITE.replace("name: glm4-slow", "name: unit")).unwrap_err();
         assert!(err.contains("which batches.unit has already"), "{err}");
+        // A family's name stands for its entries: no entry may take it, its own
+        // family's or another's (defined before or after it).
+        let err = parse(&SUITE.replace("name: glm4-slow", "name: megatron")).unwrap_err();
+        assert!(
+            err.contains("batches.megatron.each.2.name: gives the batch name `megatron`, which batches.megatron (a test list, whose name stands for all its entries) has already"),
+            "{err}"
+        );
+        let two = SUITE.replace(
+            "layers:",
+            "  other:\n    gpus: 1\n    run: [x]\n    each: [{file: t/a.py}]\nlayers:",
+        );
+        parse(&two).unwrap();
+        let err = parse(&two.replace("name: glm4-slow", "name: other")).unwrap_err();
+        assert!(
+            err.contains("gives the batch name `other`, which batches.other (a test list"),
+            "{err}"
+        );
         let err = parse(&SUITE.replace(
             "tests/test_glm4.py, gpus: 8, timeout",
             "../etc/passwd, gpus: 8, timeout",

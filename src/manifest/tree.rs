@@ -1,7 +1,8 @@
 //! The passes over the positioned YAML tree before serde reads it: [`prepare`] drops
 //! `x-*` keys and lays `defaults:` and the top-level `container:` under each batch (and
-//! under `changed.run`), with [`overlay`] merging mappings key by key; [`require_maps`]
-//! refuses a list or a value where a mapping belongs ([`MAPPINGS`]).
+//! under `changed.run`), with [`overlay`] merging mappings key by key, then takes the
+//! keys set to `null` out ([`drop_nulls`]); [`require_maps`] refuses a list or a value
+//! where a mapping belongs ([`MAPPINGS`]).
 
 use crate::yaml::{self, Mark, Node};
 
@@ -60,8 +61,7 @@ pub(super) fn require_maps(
     }
     let yaml::NodeValue::Map(entries) = &node.value else {
         // `key:` with nothing after it is null, which serde takes as "not given".
-        if matches!(&node.value, yaml::NodeValue::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null")
-        {
+        if node.is_null() {
             return Ok(());
         }
         let what = if at.is_empty() {
@@ -83,25 +83,20 @@ pub(super) fn require_maps(
 }
 
 /// `b` laid over `a`: mappings merge key by key (recursively), anything else in `b`
-/// replaces `a`, and a key `b` sets to `null` (`memlock: null`, `mounts: null`, or just
-/// `key:`) removes what `a` has there (a null with nothing under it stays, for the
-/// checks to name). Entries from `a` keep their positions, so an
-/// error in a default points at the default.
+/// replaces `a`. A key `b` sets to `null` (`memlock: null`, `mounts: null`, or just
+/// `key:`) stays `null` in the result, whatever `a` had there: the marker goes through
+/// every layer laid under it (the defaults, then the top-level `container`), and
+/// [`drop_nulls`] takes it out once all are laid. Entries from `a` keep their
+/// positions, so an error in a default points at the default.
 fn overlay(a: &Node, b: Node) -> Node {
     match (&a.value, b.value) {
         (yaml::NodeValue::Map(base), yaml::NodeValue::Map(over)) => {
             let mut entries: Vec<(Node, Node)> = Vec::new();
-            let mut removed: Vec<String> = Vec::new();
             for (k, v) in over {
                 let key = k.scalar_text().unwrap_or_default().to_string();
-                let inherited = base.iter().any(|(bk, _)| bk.scalar_text() == Some(&key));
-                if is_null(&v) && inherited {
-                    removed.push(key);
-                    continue;
-                }
                 let merged = match base.iter().find(|(bk, _)| bk.scalar_text() == Some(&key)) {
-                    Some((_, bv)) => overlay(bv, v),
-                    None => v,
+                    Some((_, bv)) if !v.is_null() => overlay(bv, v),
+                    _ => v,
                 };
                 entries.push((k, merged));
             }
@@ -110,7 +105,6 @@ fn overlay(a: &Node, b: Node) -> Node {
                 if !entries
                     .iter()
                     .any(|(have, _)| have.scalar_text() == Some(key))
-                    && !removed.iter().any(|r| r == key)
                 {
                     entries.push((k.clone(), v.clone()));
                 }
@@ -127,14 +121,43 @@ fn overlay(a: &Node, b: Node) -> Node {
     }
 }
 
-/// A plain `null`, `~` or nothing: YAML's null.
-fn is_null(node: &Node) -> bool {
-    matches!(&node.value, yaml::NodeValue::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null")
+/// The mappings whose keys name definitions (a batch, a layer, an image, a cache, a
+/// change group): `name:` with nothing under it defines nothing and stays, for serde to
+/// refuse as the wrong type.
+const DEFINITIONS: &[&[&str]] = &[
+    &["batches"],
+    &["layers"],
+    &["images"],
+    &["caches"],
+    &["changed", "groups"],
+];
+
+/// Once every layer is laid: a key set to `null` is taken out of its mapping, so that
+/// it removes what a lower layer put there and, where nothing was, is as if not written
+/// (a required key so removed is then named as missing). Lists are left alone (a null
+/// in a list is a value, for the checks to name), and so are a test list's entries,
+/// which lie over their family later (`each`).
+fn drop_nulls(node: &mut Node, at: &mut Vec<String>) {
+    let yaml::NodeValue::Map(entries) = &mut node.value else {
+        return;
+    };
+    let definitions = DEFINITIONS
+        .iter()
+        .any(|d| d.len() == at.len() && d.iter().zip(at.iter()).all(|(p, s)| p == s));
+    if !definitions {
+        entries.retain(|(_, v)| !v.is_null());
+    }
+    for (k, v) in entries.iter_mut() {
+        at.push(k.scalar_text().unwrap_or_default().to_string());
+        drop_nulls(v, at);
+        at.pop();
+    }
 }
 
 /// Before the manifest is read: top-level `x-*` keys are dropped (a place for anchors,
 /// the compose convention), `defaults:` is laid under every batch, and the top-level
-/// `container:` under each batch's own `container:` (a batch overrides any key).
+/// `container:` under each batch's own `container:` (a batch overrides any key); then
+/// the keys set to `null` are taken out, each having removed what was under it.
 pub(super) fn prepare(root: Node) -> Result<Node, (Mark, String)> {
     let Node { value, mark } = root;
     let yaml::NodeValue::Map(entries) = value else {
@@ -191,10 +214,12 @@ pub(super) fn prepare(root: Node) -> Result<Node, (Mark, String)> {
         };
         lay_under_changed_run(run, defaults.as_ref(), container.as_ref());
     }
-    Ok(Node {
+    let mut root = Node {
         value: yaml::NodeValue::Map(kept),
         mark,
-    })
+    };
+    drop_nulls(&mut root, &mut Vec::new());
+    Ok(root)
 }
 
 /// Takes `node` out of its place, leaving an empty list (at the same position) there.
@@ -224,10 +249,23 @@ fn lay_under_batch(batch: &mut Node, defaults: Option<&Node>, container: Option<
             .iter_mut()
             .find(|(k, _)| k.scalar_text() == Some("container"))
     {
-        let mine = take(own);
-        *own = overlay(top, mine);
+        lay_container(top, own);
     }
     *batch = b;
+}
+
+/// The top-level `container` laid under `own`; `container: null` removes it (the
+/// batch's container is then the locked-down default).
+fn lay_container(top: &Node, own: &mut Node) {
+    if own.is_null() {
+        *own = Node {
+            value: yaml::NodeValue::Map(Vec::new()),
+            mark: own.mark,
+        };
+        return;
+    }
+    let mine = take(own);
+    *own = overlay(top, mine);
 }
 
 /// The `defaults` that fit a template ([`CHANGED_RUN_DEFAULTS`]) laid under
@@ -263,10 +301,7 @@ fn lay_under_changed_run(run: &mut Node, defaults: Option<&Node>, container: Opt
             .iter_mut()
             .find(|(k, _)| k.scalar_text() == Some("container"))
         {
-            Some((_, own)) => {
-                let mine = take(own);
-                *own = overlay(top, mine);
-            }
+            Some((_, own)) => lay_container(top, own),
             None => fields.push((
                 Node {
                     value: yaml::NodeValue::Scalar {
@@ -357,6 +392,57 @@ mod tests {
             err.contains("batches.cpu: missing required key `timeout`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn null_removes_what_every_lower_layer_put_there() {
+        // The batch's null removes the defaults' value and the top-level one under it.
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {env: {NCCL_DEBUG: top, KEEP: top}, ulimits: {memlock: unlimited}}\ndefaults:\n  timeout: 1h\n  container: {env: {NCCL_DEBUG: default}, ulimits: {memlock: 1024}}\nbatches:\n  plain: {gpus: 0, run: [x]}\n  cleared:\n    gpus: 0\n    run: [x]\n    container: {env: {NCCL_DEBUG: null}, ulimits: {memlock: null}}\nchanged:\n  patterns: [t]\n  run: {command: x, container: {env: {NCCL_DEBUG: ~}, ulimits: {memlock: ~}}}\n";
+        let m = parse(text).unwrap();
+        let plain = &m.batches["plain"].container;
+        assert_eq!(plain.env["NCCL_DEBUG"], "default");
+        assert_eq!(
+            plain.ulimits["memlock"],
+            Ulimit {
+                soft: 1024,
+                hard: 1024
+            }
+        );
+        let cleared = &m.batches["cleared"].container;
+        assert_eq!(cleared.env.keys().collect::<Vec<_>>(), ["KEEP"]);
+        assert!(cleared.ulimits.is_empty(), "{:?}", cleared.ulimits);
+        let run = m.changed.unwrap().run.unwrap();
+        assert_eq!(run.container.env.keys().collect::<Vec<_>>(), ["KEEP"]);
+        assert!(run.container.ulimits.is_empty());
+        // A null in the defaults removes the top-level value for every batch that does
+        // not set its own; a batch's `container: null` drops the inherited container.
+        let text = text
+            .replace("env: {NCCL_DEBUG: default}", "env: {NCCL_DEBUG: null}")
+            .replace(
+                "    container: {env: {NCCL_DEBUG: null}, ulimits: {memlock: null}}\n",
+                "    container: null\n",
+            );
+        let m = parse(&text).unwrap();
+        assert_eq!(
+            m.batches["plain"].container.env.keys().collect::<Vec<_>>(),
+            ["KEEP"]
+        );
+        let cleared = &m.batches["cleared"].container;
+        assert!(cleared.env.is_empty() && cleared.ulimits.is_empty());
+    }
+
+    #[test]
+    fn a_null_that_removes_nothing_is_as_if_not_written() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ncontainer: {cpus: null, env: {A: null}}\ndefaults: {timeout: 1h, env: {B: ~}}\nbatches:\n  b:\n    gpus: 0\n    run: [x]\n    env: {C: null}\n    preflight: null\n    install: null\n    image: null\n    each: null\n    meta: {label: null}\n    container: {ulimits: {memlock: null}}\n";
+        let m = parse(text).unwrap();
+        let b = &m.batches["b"];
+        assert!(b.env.is_empty() && b.preflight.is_empty() && b.install.is_none());
+        assert!(m.families.is_empty());
+        assert_eq!(b.meta, serde_json::json!({}));
+        assert!(b.container.env.is_empty() && b.container.ulimits.is_empty());
+        // A definition left empty is still refused: it defines nothing.
+        let err = parse(&format!("{text}layers:\n  l:\n")).unwrap_err();
+        assert!(err.contains("layers.l: wrong type: got null"), "{err}");
     }
 
     #[test]

@@ -148,11 +148,20 @@ fn validate_batches(
     if raw.is_empty() {
         return Err(check.at(&["batches"], "define at least one batch"));
     }
-    // Every plain batch's name, so an entry cannot take one defined further down.
+    // Every batch's and family's name, so an entry cannot take one defined further down.
+    // A family's name stands for its entries (in layers, `batch run`, `batch list`): an
+    // entry of that name could never be named alone.
     let mut taken: HashMap<String, String> = raw
         .iter()
-        .filter(|(_, b)| b.each.is_none())
-        .map(|(n, _)| (n.clone(), format!("batches.{n}")))
+        .map(|(n, b)| {
+            let what = match b.each {
+                None => format!("batches.{n}"),
+                Some(_) => {
+                    format!("batches.{n} (a test list, whose name stands for all its entries)")
+                }
+            };
+            (n.clone(), what)
+        })
         .collect();
     let mut batches = IndexMap::new();
     let mut families = IndexMap::new();
@@ -264,7 +273,7 @@ fn validate_batch(
         allow_empty: b.allow_empty,
         tests: b.tests,
         container: batch_container,
-        meta: plain_meta(check, &["batches", name, "meta"], b.meta)?,
+        meta: plain_meta(check, &["batches", name, "meta"], b.meta, false)?,
         verdict: b.verdict.unwrap_or_default(),
         image_named: b.image.is_some(),
         image: match &b.image {
@@ -315,7 +324,7 @@ fn validate_layers(
                 ));
             }
         }
-        let meta = plain_meta(check, &["layers", &name, "meta"], l.meta)?;
+        let meta = plain_meta(check, &["layers", &name, "meta"], l.meta, false)?;
         layers.insert(
             name,
             Layer {

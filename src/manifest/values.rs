@@ -102,27 +102,36 @@ pub(super) fn env_map(
 }
 
 /// `meta`: a mapping of plain data (strings, numbers, booleans, lists and mappings of
-/// them), passed to templates untouched.
+/// them), passed to templates untouched. With `removals`, a mapping's key may be `null`
+/// (a test list's entry, whose `meta` is laid over its family's after this check).
 pub(super) fn plain_meta(
     check: &Checker<'_>,
     at: &[&str],
     meta: Option<serde_json::Value>,
+    removals: bool,
 ) -> Result<serde_json::Value, ManifestError> {
-    fn plain(v: &serde_json::Value, path: &mut Vec<String>) -> Result<(), Vec<String>> {
+    fn plain(
+        v: &serde_json::Value,
+        path: &mut Vec<String>,
+        removals: bool,
+    ) -> Result<(), Vec<String>> {
         match v {
             serde_json::Value::Null => Err(path.clone()),
             serde_json::Value::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     path.push(i.to_string());
-                    plain(item, path)?;
+                    plain(item, path, false)?;
                     path.pop();
                 }
                 Ok(())
             }
             serde_json::Value::Object(map) => {
                 for (k, item) in map {
+                    if removals && item.is_null() {
+                        continue;
+                    }
                     path.push(k.clone());
-                    plain(item, path)?;
+                    plain(item, path, removals)?;
                     path.pop();
                 }
                 Ok(())
@@ -140,7 +149,7 @@ pub(super) fn plain_meta(
             "must be a mapping of plain values (`label: run-ci-gpu`)",
         ));
     }
-    plain(&meta, &mut path).map_err(|bad| {
+    plain(&meta, &mut path, removals).map_err(|bad| {
         check.at(
             &bad,
             "is empty (null): meta holds plain data only (strings, numbers, booleans, lists, mappings); quote it, \"\", if you mean an empty string",
@@ -159,8 +168,8 @@ mod tests {
             REAL,
             &[(
                 "meta: {label: run-ci-e2e}",
-                "meta: {label: ~}",
-                "batches.e2e.meta.label: is empty (null)",
+                "meta: {label: [a, ~]}",
+                "batches.e2e.meta.label.1: is empty (null)",
             )],
         );
     }

@@ -49,6 +49,8 @@ pub use ending::{BatchResult, RunResult, Status};
 pub use error::{PlanError, ReporterError, RunError};
 pub use event::Event;
 pub use execute::execute;
-pub use plan::{BatchPlan, HostFacts, RunPlan, RunRequest, check_request, new_run_id, plan};
+pub use plan::{
+    BatchPlan, HostFacts, RunPlan, RunRequest, check_request, named_batches, new_run_id, plan,
+};
 pub use reporter::Reporter;
 pub use results::record::{RecordError, RunRecord, SourceInfo};

@@ -216,7 +216,6 @@ fn select(
     names: &[String],
     layer: Option<&str>,
 ) -> Result<(Vec<String>, bool), PlanError> {
-    let known: Vec<String> = m.batches.keys().cloned().collect();
     let layer = match layer {
         Some(l) => Some((
             l,
@@ -233,22 +232,9 @@ fn select(
         None => None,
     };
     let mut chosen: Vec<String> = Vec::new();
-    // A test list's name stands for its entries.
-    let names: Vec<String> = names
-        .iter()
-        .flat_map(|n| match m.families.get(n) {
-            Some(entries) => entries.clone(),
-            None => vec![n.clone()],
-        })
-        .collect();
-    for n in &names {
+    for n in &expand_families(m, names) {
         if !m.batches.contains_key(n) {
-            return Err(PlanError::UnknownBatch {
-                batch: n.clone(),
-                hint: did_you_mean(n, &known)
-                    .map(|s| format!("did you mean `{s}`?"))
-                    .unwrap_or_else(|| format!("batches: {}", known.join(", "))),
-            });
+            return Err(unknown_batch(m, n));
         }
         if let Some((l, layer)) = layer
             && !layer.batches.contains(n)
@@ -272,6 +258,46 @@ fn select(
         return Err(PlanError::NothingToRun);
     }
     Ok((chosen, layer.is_some_and(|(_, l)| l.fast)))
+}
+
+/// The names with each test list's name replaced by its entries' (a family's name stands
+/// for all its entries).
+fn expand_families(m: &Manifest, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .flat_map(|n| match m.families.get(n) {
+            Some(entries) => entries.clone(),
+            None => vec![n.clone()],
+        })
+        .collect()
+}
+
+/// `name` names no batch (nor test list): with the closest name, else every one.
+fn unknown_batch(m: &Manifest, name: &str) -> PlanError {
+    let known: Vec<String> = m.batches.keys().chain(m.families.keys()).cloned().collect();
+    PlanError::UnknownBatch {
+        batch: name.to_string(),
+        hint: did_you_mean(name, &known)
+            .map(|s| format!("did you mean `{s}`?"))
+            .unwrap_or_else(|| format!("batches: {}", known.join(", "))),
+    }
+}
+
+/// The batches `names` name (a test list's name: all its entries), each once, in
+/// manifest order: what `batch list NAME…` shows.
+pub fn named_batches(m: &Manifest, names: &[String]) -> Result<Vec<String>, PlanError> {
+    let wanted: std::collections::HashSet<String> = expand_families(m, names).into_iter().collect();
+    if let Some(n) = names
+        .iter()
+        .find(|n| !m.batches.contains_key(*n) && !m.families.contains_key(*n))
+    {
+        return Err(unknown_batch(m, n));
+    }
+    Ok(m.batches
+        .keys()
+        .filter(|b| wanted.contains(*b))
+        .cloned()
+        .collect())
 }
 
 /// The checks of [`plan`] that need nothing but the manifest (which batches, which

@@ -108,6 +108,49 @@ fn batch_list_text_and_json() {
 }
 
 #[test]
+fn batch_list_takes_batches_and_families_by_name() {
+    let p = Project::new(&GOOD.replace(
+        "layers:",
+        "  suite:\n    gpus: 2\n    timeout: 1h\n    description: the suite\n    run: [\"pytest $CIBOX_TEST_FILE\"]\n    each:\n      - {file: tests/test_a.py}\n      - {file: tests/b.py, name: b-slow, gpus: 8}\nlayers:",
+    ));
+    let r = p.cibox(&["batch", "list", "suite"]);
+    r.ok();
+    assert_eq!(
+        r.rows(),
+        [
+            "BATCH GPUS TIMEOUT DESCRIPTION",
+            "suite-test_a 2 1h the suite",
+            "b-slow 8 1h the suite",
+        ],
+        "{}",
+        r.stdout
+    );
+    // Names and families together, each batch once, in manifest order; no layers.
+    let r = p.cibox(&["batch", "list", "b-slow", "cpu", "suite", "--json"]);
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let names: Vec<&str> = v["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cpu", "suite-test_a", "b-slow"], "{v}");
+    assert_eq!(v["layers"], serde_json::json!([]), "{v}");
+    assert_eq!(v["batches"][0]["family"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["batches"][0]["test_file"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["batches"][2]["family"], "suite", "{v}");
+    assert_eq!(v["batches"][2]["test_file"], "tests/b.py", "{v}");
+    // Every batch says its family in the full listing too.
+    let r = p.cibox(&["batch", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.ok().stdout).unwrap();
+    assert_eq!(v["batches"][2]["family"], "suite", "{v}");
+    assert_eq!(v["batches"][2]["test_file"], "tests/test_a.py", "{v}");
+    p.cibox(&["batch", "list", "suit"])
+        .fails_with(2, "unknown batch `suit`; did you mean `suite`?");
+}
+
+#[test]
 fn manifest_found_upwards_and_by_env() {
     let p = Project::new(GOOD);
     std::fs::create_dir_all(p.path().join("a/b")).unwrap();
