@@ -165,7 +165,8 @@ fn github_actions_gets_summary_outputs_and_annotations() {
     );
     // The timeline, which GitHub draws.
     assert!(
-        s.contains("```mermaid\ngantt\n")
+        s.contains("```mermaid\n%%{init: ")
+            && s.contains("}%%\ngantt\n")
             && s.contains("section CPU\n")
             && s.contains("red failed :crit, "),
         "{s}"
