@@ -1,9 +1,9 @@
 //! Batches through Slurm (docs/interface.md §14), on the emulated 2-node cluster of
 //! `.ci/setup-host.sh`: the record and reports of a batch run on a node, the GPUs
 //! exactly as Slurm allocated them, a busy one refused, cancel, timeout, a killed
-//! submitter, a batch on two nodes, Slurm down, bad input, and what capacity and
-//! `gpu status` say. These share the cluster's 8 GPUs: they run one at a time (the
-//! `slurm` test group of `.config/nextest.toml`).
+//! submitter, a batch on two nodes, Slurm down, bad input, what capacity and
+//! `gpu status` say, and `doctor` on a login node. These share the cluster's 8 GPUs:
+//! they run one at a time (the `slurm` test group of `.config/nextest.toml`).
 
 use crate::common::*;
 
@@ -552,4 +552,39 @@ fn a_job_waiting_in_the_queue_says_why_and_gives_up_after_the_wait() {
         "{:?}",
         jobs_named(&name)
     );
+}
+
+#[test]
+fn doctor_on_a_slurm_login_node_leaves_the_gpus_to_the_nodes() {
+    let host = SlurmHost::new();
+    let p = project(&host, &batch("any", 1, "1m", &[JUNIT_OK], ""), "", "");
+    let mut c = p.batch_cmd_bare(&["doctor", "--json"]);
+    host.smi.apply(&mut c);
+    let r = run(&mut c);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect(&r.stdout);
+    let finding = |check: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == check)
+            .unwrap_or_else(|| panic!("no {check} finding in {v}"))
+            .clone()
+    };
+    assert_eq!(finding("slurm")["status"], "ok", "{v}");
+    for check in ["gpu runtime", "gpu probe", "gpu pool"] {
+        let f = finding(check);
+        assert_eq!(f["status"], "info", "{v}");
+        assert_eq!(f["blocks_gpu_batches"], false, "{v}");
+        assert!(
+            f["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("not needed here: the Slurm nodes run the batches"),
+            "{v}"
+        );
+    }
+    // This engine has no GPU runtime: on a login node that fails nothing.
+    assert_eq!(r.code, 0, "{v}");
+    assert_eq!(v["ready_for_gpu_batches"], true, "{v}");
 }
