@@ -19,6 +19,8 @@ enum Status {
     Ok,
     Warn,
     Fail,
+    /// Told, not judged: on a Slurm login node, what its own GPUs would need.
+    Info,
 }
 
 #[derive(Debug, Serialize)]
@@ -218,7 +220,10 @@ fn confinement_finding() -> Finding {
 /// `cibox doctor`.
 pub fn run(ctx: &Context) -> Result<u8> {
     let mut findings = Vec::new();
-    let policy_broken = !policy_finding(ctx, &mut findings);
+    let (policy_broken, slurm) = match policy_finding(ctx, &mut findings) {
+        Some(slurm) => (false, slurm),
+        None => (true, false),
+    };
     let (manifest, manifest_broken) = manifest_finding(ctx, policy_broken, &mut findings);
     let manifest_broken = manifest_broken || policy_broken;
     let driver = manifest
@@ -247,6 +252,11 @@ pub fn run(ctx: &Context) -> Result<u8> {
         Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
     }
     findings.push(confinement_finding());
+    if slurm {
+        for f in &mut findings {
+            nodes_run_the_batches(f);
+        }
+    }
     let blocking = findings
         .iter()
         .filter(|f| f.status == Status::Fail && f.blocks_gpu_batches)
@@ -270,8 +280,31 @@ pub fn run(ctx: &Context) -> Result<u8> {
     Ok(code)
 }
 
-/// The host policy in force and what it grants; whether it can be used.
-fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> bool {
+/// The checks of this host's own GPUs.
+const LOCAL_GPU_CHECKS: [&str; 3] = ["gpu runtime", "gpu probe", "gpu pool"];
+
+/// On a Slurm login node the nodes run the batches, each checking its own GPUs when
+/// it runs one: what this host's GPUs would need is told, and fails nothing.
+fn nodes_run_the_batches(f: &mut Finding) {
+    if !LOCAL_GPU_CHECKS.contains(&f.check) {
+        return;
+    }
+    let word = match f.status {
+        Status::Ok | Status::Info => "ok",
+        Status::Warn => "warn",
+        Status::Fail => "would fail",
+    };
+    f.detail = format!(
+        "not needed here: the Slurm nodes run the batches (run `cibox doctor` on a node to check its GPUs); this host: {word}: {}",
+        f.detail
+    );
+    f.status = Status::Info;
+    f.blocks_gpu_batches = false;
+}
+
+/// The host policy in force and what it grants: `None` when it cannot be used, else
+/// whether it sends batches to Slurm.
+fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> Option<bool> {
     match ctx.host_policy() {
         Ok(p) => {
             findings.push(finding(
@@ -282,12 +315,13 @@ fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> bool {
             ));
             if let crate::host::Scheduler::Slurm(slurm) = &p.scheduler {
                 findings.push(slurm_finding(slurm));
+                return Some(true);
             }
-            true
+            Some(false)
         }
         Err(e) => {
             findings.push(finding("host policy", Status::Fail, e.to_string(), false));
-            false
+            None
         }
     }
 }
@@ -406,6 +440,7 @@ fn print_findings(findings: &[Finding], blocking: usize) {
             Status::Ok => "ok",
             Status::Warn => "warn",
             Status::Fail => "FAIL",
+            Status::Info => "info",
         };
         t.row(vec![f.check.into(), status.into(), f.detail.clone()]);
     }
@@ -414,5 +449,33 @@ fn print_findings(findings: &[Finding], blocking: usize) {
         println!("ready for GPU batches");
     } else {
         println!("not ready for GPU batches: {blocking} check(s) failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_a_slurm_login_node_local_gpu_checks_only_inform() {
+        let mut runtime = finding("gpu runtime", Status::Fail, "no NVIDIA runtime", true);
+        nodes_run_the_batches(&mut runtime);
+        assert_eq!(runtime.status, Status::Info);
+        assert!(!runtime.blocks_gpu_batches);
+        assert!(
+            runtime
+                .detail
+                .starts_with("not needed here: the Slurm nodes run the batches")
+                && runtime
+                    .detail
+                    .ends_with("this host: would fail: no NVIDIA runtime"),
+            "{}",
+            runtime.detail
+        );
+        // What the submitter itself needs still counts.
+        let mut engine = finding("engine", Status::Fail, "unreachable", true);
+        nodes_run_the_batches(&mut engine);
+        assert_eq!(engine.status, Status::Fail);
+        assert!(engine.blocks_gpu_batches);
     }
 }

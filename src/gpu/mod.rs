@@ -145,6 +145,19 @@ pub fn parse_devices(
     Ok(out)
 }
 
+/// When a wait that has `left` to go gives up, as wait lines say it: `gives up in
+/// 4m 48s, at 12:04:05Z` (whole seconds, rounded up: a 30 s wait reads 30s at its
+/// start).
+pub fn gives_up(left: Duration) -> String {
+    let clock = crate::units::rfc3339(std::time::SystemTime::now() + left);
+    let whole = Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+    format!(
+        "gives up in {}, at {}Z",
+        crate::units::human(whole),
+        &clock[11..19]
+    )
+}
+
 /// What a waiter knows while it waits, for progress lines and the final refusal.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct WaitReport {
@@ -163,17 +176,11 @@ impl WaitReport {
     /// wait gives up (`queue position 2 (1 waiter(s) ahead), leased: GPU 0 by …; gives up
     /// in 4m 48s, at 12:04:05Z`).
     pub fn progress(&self) -> String {
-        let at = std::time::SystemTime::now() + self.left;
-        let clock = crate::units::rfc3339(at);
-        // Whole seconds, rounded up: a 30 s wait reads 30s at its start.
-        let left =
-            Duration::from_secs(self.left.as_secs() + u64::from(self.left.subsec_nanos() > 0));
         format!(
-            "queue position {}, {}; gives up in {}, at {}Z",
+            "queue position {}, {}; {}",
             self.position + 1,
             self.describe(),
-            crate::units::human(left),
-            &clock[11..19]
+            gives_up(self.left)
         )
     }
 

@@ -14,10 +14,13 @@ use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
 
 /// The steps of a run and of each batch, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// The run's images were verified against their lock files.
     Verify,
+    /// The batch's Slurm job left Slurm's queue: its nodes were allocated.
+    Queue,
     /// The batch's GPUs were leased (or it needs none).
     Lease,
     /// Its container was created.
@@ -36,6 +39,7 @@ impl Phase {
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Verify => "verify",
+            Phase::Queue => "queue",
             Phase::Lease => "lease",
             Phase::Create => "create",
             Phase::Copy => "copy",
@@ -61,11 +65,13 @@ pub enum Event<'a> {
         report: &'a dyn Fn() -> WaitReport,
     },
     /// The batch's Slurm job waits in Slurm's queue (sent as the submitter polls it):
-    /// `state` is Slurm's, with its reason (`PENDING (Resources)`).
+    /// `state` is Slurm's, with its reason (`PENDING (Resources)`); `left`, how long
+    /// until the wait gives up (`--wait`).
     Queued {
         batch: &'a BatchPlan,
         job: &'a str,
         state: &'a str,
+        left: Duration,
     },
     /// The batch holds its GPUs until it ends.
     LeaseGranted {

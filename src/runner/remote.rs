@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::RunError;
-use super::event::Event;
+use super::event::{Event, Phase};
 use super::results::junit::Case;
 use super::results::record::RunRecord;
 use crate::gpu::WaitReport;
@@ -28,6 +28,9 @@ pub enum Remote {
     ContainerStarted { container: String },
     /// Its output has closed.
     OutputEnded,
+    /// A step of the batch began or ended (what `-v` shows); the submitter times it
+    /// from the batch's submission.
+    Phase { phase: Phase, detail: String },
     /// It hit its timeout; its container is being stopped.
     TimedOut,
     /// Its output could not be followed to its end.
@@ -99,6 +102,15 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
             container: container.to_string(),
         },
         Event::OutputEnded { .. } => Remote::OutputEnded,
+        Event::Phase {
+            batch: Some(_),
+            phase,
+            detail,
+            ..
+        } => Remote::Phase {
+            phase: *phase,
+            detail: detail.clone(),
+        },
         Event::TimedOut { .. } => Remote::TimedOut,
         Event::OutputBroke { error, .. } => Remote::OutputBroke {
             error: error.to_string(),
@@ -119,9 +131,9 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
         | Event::Output { .. }
         | Event::RunEnded { .. }
         | Event::Queued { .. }
-        // The node's progress stays there (under -v on the node).
+        // The submitter ticks for itself; the run's own steps are the submitter's.
         | Event::Tick { .. }
-        | Event::Phase { .. } => return None,
+        | Event::Phase { batch: None, .. } => return None,
     })
 }
 
@@ -151,6 +163,16 @@ mod tests {
         };
         match decode(&message_frame(&m)).unwrap() {
             Frame::Message(m) => assert!(matches!(*m, Remote::Failed { code: 5, .. })),
+            other => panic!("{other:?}"),
+        }
+        let m = Remote::Phase {
+            phase: Phase::Copy,
+            detail: "3 file(s)".into(),
+        };
+        match decode(&message_frame(&m)).unwrap() {
+            Frame::Message(m) => assert!(
+                matches!(*m, Remote::Phase { phase: Phase::Copy, ref detail } if detail == "3 file(s)")
+            ),
             other => panic!("{other:?}"),
         }
         assert!(decode(b"x").is_err());

@@ -1,9 +1,10 @@
 //! Batches through Slurm (docs/interface.md §14), on the emulated 2-node cluster of
 //! `.ci/setup-host.sh`: the record and reports of a batch run on a node, the GPUs
 //! exactly as Slurm allocated them, a busy one refused, cancel, timeout, a killed
-//! submitter, a batch on two nodes, Slurm down, bad input, and what capacity and
-//! `gpu status` say. These share the cluster's 8 GPUs: they run one at a time (the
-//! `slurm` test group of `.config/nextest.toml`).
+//! submitter, a batch on two nodes, Slurm down, bad input, what capacity and
+//! `gpu status` say, the queue counted as a wait, a quiet batch's progress, and
+//! `doctor` on a login node. These share the cluster's 8 GPUs: they run one at a time
+//! (the `slurm` test group of `.config/nextest.toml`).
 
 use crate::common::*;
 
@@ -533,7 +534,8 @@ fn a_job_waiting_in_the_queue_says_why_and_gives_up_after_the_wait() {
     let r = host.run(&p, &["batch", "run", "queued", "--wait", "4s"]);
     assert_eq!(r.code, 4, "{}", r.stderr);
     assert!(
-        r.stderr.contains("waits in the queue: PENDING (Resources)"),
+        r.stderr
+            .contains("waits in the queue: PENDING (Resources); gives up in "),
         "{}",
         r.stderr
     );
@@ -552,4 +554,144 @@ fn a_job_waiting_in_the_queue_says_why_and_gives_up_after_the_wait() {
         "{:?}",
         jobs_named(&name)
     );
+}
+
+/// Waits until Slurm shows the job of `batch` pending.
+fn wait_pending(batch: &str) {
+    let prefix = format!("cibox:bt:{batch}:");
+    let pending = || {
+        let out = std::process::Command::new("squeue")
+            .args(["-h", "-o", "%T %j"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("PENDING ") && l.contains(&prefix))
+    };
+    assert!(wait_until(60, pending), "the job of {batch} never waited");
+}
+
+#[test]
+fn the_time_a_job_waits_in_the_queue_is_the_batchs_wait_for_gpus() {
+    let host = SlurmHost::new();
+    let p = project(&host, &batch("queuewait", 1, "1m", &[JUNIT_OK], ""), "", "");
+    // Every GPU of the cluster held by other jobs until the batch has waited a while.
+    let n1 = Holder::new("n1", 4);
+    let n2 = Holder::new("n2", 4);
+    let child = host
+        .cmd(&p, &["-v", "batch", "run", "queuewait", "--wait", "120s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_pending("queuewait");
+    let seen = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    drop(n1);
+    drop(n2);
+    let held = seen.elapsed().as_secs_f64();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // No GPU runtime on this engine: the container cannot start (exit 5) once the node
+    // leased its GPU; the wait before it is what is checked.
+    assert!(
+        matches!(out.status.code(), Some(0 | 5)),
+        "{:?}: {stderr}",
+        out.status
+    );
+    let v = p.result("queuewait");
+    let wait = v["gpu_wait_s"].as_f64().unwrap();
+    let duration = v["duration_s"].as_f64().unwrap();
+    eprintln!("held {held:.3}s; gpu_wait_s {wait}, duration_s {duration}");
+    assert!(
+        wait >= held - 0.5,
+        "the batch waited at least {held:.1}s in the queue, its record says {wait}: {v}"
+    );
+    assert!(wait <= duration, "{v}");
+    assert_eq!(v["gpus"].as_array().map(Vec::len), Some(1), "{v}");
+    // Its steps, the queue's first, as a local run's under -v.
+    for step in ["queue [", "lease [", "create ["] {
+        assert!(stderr.contains(step), "no {step}: {stderr}");
+    }
+    assert!(stderr.contains("left the queue for n"), "{stderr}");
+    // The timeline draws the queue as a wait, on the node's own GPU.
+    let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
+    let node = v["gpus"][0]["node"].as_str().unwrap();
+    let index = v["gpus"][0]["index"].as_u64().unwrap();
+    assert!(
+        summary.contains(&format!("section {node} GPU {index}")),
+        "{summary}"
+    );
+    assert!(summary.contains("queuewait waits for GPUs :"), "{summary}");
+}
+
+#[test]
+fn a_quiet_slurm_batch_shows_its_steps_and_heartbeat() {
+    let host = SlurmHost::new();
+    let p = project(
+        &host,
+        &batch("quiet", 0, "1m", &["echo started; sleep 5", JUNIT_OK], ""),
+        "",
+        "",
+    );
+    let mut c = host.cmd(&p, &["-v", "batch", "run", "quiet", "--wait", "120s"]);
+    c.env("CIBOX_HEARTBEAT", "1s");
+    let r = run(&mut c);
+    r.ok();
+    for step in [
+        "queue [",
+        "lease [",
+        "create [",
+        "copy [",
+        "run [",
+        "collect [",
+    ] {
+        assert!(
+            r.stderr
+                .lines()
+                .any(|l| l.contains("batch quiet:") && l.contains(step)),
+            "no {step}: {}",
+            r.stderr
+        );
+    }
+    assert!(
+        r.stderr.contains("batch quiet: running for ") && r.stderr.contains("last output "),
+        "no heartbeat during 5 s of silence: {}",
+        r.stderr
+    );
+}
+
+#[test]
+fn doctor_on_a_slurm_login_node_leaves_the_gpus_to_the_nodes() {
+    let host = SlurmHost::new();
+    let p = project(&host, &batch("any", 1, "1m", &[JUNIT_OK], ""), "", "");
+    let mut c = p.batch_cmd_bare(&["doctor", "--json"]);
+    host.smi.apply(&mut c);
+    let r = run(&mut c);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect(&r.stdout);
+    let finding = |check: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == check)
+            .unwrap_or_else(|| panic!("no {check} finding in {v}"))
+            .clone()
+    };
+    assert_eq!(finding("slurm")["status"], "ok", "{v}");
+    for check in ["gpu runtime", "gpu probe", "gpu pool"] {
+        let f = finding(check);
+        assert_eq!(f["status"], "info", "{v}");
+        assert_eq!(f["blocks_gpu_batches"], false, "{v}");
+        assert!(
+            f["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("not needed here: the Slurm nodes run the batches"),
+            "{v}"
+        );
+    }
+    // This engine has no GPU runtime: on a login node that fails nothing.
+    assert_eq!(r.code, 0, "{v}");
+    assert_eq!(v["ready_for_gpu_batches"], true, "{v}");
 }

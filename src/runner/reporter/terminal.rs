@@ -379,13 +379,19 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             Event::OutputEnded { batch } => {
                 self.alive.remove(&batch.name);
             }
-            Event::Queued { batch, job, state } => {
+            Event::Queued {
+                batch,
+                job,
+                state,
+                left,
+            } => {
                 // Told when it changes, and every 30 s while it does not.
                 let told = self.queued.get(&batch.name);
                 if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
                     let line = format!(
-                        "batch {}: Slurm job {job} waits in the queue: {state}",
-                        batch.name
+                        "batch {}: Slurm job {job} waits in the queue: {state}; {}",
+                        batch.name,
+                        crate::gpu::gives_up(*left)
                     );
                     self.info(&line);
                     self.queued.insert(

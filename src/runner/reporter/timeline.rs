@@ -4,9 +4,10 @@
 //! beside it, self-contained (no script, font or image from elsewhere), for a run
 //! looked at without GitHub.
 //!
-//! Each batch is a row in the section of every GPU it held (`GPU 0`, …), in `CPU` when
-//! it asked for none, or in `no GPU granted` when it never got its GPUs; its wait for
-//! GPUs and its run are two bars.
+//! Each batch is a row in the section of every GPU it held (`GPU 0`, …; `n1 GPU 0` for
+//! a GPU of Slurm node `n1`: nodes number their GPUs alike), in `CPU` when it asked for
+//! none, or in `no GPU granted` when it never got its GPUs; its wait for GPUs and its
+//! run are two bars.
 
 use std::fmt::Write as _;
 
@@ -25,26 +26,32 @@ struct Row {
     run: (u64, u64),
 }
 
-/// A section of the picture: a GPU, the CPU batches, or the batches never granted GPUs.
+/// A section of the picture: a GPU (of a Slurm node, when the record names one), the
+/// CPU batches, or the batches never granted GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Lane {
-    Gpu(u32),
+    Gpu { node: Option<String>, index: u32 },
     Cpu,
     NoGpu,
 }
 
 impl Lane {
     fn title(&self, model: Option<&str>) -> String {
-        match (self, model) {
-            (Lane::Gpu(i), Some(m)) => format!("GPU {i} ({m})"),
-            (Lane::Gpu(i), None) => format!("GPU {i}"),
-            (Lane::Cpu, _) => "CPU".into(),
-            (Lane::NoGpu, _) => "no GPU granted".into(),
+        match self {
+            Lane::Gpu { node, index } => {
+                let node = node.as_ref().map(|n| format!("{n} ")).unwrap_or_default();
+                match model {
+                    Some(m) => format!("{node}GPU {index} ({m})"),
+                    None => format!("{node}GPU {index}"),
+                }
+            }
+            Lane::Cpu => "CPU".into(),
+            Lane::NoGpu => "no GPU granted".into(),
         }
     }
 }
 
-/// What is drawn: the sections in order (GPUs by index, then CPU, then no GPU), each
+/// What is drawn: the sections in order (GPUs by node and index, then CPU, then no GPU), each
 /// with its rows in the order the batches ended; the run's start and end; how many
 /// batches were left out.
 struct Picture {
@@ -93,7 +100,13 @@ impl Picture {
                     let model = models
                         .and_then(|m| m.iter().find(|h| h.uuid == g.uuid))
                         .and_then(|h| h.name.clone());
-                    place(Lane::Gpu(g.index), model);
+                    place(
+                        Lane::Gpu {
+                            node: g.node.clone(),
+                            index: g.index,
+                        },
+                        model,
+                    );
                 }
             } else if r.gpu_count == 0 {
                 place(Lane::Cpu, None);
@@ -166,7 +179,8 @@ fn mermaid_text(text: &str) -> String {
         .collect()
 }
 
-/// The Mermaid `gantt` block for `summary.md`: a section per GPU (then CPU, then
+/// The Mermaid `gantt` block for `summary.md`: a section per GPU (per node and GPU under
+/// Slurm; then CPU, then
 /// batches never granted GPUs), a task for each batch's wait (when it waited) and one
 /// for its run, `done` when it passed and `crit` otherwise. Times are Unix
 /// milliseconds (`dateFormat x`); task names hold only a batch name (no `:`, `#`, `;`)
@@ -525,6 +539,42 @@ mod tests {
     #[test]
     fn svg_of_a_mixed_run() {
         insta::assert_snapshot!(svg(&spread_run().batches).unwrap());
+    }
+
+    /// Two batches run through Slurm at once, each on GPU 3 of its own node.
+    fn two_nodes_run() -> crate::runner::ending::RunResult {
+        let mut run = sample::run();
+        run.batches.truncate(2);
+        for (b, node) in run.batches.iter_mut().zip(["n1", "n2"]) {
+            let r = &mut b.record;
+            r.status = Status::Passed;
+            r.gpus[0].index = 3;
+            r.gpus[0].node = Some(node.into());
+            r.gpu_wait_s = 1.5;
+        }
+        run
+    }
+
+    #[test]
+    fn gpus_of_different_nodes_are_different_sections() {
+        let run = two_nodes_run();
+        let m = mermaid(&run.batches);
+        insta::assert_snapshot!(m);
+        assert!(
+            m.contains("section n1 GPU 3 (NVIDIA H100 80GB HBM3)")
+                && m.contains("section n2 GPU 3 (NVIDIA H100 80GB HBM3)"),
+            "{m}"
+        );
+        let svg = svg(&run.batches).unwrap();
+        for node in ["n1", "n2"] {
+            assert!(
+                svg.contains(&format!(
+                    "font-weight=\"bold\">{node} GPU 3 (NVIDIA H100 80GB HBM3)</text>"
+                )),
+                "{svg}"
+            );
+        }
+        assert!(!svg.contains(">GPU 3"), "{svg}");
     }
 
     #[test]

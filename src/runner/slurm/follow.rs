@@ -16,7 +16,7 @@ use super::watchdog::JobWatchdog;
 use super::{NodeJob, Result, Submission};
 use crate::runner::ending::{BatchResult, ContainerEnd, Status};
 use crate::runner::error::RunError;
-use crate::runner::event::Event;
+use crate::runner::event::{Event, Phase};
 use crate::runner::plan::BatchPlan;
 use crate::runner::results::batch_dir;
 use crate::signals;
@@ -60,7 +60,7 @@ impl Submission<'_> {
         let clock = Instant::now();
         self.emit(&Event::BatchStarted { batch: b })?;
         let spec = self.spec(index)?;
-        let end = match self.follow(b, &spec) {
+        let end = match self.follow(b, &spec, clock) {
             Ok(end) => end,
             Err(e) => {
                 let Some(stopped) = ContainerEnd::of_error(&e) else {
@@ -104,8 +104,8 @@ impl Submission<'_> {
         })
     }
 
-    /// Submits the job and follows it until its `srun` is gone.
-    fn follow(&self, b: &BatchPlan, spec: &JobSpec) -> Result<JobEnd> {
+    /// Submits the job and follows it until its `srun` is gone; `clock` is the batch's.
+    fn follow(&self, b: &BatchPlan, spec: &JobSpec, clock: Instant) -> Result<JobEnd> {
         let mut child = spawn_srun(spec)?;
         let watchdog = match JobWatchdog::start(&spec.name, child.id()) {
             Ok(w) => w,
@@ -116,14 +116,11 @@ impl Submission<'_> {
             }
         };
         let lines = read_lines(&mut child);
-        let mut job = Following::new(b, spec, self.plan.wait, child.id());
+        let mut job = Following::new(b, spec, self.plan.wait, child.id(), clock);
         let followed = loop {
             let step = match lines.recv_timeout(TICK) {
                 Ok(Out::Stdout(line)) => job.stdout(self, &line),
-                Ok(Out::Stderr(line)) => {
-                    job.stderr(&line);
-                    Ok(())
-                }
+                Ok(Out::Stderr(line)) => job.stderr(self, &line),
                 Err(mpsc::RecvTimeoutError::Timeout) => Ok(()),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break Ok(()),
             };
@@ -223,9 +220,12 @@ struct Following<'b> {
     srun: u32,
     decoder: Decoder,
     relay: Relay,
-    /// A node has spoken: the job runs.
+    /// A node has spoken, or the queue says so: the job runs.
     running: bool,
+    /// When the batch started (its job is submitted right after).
     submitted: Instant,
+    /// When its last tick was told (a quiet batch's heartbeat counts from ticks).
+    last_tick: Instant,
     wait: Duration,
     next_poll: Instant,
     /// When the job must have ended, once it runs.
@@ -237,16 +237,23 @@ struct Following<'b> {
 }
 
 impl<'b> Following<'b> {
-    fn new(b: &'b BatchPlan, spec: &JobSpec, wait: Duration, srun: u32) -> Following<'b> {
+    fn new(
+        b: &'b BatchPlan,
+        spec: &JobSpec,
+        wait: Duration,
+        srun: u32,
+        clock: Instant,
+    ) -> Following<'b> {
         let now = Instant::now();
         Following {
             b,
             name: spec.name.clone(),
             srun,
             decoder: Decoder::default(),
-            relay: Relay::new(b.nodes > 1),
+            relay: Relay::new(b.nodes > 1, clock),
             running: false,
-            submitted: now,
+            submitted: clock,
+            last_tick: now,
             wait: wait.max(MIN_QUEUE_WAIT),
             next_poll: now + POLL,
             deadline: None,
@@ -261,7 +268,7 @@ impl<'b> Following<'b> {
         match self.decoder.line(line) {
             Line::Partial => Ok(()),
             Line::Message { rank, bytes } => {
-                self.running = true;
+                self.allocated(run, None)?;
                 self.relay.frame(run, self.b, rank, &bytes, &mut self.end)?;
                 if self.relay.started && self.deadline.is_none() {
                     self.deadline = Some(Instant::now() + self.b.timeout.0 + BACKSTOP);
@@ -277,7 +284,7 @@ impl<'b> Following<'b> {
     }
 
     /// A line of `srun`'s own, or of a node's cibox on its stderr.
-    fn stderr(&mut self, line: &str) {
+    fn stderr(&mut self, run: &Submission<'_>, line: &str) -> Result<()> {
         if let Some(id) = job_id_in(line) {
             self.end.job_id.get_or_insert(id);
         }
@@ -286,6 +293,10 @@ impl<'b> Following<'b> {
             self.end.srun_said.push_back(line.to_string());
             if self.end.srun_said.len() > SRUN_LINES {
                 self.end.srun_said.pop_front();
+            }
+            // `srun: job 12 has been allocated resources`: the first word of its start.
+            if line.ends_with("has been allocated resources") {
+                return self.allocated(run, None);
             }
         } else {
             // The node's cibox warns on its stderr, labelled with its rank.
@@ -296,11 +307,55 @@ impl<'b> Following<'b> {
                 _ => eprintln!("[{}] {line}", self.b.name),
             }
         }
+        Ok(())
     }
 
-    /// Signals, the queue, and deadlines.
+    /// The job has left the queue (as `srun`, a node's first message or the queue
+    /// tells): its time there is told once, as the batch's `queue` step, with its nodes
+    /// (the queue's `nodes`, else asked for once).
+    fn allocated(&mut self, run: &Submission<'_>, nodes: Option<&str>) -> Result<()> {
+        if self.running {
+            return Ok(());
+        }
+        self.running = true;
+        let now = Instant::now();
+        self.end.allocated = Some(now);
+        let at = now.saturating_duration_since(self.submitted);
+        let asked;
+        let nodes = match nodes {
+            Some(n) => Some(n),
+            None => {
+                asked = slurm_job::queue_state(&self.name).ok().flatten();
+                if let Some(s) = &asked {
+                    self.end.job_id.get_or_insert(s.id.clone());
+                }
+                asked.as_ref().map(|s| s.nodes.as_str())
+            }
+        };
+        let job = self.end.job_id.as_deref().unwrap_or("(not yet named)");
+        run.emit(&Event::Phase {
+            batch: Some(self.b),
+            phase: Phase::Queue,
+            at,
+            detail: format!(
+                "Slurm job {job} left the queue{} after {}",
+                nodes
+                    .filter(|n| !n.is_empty())
+                    .map(|n| format!(" for {n}"))
+                    .unwrap_or_default(),
+                crate::units::human(at)
+            ),
+        })
+    }
+
+    /// Signals, the queue, deadlines, and the running batch's ticks.
     fn tick(&mut self, run: &Submission<'_>) -> Result<()> {
         let now = Instant::now();
+        if self.relay.started && now >= self.last_tick + TICK {
+            // As a local run's follow loop ticks: a quiet batch's heartbeat counts here.
+            self.last_tick = now;
+            run.emit(&Event::Tick { batch: self.b })?;
+        }
         if let Some(signal) = signals::received()
             && self.signalled.is_none()
             && self.cancelled.is_none()
@@ -377,14 +432,14 @@ impl<'b> Following<'b> {
         self.end.job_id.get_or_insert(state.id.clone());
         if !state.pending() {
             // Allocated: its nodes start (or have ended) the batch.
-            self.running = true;
-            return Ok(());
+            return self.allocated(run, Some(&state.nodes));
         }
         let shown = state.describe();
         run.emit(&Event::Queued {
             batch: self.b,
             job: &state.id,
             state: &shown,
+            left: (self.submitted + self.wait).saturating_duration_since(now),
         })?;
         if now >= self.submitted + self.wait {
             self.stop(ContainerEnd::Stopped {

@@ -4,7 +4,7 @@
 //! never started, Slurm ended it, its node refused it), a record of why.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Result, Submission};
 use crate::exit;
@@ -37,6 +37,11 @@ pub(super) struct JobEnd {
     pub srun_said: VecDeque<String>,
     /// The batch's output, counted as it came.
     pub printed: u64,
+    /// When the submitter learned that the job left Slurm's queue (its nodes were
+    /// allocated), and when a node last told it had leased the batch's GPUs (a CPU
+    /// batch's lease step too): the batch's wait ends there.
+    pub allocated: Option<Instant>,
+    pub granted: Option<Instant>,
 }
 
 /// How bad a rank's status is, to pick the one that tells the batch's: a rank ended
@@ -88,10 +93,14 @@ impl Submission<'_> {
             r.exit_code = status.exit_code(signal);
             (r, Vec::new(), false)
         };
+        // The batch's life is the job's, from its submission: its time in Slurm's queue
+        // is a wait for GPUs as a local batch's in cibox's own queue is.
+        let elapsed = clock.elapsed();
         record.slurm = Some(slurm);
         record.started_at = rfc3339(started);
         record.finished_at = rfc3339(SystemTime::now());
-        record.duration_s = (clock.elapsed().as_millis() as f64) / 1000.0;
+        record.duration_s = seconds(elapsed);
+        record.gpu_wait_s = seconds(waited(&end, clock, record.gpu_wait_s, elapsed));
         // The submitter's own reason to end the job is the batch's.
         match &end.stopped {
             Some(ContainerEnd::Cancelled {
@@ -143,6 +152,20 @@ impl Submission<'_> {
             ));
         }
         let mut cases = Vec::new();
+        // What every rank ran on: the first rank's host, every rank's GPUs.
+        record.hardware = end
+            .ended
+            .values()
+            .find_map(|e| e.record.hardware.clone())
+            .map(|mut h| {
+                h.gpus = end
+                    .ended
+                    .values()
+                    .filter_map(|e| e.record.hardware.as_ref())
+                    .flat_map(|h| h.gpus.iter().cloned())
+                    .collect();
+                h
+            });
         record.gpus.clear();
         record.failed_tests.clear();
         record.reports = Default::default();
@@ -215,6 +238,27 @@ impl Submission<'_> {
             hardware: None,
         }
     }
+}
+
+/// Seconds with millisecond precision, as records have them.
+fn seconds(d: Duration) -> f64 {
+    (d.as_millis() as f64) / 1000.0
+}
+
+/// How long a batch submitted at `clock` waited for its GPUs, of the `elapsed` it
+/// lasted: until its (last) node leased them; else until its job left the queue, and
+/// then its node's own wait (`node_wait_s`, a lease refused there); a job that never
+/// left the queue waited all its life.
+fn waited(end: &JobEnd, clock: Instant, node_wait_s: f64, elapsed: Duration) -> Duration {
+    let since = |t: Instant| t.saturating_duration_since(clock);
+    let wait = match (end.granted, end.allocated) {
+        (Some(granted), _) => since(granted),
+        (None, Some(allocated)) => {
+            since(allocated) + Duration::from_secs_f64(node_wait_s.clamp(0.0, 1e9))
+        }
+        (None, None) => elapsed,
+    };
+    wait.min(elapsed)
 }
 
 /// Why a batch's nodes sent no record (or not every rank did): the submitter's own
@@ -334,6 +378,31 @@ mod tests {
             message,
             "Slurm job 7 ended without a record from its node: srun: error: Node failure on n2"
         );
+    }
+
+    #[test]
+    fn the_wait_runs_from_submission_to_the_lease_or_to_the_end() {
+        let clock = Instant::now() - Duration::from_secs(10);
+        let elapsed = Duration::from_secs(10);
+        // Leased on its node 7 s after submission: 7 s of wait, the queue's included.
+        let end = JobEnd {
+            allocated: Some(clock + Duration::from_secs(6)),
+            granted: Some(clock + Duration::from_secs(7)),
+            ..JobEnd::default()
+        };
+        assert_eq!(waited(&end, clock, 0.5, elapsed), Duration::from_secs(7));
+        // Never leased (refused on its node after 1.5 s there): the queue, then that.
+        let end = JobEnd {
+            allocated: Some(clock + Duration::from_secs(6)),
+            ..JobEnd::default()
+        };
+        assert_eq!(
+            waited(&end, clock, 1.5, elapsed),
+            Duration::from_millis(7500)
+        );
+        // Never out of the queue: all its life; and never more than that.
+        assert_eq!(waited(&JobEnd::default(), clock, 0.0, elapsed), elapsed);
+        assert_eq!(waited(&end, clock, 100.0, elapsed), elapsed);
     }
 
     #[test]

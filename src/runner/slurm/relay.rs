@@ -5,13 +5,14 @@
 //! once.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use super::records::{Ended, JobEnd};
 use super::{Result, Submission};
 use crate::console;
 use crate::engine::EngineError;
 use crate::runner::ending::ContainerEnd;
-use crate::runner::event::Event;
+use crate::runner::event::{Event, Phase};
 use crate::runner::plan::BatchPlan;
 use crate::runner::remote::{self, Frame, Remote};
 use crate::runner::reporter::terminal::prefix_lines;
@@ -25,16 +26,19 @@ pub(super) struct Relay {
     timed_out: bool,
     /// A node's container has started: the batch's timeout runs.
     pub(super) started: bool,
+    /// When the batch was submitted: its steps are timed from here.
+    clock: Instant,
 }
 
 impl Relay {
-    pub(super) fn new(ranked: bool) -> Relay {
+    pub(super) fn new(ranked: bool, clock: Instant) -> Relay {
         Relay {
             ranked,
             at_line_start: BTreeMap::new(),
             launched: false,
             timed_out: false,
             started: false,
+            clock,
         }
     }
 
@@ -85,10 +89,30 @@ impl Relay {
                 batch: b,
                 report: &|| report.clone(),
             }),
-            Remote::Leased { gpus } => run.emit(&Event::LeaseGranted {
-                batch: b,
-                gpus: &gpus,
-            }),
+            Remote::Leased { gpus } => {
+                end.granted = Some(Instant::now());
+                run.emit(&Event::LeaseGranted {
+                    batch: b,
+                    gpus: &gpus,
+                })
+            }
+            Remote::Phase { phase, detail } => {
+                if phase == Phase::Lease {
+                    // A CPU batch's too: its wait ends where its node's lease would.
+                    end.granted = Some(Instant::now());
+                }
+                let detail = if self.ranked {
+                    format!("node-{rank}: {detail}")
+                } else {
+                    detail
+                };
+                run.emit(&Event::Phase {
+                    batch: Some(b),
+                    phase,
+                    at: self.clock.elapsed(),
+                    detail,
+                })
+            }
             Remote::Launching if !self.launched => {
                 self.launched = true;
                 run.emit(&Event::Launching {
