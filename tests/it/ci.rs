@@ -86,7 +86,7 @@ fn render_uses_the_manifest_and_passes_github_expressions_through() {
 #[test]
 fn templates_see_test_lists_and_each_entrys_family_and_file() {
     let p = Project::new(
-        "version: 1\nproject: ci\nimage: {locks: [cibox.yaml]}\nbatches:\n  e2e:\n    timeout: 5m\n    run: [\"pytest $CIBOX_TEST_FILE\"]\n    each:\n      - {file: tests/test_a.py, gpus: 2}\n      - {file: tests/test_b.py, gpus: 1, name: bee}\nworkflows: {dir: wf}\n",
+        "version: 1\nproject: ci\nimage: {locks: [cibox.yaml]}\nbatches:\n  e2e:\n    gpus: 1\n    timeout: 5m\n    run: [\"pytest $CIBOX_TEST_FILE\"]\n    each:\n      - {file: tests/test_a.py, gpus: 2}\n      - {file: tests/test_b.py, gpus: 1, name: bee}\nworkflows: {dir: wf}\n",
     );
     p.write(
         "wf/m.yml.j2",
@@ -107,7 +107,7 @@ jobs:
     );
     p.cibox(&["workflow", "render"]).ok();
     let out = std::fs::read_to_string(p.path().join("wf/m.yml")).unwrap();
-    assert!(out.contains(r#"batch: ["e2e-test_a","bee"]"#), "{out}");
+    assert!(out.contains(r#"batch: ["e2e-test_a", "bee"]"#), "{out}");
     assert!(out.contains("run: echo e2e 2\n"), "{out}");
     assert!(
         out.contains("run: echo e2e-test_a e2e tests/test_a.py 2\n")

@@ -24,7 +24,12 @@ fn a_gpu_batch_on_an_engine_without_gpu_runtime_is_exit_5_and_cleaned_up() {
     );
     // GPU 0, unless another test's cibox container names the fixture's GPU 0 just now.
     assert!(
-        [uuid(0), uuid(1)].contains(&v["gpus"][0]["uuid"].as_str().unwrap_or_default().to_string()),
+        [uuid(0), uuid(1)].contains(
+            &v["gpus"][0]["uuid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        ),
         "{v}"
     );
     assert!(p.containers().is_empty());
