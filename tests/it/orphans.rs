@@ -114,11 +114,19 @@ fn a_container_removed_from_outside_is_an_infrastructure_error() {
     );
     let mut child = p.spawn(&["batch", "run", "long"]);
     assert!(wait_until(30, || p.containers().len() == 1));
-    let volume = BusyboxProject::inspect(
-        &p.containers()[0],
-        "{{range .Mounts}}{{if eq .Destination \"/reports\"}}{{.Name}}{{end}}{{end}}",
+    // Asked again while the engine is still making it (under load, an inspect of a
+    // container being created can come back without its mounts).
+    let mut volume = String::new();
+    assert!(
+        wait_until(30, || {
+            volume = BusyboxProject::inspect(
+                &p.containers()[0],
+                "{{range .Mounts}}{{if eq .Destination \"/reports\"}}{{.Name}}{{end}}{{end}}",
+            );
+            !volume.is_empty()
+        }),
+        "/reports is a volume"
     );
-    assert!(!volume.is_empty(), "/reports is a volume");
     std::process::Command::new("docker")
         .args(["rm", "-f", &p.containers()[0]])
         .output()
