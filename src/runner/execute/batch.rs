@@ -88,6 +88,19 @@ struct Cases {
     allow_empty: bool,
 }
 
+impl Cases {
+    /// No test ran: none is counted, and none is missed.
+    fn none() -> Cases {
+        Cases {
+            cases: Vec::new(),
+            totals: junit::Totals::default(),
+            dropped: 0,
+            junit_problem: None,
+            allow_empty: true,
+        }
+    }
+}
+
 impl Execution<'_> {
     /// Runs one batch to its status. An error here ends the run (a bad lock dir, an
     /// unwritable reports folder); everything else ends only the batch.
@@ -333,13 +346,7 @@ impl Execution<'_> {
             && *code != 0
             && watched.phases.borrow().setup_failure(*code).is_some()
         {
-            return Cases {
-                cases: Vec::new(),
-                totals: junit::Totals::default(),
-                dropped: 0,
-                junit_problem: None,
-                allow_empty: true,
-            };
+            return Cases::none();
         }
         if let Some(tracker) = watched.steps.borrow_mut().take() {
             let succeeded = matches!(ended, ContainerEnd::Exited(0));
@@ -347,13 +354,7 @@ impl Execution<'_> {
             // copied in, its container would not start, it was cancelled meanwhile) ran
             // no test: its steps are not counted as skipped tests.
             if !succeeded && !tracker.began() {
-                return Cases {
-                    cases: Vec::new(),
-                    totals: junit::Totals::default(),
-                    dropped: 0,
-                    junit_problem: None,
-                    allow_empty: true,
-                };
+                return Cases::none();
             }
             let cases = tracker.cases(&b.name, Instant::now(), succeeded);
             let totals = junit::Totals::of(&cases);
