@@ -33,7 +33,10 @@ GPU_ENGINE = "unix:///run/cibox-gpu-docker/docker.sock"
 
 
 def sh(*cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout.strip()
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"bench/slurm.py: {' '.join(cmd)} exited {p.returncode}:\n{p.stderr.strip()}")
+    return p.stdout.strip()
 
 
 def project(work):
@@ -146,10 +149,9 @@ def random_dealing(work, image, state, seed):
 
 
 def main():
-    if not os.path.exists("/run/cibox-gpu-docker/docker.sock"):
-        # The GPU engine double (its own dockerd); the emulated cluster comes with
-        # .ci/setup-host.sh.
-        subprocess.run(["bash", os.path.join(ROOT, ".ci/gpu-engine.sh")], check=True)
+    # The GPU engine double (its own dockerd; idempotent, and a socket left by an engine
+    # that died is no engine); the emulated cluster comes with .ci/setup-host.sh.
+    subprocess.run(["bash", os.path.join(ROOT, ".ci/gpu-engine.sh")], check=True)
     work = tempfile.mkdtemp(prefix="cibox-bench-slurm-")
     image = None
     try:
