@@ -184,6 +184,7 @@ fn a_signal_cancels_the_job_and_its_container() {
     for (signal, code) in [
         (nix::sys::signal::Signal::SIGINT, 130),
         (nix::sys::signal::Signal::SIGTERM, 143),
+        (nix::sys::signal::Signal::SIGHUP, 129),
     ] {
         // The last round's log must not look like this one's start.
         let _ = std::fs::remove_dir_all(p.reports().join("cancelme"));
@@ -208,6 +209,50 @@ fn a_signal_cancels_the_job_and_its_container() {
         );
         assert!(wait_until(10, || p.containers().is_empty()));
     }
+}
+
+#[test]
+fn a_layer_runs_through_slurm_with_its_github_outputs() {
+    let host = SlurmHost::new();
+    let batches = batch("green", 0, "2m", &[JUNIT_OK], "")
+        + &batch(
+            "red",
+            0,
+            "2m",
+            &["echo red-ran; false"],
+            "    verdict: exit-code\n",
+        )
+        + "layers:\n  both: {batches: [green, red]}\n";
+    let p = project(&host, &batches, "", "");
+    let out = p.project.path().join("github-output");
+    let summary = p.project.path().join("github-summary");
+    let r = run(host
+        .cmd(
+            &p,
+            &["layer", "run", "both", "--parallel", "--wait", "120s"],
+        )
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_OUTPUT", &out)
+        .env("GITHUB_STEP_SUMMARY", &summary));
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let outputs = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        outputs.contains("status=failed\n") && outputs.contains("failed_batches=red\n"),
+        "{outputs}"
+    );
+    for (name, status) in [("green", "passed"), ("red", "failed")] {
+        let v = p.result(name);
+        assert_eq!(v["status"], status, "{v}");
+        assert_eq!(v["layer"], "both", "{v}");
+        job_name(&v, name);
+    }
+    let s = std::fs::read_to_string(&summary).unwrap();
+    assert!(s.contains("| red | failed |"), "{s}");
+    assert!(
+        r.stdout.contains("::group::batch red") && r.stdout.contains("red-ran"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
