@@ -53,21 +53,24 @@ pub fn run(
 fn standard_reporters(json: bool) -> Fanout {
     // One queue for stdout, so the batches' output stays inside GitHub's fences; under
     // --json, stdout is the outcome's alone and everything else goes to stderr.
+    // A terminal, or `2>&1` into one file: one queue, so cibox's lines (a step's phase
+    // line, a timeout) come out where they happened among the output.
+    let one = json || one_destination();
     let (out, err) = if json {
         let err = Pump::stderr();
         (err.clone(), err)
-    } else if one_destination() {
-        // A terminal, or `2>&1` into one file: one queue, so cibox's lines (a step's
-        // phase line, a timeout) come out where they happened among the output.
+    } else if one {
         let out = Pump::stdout();
         (out.clone(), out)
     } else {
         (Pump::stdout(), Pump::stderr())
     };
+    let mut terminal = Terminal::new(out.clone(), err).with_heartbeat(heartbeat());
+    if one {
+        terminal = terminal.one_stream();
+    }
     // Files first: a batch's status is printed once its result.json is written.
-    let mut reporters = Fanout::new()
-        .with(Files::new())
-        .with(Terminal::new(out.clone(), err).with_heartbeat(heartbeat()));
+    let mut reporters = Fanout::new().with(Files::new()).with(terminal);
     if crate::github::active() {
         reporters = reporters.with(GitHub::new(out));
     }

@@ -44,6 +44,8 @@ pub struct Terminal<O: Sink, E: Sink> {
     heartbeat: Duration,
     /// Per batch under Slurm: the queue state last told, and when.
     queued: HashMap<String, (String, std::time::Instant)>,
+    /// `out` and `err` lead to one place (see [`Terminal::one_stream`]).
+    one_stream: bool,
 }
 
 impl<O: Sink, E: Sink> Terminal<O, E> {
@@ -61,7 +63,30 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
             alive: HashMap::new(),
             heartbeat: HEARTBEAT,
             queued: HashMap::new(),
+            one_stream: false,
         }
+    }
+
+    /// `out` and `err` lead to one place (a terminal, `2>&1`): a line of cibox's starts
+    /// on a line of its own, even where a batch's output stopped mid-line.
+    pub fn one_stream(mut self) -> Terminal<O, E> {
+        self.one_stream = true;
+        self
+    }
+
+    /// One of cibox's lines.
+    fn say(&mut self, bytes: &[u8]) {
+        if self.one_stream {
+            let mut mid_line = false;
+            for start in self.at_line_start.values_mut() {
+                mid_line |= !*start;
+                *start = true;
+            }
+            if mid_line {
+                self.out.line(b"\n");
+            }
+        }
+        self.err.line(bytes);
     }
 
     /// Says every `every` that a batch which printed nothing for that long still runs
@@ -96,13 +121,13 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
 
     fn debug(&mut self, msg: &str) {
         if let Some(line) = console::log_line(Level::Debug, "", msg) {
-            self.err.line(line.as_bytes());
+            self.say(line.as_bytes());
         }
     }
 
     fn info(&mut self, msg: &str) {
         if let Some(line) = console::log_line(Level::Info, "", msg) {
-            self.err.line(line.as_bytes());
+            self.say(line.as_bytes());
         }
     }
 }
@@ -120,6 +145,9 @@ impl Terminal<Pump, Pump> {
 /// write per chunk, so parallel batches interleave whole lines.
 pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool) -> Vec<u8> {
     let Some(name) = prefix else {
+        if let Some(last) = bytes.last() {
+            *at_line_start = *last == b'\n';
+        }
         return bytes.to_vec();
     };
     let mut buf = Vec::with_capacity(bytes.len() + 64);
@@ -313,7 +341,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
         match event {
             Event::Swept { scope, swept } => {
                 for line in sweep_lines(swept) {
-                    self.err.line(line.as_bytes());
+                    self.say(line.as_bytes());
                 }
                 if !swept.removed.is_empty() {
                     self.info(&format!(
@@ -417,7 +445,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     ),
                     &[],
                 );
-                self.err.line(text.as_bytes());
+                self.say(text.as_bytes());
             }
             Event::OutputBroke { batch, error } => {
                 if let Some(line) = console::log_line(
@@ -425,13 +453,12 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     "warning: ",
                     &format!("batch {}: log stream broke: {error}", batch.name),
                 ) {
-                    self.err.line(line.as_bytes());
+                    self.say(line.as_bytes());
                 }
             }
             Event::BatchFailed { batch, error } => {
                 self.waits.remove(&batch.name);
-                self.err
-                    .line(console::error_lines(error, error.details()).as_bytes());
+                self.say(console::error_lines(error, error.details()).as_bytes());
             }
             Event::BatchEnded { result } => self.info(&verdict_line(&result.record)),
             Event::RunEnded { run } => {

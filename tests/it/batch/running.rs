@@ -305,13 +305,18 @@ fn sent_to_one_file_phase_lines_come_where_they_happened_among_the_output() {
             "two",
             0,
             "1m",
-            &["echo first-out", "sleep 1; echo second-out"],
+            &[
+                "echo first-out",
+                "sleep 1; echo second-out",
+                "printf partial; sleep 2",
+            ],
             "    verdict: exit-code\n",
         ),
         "",
     );
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut c = p.batch_cmd(&["-v", "batch", "run", "two"]);
+    c.env("CIBOX_HEARTBEAT", "1s");
     c.stdout(log.reopen().unwrap())
         .stderr(log.reopen().unwrap());
     assert!(c.status().unwrap().success());
@@ -329,6 +334,10 @@ fn sent_to_one_file_phase_lines_come_where_they_happened_among_the_output() {
         first < first_phase && first_phase < second && second < second_phase,
         "{text}"
     );
+    // A line of cibox's (the heartbeat while the last step sleeps) starts a line of its
+    // own, though the step's output stopped mid-line.
+    assert!(text.contains("partial\ncibox: batch two: running for "), "{text}");
+    assert!(!text.contains("partialcibox"), "{text}");
 }
 
 #[test]
