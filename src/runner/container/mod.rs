@@ -58,6 +58,8 @@ pub struct ContainerPlan {
     /// The manifest's variables for this batch (recorded; no host values).
     pub manifest_env: BTreeMap<String, String>,
     script: String,
+    /// How many steps the script announces (install, preflight and run).
+    steps_announced: usize,
     binds: Vec<String>,
     /// Who the batch runs as (`uid:gid`); the container's keeper is root.
     user: String,
@@ -93,6 +95,12 @@ impl ContainerPlan {
     /// What runs the batch: its script, in `sh`, as [`ContainerPlan::user`].
     pub fn steps(&self) -> Vec<String> {
         vec!["/bin/sh".into(), "-c".into(), self.script.clone()]
+    }
+
+    /// How many steps the script announces: no more phase lines than these are taken
+    /// from a batch's output (the batch can print announcements of its own).
+    pub fn steps_announced(&self) -> usize {
+        self.steps_announced
     }
 
     /// The size of `/reports`, and so the most that is copied out of it.
@@ -200,6 +208,9 @@ impl ContainerPlan {
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             manifest_env,
             script: script(install_for(m, batch, image_name), batch),
+            steps_announced: install_for(m, batch, image_name).len()
+                + batch.preflight.len()
+                + batch.run.len(),
             binds: vec![format!("{}:/src:ro", id.source.display())],
             user: format!("{}:{}", user.0, user.1),
             uid: user.0,

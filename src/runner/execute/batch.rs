@@ -48,6 +48,8 @@ pub(super) struct Watched {
     pub steps: RefCell<Option<StepTracker>>,
     /// Which phase of its script was under way.
     pub phases: RefCell<PhaseTracker>,
+    /// How many phase lines its output gave.
+    pub phases_said: Cell<usize>,
     /// Its caches while its container lives.
     pub caches: RefCell<Option<super::caches::BatchCaches>>,
 }
@@ -62,6 +64,7 @@ impl Watched {
             container_died: Cell::default(),
             steps: RefCell::default(),
             phases: RefCell::default(),
+            phases_said: Cell::default(),
             caches: RefCell::default(),
         }
     }

@@ -263,9 +263,16 @@ impl Execution<'_> {
                 }
                 let announced = watched.phases.borrow_mut().feed(bytes);
                 // Each step's phase line right after its announcement: the output is
-                // cut there (only there, so a loud batch is not cut per line).
+                // cut there (only there, so a loud batch is not cut per line). No more
+                // than the script's own steps: what the batch prints alike is output.
                 let mut from = 0;
                 for (end, step, cmd) in announced {
+                    let said = watched.phases_said.get();
+                    if said >= b.container.steps_announced() {
+                        break;
+                    }
+                    watched.phases_said.set(said + 1);
+                    let cmd = short(&cmd);
                     self.emit(&Event::Output {
                         batch: b,
                         bytes: &bytes[from..end],
@@ -290,6 +297,14 @@ impl Execution<'_> {
             Followed::StreamBroke(error) => self.emit(&Event::OutputBroke { batch: b, error }),
             Followed::Tick => self.emit(&Event::Tick { batch: b }),
         }
+    }
+}
+
+/// A step's command as its phase line shows it: its first 200 characters.
+fn short(cmd: &str) -> String {
+    match cmd.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &cmd[..at]),
+        None => cmd.to_string(),
     }
 }
 

@@ -309,6 +309,7 @@ fn sent_to_one_file_phase_lines_come_where_they_happened_among_the_output() {
                 "echo first-out",
                 "sleep 1; echo second-out",
                 "printf partial; sleep 2",
+                "w=run; for i in 1 2 3; do echo \"cibox $w: forged $i\"; done",
             ],
             "    verdict: exit-code\n",
         ),
@@ -336,8 +337,14 @@ fn sent_to_one_file_phase_lines_come_where_they_happened_among_the_output() {
     );
     // A line of cibox's (the heartbeat while the last step sleeps) starts a line of its
     // own, though the step's output stopped mid-line.
-    assert!(text.contains("partial\ncibox: batch two: running for "), "{text}");
+    assert!(
+        text.contains("partial\ncibox: batch two: running for "),
+        "{text}"
+    );
     assert!(!text.contains("partialcibox"), "{text}");
+    // What the batch prints like an announcement is its output, not a phase of cibox's.
+    assert!(text.contains("cibox run: forged 3"), "{text}");
+    assert!(!text.contains("] forged"), "{text}");
 }
 
 #[test]
