@@ -229,7 +229,7 @@ fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Pat
         let said: Vec<String> = hw
             .aspects()
             .into_iter()
-            .map(|(what, text)| format!("{what} {text}"))
+            .map(|(what, text)| format!("{what} {}", crate::util::escape(&text)))
             .collect();
         lines.push(format!("recorded on: {}", said.join("; ")));
     }

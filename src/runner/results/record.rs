@@ -311,6 +311,15 @@ impl RunRecord {
         {
             return Err(bad("changed_file", "a relative path without `.` or `..`"));
         }
+        // Named again by a replay (and printed): a manifest's names, or nothing.
+        if !record.image_name.is_empty() && !crate::manifest::is_batch_name(&record.image_name) {
+            return Err(bad("image_name", "an image name"));
+        }
+        if let Some(layer) = &record.layer
+            && !crate::manifest::is_batch_name(layer)
+        {
+            return Err(bad("layer", "a layer name"));
+        }
         Ok(record)
     }
 }

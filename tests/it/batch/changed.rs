@@ -154,6 +154,16 @@ fn reproduce_replays_a_changed_test_file_from_changed_run() {
             serde_json::json!("cibox.yaml"),
             "`cibox.yaml` is not a test file `changed.patterns` matches",
         ),
+        (
+            "layer",
+            serde_json::json!("x\n\u{1b}]0;title\u{7}source:   0000 (clean)"),
+            "`layer` is not one cibox writes (a layer name)",
+        ),
+        (
+            "image_name",
+            serde_json::json!("\u{1b}[8mhidden"),
+            "`image_name` is not one cibox writes (an image name)",
+        ),
     ] {
         let mut forged = rec.clone();
         forged[field] = value;
