@@ -9,20 +9,15 @@ pub fn active() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
-/// The event of this workflow run when its code may be a pull request's that nobody
-/// merged (`GITHUB_EVENT_NAME`): `pull_request_target` and `issue_comment` runs start
-/// from the base branch but test what a pull request brought.
-pub fn unmerged_code_event() -> Option<String> {
-    const EVENTS: [&str; 6] = [
-        "pull_request",
-        "pull_request_target",
-        "pull_request_review",
-        "pull_request_review_comment",
-        "issue_comment",
-        "workflow_run",
-    ];
+/// The event of this workflow run, unless it is one that runs merged code only
+/// (`push`, `schedule`, `release`): a pull request's (`pull_request_target` and
+/// `issue_comment` start from the base branch but test what a pull request brought), a
+/// merge queue's, a dispatch on any branch, a chat-ops `repository_dispatch`, a
+/// `workflow_run` after one of those. `None` outside GitHub Actions.
+pub fn untrusted_event() -> Option<String> {
+    const MERGED_CODE: [&str; 3] = ["push", "schedule", "release"];
     let event = std::env::var("GITHUB_EVENT_NAME").ok()?;
-    EVENTS.contains(&event.as_str()).then_some(event)
+    (!MERGED_CODE.contains(&event.as_str())).then_some(event)
 }
 
 /// Escapes workflow-command data (`%`, CR, LF); properties also `:` and `,`.

@@ -42,11 +42,42 @@ pub fn run(
     json: bool,
 ) -> Result<RunResult> {
     let names = check(&manifest, policy, &request)?;
+    let mut request = request;
+    request.private_caches = request
+        .private_caches
+        .take()
+        .or_else(crate::github::untrusted_event);
+    warn_private_caches(&manifest, policy, &request, &names);
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
         return submit(manifest, policy, slurm, request, json);
     }
     let mut reporters = standard_reporters(json);
     run_here(manifest, policy, request, &names, &mut reporters)
+}
+
+/// A host that trusts its runs' cache writes trusts the code they run; a run of code
+/// nobody merged (a pull request's, even one the approved-commit pattern started from
+/// the base branch) writes privately: said when it matters.
+fn warn_private_caches(
+    manifest: &Manifest,
+    policy: &HostPolicy,
+    request: &RunRequest,
+    names: &[String],
+) {
+    let (Some(event), Some(caches)) = (&request.private_caches, &policy.caches) else {
+        return;
+    };
+    let used = names.iter().any(|n| {
+        manifest
+            .batches
+            .get(n)
+            .is_some_and(|b| !b.caches.is_empty())
+    });
+    if caches.trusted && used {
+        console::warn(format!(
+            "this host keeps what its runs write to caches (caches.trusted), but this is a {event} run, whose code may not be merged: its cache writes stay private and are thrown away"
+        ));
+    }
 }
 
 /// The reporters of a run on this host's terminal.
@@ -148,24 +179,10 @@ fn run_here(
     };
     let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
     let mut host = HostFacts::current(&manifest, host_mounts, policy);
-    // A host that trusts its runs' cache writes trusts the code they run; a pull
-    // request's run (even one the approved-commit pattern started from the base
-    // branch) runs code nobody merged: its writes stay private.
     if let Some(caches) = host.caches.as_mut()
-        && caches.trusted
-        && let Some(event) = crate::github::unmerged_code_event()
+        && request.private_caches.is_some()
     {
         caches.trusted = false;
-        if names.iter().any(|n| {
-            manifest
-                .batches
-                .get(n)
-                .is_some_and(|b| !b.caches.is_empty())
-        }) {
-            console::warn(format!(
-                "this host keeps what its runs write to caches (caches.trusted), but this is a {event} run, whose code may be a pull request's: its cache writes stay private and are thrown away"
-            ));
-        }
     }
     host.devices = super::container::devices::check_devices(&manifest, names, policy)?;
     if let (Some(role), [batch]) = (&request.node, names) {

@@ -48,6 +48,9 @@ pub struct RunRequest {
     /// On a node of a Slurm cluster: this process runs one batch as a task of the
     /// job the submitter made for it.
     pub node: Option<NodeRole>,
+    /// Why this run's cache writes stay private whatever the host trusts: the
+    /// workflow event that may run code nobody merged.
+    pub private_caches: Option<String>,
 }
 
 /// A batch's task on a node of a Slurm job: which rank, and the GPUs Slurm allocated.
@@ -195,6 +198,8 @@ pub struct RunPlan {
     pub node: Option<NodeRole>,
     /// The layer the batches run as part of, if any.
     pub layer: Option<String>,
+    /// See [`RunRequest::private_caches`].
+    pub private_caches: Option<String>,
 }
 
 impl RunPlan {
@@ -490,6 +495,7 @@ pub fn plan(
         bind_source: true,
         node: request.node,
         layer: request.layer,
+        private_caches: request.private_caches,
         manifest,
     })
 }
@@ -543,6 +549,17 @@ pub(crate) mod tests {
             scope: "local-me".into(),
             ..RunRequest::default()
         }
+    }
+
+    #[test]
+    fn a_run_whose_cache_writes_stay_private_tells_its_slurm_nodes() {
+        let mut r = request(&["a"], None);
+        r.private_caches = Some("pull_request_target".into());
+        let p = plan(manifest(), r, &host()).unwrap();
+        let job = crate::runner::slurm::node::NodeJob::of(&p, 0);
+        let sent: crate::runner::slurm::node::NodeJob =
+            serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
+        assert_eq!(sent.private_caches.as_deref(), Some("pull_request_target"));
     }
 
     #[test]

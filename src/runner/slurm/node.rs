@@ -41,6 +41,9 @@ pub struct NodeJob {
     /// A batch `changed run` made: its test file and GPUs (`changed.run` makes it again).
     pub changed_file: Option<String>,
     pub gpus: u32,
+    /// Why the batch's cache writes stay private (the submitter's workflow event).
+    #[serde(default)]
+    pub private_caches: Option<String>,
 }
 
 impl NodeJob {
@@ -65,6 +68,7 @@ impl NodeJob {
             scope: plan.scope.clone(),
             changed_file: b.changed_file.clone(),
             gpus: b.gpus,
+            private_caches: plan.private_caches.clone(),
         }
     }
 
@@ -131,6 +135,11 @@ impl NodeJob {
                 gpus: alloc.gpus.clone(),
                 rendezvous,
             }),
+            // The submitter's word, or the node's own environment's.
+            private_caches: self
+                .private_caches
+                .clone()
+                .or_else(crate::github::untrusted_event),
         })
     }
 }

@@ -106,7 +106,7 @@ fn a_pull_request_run_on_a_trusted_host_writes_privately() {
     // to protected branches lets it in; the code it tests is the pull request's.
     let store = Store::new();
     let p = project(&store, true);
-    for event in ["pull_request_target", "issue_comment"] {
+    for event in ["pull_request_target", "issue_comment", "merge_group"] {
         let mut c = p.batch_cmd(&["batch", "run", "plant"]);
         c.env("GITHUB_EVENT_NAME", event);
         let r = run(&mut c);
