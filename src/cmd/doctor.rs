@@ -252,7 +252,9 @@ pub fn run(ctx: &Context) -> Result<u8> {
         Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
     }
     findings.push(confinement_finding());
-    if slurm {
+    // A node of the cluster (the policy is shared) runs batches on its own GPUs: there
+    // they are checked for real.
+    if slurm && !this_host_is_a_slurm_node() {
         for f in &mut findings {
             nodes_run_the_batches(f);
         }
@@ -282,6 +284,20 @@ pub fn run(ctx: &Context) -> Result<u8> {
 
 /// The checks of this host's own GPUs.
 const LOCAL_GPU_CHECKS: [&str; 3] = ["gpu runtime", "gpu probe", "gpu pool"];
+
+/// Whether this host is one of the cluster's nodes: inside a job, or named as a node by
+/// the controller (by its short host name).
+fn this_host_is_a_slurm_node() -> bool {
+    if ["SLURM_JOB_ID", "SLURMD_NODENAME"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+    {
+        return true;
+    }
+    let host = crate::util::host_name();
+    let short = host.split('.').next().unwrap_or(&host);
+    crate::slurm::cluster::Cluster::query().is_ok_and(|c| c.nodes.iter().any(|n| n.name == short))
+}
 
 /// On a Slurm login node the nodes run the batches, each checking its own GPUs when
 /// it runs one: what this host's GPUs would need is told, and fails nothing.

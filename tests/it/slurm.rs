@@ -739,4 +739,13 @@ fn doctor_on_a_slurm_login_node_leaves_the_gpus_to_the_nodes() {
     // This engine has no GPU runtime: on a login node that fails nothing.
     assert_eq!(r.code, 0, "{v}");
     assert_eq!(v["ready_for_gpu_batches"], true, "{v}");
+    // On a node (inside a job, or a host the controller names as a node) the same
+    // policy checks the GPUs for real: this engine's missing runtime fails it.
+    let mut c = p.batch_cmd_bare(&["doctor", "--json"]);
+    host.smi.apply(&mut c);
+    c.env("SLURM_JOB_ID", "1");
+    let r = run(&mut c);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect(&r.stdout);
+    assert_eq!(r.code, 5, "{v}");
+    assert_eq!(v["ready_for_gpu_batches"], false, "{v}");
 }
