@@ -285,7 +285,7 @@ fn project_with(store: Option<&std::path::Path>) -> Project {
     let root = dir.path();
     std::fs::write(root.join("requirements.lock"), "torch==2.5\n").unwrap();
     let text = format!(
-        "version: 1\nproject: p\nimage: {{locks: [requirements.lock]}}\ngpu: {{lock_dir: {}}}\n{}batches:\n  b: {{gpus: 0, timeout: 1m, run: [\"true\"]}}\n",
+        "version: 1\nproject: p\nimage: {{locks: [requirements.lock], install: [\"pip install .\"]}}\ngpu: {{lock_dir: {}}}\n{}batches:\n  b: {{gpus: 0, timeout: 1m, run: [\"true\"]}}\n",
         root.join("locks").display(),
         if store.is_some() {
             "caches: {m: /cache/m}\n"
