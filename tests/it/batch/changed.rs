@@ -12,11 +12,7 @@ fn reproduce_replays_a_recorded_failure_side_by_side() {
         "",
     );
     let d = p.project.path();
-    std::fs::remove_dir_all(d.join(".git")).unwrap();
-    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
-    git(d, &["init", "-q"]);
-    git(d, &["add", "-A"]);
-    git(d, &["commit", "-qm", "recorded"]);
+    make_checkout(d);
     let sha = git(d, &["rev-parse", "HEAD"]);
     let r = p.run(&["batch", "run", "red", "--fast"]);
     assert_eq!(r.code, 1);
@@ -117,11 +113,7 @@ fn reproduce_replays_a_changed_test_file_from_changed_run() {
     );
     let d = p.project.path();
     p.project.write("tests/test_a.py", "flaky\n");
-    std::fs::remove_dir_all(d.join(".git")).unwrap();
-    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
-    git(d, &["init", "-q"]);
-    git(d, &["add", "-A"]);
-    git(d, &["commit", "-qm", "recorded"]);
+    make_checkout(d);
     let matrix = serde_json::json!([{"test_file": "tests/test_a.py", "num_gpus": 0}]);
     let r = run(p
         .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])

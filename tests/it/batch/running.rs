@@ -223,11 +223,7 @@ fn batches_run_in_their_named_images_each_verified_by_its_own_locks() {
     // As part of the layer, `a` runs in the second image (and fails there); its record
     // says so, and a replay runs it there again.
     let d = p.project.path();
-    std::fs::remove_dir_all(d.join(".git")).unwrap();
-    std::fs::write(d.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
-    git(d, &["init", "-q"]);
-    git(d, &["add", "-A"]);
-    git(d, &["commit", "-qm", "recorded"]);
+    make_checkout(d);
     let mut c = cibox(d);
     c.args(["layer", "run", "other", "--source"])
         .arg(d)

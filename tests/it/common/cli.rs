@@ -111,6 +111,16 @@ pub fn nonce() -> String {
 }
 
 /// Runs git in `dir` with a fixed identity; panics with its stderr on failure.
+/// Makes a project's folder (its stand-in `.git` removed) a git checkout of one commit,
+/// its reports and replays ignored.
+pub fn make_checkout(dir: &Path) {
+    std::fs::remove_dir_all(dir.join(".git")).unwrap();
+    std::fs::write(dir.join(".gitignore"), "reports/\ncibox-reproduce/\n").unwrap();
+    git(dir, &["init", "-q"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-qm", "recorded"]);
+}
+
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
