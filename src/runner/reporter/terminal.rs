@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 use super::pump::{Pump, Sink};
 use super::{Reporter, ReporterError};
 use crate::console::{self, Level, WaitLine};
+use crate::gpu::WaitReport;
 use crate::runner::cleanup::sweep::{Note, Swept};
 use crate::runner::ending::RunResult;
 use crate::runner::event::Event;
+use crate::runner::plan::BatchPlan;
 use crate::runner::results::record::{RunRecord, reproduce_line};
 use crate::units::human;
 
@@ -117,6 +119,52 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
             human(now.duration_since(a.started))
         );
         self.info(&line);
+    }
+
+    /// A batch's wait for its GPUs, logged every 30 s.
+    fn waiting(&mut self, batch: &BatchPlan, report: &dyn Fn() -> WaitReport) {
+        let gpus = batch.gpus;
+        let name = batch.name.clone();
+        let due = self
+            .waits
+            .entry(batch.name.clone())
+            .or_insert_with(|| WaitLine::new(false))
+            .due(report, |r| {
+                format!(
+                    "batch {name}: waiting {} for {gpus} GPU(s): {}",
+                    human(r.waited),
+                    r.progress()
+                )
+            });
+        if let Some(line) = due {
+            self.info(&line);
+        }
+    }
+
+    /// A batch's Slurm job in the queue: told when its state changes, and every 30 s
+    /// while it does not.
+    fn queued(&mut self, batch: &str, job: &str, state: &str, left: Duration) {
+        let told = self.queued.get(batch);
+        if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
+            let line = format!(
+                "batch {batch}: Slurm job {job} waits in the queue: {state}; {}",
+                crate::gpu::gives_up(left)
+            );
+            self.info(&line);
+            self.queued
+                .insert(batch.to_string(), (state.to_string(), Instant::now()));
+        }
+    }
+
+    /// What a batch printed, prefixed with its name when the run has several.
+    fn output(&mut self, batch: &str, bytes: &[u8]) {
+        if let Some(a) = self.alive.get_mut(batch) {
+            a.last_output = Some(Instant::now());
+        }
+        let start = self.at_line_start.entry(batch.to_string()).or_insert(true);
+        let prefix = self.prefixed.then_some(batch);
+        let buf = prefix_lines(bytes, prefix, start);
+        self.out.output(&buf);
     }
 
     fn debug(&mut self, msg: &str) {
@@ -354,24 +402,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 self.prefixed = plan.batches.len() > 1;
                 self.started = Some(Instant::now());
             }
-            Event::Waiting { batch, report } => {
-                let gpus = batch.gpus;
-                let name = batch.name.clone();
-                let due = self
-                    .waits
-                    .entry(batch.name.clone())
-                    .or_insert_with(|| WaitLine::new(false))
-                    .due(*report, |r| {
-                        format!(
-                            "batch {name}: waiting {} for {gpus} GPU(s): {}",
-                            human(r.waited),
-                            r.progress()
-                        )
-                    });
-                if let Some(line) = due {
-                    self.info(&line);
-                }
-            }
+            Event::Waiting { batch, report } => self.waiting(batch, *report),
             Event::LeaseGranted { batch, .. } => {
                 self.waits.remove(&batch.name);
             }
@@ -412,31 +443,8 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 job,
                 state,
                 left,
-            } => {
-                // Told when it changes, and every 30 s while it does not.
-                let told = self.queued.get(&batch.name);
-                if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
-                    let line = format!(
-                        "batch {}: Slurm job {job} waits in the queue: {state}; {}",
-                        batch.name,
-                        crate::gpu::gives_up(*left)
-                    );
-                    self.info(&line);
-                    self.queued.insert(
-                        batch.name.clone(),
-                        (state.to_string(), std::time::Instant::now()),
-                    );
-                }
-            }
-            Event::Output { batch, bytes } => {
-                if let Some(a) = self.alive.get_mut(&batch.name) {
-                    a.last_output = Some(Instant::now());
-                }
-                let start = self.at_line_start.entry(batch.name.clone()).or_insert(true);
-                let prefix = self.prefixed.then_some(batch.name.as_str());
-                let buf = prefix_lines(bytes, prefix, start);
-                self.out.output(&buf);
-            }
+            } => self.queued(&batch.name, job, state, *left),
+            Event::Output { batch, bytes } => self.output(&batch.name, bytes),
             Event::TimedOut { batch } => {
                 let text = console::error_lines(
                     &format_args!(
