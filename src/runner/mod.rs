@@ -36,6 +36,7 @@ mod error;
 mod event;
 mod execute;
 pub mod launch;
+mod order;
 mod plan;
 pub mod qualify;
 mod remote;

@@ -18,9 +18,10 @@ use super::cleanup::sweep;
 use super::cleanup::watchdog::Watchdog;
 use super::container::git_mask;
 use super::container::source::{OUTPUT_FOLDERS, SourceSet};
-use super::ending::{BatchResult, ContainerEnd, RunResult, Status};
+use super::ending::{BatchResult, ContainerEnd, RunResult};
 use super::error::RunError;
 use super::event::{Event, Phase};
+use super::order::each_batch;
 use super::plan::{BatchPlan, RunPlan};
 use super::reporter::Reporter;
 use super::results::batch_dir;
@@ -132,11 +133,9 @@ fn execute_with(
         hardware,
     };
     run.emit(&Event::RunStarted { plan })?;
-    let batches = if plan.parallel {
-        run.all_at_once()?
-    } else {
-        run.one_by_one()?
-    };
+    let batches = each_batch(plan.batches.len(), plan.parallel, |i| {
+        run.batch(&plan.batches[i])
+    })?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
@@ -315,40 +314,6 @@ impl Execution<'_> {
             .unwrap_or_else(PoisonError::into_inner)
             .handle(event)
             .map_err(RunError::from)
-    }
-
-    /// Every batch at once; the lease queue decides which fit together.
-    fn all_at_once(&self) -> Result<Vec<BatchResult>> {
-        let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .plan
-                .batches
-                .iter()
-                .map(|b| s.spawn(|| self.batch(b)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked)))
-                .collect()
-        });
-        joined.into_iter().collect()
-    }
-
-    /// One batch after the other; a signal starts no more.
-    fn one_by_one(&self) -> Result<Vec<BatchResult>> {
-        let mut batches = Vec::new();
-        for b in &self.plan.batches {
-            if signals::received().is_some() {
-                break; // a signal between two batches: start no more
-            }
-            let result = self.batch(b)?;
-            let stop = result.status() == Status::Cancelled;
-            batches.push(result);
-            if stop {
-                break; // signals end the run at once
-            }
-        }
-        Ok(batches)
     }
 
     /// The ending of a batch that `e` kept from running, once reported; an error that

@@ -23,9 +23,10 @@ use std::sync::{Mutex, PoisonError};
 pub use node::{NODE_LEASE_WAIT, NodeJob};
 pub use watchdog::watch as watch_job;
 
-use super::ending::{BatchResult, RunResult, Status};
+use super::ending::{BatchResult, RunResult};
 use super::error::RunError;
 use super::event::Event;
+use super::order::each_batch;
 use super::plan::RunPlan;
 use super::reporter::Reporter;
 use super::results::batch_dir;
@@ -74,11 +75,7 @@ pub fn execute(
         reporter: Mutex::new(reporter),
     };
     run.emit(&Event::RunStarted { plan })?;
-    let batches = if plan.parallel {
-        run.all_at_once()?
-    } else {
-        run.one_by_one()?
-    };
+    let batches = each_batch(plan.batches.len(), plan.parallel, |i| run.batch(i))?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
@@ -113,36 +110,5 @@ impl Submission<'_> {
             .unwrap_or_else(PoisonError::into_inner)
             .handle(event)
             .map_err(RunError::from)
-    }
-
-    /// Every batch's job at once: Slurm decides which run together.
-    fn all_at_once(&self) -> Result<Vec<BatchResult>> {
-        let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.plan.batches.len())
-                .map(|i| s.spawn(move || self.batch(i)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked)))
-                .collect()
-        });
-        joined.into_iter().collect()
-    }
-
-    /// One job after the other; a signal submits no more.
-    fn one_by_one(&self) -> Result<Vec<BatchResult>> {
-        let mut batches = Vec::new();
-        for i in 0..self.plan.batches.len() {
-            if signals::received().is_some() {
-                break;
-            }
-            let result = self.batch(i)?;
-            let stop = result.status() == Status::Cancelled;
-            batches.push(result);
-            if stop {
-                break;
-            }
-        }
-        Ok(batches)
     }
 }
