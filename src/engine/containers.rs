@@ -367,8 +367,8 @@ impl Engine {
         self.rt.block_on(self.running(id))
     }
 
-    /// The name of the volume mounted at `target` in a container, if any.
-    pub fn volume_at(&self, id: &str, target: &str) -> Option<String> {
+    /// The mount at `target` in a container, as the engine describes it.
+    fn mount_at(&self, id: &str, target: &str) -> Option<bollard::models::MountPoint> {
         let details = self
             .rt
             .block_on(self.docker.inspect_container(id, None))
@@ -376,23 +376,18 @@ impl Engine {
         details
             .mounts?
             .into_iter()
-            .find(|m| m.destination.as_deref() == Some(target))?
-            .name
+            .find(|m| m.destination.as_deref() == Some(target))
+    }
+
+    /// The name of the volume mounted at `target` in a container, if any.
+    pub fn volume_at(&self, id: &str, target: &str) -> Option<String> {
+        self.mount_at(id, target)?.name
     }
 
     /// Where on the engine's host the mount at `target` of a container comes from (a
     /// volume's folder), if it has one.
     pub fn mount_source(&self, id: &str, target: &str) -> Option<String> {
-        let details = self
-            .rt
-            .block_on(self.docker.inspect_container(id, None))
-            .ok()?;
-        details
-            .mounts?
-            .into_iter()
-            .find(|m| m.destination.as_deref() == Some(target))?
-            .source
-            .filter(|s| !s.is_empty())
+        self.mount_at(id, target)?.source.filter(|s| !s.is_empty())
     }
 
     /// Removes a volume; one already gone is no error. A volume still in use (its
