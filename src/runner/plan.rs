@@ -12,8 +12,9 @@ use std::time::Duration;
 use super::container::ContainerPlan;
 use super::container::devices::HostDevices;
 use super::container::mounts::HostMounts;
+use super::ending::Status;
 pub use super::error::PlanError;
-use super::results::record::SourceInfo;
+use super::results::record::{RunRecord, SourceInfo};
 use crate::host::HostPolicy;
 use crate::host::caches::CachePolicy;
 use crate::image::ImageId;
@@ -203,6 +204,57 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
+    /// The record of batch `b` with what the plan says of it (image, lockset, source,
+    /// host, scope, run, container, settings), ended `status` after running since
+    /// `started` (`clock`): no GPUs, tests, output or reports yet.
+    pub fn record_of(
+        &self,
+        b: &BatchPlan,
+        lockset: String,
+        status: Status,
+        exit_code: u8,
+        started: std::time::SystemTime,
+        clock: std::time::Instant,
+    ) -> RunRecord {
+        RunRecord {
+            schema: 1,
+            batch: b.name.clone(),
+            status,
+            exit_code,
+            image: b.image.to_string(),
+            image_name: b.image_name.clone(),
+            layer: self.layer.clone(),
+            lockset,
+            source: self.source_info.clone(),
+            gpus: Vec::new(),
+            host: self.host.clone(),
+            scope: self.scope.clone(),
+            run: self.run_id.clone(),
+            container: b.container.name.clone(),
+            fast: self.fast,
+            started_at: crate::units::rfc3339(started),
+            finished_at: crate::units::rfc3339(std::time::SystemTime::now()),
+            duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
+            tests: Default::default(),
+            cibox_version: env!("CARGO_PKG_VERSION").to_string(),
+            manifest_digest: self.manifest.digest.clone(),
+            gpu_count: b.gpus,
+            env: b.container.manifest_env.clone(),
+            failed_tests: Vec::new(),
+            message: None,
+            container_exit_code: None,
+            output_bytes: 0,
+            cases_left_out: 0,
+            reports: Default::default(),
+            loosened: b.container.loosened(),
+            changed_file: b.changed_file.clone(),
+            slurm: None,
+            caches: Vec::new(),
+            gpu_wait_s: 0.0,
+            hardware: None,
+        }
+    }
+
     pub fn needs_gpus(&self) -> bool {
         self.batches.iter().any(|b| b.gpus > 0)
     }

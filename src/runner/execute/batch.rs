@@ -22,7 +22,6 @@ use crate::runner::results::junit::{self, Case, CaseStatus};
 use crate::runner::results::phases::PhaseTracker;
 use crate::runner::results::record::{GpuRef, RunRecord, SlurmJob};
 use crate::runner::results::steps::StepTracker;
-use crate::units::rfc3339;
 
 /// The most JUnit a batch's reports may hold in all.
 const MAX_REPORTS_BYTES: u64 = 256 << 20;
@@ -412,20 +411,13 @@ impl Execution<'_> {
             ),
         };
         let plan = self.plan;
+        let lockset = self
+            .locksets
+            .get(&b.image_name)
+            .cloned()
+            .unwrap_or_default();
+        let exit_code = status.exit_code(ended.cancelled_by());
         RunRecord {
-            schema: 1,
-            batch: b.name.clone(),
-            status,
-            exit_code: status.exit_code(ended.cancelled_by()),
-            image: b.image.to_string(),
-            image_name: b.image_name.clone(),
-            layer: plan.layer.clone(),
-            lockset: self
-                .locksets
-                .get(&b.image_name)
-                .cloned()
-                .unwrap_or_default(),
-            source: plan.source_info.clone(),
             gpus: leased
                 .iter()
                 .map(|g| GpuRef {
@@ -434,25 +426,14 @@ impl Execution<'_> {
                     node: plan.node.as_ref().map(|n| n.node.clone()),
                 })
                 .collect(),
-            host: plan.host.clone(),
-            scope: plan.scope.clone(),
             // On a Slurm node the run's, not the task's own (see `NodeRole::task_run_id`).
             run: plan
                 .node
                 .as_ref()
                 .map_or_else(|| plan.run_id.clone(), |n| n.run_id.clone()),
-            container: b.container.name.clone(),
-            fast: plan.fast,
-            started_at: rfc3339(started),
-            finished_at: rfc3339(SystemTime::now()),
-            duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
             gpu_wait_s: (gpu_wait.as_millis() as f64) / 1000.0,
             hardware: Some(self.hardware.of_batch(leased)),
             tests: cases.totals.clone(),
-            cibox_version: env!("CARGO_PKG_VERSION").to_string(),
-            manifest_digest: plan.manifest.digest.clone(),
-            gpu_count: b.gpus,
-            env: b.container.manifest_env.clone(),
             failed_tests: cases
                 .cases
                 .iter()
@@ -465,15 +446,13 @@ impl Execution<'_> {
             output_bytes: watched.printed.get(),
             cases_left_out: cases.dropped,
             reports: watched.reports.take(),
-            loosened: b.container.loosened(),
-            changed_file: b.changed_file.clone(),
-            caches: Vec::new(),
             slurm: plan.node.as_ref().map(|n| SlurmJob {
                 job_id: Some(n.job_id.clone()),
                 name: String::new(),
                 partition: None,
                 nodes: vec![n.node.clone()],
             }),
+            ..plan.record_of(b, lockset, status, exit_code, started, clock)
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::engine::{
     ContainerInfo, EndCause, EngineError, FollowEnd, Followed, ImageDetails, Removal, Steps, Stop,
 };
 use crate::image::lockset::{LABEL_DIGEST, LABEL_FILES};
+use crate::runner::ending::Status;
 use crate::runner::error::ReporterError;
 use crate::runner::plan::{HostFacts, RunRequest};
 

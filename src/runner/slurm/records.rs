@@ -195,47 +195,16 @@ impl Submission<'_> {
         started: SystemTime,
         clock: Instant,
     ) -> RunRecord {
-        let plan = self.plan;
+        let lockset = self
+            .locksets
+            .get(&b.image_name)
+            .cloned()
+            .unwrap_or_default();
         RunRecord {
-            schema: 1,
-            batch: b.name.clone(),
-            status,
-            exit_code: status.exit_code(None),
-            image: b.image.to_string(),
-            image_name: b.image_name.clone(),
-            layer: plan.layer.clone(),
-            lockset: self
-                .locksets
-                .get(&b.image_name)
-                .cloned()
-                .unwrap_or_default(),
-            source: plan.source_info.clone(),
-            gpus: Vec::new(),
-            host: plan.host.clone(),
-            scope: plan.scope.clone(),
-            run: plan.run_id.clone(),
-            container: b.container.name.clone(),
-            fast: plan.fast,
-            started_at: rfc3339(started),
-            finished_at: rfc3339(SystemTime::now()),
-            duration_s: (clock.elapsed().as_millis() as f64) / 1000.0,
-            tests: Totals::default(),
-            cibox_version: env!("CARGO_PKG_VERSION").to_string(),
-            manifest_digest: plan.manifest.digest.clone(),
-            gpu_count: b.gpus,
-            env: b.container.manifest_env.clone(),
-            failed_tests: Vec::new(),
             message: Some(message),
-            container_exit_code: None,
-            output_bytes: 0,
-            cases_left_out: 0,
-            reports: Default::default(),
-            loosened: b.container.loosened(),
-            changed_file: b.changed_file.clone(),
-            slurm: None,
-            caches: Vec::new(),
-            gpu_wait_s: 0.0,
-            hardware: None,
+            ..self
+                .plan
+                .record_of(b, lockset, status, status.exit_code(None), started, clock)
         }
     }
 }
