@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
 
-/// What cibox writes when it has removed the container itself.
-const DISMISS: u8 = b'd';
+/// What cibox writes when it has removed the container itself (or a Slurm job is
+/// over: the same word for every watchdog).
+pub const DISMISS: u8 = b'd';
 
 /// How long one engine call of the watchdog may take (a forced removal asked again
 /// after a timeout finds it done or under way), and how long it keeps trying.
@@ -87,33 +88,38 @@ impl Drop for Watchdog {
     }
 }
 
+/// In a watchdog's process: ignores `signals`, then waits on standard input until
+/// cibox says it is done (true) or dies, closing the pipe (false).
+pub fn dismissed(signals: &[nix::sys::signal::Signal]) -> bool {
+    // SAFETY: setting dispositions of this single-threaded process.
+    unsafe {
+        for sig in signals {
+            let _ = nix::sys::signal::signal(*sig, nix::sys::signal::SigHandler::SigIgn);
+        }
+    }
+    let mut byte = [0u8; 1];
+    loop {
+        match std::io::stdin().read(&mut byte) {
+            Ok(0) => return false,
+            Ok(_) => return byte[0] == DISMISS,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
 /// The watchdog itself: waits until cibox says it is done or dies, and in the second
 /// case removes `container`. Exits 0 either way; it has nobody to tell.
 pub fn watch(container: &str) -> u8 {
     // Nothing to print to and nobody to stop it: a SIGPIPE, SIGHUP or SIGTERM must not
     // end it before the container is gone (a Slurm step's end sends SIGTERM to every
     // process of the step, this one included, while its cibox still cleans up).
-    // SAFETY: setting dispositions of this single-threaded process.
-    unsafe {
-        for sig in [
-            nix::sys::signal::Signal::SIGPIPE,
-            nix::sys::signal::Signal::SIGHUP,
-            nix::sys::signal::Signal::SIGINT,
-            nix::sys::signal::Signal::SIGTERM,
-        ] {
-            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
-        }
-    }
-    let mut byte = [0u8; 1];
-    let said = loop {
-        match std::io::stdin().read(&mut byte) {
-            Ok(0) => break None,
-            Ok(_) => break Some(byte[0]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break None,
-        }
-    };
-    if said == Some(DISMISS) {
+    if dismissed(&[
+        nix::sys::signal::Signal::SIGPIPE,
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ]) {
         return 0;
     }
     // cibox is gone. The engine may be slow to answer; try for a while, each call

@@ -5,7 +5,7 @@
 //! job by its name (unique: it holds the run ID), whether it still waits in the queue
 //! or runs. The nodes then end the batch as for any cancel.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,13 +13,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::runner::cleanup::watchdog::DISMISS;
 use crate::slurm::job;
 
 /// How long the nodes of a running job get to end its batch before it is cancelled.
 const STEP_GRACE: Duration = Duration::from_secs(8);
-
-/// What cibox writes when the job is over.
-const DISMISS: u8 = b'd';
 
 /// The watchdog of one job.
 pub struct JobWatchdog {
@@ -73,26 +71,11 @@ impl Drop for JobWatchdog {
 /// second case ends `srun` (a job it has yet to submit is never submitted) and cancels
 /// the job named `name`. Exits 0 either way.
 pub fn watch(name: &str, srun: Option<u32>) -> u8 {
-    // SAFETY: setting dispositions of this single-threaded process.
-    unsafe {
-        for sig in [
-            nix::sys::signal::Signal::SIGPIPE,
-            nix::sys::signal::Signal::SIGHUP,
-            nix::sys::signal::Signal::SIGINT,
-        ] {
-            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
-        }
-    }
-    let mut byte = [0u8; 1];
-    let said = loop {
-        match std::io::stdin().read(&mut byte) {
-            Ok(0) => break None,
-            Ok(_) => break Some(byte[0]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break None,
-        }
-    };
-    if said == Some(DISMISS) {
+    if crate::runner::cleanup::watchdog::dismissed(&[
+        nix::sys::signal::Signal::SIGPIPE,
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGINT,
+    ]) {
         return 0;
     }
     // cibox is gone. A job that runs gets SIGTERM first, so its nodes end the batch
