@@ -220,8 +220,8 @@ fn confinement_finding() -> Finding {
 /// `cibox doctor`.
 pub fn run(ctx: &Context) -> Result<u8> {
     let mut findings = Vec::new();
-    let (policy_broken, slurm) = match policy_finding(ctx, &mut findings) {
-        Some(slurm) => (false, slurm),
+    let (policy_broken, login_node) = match policy_finding(ctx, &mut findings) {
+        Some(login_node) => (false, login_node),
         None => (true, false),
     };
     let (manifest, manifest_broken) = manifest_finding(ctx, policy_broken, &mut findings);
@@ -252,9 +252,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
         Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
     }
     findings.push(confinement_finding());
-    // A node of the cluster (the policy is shared) runs batches on its own GPUs: there
-    // they are checked for real.
-    if slurm && !this_host_is_a_slurm_node() {
+    if login_node {
         for f in &mut findings {
             nodes_run_the_batches(f);
         }
@@ -287,7 +285,7 @@ const LOCAL_GPU_CHECKS: [&str; 3] = ["gpu runtime", "gpu probe", "gpu pool"];
 
 /// Whether this host is one of the cluster's nodes: inside a job, or named as a node by
 /// the controller (by its short host name).
-fn this_host_is_a_slurm_node() -> bool {
+fn this_host_is_a_slurm_node(cluster: Option<&crate::slurm::cluster::Cluster>) -> bool {
     if ["SLURM_JOB_ID", "SLURMD_NODENAME"]
         .iter()
         .any(|v| std::env::var_os(v).is_some())
@@ -296,7 +294,7 @@ fn this_host_is_a_slurm_node() -> bool {
     }
     let host = crate::util::host_name();
     let short = host.split('.').next().unwrap_or(&host);
-    crate::slurm::cluster::Cluster::query().is_ok_and(|c| c.nodes.iter().any(|n| n.name == short))
+    cluster.is_some_and(|c| c.nodes.iter().any(|n| n.name == short))
 }
 
 /// On a Slurm login node the nodes run the batches, each checking its own GPUs when
@@ -319,7 +317,8 @@ fn nodes_run_the_batches(f: &mut Finding) {
 }
 
 /// The host policy in force and what it grants: `None` when it cannot be used, else
-/// whether it sends batches to Slurm.
+/// whether this host is a Slurm login node (the policy sends batches to Slurm, and
+/// this host is none of the cluster's nodes).
 fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> Option<bool> {
     match ctx.host_policy() {
         Ok(p) => {
@@ -330,8 +329,11 @@ fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> Option<bool> {
                 false,
             ));
             if let crate::host::Scheduler::Slurm(slurm) = &p.scheduler {
-                findings.push(slurm_finding(slurm));
-                return Some(true);
+                let cluster = crate::slurm::cluster::Cluster::query();
+                findings.push(slurm_finding(slurm, &cluster));
+                // A node of the cluster (the policy is shared) runs batches on its own
+                // GPUs: there they are checked for real.
+                return Some(!this_host_is_a_slurm_node(cluster.as_ref().ok()));
             }
             Some(false)
         }
@@ -343,10 +345,16 @@ fn policy_finding(ctx: &Context, findings: &mut Vec<Finding>) -> Option<bool> {
 }
 
 /// On a login node: whether the Slurm controller answers, and what the partition has.
-fn slurm_finding(slurm: &crate::host::SlurmPolicy) -> Finding {
-    use crate::slurm::cluster::Cluster;
-    let found = Cluster::query().and_then(|c| {
-        let name = c.partition(slurm.partition.as_deref())?.name.clone();
+fn slurm_finding(
+    slurm: &crate::host::SlurmPolicy,
+    cluster: &Result<crate::slurm::cluster::Cluster, crate::slurm::SlurmError>,
+) -> Finding {
+    let found = cluster.as_ref().map_err(ToString::to_string).and_then(|c| {
+        let name = c
+            .partition(slurm.partition.as_deref())
+            .map_err(|e| e.to_string())?
+            .name
+            .clone();
         let nodes: Vec<_> = c.nodes_of(&name).collect();
         Ok(format!(
             "partition {name}: {} node(s), {} GPU(s), {} free ({})",
@@ -358,7 +366,7 @@ fn slurm_finding(slurm: &crate::host::SlurmPolicy) -> Finding {
     });
     match found {
         Ok(detail) => finding("slurm", Status::Ok, detail, true),
-        Err(e) => finding("slurm", Status::Fail, e.to_string(), true),
+        Err(e) => finding("slurm", Status::Fail, e, true),
     }
 }
 
