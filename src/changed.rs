@@ -113,9 +113,9 @@ pub enum ChangedError {
     Unexpected(String),
 }
 
-impl ChangedError {
+impl crate::error::ErrorKind for ChangedError {
     /// Revisions and checkouts are the user's input.
-    pub fn failure(&self) -> Failure {
+    fn failure(&self) -> Failure {
         Failure::Usage
     }
 }

@@ -39,8 +39,8 @@ pub enum ClaimsError {
     Unreachable(#[source] EngineError),
 }
 
-impl ClaimsError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for ClaimsError {
+    fn failure(&self) -> Failure {
         Failure::Infra
     }
 }

@@ -1,116 +1,38 @@
-//! cibox's error type: every failure a command can end with, and the one place they
-//! become exit codes ([`Error::exit_code`], through [`Failure::code`]).
+//! How an error says what kind of failure it is, and the one error every command ends
+//! with.
 //!
-//! Domain layers have error types of their own and say which kind of [`Failure`] each
-//! is; this type only gathers them for the commands.
+//! Every domain error implements [`ErrorKind`] next to its definition: which kind of
+//! [`Failure`] it is (and so its exit code, through [`Failure::code`]) and the lines to
+//! print under its headline. [`Error`] carries any of them, so that a layer's errors pass
+//! up through the runner and the commands without a wrapper variant per type (and
+//! without a table of their kinds kept twice).
 
-use crate::cache::CacheError;
-use crate::changed::ChangedError;
-use crate::claims::ClaimsError;
-use crate::engine::EngineError;
 use crate::exit::Failure;
-use crate::git::GitError;
-use crate::gpu::LeaseError;
-use crate::gpu::probe::ProbeError;
-use crate::host::{GrantError, PolicyError};
-use crate::image::ImageError;
-use crate::image::archive::ArchiveError;
-use crate::image::build_context::BuildContextError;
-use crate::image::lockset::LocksetError;
-use crate::image::recipe::RecipeError;
-use crate::lockdir::LockDirError;
-use crate::manifest::ManifestError;
-use crate::runner::RecordError;
-use crate::runner::{PlanError, RunError};
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A bad flag or argument the parser could not catch.
-    #[error("{0}")]
-    Usage(String),
-    #[error(transparent)]
-    Manifest(#[from] ManifestError),
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
-    #[error(transparent)]
-    Grant(#[from] GrantError),
-    #[error(transparent)]
-    Lockset(#[from] LocksetError),
-    #[error(transparent)]
-    BuildContext(#[from] BuildContextError),
-    #[error(transparent)]
-    Image(#[from] ImageError),
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-    /// `image build`: the recipe could not be built, loaded or verified.
-    #[error(transparent)]
-    Recipe(#[from] RecipeError),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Probe(#[from] ProbeError),
-    #[error(transparent)]
-    Claims(#[from] ClaimsError),
-    #[error(transparent)]
-    LockDir(#[from] LockDirError),
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    #[error(transparent)]
-    Run(#[from] RunError),
-    #[error(transparent)]
-    Slurm(#[from] crate::slurm::SlurmError),
-    #[error(transparent)]
-    Changed(#[from] ChangedError),
-    #[error(transparent)]
-    Git(#[from] GitError),
-    /// A run record a user named cannot be read.
-    #[error(transparent)]
-    Record(#[from] RecordError),
-    #[error(transparent)]
-    Cache(#[from] CacheError),
-    /// `capacity --require`: the GPUs a layer needs are not there.
-    #[error("{0}")]
-    Capacity(String),
-    /// The host lacks something cibox needs (a tool, a runtime).
-    #[error("{0}")]
-    Infra(String),
+/// What every error of cibox says about itself.
+pub trait ErrorKind: std::error::Error + Send + Sync + 'static {
+    /// Which kind of failure this is; its exit code follows.
+    fn failure(&self) -> Failure;
+
+    /// Lines to print under the headline (what was refused, and why).
+    fn details(&self) -> &[String] {
+        &[]
+    }
+}
+
+/// Any error a run or a command ends with: one of the domain errors, as it was raised.
+pub struct Error(Box<dyn ErrorKind>);
+
+impl<E: ErrorKind> From<E> for Error {
+    fn from(e: E) -> Error {
+        Error(Box::new(e))
+    }
 }
 
 impl Error {
-    /// An image refusal found by a command (not by verification).
-    pub fn refused(message: impl Into<String>) -> Error {
-        Error::Image(ImageError::refused(message))
-    }
-
     /// What kind of failure this is.
     pub fn failure(&self) -> Failure {
-        match self {
-            Error::Usage(_) | Error::Manifest(_) | Error::Lockset(_) | Error::Record(_) => {
-                Failure::Usage
-            }
-            Error::Policy(e) => e.failure(),
-            Error::Grant(e) => e.failure(),
-            Error::BuildContext(e) => e.failure(),
-            Error::Changed(e) => e.failure(),
-            // git is asked about the user's checkout and revisions.
-            Error::Git(_) => Failure::Usage,
-            Error::Image(e) => e.failure(),
-            Error::Archive(e) => e.failure(),
-            Error::Recipe(e) => e.failure(),
-            Error::Engine(e) => e.failure(),
-            Error::Probe(e) => e.failure(),
-            Error::Claims(e) => e.failure(),
-            Error::LockDir(e) => e.failure(),
-            Error::Lease(e) => e.failure(),
-            Error::Plan(e) => e.failure(),
-            Error::Run(e) => e.failure(),
-            Error::Cache(e) => e.failure(),
-            Error::Slurm(e) => e.failure(),
-            Error::Capacity(_) => Failure::Capacity,
-            Error::Infra(_) => Failure::Infra,
-        }
+        self.0.failure()
     }
 
     /// The exit code for this error (docs/interface.md §2).
@@ -120,12 +42,56 @@ impl Error {
 
     /// Lines to print under the headline.
     pub fn details(&self) -> &[String] {
-        match self {
-            Error::Image(e) | Error::Run(RunError::Image(e)) => e.details(),
-            Error::Recipe(e) => e.details(),
-            _ => &[],
-        }
+        self.0.details()
+    }
+
+    /// The error as raised, when it is an `E`.
+    pub fn downcast_ref<E: ErrorKind>(&self) -> Option<&E> {
+        let e: &(dyn std::error::Error + 'static) = &*self.0;
+        e.downcast_ref::<E>()
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("no GPUs")]
+    struct NoGpus;
+
+    impl ErrorKind for NoGpus {
+        fn failure(&self) -> Failure {
+            Failure::Capacity
+        }
+    }
+
+    #[test]
+    fn an_error_keeps_its_kind_text_and_type() {
+        let e = Error::from(NoGpus);
+        assert_eq!(e.exit_code(), crate::exit::CAPACITY);
+        assert_eq!(e.to_string(), "no GPUs");
+        assert!(e.downcast_ref::<NoGpus>().is_some());
+        assert!(e.details().is_empty());
+    }
+}

@@ -13,6 +13,13 @@ pub enum GitError {
     Failed(String),
 }
 
+impl crate::error::ErrorKind for GitError {
+    /// git is asked about the user's checkout and revisions.
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
 /// Runs `git -C dir ARGS`; stdout, or the first line git printed on stderr.
 pub fn run(dir: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
     let out = Command::new("git")

@@ -49,10 +49,10 @@ pub enum CacheError {
     },
 }
 
-impl CacheError {
+impl crate::error::ErrorKind for CacheError {
     /// The store or a cache is the host's to fix (exit 2); reading or writing its files
     /// failed underneath (exit 5).
-    pub fn failure(&self) -> crate::exit::Failure {
+    fn failure(&self) -> crate::exit::Failure {
         match self {
             CacheError::Io { .. } => crate::exit::Failure::Infra,
             _ => crate::exit::Failure::Usage,

@@ -1,12 +1,13 @@
 //! `cibox batch …`.
 
+use crate::cmd::error::CommandError;
 use serde_json::json;
 
 use super::Context;
 use crate::cli::RunOptions;
 use crate::console::{self, Table};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::lockdir::LockDir;
 use crate::manifest::Manifest;
@@ -134,7 +135,7 @@ pub(super) fn run_manifest(
     if let Some(w) = &opts.wait {
         let wait = w
             .parse::<Span>()
-            .map_err(|e| Error::Usage(format!("--wait: {e}")))?;
+            .map_err(|e| CommandError::usage(format!("--wait: {e}")))?;
         request.wait = Some(wait.0);
     }
     launch::locate(
@@ -159,9 +160,7 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
     // dead run's cibox container goes.
     let (project, gpu) = match ctx.manifest() {
         Ok(m) => (Some(m.project), m.gpu),
-        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) => {
-            (None, ctx.gpu_without_manifest()?)
-        }
+        Err(e) if super::no_manifest(&e) => (None, ctx.gpu_without_manifest()?),
         Err(e) => return Err(e),
     };
     // Where the runs' locks are: without it no container's run can be judged dead.

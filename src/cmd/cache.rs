@@ -1,12 +1,13 @@
 //! `cibox cache list|inspect|prune`: the host's caches of a project (see
 //! [`crate::cache`]), where the host policy keeps them.
 
+use crate::cmd::error::CommandError;
 use serde_json::json;
 
 use super::Context;
 use crate::cache::{Cache, CacheInfo, CacheStore};
 use crate::console::{self, Table};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::units::Size;
 
@@ -14,7 +15,7 @@ use crate::units::Size;
 fn store(ctx: &Context) -> Result<CacheStore> {
     let policy = ctx.host_policy()?;
     let Some(c) = policy.caches else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "this host keeps no caches: its policy ({}) has no `caches:` section",
             policy.describe()
         )));
@@ -29,7 +30,7 @@ fn project_caches(ctx: &Context, store: &CacheStore, names: &[String]) -> Result
     for n in names {
         if !m.caches.contains_key(n) {
             let known: Vec<&str> = m.caches.keys().map(String::as_str).collect();
-            return Err(Error::Usage(format!(
+            return Err(CommandError::usage(format!(
                 "`{n}` is not a cache of {} (it names {})",
                 m.path.display(),
                 if known.is_empty() {
@@ -93,7 +94,7 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
 pub fn inspect(ctx: &Context, name: &str) -> Result<u8> {
     let store = store(ctx)?;
     let Some(cache) = project_caches(ctx, &store, &[name.to_string()])?.pop() else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "cache `{name}` has not been used on this host yet ({})",
             store.root().display()
         )));

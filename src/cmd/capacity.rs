@@ -1,12 +1,13 @@
 //! `cibox capacity`: which layers could be admitted right now. Never waits on a lock:
 //! one probe, lease states read without blocking, and a verdict per layer.
 
+use crate::cmd::error::CommandError;
 use serde_json::json;
 
 use super::Context;
 use crate::claims::ContainerClaims;
 use crate::console::{self, Table};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::gpu::lease::LeaseState;
 use crate::gpu::pool;
@@ -24,14 +25,14 @@ pub fn run(
     for l in layers.iter().map(String::as_str).chain(require) {
         if !m.layers.contains_key(l) {
             let known: Vec<String> = m.layers.keys().cloned().collect();
-            return Err(Error::Usage(format!(
+            return Err(CommandError::usage(format!(
                 "unknown layer `{l}`; layers: {}",
                 known.join(", ")
             )));
         }
     }
     let mut outputs = match github_output {
-        true => Some(crate::github::Outputs::open().map_err(Error::Usage)?),
+        true => Some(crate::github::Outputs::open().map_err(CommandError::usage)?),
         false => None,
     };
     let chosen: Vec<String> = if layers.is_empty() {
@@ -98,15 +99,17 @@ pub fn run(
     }
     // The required layer is judged whether or not --layer listed it.
     if let (Some(req), Some(Some((false, largest, reason)))) = (require, required) {
-        return Err(Error::Capacity(match summary["available"].as_u64() {
-            Some(available) if matches!(policy.scheduler, Scheduler::Local) => format!(
-                "layer {req} cannot be admitted now: needs {largest} GPUs, {available} idle and unleased"
-            ),
-            _ => format!(
-                "layer {req} cannot be admitted now: {}",
-                reason.unwrap_or_default()
-            ),
-        }));
+        return Err(CommandError::capacity(
+            match summary["available"].as_u64() {
+                Some(available) if matches!(policy.scheduler, Scheduler::Local) => format!(
+                    "layer {req} cannot be admitted now: needs {largest} GPUs, {available} idle and unleased"
+                ),
+                _ => format!(
+                    "layer {req} cannot be admitted now: {}",
+                    reason.unwrap_or_default()
+                ),
+            },
+        ));
     }
     Ok(exit::SUCCESS)
 }
@@ -133,7 +136,7 @@ impl PoolCounts {
     fn now(m: &crate::manifest::Manifest) -> Result<PoolCounts> {
         let prober = Prober::new(m.gpu.probe);
         let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
-        let pool = pool::resolve_for(&m.gpu, &snap).map_err(Error::Usage)?;
+        let pool = pool::resolve_for(&m.gpu, &snap).map_err(CommandError::usage)?;
         let dir = LockDir::existing(&m.gpu.lock_dir);
         let mut counts = PoolCounts {
             pool: pool.len(),
@@ -209,5 +212,5 @@ fn write_outputs(out: &mut crate::github::Outputs, rows: &[Row]) -> Result<()> {
         })
         .collect();
     let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    out.write(&pairs).map_err(Error::Infra)
+    out.write(&pairs).map_err(CommandError::infra)
 }

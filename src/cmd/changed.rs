@@ -3,8 +3,9 @@
 use super::Context;
 use crate::changed;
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
+use crate::cmd::error::CommandError;
 use crate::console;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::manifest::{ChangedConfig, Manifest};
 use crate::util;
@@ -15,7 +16,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     }
     let m = ctx.manifest()?;
     let Some(cfg) = &m.changed else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "{}: no `changed` section (patterns, gpus_marker, default_gpus)",
             m.path.display()
         )));
@@ -25,10 +26,10 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         return unregistered(&m, &patterns);
     }
     let Some(base) = &args.base else {
-        return Err(Error::Usage("changed: --base REF is required".into()));
+        return Err(CommandError::usage("changed: --base REF is required"));
     };
     let mut outputs = match args.github_output {
-        true => Some(crate::github::Outputs::open().map_err(Error::Usage)?),
+        true => Some(crate::github::Outputs::open().map_err(CommandError::usage)?),
         false => None,
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
@@ -40,7 +41,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        out.write(&pairs).map_err(Error::Infra)?;
+        out.write(&pairs).map_err(CommandError::infra)?;
     }
     if ctx.json {
         let mut v = serde_json::Map::new();
@@ -76,8 +77,8 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
 fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8> {
     let globs: Vec<&String> = m.batches.values().flat_map(|b| b.tests.iter()).collect();
     if globs.is_empty() {
-        return Err(Error::Usage(
-            "changed --unregistered: no batch names its test files; add `tests: [globs]` to the batches".into(),
+        return Err(CommandError::usage(
+            "changed --unregistered: no batch names its test files; add `tests: [globs]` to the batches",
         ));
     }
     let files = changed::tracked(&m.dir)?;
@@ -207,13 +208,13 @@ pub(super) fn check_test_file(cfg: &ChangedConfig, path: &str) -> std::result::R
 fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     let mut m: Manifest = ctx.manifest()?;
     let Some(cfg) = m.changed.clone() else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "{}: no `changed` section (patterns, and run: for `changed run`)",
             m.path.display()
         )));
     };
     let Some(template) = cfg.run.clone() else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "{}: `changed.run` is missing: say how one test file runs (`run: {{command: 'pytest \"$CIBOX_TEST_FILE\"', timeout: 30m}}`)",
             m.path.display()
         )));
@@ -221,43 +222,47 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     let (text, from) = match (&args.matrix_file, &args.matrix_env) {
         (Some(path), _) => {
             use std::io::Read;
-            let (f, _) = util::open_plain(path, true)
-                .map_err(|e| Error::Usage(format!("--matrix-file {}: {e}", path.display())))?;
+            let (f, _) = util::open_plain(path, true).map_err(|e| {
+                CommandError::usage(format!("--matrix-file {}: {e}", path.display()))
+            })?;
             let mut text = String::new();
             f.take(MAX_MATRIX_BYTES + 1)
                 .read_to_string(&mut text)
-                .map_err(|e| Error::Usage(format!("--matrix-file {}: {e}", path.display())))?;
+                .map_err(|e| {
+                    CommandError::usage(format!("--matrix-file {}: {e}", path.display()))
+                })?;
             (text, format!("--matrix-file {}", path.display()))
         }
         (None, Some(var)) => {
             let text = std::env::var(var).map_err(|_| {
-                Error::Usage(format!(
+                CommandError::usage(format!(
                     "--matrix-env {var}: the variable is not set (or not UTF-8)"
                 ))
             })?;
             (text, format!("--matrix-env {var}"))
         }
         (None, None) => {
-            return Err(Error::Usage(
-                "changed run: give --matrix-file or --matrix-env".into(),
+            return Err(CommandError::usage(
+                "changed run: give --matrix-file or --matrix-env",
             ));
         }
     };
     if text.len() as u64 > MAX_MATRIX_BYTES {
-        return Err(Error::Usage(format!("{from}: larger than 1 MiB")));
+        return Err(CommandError::usage(format!("{from}: larger than 1 MiB")));
     }
-    let files = parse_matrix(&text, &from).map_err(Error::Usage)?;
+    let files = parse_matrix(&text, &from).map_err(CommandError::usage)?;
     // A matrix is data someone else made: run only what `changed` itself would list,
     // each file once.
     let mut seen = std::collections::BTreeSet::new();
     for f in &files {
         if !seen.insert(f.path.as_str()) {
-            return Err(Error::Usage(format!(
+            return Err(CommandError::usage(format!(
                 "{from}: `{}` is listed twice",
                 util::escape(&f.path)
             )));
         }
-        check_test_file(&cfg, &f.path).map_err(|why| Error::Usage(format!("{from}: {why}")))?;
+        check_test_file(&cfg, &f.path)
+            .map_err(|why| CommandError::usage(format!("{from}: {why}")))?;
     }
     if files.is_empty() {
         console::info("no changed test file to run");
@@ -273,7 +278,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     for (i, f) in files.iter().enumerate() {
         let name = batch_name(i + 1, &f.path);
         if m.batches.contains_key(&name) {
-            return Err(Error::Usage(format!(
+            return Err(CommandError::usage(format!(
                 "batch `{name}` exists in the manifest; `changed run` names its batches changed-N-…"
             )));
         }

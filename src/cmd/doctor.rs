@@ -7,11 +7,11 @@ use serde::Serialize;
 use super::Context;
 use crate::console::{self, Table};
 use crate::engine::{Engine, EngineInfo};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::gpu::probe::{self, Snapshot};
 use crate::lockdir;
-use crate::manifest::{GpuConfig, GpuDriver, Manifest, ManifestError, PoolSpec};
+use crate::manifest::{GpuConfig, GpuDriver, Manifest, PoolSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -393,7 +393,7 @@ fn manifest_finding(
             (Some(m), false)
         }
         Err(e) => {
-            let broken = !matches!(e, Error::Manifest(ManifestError::NotFound { .. }));
+            let broken = !super::no_manifest(&e);
             let status = if broken { Status::Fail } else { Status::Warn };
             findings.push(finding(
                 "manifest",

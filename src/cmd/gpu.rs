@@ -1,5 +1,6 @@
 //! `cibox gpu status` and `cibox gpu exec`.
 
+use crate::cmd::error::CommandError;
 use std::time::Duration;
 
 use serde_json::json;
@@ -8,14 +9,14 @@ use super::Context;
 use crate::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
 use crate::console::{self, Table, WaitLine};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::gpu::lease::{Holder, Lease, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe::{HostInstant, Prober, Snapshot};
 use crate::gpu::{self, LeaseRequest, Waiter, Want};
 use crate::lockdir::LockDir;
-use crate::manifest::{GpuConfig, ManifestError};
+use crate::manifest::GpuConfig;
 use crate::process::Ending;
 use crate::process::confine::{Supervisor, Wanted};
 use crate::signals;
@@ -29,7 +30,7 @@ const GRACE: Duration = Duration::from_secs(5);
 pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
     match ctx.manifest() {
         Ok(m) => Ok(m.gpu),
-        Err(Error::Manifest(ManifestError::NotFound { .. })) if ctx.manifest_path.is_none() => {
+        Err(e) if super::no_manifest(&e) && ctx.manifest_path.is_none() => {
             ctx.gpu_without_manifest()
         }
         Err(e) => Err(e),
@@ -46,7 +47,7 @@ fn probe_pool(
     since: Option<HostInstant>,
 ) -> Result<(Snapshot, Vec<PoolGpu>)> {
     let snap = claims.probe_since(since)?;
-    let pool = pool::resolve_for(cfg, &snap).map_err(Error::Usage)?;
+    let pool = pool::resolve_for(cfg, &snap).map_err(CommandError::usage)?;
     Ok((snap, pool))
 }
 
@@ -66,9 +67,9 @@ pub fn status(ctx: &Context) -> Result<u8> {
     let mut rows = Vec::new();
     for g in &snap.gpus {
         let in_pool = pool.iter().any(|p| p.uuid == g.uuid);
-        let lease = dir
-            .state(&g.uuid)
-            .map_err(|e| Error::Infra(format!("lock dir {}: {e}", cfg.lock_dir.display())))?;
+        let lease = dir.state(&g.uuid).map_err(|e| {
+            CommandError::infra(format!("lock dir {}: {e}", cfg.lock_dir.display()))
+        })?;
         let holder = match &lease {
             LeaseState::Free => None,
             LeaseState::Held(h) => Some(
@@ -155,12 +156,12 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     // fan-out that arrive together share one.
     let arrived = HostInstant::now();
     let (need, env_name) = check_exec_args(&args)?;
-    let confine = Wanted::from_env().map_err(Error::Usage)?;
+    let confine = Wanted::from_env().map_err(CommandError::usage)?;
     let cfg = settings(ctx)?;
     let wait = match &args.wait {
         Some(w) => {
             w.parse::<Span>()
-                .map_err(|e| Error::Usage(format!("--wait: {e}")))?
+                .map_err(|e| CommandError::usage(format!("--wait: {e}")))?
                 .0
         }
         None => cfg.wait.0,
@@ -176,26 +177,26 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
 /// that names them.
 fn check_exec_args(args: &GpuExecArgs) -> Result<(usize, String)> {
     if args.command.is_empty() {
-        return Err(Error::Usage(
-            "gpu exec: no command given; write it after `--`".into(),
+        return Err(CommandError::usage(
+            "gpu exec: no command given; write it after `--`",
         ));
     }
     let Some(need) = (args.count.map(|n| n as usize))
         .or_else(|| args.devices.as_ref().map(|list| list.split(',').count()))
     else {
-        return Err(Error::Usage(
-            "gpu exec: say how many GPUs (--count N) or which (--devices LIST)".into(),
+        return Err(CommandError::usage(
+            "gpu exec: say how many GPUs (--count N) or which (--devices LIST)",
         ));
     };
     if args.count == Some(0) {
-        return Err(Error::Usage("gpu exec: --count must be at least 1".into()));
+        return Err(CommandError::usage("gpu exec: --count must be at least 1"));
     }
     let env_name = args
         .env_name
         .clone()
         .unwrap_or_else(|| "CUDA_VISIBLE_DEVICES".into());
     if !valid_env_name(&env_name) {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "gpu exec: --env-name `{env_name}` is not a variable name"
         )));
     }
@@ -223,7 +224,7 @@ fn lease_for_exec(
             let n = *n as usize;
             if n > pool.len() {
                 // Capacity, as for a batch asking for more than the pool (docs §2).
-                return Err(Error::Capacity(format!(
+                return Err(CommandError::capacity(format!(
                     "gpu exec: --count {n} needs {n} GPUs; the pool has {}",
                     pool.len()
                 )));
@@ -231,7 +232,7 @@ fn lease_for_exec(
             Want::Count(n)
         }
         (None, Some(list)) => {
-            Want::Devices(gpu::parse_devices(list, &snap, &pool).map_err(Error::Usage)?)
+            Want::Devices(gpu::parse_devices(list, &snap, &pool).map_err(CommandError::usage)?)
         }
         (None, None) => unreachable!("checked above"),
     };
@@ -279,7 +280,7 @@ fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wante
         ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
     ];
     let supervisor = Supervisor::start(&args.command, &env, &lease.fds(), GRACE, confine)
-        .map_err(|why| Error::Usage(format!("gpu exec: {why}")))?;
+        .map_err(|why| CommandError::usage(format!("gpu exec: {why}")))?;
     console::debug(format!(
         "`{}` runs confined by {}{}",
         args.command.join(" "),

@@ -1,12 +1,13 @@
 //! `cibox host setup` and `cibox host policy`.
 
+use crate::cmd::error::CommandError;
 use std::path::PathBuf;
 
 use serde_json::json;
 
 use super::Context;
 use crate::console;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::gpu::probe::Prober;
 use crate::lockdir::setup::setup as setup_lock_dir;
@@ -14,14 +15,14 @@ use crate::lockdir::setup::setup as setup_lock_dir;
 /// `cibox host setup`: the lock dir and every file a lease depends on, root's.
 pub fn setup(ctx: &Context, lock_dir: Option<PathBuf>) -> Result<u8> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(Error::Usage(
-            "host setup makes the lock dir root's: run it as root (sudo cibox host setup)".into(),
+        return Err(CommandError::usage(
+            "host setup makes the lock dir root's: run it as root (sudo cibox host setup)",
         ));
     }
     let gpu = ctx.gpu_without_manifest()?;
     let dir = lock_dir.unwrap_or(gpu.lock_dir.clone());
     if !dir.is_absolute() {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "--lock-dir {}: must be an absolute path",
             dir.display()
         )));

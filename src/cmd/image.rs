@@ -2,6 +2,7 @@
 //! manifest and its flags into a call of the image library ([`crate::image`]; `image
 //! build` into one [`recipe::BuildRequest`]) and prints what comes back.
 
+use crate::cmd::error::CommandError;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,7 @@ use serde_json::json;
 use super::Context;
 use crate::console;
 use crate::engine::{Engine, EngineInfo};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::image::build::Stage;
 use crate::image::lockset::Lockset;
@@ -26,7 +27,7 @@ fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageC
         .get_key_value(name)
         .map(|(k, v)| (k.as_str(), v))
         .ok_or_else(|| {
-            Error::Usage(format!(
+            CommandError::usage(format!(
                 "{}: no image named `{name}`; images: {}",
                 m.path.display(),
                 m.images.keys().cloned().collect::<Vec<_>>().join(", ")
@@ -72,12 +73,12 @@ fn chosen_id(
     } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
         (id, "the image's id in the manifest")
     } else {
-        return Err(Error::Usage(
-            "no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml".into(),
+        return Err(CommandError::usage(
+            "no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml",
         ));
     };
-    let id =
-        ImageId::parse(raw.trim()).map_err(|why| Error::refused(format!("{why} (from {from})")))?;
+    let id = ImageId::parse(raw.trim())
+        .map_err(|why| crate::image::ImageError::refused(format!("{why} (from {from})")))?;
     Ok((id, from))
 }
 
@@ -151,11 +152,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     // is none to hold to without a manifest, unless a name was asked for).
     let manifest = match ctx.manifest() {
         Ok(m) => Some(m),
-        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. }))
-            if !verify && name.is_none() =>
-        {
-            None
-        }
+        Err(e) if super::no_manifest(&e) && !verify && name.is_none() => None,
         Err(e) => return Err(e),
     };
     let (manifest, source) = match manifest {
@@ -172,8 +169,8 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         None => (None, None),
     };
     if from == "-" && std::io::stdin().is_terminal() {
-        return Err(Error::Usage(
-            "`image load` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in".into(),
+        return Err(CommandError::usage(
+            "`image load` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in",
         ));
     }
     let file = if from == "-" {
@@ -181,7 +178,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     } else {
         Some(
             std::fs::File::open(from)
-                .map_err(|e| Error::Usage(format!("cannot open {from}: {e}")))?,
+                .map_err(|e| CommandError::usage(format!("cannot open {from}: {e}")))?,
         )
     };
     let engine = Engine::connect()?;
@@ -230,9 +227,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     // name was asked for).
     let manifest = match ctx.manifest() {
         Ok(m) => Some(m),
-        Err(Error::Manifest(crate::manifest::ManifestError::NotFound { .. })) if name.is_none() => {
-            None
-        }
+        Err(e) if super::no_manifest(&e) && name.is_none() => None,
         Err(e) => return Err(e),
     };
     let pin = match &manifest {
@@ -245,14 +240,14 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     let shown = if from == "-" { "standard input" } else { from };
     let found = if from == "-" {
         if std::io::stdin().is_terminal() {
-            return Err(Error::Usage(
-                "`image id` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in".into(),
+            return Err(CommandError::usage(
+                "`image id` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in",
             ));
         }
         image::archive::read_image(std::io::stdin().lock(), shown)?
     } else {
         let (file, _) = crate::util::open_plain(Path::new(from), true)
-            .map_err(|e| Error::Usage(format!("--from {from}: {e}")))?;
+            .map_err(|e| CommandError::usage(format!("--from {from}: {e}")))?;
         image::archive::read_image(std::io::BufReader::new(file), shown)?
     };
     if let Some((m, n)) = &pin {
@@ -290,27 +285,27 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
 /// when the manifest pins one.
 pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Result<u8> {
     if let Some(r) = &reference {
-        PinnedRef::parse(r).map_err(Error::Usage)?;
+        PinnedRef::parse(r).map_err(CommandError::usage)?;
     }
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
     let Some(text) = reference.or_else(|| img.reference.clone()) else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "no image reference: pass REPOSITORY@sha256:… or set the `ref` of image `{name}` in {}",
             m.path.display()
         )));
     };
-    let pinned = PinnedRef::parse(&text).map_err(Error::Usage)?;
+    let pinned = PinnedRef::parse(&text).map_err(CommandError::usage)?;
     let source = Lockset::compute(&m.dir, &img.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
     console::info(format!("pulling {pinned}"));
     engine.pull(&pinned.repository, &pinned.digest)?;
-    let found = engine
-        .inspect(&pinned.to_string())?
-        .ok_or_else(|| Error::refused(format!("pulled {pinned}, but the engine cannot find it")))?;
-    let id = ImageId::parse(&found.id).map_err(Error::refused)?;
+    let found = engine.inspect(&pinned.to_string())?.ok_or_else(|| {
+        crate::image::ImageError::refused(format!("pulled {pinned}, but the engine cannot find it"))
+    })?;
+    let id = ImageId::parse(&found.id).map_err(crate::image::ImageError::refused)?;
     pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     print_result(ctx, &v, &info, "verified");
@@ -327,7 +322,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
         (Some(df), _) => Recipe::Dockerfile(df),
         (None, Some(attr)) => Recipe::Nix(attr),
         (None, None) => {
-            return Err(Error::Usage(format!(
+            return Err(CommandError::usage(format!(
                 "{}: image `{name}` has no recipe; set its dockerfile or nix",
                 m.path.display()
             )));
@@ -470,12 +465,13 @@ fn pin_of<'m>(m: &'m Manifest, name: &'m str) -> PinnedId<'m> {
 
 /// `cibox image save ID --to FILE`.
 pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
-    let id = ImageId::parse(id).map_err(Error::refused)?;
+    let id = ImageId::parse(id).map_err(crate::image::ImageError::refused)?;
     let engine = Engine::connect()?;
     if engine.inspect(id.as_str())?.is_none() {
-        return Err(Error::refused(format!(
+        return Err(crate::image::ImageError::refused(format!(
             "{id} is not present in the local engine"
-        )));
+        ))
+        .into());
     }
     let bytes = engine.save(id.as_str(), to)?;
     if ctx.json {
@@ -495,7 +491,7 @@ pub fn qualify(
     source: Option<PathBuf>,
     scope: Option<String>,
 ) -> Result<u8> {
-    let image = ImageId::parse(id).map_err(Error::refused)?;
+    let image = ImageId::parse(id).map_err(crate::image::ImageError::refused)?;
     let at = Whereabouts {
         source,
         reports: Some(reports),

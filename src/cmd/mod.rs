@@ -5,6 +5,7 @@ mod cache;
 mod capacity;
 mod changed;
 mod doctor;
+mod error;
 mod gpu;
 mod host;
 mod image;
@@ -21,6 +22,16 @@ use crate::cli::{
 use crate::error::{Error, Result};
 use crate::host::HostPolicy;
 use crate::manifest::{self, GpuConfig, Manifest};
+use error::CommandError;
+
+/// Whether `e` says that no manifest was found (commands that serve a host without
+/// one go on).
+fn no_manifest(e: &Error) -> bool {
+    matches!(
+        e.downcast_ref::<manifest::ManifestError>(),
+        Some(manifest::ManifestError::NotFound { .. })
+    )
+}
 
 /// What every command may need: the global flags and a lazily found manifest.
 pub struct Context {
@@ -43,8 +54,9 @@ impl Context {
         let path = match &self.manifest_path {
             Some(p) => p.clone(),
             None => {
-                let cwd = std::env::current_dir()
-                    .map_err(|e| Error::Usage(format!("cannot read the current folder: {e}")))?;
+                let cwd = std::env::current_dir().map_err(|e| {
+                    CommandError::usage(format!("cannot read the current folder: {e}"))
+                })?;
                 manifest::find(&cwd)?
             }
         };
@@ -138,7 +150,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             let cmd = <Cli as clap::CommandFactory>::command();
             clap_mangen::Man::new(cmd)
                 .render(&mut std::io::stdout())
-                .map_err(|e| Error::Infra(format!("writing the manual page: {e}")))?;
+                .map_err(|e| CommandError::infra(format!("writing the manual page: {e}")))?;
             Ok(crate::exit::SUCCESS)
         }
         Command::Watchdog { container } => Ok(crate::runner::watch_container(&container)),

@@ -2,6 +2,7 @@
 //! commit (in a temporary worktree) and image, with the same fast mode and GPU count,
 //! then show the recorded and replayed outcomes side by side.
 
+use crate::cmd::error::CommandError;
 use std::path::{Path, PathBuf};
 
 use super::Context;
@@ -26,8 +27,8 @@ struct Worktree {
 impl Worktree {
     /// A detached worktree of `repo` at `sha`, in a temporary folder.
     fn add(repo: &Path, sha: &str) -> Result<Worktree> {
-        let dir =
-            tempfile::tempdir().map_err(|e| Error::Infra(format!("temporary folder: {e}")))?;
+        let dir = tempfile::tempdir()
+            .map_err(|e| CommandError::infra(format!("temporary folder: {e}")))?;
         let path = dir.path().join("src");
         git(
             repo,
@@ -39,7 +40,7 @@ impl Worktree {
                 sha,
             ],
         )
-        .map_err(|e| Error::Infra(format!("git worktree add: {e}")))?;
+        .map_err(|e| CommandError::infra(format!("git worktree add: {e}")))?;
         Ok(Worktree {
             repo: repo.to_path_buf(),
             path,
@@ -64,25 +65,26 @@ impl Drop for Worktree {
 
 pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     let record = RunRecord::read(result)?;
-    let cwd = std::env::current_dir().map_err(|e| Error::Usage(format!("current folder: {e}")))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| CommandError::usage(format!("current folder: {e}")))?;
     let repo = git(&cwd, &["rev-parse", "--show-toplevel"])
         .map(PathBuf::from)
         .map_err(|_| {
-            Error::Usage("reproduce runs inside the project's git repository; cd into it".into())
+            CommandError::usage("reproduce runs inside the project's git repository; cd into it")
         })?;
     let Some(sha) = record.source.sha.clone() else {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "{}: the run recorded no commit (its source was not a git checkout), so it cannot be replayed",
             result.display()
         )));
     };
     if git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")]).is_err() {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "commit {sha} is not in {}; fetch it first: git fetch origin {sha}",
             repo.display()
         )));
     }
-    let image = ImageId::parse(&record.image).map_err(Error::refused)?;
+    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::refused)?;
     // Where the manifest sits in the repository, to find it in the worktree.
     let manifest_rel = match ctx.manifest() {
         Ok(m) => m
@@ -186,7 +188,7 @@ fn hardware_differences(
 /// The refusal when the image the run used is not in the local engine, with how to get
 /// it back.
 fn image_gone(image: &ImageId, sha: &str, record: &RunRecord) -> Error {
-    Error::Image(ImageError::Refused {
+    Error::from(ImageError::Refused {
         message: format!("{image}, which the run used, is not present in the local engine"),
         details: vec![
             "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
@@ -286,21 +288,21 @@ impl Replay<'_> {
                 m.changed.as_ref(),
                 m.changed.as_ref().and_then(|c| c.run.as_ref()),
             ) else {
-                return Err(Error::Usage(format!(
+                return Err(CommandError::usage(format!(
                     "batch {} ran test file {file} through changed.run, which {} at {sha} lacks",
                     record.batch,
                     self.manifest_rel.display()
                 )));
             };
             super::changed::check_test_file(cfg, file)
-                .map_err(|why| Error::Usage(format!("{}: {why}", self.result.display())))?;
+                .map_err(|why| CommandError::usage(format!("{}: {why}", self.result.display())))?;
             launch::check_test_file_in(&worktree.path, file)?;
             let batch = template.batch_for(file, record.gpu_count);
             m.batches.insert(record.batch.clone(), batch);
         }
         match m.batches.get(&record.batch) {
             None => {
-                return Err(Error::Usage(format!(
+                return Err(CommandError::usage(format!(
                     "batch {} is not in {} at {sha}",
                     record.batch,
                     self.manifest_rel.display()

@@ -3,11 +3,12 @@
 //! it from running included); and `gpu status` and `capacity` on a login node, from
 //! what Slurm says of its nodes.
 
+use crate::cmd::error::CommandError;
 use serde_json::json;
 
 use super::Context;
 use crate::console::{self, Table};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::host::SlurmPolicy;
 use crate::manifest::Manifest;
@@ -28,10 +29,10 @@ pub fn node(ctx: &Context, job: &str) -> u8 {
         );
     }
     let ran = serde_json::from_str::<NodeJob>(job)
-        .map_err(|e| Error::Usage(format!("the node's job is not one cibox sends: {e}")))
+        .map_err(|e| CommandError::usage(format!("the node's job is not one cibox sends: {e}")))
         .and_then(|job| {
             let policy = ctx.host_policy()?;
-            Ok(launch::run_on_node(&job, &policy)?)
+            launch::run_on_node(&job, &policy)
         });
     match ran {
         Ok(run) => run.exit_code(),

@@ -1,5 +1,6 @@
 //! `cibox workflow render [--check]` and `cibox workflow lint`.
 
+use crate::cmd::error::CommandError;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -7,7 +8,7 @@ use serde_json::json;
 use super::Context;
 use crate::cli::LintFormat;
 use crate::console;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exit;
 use crate::manifest;
 use crate::workflow::{lint, render};
@@ -16,15 +17,15 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     let m = ctx.manifest()?;
     let dir = m.resolve(&m.workflows.dir.to_string_lossy());
     if !dir.is_dir() {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "workflows dir {} does not exist (workflows.dir in {})",
             dir.display(),
             m.path.display()
         )));
     }
-    let templates = render::templates(&dir).map_err(Error::Usage)?;
+    let templates = render::templates(&dir).map_err(CommandError::usage)?;
     if templates.is_empty() {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "no *.yml.j2 template in {}",
             dir.display()
         )));
@@ -35,7 +36,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
         .iter()
         .map(|t| render::render(t, &context))
         .collect::<std::result::Result<_, _>>()
-        .map_err(Error::Usage)?;
+        .map_err(CommandError::usage)?;
     let mut stale = 0;
     let mut outputs = Vec::new();
     for r in &rendered {
@@ -71,7 +72,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
             }
         } else {
             std::fs::write(&r.output, &r.text)
-                .map_err(|e| Error::Infra(format!("writing {}: {e}", r.output.display())))?;
+                .map_err(|e| CommandError::infra(format!("writing {}: {e}", r.output.display())))?;
             console::info(format!(
                 "wrote {} from {}",
                 r.output.display(),
@@ -99,7 +100,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
 fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     let yaml_files = |dir: &Path| -> Result<Vec<(PathBuf, bool)>> {
         let entries = std::fs::read_dir(dir)
-            .map_err(|e| Error::Usage(format!("workflows folder {}: {e}", dir.display())))?;
+            .map_err(|e| CommandError::usage(format!("workflows folder {}: {e}", dir.display())))?;
         let mut files: Vec<(PathBuf, bool)> = entries
             .flatten()
             .map(|e| e.path())
@@ -116,7 +117,7 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>
                 Ok(md) if md.is_dir() => files.extend(yaml_files(p)?),
                 Ok(_) => files.push((p.clone(), true)),
                 Err(e) => {
-                    return Err(Error::Usage(format!(
+                    return Err(CommandError::usage(format!(
                         "{}: {e}: give workflow files or folders",
                         p.display()
                     )));
@@ -126,7 +127,7 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>
         return Ok(files);
     }
     let cwd = std::env::current_dir()
-        .map_err(|e| Error::Usage(format!("cannot read the current folder: {e}")))?;
+        .map_err(|e| CommandError::usage(format!("cannot read the current folder: {e}")))?;
     let manifest_found = ctx.manifest_path.is_some() || manifest::find(&cwd).is_ok();
     let dir = if manifest_found {
         let m = ctx.manifest()?;
@@ -140,7 +141,7 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>
         root.join(".github/workflows")
     };
     if !dir.is_dir() {
-        return Err(Error::Usage(format!(
+        return Err(CommandError::usage(format!(
             "no workflows folder at {}: give workflow files or folders to lint",
             dir.display()
         )));
@@ -159,8 +160,8 @@ fn repository_root() -> Option<PathBuf> {
 pub fn lint(ctx: &Context, paths: &[PathBuf], format: Option<LintFormat>) -> Result<u8> {
     let format = match (format, ctx.json) {
         (Some(LintFormat::Text | LintFormat::Sarif), true) => {
-            return Err(Error::Usage(
-                "`--json` and `--format`: give one of them".into(),
+            return Err(CommandError::usage(
+                "`--json` and `--format`: give one of them",
             ));
         }
         (Some(f), _) => f,

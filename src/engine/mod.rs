@@ -46,8 +46,8 @@ pub enum EngineError {
     Runtime(String),
 }
 
-impl EngineError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for EngineError {
+    fn failure(&self) -> Failure {
         match self {
             // It would not take what we gave it, or the image is gone: the image's fault.
             EngineError::Rejected { .. } | EngineError::ImageMissing { .. } => {

@@ -64,7 +64,21 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
-    pub fn failure(&self) -> Failure {
+    pub(crate) fn locks(
+        dir: &LockDir,
+        what: &'static str,
+    ) -> impl Fn(std::io::Error) -> LeaseError {
+        let dir = dir.path().display().to_string();
+        move |source| LeaseError::Locks {
+            dir: dir.clone(),
+            what,
+            source,
+        }
+    }
+}
+
+impl crate::error::ErrorKind for LeaseError {
+    fn failure(&self) -> Failure {
         match self {
             LeaseError::Capacity(_) => Failure::Capacity,
             LeaseError::Interrupted(sig) => Failure::Signal(*sig),
@@ -79,18 +93,6 @@ impl LeaseError {
                 Failure::Usage
             }
             LeaseError::Locks { .. } | LeaseError::Probe(_) => Failure::Infra,
-        }
-    }
-
-    pub(crate) fn locks(
-        dir: &LockDir,
-        what: &'static str,
-    ) -> impl Fn(std::io::Error) -> LeaseError {
-        let dir = dir.path().display().to_string();
-        move |source| LeaseError::Locks {
-            dir: dir.clone(),
-            what,
-            source,
         }
     }
 }

@@ -20,8 +20,8 @@ pub struct GrantError {
     pub message: String,
 }
 
-impl GrantError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for GrantError {
+    fn failure(&self) -> Failure {
         Failure::Usage
     }
 }

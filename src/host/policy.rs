@@ -69,8 +69,8 @@ pub enum PolicyError {
     HostFact { message: String },
 }
 
-impl PolicyError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for PolicyError {
+    fn failure(&self) -> Failure {
         Failure::Usage
     }
 }

@@ -33,10 +33,10 @@ pub enum ArchiveError {
     Io(String, String),
 }
 
-impl ArchiveError {
+impl crate::error::ErrorKind for ArchiveError {
     /// An archive someone handed cibox is input: bad input is a usage error; one
     /// that cannot be read or written here is the host's.
-    pub fn failure(&self) -> crate::exit::Failure {
+    fn failure(&self) -> crate::exit::Failure {
         match self {
             ArchiveError::Io(..) => crate::exit::Failure::Infra,
             _ => crate::exit::Failure::Usage,

@@ -217,8 +217,8 @@ pub enum BuildContextError {
     },
 }
 
-impl BuildContextError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for BuildContextError {
+    fn failure(&self) -> Failure {
         match self {
             BuildContextError::TempFile { .. } => Failure::Infra,
             _ => Failure::Usage,

@@ -32,6 +32,13 @@ pub enum LocksetError {
     NotUtf8(String),
 }
 
+impl crate::error::ErrorKind for LocksetError {
+    /// Lock files are named by the manifest: its to fix.
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
 /// One lock file and the sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockFile {

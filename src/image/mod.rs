@@ -39,21 +39,6 @@ pub enum ImageError {
 }
 
 impl ImageError {
-    pub fn failure(&self) -> Failure {
-        match self {
-            ImageError::Refused { .. } => Failure::ImageRefused,
-            ImageError::Engine(e) => e.failure(),
-        }
-    }
-
-    /// Lines to print under the headline: what to do about it.
-    pub fn details(&self) -> &[String] {
-        match self {
-            ImageError::Refused { details, .. } => details,
-            ImageError::Engine(_) => &[],
-        }
-    }
-
     /// The same error, saying which of the manifest's images it is about.
     pub fn for_image(self, name: &str) -> ImageError {
         match self {
@@ -69,6 +54,23 @@ impl ImageError {
         ImageError::Refused {
             message: message.into(),
             details: Vec::new(),
+        }
+    }
+}
+
+impl crate::error::ErrorKind for ImageError {
+    fn failure(&self) -> Failure {
+        match self {
+            ImageError::Refused { .. } => Failure::ImageRefused,
+            ImageError::Engine(e) => e.failure(),
+        }
+    }
+
+    /// Lines to print under the headline: what to do about it.
+    fn details(&self) -> &[String] {
+        match self {
+            ImageError::Refused { details, .. } => details,
+            ImageError::Engine(_) => &[],
         }
     }
 }

@@ -110,8 +110,8 @@ pub enum RecipeError {
     Engine(#[from] EngineError),
 }
 
-impl RecipeError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for RecipeError {
+    fn failure(&self) -> Failure {
         match self {
             RecipeError::Usage(_) => Failure::Usage,
             RecipeError::Infra(_) => Failure::Infra,
@@ -122,7 +122,7 @@ impl RecipeError {
     }
 
     /// Lines to print under the headline: what to do about it.
-    pub fn details(&self) -> &[String] {
+    fn details(&self) -> &[String] {
         match self {
             RecipeError::Image(e) => e.details(),
             _ => &[],

@@ -47,10 +47,10 @@ pub enum LockDirError {
     Unusable { dir: String, reason: String },
 }
 
-impl LockDirError {
+impl crate::error::ErrorKind for LockDirError {
     /// A lock dir that cannot be used is configuration (`gpu.lock_dir`), like a bad
     /// pool entry.
-    pub fn failure(&self) -> Failure {
+    fn failure(&self) -> Failure {
         Failure::Usage
     }
 }

@@ -82,6 +82,13 @@ pub enum ManifestError {
     Env { var: &'static str, message: String },
 }
 
+impl crate::error::ErrorKind for ManifestError {
+    /// The manifest is the user's input.
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
 /// The validated manifest.
 #[derive(Debug, Clone)]
 pub struct Manifest {

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
 
-use super::error::RunError;
 use super::results::junit::{Case, CaseStatus, Totals};
 use super::results::record::RunRecord;
 pub use super::results::record::Status;
@@ -56,7 +55,7 @@ impl ContainerEnd {
     /// The ending of a batch that `e` kept from running to its end, or `None` when the
     /// error is not the batch's but the run's (bad configuration: it stops the run
     /// with its own exit code).
-    pub fn of_error(e: &RunError) -> Option<ContainerEnd> {
+    pub fn of_error(e: &crate::error::Error) -> Option<ContainerEnd> {
         let message = e.to_string();
         let status = match e.failure() {
             Failure::Usage => return None,
@@ -242,6 +241,7 @@ mod tests {
     use super::*;
     use crate::engine::EngineError;
     use crate::gpu::LeaseError;
+    use crate::runner::error::RunError;
 
     fn totals(total: usize, failed: usize, errors: usize) -> Totals {
         Totals {
@@ -293,8 +293,7 @@ mod tests {
         assert_eq!(Status::Cancelled.exit_code(Some(Signal::SIGHUP)), 129);
         assert_eq!(Status::Timeout.exit_code(None), 124);
         assert_eq!(Status::ImageRefused.exit_code(None), 3);
-        let lease = |e| RunError::Lease(e);
-        let of = |e: RunError| {
+        let of = |e: crate::error::Error| {
             ContainerEnd::of_error(&e).map(|end| {
                 (
                     judge(&end, &Totals::default(), None, true).0,
@@ -303,12 +302,12 @@ mod tests {
             })
         };
         assert_eq!(
-            of(lease(LeaseError::Interrupted(Signal::SIGINT))),
+            of(LeaseError::Interrupted(Signal::SIGINT).into()),
             Some((Status::Cancelled, Some(Signal::SIGINT)))
         );
-        assert_eq!(of(RunError::Pool("x".into())), None);
+        assert_eq!(of(RunError::Pool("x".into()).into()), None);
         assert_eq!(
-            of(lease(LeaseError::Capacity("x".into()))),
+            of(LeaseError::Capacity("x".into()).into()),
             Some((Status::Capacity, None))
         );
         assert_eq!(
@@ -316,14 +315,19 @@ mod tests {
                 batch: "b".into(),
                 need: 9,
                 pool: 8
-            }),
+            }
+            .into()),
             Some((Status::Capacity, None))
         );
-        assert_eq!(of(RunError::Panicked), Some((Status::InfraError, None)));
         assert_eq!(
-            of(RunError::Engine(EngineError::ImageMissing {
+            of(RunError::Panicked.into()),
+            Some((Status::InfraError, None))
+        );
+        assert_eq!(
+            of(EngineError::ImageMissing {
                 image: "sha256:x".into()
-            })),
+            }
+            .into()),
             Some((Status::ImageRefused, None))
         );
     }

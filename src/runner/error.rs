@@ -1,19 +1,9 @@
 //! Why a run, or one of its batches, could not go on; and why a reporter could not
-//! write what it owns. Every error of the runner is here, so that its rooms import
-//! errors from below, never from each other.
+//! write what it owns. Errors of the layers below (engine, leases, images, …) pass
+//! through as they are ([`crate::error::Error`]); these are the runner's own.
 
-use crate::cache::CacheError;
-use crate::claims::ClaimsError;
-use crate::engine::EngineError;
+use crate::error::ErrorKind;
 use crate::exit::Failure;
-use crate::gpu::LeaseError;
-use crate::gpu::probe::ProbeError;
-use crate::host::{GrantError, PolicyError};
-use crate::image::ImageError;
-use crate::image::lockset::LocksetError;
-use crate::lockdir::LockDirError;
-use crate::manifest::ManifestError;
-use crate::slurm::SlurmError;
 
 /// A reporter could not write what it owns (a reports file).
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +55,14 @@ pub enum PlanError {
     BadImageId(String),
 }
 
-impl PlanError {
-    pub fn failure(&self) -> Failure {
+impl ErrorKind for ReporterError {
+    fn failure(&self) -> Failure {
+        Failure::Infra
+    }
+}
+
+impl ErrorKind for PlanError {
+    fn failure(&self) -> Failure {
         match self {
             PlanError::BadImageId(_) => Failure::ImageRefused,
             _ => Failure::Usage,
@@ -74,6 +70,7 @@ impl PlanError {
     }
 }
 
+/// What kept a run, or one of its batches, from going on, where no domain error says it.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// Where to run (source, reports folder, scope) or which test file cannot be used.
@@ -82,35 +79,6 @@ pub enum RunError {
     /// A file the run writes for its caller (`qualification.json`) could not be written.
     #[error("{0}")]
     Infra(String),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// A host mount the manifest names cannot be mounted here.
-    #[error(transparent)]
-    Mount(#[from] ManifestError),
-    /// A loosening the host does not grant.
-    #[error(transparent)]
-    Grant(#[from] GrantError),
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
-    #[error(transparent)]
-    Lockset(#[from] LocksetError),
-    #[error(transparent)]
-    Image(#[from] ImageError),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    LockDir(#[from] LockDirError),
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
-    #[error(transparent)]
-    Probe(#[from] ProbeError),
-    #[error(transparent)]
-    Claims(#[from] ClaimsError),
-    #[error(transparent)]
-    Reporter(#[from] ReporterError),
-    /// The host's cache store, or a cache in it, cannot be used.
-    #[error(transparent)]
-    Cache(#[from] CacheError),
     /// A `gpu.pool` entry names no GPU of this host.
     #[error("{0}")]
     Pool(String),
@@ -147,11 +115,6 @@ pub enum RunError {
         "batches run as uid {uid}, never as root, and cannot read the source {dir} (mode {mode:o}); make it readable by others (chmod o+rx), or run cibox as an unprivileged CI user"
     )]
     SourceUnreadable { dir: String, mode: u32, uid: u32 },
-    #[error(transparent)]
-    GitMask(#[from] crate::runner::container::git_mask::MaskError),
-    /// Slurm could not take, or tell about, the batch's job.
-    #[error(transparent)]
-    Slurm(#[from] SlurmError),
     /// The GPUs Slurm allocated on a node cannot be leased there (fail closed).
     #[error("{0}")]
     SlurmGpus(String),
@@ -177,34 +140,18 @@ pub fn failure_of_code(code: u8) -> Failure {
     }
 }
 
-impl RunError {
-    /// Lines to print under the headline.
-    pub fn details(&self) -> &[String] {
+impl ErrorKind for RunError {
+    fn details(&self) -> &[String] {
         match self {
-            RunError::Image(e) => e.details(),
             RunError::OnNode { details, .. } => details,
             _ => &[],
         }
     }
 
-    pub fn failure(&self) -> Failure {
+    fn failure(&self) -> Failure {
         match self {
             RunError::Usage(_)
-            | RunError::Mount(_)
-            | RunError::Lockset(_)
-            | RunError::Grant(_)
-            | RunError::Policy(_) => Failure::Usage,
-            RunError::Plan(e) => e.failure(),
-            RunError::Image(e) => e.failure(),
-            RunError::Engine(e) => e.failure(),
-            RunError::LockDir(e) => e.failure(),
-            RunError::Lease(e) => e.failure(),
-            RunError::Probe(e) => e.failure(),
-            RunError::Claims(e) => e.failure(),
-            RunError::GitMask(e) => e.failure(),
-            RunError::Reporter(_) => Failure::Infra,
-            RunError::Cache(e) => e.failure(),
-            RunError::Pool(_)
+            | RunError::Pool(_)
             | RunError::ForeignBatchDir { .. }
             | RunError::SourceUnreadable { .. } => Failure::Usage,
             // A reports folder cibox cannot clear or make is the user's to fix.
@@ -212,7 +159,6 @@ impl RunError {
                 Failure::Usage
             }
             RunError::PoolTooSmall { .. } => Failure::Capacity,
-            RunError::Slurm(e) => e.failure(),
             RunError::SlurmGpus(_) => Failure::Infra,
             RunError::OnNode { code, .. } => failure_of_code(*code),
             RunError::RunLocks { .. }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use super::cleanup::sweep::Swept;
 use super::ending::{BatchResult, RunResult};
-use super::error::RunError;
 use super::plan::{BatchPlan, RunPlan};
 use crate::engine::EngineError;
 use crate::gpu::WaitReport;
@@ -114,7 +113,7 @@ pub enum Event<'a> {
     /// Something kept the batch from running to its end (its status follows).
     BatchFailed {
         batch: &'a BatchPlan,
-        error: &'a RunError,
+        error: &'a crate::error::Error,
     },
     /// The batch's status and record.
     BatchEnded { result: &'a BatchResult },

@@ -27,7 +27,7 @@ use crate::image::{ImageError, Lockset, PinnedRef};
 use crate::manifest::{Manifest, ManifestError};
 use crate::{console, signals};
 
-type Result<T, E = RunError> = std::result::Result<T, E>;
+use crate::error::Result;
 
 /// Plans and executes a run with the reporters of a front end: the reports folder, the
 /// terminal, and GitHub when cibox runs in a workflow. What the manifest asks beyond the
@@ -145,7 +145,7 @@ fn check(manifest: &Manifest, policy: &HostPolicy, request: &RunRequest) -> Resu
     if let Some(src) = &policy.source
         && (src.path.starts_with(&request.source) || src.path.starts_with(&request.reports))
     {
-        return Err(RunError::Policy(host::PolicyError::Unusable {
+        return Err(crate::error::Error::from(host::PolicyError::Unusable {
             path: src.path.display().to_string(),
             message: "lies in this run's source or reports folder, where a pull request's files are; the host's policy lives outside every checkout".into(),
         }));
@@ -251,7 +251,7 @@ fn fetch_missing_images(engine: &Engine, plan: &super::RunPlan) -> Result<()> {
         }
         let node = plan.node.as_ref().map_or("this node", |n| n.node.as_str());
         let Some(text) = plan.manifest.images[name].reference.as_deref() else {
-            return Err(RunError::Image(ImageError::Refused {
+            return Err(crate::error::Error::from(ImageError::Refused {
                 message: format!(
                     "{id} is not present on Slurm node {node}, and image `{name}` has no `ref` to fetch it by digest"
                 ),
@@ -265,7 +265,7 @@ fn fetch_missing_images(engine: &Engine, plan: &super::RunPlan) -> Result<()> {
         engine.pull(&pinned.repository, &pinned.digest)?;
         let found = engine.inspect(&pinned.to_string())?.map(|i| i.id);
         if found.as_deref() != Some(id.as_str()) {
-            return Err(RunError::Image(ImageError::refused(format!(
+            return Err(crate::error::Error::from(ImageError::refused(format!(
                 "{pinned} is image {}, not {id} that the run was planned with",
                 found.as_deref().unwrap_or("(nothing)")
             ))));
@@ -289,7 +289,7 @@ fn place_for_engine(plan: &mut RunPlan, w: &HostView) -> Result<()> {
         b.container
             .place_for_engine(w, source_on_host.as_deref())
             .map_err(|(mark, why)| {
-                RunError::Mount(ManifestError::At {
+                crate::error::Error::from(ManifestError::At {
                     path: path.clone(),
                     mark,
                     message: format!("batches.{}.container.mounts: {why}", b.name),
@@ -302,7 +302,7 @@ fn place_for_engine(plan: &mut RunPlan, w: &HostView) -> Result<()> {
         && uses_caches
     {
         let host = w.to_host(&c.root).map_err(|why| {
-            RunError::Cache(crate::cache::CacheError::Store {
+            crate::error::Error::from(crate::cache::CacheError::Store {
                 path: c.root.clone(),
                 message: format!("{why}; or name where the engine's host has it in the host policy's caches.host_root"),
             })
@@ -352,10 +352,9 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
             })?,
     };
     if !source.is_dir() {
-        return Err(RunError::Usage(format!(
-            "--source {}: not a directory",
-            source.display()
-        )));
+        return Err(
+            RunError::Usage(format!("--source {}: not a directory", source.display())).into(),
+        );
     }
     let source = source
         .canonicalize()
@@ -370,7 +369,7 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
     }
     let scope = at.scope.unwrap_or_else(default_scope);
     if scope.is_empty() {
-        return Err(RunError::Usage("--scope is empty".into()));
+        return Err(RunError::Usage("--scope is empty".into()).into());
     }
     request.source = source;
     request.source_info = source_info;
@@ -385,7 +384,9 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
 /// run starts (by `execute`, once everything is checked).
 fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
     let shown = reports.display().to_string();
-    let usage = |what: String| RunError::Usage(format!("reports dir {shown}: {what}"));
+    let usage = |what: String| -> crate::error::Error {
+        RunError::Usage(format!("reports dir {shown}: {what}")).into()
+    };
     let absolute = if reports.is_absolute() {
         reports.clone()
     } else {
@@ -444,12 +445,14 @@ pub fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
             "test file `{}` is a link in {}; name the file itself",
             crate::util::escape(file),
             source.display()
-        ))),
+        ))
+        .into()),
         _ => Err(RunError::Usage(format!(
             "test file `{}` is not a file in {}",
             crate::util::escape(file),
             source.display()
-        ))),
+        ))
+        .into()),
     }
 }
 

@@ -6,7 +6,7 @@ use super::ending::{BatchResult, Status};
 use super::error::RunError;
 use crate::signals;
 
-type Result<T, E = RunError> = std::result::Result<T, E>;
+use crate::error::Result;
 
 /// Runs `batch(i)` for each of the run's `count` batches, at once when `parallel`.
 pub fn each_batch(
@@ -20,7 +20,7 @@ pub fn each_batch(
             let handles: Vec<_> = (0..count).map(|i| s.spawn(move || batch(i))).collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked)))
+                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked.into())))
                 .collect()
         });
         return joined.into_iter().collect();

@@ -31,12 +31,13 @@ pub fn qualify(
     image: &ImageId,
     at: Whereabouts,
     json: bool,
-) -> Result<Qualification, RunError> {
+) -> Result<Qualification, crate::error::Error> {
     if !manifest.layers.contains_key("qualify") {
         return Err(RunError::Usage(format!(
             "{}: no `qualify` layer; add layers.qualify with the batches that qualify an image",
             manifest.path.display()
-        )));
+        ))
+        .into());
     }
     let reports = at.reports.clone().unwrap_or_default();
     let record_path = reports.join("qualification.json");
@@ -44,10 +45,9 @@ pub fn qualify(
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
-            return Err(RunError::Usage(format!(
-                "cannot remove {}: {e}",
-                record_path.display()
-            )));
+            return Err(
+                RunError::Usage(format!("cannot remove {}: {e}", record_path.display())).into(),
+            );
         }
     }
     let mut request = RunRequest {
@@ -69,7 +69,11 @@ pub fn qualify(
 
 /// `qualification.json`: the image, what its IDs mean on this engine, the lockset and
 /// source it was qualified against, and each batch's result.
-fn write_record(run: &RunResult, image: &ImageId, path: &std::path::Path) -> Result<(), RunError> {
+fn write_record(
+    run: &RunResult,
+    image: &ImageId,
+    path: &std::path::Path,
+) -> Result<(), crate::error::Error> {
     let results: Vec<_> = run
         .batches
         .iter()
@@ -92,5 +96,6 @@ fn write_record(run: &RunResult, image: &ImageId, path: &std::path::Path) -> Res
         "qualified_at": crate::units::rfc3339(std::time::SystemTime::now()),
     });
     let text = serde_json::to_string_pretty(&record).expect("serialises") + "\n";
-    std::fs::write(path, text).map_err(|e| RunError::Infra(format!("{}: {e}", path.display())))
+    std::fs::write(path, text)
+        .map_err(|e| RunError::Infra(format!("{}: {e}", path.display())).into())
 }

@@ -138,12 +138,13 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
 }
 
 /// The error a node's `Failed` or `Refused` stands for on the submitter.
-pub fn error_of(message: &str, details: &[String], code: u8) -> RunError {
+pub fn error_of(message: &str, details: &[String], code: u8) -> crate::error::Error {
     RunError::OnNode {
         message: message.to_string(),
         details: details.to_vec(),
         code,
     }
+    .into()
 }
 
 #[cfg(test)]

@@ -44,8 +44,8 @@ pub enum SlurmError {
     Unreadable { command: String, why: String },
 }
 
-impl SlurmError {
-    pub fn failure(&self) -> Failure {
+impl crate::error::ErrorKind for SlurmError {
+    fn failure(&self) -> Failure {
         match self {
             SlurmError::Unreachable { .. } | SlurmError::Unreadable { .. } => Failure::Infra,
             SlurmError::Refused(_) => Failure::Usage,
@@ -171,6 +171,7 @@ pub(crate) fn key_values(line: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind as _;
 
     #[test]
     fn values_may_hold_spaces() {

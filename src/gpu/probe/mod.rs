@@ -88,9 +88,9 @@ pub enum ProbeError {
     Interrupted(nix::sys::signal::Signal),
 }
 
-impl ProbeError {
+impl crate::error::ErrorKind for ProbeError {
     /// A probe that fails, hangs or says what cannot be parsed fails closed.
-    pub fn failure(&self) -> Failure {
+    fn failure(&self) -> Failure {
         Failure::Infra
     }
 }

@@ -119,7 +119,7 @@ fn sweep_one(
     runs: &LockDir,
     host: &str,
     swept: &mut Swept,
-) -> Result<bool, RunError> {
+) -> Result<bool, crate::error::Error> {
     let (run, lock_dir) = match candidate(c, scope, host) {
         Candidate::NotOurs => return Ok(false),
         Candidate::Elsewhere(other) => {
@@ -158,7 +158,7 @@ pub fn sweep(
     scope: Option<&str>,
     runs: &LockDir,
     host: &str,
-) -> Result<Swept, RunError> {
+) -> Result<Swept, crate::error::Error> {
     let mut labels = vec![format!("{LABEL_OWNER}=cibox")];
     if let Some(s) = scope {
         labels.push(format!("{LABEL_SCOPE}={s}"));

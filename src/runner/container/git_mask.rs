@@ -40,8 +40,8 @@ pub enum MaskError {
     TooManyFolders { dir: String, max: usize },
 }
 
-impl MaskError {
-    pub fn failure(&self) -> crate::exit::Failure {
+impl crate::error::ErrorKind for MaskError {
+    fn failure(&self) -> crate::exit::Failure {
         match self {
             MaskError::Write(_) => crate::exit::Failure::Infra,
             MaskError::TooManyFolders { .. } => crate::exit::Failure::Usage,
@@ -263,6 +263,7 @@ fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind as _;
 
     #[test]
     fn credentials_are_left_out_and_the_rest_kept() {

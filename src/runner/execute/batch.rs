@@ -264,7 +264,8 @@ impl Execution<'_> {
                 batch: b.name.clone(),
                 need,
                 pool: self.pool.len(),
-            });
+            }
+            .into());
         }
         let want = match &self.plan.node {
             Some(node) => Want::Devices(self.allocated(b, node)?),
@@ -305,7 +306,7 @@ impl Execution<'_> {
                 node.job_id,
                 node.node,
                 crate::units::Span(self.plan.wait)
-            ))),
+            )).into()),
             (_, lease) => Ok(lease?),
         }
     }
@@ -319,7 +320,8 @@ impl Execution<'_> {
                 node.node,
                 b.name,
                 b.gpus
-            )));
+            ))
+            .into());
         }
         node.gpus
             .iter()
@@ -335,6 +337,7 @@ impl Execution<'_> {
                             .collect::<Vec<_>>()
                             .join(",")
                     ))
+                    .into()
                 })
             })
             .collect()

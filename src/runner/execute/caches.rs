@@ -91,7 +91,7 @@ impl Execution<'_> {
             return Ok(None);
         }
         let (Some(store), Some(policy)) = (self.cache_store, self.plan.caches.as_ref()) else {
-            return Err(RunError::Cache(CacheError::Cache {
+            return Err(crate::error::Error::from(CacheError::Cache {
                 cache: b.caches[0].0.clone(),
                 message: "this host grants no caches".into(),
             }));
@@ -138,7 +138,7 @@ impl Execution<'_> {
             Ok(w) => w,
             Err(e) => {
                 let _ = self.engine.remove_container(&id);
-                return Err(RunError::Watchdog(e));
+                return Err(RunError::Watchdog(e).into());
             }
         };
         // From here the holder goes with `caches` (its watchdog removes it if dropped).
@@ -146,7 +146,8 @@ impl Execution<'_> {
         if let Err(why) = self.engine.start_container(&id) {
             return Err(RunError::Infra(format!(
                 "could not start the holder of the batch's private cache layers: {why}"
-            )));
+            ))
+            .into());
         }
         for u in &mut caches.uses {
             let dir = private_dir(&u.name);
@@ -156,7 +157,8 @@ impl Execution<'_> {
                 return Err(RunError::Infra(format!(
                     "the engine does not say where the private layer of cache `{}` lies",
                     u.name
-                )));
+                ))
+                .into());
             };
             u.layer = Layer::Private {
                 upper: format!("{source}/upper"),

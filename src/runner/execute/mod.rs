@@ -35,7 +35,7 @@ use crate::lockdir::LockDir;
 use crate::lockdir::runs::{RunInfo, RunLock};
 use crate::signals;
 
-type Result<T, E = RunError> = std::result::Result<T, E>;
+use crate::error::Result;
 
 /// Starts the watchdog of a batch's container (see [`Watchdog::start`]).
 type StartWatchdog = fn(&str, &[RawFd]) -> std::io::Result<Watchdog>;
@@ -173,10 +173,13 @@ fn source_set(plan: &RunPlan, masks: &[String]) -> Result<SourceSet> {
     if let Ok(rel) = plan.reports.strip_prefix(&plan.source) {
         outputs.push(rel.to_path_buf());
     }
-    SourceSet::list(&plan.source, &outputs, masks).map_err(|source| RunError::BatchDir {
-        dir: plan.source.display().to_string(),
-        what: "list the files to ship of",
-        source,
+    SourceSet::list(&plan.source, &outputs, masks).map_err(|source| {
+        RunError::BatchDir {
+            dir: plan.source.display().to_string(),
+            what: "list the files to ship of",
+            source,
+        }
+        .into()
     })
 }
 
@@ -236,7 +239,8 @@ fn source_readable(plan: &RunPlan) -> Result<()> {
                 dir: plan.source.display().to_string(),
                 mode: md.mode() & 0o7777,
                 uid,
-            });
+            }
+            .into());
         }
     }
     Ok(())
@@ -313,12 +317,12 @@ impl Execution<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .handle(event)
-            .map_err(RunError::from)
+            .map_err(crate::error::Error::from)
     }
 
     /// The ending of a batch that `e` kept from running, once reported; an error that
     /// is the run's, not the batch's, ends the run.
-    fn failed(&self, b: &BatchPlan, e: RunError) -> Result<ContainerEnd> {
+    fn failed(&self, b: &BatchPlan, e: crate::error::Error) -> Result<ContainerEnd> {
         let Some(end) = ContainerEnd::of_error(&e) else {
             return Err(e);
         };

@@ -14,7 +14,7 @@ pub const MARKER: &str = ".cibox-batch";
 
 /// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
 /// by the run). Checked for every batch before the first starts.
-pub fn refuse_foreign(dir: &Path) -> Result<(), RunError> {
+pub fn refuse_foreign(dir: &Path) -> Result<(), crate::error::Error> {
     let ours = !dir.exists()
         || dir.join(MARKER).exists()
         || std::fs::symlink_metadata(dir.join("result.json")).is_ok()
@@ -22,7 +22,8 @@ pub fn refuse_foreign(dir: &Path) -> Result<(), RunError> {
     if !ours {
         return Err(RunError::ForeignBatchDir {
             dir: dir.display().to_string(),
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -39,7 +40,7 @@ fn error(dir: &Path, what: &'static str) -> impl Fn(std::io::Error) -> RunError 
 /// Makes `dir` fresh for a batch: what an earlier run left is removed (a folder an
 /// older cibox let a batch make unreadable included), and the new folder is cibox's,
 /// open to readers.
-pub fn prepare(dir: &Path) -> Result<(), RunError> {
+pub fn prepare(dir: &Path) -> Result<(), crate::error::Error> {
     refuse_foreign(dir)?;
     if std::fs::symlink_metadata(dir).is_ok() {
         nofollow::remove_tree(dir).map_err(error(dir, "clear"))?;

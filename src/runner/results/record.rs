@@ -157,6 +157,13 @@ pub enum RecordError {
     },
 }
 
+impl crate::error::ErrorKind for RecordError {
+    /// A run record a user named is their input.
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
 /// The run record of one batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {

@@ -112,7 +112,7 @@ impl Submission<'_> {
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(RunError::Watchdog(e));
+                return Err(RunError::Watchdog(e).into());
             }
         };
         let lines = read_lines(&mut child);
@@ -162,7 +162,7 @@ fn spawn_srun(spec: &JobSpec) -> Result<Child> {
         }
     }
     cmd.spawn().map_err(|e| {
-        RunError::Slurm(SlurmError::Unreachable {
+        crate::error::Error::from(SlurmError::Unreachable {
             command: "srun".into(),
             why: if e.kind() == std::io::ErrorKind::NotFound {
                 "is not installed here (no such program on PATH)".into()

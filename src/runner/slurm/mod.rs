@@ -35,7 +35,7 @@ use crate::image::Lockset;
 use crate::signals;
 use crate::slurm::cluster::{Ask, Cluster};
 
-type Result<T, E = RunError> = std::result::Result<T, E>;
+use crate::error::Result;
 
 /// Submits the plan's batches to Slurm and follows them to their end.
 pub fn execute(
@@ -109,6 +109,6 @@ impl Submission<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .handle(event)
-            .map_err(RunError::from)
+            .map_err(crate::error::Error::from)
     }
 }

@@ -74,7 +74,7 @@ impl NodeJob {
 
     /// The manifest the submitter planned with (the node's policy's GPU facts laid
     /// over it), refused when it changed since.
-    pub fn manifest(&self, policy: &HostPolicy) -> Result<Manifest, RunError> {
+    pub fn manifest(&self, policy: &HostPolicy) -> Result<Manifest, crate::error::Error> {
         let mut m = Manifest::load(&self.manifest)?;
         host::gpu::settle(policy, &mut m.gpu)?;
         if m.digest != self.manifest_digest {
@@ -83,7 +83,8 @@ impl NodeJob {
                 self.manifest.display(),
                 self.manifest_digest,
                 m.digest
-            )));
+            ))
+            .into());
         }
         if let Some(file) = &self.changed_file
             && !m.batches.contains_key(&self.batch)
@@ -107,7 +108,11 @@ impl NodeJob {
 
     /// The request of this batch on this node: the submitter's choices, the GPUs and
     /// rank Slurm allocated, and the rendezvous of a batch on several nodes.
-    pub fn request(&self, m: &Manifest, alloc: &Allocation) -> Result<RunRequest, RunError> {
+    pub fn request(
+        &self,
+        m: &Manifest,
+        alloc: &Allocation,
+    ) -> Result<RunRequest, crate::error::Error> {
         let gpus = m.batches.get(&self.batch).map_or(self.gpus, |b| b.gpus);
         let rendezvous = if alloc.nodes > 1 {
             alloc.rendezvous(gpus)?

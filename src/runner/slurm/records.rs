@@ -30,7 +30,7 @@ pub(super) struct JobEnd {
     /// Each rank's end.
     pub ended: BTreeMap<u32, Ended>,
     /// What kept a rank from running its batch to its end.
-    pub failures: BTreeMap<u32, RunError>,
+    pub failures: BTreeMap<u32, crate::error::Error>,
     /// Why the submitter ended the job itself (a signal, the wait, a deadline).
     pub stopped: Option<ContainerEnd>,
     /// `srun`'s own last lines.
