@@ -1,6 +1,6 @@
 //! GitHub Actions primitives: whether cibox runs in a workflow, workflow-command
 //! escaping, step outputs and files. A leaf: the run's GitHub reporter
-//! ([`crate::runner::reporter::github`]) and the commands build on it.
+//! ([`crate::report::reporter::github`]) and the commands build on it.
 
 use std::io::Write;
 

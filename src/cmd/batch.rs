@@ -11,10 +11,10 @@ use crate::error::Result;
 use crate::exit;
 use crate::lockdir::LockDir;
 use crate::manifest::Manifest;
-use crate::runner::launch::{self, Whereabouts};
-use crate::runner::reporter::terminal::print_sweep_notes;
-use crate::runner::sweep;
-use crate::runner::{self, RunRequest};
+use crate::plan::{self, RunRequest};
+use crate::report::reporter::terminal::print_sweep_notes;
+use crate::run::launch::{self, Whereabouts};
+use crate::run::sweep;
 use crate::units::Span;
 
 /// `cibox batch list [NAME…]`: batches (name, GPUs, timeout, description) and layers;
@@ -24,7 +24,7 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
     let shown: Vec<(&String, &crate::manifest::Batch)> = if names.is_empty() {
         m.batches.iter().collect()
     } else {
-        runner::named_batches(&m, names)?
+        plan::named_batches(&m, names)?
             .into_iter()
             .filter_map(|n| m.batches.get_key_value(&n))
             .collect()
@@ -131,7 +131,7 @@ pub(super) fn run_manifest(
         parallel: opts.parallel,
         ..RunRequest::default()
     };
-    runner::check_request(&m, &request)?;
+    plan::check_request(&m, &request)?;
     if let Some(w) = &opts.wait {
         let wait = w
             .parse::<Span>()

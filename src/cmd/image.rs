@@ -18,7 +18,7 @@ use crate::image::lockset::Lockset;
 use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
-use crate::runner::launch::Whereabouts;
+use crate::run::launch::Whereabouts;
 
 /// The manifest's image named `name` (`default` when none is given).
 fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageConfig)> {
@@ -497,13 +497,8 @@ pub fn qualify(
         reports: Some(reports),
         scope,
     };
-    let q = crate::runner::qualify::qualify(
-        ctx.manifest()?,
-        &ctx.host_policy()?,
-        &image,
-        at,
-        ctx.json,
-    )?;
+    let q =
+        crate::run::qualify::qualify(ctx.manifest()?, &ctx.host_policy()?, &image, at, ctx.json)?;
     if ctx.json {
         let mut outcome = q.run.to_json();
         outcome["image"] = json!(image);

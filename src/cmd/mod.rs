@@ -153,8 +153,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 .map_err(|e| CommandError::infra(format!("writing the manual page: {e}")))?;
             Ok(crate::exit::SUCCESS)
         }
-        Command::Watchdog { container } => Ok(crate::runner::watch_container(&container)),
+        Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),
         Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
-        Command::SlurmWatchdog { name, srun } => Ok(crate::runner::slurm::watch_job(&name, srun)),
+        Command::SlurmWatchdog { name, srun } => Ok(crate::run::slurm::watch_job(&name, srun)),
     }
 }

@@ -12,8 +12,9 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::image::{ImageError, ImageId};
 use crate::manifest::Manifest;
-use crate::runner::launch::{self, Whereabouts};
-use crate::runner::{RunRecord, RunRequest};
+use crate::plan::RunRequest;
+use crate::report::RunRecord;
+use crate::run::launch::{self, Whereabouts};
 
 use crate::git::text as git;
 

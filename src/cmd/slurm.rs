@@ -12,9 +12,9 @@ use crate::error::Result;
 use crate::exit;
 use crate::host::SlurmPolicy;
 use crate::manifest::Manifest;
-use crate::runner::launch;
-use crate::runner::reporter::wire::Wire;
-use crate::runner::slurm::NodeJob;
+use crate::report::reporter::wire::Wire;
+use crate::run::launch;
+use crate::run::slurm::NodeJob;
 use crate::slurm::cluster::{Ask, Cluster, Node};
 
 /// Runs the job and returns its exit code; an error is told to the submitter.

@@ -1,0 +1,74 @@
+//! The script a batch's container runs, and its keeper: the first process, which
+//! keeps the container alive until cibox has copied `/reports` out.
+
+use crate::manifest::Batch;
+use crate::plan::container::phases::REPORTS_EMPTY;
+
+/// Quotes a string for `sh` (single quotes, `'` as `'\''`).
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The script the container runs in `/work`, once cibox has put the source there (see
+/// [`crate::run::source`]): install it, then the batch's preflight and run steps, stopping at
+/// the first that fails; when all passed and `/reports` is empty, it says so last (see
+/// [`REPORTS_EMPTY`]).
+///
+/// Its standard error is its standard output: one pipe keeps what the steps print in
+/// the order they printed it. Two pipes reach the engine apart, so a step's output
+/// could land after the next step's announcement (and in that step's failure text).
+pub(super) fn script(install: &[String], batch: &Batch) -> String {
+    // cibox says, on standard input, when the source is in: until then the script runs
+    // nothing of the batch's (see `Engine::follow_exec`).
+    let mut s = String::from(
+        "exec 2>&1\n\
+         set -e\n\
+         if ! read -r _; then echo 'cibox: the source never reached /work' >&2; exit 125; fi\n\
+         exec </dev/null\n\
+         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n\
+         cd /work\n",
+    );
+    let steps = install
+        .iter()
+        .map(|c| ("install", c))
+        .chain(batch.preflight.iter().map(|c| ("preflight", c)))
+        .chain(batch.run.iter().map(|c| ("run", c)));
+    for (phase, cmd) in steps {
+        s.push_str(&format!(
+            "echo {} >&2\n",
+            sh_quote(&format!("cibox {phase}: {cmd}"))
+        ));
+        s.push_str(cmd);
+        // A step's status is its last command's, even where `set -e` looks away (the
+        // left of `&&` or `||`, after `!`): `false && echo ok` fails the step.
+        s.push_str(
+            "\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n",
+        );
+    }
+    // Said only of a folder the batch can list (it is the batch's: one it made
+    // unreadable is copied as before), by the shell alone: no process to start.
+    s.push_str(&format!(
+        "if [ -d /reports ] && [ -r /reports ] && [ -x /reports ]; then\n\
+         for __cibox_f in /reports/* /reports/.[!.]* /reports/..?*; do\n\
+         if [ -e \"$__cibox_f\" ] || [ -L \"$__cibox_f\" ]; then exit 0; fi\n\
+         done\n\
+         echo {} >&2\n\
+         fi\n",
+        sh_quote(REPORTS_EMPTY)
+    ));
+    s
+}
+
+/// The container's first process: waits on its standard input (kept open by the
+/// engine), ignoring the signals a batch or a stop could send; needs nothing but `sh`.
+pub(super) const KEEPER: &str = "trap '' TERM INT HUP; while read -r _; do :; done";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_for_sh() {
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,154 @@
+//! The run on GitHub Actions: each batch's output in a log group, one error annotation
+//! per failing test (with its file and line when the report gives them) and per batch
+//! that did not get to report, the step outputs `status` and `failed_batches`, and the
+//! summary as the step summary (docs/interface.md §9).
+
+use crate::github::{append, escape_data, escape_property, output};
+use crate::report::event::Event;
+use crate::report::outcome::{RunResult, Status};
+use crate::report::reporter::pump::{Pump, Sink};
+use crate::report::reporter::{Reporter, ReporterError, summary_markdown};
+
+/// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow, in
+/// order with the batches' output: one [`Pump`] for both).
+pub struct GitHub<S: Sink> {
+    out: S,
+    /// While a batch's output runs, workflow commands are off (`::stop-commands::`):
+    /// a test must not be able to write annotations, groups or outputs of its own.
+    token: String,
+}
+
+impl<S: Sink> GitHub<S> {
+    pub fn new(out: S) -> GitHub<S> {
+        GitHub {
+            out,
+            token: format!("cibox-{}", crate::util::random_hex(16)),
+        }
+    }
+}
+
+impl GitHub<Pump> {
+    /// On stdout, through `out` (shared with the terminal reporter).
+    pub fn stdout(out: Pump) -> GitHub<Pump> {
+        GitHub::new(out)
+    }
+}
+
+impl<S: Sink> Reporter for GitHub<S> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
+        match event {
+            Event::ContainerStarted { batch, .. } => {
+                let text = format!(
+                    "::group::batch {}\n::stop-commands::{}\n",
+                    batch.name, self.token
+                );
+                self.out.line(text.as_bytes());
+            }
+            Event::OutputEnded { .. } => {
+                // On a line of its own, whatever the output's last line was.
+                let text = format!("\n::{}::\n::endgroup::\n", self.token);
+                self.out.line(text.as_bytes());
+            }
+            Event::RunEnded { run } => {
+                append("GITHUB_STEP_SUMMARY", &summary_markdown(&run.batches));
+                let (status, failed) = step_outputs(run);
+                output("status", status);
+                output("failed_batches", &failed);
+                self.out.line(annotations(run).as_bytes());
+                self.out.settle();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The step's `status` and `failed_batches` outputs.
+pub fn step_outputs(run: &RunResult) -> (&'static str, String) {
+    let failed: Vec<&str> = run
+        .batches
+        .iter()
+        .filter(|b| !b.passed())
+        .map(|b| b.record.batch.as_str())
+        .collect();
+    let status = if failed.is_empty() {
+        "passed"
+    } else {
+        "failed"
+    };
+    (status, failed.join(","))
+}
+
+/// The most test annotations a run writes (GitHub shows ten per step; the rest are in
+/// the summary and the reports).
+const MAX_ANNOTATIONS: usize = 50;
+
+/// One `::error` line per failing test case (at most [`MAX_ANNOTATIONS`]), and one per
+/// batch that did not get to report (timeout, cancel, infrastructure).
+pub fn annotations(run: &RunResult) -> String {
+    let mut out = String::new();
+    let mut written = 0;
+    for b in &run.batches {
+        let r = &b.record;
+        for c in b.failing() {
+            written += 1;
+            if written > MAX_ANNOTATIONS {
+                break;
+            }
+            let mut props = format!(
+                "title={}",
+                escape_property(&format!("{}: {}", r.batch, c.id()))
+            );
+            if let Some(f) = &c.file {
+                props.push_str(&format!(",file={}", escape_property(f)));
+                if let Some(l) = c.line {
+                    props.push_str(&format!(",line={l}"));
+                }
+            }
+            let msg = c.message.as_deref().unwrap_or("failed");
+            out.push_str(&format!("::error {props}::{}\n", escape_data(msg)));
+        }
+        if r.status != Status::Passed && r.status != Status::Failed {
+            out.push_str(&format!(
+                "::error title={}::{}\n",
+                escape_property(&format!("batch {} {}", r.batch, r.status.as_str())),
+                escape_data(r.message.as_deref().unwrap_or(""))
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::reporter::sample;
+
+    #[test]
+    fn annotations_and_outputs_of_a_mixed_run() {
+        let run = sample::run();
+        insta::assert_snapshot!(annotations(&run));
+        assert_eq!(step_outputs(&run), ("failed", "4a,8b".to_string()));
+    }
+
+    #[test]
+    fn groups_wrap_each_batchs_output() {
+        let b = crate::plan::run_plan::tests::batch_plan("4a");
+        let mut gh = GitHub::new(Vec::new());
+        gh.handle(&Event::ContainerStarted {
+            batch: &b,
+            container: "c",
+        })
+        .unwrap();
+        gh.handle(&Event::OutputEnded { batch: &b }).unwrap();
+        let token = gh.token.clone();
+        let out = String::from_utf8(gh.out).unwrap().replace(&token, "TOKEN");
+        insta::assert_snapshot!(out, @r"
+        ::group::batch 4a
+        ::stop-commands::TOKEN
+
+        ::TOKEN::
+        ::endgroup::
+        ");
+    }
+}

@@ -1,0 +1,531 @@
+//! The run in a terminal or a CI log: the containers' output on stdout (each line
+//! prefixed `[batch] ` when several batches run), and on stderr the wait lines, timeouts,
+//! failures, each batch's verdict and how to replay what did not pass.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::console::{self, Level, WaitLine};
+use crate::gpu::WaitReport;
+use crate::plan::BatchPlan;
+use crate::report::event::Event;
+use crate::report::outcome::RunResult;
+use crate::report::record::{RunRecord, reproduce_line};
+use crate::report::reporter::pump::{Pump, Sink};
+use crate::report::reporter::{Reporter, ReporterError};
+use crate::report::sweep::{Note, Swept};
+use crate::units::human;
+
+/// How often a quiet batch is said to be alive, unless `CIBOX_HEARTBEAT` says otherwise.
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// A running batch, for its heartbeat.
+struct Alive {
+    started: Instant,
+    last_output: Option<Instant>,
+    last_said: Instant,
+}
+
+/// The terminal reporter of a run. It never writes itself: its sinks queue (see
+/// [`crate::report::reporter::pump`]), so a reader that stalls holds up no batch.
+pub struct Terminal<O: Sink, E: Sink> {
+    /// The batches' output.
+    out: O,
+    /// cibox's lines about the run.
+    err: E,
+    /// Prefix each output line with its batch (several batches in one run).
+    prefixed: bool,
+    /// Per batch: whether its output is at the start of a line; its wait line.
+    at_line_start: HashMap<String, bool>,
+    waits: HashMap<String, WaitLine>,
+    /// When the run started, for its closing line.
+    started: Option<Instant>,
+    /// Each running batch, and how often to say that a quiet one still runs (zero:
+    /// never).
+    alive: HashMap<String, Alive>,
+    heartbeat: Duration,
+    /// Per batch under Slurm: the queue state last told, and when.
+    queued: HashMap<String, (String, std::time::Instant)>,
+    /// `out` and `err` lead to one place (see [`Terminal::one_stream`]).
+    one_stream: bool,
+}
+
+impl<O: Sink, E: Sink> Terminal<O, E> {
+    /// Output goes to `out`, cibox's lines to `err`. A run's waits are logged every
+    /// 30 s, never as a live line: its log is read later more often than watched (the
+    /// live line is `gpu exec`'s).
+    pub fn new(out: O, err: E) -> Terminal<O, E> {
+        Terminal {
+            out,
+            err,
+            prefixed: false,
+            at_line_start: HashMap::new(),
+            waits: HashMap::new(),
+            started: None,
+            alive: HashMap::new(),
+            heartbeat: HEARTBEAT,
+            queued: HashMap::new(),
+            one_stream: false,
+        }
+    }
+
+    /// `out` and `err` lead to one place (a terminal, `2>&1`): a line of cibox's starts
+    /// on a line of its own, even where a batch's output stopped mid-line.
+    pub fn one_stream(mut self) -> Terminal<O, E> {
+        self.one_stream = true;
+        self
+    }
+
+    /// One of cibox's lines.
+    fn say(&mut self, bytes: &[u8]) {
+        if self.one_stream {
+            let mut mid_line = false;
+            for start in self.at_line_start.values_mut() {
+                mid_line |= !*start;
+                *start = true;
+            }
+            if mid_line {
+                self.out.line(b"\n");
+            }
+        }
+        self.err.line(bytes);
+    }
+
+    /// Says every `every` that a batch which printed nothing for that long still runs
+    /// (zero: never).
+    pub fn with_heartbeat(mut self, every: Duration) -> Terminal<O, E> {
+        self.heartbeat = every;
+        self
+    }
+
+    /// A quiet batch's heartbeat, when one is due: how long it has run and when it
+    /// last printed.
+    fn beat(&mut self, batch: &str) {
+        let Some(a) = self.alive.get_mut(batch) else {
+            return;
+        };
+        let now = Instant::now();
+        let quiet_since = a.last_output.unwrap_or(a.started).max(a.last_said);
+        if self.heartbeat.is_zero() || now.duration_since(quiet_since) < self.heartbeat {
+            return;
+        }
+        a.last_said = now;
+        let last = match a.last_output {
+            Some(t) => format!("last output {} ago", human(now.duration_since(t))),
+            None => "no output yet".to_string(),
+        };
+        let line = format!(
+            "batch {batch}: running for {}, {last}",
+            human(now.duration_since(a.started))
+        );
+        self.info(&line);
+    }
+
+    /// A batch's wait for its GPUs, logged every 30 s.
+    fn waiting(&mut self, batch: &BatchPlan, report: &dyn Fn() -> WaitReport) {
+        let gpus = batch.gpus;
+        let name = batch.name.clone();
+        let due = self
+            .waits
+            .entry(batch.name.clone())
+            .or_insert_with(|| WaitLine::new(false))
+            .due(report, |r| {
+                format!(
+                    "batch {name}: waiting {} for {gpus} GPU(s): {}",
+                    human(r.waited),
+                    r.progress()
+                )
+            });
+        if let Some(line) = due {
+            self.info(&line);
+        }
+    }
+
+    /// A batch's Slurm job in the queue: told when its state changes, and every 30 s
+    /// while it does not.
+    fn queued(&mut self, batch: &str, job: &str, state: &str, left: Duration) {
+        let told = self.queued.get(batch);
+        if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
+            let line = format!(
+                "batch {batch}: Slurm job {job} waits in the queue: {state}; {}",
+                crate::gpu::gives_up(left)
+            );
+            self.info(&line);
+            self.queued
+                .insert(batch.to_string(), (state.to_string(), Instant::now()));
+        }
+    }
+
+    /// What a batch printed, prefixed with its name when the run has several.
+    fn output(&mut self, batch: &str, bytes: &[u8]) {
+        if let Some(a) = self.alive.get_mut(batch) {
+            a.last_output = Some(Instant::now());
+        }
+        let start = self.at_line_start.entry(batch.to_string()).or_insert(true);
+        let prefix = self.prefixed.then_some(batch);
+        let buf = prefix_lines(bytes, prefix, start);
+        self.out.output(&buf);
+    }
+
+    fn debug(&mut self, msg: &str) {
+        if let Some(line) = console::log_line(Level::Debug, "", msg) {
+            self.say(line.as_bytes());
+        }
+    }
+
+    fn info(&mut self, msg: &str) {
+        if let Some(line) = console::log_line(Level::Info, "", msg) {
+            self.say(line.as_bytes());
+        }
+    }
+}
+
+impl Terminal<Pump, Pump> {
+    /// On stdout and stderr, each written from a thread of its own; `out` is shared
+    /// with whoever else writes stdout during the run (GitHub's workflow commands), so
+    /// that everything keeps its order.
+    pub fn stdio(out: Pump) -> Terminal<Pump, Pump> {
+        Terminal::new(out, Pump::stderr())
+    }
+}
+
+/// The output of a batch as one buffer, each line prefixed `[batch] ` when asked: one
+/// write per chunk, so parallel batches interleave whole lines.
+pub fn prefix_lines(bytes: &[u8], prefix: Option<&str>, at_line_start: &mut bool) -> Vec<u8> {
+    let Some(name) = prefix else {
+        if let Some(last) = bytes.last() {
+            *at_line_start = *last == b'\n';
+        }
+        return bytes.to_vec();
+    };
+    let mut buf = Vec::with_capacity(bytes.len() + 64);
+    for piece in bytes.split_inclusive(|b| *b == b'\n') {
+        if *at_line_start {
+            buf.extend_from_slice(format!("[{name}] ").as_bytes());
+        }
+        buf.extend_from_slice(piece);
+        *at_line_start = piece.ends_with(b"\n");
+    }
+    buf
+}
+
+/// Says what a sweep found, each note at its level.
+pub fn print_sweep_notes(swept: &Swept) {
+    for line in sweep_lines(swept) {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }
+}
+
+/// The lines [`print_sweep_notes`] prints (those shown at the log level).
+fn sweep_lines(swept: &Swept) -> Vec<String> {
+    swept
+        .notes()
+        .into_iter()
+        .filter_map(|(note, text)| match note {
+            Note::Debug => console::log_line(Level::Debug, "", &text),
+            Note::Info => console::log_line(Level::Info, "", &text),
+            Note::Warn => console::log_line(Level::Warn, "warning: ", &text),
+        })
+        .collect()
+}
+
+/// A batch's verdict in one line: status, why, counts, duration.
+pub fn verdict_line(r: &RunRecord) -> String {
+    let t = &r.tests;
+    let why = r
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    let colour = match r.status {
+        crate::report::outcome::Status::Passed => console::Colour::Green,
+        crate::report::outcome::Status::Failed => console::Colour::Red,
+        _ => console::Colour::Yellow,
+    };
+    format!(
+        "batch {}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
+        r.batch,
+        console::paint(r.status.as_str(), colour),
+        t.total,
+        t.passed,
+        t.failed,
+        t.errors,
+        t.skipped,
+        r.duration_s
+    )
+}
+
+/// The most failing tests the closing lines name (the rest are in `summary.md`).
+const MAX_CLOSING_FAILURES: usize = 50;
+
+/// The run's closing lines, as nextest ends: one summary line (how long, how many
+/// batches ended how, how many tests), then each failing test and each batch that ended
+/// neither passed nor failed, by name.
+pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> Vec<String> {
+    use crate::report::junit::CaseStatus;
+    use crate::report::outcome::Status;
+    let secs = elapsed.map_or_else(
+        || run.batches.iter().map(|b| b.record.duration_s).sum(),
+        |d| d.as_secs_f64(),
+    );
+    let mut by_status: Vec<String> = Vec::new();
+    for status in [
+        Status::Passed,
+        Status::Failed,
+        Status::Timeout,
+        Status::Cancelled,
+        Status::InfraError,
+        Status::ImageRefused,
+        Status::Capacity,
+    ] {
+        let n = run.batches.iter().filter(|b| b.status() == status).count();
+        if n > 0 {
+            by_status.push(format!("{n} {}", status.as_str()));
+        }
+    }
+    let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
+    for t in run.batches.iter().map(|b| &b.record.tests) {
+        total += t.total;
+        passed += t.passed;
+        failed += t.failed;
+        errors += t.errors;
+        skipped += t.skipped;
+    }
+    let n = run.batches.len();
+    let mut lines = vec![format!(
+        "summary [{secs:>7.1}s] {n} batch{} run: {}; {total} tests: {passed} passed, {failed} failed, {errors} errors, {skipped} skipped",
+        if n == 1 { "" } else { "es" },
+        if by_status.is_empty() {
+            "none".to_string()
+        } else {
+            by_status.join(", ")
+        }
+    )];
+    let mut listed = 0;
+    let mut unlisted = 0;
+    for b in &run.batches {
+        let r = &b.record;
+        for c in b.failing() {
+            if listed == MAX_CLOSING_FAILURES {
+                unlisted += 1;
+                continue;
+            }
+            listed += 1;
+            let word = if c.status == CaseStatus::Error {
+                "ERROR"
+            } else {
+                "FAIL"
+            };
+            lines.push(format!(
+                "{word:>8} [{:>7.1}s] {} {}",
+                c.time_s.unwrap_or(0.0),
+                r.batch,
+                c.id()
+            ));
+        }
+        if !matches!(r.status, Status::Passed | Status::Failed) {
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {}{}",
+                r.status.as_str().to_uppercase(),
+                r.duration_s,
+                r.batch,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        } else if r.status == Status::Failed && b.failing().next().is_none() {
+            // Failed without a failing test case: a step, a missing or broken report.
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {}{}",
+                "FAIL",
+                r.duration_s,
+                r.batch,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if unlisted > 0 {
+        lines.push(format!(
+            "… and {unlisted} more failing test(s); see {}",
+            run.reports.join("summary.md").display()
+        ));
+    }
+    if let Some(sig) = run.stopped_by {
+        lines.push(format!("the run was stopped by {sig}"));
+    }
+    lines.extend(crate::report::reporter::hardware::closing_line(
+        &run.batches,
+    ));
+    if !run.batches.is_empty() {
+        lines.push(format!(
+            "reports: {}, with a picture of the run in {}",
+            run.reports.join("summary.md").display(),
+            run.reports
+                .join(crate::report::reporter::TIMELINE_FILE)
+                .display()
+        ));
+    }
+    lines
+}
+
+/// How to replay each batch that did not pass.
+pub fn replay_lines(run: &RunResult) -> Vec<String> {
+    run.batches
+        .iter()
+        .filter(|b| !b.passed())
+        .map(|b| {
+            format!(
+                "batch {} {}; replay it locally: {}",
+                b.record.batch,
+                b.record.status.as_str(),
+                reproduce_line(&b.record_path)
+            )
+        })
+        .collect()
+}
+
+impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
+    fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
+        match event {
+            Event::Swept { scope, swept } => {
+                for line in sweep_lines(swept) {
+                    self.say(line.as_bytes());
+                }
+                if !swept.removed.is_empty() {
+                    self.info(&format!(
+                        "removed {} leftover container(s) of dead runs (this run's scope: {scope})",
+                        swept.removed.len()
+                    ));
+                }
+            }
+            Event::RunStarted { plan } => {
+                self.prefixed = plan.batches.len() > 1;
+                self.started = Some(Instant::now());
+            }
+            Event::Waiting { batch, report } => self.waiting(batch, *report),
+            Event::LeaseGranted { batch, .. } => {
+                self.waits.remove(&batch.name);
+            }
+            Event::ContainerStarted { batch, .. } => {
+                let now = Instant::now();
+                self.alive.insert(
+                    batch.name.clone(),
+                    Alive {
+                        started: now,
+                        last_output: None,
+                        last_said: now,
+                    },
+                );
+            }
+            Event::Tick { batch } => self.beat(&batch.name),
+            Event::Phase {
+                batch,
+                phase,
+                at,
+                detail,
+            } => {
+                let line = match batch {
+                    Some(b) => format!(
+                        "batch {}: {:>9} [{:>6.1}s] {detail}",
+                        b.name,
+                        phase.as_str(),
+                        at.as_secs_f64()
+                    ),
+                    None => format!("{}: {detail}", phase.as_str()),
+                };
+                self.debug(&line);
+            }
+            Event::OutputEnded { batch } => {
+                self.alive.remove(&batch.name);
+            }
+            Event::Queued {
+                batch,
+                job,
+                state,
+                left,
+            } => self.queued(&batch.name, job, state, *left),
+            Event::Output { batch, bytes } => self.output(&batch.name, bytes),
+            Event::TimedOut { batch } => {
+                let text = console::error_lines(
+                    &format_args!(
+                        "batch {}: timeout after {}; stopping its container",
+                        batch.name, batch.timeout
+                    ),
+                    &[],
+                );
+                self.say(text.as_bytes());
+            }
+            Event::OutputBroke { batch, error } => {
+                if let Some(line) = console::log_line(
+                    Level::Warn,
+                    "warning: ",
+                    &format!("batch {}: log stream broke: {error}", batch.name),
+                ) {
+                    self.say(line.as_bytes());
+                }
+            }
+            Event::BatchFailed { batch, error } => {
+                self.waits.remove(&batch.name);
+                self.say(console::error_lines(error, error.details()).as_bytes());
+            }
+            Event::BatchEnded { result } => self.info(&verdict_line(&result.record)),
+            Event::RunEnded { run } => {
+                let elapsed = self.started.map(|t| t.elapsed());
+                for line in closing_lines(run, elapsed) {
+                    self.info(&line);
+                }
+                for line in replay_lines(run) {
+                    self.info(&line);
+                }
+                // Whatever comes next (the command's own lines, exit) comes after.
+                self.out.settle();
+                self.err.settle();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_output_is_prefixed_line_by_line() {
+        let mut start = true;
+        let a = prefix_lines(b"one\ntw", Some("4a"), &mut start);
+        let b = prefix_lines(b"o\nthree\n", Some("4a"), &mut start);
+        let text = String::from_utf8([a, b].concat()).unwrap();
+        insta::assert_snapshot!(text, @r"
+        [4a] one
+        [4a] two
+        [4a] three
+        ");
+        let mut start = true;
+        assert_eq!(prefix_lines(b"raw\n", None, &mut start), b"raw\n");
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+    use crate::report::reporter::sample;
+
+    #[test]
+    fn verdict_and_replay_lines_of_a_mixed_run() {
+        let run = sample::run();
+        let mut lines: Vec<String> = run
+            .batches
+            .iter()
+            .map(|b| verdict_line(&b.record))
+            .collect();
+        lines.extend(closing_lines(&run, None));
+        lines.extend(replay_lines(&run));
+        insta::assert_snapshot!(lines.join("\n"));
+    }
+}

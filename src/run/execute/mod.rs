@@ -1,0 +1,335 @@
+//! Executing a [`RunPlan`]: verify the images, hold the run's lock, sweep what dead runs
+//! left, then run each batch ([`batch`]: lease → container ([`container`]) → status →
+//! lease released) and hand back a [`RunResult`]. Everything it has to say goes to the
+//! [`Reporter`] as [`Event`]s; it prints nothing itself. It talks to the engine only
+//! through [`ContainerEngine`], so its decisions are unit-tested with a fake one
+//! ([`tests`]).
+
+mod batch;
+mod caches;
+mod container;
+#[cfg(test)]
+mod tests;
+
+use std::os::unix::io::RawFd;
+use std::sync::{Mutex, PoisonError};
+
+use crate::cache::CacheStore;
+use crate::engine::ContainerEngine;
+use crate::gpu::pool::{self, PoolGpu};
+use crate::gpu::probe;
+use crate::image::{self, Lockset};
+use crate::lockdir::LockDir;
+use crate::lockdir::runs::{RunInfo, RunLock};
+use crate::plan::{BatchPlan, RunPlan};
+use crate::report::event::{Event, Phase};
+use crate::report::outcome::{BatchResult, ContainerEnd, RunResult};
+use crate::report::record::Hardware;
+use crate::report::reporter::Reporter;
+use crate::run::batch_dir;
+use crate::run::cleanup::sweep;
+use crate::run::cleanup::watchdog::Watchdog;
+use crate::run::error::RunError;
+use crate::run::git_mask;
+use crate::run::order::each_batch;
+use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
+use crate::signals;
+
+use crate::error::Result;
+
+/// Starts the watchdog of a batch's container (see [`Watchdog::start`]).
+type StartWatchdog = fn(&str, &[RawFd]) -> std::io::Result<Watchdog>;
+
+/// Runs the plan on `engine`; each image must carry its lockset (by image name).
+pub fn execute(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+    reporter: &mut dyn Reporter,
+) -> Result<RunResult> {
+    execute_with(plan, locksets, engine, Watchdog::start, reporter)
+}
+
+fn execute_with(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+    start_watchdog: StartWatchdog,
+    reporter: &mut dyn Reporter,
+) -> Result<RunResult> {
+    let started = std::time::Instant::now();
+    source_readable(plan)?;
+    verify_images(plan, locksets, engine)?;
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
+        reporter.handle(&Event::Phase {
+            batch: None,
+            phase: Phase::Verify,
+            at: started.elapsed(),
+            detail: format!("image {name} {id} carries the source's lockset {lockset}"),
+        })?;
+    }
+    let gpu = &plan.manifest.gpu;
+    // Held for the whole run, so that a sweep by another job of this scope leaves our
+    // containers alone; taken before our first container exists.
+    let lock_dir = LockDir::open(&gpu.lock_dir, gpu.allow_network_lock_dir)?;
+    let run_info = RunInfo {
+        project: plan.manifest.project.clone(),
+        scope: plan.scope.clone(),
+    };
+    let run_lock =
+        RunLock::hold(&lock_dir, &plan.run_id, &run_info).map_err(|source| RunError::RunLocks {
+            dir: lock_dir.path().display().to_string(),
+            what: "cannot take this run's lock".into(),
+            source,
+        })?;
+    // Host-wide: a run killed in any scope leaves containers (and GPUs) behind that
+    // nobody else would remove.
+    let swept = sweep::sweep(engine, None, None, &lock_dir, &plan.host)?;
+    // Said at once: whatever fails next, these are gone.
+    reporter.handle(&Event::Swept {
+        scope: &plan.scope,
+        swept: &swept,
+    })?;
+    let prober = probe::Prober::shared_through(gpu.probe, lock_dir.path());
+    let pool = if plan.needs_gpus() {
+        // One shared with the runs that started with us will do.
+        let snap = prober.probe_since(probe::HostInstant::now())?;
+        pool::resolve_for(gpu, &snap).map_err(RunError::Pool)?
+    } else {
+        Vec::new()
+    };
+    let hardware = RunHardware::of(engine, plan.needs_gpus().then_some(&prober));
+    for b in &plan.batches {
+        batch_dir::refuse_foreign(&b.dir)?;
+    }
+    let git_masks = git_mask::mask(&plan.source)?;
+    let source = source_set(plan, &git_masks.binds)?;
+    let cache_store = open_cache_store(plan)?;
+    // Made now, when nothing refused the run: refused input leaves nothing behind.
+    std::fs::create_dir_all(&plan.reports)
+        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", plan.reports.display())))?;
+    let run = Execution {
+        cache_store: cache_store.as_ref(),
+        plan,
+        engine,
+        start_watchdog,
+        lock_dir,
+        pool,
+        prober,
+        reporter: Mutex::new(reporter),
+        locksets: locksets
+            .iter()
+            .map(|(name, l)| (name.clone(), l.digest.clone()))
+            .collect(),
+        // Bound only where the source is (cibox on the engine's host); the cleaned
+        // configs ship in `/work` either way.
+        git_masks: if plan.bind_source {
+            &git_masks.binds
+        } else {
+            &[]
+        },
+        source: &source,
+        hardware,
+    };
+    run.emit(&Event::RunStarted { plan })?;
+    let batches = each_batch(plan.batches.len(), plan.parallel, |i| {
+        run.batch(&plan.batches[i])
+    })?;
+    let stopped_by = batches
+        .iter()
+        .find_map(BatchResult::cancelled_by)
+        .or_else(signals::received);
+    if batches.iter().any(|b| b.container_left) {
+        run_lock.leave_record();
+    }
+    let result = RunResult {
+        run: plan.run_id.clone(),
+        batches,
+        stopped_by,
+        reports: plan.reports.clone(),
+    };
+    run.emit(&Event::RunEnded { run: &result })?;
+    Ok(result)
+}
+
+/// The host's cache store, when a batch of the run uses caches (the host granted
+/// them: see `host::grants`).
+fn open_cache_store(plan: &RunPlan) -> Result<Option<CacheStore>> {
+    let Some(policy) = plan.caches.as_ref() else {
+        return Ok(None);
+    };
+    if plan.batches.iter().all(|b| b.caches.is_empty()) {
+        return Ok(None);
+    }
+    let host_root = policy.host_root.as_deref().unwrap_or(&policy.root);
+    Ok(Some(CacheStore::open(&policy.root, host_root)?))
+}
+
+/// What of the source ships, listed once for the run: never cibox's own output folders,
+/// the reports folder among them when it lies in the source.
+fn source_set(plan: &RunPlan, masks: &[String]) -> Result<SourceSet> {
+    let mut outputs: Vec<std::path::PathBuf> = OUTPUT_FOLDERS.iter().map(Into::into).collect();
+    if let Ok(rel) = plan.reports.strip_prefix(&plan.source) {
+        outputs.push(rel.to_path_buf());
+    }
+    SourceSet::list(&plan.source, &outputs, masks).map_err(|source| {
+        RunError::BatchDir {
+            dir: plan.source.display().to_string(),
+            what: "list the files to ship of",
+            source,
+        }
+        .into()
+    })
+}
+
+/// Every image the run uses, before anything starts.
+fn verify_images(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+) -> Result<()> {
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).ok_or_else(|| {
+            image::ImageError::refused(format!("no lockset was computed for image `{name}`"))
+        })?;
+        image::verify(engine, id, lockset).map_err(|e| {
+            // Which one, when the manifest has several.
+            if plan.manifest.images.len() > 1 {
+                e.for_image(name)
+            } else {
+                e
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// When batches run as another user than cibox (cibox is root, or a batch's
+/// `container.user` says so), they read `/src` as that user, without capabilities: say
+/// so now rather than fail every batch at its first `cp`.
+fn source_readable(plan: &RunPlan) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let mut users: Vec<(u32, u32)> = plan.batches.iter().map(|b| b.user).collect();
+    users.sort_unstable();
+    users.dedup();
+    for (uid, gid) in users {
+        if (uid, gid) == me {
+            continue;
+        }
+        let md = std::fs::metadata(&plan.source).map_err(|source| RunError::BatchDir {
+            dir: plan.source.display().to_string(),
+            what: "read",
+            source,
+        })?;
+        // uid 0 in the container has no capability: it reads as an owner or "other".
+        let bits = if md.uid() == uid {
+            md.mode() >> 6
+        } else if md.gid() == gid {
+            md.mode() >> 3
+        } else {
+            md.mode()
+        };
+        if bits & 0o5 != 0o5 {
+            return Err(RunError::SourceUnreadable {
+                dir: plan.source.display().to_string(),
+                mode: md.mode() & 0o7777,
+                uid,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// One run in progress: what its batches share.
+struct Execution<'a> {
+    plan: &'a RunPlan,
+    engine: &'a dyn ContainerEngine,
+    start_watchdog: StartWatchdog,
+    lock_dir: LockDir,
+    pool: Vec<PoolGpu>,
+    /// Shared by the batches: NVML is opened once.
+    prober: probe::Prober,
+    reporter: Mutex<&'a mut dyn Reporter>,
+    /// Each image's lockset digest, by image name.
+    locksets: std::collections::HashMap<String, String>,
+    /// Binds that hide the source's git credentials.
+    git_masks: &'a [String],
+    /// What of the source each batch gets in `/work`.
+    source: &'a SourceSet,
+    /// The host's cache store, when a batch of the run uses caches.
+    cache_store: Option<&'a CacheStore>,
+    /// What the run's batches run on.
+    hardware: RunHardware,
+}
+
+/// What the run's batches run on, read once: the pool's GPUs (or why the probe could
+/// not say what they are), the kernel, the engine.
+struct RunHardware {
+    gpus: std::result::Result<Vec<probe::GpuHardware>, String>,
+    kernel: String,
+    engine: String,
+}
+
+impl RunHardware {
+    /// Asks the engine, the kernel and (for a run with GPU batches) the probe.
+    fn of(engine: &dyn ContainerEngine, prober: Option<&probe::Prober>) -> RunHardware {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|k| k.trim().to_string())
+            .unwrap_or_default();
+        RunHardware {
+            gpus: prober.map_or(Ok(Vec::new()), |p| p.hardware().map_err(|e| e.to_string())),
+            kernel,
+            engine: engine.version(),
+        }
+    }
+
+    /// What a batch that leased `leased` ran on.
+    fn of_batch(&self, leased: &[PoolGpu]) -> Hardware {
+        let (gpus, gpus_unknown) = match &self.gpus {
+            Ok(all) => (
+                leased
+                    .iter()
+                    .filter_map(|g| all.iter().find(|h| h.uuid == g.uuid).cloned())
+                    .collect(),
+                None,
+            ),
+            Err(why) if !leased.is_empty() => (Vec::new(), Some(why.clone())),
+            Err(_) => (Vec::new(), None),
+        };
+        Hardware {
+            gpus,
+            kernel: self.kernel.clone(),
+            engine: self.engine.clone(),
+            gpus_unknown,
+        }
+    }
+}
+
+impl Execution<'_> {
+    fn emit(&self, event: &Event<'_>) -> Result<()> {
+        self.reporter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handle(event)
+            .map_err(crate::error::Error::from)
+    }
+
+    /// The ending of a batch that `e` kept from running, once reported; an error that
+    /// is the run's, not the batch's, ends the run.
+    fn failed(&self, b: &BatchPlan, e: crate::error::Error) -> Result<ContainerEnd> {
+        let Some(end) = ContainerEnd::of_error(&e) else {
+            return Err(e);
+        };
+        self.emit(&Event::BatchFailed {
+            batch: b,
+            error: &e,
+        })?;
+        Ok(end)
+    }
+}

@@ -1,0 +1,523 @@
+//! One run's setup, for every front end that runs batches (`batch run`, `layer run`,
+//! `image qualify`, `reproduce`, `changed run`): each builds a [`RunRequest`] (with
+//! [`locate`] for where it runs) and calls [`run`], which checks, plans, verifies and
+//! executes it with the standard reporters.
+//!
+//! The order is the contract's: everything that needs only the manifest and the host
+//! is checked before the engine is asked, and bad input leaves nothing behind.
+
+use std::path::{Path, PathBuf};
+
+use crate::engine::{Engine, HostView};
+use crate::host::{self, HostPolicy, Scheduler, SlurmPolicy};
+use crate::image::{ImageError, Lockset, PinnedRef};
+use crate::manifest::{Manifest, ManifestError};
+use crate::plan::container::mounts::{self, EngineFacts, RunFolders};
+use crate::plan::run_plan::SourceInfo;
+use crate::plan::{self, HostFacts, RunPlan, RunRequest};
+use crate::report::outcome::RunResult;
+use crate::report::reporter::files::Files;
+use crate::report::reporter::github::GitHub;
+use crate::report::reporter::pump::Pump;
+use crate::report::reporter::terminal::Terminal;
+use crate::report::reporter::wire::Wire;
+use crate::report::reporter::{Fanout, Reporter};
+use crate::run::error::RunError;
+use crate::run::slurm::NodeJob;
+use crate::run::source::OUTPUT_FOLDERS;
+use crate::{console, signals};
+
+use crate::error::Result;
+
+/// Plans and executes a run with the reporters of a front end: the reports folder, the
+/// terminal, and GitHub when cibox runs in a workflow. What the manifest asks beyond the
+/// locked-down default must be granted by `policy`. Where the policy says
+/// `scheduler: slurm`, each batch runs as a Slurm job on the node Slurm allocates. With
+/// `json`, standard output is kept for the outcome the front end prints: the batches'
+/// output and GitHub's commands go to standard error.
+pub fn run(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    request: RunRequest,
+    json: bool,
+) -> Result<RunResult> {
+    let names = check(&manifest, policy, &request)?;
+    let mut request = request;
+    request.private_caches = request
+        .private_caches
+        .take()
+        .or_else(crate::github::untrusted_event);
+    warn_private_caches(&manifest, policy, &request, &names);
+    if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
+        return submit(manifest, policy, slurm, request, json);
+    }
+    let mut reporters = standard_reporters(json);
+    run_here(manifest, policy, request, &names, &mut reporters)
+}
+
+/// A host that trusts its runs' cache writes trusts the code they run; a run of code
+/// nobody merged (a pull request's, even one the approved-commit pattern started from
+/// the base branch) writes privately: said when it matters.
+fn warn_private_caches(
+    manifest: &Manifest,
+    policy: &HostPolicy,
+    request: &RunRequest,
+    names: &[String],
+) {
+    let (Some(event), Some(caches)) = (&request.private_caches, &policy.caches) else {
+        return;
+    };
+    let used = names.iter().any(|n| {
+        manifest
+            .batches
+            .get(n)
+            .is_some_and(|b| !b.caches.is_empty())
+    });
+    if caches.trusted && used {
+        console::warn(format!(
+            "this host keeps what its runs write to caches (caches.trusted), but this is a {event} run, whose code may not be merged: its cache writes stay private and are thrown away"
+        ));
+    }
+}
+
+/// The reporters of a run on this host's terminal.
+fn standard_reporters(json: bool) -> Fanout {
+    // One queue for stdout, so the batches' output stays inside GitHub's fences; under
+    // --json, stdout is the outcome's alone and everything else goes to stderr.
+    // A terminal, or `2>&1` into one file: one queue, so cibox's lines (a step's phase
+    // line, a timeout) come out where they happened among the output.
+    let one = json || one_destination();
+    let (out, err) = if json {
+        let err = Pump::stderr();
+        (err.clone(), err)
+    } else if one {
+        let out = Pump::stdout();
+        (out.clone(), out)
+    } else {
+        (Pump::stdout(), Pump::stderr())
+    };
+    let mut terminal = Terminal::new(out.clone(), err).with_heartbeat(heartbeat());
+    if one {
+        terminal = terminal.one_stream();
+    }
+    // Files first: a batch's status is printed once its result.json is written.
+    let mut reporters = Fanout::new().with(Files::new()).with(terminal);
+    if crate::github::active() {
+        reporters = reporters.with(GitHub::new(out));
+    }
+    reporters
+}
+
+/// Whether standard output and standard error lead to the same file (a terminal, a
+/// pipe or file both were sent to).
+fn one_destination() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let meta = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|f| f.metadata())
+            .map(|m| (m.dev(), m.ino()))
+    };
+    use std::os::fd::AsFd;
+    match (
+        meta(std::io::stdout().as_fd()),
+        meta(std::io::stderr().as_fd()),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// What needs only the manifest, the request and the policy; the run's batches.
+fn check(manifest: &Manifest, policy: &HostPolicy, request: &RunRequest) -> Result<Vec<String>> {
+    // Again for the front ends that come here directly (qualify, reproduce).
+    let names = plan::check_request(manifest, request)?;
+    // `changed run`'s test files, named by data from elsewhere: files of this source.
+    for name in &names {
+        if let Some(file) = manifest
+            .batches
+            .get(name)
+            .and_then(|b| b.changed_file.as_ref())
+        {
+            check_test_file_in(&request.source, file)?;
+        }
+    }
+    if let Some(src) = &policy.source
+        && (src.path.starts_with(&request.source) || src.path.starts_with(&request.reports))
+    {
+        return Err(crate::error::Error::from(host::PolicyError::Unusable {
+            path: src.path.display().to_string(),
+            message: "lies in this run's source or reports folder, where a pull request's files are; the host's policy lives outside every checkout".into(),
+        }));
+    }
+    host::check_requests(policy, manifest, &names)?;
+    Ok(names)
+}
+
+/// Each image the run uses, with its own lock files.
+fn locksets(plan: &crate::plan::RunPlan) -> Result<indexmap::IndexMap<String, Lockset>> {
+    let mut locksets = indexmap::IndexMap::new();
+    for name in plan.images.keys() {
+        let locks = &plan.manifest.images[name].locks;
+        locksets.insert(name.clone(), Lockset::compute(&plan.manifest.dir, locks)?);
+    }
+    Ok(locksets)
+}
+
+/// Runs the batches here, each in a container of this host's engine.
+fn run_here(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    request: RunRequest,
+    names: &[String],
+    reporters: &mut dyn Reporter,
+) -> Result<RunResult> {
+    let folders = RunFolders {
+        source: &request.source,
+        reports: &request.reports,
+        lock_dir: &manifest.gpu.lock_dir,
+    };
+    let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
+    let mut host = HostFacts::current(&manifest, host_mounts, policy);
+    if let Some(caches) = host.caches.as_mut()
+        && request.private_caches.is_some()
+    {
+        caches.trusted = false;
+    }
+    host.devices = crate::plan::container::devices::check_devices(&manifest, names, policy)?;
+    if let (Some(role), [batch]) = (&request.node, names) {
+        host.run_id = role.task_run_id(batch);
+    }
+    let mut plan = plan::plan(manifest, request, &host)?;
+    let locksets = locksets(&plan)?;
+    signals::install();
+    let engine = Engine::connect()?;
+    let mut facts = EngineFacts {
+        api: engine.api_version(),
+        recursive_read_only: engine.recursive_read_only(),
+        root_dir: None,
+        userns: false,
+    };
+    // Only host mounts are checked against the engine's data root and user namespace;
+    // its info is slow to gather (a good part of a trivial batch's setup), so it is
+    // asked for only when a batch has one.
+    if host.mounts.values().any(|m| !m.is_empty()) {
+        let info = engine.info()?;
+        (facts.root_dir, facts.userns) = (info.root_dir, info.userns);
+    }
+    mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
+    place_for_engine(&mut plan, &engine.host_view())?;
+    if plan.node.is_some() {
+        fetch_missing_images(&engine, &plan)?;
+    }
+    crate::run::execute(&plan, &locksets, &engine, reporters)
+}
+
+/// Submits the batches to Slurm: the nodes check what is theirs to check (mounts, the
+/// engine, the image) when they run them.
+fn submit(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    slurm: &SlurmPolicy,
+    request: RunRequest,
+    json: bool,
+) -> Result<RunResult> {
+    let host = HostFacts::current(&manifest, Default::default(), policy);
+    let plan = plan::plan(manifest, request, &host)?;
+    let locksets = locksets(&plan)?;
+    signals::install();
+    let mut reporters = standard_reporters(json);
+    crate::run::slurm::execute(&plan, &locksets, slurm, &mut reporters)
+}
+
+/// On a node of a Slurm job: runs the batch the submitter sent, as a local run of it
+/// would, on the GPUs Slurm allocated, telling the submitter everything on stdout.
+pub fn run_on_node(job: &NodeJob, policy: &HostPolicy) -> Result<RunResult> {
+    let alloc = crate::slurm::alloc::Allocation::current()?;
+    let manifest = job.manifest(policy)?;
+    let request = job.request(&manifest, &alloc)?;
+    let names = check(&manifest, policy, &request)?;
+    let mut wire = Wire::stdout();
+    run_here(manifest, policy, request, &names, &mut wire)
+}
+
+/// A node that lacks an image of the run gets it by its pinned digest (`image.ref`),
+/// and keeps it only when it is the very ID the submitter planned with; one without
+/// a reference refuses, saying how to get the image there.
+fn fetch_missing_images(engine: &Engine, plan: &crate::plan::RunPlan) -> Result<()> {
+    for (name, id) in &plan.images {
+        if engine.inspect(id.as_str())?.is_some() {
+            continue;
+        }
+        let node = plan.node.as_ref().map_or("this node", |n| n.node.as_str());
+        let Some(text) = plan.manifest.images[name].reference.as_deref() else {
+            return Err(crate::error::Error::from(ImageError::Refused {
+                message: format!(
+                    "{id} is not present on Slurm node {node}, and image `{name}` has no `ref` to fetch it by digest"
+                ),
+                details: vec![
+                    "set the image's ref (REPOSITORY@sha256:…) so nodes fetch it, or load it on every node (cibox image load)".into(),
+                ],
+            }));
+        };
+        let pinned = PinnedRef::parse(text).map_err(RunError::Usage)?;
+        crate::console::info(format!("{id} is not on node {node}: pulling {pinned}"));
+        engine.pull(&pinned.repository, &pinned.digest)?;
+        let found = engine.inspect(&pinned.to_string())?.map(|i| i.id);
+        if found.as_deref() != Some(id.as_str()) {
+            return Err(crate::error::Error::from(ImageError::refused(format!(
+                "{pinned} is image {}, not {id} that the run was planned with",
+                found.as_deref().unwrap_or("(nothing)")
+            ))));
+        }
+    }
+    Ok(())
+}
+
+/// Where the run's paths are for the engine, when cibox runs in a container of the
+/// engine's host (a runner in a container with the engine's socket): host mounts
+/// handed over at their host paths, no `/src` bind, the cache store where the engine
+/// finds it. On the engine's host nothing changes.
+fn place_for_engine(plan: &mut RunPlan, w: &HostView) -> Result<()> {
+    if w.is_host() {
+        return Ok(());
+    }
+    plan.bind_source = false;
+    let source_on_host = w.to_host(&plan.source).ok();
+    let path = plan.manifest.path.display().to_string();
+    for b in &mut plan.batches {
+        b.container
+            .place_for_engine(w, source_on_host.as_deref())
+            .map_err(|(mark, why)| {
+                crate::error::Error::from(ManifestError::At {
+                    path: path.clone(),
+                    mark,
+                    message: format!("batches.{}.container.mounts: {why}", b.name),
+                })
+            })?;
+    }
+    let uses_caches = plan.batches.iter().any(|b| !b.caches.is_empty());
+    if let Some(c) = plan.caches.as_mut()
+        && c.host_root.is_none()
+        && uses_caches
+    {
+        let host = w.to_host(&c.root).map_err(|why| {
+            crate::error::Error::from(crate::cache::CacheError::Store {
+                path: c.root.clone(),
+                message: format!("{why}; or name where the engine's host has it in the host policy's caches.host_root"),
+            })
+        })?;
+        c.host_root = Some(host);
+    }
+    Ok(())
+}
+
+/// How often a quiet batch is said to be alive: `CIBOX_HEARTBEAT` (a duration; `0s`
+/// never), else every 30 s; a malformed value means the default.
+fn heartbeat() -> std::time::Duration {
+    match std::env::var("CIBOX_HEARTBEAT")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        Some("0" | "0s") => std::time::Duration::ZERO,
+        Some(text) => text
+            .parse::<crate::units::Span>()
+            .map_or(crate::report::reporter::terminal::HEARTBEAT, |s| s.0),
+        None => crate::report::reporter::terminal::HEARTBEAT,
+    }
+}
+
+/// Where a run happens, before it is checked.
+#[derive(Debug, Default)]
+pub struct Whereabouts {
+    /// The source; default: the git toplevel, else the current folder.
+    pub source: Option<PathBuf>,
+    /// The reports folder; default `cibox-reports`.
+    pub reports: Option<PathBuf>,
+    /// The scope; default per workflow run on GitHub Actions, per user elsewhere.
+    pub scope: Option<String>,
+}
+
+/// Fills in where `request` runs, checked: the source a directory (canonical, with
+/// what git says of it), the reports folder writable or one that can be made (it is
+/// made only once the run starts, by `execute`), the scope not empty.
+pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
+    let source = match at.source {
+        Some(s) => s,
+        None => git_toplevel()
+            .or_else(|| std::env::current_dir().ok())
+            .ok_or_else(|| {
+                RunError::Usage("cannot tell the source folder; pass --source".into())
+            })?,
+    };
+    if !source.is_dir() {
+        return Err(
+            RunError::Usage(format!("--source {}: not a directory", source.display())).into(),
+        );
+    }
+    let source = source
+        .canonicalize()
+        .map_err(|e| RunError::Usage(format!("--source {}: {e}", source.display())))?;
+    let reports = planned_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
+    let source_info = source_info(&source, Some(&reports));
+    if source_info.sha.is_none() {
+        console::warn(format!(
+            "{} is not a git checkout: the run record will carry no commit",
+            source.display()
+        ));
+    }
+    let scope = at.scope.unwrap_or_else(default_scope);
+    if scope.is_empty() {
+        return Err(RunError::Usage("--scope is empty".into()).into());
+    }
+    request.source = source;
+    request.source_info = source_info;
+    request.reports = reports;
+    request.scope = scope;
+    Ok(())
+}
+
+/// The reports folder, resolved but not made: a folder that exists (canonical, shown
+/// writable), or the canonical path of one to be made in the nearest folder that exists
+/// (shown writable). Bad input must leave nothing behind, so it is made only when the
+/// run starts (by `execute`, once everything is checked).
+fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
+    let shown = reports.display().to_string();
+    let usage = |what: String| -> crate::error::Error {
+        RunError::Usage(format!("reports dir {shown}: {what}")).into()
+    };
+    let absolute = if reports.is_absolute() {
+        reports.clone()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| usage(format!("cannot read the current folder: {e}")))?
+            .join(&reports)
+    };
+    // The nearest folder that exists, and the names below it still to be made.
+    let mut at = absolute.as_path();
+    let mut missing = Vec::new();
+    while !at.exists() {
+        let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
+            return Err(usage("no folder of it exists".into()));
+        };
+        missing.push(name.to_os_string());
+        at = parent;
+    }
+    let at = at.canonicalize().map_err(|e| usage(e.to_string()))?;
+    if !at.is_dir() {
+        return Err(usage(format!("{} is not a directory", at.display())));
+    }
+    let mut planned = at.clone();
+    for name in missing.iter().rev() {
+        match Path::new(name).components().next() {
+            Some(std::path::Component::Normal(_)) => planned.push(name),
+            Some(std::path::Component::CurDir) => {}
+            _ => {
+                return Err(usage(format!(
+                    "`..` below {}, which does not exist yet: name the folder without it",
+                    at.display()
+                )));
+            }
+        }
+    }
+    // Written and removed: only a folder we may write in will do.
+    let probe = at.join(format!(".cibox-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            let what = if missing.is_empty() {
+                format!("{} is not writable: {e}", at.display())
+            } else {
+                format!("cannot be made: {} is not writable: {e}", at.display())
+            };
+            RunError::Usage(format!("reports dir {what}"))
+        })?;
+    Ok(planned)
+}
+
+/// A test file `changed run` or a replay was given: a plain file of `source` (not a
+/// link, which could lead out of it).
+pub fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
+    match std::fs::symlink_metadata(source.join(file)) {
+        Ok(md) if md.is_file() => Ok(()),
+        Ok(md) if md.file_type().is_symlink() => Err(RunError::Usage(format!(
+            "test file `{}` is a link in {}; name the file itself",
+            crate::util::escape(file),
+            source.display()
+        ))
+        .into()),
+        _ => Err(RunError::Usage(format!(
+            "test file `{}` is not a file in {}",
+            crate::util::escape(file),
+            source.display()
+        ))
+        .into()),
+    }
+}
+
+/// The source: the git toplevel (or `--source`), with its commit and dirtiness when it
+/// is a checkout. Not being one is allowed and recorded.
+pub fn source_info(dir: &Path, reports: Option<&Path>) -> SourceInfo {
+    let sha = crate::git::text(dir, &["rev-parse", "--verify", "HEAD"])
+        .ok()
+        .filter(|s| s.len() == 40);
+    // cibox's own output folders in the source (at any depth: a manifest in a subfolder
+    // has its reports there) and this run's reports folder make it no dirtier: they
+    // never ship.
+    let mut excluded: Vec<String> = OUTPUT_FOLDERS
+        .iter()
+        .map(|f| format!(":(exclude,glob)**/{f}/**"))
+        .collect();
+    if let Some(rel) = reports.and_then(|r| r.strip_prefix(dir).ok())
+        && !rel.as_os_str().is_empty()
+        && let Some(rel) = rel.to_str()
+    {
+        excluded.push(format!(":(exclude,literal){rel}"));
+    }
+    let mut args = vec![
+        "status",
+        "--porcelain",
+        "--untracked-files=normal",
+        "--",
+        ".",
+    ];
+    args.extend(excluded.iter().map(String::as_str));
+    let dirty = sha
+        .as_ref()
+        .and_then(|_| crate::git::text(dir, &args).ok())
+        .map(|s| !s.is_empty());
+    SourceInfo {
+        sha,
+        dirty,
+        path: dir.display().to_string(),
+    }
+}
+
+/// The git toplevel of the current folder.
+pub fn git_toplevel() -> Option<PathBuf> {
+    crate::git::text(Path::new("."), &["rev-parse", "--show-toplevel"])
+        .ok()
+        .map(PathBuf::from)
+}
+
+/// The default scope: per workflow run on GitHub Actions, per user elsewhere.
+pub fn default_scope() -> String {
+    if let (Ok(id), Ok(attempt)) = (
+        std::env::var("GITHUB_RUN_ID"),
+        std::env::var("GITHUB_RUN_ATTEMPT"),
+    ) {
+        return format!("gh-{id}-{attempt}");
+    }
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| nix::unistd::getuid().to_string())
+        });
+    format!("local-{user}")
+}

@@ -1,0 +1,101 @@
+//! `image qualify`: run the manifest's `qualify` layer on one image and, only when every
+//! batch of it passed, write `qualification.json` (docs/interface.md §7) beside the
+//! batches' reports. Nothing from an earlier run may pass for this one's: the old record
+//! goes before anything runs.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::engine::Engine;
+use crate::host::HostPolicy;
+use crate::image::ImageId;
+use crate::manifest::Manifest;
+use crate::plan::RunRequest;
+use crate::report::outcome::RunResult;
+use crate::run::error::RunError;
+use crate::run::launch::{self, Whereabouts};
+
+/// What qualifying an image came to.
+pub struct Qualification {
+    pub run: RunResult,
+    /// The record written, when every batch passed.
+    pub record: Option<PathBuf>,
+}
+
+/// Runs the `qualify` layer on `image`, with the reports (and the record) in
+/// `at.reports`; `json` as for [`launch::run`].
+pub fn qualify(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    image: &ImageId,
+    at: Whereabouts,
+    json: bool,
+) -> Result<Qualification, crate::error::Error> {
+    if !manifest.layers.contains_key("qualify") {
+        return Err(RunError::Usage(format!(
+            "{}: no `qualify` layer; add layers.qualify with the batches that qualify an image",
+            manifest.path.display()
+        ))
+        .into());
+    }
+    let reports = at.reports.clone().unwrap_or_default();
+    let record_path = reports.join("qualification.json");
+    match std::fs::remove_file(&record_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(
+                RunError::Usage(format!("cannot remove {}: {e}", record_path.display())).into(),
+            );
+        }
+    }
+    let mut request = RunRequest {
+        layer: Some("qualify".into()),
+        image: Some(image.to_string()),
+        ..RunRequest::default()
+    };
+    launch::locate(&mut request, at)?;
+    let run = launch::run(manifest, policy, request, json)?;
+    if !run.passed() {
+        return Ok(Qualification { run, record: None });
+    }
+    write_record(&run, image, &record_path)?;
+    Ok(Qualification {
+        run,
+        record: Some(record_path),
+    })
+}
+
+/// `qualification.json`: the image, what its IDs mean on this engine, the lockset and
+/// source it was qualified against, and each batch's result.
+fn write_record(
+    run: &RunResult,
+    image: &ImageId,
+    path: &std::path::Path,
+) -> Result<(), crate::error::Error> {
+    let results: Vec<_> = run
+        .batches
+        .iter()
+        .map(|b| {
+            let r = &b.record;
+            json!({"batch": r.batch, "status": r.status, "tests": r.tests, "duration_s": r.duration_s})
+        })
+        .collect();
+    let first = &run.batches[0].record;
+    let semantics = Engine::connect()?.info()?.id_semantics;
+    let record = json!({
+        "schema": 1,
+        "image": image,
+        "id_semantics": semantics,
+        "lockset": first.lockset,
+        "source": first.source,
+        "manifest_digest": first.manifest_digest,
+        "batches": results,
+        "cibox_version": env!("CARGO_PKG_VERSION"),
+        "qualified_at": crate::units::rfc3339(std::time::SystemTime::now()),
+    });
+    let text = serde_json::to_string_pretty(&record).expect("serialises") + "\n";
+    std::fs::write(path, text)
+        .map_err(|e| RunError::Infra(format!("{}: {e}", path.display())).into())
+}
