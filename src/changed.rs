@@ -450,6 +450,21 @@ fn test_matrix(
     Ok(include)
 }
 
+/// Whether a test file named by data from elsewhere (a matrix, a run record) is one
+/// `changed` itself would list: written as git writes it, matched by `patterns`.
+pub fn check_test_file(cfg: &ChangedConfig, path: &str) -> Result<(), String> {
+    if crate::util::is_plain_relative(path)
+        && cfg.test_patterns().any(|pat| glob_matches(pat, path))
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "`{}` is not a test file `changed.patterns` matches ({})",
+        crate::util::escape(path),
+        cfg.test_patterns().cloned().collect::<Vec<_>>().join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,10 +4,18 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `VERSION (commit C)`, as `cibox --version` prints it.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CIBOX_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cibox",
-    version = crate::VERSION,
+    version = VERSION,
     about = "Reproducible, safe GPU CI: verified images, leased GPUs, disposable containers",
     after_help = "Exit codes: 0 ok, 1 tests failed, 2 usage/configuration, 3 image refused, \
                   4 no GPU capacity, 5 infrastructure, 124 timeout, 128+N signal N."

@@ -1,8 +1,67 @@
+//! cibox: reproducible, safe GPU CI for large ML projects. The interface it keeps is
+//! written down in `docs/interface.md`; `main` parses the command line and dispatches.
+//!
+//! The layers, from the top; a module imports only modules of the layers below its own,
+//! and no room imports in a circle at any depth (both checked by `tests/it/layers.rs`):
+//!
+//! 1. [`cmd`]: one thin adapter per command family: flags → request → call → exit code;
+//! 2. [`run`]: running batches: one setup for every front end, the run loop behind the
+//!    [`engine::ContainerEngine`] seam, Slurm submissions, the watchdog and the sweep;
+//! 3. [`report`]: saying what happened: events, reporters, how batches end, the record;
+//! 4. [`plan`]: what a run will be, decided before anything runs; [`claims`]: the GPUs
+//!    of running cibox containers, added to a probe;
+//! 5. [`host`] (the host policy: what the host grants, its GPU facts), [`gpu`] (probe,
+//!    pool, queue, the lease sequence), [`changed`] (change selection), [`workflow`]
+//!    (render and lint);
+//! 6. [`manifest`]: what `cibox.yaml` says;
+//! 7. [`image`]: IDs, lockset, verification, build recipes;
+//! 8. [`engine`] (the container engine, synchronous, owning the async runtime),
+//!    [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
+//!    [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`];
+//! 9. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
+//!    YAML tree with positions), [`error`] (what kind of failure an error is);
+//! 10. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`nofollow`]
+//!     (file operations in folders others can write), [`ownership`] (who can change a
+//!     path), [`signals`], [`units`], [`util`].
+//!
+//! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
+//! [`exit`]).
+
+mod cache;
+mod changed;
+mod claims;
+mod cli;
+mod cmd;
+mod console;
+mod engine;
+mod error;
+mod exit;
+mod git;
+mod github;
+mod gpu;
+mod host;
+mod image;
+mod labels;
+mod lockdir;
+mod manifest;
+mod nofollow;
+mod ownership;
+mod plan;
+mod process;
+mod report;
+mod run;
+mod signals;
+mod slurm;
+mod units;
+mod util;
+mod workflow;
+mod yaml;
+
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use cibox::{cli::Cli, cmd, console, exit};
+use crate::cli::Cli;
 
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`cibox batch list | head`) like other Unix tools,
@@ -30,7 +89,7 @@ fn main() -> ExitCode {
             e.exit_code()
         }
     };
-    if cibox::gpu::probe::stuck_in_driver() {
+    if gpu::probe::stuck_in_driver() {
         // A thread is stuck in the driver or the loader, maybe holding the loader's
         // lock that the exit handlers take: leave without them.
         use std::io::Write;

@@ -124,6 +124,13 @@ pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A name a shell variable (or a build argument) can have: `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
 /// Whether `path` is relative and written plainly, as git writes paths: no `.`, `..`,
 /// empty or trailing component.
 pub fn is_plain_relative(path: &str) -> bool {

@@ -26,8 +26,7 @@ mod merge;
 mod store;
 mod walk;
 
-pub use merge::Promoted;
-pub use store::{Cache, CacheInfo, CacheStore, GenerationInfo, Pruned, Reading, Writing};
+pub use store::{Cache, CacheInfo, CacheStore, Reading, Writing};
 
 use std::path::PathBuf;
 

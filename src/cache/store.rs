@@ -55,8 +55,6 @@ pub struct Writing {
     /// The overlay's upper and work folders as the engine sees them.
     pub host_upper: PathBuf,
     pub host_work: PathBuf,
-    /// The generation the run read.
-    pub base: String,
     _lock: File,
 }
 
@@ -399,11 +397,11 @@ impl Cache {
         })
     }
 
-    /// A layer for a trusted run to write, over `reading`'s generation; owned by the
+    /// A layer for a trusted run to write, over the generation it reads; owned by the
     /// batch's `uid:gid` so it can write the cache's top folder (when cibox cannot give
     /// it away, the top folder is left open to all: it lies in a folder only cibox can
     /// enter).
-    pub fn write(&self, reading: &Reading, (uid, gid): (u32, u32)) -> Result<Writing, CacheError> {
+    pub fn write(&self, (uid, gid): (u32, u32)) -> Result<Writing, CacheError> {
         let id = crate::util::random_hex(8);
         let dir = self.dir.join("work").join(&id);
         let lock = self.lock_file(&self.dir.join("work").join(format!("{id}.lock")))?;
@@ -433,7 +431,6 @@ impl Cache {
             dir,
             host_upper: host.join("upper"),
             host_work: host.join("work"),
-            base: reading.generation.clone(),
             _lock: lock,
         })
     }
@@ -677,7 +674,7 @@ mod tests {
         assert!(seen(&c).is_empty());
         let held = c.read().unwrap();
         assert!(held.lower.starts_with("/host/store/proj/models/gens"));
-        let w = c.write(&held, me()).unwrap();
+        let w = c.write(me()).unwrap();
         assert!(w.host_upper.starts_with("/host/store/proj/models/work"));
         layer_write(&w, "a", "one");
         let p = c.promote(w, 1 << 30).unwrap();
@@ -696,10 +693,11 @@ mod tests {
     fn two_trusted_writers_both_land_and_the_later_wins_file_by_file() {
         let (_t, s) = store();
         let c = s.cache("proj", "hf").unwrap();
-        let r1 = c.read().unwrap();
-        let r2 = c.read().unwrap();
-        let w1 = c.write(&r1, me()).unwrap();
-        let w2 = c.write(&r2, me()).unwrap();
+        // Both read the current generation while they write.
+        let _r1 = c.read().unwrap();
+        let _r2 = c.read().unwrap();
+        let w1 = c.write(me()).unwrap();
+        let w2 = c.write(me()).unwrap();
         layer_write(&w1, "shared", "first");
         layer_write(&w1, "only-first", "1");
         layer_write(&w2, "shared", "second");
@@ -713,13 +711,13 @@ mod tests {
     fn a_discarded_layer_and_a_dead_runs_layer_leave_nothing() {
         let (_t, s) = store();
         let c = s.cache("proj", "ext").unwrap();
-        let r = c.read().unwrap();
-        let w = c.write(&r, me()).unwrap();
+        let _r = c.read().unwrap();
+        let w = c.write(me()).unwrap();
         layer_write(&w, "poison", "x");
         assert!(c.discard(w).is_empty());
         assert!(seen(&c).is_empty());
         // A run that died: its lock is free, its layer is left until a clean-up.
-        let w = c.write(&r, me()).unwrap();
+        let w = c.write(me()).unwrap();
         let dir = w.dir.clone();
         std::mem::forget(w);
         let info = c.info().unwrap();

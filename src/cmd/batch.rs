@@ -1,21 +1,17 @@
 //! `cibox batch …`.
 
-use crate::cmd::error::CommandError;
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::cli::RunOptions;
 use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::exit;
 use crate::lockdir::LockDir;
-use crate::manifest::Manifest;
-use crate::plan::{self, RunRequest};
+use crate::plan::{self};
 use crate::report::reporter::terminal::print_sweep_notes;
-use crate::run::launch::{self, Whereabouts};
 use crate::run::sweep;
-use crate::units::Span;
 
 /// `cibox batch list [NAME…]`: batches (name, GPUs, timeout, description) and layers;
 /// with names, only those batches (a test list's name: all its entries), no layers.
@@ -91,66 +87,7 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
 
 /// `cibox batch run` and `cibox layer run`.
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
-    run_manifest(ctx, ctx.manifest()?, names, layer, opts)
-}
-
-/// Runs batches of a manifest (which `changed run` extends with its own); with `--json`
-/// the run's outcome is printed on stdout.
-pub(super) fn run_manifest(
-    ctx: &Context,
-    m: Manifest,
-    names: &[String],
-    layer: Option<&str>,
-    opts: &RunOptions,
-) -> Result<u8> {
-    let policy = ctx.host_policy()?;
-    let mut request = RunRequest {
-        names: names.to_vec(),
-        layer: layer.map(str::to_string),
-        fast: if opts.fast {
-            Some(true)
-        } else if opts.no_fast {
-            Some(false)
-        } else {
-            None
-        },
-        image: opts
-            .image
-            .clone()
-            .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty())),
-        image_ids: m
-            .images
-            .keys()
-            .filter_map(|name| {
-                std::env::var(crate::manifest::image_variable(name))
-                    .ok()
-                    .filter(|s| !s.is_empty())
-                    .map(|id| (name.clone(), id))
-            })
-            .collect(),
-        parallel: opts.parallel,
-        ..RunRequest::default()
-    };
-    plan::check_request(&m, &request)?;
-    if let Some(w) = &opts.wait {
-        let wait = w
-            .parse::<Span>()
-            .map_err(|e| CommandError::usage(format!("--wait: {e}")))?;
-        request.wait = Some(wait.0);
-    }
-    launch::locate(
-        &mut request,
-        Whereabouts {
-            source: opts.source.clone(),
-            reports: opts.reports.clone(),
-            scope: opts.scope.clone(),
-        },
-    )?;
-    let run = launch::run(m, &policy, request, ctx.json)?;
-    if ctx.json {
-        console::json(&run.to_json());
-    }
-    Ok(run.exit_code())
+    super::run::run_manifest(ctx, ctx.manifest()?, names, layer, opts)
 }
 
 /// `cibox cleanup [--scope S]`: the containers of dead runs of this host, of scope S
@@ -160,7 +97,7 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
     // dead run's cibox container goes.
     let (project, gpu) = match ctx.manifest() {
         Ok(m) => (Some(m.project), m.gpu),
-        Err(e) if super::no_manifest(&e) => (None, ctx.gpu_without_manifest()?),
+        Err(e) if super::context::no_manifest(&e) => (None, ctx.gpu_without_manifest()?),
         Err(e) => return Err(e),
     };
     // Where the runs' locks are: without it no container's run can be judged dead.

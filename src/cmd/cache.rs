@@ -1,10 +1,10 @@
 //! `cibox cache list|inspect|prune`: the host's caches of a project (see
 //! [`crate::cache`]), where the host policy keeps them.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::cache::{Cache, CacheInfo, CacheStore};
 use crate::console::{self, Table};
 use crate::error::Result;

@@ -1,10 +1,10 @@
 //! `cibox capacity`: which layers could be admitted right now. Never waits on a lock:
 //! one probe, lease states read without blocking, and a verdict per layer.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::claims::ContainerClaims;
 use crate::console::{self, Table};
 use crate::error::Result;
@@ -47,7 +47,7 @@ pub fn run(
     judged.extend(require.map(str::to_string).filter(|r| !chosen.contains(r)));
     let (rows, mut summary) = match &policy.scheduler {
         Scheduler::Slurm(slurm) => {
-            let (verdicts, summary) = super::slurm::capacity(&m, slurm, &judged)?;
+            let (verdicts, summary) = super::cluster::capacity(&m, slurm, &judged)?;
             let rows = verdicts
                 .into_iter()
                 .map(|v| Row {

@@ -1,13 +1,13 @@
 //! `cibox changed`: the changed test files as a JSON matrix, and `--unregistered`.
 
-use super::Context;
+use super::context::Context;
+use super::error::CommandError;
 use crate::changed;
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
-use crate::cmd::error::CommandError;
 use crate::console;
 use crate::error::Result;
 use crate::exit;
-use crate::manifest::{ChangedConfig, Manifest};
+use crate::manifest::Manifest;
 use crate::util;
 
 pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
@@ -186,23 +186,6 @@ fn batch_name(n: usize, path: &str) -> String {
     format!("changed-{n}-{clean}")
 }
 
-/// Whether a test file named by data from elsewhere (a matrix, a run record) is one
-/// `changed` itself would list: written as git writes it, matched by `patterns`.
-pub(super) fn check_test_file(cfg: &ChangedConfig, path: &str) -> std::result::Result<(), String> {
-    if util::is_plain_relative(path)
-        && cfg
-            .test_patterns()
-            .any(|pat| changed::glob_matches(pat, path))
-    {
-        return Ok(());
-    }
-    Err(format!(
-        "`{}` is not a test file `changed.patterns` matches ({})",
-        util::escape(path),
-        cfg.test_patterns().cloned().collect::<Vec<_>>().join(", ")
-    ))
-}
-
 /// `cibox changed run`: each test file of the matrix as a batch made from
 /// `changed.run`, with the file's GPU count and `CIBOX_TEST_FILE` naming it.
 fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
@@ -261,7 +244,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
                 util::escape(&f.path)
             )));
         }
-        check_test_file(&cfg, &f.path)
+        crate::changed::check_test_file(&cfg, &f.path)
             .map_err(|why| CommandError::usage(format!("{from}: {why}")))?;
     }
     if files.is_empty() {
@@ -286,7 +269,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
             .insert(name.clone(), template.batch_for(&f.path, f.gpus));
         names.push(name);
     }
-    super::batch::run_manifest(ctx, m, &names, None, &args.options)
+    super::run::run_manifest(ctx, m, &names, None, &args.options)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::Context;
+use super::context::Context;
 use crate::console::{self, Table};
 use crate::engine::{Engine, EngineInfo};
 use crate::error::Result;
@@ -393,7 +393,7 @@ fn manifest_finding(
             (Some(m), false)
         }
         Err(e) => {
-            let broken = !super::no_manifest(&e);
+            let broken = !super::context::no_manifest(&e);
             let status = if broken { Status::Fail } else { Status::Warn };
             findings.push(finding(
                 "manifest",

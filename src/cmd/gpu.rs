@@ -1,11 +1,11 @@
 //! `cibox gpu status` and `cibox gpu exec`.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
 use crate::console::{self, Table, WaitLine};
@@ -30,7 +30,7 @@ const GRACE: Duration = Duration::from_secs(5);
 pub(crate) fn settings(ctx: &Context) -> Result<GpuConfig> {
     match ctx.manifest() {
         Ok(m) => Ok(m.gpu),
-        Err(e) if super::no_manifest(&e) && ctx.manifest_path.is_none() => {
+        Err(e) if super::context::no_manifest(&e) && ctx.manifest_path.is_none() => {
             ctx.gpu_without_manifest()
         }
         Err(e) => Err(e),
@@ -55,7 +55,7 @@ fn probe_pool(
 pub fn status(ctx: &Context) -> Result<u8> {
     // On a login node: the cluster's nodes, from Slurm.
     if let crate::host::Scheduler::Slurm(slurm) = &ctx.host_policy()?.scheduler {
-        return super::slurm::gpu_status(ctx, slurm);
+        return super::cluster::gpu_status(ctx, slurm);
     }
     let cfg = settings(ctx)?;
     let prober = Prober::new(cfg.probe);

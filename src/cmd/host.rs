@@ -1,11 +1,11 @@
 //! `cibox host setup` and `cibox host policy`.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::console;
 use crate::error::Result;
 use crate::exit;

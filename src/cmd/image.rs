@@ -2,13 +2,13 @@
 //! manifest and its flags into a call of the image library ([`crate::image`]; `image
 //! build` into one [`recipe::BuildRequest`]) and prints what comes back.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::console;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::Result;
@@ -152,7 +152,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     // is none to hold to without a manifest, unless a name was asked for).
     let manifest = match ctx.manifest() {
         Ok(m) => Some(m),
-        Err(e) if super::no_manifest(&e) && !verify && name.is_none() => None,
+        Err(e) if super::context::no_manifest(&e) && !verify && name.is_none() => None,
         Err(e) => return Err(e),
     };
     let (manifest, source) = match manifest {
@@ -227,7 +227,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     // name was asked for).
     let manifest = match ctx.manifest() {
         Ok(m) => Some(m),
-        Err(e) if super::no_manifest(&e) && name.is_none() => None,
+        Err(e) if super::context::no_manifest(&e) && name.is_none() => None,
         Err(e) => return Err(e),
     };
     let pin = match &manifest {

@@ -4,78 +4,25 @@ mod batch;
 mod cache;
 mod capacity;
 mod changed;
+mod cluster;
+mod context;
 mod doctor;
 mod error;
 mod gpu;
 mod host;
 mod image;
 mod reproduce;
+mod run;
 mod slurm;
 mod workflow;
-
-use std::path::PathBuf;
 
 use crate::cli::{
     BatchCommand, CacheCommand, Cli, Command, GpuCommand, HostCommand, ImageCommand, LayerCommand,
     WorkflowCommand,
 };
-use crate::error::{Error, Result};
-use crate::host::HostPolicy;
-use crate::manifest::{self, GpuConfig, Manifest};
+use crate::error::Result;
+use context::Context;
 use error::CommandError;
-
-/// Whether `e` says that no manifest was found (commands that serve a host without
-/// one go on).
-fn no_manifest(e: &Error) -> bool {
-    matches!(
-        e.downcast_ref::<manifest::ManifestError>(),
-        Some(manifest::ManifestError::NotFound { .. })
-    )
-}
-
-/// What every command may need: the global flags and a lazily found manifest.
-pub struct Context {
-    pub manifest_path: Option<PathBuf>,
-    pub json: bool,
-    pub verbose: u8,
-}
-
-impl Context {
-    /// Finds (unless given) and loads the manifest, with the GPU facts the host policy
-    /// pins laid over its own.
-    pub fn manifest(&self) -> Result<Manifest> {
-        let mut m = self.manifest_as_written()?;
-        crate::host::gpu::settle(&self.host_policy()?, &mut m.gpu)?;
-        Ok(m)
-    }
-
-    /// The manifest as its file says, whatever the host policy pins.
-    pub fn manifest_as_written(&self) -> Result<Manifest> {
-        let path = match &self.manifest_path {
-            Some(p) => p.clone(),
-            None => {
-                let cwd = std::env::current_dir().map_err(|e| {
-                    CommandError::usage(format!("cannot read the current folder: {e}"))
-                })?;
-                manifest::find(&cwd)?
-            }
-        };
-        Ok(Manifest::load(&path)?)
-    }
-
-    /// The host policy in force (none is the locked-down default).
-    pub fn host_policy(&self) -> Result<HostPolicy> {
-        Ok(HostPolicy::load()?)
-    }
-
-    /// The GPU settings without a manifest: the defaults with the `CIBOX_GPU_*`
-    /// overrides, under the host policy.
-    pub fn gpu_without_manifest(&self) -> Result<GpuConfig> {
-        let mut gpu = GpuConfig::from_env()?;
-        crate::host::gpu::settle(&self.host_policy()?, &mut gpu)?;
-        Ok(gpu)
-    }
-}
 
 /// Runs the command and returns its exit code.
 pub fn dispatch(cli: Cli) -> Result<u8> {

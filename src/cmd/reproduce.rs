@@ -2,10 +2,10 @@
 //! commit (in a temporary worktree) and image, with the same fast mode and GPU count,
 //! then show the recorded and replayed outcomes side by side.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use std::path::{Path, PathBuf};
 
-use super::Context;
+use super::context::Context;
 use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -295,7 +295,7 @@ impl Replay<'_> {
                     self.manifest_rel.display()
                 )));
             };
-            super::changed::check_test_file(cfg, file)
+            crate::changed::check_test_file(cfg, file)
                 .map_err(|why| CommandError::usage(format!("{}: {why}", self.result.display())))?;
             launch::check_test_file_in(&worktree.path, file)?;
             let batch = template.batch_for(file, record.gpu_count);

@@ -1,11 +1,11 @@
 //! `cibox workflow render [--check]` and `cibox workflow lint`.
 
-use crate::cmd::error::CommandError;
+use super::error::CommandError;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::cli::LintFormat;
 use crate::console;
 use crate::error::Result;

@@ -34,7 +34,6 @@ impl Engine {
                 id: img.id.unwrap_or_default(),
                 labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
                 repo_tags: img.repo_tags.unwrap_or_default(),
-                size: img.size.unwrap_or_default(),
                 layers: img.root_fs.and_then(|r| r.layers).unwrap_or_default(),
             })),
             Err(e) if is_not_found(&e) => Ok(None),

@@ -10,9 +10,7 @@ mod host_view;
 mod images;
 
 pub use api::ContainerEngine;
-pub use containers::{
-    ContainerInfo, Download, EndCause, FollowEnd, Followed, Removal, Steps, Stop,
-};
+pub use containers::{ContainerInfo, EndCause, FollowEnd, Followed, Removal, Steps, Stop};
 pub use host_view::HostView;
 pub use images::BuildSpec;
 
@@ -106,7 +104,6 @@ pub struct ImageDetails {
     pub id: String,
     pub labels: HashMap<String, String>,
     pub repo_tags: Vec<String>,
-    pub size: i64,
     /// Its layers' digests (`sha256:…` of each uncompressed layer), bottom first.
     pub layers: Vec<String>,
 }

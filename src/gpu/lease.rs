@@ -110,10 +110,6 @@ impl LockDir {
             Err(TryLockError::Error(e)) => Err(e),
         }
     }
-
-    pub fn is_free(&self, uuid: &str) -> bool {
-        matches!(self.state(uuid), Ok(LeaseState::Free))
-    }
 }
 
 /// A held lease on some GPUs. Dropping it releases them.

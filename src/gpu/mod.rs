@@ -14,7 +14,6 @@ pub mod waiter;
 
 use std::time::Duration;
 
-pub use probe::is_gpu_uuid;
 pub use waiter::{LeaseRequest, Waiter};
 
 use crate::exit::Failure;

@@ -109,7 +109,7 @@ pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::probe::ComputeApp;
+    use crate::gpu::probe::reading::ComputeApp;
 
     fn snap() -> Snapshot {
         let g = |i: u32, used, util| GpuState {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::policy::PolicyError;
+use super::error::PolicyError;
 use crate::units::Size;
 
 /// What the host grants for caches.

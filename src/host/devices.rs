@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::policy::{PolicyError, read_small, trusted_file};
+use super::admin_file::{read_small, trusted_file};
+use super::error::PolicyError;
 
 /// A seccomp profile the policy names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,14 +2,17 @@
 //! get under it ([`grants`]), and the GPU facts it pins ([`gpu`]). The project's
 //! manifest requests; only the host grants.
 
+pub mod admin_file;
 pub mod caches;
 pub mod devices;
+pub mod error;
 pub mod gpu;
 pub mod grants;
 pub mod policy;
 pub mod runner;
 pub mod scheduler;
 
-pub use grants::{GrantError, check_requests};
-pub use policy::{HostPolicy, PolicyError};
+pub use error::PolicyError;
+pub use grants::check_requests;
+pub use policy::HostPolicy;
 pub use scheduler::{Scheduler, SlurmPolicy};

@@ -13,22 +13,19 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::admin_file::{read_small, trusted_file};
 use super::caches::{CachePolicy, RawCaches, cache_policy};
 use super::devices::{SeccompProfile, device_grants};
+pub use super::error::PolicyError;
 use super::scheduler::{RawScheduler, RawSlurm, Scheduler};
-use crate::exit::Failure;
 use crate::manifest::{
     CAP_ADD_ALLOWED, ContainerUser, IdlePolicy, Network, PoolSpec, ProbeChoice, ULIMIT_NAMES,
 };
-use crate::ownership;
 use crate::yaml::{self, Mark};
 use std::collections::BTreeMap;
 
 /// Where the host policy is, unless `CIBOX_HOST_POLICY` names another file.
 pub const DEFAULT_PATH: &str = "/etc/cibox/host.yaml";
-
-/// The largest policy read: a policy is a few dozen lines.
-const MAX_BYTES: u64 = 1 << 20;
 
 /// Environment variables that never pass into a batch, whatever a policy says: the
 /// runner's and GitHub's credentials, the engine's, and cibox's own settings.
@@ -51,28 +48,6 @@ pub fn never_passed(name: &str) -> Option<&'static str> {
             Some(prefix) => name.starts_with(prefix),
             None => name == *p,
         })
-}
-
-/// Why the host policy cannot be used. Always the host's configuration (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub enum PolicyError {
-    #[error("host policy {path}: {message}")]
-    Unusable { path: String, message: String },
-    #[error("host policy {path}:{mark}: {message}")]
-    At {
-        path: String,
-        mark: Mark,
-        message: String,
-    },
-    /// A project's manifest sets one of the host's GPU facts.
-    #[error("{message}")]
-    HostFact { message: String },
-}
-
-impl crate::error::ErrorKind for PolicyError {
-    fn failure(&self) -> Failure {
-        Failure::Usage
-    }
 }
 
 /// The host's GPU facts, where the policy states them.
@@ -519,54 +494,6 @@ fn grants(
         ulimits: raw.ulimits,
         pass_env: raw.pass_env,
     })
-}
-
-/// The file's bytes, at most [`MAX_BYTES`].
-pub(super) fn read_small(real: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let (file, _) =
-        crate::util::open_plain(real, false).map_err(|e| format!("cannot read it: {e}"))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > MAX_BYTES {
-        return Err(format!(
-            "is over {} KiB; a policy is a few dozen lines",
-            MAX_BYTES >> 10
-        ));
-    }
-    Ok(bytes)
-}
-
-/// The policy file and every folder on the way to it: only root or the invoking user
-/// can change them (see [`ownership::changeable_by_others`]), and the file itself is a
-/// plain file neither group nor others may write.
-pub(super) fn trusted_file(real: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::geteuid().as_raw();
-    let md = std::fs::symlink_metadata(real).map_err(|e| e.to_string())?;
-    if !md.is_file() {
-        return Err("is not a plain file".into());
-    }
-    let owner_ok = md.uid() == 0 || md.uid() == me;
-    let loose = md.mode() & 0o022 != 0 || ownership::has_access_acl(real);
-    if !owner_ok || loose {
-        return Err(format!(
-            "is {} with mode {:o}: a policy must be owned by root{} and writable by nobody else; fix it with chown root and chmod go-w",
-            ownership::owner_of(md.uid()),
-            md.mode() & 0o7777,
-            if me == 0 {
-                String::new()
-            } else {
-                format!(" or you (uid {me})")
-            }
-        ));
-    }
-    if let Some(why) = ownership::changeable_by_others(real, me) {
-        return Err(why);
-    }
-    Ok(())
 }
 
 #[cfg(test)]

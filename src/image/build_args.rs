@@ -8,8 +8,23 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::dockerfile;
 use super::lockset::Lockset;
-use super::recipe::RecipeError;
+
+/// Why a build arguments file cannot be used (the manifest's to fix).
+#[derive(Debug, thiserror::Error)]
+#[error("build_args {file}: {why}")]
+pub struct BuildArgsError {
+    /// The file, as the manifest names it.
+    pub file: String,
+    pub why: String,
+}
+
+impl crate::error::ErrorKind for BuildArgsError {
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
 
 /// The most a build arguments file holds.
 const MAX_BYTES: u64 = 64 * 1024;
@@ -21,8 +36,11 @@ pub fn read(
     rel: &str,
     source: &Lockset,
     dockerfile: &str,
-) -> Result<HashMap<String, String>, RecipeError> {
-    let fail = |why: String| RecipeError::Usage(format!("build_args {rel}: {why}"));
+) -> Result<HashMap<String, String>, BuildArgsError> {
+    let fail = |why: String| BuildArgsError {
+        file: rel.to_string(),
+        why,
+    };
     let normal: std::path::PathBuf = Path::new(rel).components().collect();
     if !source.files.iter().any(|f| {
         Path::new(&f.path)
@@ -41,7 +59,7 @@ pub fn read(
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_BYTES), &mut text)
         .map_err(|e| fail(format!("cannot read it as UTF-8: {e}")))?;
-    let declared = declared_args(dockerfile);
+    let declared = dockerfile::declared_args(dockerfile);
     let mut args = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -53,7 +71,7 @@ pub fn read(
             return Err(at("is not `NAME=VALUE`".into()));
         };
         let name = name.trim();
-        if !crate::manifest::is_env_name(name) {
+        if !crate::util::is_env_name(name) {
             return Err(at(format!("`{name}` is not an argument name")));
         }
         if !declared.iter().any(|d| d == name) {
@@ -71,33 +89,4 @@ pub fn read(
         }
     }
     Ok(args)
-}
-
-/// The names a Dockerfile declares with `ARG NAME` or `ARG NAME=default`.
-fn declared_args(dockerfile: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for line in super::recipe::logical_lines(dockerfile) {
-        let mut words = line.split_whitespace();
-        if !words.next().is_some_and(|w| w.eq_ignore_ascii_case("ARG")) {
-            continue;
-        }
-        for w in words {
-            let name = w.split('=').next().unwrap_or(w);
-            if !names.iter().any(|n| n == name) {
-                names.push(name.to_string());
-            }
-        }
-    }
-    names
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn args_are_the_ones_the_dockerfile_declares() {
-        let df = "ARG CUDA=12.8\nFROM scratch\nARG TORCH \\\n  FLAVOUR=cu128\n";
-        assert_eq!(declared_args(df), ["CUDA", "TORCH", "FLAVOUR"]);
-    }
 }

@@ -61,12 +61,6 @@ pub struct LocksetDiff {
     pub removed: Vec<String>,
 }
 
-impl LocksetDiff {
-    pub fn is_empty(&self) -> bool {
-        self.changed.is_empty() && self.added.is_empty() && self.removed.is_empty()
-    }
-}
-
 fn has_glob_meta(p: &str) -> bool {
     p.contains(['*', '?', '['])
 }

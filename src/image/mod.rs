@@ -8,6 +8,7 @@ pub mod archive;
 pub mod build;
 pub mod build_args;
 pub mod build_context;
+pub mod dockerfile;
 pub mod id;
 pub mod load;
 pub mod lockset;

@@ -103,6 +103,8 @@ pub enum RecipeError {
     #[error("{0}")]
     Infra(String),
     #[error(transparent)]
+    BuildArgs(#[from] super::build_args::BuildArgsError),
+    #[error(transparent)]
     BuildContext(#[from] BuildContextError),
     #[error(transparent)]
     Image(#[from] ImageError),
@@ -115,6 +117,7 @@ impl crate::error::ErrorKind for RecipeError {
         match self {
             RecipeError::Usage(_) => Failure::Usage,
             RecipeError::Infra(_) => Failure::Infra,
+            RecipeError::BuildArgs(e) => e.failure(),
             RecipeError::BuildContext(e) => e.failure(),
             RecipeError::Image(e) => e.failure(),
             RecipeError::Engine(e) => e.failure(),
@@ -153,100 +156,6 @@ fn connect(progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Engine, EngineInfo
     Ok((engine, info))
 }
 
-/// Images a Dockerfile takes: everything after FROM, and `COPY --from=` sources, that is
-/// not an earlier stage (by name or number).
-fn dockerfile_bases(text: &str) -> Vec<String> {
-    let mut stages: Vec<String> = Vec::new();
-    let mut bases = Vec::new();
-    for line in logical_lines(text) {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words
-            .first()
-            .is_some_and(|w| w.eq_ignore_ascii_case("COPY") || w.eq_ignore_ascii_case("ADD"))
-        {
-            for w in &words[1..] {
-                if let Some(src) = w.strip_prefix("--from=")
-                    && !stages.iter().any(|s| s.eq_ignore_ascii_case(src))
-                    && src.parse::<usize>().is_err()
-                {
-                    bases.push(src.to_string());
-                }
-            }
-            continue;
-        }
-        if words
-            .first()
-            .is_none_or(|w| !w.eq_ignore_ascii_case("FROM"))
-        {
-            continue;
-        }
-        let rest: Vec<&str> = words[1..]
-            .iter()
-            .copied()
-            .filter(|w| !w.starts_with("--"))
-            .collect();
-        if let Some(image) = rest.first()
-            && !stages.iter().any(|s| s.eq_ignore_ascii_case(image))
-        {
-            bases.push(image.to_string());
-        }
-        if rest.len() >= 3 && rest[1].eq_ignore_ascii_case("AS") {
-            stages.push(rest[2].to_string());
-        }
-    }
-    bases
-}
-
-/// The Dockerfile's instructions, one per item, as the builder reads them: a line that
-/// ends with the escape character (`\\`, or what an `# escape=` parser directive at the
-/// top sets) goes on in the next, and comment and blank lines are dropped (also inside
-/// such a continuation).
-pub(super) fn logical_lines(text: &str) -> Vec<String> {
-    let mut escape = '\\';
-    let mut directives = true;
-    let mut lines = Vec::new();
-    let mut current: Option<String> = None;
-    for raw in text.lines() {
-        let trimmed = raw.trim_start();
-        if directives {
-            match parser_directive(trimmed) {
-                Some((key, v)) if key == "escape" && matches!(v, "\\" | "`") => {
-                    escape = v.chars().next().expect("one character");
-                    continue;
-                }
-                Some(_) => continue,
-                None => directives = false,
-            }
-        }
-        if trimmed.starts_with('#') || trimmed.is_empty() {
-            continue;
-        }
-        let body = raw.trim_end();
-        let (body, goes_on) = match body.strip_suffix(escape) {
-            Some(b) => (b, true),
-            None => (body, false),
-        };
-        let line = current.get_or_insert_with(String::new);
-        line.push_str(body);
-        line.push(' ');
-        if !goes_on {
-            lines.extend(current.take());
-        }
-    }
-    lines.extend(current);
-    lines
-}
-
-/// A parser directive (`# syntax=…`, `# escape=…`, `# check=…`) as the key, lower
-/// case, and its value; docker reads them only above everything else.
-fn parser_directive(line: &str) -> Option<(String, &str)> {
-    let (key, value) = line.strip_prefix('#')?.split_once('=')?;
-    let key = key.trim().to_ascii_lowercase();
-    ["syntax", "escape", "check"]
-        .contains(&key.as_str())
-        .then(|| (key, value.trim()))
-}
-
 fn build_dockerfile(
     request: &BuildRequest<'_>,
     dockerfile: &Path,
@@ -264,7 +173,7 @@ fn build_dockerfile(
         .and_then(|n| n.to_str())
         .unwrap_or("Dockerfile")
         .to_string();
-    let bases = dockerfile_bases(&text);
+    let bases = super::dockerfile::bases(&text);
     let build_args = match request.build_args {
         Some((path, rel)) => super::build_args::read(path, rel, request.source, &text)?,
         None => HashMap::new(),
@@ -500,30 +409,4 @@ fn load_nix_output(engine: &Engine, path: &Path) -> Result<Vec<String>, RecipeEr
         )));
     }
     Ok(loaded)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_base_images() {
-        let df = "FROM --platform=linux/amd64 sha256:abc AS build\nRUN x\nfrom build\nFROM scratch\nCOPY --from=build / /\nCOPY --from=0 /a /a\nCOPY --from=alpine:3.19 /b /b\n";
-        assert_eq!(
-            dockerfile_bases(df),
-            ["sha256:abc", "scratch", "alpine:3.19"]
-        );
-    }
-
-    #[test]
-    fn line_continuations_join_before_words_are_read() {
-        let df = "FROM \\\n    --platform=linux/amd64 \\\n  alpine:3.19 \\\n  AS base\nRUN echo \\\n  FROM not-an-image\nFROM base\nCOPY \\\n  --from=busybox:1 \\\n  /x /x\n";
-        assert_eq!(dockerfile_bases(df), ["alpine:3.19", "busybox:1"]);
-        // Comment and blank lines inside a continuation are dropped, as docker does.
-        let df = "FROM \\\n# a comment\n\n  debian:12 AS b\nFROM b\n";
-        assert_eq!(dockerfile_bases(df), ["debian:12"]);
-        // A parser directive may make the escape a backtick (Windows style).
-        let df = "# escape=`\nFROM `\n  debian:12\nRUN dir c:\\\nFROM scratch\n";
-        assert_eq!(dockerfile_bases(df), ["debian:12", "scratch"]);
-    }
 }

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use super::ManifestError;
 use super::check::Checker;
 use super::container::ContainerConfig;
+use super::error::ManifestError;
 use super::mounts::check_mount_target;
 use super::values::is_name;
 use crate::yaml::Mark;

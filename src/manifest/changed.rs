@@ -10,13 +10,14 @@ use serde::Deserialize;
 
 use crate::units::Span;
 
-use super::ManifestError;
 use super::caches::{CacheSpec, batch_caches};
 use super::check::Checker;
 use super::container::{ContainerConfig, RawContainer, validate_container};
+use super::error::ManifestError;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image};
 use super::types::{Batch, BatchVerdict};
-use super::values::{EnvValue, env_map, is_env_name, ser_display};
+use super::values::{EnvValue, env_map, ser_display};
+use crate::util::is_env_name;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ChangedConfig {

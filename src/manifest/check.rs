@@ -7,7 +7,7 @@ use std::fmt;
 use crate::util::did_you_mean;
 use crate::yaml::Node;
 
-use super::ManifestError;
+use super::error::ManifestError;
 
 /// Where a check failed: the key path and the tree to find its position in.
 pub(super) struct Checker<'a> {

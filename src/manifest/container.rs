@@ -12,11 +12,12 @@ use serde::Deserialize;
 use crate::units::Size;
 use crate::yaml::Mark;
 
-use super::ManifestError;
 use super::check::Checker;
 use super::devices::{validate_devices, validate_seccomp};
+use super::error::ManifestError;
 use super::mounts::{check_mount_source, check_mount_target};
-use super::values::{EnvValue, env_map, is_env_name, reserved_env, ser_display, ser_display_opt};
+use super::values::{EnvValue, env_map, reserved_env, ser_display, ser_display_opt};
+use crate::util::is_env_name;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

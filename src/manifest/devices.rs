@@ -4,8 +4,8 @@
 //! names in `grants.seccomp`); the manifest only asks, by path or by the profile's
 //! name, never with a profile of its own.
 
-use super::ManifestError;
 use super::check::Checker;
+use super::error::ManifestError;
 
 /// Device paths a batch never gets this way: GPUs are cibox's to hand out, by lease.
 const GPU_DEVICES: [&str; 4] = ["/dev/nvidia", "/dev/dri", "/dev/dxg", "/dev/kfd"];

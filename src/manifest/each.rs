@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use crate::units::Span;
 
-use super::ManifestError;
 use super::check::Checker;
+use super::error::ManifestError;
 use super::types::Batch;
 use super::values::{EnvValue, env_map, is_name, plain_meta};
 

@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use crate::units::Span;
 
-use super::ManifestError;
 use super::check::Checker;
+use super::error::ManifestError;
 use super::values::ser_display;
 
 /// Which GPUs CI may use.

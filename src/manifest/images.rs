@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use crate::util::did_you_mean;
 
-use super::ManifestError;
 use super::check::Checker;
+use super::error::ManifestError;
 use super::values::is_name;
 
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]

@@ -22,7 +22,6 @@
 
 use std::path::{Path, PathBuf};
 
-use indexmap::IndexMap;
 use sha2::{Digest, Sha256};
 
 use crate::units::Size;
@@ -34,7 +33,9 @@ mod changed;
 mod check;
 mod container;
 mod devices;
+mod document;
 mod each;
+mod error;
 mod gpu;
 mod images;
 mod mounts;
@@ -44,77 +45,24 @@ mod types;
 mod validate;
 mod values;
 
-pub use caches::CacheSpec;
-pub use changed::{ChangeGroup, ChangedConfig, ChangedRun, GroupKind};
+pub use changed::{ChangedConfig, GroupKind};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
 };
+pub use document::Manifest;
+pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
-pub use mounts::{ENGINE_SOCKETS, check_mount_source, check_mount_target};
-pub use types::{Batch, BatchVerdict, Layer, SourceConfig, WorkflowsConfig};
-pub use values::{is_batch_name, is_env_name};
+pub use mounts::{ENGINE_SOCKETS, check_mount_source};
+pub use types::{Batch, BatchVerdict};
+pub use values::is_batch_name;
 
 use check::{Checker, serde_error};
 use container::{CPUS_RANGE, cpus_in_range};
 use raw::RawManifest;
 use tree::{prepare, require_maps};
 use validate::validate;
-
-pub const FILE_NAME: &str = "cibox.yaml";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    #[error(
-        "no {FILE_NAME} in {start} or any folder above it (up to the git root); pass --manifest PATH or set CIBOX_MANIFEST"
-    )]
-    NotFound { start: String },
-    #[error("cannot read manifest {path}: {reason}")]
-    Read { path: String, reason: String },
-    #[error("{path}:{mark}: {message}")]
-    At {
-        path: String,
-        mark: Mark,
-        message: String,
-    },
-    #[error("{var}: {message}")]
-    Env { var: &'static str, message: String },
-}
-
-impl crate::error::ErrorKind for ManifestError {
-    /// The manifest is the user's input.
-    fn failure(&self) -> crate::exit::Failure {
-        crate::exit::Failure::Usage
-    }
-}
-
-/// The validated manifest.
-#[derive(Debug, Clone)]
-pub struct Manifest {
-    /// The file it was read from.
-    pub path: PathBuf,
-    /// Its folder: lock files, recipes and templates are relative to it.
-    pub dir: PathBuf,
-    /// `sha256:` of the file's bytes, recorded in run records.
-    pub digest: String,
-    pub project: String,
-    /// The default image (`image:`, or `images.default`).
-    pub image: ImageConfig,
-    /// Every image by name, `default` included: each with its own locks, recipe, ID.
-    pub images: IndexMap<String, ImageConfig>,
-    pub source: SourceConfig,
-    pub container: ContainerConfig,
-    pub gpu: GpuConfig,
-    pub batches: IndexMap<String, Batch>,
-    /// Test lists: each family (a batch with `each:`) and the batches of its entries.
-    pub families: IndexMap<String, Vec<String>>,
-    pub layers: IndexMap<String, Layer>,
-    pub changed: Option<ChangedConfig>,
-    pub workflows: WorkflowsConfig,
-    /// Folders the tests write and later batches reuse, by name.
-    pub caches: IndexMap<String, CacheSpec>,
-}
 
 /// The largest manifest file read.
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
@@ -260,11 +208,6 @@ impl Manifest {
                     .filter_map(|c| c.run.as_mut())
                     .map(|r| &mut r.container),
             )
-    }
-
-    /// Resolves a path written in the manifest against the manifest's folder.
-    pub fn resolve(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
     }
 }
 

@@ -6,9 +6,9 @@
 
 use crate::yaml::{self, Mark, Node};
 
-use super::ManifestError;
 use super::changed::CHANGED_RUN_DEFAULTS;
 use super::check::Checker;
+use super::error::ManifestError;
 
 /// The places that hold a mapping, `*` for any key. serde would fill a struct from a
 /// list by position (`container: [0.5, 256m, …, host]` would set the network without

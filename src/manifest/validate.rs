@@ -14,13 +14,14 @@ use super::caches::{CacheSpec, batch_caches, validate_caches};
 use super::changed::validate_changed;
 use super::check::Checker;
 use super::container::{RawContainer, validate_container};
+use super::document::Manifest;
 use super::each;
+use super::error::ManifestError;
 use super::gpu::validate_gpu;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image, validate_images};
 use super::raw::{RawBatch, RawLayer, RawLayerBatches, RawManifest};
 use super::types::{Batch, Layer};
 use super::values::{env_map, is_name, plain_meta};
-use super::{Manifest, ManifestError};
 
 /// The semantic checks, section by section in this order: the version and project,
 /// the images (and a default one for batches that name none), the container, the GPU

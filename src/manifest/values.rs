@@ -7,8 +7,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::ManifestError;
 use super::check::Checker;
+use super::error::ManifestError;
 
 /// An environment value: strings, and numbers for convenience (`FAST_TEST: 1`).
 #[derive(Debug, Clone)]
@@ -57,12 +57,6 @@ pub(super) fn is_name(s: &str, upper_ok: bool) -> bool {
         && bytes.all(|b| first_ok(b) || matches!(b, b'_' | b'.' | b'-'))
 }
 
-pub fn is_env_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-}
-
 /// The variables that say which GPUs a batch sees: cibox's to set (its leased UUIDs, or
 /// none), never a manifest's, which could widen what the runtime hands the batch.
 const CIBOX_GPU_VARIABLES: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"];
@@ -81,7 +75,7 @@ pub(super) fn env_map(
 ) -> Result<BTreeMap<String, String>, ManifestError> {
     raw.into_iter()
         .map(|(k, v)| {
-            if !is_env_name(&k) {
+            if !crate::util::is_env_name(&k) {
                 let mut p = path.to_vec();
                 p.push(&k);
                 return Err(check.at_key(&p, "not a valid environment variable name"));

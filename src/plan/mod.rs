@@ -13,8 +13,6 @@ pub mod container;
 pub mod error;
 pub mod run_plan;
 
-pub use error::PlanError;
 pub use run_plan::{
-    BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, named_batches,
-    new_run_id, plan,
+    BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, named_batches, plan,
 };

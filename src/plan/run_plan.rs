@@ -196,8 +196,6 @@ pub struct RunPlan {
     pub host: String,
     pub wait: Duration,
     pub parallel: bool,
-    /// The uid:gid batches run as.
-    pub user: (u32, u32),
     /// Where the host keeps caches, when it grants them.
     pub caches: Option<CachePolicy>,
     /// Whether the source is bound at `/src` (cibox runs on the engine's host).
@@ -429,8 +427,6 @@ pub fn plan(
         source: &request.source,
         source_sha: request.source_info.sha.as_deref(),
         fast,
-        uid: user.0,
-        gid: user.1,
         pass_env: &host.pass_env,
         lock_dir: &manifest.gpu.lock_dir,
         policy_digest: host.policy_digest.as_deref(),
@@ -498,7 +494,6 @@ pub fn plan(
         host: host.host.clone(),
         wait,
         parallel: request.parallel,
-        user,
         caches: host.caches.clone(),
         bind_source: true,
         node: request.node,
@@ -655,10 +650,7 @@ pub(crate) mod tests {
             ..host()
         };
         let as_root = plan(manifest(), request(&["a"], None), &root).unwrap();
-        assert_eq!(
-            as_root.user, UNPRIVILEGED,
-            "a batch never runs as host root"
-        );
+        // A batch never runs as host root.
         assert_eq!(as_root.batches[0].container.user(), "65534:65534");
         assert_eq!(p.wait, Duration::from_secs(7));
         assert!(!p.batches[0].container.manifest_env.contains_key("F"));

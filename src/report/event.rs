@@ -56,7 +56,7 @@ pub enum Event<'a> {
     /// The sweep of this scope's leftover containers (of dead runs) is done.
     Swept { scope: &'a str, swept: &'a Swept },
     /// The batch's folder is ready (fresh, marked as cibox's); nothing runs yet.
-    BatchStarted { batch: &'a BatchPlan },
+    BatchStarted,
     /// The batch waits for its GPUs. Sent every poll (10 ms): `report` builds the
     /// (costly) wait report, so a reporter builds one only when it shows it.
     Waiting {

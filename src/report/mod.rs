@@ -24,9 +24,4 @@ pub mod reporter;
 pub mod steps;
 pub mod sweep;
 
-pub use error::ReporterError;
-pub use event::Event;
-pub use outcome::{BatchResult, RunResult};
-pub use record::{RecordError, RunRecord, Status};
-pub use reporter::Reporter;
-pub use sweep::Swept;
+pub use record::RunRecord;

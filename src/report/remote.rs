@@ -126,7 +126,7 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
         },
         Event::RunStarted { .. }
         | Event::Swept { .. }
-        | Event::BatchStarted { .. }
+        | Event::BatchStarted
         | Event::Output { .. }
         | Event::RunEnded { .. }
         | Event::Queued { .. }

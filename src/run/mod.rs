@@ -39,5 +39,4 @@ pub mod source;
 
 pub use cleanup::sweep::sweep;
 pub use cleanup::watchdog::watch as watch_container;
-pub use error::RunError;
 pub use execute::execute;

@@ -6,7 +6,9 @@
 //! this one does not) is a probe failure: the caller treats every GPU as unavailable.
 //! "Could not tell" never means "idle".
 
+mod error;
 mod nvml;
+pub mod reading;
 mod shared;
 pub mod smi;
 
@@ -14,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::exit::Failure;
-pub use crate::manifest::{ProbeChoice, is_gpu_uuid};
+pub use crate::manifest::ProbeChoice;
+pub use error::ProbeError;
+pub use reading::{GpuHardware, GpuState, HostInstant, Reading, Snapshot};
 
 /// Whether a driver call of this process never returned: the process must then leave
 /// with `_exit` (see `main`), since its exit handlers could wait for that call for ever.
@@ -26,123 +29,6 @@ pub fn stuck_in_driver() -> bool {
 /// How long one probe may take; a wedged driver makes nvidia-smi hang for minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    #[error(
-        "GPU probe: cannot run `{program}`: {reason} (set CIBOX_NVIDIA_SMI to the nvidia-smi to use)"
-    )]
-    Spawn { program: String, reason: String },
-    #[error("GPU probe: `{program} {query}` exited with {status}: {stderr}")]
-    Failed {
-        program: String,
-        query: &'static str,
-        status: String,
-        stderr: String,
-    },
-    #[error(
-        "GPU probe: `{program} {query}` did not answer within {secs}s; the driver may be wedged"
-    )]
-    Timeout {
-        program: String,
-        query: &'static str,
-        secs: u64,
-    },
-    #[error(
-        "GPU probe: `{program} {query}` line {line}: {reason}; treating all GPUs as unavailable"
-    )]
-    Parse {
-        program: String,
-        query: &'static str,
-        line: usize,
-        reason: String,
-    },
-    /// NVML said something other than a plain answer.
-    #[error("GPU probe: NVML ({lib}): {call}: {message}; treating all GPUs as unavailable")]
-    Nvml {
-        lib: String,
-        call: String,
-        message: String,
-    },
-    /// An NVML call that does not return cannot be interrupted: the thread that made it
-    /// stays stuck, and every later probe of this process fails at once.
-    #[error(
-        "GPU probe: NVML ({lib}): {call} did not answer within {secs}s; the driver may be wedged"
-    )]
-    NvmlTimeout {
-        lib: String,
-        call: String,
-        secs: u64,
-    },
-    /// A GPU that an earlier probe showed is gone: fallen off the bus, or a driver
-    /// reset under way.
-    #[error(
-        "GPU probe: {backend}: GPU {index} ({uuid}) was there at an earlier probe and is gone now; treating all GPUs as unavailable"
-    )]
-    Lost {
-        backend: String,
-        index: u32,
-        uuid: String,
-    },
-    /// A signal arrived while the probe waited for another waiter's.
-    #[error("GPU probe: stopped by {0} while waiting for another waiter's probe")]
-    Interrupted(nix::sys::signal::Signal),
-}
-
-impl crate::error::ErrorKind for ProbeError {
-    /// A probe that fails, hangs or says what cannot be parsed fails closed.
-    fn failure(&self) -> Failure {
-        Failure::Infra
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GpuState {
-    pub index: u32,
-    pub uuid: String,
-    pub memory_used_mib: u64,
-    pub memory_total_mib: u64,
-    pub utilization: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ComputeApp {
-    pub gpu_uuid: String,
-    pub pid: u32,
-    pub used_memory_mib: u64,
-}
-
-/// What a GPU is, for the record of what a batch ran on: its model, memory, and the
-/// driver and CUDA version it is driven by. A field the backend cannot give is `None`
-/// (an older nvidia-smi has no `compute_cap`): these describe, they decide nothing.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GpuHardware {
-    pub index: u32,
-    pub uuid: String,
-    /// The model, as the driver names it (`NVIDIA H100 80GB HBM3`).
-    pub name: Option<String>,
-    pub memory_mib: Option<u64>,
-    /// The driver's version (`550.54.15`).
-    pub driver: Option<String>,
-    /// The highest CUDA version the driver supports (`12.4`).
-    pub cuda: Option<String>,
-    /// `MAJOR.MINOR` (`9.0`).
-    pub compute_capability: Option<String>,
-}
-
-/// What one backend read: the GPUs and the compute processes on them.
-pub type Reading = (Vec<GpuState>, Vec<ComputeApp>);
-
-/// One consistent reading of the host's GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Snapshot {
-    pub gpus: Vec<GpuState>,
-    pub apps: Vec<ComputeApp>,
-    /// GPUs that something cibox knows of is using though the driver may not show it
-    /// yet (UUID, by whom): a running cibox container whose lease died with its cibox.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub claimed: Vec<(String, String)>,
-}
-
 /// The probe timeout: `CIBOX_PROBE_TIMEOUT` (a duration such as `5s`) or 10 s.
 pub fn timeout() -> Duration {
     std::env::var("CIBOX_PROBE_TIMEOUT")
@@ -151,25 +37,6 @@ pub fn timeout() -> Duration {
         .map(|s| s.0)
         .filter(|d| !d.is_zero())
         .unwrap_or(DEFAULT_TIMEOUT)
-}
-
-/// A point on the host's monotonic clock: one clock for every process on the host, so a
-/// probe's start can be compared with the moment another process locked its GPUs.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub struct HostInstant(u64);
-
-impl HostInstant {
-    /// Now; `None` if the clock cannot be read (then nothing is shared).
-    pub fn now() -> Option<HostInstant> {
-        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
-        let secs = u64::try_from(t.tv_sec()).ok()?;
-        let nanos = u64::try_from(t.tv_nsec()).ok()?;
-        Some(HostInstant(
-            secs.checked_mul(1_000_000_000)?.checked_add(nanos)?,
-        ))
-    }
 }
 
 /// The backend that answers, decided at the first probe.

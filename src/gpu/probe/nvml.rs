@@ -16,7 +16,9 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
-use super::{ComputeApp, GpuHardware, GpuState, ProbeError, Reading, is_gpu_uuid};
+use super::error::ProbeError;
+use super::reading::{ComputeApp, GpuHardware, GpuState, Reading};
+use crate::manifest::is_gpu_uuid;
 
 /// The library NVML ships as with the driver (the unversioned name comes only with
 /// development packages).

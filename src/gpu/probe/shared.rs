@@ -27,7 +27,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{ComputeApp, GpuState, HostInstant, ProbeError, Reading};
+use super::error::ProbeError;
+use super::reading::{ComputeApp, GpuState, HostInstant, Reading};
 use crate::lockdir::{LockWait, lock_until, open_read, open_shared_file, vouched_for};
 
 const LOCK: &str = "probe.lock";

@@ -6,7 +6,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{ComputeApp, GpuHardware, GpuState, ProbeError, is_gpu_uuid};
+use super::error::ProbeError;
+use super::reading::{ComputeApp, GpuHardware, GpuState};
+use crate::manifest::is_gpu_uuid;
 
 pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";

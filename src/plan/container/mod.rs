@@ -36,8 +36,6 @@ pub struct Identity<'a> {
     pub source: &'a Path,
     pub source_sha: Option<&'a str>,
     pub fast: bool,
-    pub uid: u32,
-    pub gid: u32,
     /// The host's values of `pass_env`.
     pub pass_env: &'a BTreeMap<String, String>,
     /// The lock dir holding the run's lock.
@@ -51,7 +49,6 @@ pub use crate::util::sanitize;
 #[derive(Debug, Clone)]
 pub struct ContainerPlan {
     pub name: String,
-    pub gpus: u32,
     image: String,
     labels: HashMap<String, String>,
     env: Vec<String>,
@@ -144,11 +141,6 @@ impl ContainerPlan {
             .extend(rendezvous.iter().map(|(k, v)| format!("{k}={v}")));
     }
 
-    /// The host mounts, as the host check resolved them.
-    pub fn mounts(&self) -> &[ResolvedMount] {
-        &self.mounts
-    }
-
     /// Who the batch runs as, `uid:gid`.
     pub fn user(&self) -> &str {
         &self.user
@@ -202,7 +194,6 @@ impl ContainerPlan {
         ]);
         ContainerPlan {
             name,
-            gpus: batch.gpus,
             image: image.to_string(),
             labels,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
@@ -435,8 +426,6 @@ mod tests {
             source: Path::new("/src/p"),
             source_sha: None,
             fast: false,
-            uid: 1000,
-            gid: 1000,
             pass_env: &pass_env,
             lock_dir: Path::new("/run/lock/cibox"),
             policy_digest: None,

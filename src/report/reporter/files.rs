@@ -9,11 +9,12 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::summary::summary_markdown;
+use super::{Reporter, ReporterError};
 use crate::nofollow::create_fresh;
 use crate::report::event::Event;
 use crate::report::junit::CaseStatus;
 use crate::report::outcome::{BatchResult, Status};
-use crate::report::reporter::{Reporter, ReporterError, summary_markdown};
 
 /// The most of a batch's output `log.txt` keeps; past it the log ends with a marker
 /// (the terminal still shows everything). The record says how much there was.
@@ -93,7 +94,7 @@ impl Reporter for Files {
                 std::fs::write(root.join("summary.md"), summary_markdown(&run.batches))
                     .map_err(io)?;
                 std::fs::write(root.join("junit.xml"), merged_junit(&run.batches)).map_err(io)?;
-                let picture = root.join(crate::report::reporter::TIMELINE_FILE);
+                let picture = root.join(crate::report::reporter::summary::TIMELINE_FILE);
                 match crate::report::reporter::timeline::svg(&run.batches) {
                     Some(svg) => std::fs::write(&picture, svg).map_err(io)?,
                     // No batch to draw: no picture of an earlier run stays.

@@ -3,11 +3,12 @@
 //! that did not get to report, the step outputs `status` and `failed_batches`, and the
 //! summary as the step summary (docs/interface.md §9).
 
+use super::summary::summary_markdown;
+use super::{Reporter, ReporterError};
 use crate::github::{append, escape_data, escape_property, output};
 use crate::report::event::Event;
 use crate::report::outcome::{RunResult, Status};
-use crate::report::reporter::pump::{Pump, Sink};
-use crate::report::reporter::{Reporter, ReporterError, summary_markdown};
+use crate::report::reporter::pump::Sink;
 
 /// Writes the GitHub workflow commands of a run to `out` (stdout in a workflow, in
 /// order with the batches' output: one [`Pump`] for both).
@@ -24,13 +25,6 @@ impl<S: Sink> GitHub<S> {
             out,
             token: format!("cibox-{}", crate::util::random_hex(16)),
         }
-    }
-}
-
-impl GitHub<Pump> {
-    /// On stdout, through `out` (shared with the terminal reporter).
-    pub fn stdout(out: Pump) -> GitHub<Pump> {
-        GitHub::new(out)
     }
 }
 

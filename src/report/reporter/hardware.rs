@@ -2,9 +2,9 @@
 //! batch: its GPUs' model, memory, driver, CUDA version, compute capability; then the
 //! kernel and engine) and one closing line on the terminal.
 
+use super::markdown::markdown_text;
 use crate::report::outcome::BatchResult;
 use crate::report::record::{GpuHardware, Hardware};
-use crate::report::reporter::markdown_text;
 
 /// A GPU in one cell: `NVIDIA H100 80GB HBM3 (9.0, 81559 MiB)`.
 fn gpu_text(g: &GpuHardware) -> String {

@@ -11,7 +11,7 @@ use crate::plan::BatchPlan;
 use crate::report::event::Event;
 use crate::report::outcome::RunResult;
 use crate::report::record::{RunRecord, reproduce_line};
-use crate::report::reporter::pump::{Pump, Sink};
+use crate::report::reporter::pump::Sink;
 use crate::report::reporter::{Reporter, ReporterError};
 use crate::report::sweep::{Note, Swept};
 use crate::units::human;
@@ -177,15 +177,6 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
         if let Some(line) = console::log_line(Level::Info, "", msg) {
             self.say(line.as_bytes());
         }
-    }
-}
-
-impl Terminal<Pump, Pump> {
-    /// On stdout and stderr, each written from a thread of its own; `out` is shared
-    /// with whoever else writes stdout during the run (GitHub's workflow commands), so
-    /// that everything keeps its order.
-    pub fn stdio(out: Pump) -> Terminal<Pump, Pump> {
-        Terminal::new(out, Pump::stderr())
     }
 }
 
@@ -365,7 +356,7 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
             "reports: {}, with a picture of the run in {}",
             run.reports.join("summary.md").display(),
             run.reports
-                .join(crate::report::reporter::TIMELINE_FILE)
+                .join(crate::report::reporter::summary::TIMELINE_FILE)
                 .display()
         ));
     }

@@ -110,7 +110,7 @@ impl Execution<'_> {
         batch_dir::prepare(&b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
-        self.emit(&Event::BatchStarted { batch: b })?;
+        self.emit(&Event::BatchStarted)?;
         // The batch's GPUs, leased for its whole life.
         let waiting = Instant::now();
         let (lease, refused) = if b.gpus > 0 {

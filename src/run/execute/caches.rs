@@ -101,7 +101,7 @@ impl Execution<'_> {
             let cache = store.cache(&self.plan.manifest.project, name)?;
             let reading = cache.read()?;
             let layer = if policy.trusted {
-                Layer::Through(cache.write(&reading, b.user)?)
+                Layer::Through(cache.write(b.user)?)
             } else {
                 Layer::Private {
                     upper: String::new(),

@@ -15,7 +15,7 @@ use crate::engine::{
 };
 use crate::image::lockset::{LABEL_DIGEST, LABEL_FILES};
 use crate::plan::{HostFacts, RunRequest};
-use crate::report::ReporterError;
+use crate::report::error::ReporterError;
 use crate::report::outcome::Status;
 
 const IMAGE: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -103,7 +103,6 @@ impl ContainerEngine for FakeEngine {
             id: reference.to_string(),
             labels: self.labels.clone(),
             repo_tags: Vec::new(),
-            size: 0,
             layers: Vec::new(),
         }))
     }
@@ -250,7 +249,7 @@ impl Reporter for Recorder {
             }
             Event::RunStarted { .. } => "run started",
             Event::Swept { .. } => "swept",
-            Event::BatchStarted { .. } => "batch started",
+            Event::BatchStarted => "batch started",
             Event::Waiting { .. } => "waiting",
             Event::Queued { .. } => "queued",
             Event::LeaseGranted { .. } => "lease granted",
@@ -315,7 +314,7 @@ fn project_with(store: Option<&std::path::Path>) -> Project {
         host: "h".into(),
         uid: me.0,
         gid: me.1,
-        run_id: crate::plan::new_run_id(),
+        run_id: crate::plan::run_plan::new_run_id(),
         pass_env: Default::default(),
         mounts: Default::default(),
         policy_digest: None,

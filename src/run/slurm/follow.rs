@@ -58,7 +58,7 @@ impl Submission<'_> {
         batch_dir::prepare(&b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
-        self.emit(&Event::BatchStarted { batch: b })?;
+        self.emit(&Event::BatchStarted)?;
         let spec = self.spec(index)?;
         let end = match self.follow(b, &spec, clock) {
             Ok(end) => end,

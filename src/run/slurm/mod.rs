@@ -20,7 +20,7 @@ mod watchdog;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
-pub use node::{NODE_LEASE_WAIT, NodeJob};
+pub use node::NodeJob;
 pub use watchdog::watch as watch_job;
 
 use crate::host::SlurmPolicy;
