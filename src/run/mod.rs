@@ -22,8 +22,8 @@
 //! - [`order`]: running a run's batches at once or one by one;
 //! - [`execute`]: the run loop on this host;
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
-//! - [`launch`]: one run's setup for every front end; [`qualify`]: the `qualify`
-//!   layer on one image, and its record.
+//! - [`launch`]: one run's setup for every front end;
+//! - [`qualify`]: the `qualify` layer on one image, and its record.
 
 pub mod batch_dir;
 pub mod cleanup;

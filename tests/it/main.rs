@@ -14,6 +14,7 @@ mod doctor;
 mod gpu;
 mod hostile;
 mod image;
+mod layers;
 mod lint;
 mod lockset;
 mod nix;
