@@ -6,7 +6,7 @@
 
 use super::{Audit, Emit};
 use crate::workflow::lint::Rule;
-use crate::workflow::lint::facts::head::HeadCheckout;
+use crate::workflow::lint::facts::checkout::HeadCheckout;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;

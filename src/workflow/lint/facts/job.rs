@@ -10,8 +10,8 @@ use github_actions_models::workflow::Workflow;
 use github_actions_models::workflow::job::{NormalJob, ReusableWorkflowCallJob};
 
 use super::actions::Actions;
+use super::checkout::{HeadCheckout, head_checkouts};
 use super::flow::{Flows, flows};
-use super::head::{HeadCheckout, head_checkouts};
 use super::runner::self_hosted;
 use super::steps::{Inputs, StepView, StepsContext, steps_of};
 use super::taint::Taint;
@@ -160,7 +160,14 @@ impl<'a> JobFacts<'a> {
         );
         let flows = flows(job, wf.workflow, &steps, &taint);
         let approved = wf.approved_for(id);
-        let head_checkouts = head_checkouts(wf, job, &steps, &open_privileged, approved);
+        let head_checkouts = head_checkouts(
+            wf.workflow,
+            wf.reach,
+            job,
+            &steps,
+            &open_privileged,
+            approved,
+        );
         JobFacts {
             wf,
             id,

@@ -8,17 +8,21 @@
 //! - [`triggers`]: the untrusted triggers each job is still open to;
 //! - [`taint`]: which values an outsider writes;
 //! - [`flow`]: attacker text carried between steps (`$GITHUB_ENV`, files);
-//! - [`head`]: where the pull request's head is named or checked out;
+//! - [`head`]: where text names the pull request's head;
+//! - [`checkout`]: the steps that fetch or check it out, and which do so unsafely;
 //! - [`powers`]: the secrets and write permissions a job holds;
-//! - [`env`]: reading `env:` and `with:` maps.
+//! - [`env`]: reading `env:` and `with:` maps;
+//! - [`shell`]: reading scripts as the shell does (continued lines, variables).
 
 pub(crate) mod actions;
+pub(crate) mod checkout;
 pub(crate) mod env;
 pub(crate) mod flow;
 pub(crate) mod head;
 pub(crate) mod job;
 pub(crate) mod powers;
 pub(crate) mod runner;
+pub(crate) mod shell;
 pub(crate) mod steps;
 pub(crate) mod taint;
 pub(crate) mod triggers;
