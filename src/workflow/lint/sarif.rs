@@ -16,7 +16,8 @@ use serde_sarif::sarif::{
     Tool, ToolComponent,
 };
 
-use super::{Finding, Rule, Severity};
+use super::finding::Finding;
+use super::rule::{Rule, Severity};
 
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 

@@ -10,9 +10,9 @@ use github_actions_models::common::Env;
 use github_actions_models::common::expr::LoE;
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::env::env_text;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::rule::Rule;
 use crate::yaml::Mark;
 
 pub(crate) struct EnvFileInjection;
@@ -88,8 +88,8 @@ fn unsecure_commands(job: &JobFacts<'_>) -> Vec<(Mark, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::EnvFileInjection;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn a_title_through_env_into_github_env() {

@@ -2,8 +2,8 @@
 //! job holds the runner (and its GPUs) for GitHub's default of six hours.
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct NoTimeout;
 
@@ -26,7 +26,7 @@ impl Audit for NoTimeout {
 mod tests {
     use super::NoTimeout;
     use crate::workflow::lint::audit::testing::{findings, lines};
-    use crate::workflow::lint::{Rule, Severity};
+    use crate::workflow::lint::rule::{Rule, Severity};
 
     #[test]
     fn a_self_hosted_job_without_a_timeout_even_on_push() {

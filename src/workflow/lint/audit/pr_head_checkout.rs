@@ -5,11 +5,11 @@
 //! ([`JobFacts::head_checkouts`]); this rule reports them.
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::checkout::HeadCheckout;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct PrHeadCheckout;
 
@@ -51,8 +51,8 @@ fn message(c: &HeadCheckout, unreadable: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::PrHeadCheckout;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn checkout_of_the_head_under_pull_request_target() {

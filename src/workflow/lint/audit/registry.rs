@@ -38,7 +38,8 @@ mod tests {
 
     use super::AUDITS;
     use crate::workflow::lint::audit::testing::lines;
-    use crate::workflow::lint::{Rule, lint_source};
+    use crate::workflow::lint::lint_source;
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn every_rule_but_unparsable_is_registered_once() {

@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::expr;
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct ScriptInjection;
 
@@ -102,8 +102,8 @@ fn check_step(job: &JobFacts<'_>, index: usize, step: &StepView<'_>, emit: &mut 
 #[cfg(test)]
 mod tests {
     use super::ScriptInjection;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn an_issue_title_pasted_into_a_script_once() {

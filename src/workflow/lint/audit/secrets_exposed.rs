@@ -5,10 +5,10 @@
 use github_actions_models::workflow::job::Secrets;
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::{CallFacts, JobFacts};
 use crate::workflow::lint::facts::powers::{job_strings, reads_secrets};
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct SecretsExposed;
 
@@ -57,8 +57,8 @@ impl Audit for SecretsExposed {
 #[cfg(test)]
 mod tests {
     use super::SecretsExposed;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn a_secret_read_in_a_step_under_pull_request_target() {

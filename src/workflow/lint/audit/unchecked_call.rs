@@ -3,10 +3,10 @@
 //! cannot read, called where outsiders can reach it.
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::{CallFacts, JobFacts};
 use crate::workflow::lint::facts::steps::StepBody;
 use crate::workflow::lint::facts::triggers::names;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct UncheckedCall;
 
@@ -64,8 +64,8 @@ impl Audit for UncheckedCall {
 #[cfg(test)]
 mod tests {
     use super::UncheckedCall;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn a_call_into_another_repository_under_pull_request() {

@@ -9,9 +9,9 @@ use github_actions_models::common::expr::LoE;
 use github_actions_models::workflow::job::Container;
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::steps::StepBody;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct UnpinnedImage;
 
@@ -87,7 +87,7 @@ impl Audit for UnpinnedImage {
 mod tests {
     use super::UnpinnedImage;
     use crate::workflow::lint::audit::testing::{findings, lines};
-    use crate::workflow::lint::{Rule, Severity};
+    use crate::workflow::lint::rule::{Rule, Severity};
 
     #[test]
     fn tags_and_bare_names_whoever_starts_the_job() {

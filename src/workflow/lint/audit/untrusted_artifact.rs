@@ -4,12 +4,12 @@
 //! token that can write code, workflows or packages.
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::powers::holds;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct UntrustedArtifact;
 
@@ -86,8 +86,8 @@ fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::UntrustedArtifact;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn the_triggering_runs_artifact_on_a_gpu_runner() {

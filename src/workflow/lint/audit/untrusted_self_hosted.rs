@@ -2,10 +2,10 @@
 //! guard. The finding suggests the guard that fits the first trigger.
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct UntrustedSelfHosted;
 
@@ -69,8 +69,8 @@ fn suggested_guard(open: &[Trigger]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::UntrustedSelfHosted;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn a_gpu_runner_under_pull_request_without_a_guard() {

@@ -5,11 +5,11 @@
 use github_actions_models::common::{BasePermission, Permissions};
 
 use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::powers::writes;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Rule;
 
 pub(crate) struct WritePermissions;
 
@@ -65,8 +65,8 @@ impl Audit for WritePermissions {
 #[cfg(test)]
 mod tests {
     use super::WritePermissions;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
     fn a_self_hosted_job_inheriting_write_all_under_pull_request_target() {

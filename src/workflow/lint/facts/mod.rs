@@ -1,6 +1,7 @@
 //! Facts about a workflow and its jobs that the rules ([`super::audit`]) read: computed
 //! here, once, so that no rule reaches into another.
 //!
+//! - [`scope`]: what the workflow is linted as (its own triggers, or a caller's);
 //! - [`job`]: what reaches the workflow and each job, gathered before any rule runs;
 //! - [`steps`]: a job's steps, `parallel:` blocks and local composite actions flattened;
 //! - [`actions`]: the local actions a workflow uses, read once;
@@ -22,6 +23,7 @@ pub(crate) mod head;
 pub(crate) mod job;
 pub(crate) mod powers;
 pub(crate) mod runner;
+pub(crate) mod scope;
 pub(crate) mod shell;
 pub(crate) mod steps;
 pub(crate) mod taint;
