@@ -122,7 +122,7 @@ impl std::fmt::Display for Finding {
             self.line,
             self.col,
             self.what(),
-            self.rule.name()
+            self.rule.id()
         )
     }
 }

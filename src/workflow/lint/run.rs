@@ -16,6 +16,7 @@ use super::facts::job::{CallFacts, JobFacts, WorkflowFacts};
 use super::facts::scope::Scope;
 use super::finding::{Finding, merge};
 use super::parse::parse;
+use super::rule::Rule;
 use super::source::{Resolver, Source};
 
 /// What stays the same through all the workflows one file leads to: how files are read,
@@ -51,8 +52,8 @@ impl<'r> Linter<'r> {
     }
 
     /// The rules on every job of a workflow: this file's findings in source order
-    /// (position, then rule; a stable sort, so findings at one place keep job, then
-    /// registry order), then those of the workflows its jobs call, in job order.
+    /// (position, then the rules' order; a stable sort, so one rule's findings at one
+    /// place keep job order), then those of the workflows its jobs call, in job order.
     fn check(&self, scope: &Scope, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
         let wf = WorkflowFacts::new(scope, workflow, src, self.resolve);
         let mut out = Vec::new();
@@ -91,9 +92,16 @@ impl<'r> Linter<'r> {
                 }
             }
         }
-        out.sort_by_key(|f| (f.line, f.col, f.rule));
+        out.sort_by_key(|f| (f.line, f.col, self.rank(f.rule)));
         out.extend(called);
         out
+    }
+
+    /// Where findings of `rule` come among those at one place: the order of the rules
+    /// (the registry's, which SARIF lists too). The loader's `unparsable`, which is not
+    /// among them, would come first; it is never beside another rule's finding.
+    fn rank(&self, rule: Rule) -> Option<usize> {
+        self.audits.iter().position(|a| a.rule() == rule)
     }
 
     /// Lints the workflow job `id` of `wf` calls (`uses: ./.github/workflows/NAME`) as

@@ -1,5 +1,7 @@
 //! The rules: what a job may not do when someone outside the project can start it. One
-//! rule per file, each an [`Audit`]; [`registry`] lists them in the order they run.
+//! rule per file, each an [`Audit`] that says what it is with [`audit_meta!`] (its id,
+//! severity, summary and help); [`registry`] lists them, once. A new rule is its file,
+//! its `mod` line here and its line in the registry.
 //!
 //! A rule reads the facts of [`super::facts`] and emits findings about one job; it never
 //! reads another rule's findings. [`super::run`] runs every rule on every job and puts
@@ -23,11 +25,49 @@ use super::finding::{Finding, StepLabel};
 use super::rule::Rule;
 use crate::yaml::Mark;
 
-/// One rule. A rule looks at one job at a time, through the facts gathered for it.
-pub(crate) trait Audit {
+/// Says, in an audit's own file, what its rule is as users see it: its id (kebab-case,
+/// printed after each finding), the severity of its findings, a one-line summary and
+/// the help SARIF shows. Gives the audit its [`AuditMeta`] and a `RULE` constant.
+///
+/// ```ignore
+/// audit_meta!(
+///     NoTimeout,
+///     "no-timeout",
+///     Severity::Warning,
+///     "A self-hosted job without timeout-minutes",
+///     "A self-hosted job without timeout-minutes: a hung job holds the runner ..."
+/// );
+/// ```
+macro_rules! audit_meta {
+    ($audit:ty, $id:literal, $severity:expr, $summary:literal, $help:literal $(,)?) => {
+        impl $audit {
+            /// The rule this audit's findings carry.
+            pub(crate) const RULE: $crate::workflow::lint::rule::Rule =
+                $crate::workflow::lint::rule::Rule::new(&$crate::workflow::lint::rule::RuleMeta {
+                    id: $id,
+                    severity: $severity,
+                    summary: $summary,
+                    help: $help,
+                });
+        }
+
+        impl $crate::workflow::lint::audit::AuditMeta for $audit {
+            fn rule(&self) -> $crate::workflow::lint::rule::Rule {
+                Self::RULE
+            }
+        }
+    };
+}
+pub(crate) use audit_meta;
+
+/// What an audit is, as users see it; written with [`audit_meta!`].
+pub(crate) trait AuditMeta {
     /// The rule its findings carry.
     fn rule(&self) -> Rule;
+}
 
+/// One rule. A rule looks at one job at a time, through the facts gathered for it.
+pub(crate) trait Audit: AuditMeta {
     /// Findings about a job that runs steps.
     fn check_job(&self, _job: &JobFacts<'_>, _emit: &mut Emit<'_>) {}
 
@@ -119,7 +159,7 @@ pub(crate) mod testing {
             .map(|f| {
                 format!(
                     "{} {}:{} job {}: {}",
-                    f.rule.name(),
+                    f.rule.id(),
                     f.line,
                     f.col,
                     f.job.as_deref().unwrap_or("-"),
