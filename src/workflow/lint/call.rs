@@ -1,5 +1,7 @@
-//! Reusable workflows a job calls (`uses: ./.github/workflows/NAME`): linted as reached
-//! by the calling job's triggers, their findings carried back with the caller named.
+//! Reusable workflows a job calls (`uses: ./.github/workflows/NAME`): the scope a called
+//! workflow is linted in (the caller's reach, inputs and secrets), and its findings
+//! carried back with the caller named. The linting itself, and its cache, is
+//! [`super::run`]'s.
 
 use github_actions_models::common::Env;
 use github_actions_models::common::expr::LoE;
@@ -7,9 +9,14 @@ use github_actions_models::common::expr::LoE;
 use super::facts::env::env_text;
 use super::facts::head::head_inputs;
 use super::facts::job::WorkflowFacts;
+use super::facts::scope::Scope;
 use super::facts::taint::tainted_inputs;
+use super::finding::Finding;
 use super::guard::Trigger;
-use super::{Finding, MAX_CALL_DEPTH, Rule, Scope};
+use super::rule::Rule;
+
+/// GitHub nests reusable workflows at most ten deep (the caller and nine below).
+pub(crate) const MAX_CALL_DEPTH: usize = 10;
 
 /// How the calling job is reached: the triggers that start it unguarded, and those that
 /// start it only when a trusted person asked.
@@ -18,82 +25,58 @@ pub(crate) struct Reached<'a> {
     pub approved: &'a [Trigger],
 }
 
-/// Lints the workflow a job calls (`uses: ./.github/workflows/NAME`) as reached by the
-/// caller's triggers, once per file and reach (the cache), and returns its findings with
-/// the calling job prepended to their callers; or why it could not be linted.
-pub(crate) fn lint_called(
+/// The scope the workflow in file `callee` is linted in when a job of `wf` calls it:
+/// reached by the caller's triggers less those the calling job keeps out, with the
+/// inputs it fills from `with` and, when `secrets_passed`, its secrets.
+pub(crate) fn callee_scope(
     wf: &WorkflowFacts<'_>,
     here: Reached<'_>,
-    id: &str,
-    uses: &str,
+    callee: String,
     with: &LoE<Env>,
     secrets_passed: bool,
-) -> Result<Vec<Finding>, String> {
-    let (scope, triggers) = (wf.scope, wf.triggers.as_slice());
-    if scope.chain.len() >= MAX_CALL_DEPTH {
-        return Err(format!(
-            "it is more than {MAX_CALL_DEPTH} calls deep, further than GitHub goes"
-        ));
-    }
-    let (callee, text) = (scope.resolve)(uses)
-        .ok_or_else(|| "it is not a readable file in this folder".to_string())?;
-    if scope.chain.contains(&callee) {
-        // A workflow calling itself: GitHub refuses to run it.
-        return Ok(Vec::new());
-    }
-    let guarded: Vec<Trigger> = triggers
+) -> Scope {
+    let scope = wf.scope;
+    let guarded: Vec<Trigger> = wf
+        .triggers
         .iter()
         .copied()
         .filter(|t| !here.open.contains(t) && !here.approved.contains(t))
         .collect();
-    let approved = here.approved.to_vec();
     let tainted = tainted_inputs(with, &scope.tainted_inputs);
     let given: Vec<(String, String)> = env_text(with)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
     let head = head_inputs(&given, &scope.head_inputs);
-    let reach = wf.reach;
-    let key = format!(
-        "{callee}\n{triggers:?}\n{reach:?}\n{guarded:?}\n{approved:?}\n{tainted:?}\n{head:?}\n{secrets_passed}"
-    );
-    let cached = scope.cache.borrow().get(&key).cloned();
-    let findings = match cached {
-        Some(f) => f,
-        None => {
-            let mut chain = scope.chain.clone();
-            chain.push(callee.clone());
-            let inner = Scope {
-                file: callee,
-                triggers: Some(triggers.to_vec()),
-                reach,
-                guarded,
-                approved,
-                tainted_inputs: tainted,
-                head_inputs: head,
-                secrets_passed,
-                chain,
-                resolve: scope.resolve,
-                cache: scope.cache,
-                audits: scope.audits,
-            };
-            let f = super::lint_in(&inner, &text);
-            scope.cache.borrow_mut().insert(key, f.clone());
-            f
-        }
-    };
+    let mut chain = scope.chain.clone();
+    chain.push(callee.clone());
+    Scope {
+        file: callee,
+        triggers: Some(wf.triggers.clone()),
+        reach: wf.reach,
+        guarded,
+        approved: here.approved.to_vec(),
+        tainted_inputs: tainted,
+        head_inputs: head,
+        secrets_passed,
+        chain,
+    }
+}
+
+/// A called workflow's findings as its caller reports them: `caller` (`FILE job JOB`)
+/// prepended to their callers; or, when the workflow is not one lint can read, why.
+pub(crate) fn carried_back(findings: Vec<Finding>, caller: &str) -> Result<Vec<Finding>, String> {
     if let Some(bad) = findings.iter().find(|f| f.rule == Rule::Unparsable) {
         return Err(format!(
             "it is not a readable workflow ({}:{}: {})",
             bad.file, bad.line, bad.message
         ));
     }
-    let caller = format!("{} job {id}", scope.file);
     Ok(findings
         .into_iter()
         .map(|mut f| {
             if f.called_by.is_empty() {
-                f.called_by = vec![caller.clone()];
+                f.called_by = vec![caller.to_string()];
                 f.called_by_count = 1;
             } else {
                 for c in &mut f.called_by {

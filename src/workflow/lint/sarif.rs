@@ -3,10 +3,11 @@
 //! generated from the OASIS schema, so every field is the one the standard names.
 //!
 //! One run, tool `cibox`, every rule described in `tool.driver.rules` (id, short and full
-//! description, default level); one result per finding with its rule, level, message and
-//! physical location (file, line, column; columns count characters). Files are named
-//! relative to `root` (the repository the workflows are in) where they are inside it, as
-//! code scanning expects, else by absolute `file://` URI.
+//! description, default level; in the registry's order, [`registry::rules`]); one result
+//! per finding with its rule, level, message and physical location (file, line, column;
+//! columns count characters). Files are named relative to `root` (the repository the
+//! workflows are in) where they are inside it, as code scanning expects, else by
+//! absolute `file://` URI.
 
 use std::path::Path;
 
@@ -16,7 +17,9 @@ use serde_sarif::sarif::{
     Tool, ToolComponent,
 };
 
-use super::{Finding, Rule, Severity};
+use super::audit::registry;
+use super::finding::Finding;
+use super::rule::{Rule, Severity};
 
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 
@@ -33,11 +36,11 @@ fn text(t: &str) -> MultiformatMessageString {
 
 fn descriptor(rule: Rule) -> ReportingDescriptor {
     ReportingDescriptor::builder()
-        .id(rule.name())
-        .name(rule.name())
+        .id(rule.id())
+        .name(rule.id())
         .short_description(text(rule.summary()))
-        .full_description(text(rule.description()))
-        .help(text(rule.description()))
+        .full_description(text(rule.help()))
+        .help(text(rule.help()))
         .default_configuration(
             ReportingConfiguration::builder()
                 .level(serde_json::Value::from(level(rule.severity())))
@@ -75,7 +78,7 @@ fn result(f: &Finding, root: Option<&Path>) -> SarifResult {
         .region(region)
         .build();
     SarifResult::builder()
-        .rule_id(f.rule.name())
+        .rule_id(f.rule.id())
         .level(match f.severity {
             Severity::Error => ResultLevel::Error,
             Severity::Warning => ResultLevel::Warning,
@@ -93,7 +96,7 @@ pub fn log(findings: &[Finding], root: Option<&Path>) -> Sarif {
         .name("cibox")
         .version(env!("CARGO_PKG_VERSION"))
         .semantic_version(env!("CARGO_PKG_VERSION"))
-        .rules(Rule::ALL.iter().map(|r| descriptor(*r)).collect::<Vec<_>>())
+        .rules(registry::rules().map(descriptor).collect::<Vec<_>>())
         .build();
     let run = Run::builder()
         .tool(Tool::builder().driver(driver).build())
@@ -121,7 +124,7 @@ mod tests {
         let run = &log["runs"][0];
         assert_eq!(run["tool"]["driver"]["name"], "cibox");
         let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
-        assert_eq!(rules.len(), Rule::ALL.len());
+        assert_eq!(rules.len(), registry::rules().count());
         let rule = rules
             .iter()
             .find(|r| r["id"] == "untrusted-self-hosted")

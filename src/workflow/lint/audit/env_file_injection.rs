@@ -9,19 +9,23 @@
 use github_actions_models::common::Env;
 use github_actions_models::common::expr::LoE;
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::env::env_text;
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::rule::Severity;
 use crate::yaml::Mark;
 
 pub(crate) struct EnvFileInjection;
 
-impl Audit for EnvFileInjection {
-    fn rule(&self) -> Rule {
-        Rule::EnvFileInjection
-    }
+audit_meta!(
+    EnvFileInjection,
+    "env-file-injection",
+    Severity::Error,
+    "Text an outsider controls written to $GITHUB_ENV or $GITHUB_PATH",
+    "A step writes text an outsider controls to $GITHUB_ENV (a newline in it sets any variable for every later step, and BASH_ENV, LD_PRELOAD or NODE_OPTIONS run code) or to $GITHUB_PATH (later commands come from a folder it names). Give each step that needs the value its own env: instead."
+);
 
+impl Audit for EnvFileInjection {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         let wf = job.wf;
         if wf.triggers.is_empty() || (job.runner.is_none() && !wf.privileged_trigger) {
@@ -88,7 +92,6 @@ fn unsecure_commands(job: &JobFacts<'_>) -> Vec<(Mark, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::EnvFileInjection;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
 
     #[test]
@@ -97,7 +100,7 @@ mod tests {
             &EnvFileInjection,
             "on: pull_request_target\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - env:\n          TITLE: ${{ github.event.pull_request.title }}\n        run: |\n          echo \"TITLE=$TITLE\" >> \"$GITHUB_ENV\"\n",
         );
-        all_are(&f, Rule::EnvFileInjection);
+        all_are(&f, EnvFileInjection::RULE);
         assert_eq!(
             lines(&f),
             [

@@ -1,9 +1,11 @@
 //! The rules: what a job may not do when someone outside the project can start it. One
-//! rule per file, each an [`Audit`]; [`registry`] lists them in the order they run.
+//! rule per file, each an [`Audit`] that says what it is with [`audit_meta!`] (its id,
+//! severity, summary and help); [`registry`] lists them, once. A new rule is its file,
+//! its `mod` line here and its line in the registry.
 //!
 //! A rule reads the facts of [`super::facts`] and emits findings about one job; it never
-//! reads another rule's findings. [`check`] runs every rule on every job and puts the
-//! findings in source order.
+//! reads another rule's findings. [`super::run`] runs every rule on every job and puts
+//! the findings in source order.
 
 mod env_file_injection;
 mod no_timeout;
@@ -17,19 +19,55 @@ mod untrusted_artifact;
 mod untrusted_self_hosted;
 mod write_permissions;
 
-use github_actions_models::workflow::{Job, Workflow};
-
-use super::call::{Reached, lint_called};
-use super::facts::job::{CallFacts, JobFacts, WorkflowFacts};
+use super::facts::job::{CallFacts, JobFacts};
 use super::facts::steps::StepView;
-use super::{Finding, Rule, Scope, Source, StepLabel};
+use super::finding::{Finding, StepLabel};
+use super::rule::Rule;
 use crate::yaml::Mark;
 
-/// One rule. A rule looks at one job at a time, through the facts gathered for it.
-pub(crate) trait Audit {
+/// Says, in an audit's own file, what its rule is as users see it: its id (kebab-case,
+/// printed after each finding), the severity of its findings, a one-line summary and
+/// the help SARIF shows. Gives the audit its [`AuditMeta`] and a `RULE` constant.
+///
+/// ```ignore
+/// audit_meta!(
+///     NoTimeout,
+///     "no-timeout",
+///     Severity::Warning,
+///     "A self-hosted job without timeout-minutes",
+///     "A self-hosted job without timeout-minutes: a hung job holds the runner ..."
+/// );
+/// ```
+macro_rules! audit_meta {
+    ($audit:ty, $id:literal, $severity:expr, $summary:literal, $help:literal $(,)?) => {
+        impl $audit {
+            /// The rule this audit's findings carry.
+            pub(crate) const RULE: $crate::workflow::lint::rule::Rule =
+                $crate::workflow::lint::rule::Rule::new(&$crate::workflow::lint::rule::RuleMeta {
+                    id: $id,
+                    severity: $severity,
+                    summary: $summary,
+                    help: $help,
+                });
+        }
+
+        impl $crate::workflow::lint::audit::AuditMeta for $audit {
+            fn rule(&self) -> $crate::workflow::lint::rule::Rule {
+                Self::RULE
+            }
+        }
+    };
+}
+pub(crate) use audit_meta;
+
+/// What an audit is, as users see it; written with [`audit_meta!`].
+pub(crate) trait AuditMeta {
     /// The rule its findings carry.
     fn rule(&self) -> Rule;
+}
 
+/// One rule. A rule looks at one job at a time, through the facts gathered for it.
+pub(crate) trait Audit: AuditMeta {
     /// Findings about a job that runs steps.
     fn check_job(&self, _job: &JobFacts<'_>, _emit: &mut Emit<'_>) {}
 
@@ -46,7 +84,17 @@ pub(crate) struct Emit<'o> {
     out: &'o mut Vec<Finding>,
 }
 
-impl Emit<'_> {
+impl<'o> Emit<'o> {
+    /// Where `rule`'s findings about job `job` of `file` go.
+    pub fn new(rule: Rule, file: &'o str, job: &'o str, out: &'o mut Vec<Finding>) -> Emit<'o> {
+        Emit {
+            rule,
+            file,
+            job,
+            out,
+        }
+    }
+
     /// A finding about the job.
     pub fn job(&mut self, mark: Mark, message: String) {
         self.push(mark, None, None, message);
@@ -74,69 +122,14 @@ impl Emit<'_> {
     }
 }
 
-/// The scope's rules (the registry's) on every job of a workflow: this file's findings
-/// in source order (position, then rule; a stable sort, so findings at one place keep
-/// job, then registry order), then those of the workflows its jobs call, in job order.
-pub(super) fn check(scope: &Scope<'_>, workflow: &Workflow, src: &Source<'_>) -> Vec<Finding> {
-    let audits = scope.audits;
-    let wf = WorkflowFacts::new(scope, workflow, src);
-    let mut out = Vec::new();
-    let mut called = Vec::new();
-    for (id, job) in &workflow.jobs {
-        match job {
-            Job::NormalJob(job) => {
-                let facts = JobFacts::new(&wf, id, job);
-                for audit in audits {
-                    audit.check_job(&facts, &mut emit(*audit, scope, id, &mut out));
-                }
-            }
-            Job::ReusableWorkflowCallJob(call) => {
-                let facts = CallFacts::new(&wf, id, call, |open, approved, uses| {
-                    lint_called(
-                        &wf,
-                        Reached { open, approved },
-                        id,
-                        uses,
-                        &call.with,
-                        call.secrets.is_some(),
-                    )
-                });
-                for audit in audits {
-                    audit.check_call(&facts, &mut emit(*audit, scope, id, &mut out));
-                }
-                if let Some(Ok(findings)) = facts.linted {
-                    called.extend(findings);
-                }
-            }
-        }
-    }
-    out.sort_by_key(|f| (f.line, f.col, f.rule));
-    out.extend(called);
-    out
-}
-
-fn emit<'o>(
-    audit: &dyn Audit,
-    scope: &'o Scope<'_>,
-    job: &'o str,
-    out: &'o mut Vec<Finding>,
-) -> Emit<'o> {
-    Emit {
-        rule: audit.rule(),
-        file: &scope.file,
-        job,
-        out,
-    }
-}
-
 /// Running one rule alone, through the same parsing and merging as `workflow lint`.
 #[cfg(test)]
 pub(crate) mod testing {
-    use std::cell::RefCell;
-    use std::collections::{BTreeMap, HashMap};
-
     use super::Audit;
-    use crate::workflow::lint::{Finding, Rule, Scope, lint_in};
+    use crate::workflow::lint::facts::scope::Scope;
+    use crate::workflow::lint::finding::Finding;
+    use crate::workflow::lint::rule::Rule;
+    use crate::workflow::lint::run::Linter;
 
     /// The findings `audit` alone gives on `text` (file `test.yml`); `called` are the
     /// workflows its jobs may call, by file name under `./.github/workflows/`, and other
@@ -150,22 +143,7 @@ pub(crate) mod testing {
                 .find(|(n, _)| *n == name)
                 .map(|(n, t)| (n.to_string(), t.to_string()))
         };
-        let cache = RefCell::new(HashMap::new());
-        let scope = Scope {
-            file: "test.yml".to_string(),
-            triggers: None,
-            reach: crate::workflow::lint::guard::Reach::default(),
-            guarded: Vec::new(),
-            approved: Vec::new(),
-            tainted_inputs: BTreeMap::new(),
-            head_inputs: BTreeMap::new(),
-            secrets_passed: true,
-            chain: vec!["test.yml".to_string()],
-            resolve: &resolve,
-            cache: &cache,
-            audits: &[audit],
-        };
-        lint_in(&scope, text)
+        Linter::new(&resolve, &[audit]).lint(&Scope::own("test.yml"), text)
     }
 
     /// The findings `audit` alone gives on `text`.
@@ -181,7 +159,7 @@ pub(crate) mod testing {
             .map(|f| {
                 format!(
                     "{} {}:{} job {}: {}",
-                    f.rule.name(),
+                    f.rule.id(),
                     f.line,
                     f.col,
                     f.job.as_deref().unwrap_or("-"),

@@ -1,17 +1,21 @@
 //! no-timeout: a self-hosted job without `timeout-minutes`, whoever can start it: a hung
 //! job holds the runner (and its GPUs) for GitHub's default of six hours.
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::job::JobFacts;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct NoTimeout;
 
-impl Audit for NoTimeout {
-    fn rule(&self) -> Rule {
-        Rule::NoTimeout
-    }
+audit_meta!(
+    NoTimeout,
+    "no-timeout",
+    Severity::Warning,
+    "A self-hosted job without timeout-minutes",
+    "A self-hosted job without timeout-minutes: a hung job holds the runner and its GPUs for GitHub's default of six hours."
+);
 
+impl Audit for NoTimeout {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         if job.runner.is_some() && job.job.timeout_minutes.is_none() {
             emit.job(
@@ -26,7 +30,7 @@ impl Audit for NoTimeout {
 mod tests {
     use super::NoTimeout;
     use crate::workflow::lint::audit::testing::{findings, lines};
-    use crate::workflow::lint::{Rule, Severity};
+    use crate::workflow::lint::rule::Severity;
 
     #[test]
     fn a_self_hosted_job_without_a_timeout_even_on_push() {
@@ -40,7 +44,7 @@ mod tests {
                 "no-timeout 3:3 job gpu: self-hosted job without `timeout-minutes`: a hung job holds the runner (and its GPUs) for 6 hours"
             ]
         );
-        assert_eq!(f[0].rule, Rule::NoTimeout);
+        assert_eq!(f[0].rule, NoTimeout::RULE);
         assert_eq!(f[0].severity, Severity::Warning);
     }
 

@@ -4,20 +4,24 @@
 //! event's head sha, not a branch that moves). Which steps do so is a shared fact
 //! ([`JobFacts::head_checkouts`]); this rule reports them.
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
-use crate::workflow::lint::facts::head::HeadCheckout;
+use super::{Audit, Emit, audit_meta};
+use crate::workflow::lint::facts::checkout::HeadCheckout;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct PrHeadCheckout;
 
-impl Audit for PrHeadCheckout {
-    fn rule(&self) -> Rule {
-        Rule::PrHeadCheckout
-    }
+audit_meta!(
+    PrHeadCheckout,
+    "pr-head-checkout",
+    Severity::Error,
+    "The pull request's code checked out where the base repository's token and secrets are",
+    "A step fetches or checks out the pull request's code (its head or merge ref, its sha, its branch, refs/pull/N/..., gh pr checkout) under a trigger that runs with the base repository's token and secrets, without a guard; or after an approval that does not vouch for what it fetches: a member's comment names no commit, and a label approves the event's head sha, not a branch that moves."
+);
 
+impl Audit for PrHeadCheckout {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         for checkout in &job.head_checkouts {
             let step = &job.steps[checkout.step];
@@ -51,7 +55,6 @@ fn message(c: &HeadCheckout, unreadable: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::PrHeadCheckout;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
 
     #[test]
@@ -60,7 +63,7 @@ mod tests {
             &PrHeadCheckout,
             "on: pull_request_target\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n        with:\n          ref: ${{ github.event.pull_request.head.sha }}\n      - run: make\n",
         );
-        all_are(&f, Rule::PrHeadCheckout);
+        all_are(&f, PrHeadCheckout::RULE);
         assert_eq!(
             lines(&f),
             [

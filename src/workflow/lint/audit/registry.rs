@@ -1,52 +1,71 @@
-//! The rules `workflow lint` runs, in the order they run on each job.
+//! The rules `workflow lint` runs, each listed once. A rule's line here is all it takes
+//! beyond its own file (and that file's `mod` line).
 //!
-//! The order is the one findings about a job were made in before the rules had files of
-//! their own. Findings are sorted by position and rule afterwards (a stable sort), so
-//! this order only decides between findings of one rule at one place; keeping it anyway
-//! keeps the output byte for byte.
+//! The order is the one SARIF lists the rules in (after the loader's `unparsable`), and
+//! the one findings at the same line and column are sorted by: the order of the enum the
+//! rules were before they had files of their own, kept so the output stays byte for
+//! byte. It is also the order the rules run in on each job, which shows nowhere: each
+//! rule's findings are made job by job, then sorted stably by place and rule.
 
 use super::Audit;
-use super::env_file_injection::EnvFileInjection;
-use super::no_timeout::NoTimeout;
-use super::pr_head_checkout::PrHeadCheckout;
-use super::script_injection::ScriptInjection;
-use super::secrets_exposed::SecretsExposed;
-use super::unchecked_call::UncheckedCall;
-use super::unpinned_image::UnpinnedImage;
-use super::untrusted_artifact::UntrustedArtifact;
-use super::untrusted_self_hosted::UntrustedSelfHosted;
-use super::write_permissions::WritePermissions;
+use crate::workflow::lint::rule::Rule;
 
-/// Every rule, once. A job that calls a reusable workflow meets only the first and
-/// secrets-exposed (their `check_call`); the others look at jobs that run steps.
+/// Every audit, once. A job that calls a reusable workflow meets only secrets-exposed
+/// and unchecked-call (their `check_call`); the others look at jobs that run steps.
 pub(crate) const AUDITS: &[&dyn Audit] = &[
-    &UncheckedCall,
-    &UntrustedSelfHosted,
-    &PrHeadCheckout,
-    &WritePermissions,
-    &SecretsExposed,
-    &UntrustedArtifact,
-    &ScriptInjection,
-    &EnvFileInjection,
-    &NoTimeout,
-    &UnpinnedImage,
+    &super::untrusted_self_hosted::UntrustedSelfHosted,
+    &super::pr_head_checkout::PrHeadCheckout,
+    &super::script_injection::ScriptInjection,
+    &super::env_file_injection::EnvFileInjection,
+    &super::write_permissions::WritePermissions,
+    &super::secrets_exposed::SecretsExposed,
+    &super::untrusted_artifact::UntrustedArtifact,
+    &super::no_timeout::NoTimeout,
+    &super::unchecked_call::UncheckedCall,
+    &super::unpinned_image::UnpinnedImage,
 ];
+
+/// Every rule a finding can carry, in SARIF's order: the loader's `unparsable`, then the
+/// audits'.
+pub(crate) fn rules() -> impl Iterator<Item = Rule> {
+    std::iter::once(Rule::Unparsable).chain(AUDITS.iter().map(|a| a.rule()))
+}
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::AUDITS;
+    use super::{AUDITS, rules};
     use crate::workflow::lint::audit::testing::lines;
-    use crate::workflow::lint::{Rule, lint_source};
+    use crate::workflow::lint::lint_source;
+    use crate::workflow::lint::rule::Rule;
 
     #[test]
-    fn every_rule_but_unparsable_is_registered_once() {
-        let rules: Vec<Rule> = AUDITS.iter().map(|a| a.rule()).collect();
-        let unique: BTreeSet<Rule> = rules.iter().copied().collect();
-        assert_eq!(unique.len(), rules.len(), "{rules:?}");
-        assert!(!unique.contains(&Rule::Unparsable));
-        assert_eq!(unique.len(), 10);
+    fn every_rule_has_an_id_of_its_own_and_says_what_it_is() {
+        let ids: Vec<&str> = rules().map(Rule::id).collect();
+        let unique: BTreeSet<&str> = ids.iter().copied().collect();
+        assert_eq!(unique.len(), ids.len(), "{ids:?}");
+        assert_eq!(ids.len(), AUDITS.len() + 1, "{ids:?}");
+        assert!(AUDITS.iter().all(|a| a.rule() != Rule::Unparsable));
+        for rule in rules() {
+            let id = rule.id();
+            assert!(
+                !id.is_empty()
+                    && !id.starts_with('-')
+                    && !id.ends_with('-')
+                    && !id.contains("--")
+                    && id.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "not kebab-case: {id:?}"
+            );
+            assert!(
+                !rule.summary().is_empty() && !rule.summary().contains('\n'),
+                "{id}: a summary is one line"
+            );
+            assert!(
+                rule.help().len() > rule.summary().len(),
+                "{id}: help says more"
+            );
+        }
     }
 
     /// All the rules on one workflow, through `lint_source`: findings in source order,

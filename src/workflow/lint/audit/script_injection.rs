@@ -5,20 +5,24 @@
 
 use std::collections::BTreeSet;
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::expr;
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct ScriptInjection;
 
-impl Audit for ScriptInjection {
-    fn rule(&self) -> Rule {
-        Rule::ScriptInjection
-    }
+audit_meta!(
+    ScriptInjection,
+    "script-injection",
+    Severity::Error,
+    "Text an outsider controls pasted into a script, or run as code",
+    "An expression whose value an outsider writes (a title, a body, a branch name, a commit message, a step or job output, a computed matrix value, an input filled from those, an env variable set from them or through $GITHUB_ENV) is pasted into a run: script or github-script, where it becomes code; or such text is run from a file or a variable. Pass values through env: and quote them as data."
+);
 
+impl Audit for ScriptInjection {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         let wf = job.wf;
         if wf.triggers.is_empty() || (job.runner.is_none() && !wf.privileged_trigger) {
@@ -102,7 +106,6 @@ fn check_step(job: &JobFacts<'_>, index: usize, step: &StepView<'_>, emit: &mut 
 #[cfg(test)]
 mod tests {
     use super::ScriptInjection;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
 
     #[test]
@@ -111,7 +114,7 @@ mod tests {
             &ScriptInjection,
             "on: issues\njobs:\n  triage:\n    runs-on: ubuntu-latest\n    steps:\n      - run: |\n          echo \"${{ github.event.issue.title }}\"\n          echo \"${{ github.event.issue.title }}\"\n",
         );
-        all_are(&f, Rule::ScriptInjection);
+        all_are(&f, ScriptInjection::RULE);
         assert_eq!(
             lines(&f),
             [

@@ -4,19 +4,23 @@
 
 use github_actions_models::workflow::job::Secrets;
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::job::{CallFacts, JobFacts};
 use crate::workflow::lint::facts::powers::{job_strings, reads_secrets};
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct SecretsExposed;
 
-impl Audit for SecretsExposed {
-    fn rule(&self) -> Rule {
-        Rule::SecretsExposed
-    }
+audit_meta!(
+    SecretsExposed,
+    "secrets-exposed",
+    Severity::Error,
+    "Secrets in a pull_request_target job that any fork can start",
+    "A pull_request_target job that any fork's pull request starts without a guard reads secrets (other than GITHUB_TOKEN), or passes them to a reusable workflow."
+);
 
+impl Audit for SecretsExposed {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         if !job.open.contains(&Trigger::PullRequestTarget) || !job.wf.scope.secrets_passed {
             return;
@@ -57,7 +61,6 @@ impl Audit for SecretsExposed {
 #[cfg(test)]
 mod tests {
     use super::SecretsExposed;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
 
     #[test]
@@ -66,7 +69,7 @@ mod tests {
             &SecretsExposed,
             "on: pull_request_target\njobs:\n  deploy:\n    runs-on: ubuntu-latest\n    steps:\n      - run: ./deploy\n        env:\n          KEY: ${{ secrets.DEPLOY_KEY }}\n",
         );
-        all_are(&f, Rule::SecretsExposed);
+        all_are(&f, SecretsExposed::RULE);
         assert_eq!(
             lines(&f),
             [

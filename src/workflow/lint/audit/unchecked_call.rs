@@ -2,19 +2,23 @@
 //! missing file, too deep a chain of calls), or a local action whose `action.yml` it
 //! cannot read, called where outsiders can reach it.
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::job::{CallFacts, JobFacts};
 use crate::workflow::lint::facts::steps::StepBody;
 use crate::workflow::lint::facts::triggers::names;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct UncheckedCall;
 
-impl Audit for UncheckedCall {
-    fn rule(&self) -> Rule {
-        Rule::UncheckedCall
-    }
+audit_meta!(
+    UncheckedCall,
+    "unchecked-call",
+    Severity::Warning,
+    "A reusable workflow or local action that lint cannot check",
+    "A reusable workflow in another repository (or missing, broken, or deeper than GitHub allows), or a local action whose action.yml lint cannot read, used by a job outsiders can start. Lint it where it lives, or guard the job."
+);
 
+impl Audit for UncheckedCall {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         if job.open.is_empty() {
             return;
@@ -64,7 +68,6 @@ impl Audit for UncheckedCall {
 #[cfg(test)]
 mod tests {
     use super::UncheckedCall;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, findings_with, lines};
 
     #[test]
@@ -73,7 +76,7 @@ mod tests {
             &UncheckedCall,
             "on: pull_request\njobs:\n  gpu:\n    uses: org/ci/.github/workflows/gpu.yml@v1\n",
         );
-        all_are(&f, Rule::UncheckedCall);
+        all_are(&f, UncheckedCall::RULE);
         assert_eq!(
             lines(&f),
             [

@@ -8,12 +8,20 @@ use github_actions_models::common::Uses;
 use github_actions_models::common::expr::LoE;
 use github_actions_models::workflow::job::Container;
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::steps::StepBody;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct UnpinnedImage;
+
+audit_meta!(
+    UnpinnedImage,
+    "unpinned-image",
+    Severity::Warning,
+    "A container image not pinned by digest",
+    "A job's container or service image, or a docker:// step, named by tag: whoever controls the tag controls what runs. Name it by digest (IMAGE@sha256:...)."
+);
 
 /// Whether an image is named by a full `sha256:` digest.
 fn pinned(image: &DockerUses) -> bool {
@@ -31,10 +39,6 @@ fn message(what: &str, image: &DockerUses) -> String {
 }
 
 impl Audit for UnpinnedImage {
-    fn rule(&self) -> Rule {
-        Rule::UnpinnedImage
-    }
-
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         let src = job.wf.src;
         let containers = job
@@ -87,7 +91,7 @@ impl Audit for UnpinnedImage {
 mod tests {
     use super::UnpinnedImage;
     use crate::workflow::lint::audit::testing::{findings, lines};
-    use crate::workflow::lint::{Rule, Severity};
+    use crate::workflow::lint::rule::Severity;
 
     #[test]
     fn tags_and_bare_names_whoever_starts_the_job() {
@@ -105,7 +109,7 @@ mod tests {
         );
         assert!(
             f.iter()
-                .all(|x| x.rule == Rule::UnpinnedImage && x.severity == Severity::Warning)
+                .all(|x| x.rule == UnpinnedImage::RULE && x.severity == Severity::Warning)
         );
     }
 

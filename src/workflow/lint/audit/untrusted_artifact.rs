@@ -3,21 +3,25 @@
 //! something: a self-hosted runner, or on GitHub's runners a job holding secrets or a
 //! token that can write code, workflows or packages.
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::env::env_value;
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::powers::holds;
 use crate::workflow::lint::facts::steps::{StepBody, StepView, is_action};
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct UntrustedArtifact;
 
-impl Audit for UntrustedArtifact {
-    fn rule(&self) -> Rule {
-        Rule::UntrustedArtifact
-    }
+audit_meta!(
+    UntrustedArtifact,
+    "untrusted-artifact",
+    Severity::Error,
+    "A fork's artifact downloaded where running it costs something",
+    "Under workflow_run, a step downloads what the triggering run uploaded (a fork's pull request made that run) on a self-hosted runner, or into a job holding secrets or a token that writes code, workflows or packages. Handle such files as data, in a job without secrets or write permissions."
+);
 
+impl Audit for UntrustedArtifact {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         if !job.open.contains(&Trigger::WorkflowRun) {
             return;
@@ -86,7 +90,6 @@ fn downloads_run_artifact(step: &StepView<'_>) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::UntrustedArtifact;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
 
     #[test]
@@ -95,7 +98,7 @@ mod tests {
             &UntrustedArtifact,
             "on:\n  workflow_run:\n    workflows: [ci]\njobs:\n  bench:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - uses: actions/download-artifact@v4\n        with:\n          run-id: ${{ github.event.workflow_run.id }}\n      - run: gh run download\n      - run: gh api \"repos/o/r/actions/runs/${{ github.event.workflow_run.id }}/artifacts\" > a.json\n",
         );
-        all_are(&f, Rule::UntrustedArtifact);
+        all_are(&f, UntrustedArtifact::RULE);
         assert_eq!(
             lines(&f),
             [

@@ -1,19 +1,23 @@
 //! untrusted-self-hosted: a self-hosted job that an outsider's event starts without a
 //! guard. The finding suggests the guard that fits the first trigger.
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct UntrustedSelfHosted;
 
-impl Audit for UntrustedSelfHosted {
-    fn rule(&self) -> Rule {
-        Rule::UntrustedSelfHosted
-    }
+audit_meta!(
+    UntrustedSelfHosted,
+    "untrusted-self-hosted",
+    Severity::Error,
+    "A self-hosted runner that outsiders' events reach",
+    "A job on a self-hosted runner (any label that is not a GitHub-hosted one, a runner group, an expression) that an event outsiders can cause (a fork's pull request, a comment, an issue, a run of another workflow, a star, a status) starts without a guard. Guard it with the same-repository check, the commenter's association, or for outsiders' pull requests the approved-commit pattern (pull_request_target on labeled only, a label check, a checkout of github.event.pull_request.head.sha)."
+);
 
+impl Audit for UntrustedSelfHosted {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         let Some(runner) = &job.runner else {
             return;
@@ -69,7 +73,6 @@ fn suggested_guard(open: &[Trigger]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::UntrustedSelfHosted;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
 
     #[test]
@@ -78,7 +81,7 @@ mod tests {
             &UntrustedSelfHosted,
             "on: pull_request\njobs:\n  gpu:\n    runs-on: [self-hosted, gpu]\n    steps: [{run: make}]\n",
         );
-        all_are(&f, Rule::UntrustedSelfHosted);
+        all_are(&f, UntrustedSelfHosted::RULE);
         assert_eq!(
             lines(&f),
             [

@@ -4,20 +4,24 @@
 
 use github_actions_models::common::{BasePermission, Permissions};
 
-use super::{Audit, Emit};
-use crate::workflow::lint::Rule;
+use super::{Audit, Emit, audit_meta};
 use crate::workflow::lint::facts::job::JobFacts;
 use crate::workflow::lint::facts::powers::writes;
 use crate::workflow::lint::facts::triggers::names;
 use crate::workflow::lint::guard::Trigger;
+use crate::workflow::lint::rule::Severity;
 
 pub(crate) struct WritePermissions;
 
-impl Audit for WritePermissions {
-    fn rule(&self) -> Rule {
-        Rule::WritePermissions
-    }
+audit_meta!(
+    WritePermissions,
+    "write-permissions",
+    Severity::Error,
+    "Write permissions on a job that outsiders drive",
+    "A job that outsiders drive under a privileged trigger (a self-hosted one, or one that runs the pull request's code) has a token with write permissions. Give it contents: read and move writes to a job that runs no outside code."
+);
 
+impl Audit for WritePermissions {
     fn check_job(&self, job: &JobFacts<'_>, emit: &mut Emit<'_>) {
         // The triggers that let outsiders drive it: unguarded privileged ones on a
         // self-hosted runner, and any under which it runs the pull request's code.
@@ -65,7 +69,6 @@ impl Audit for WritePermissions {
 #[cfg(test)]
 mod tests {
     use super::WritePermissions;
-    use crate::workflow::lint::Rule;
     use crate::workflow::lint::audit::testing::{all_are, findings, lines};
 
     #[test]
@@ -74,7 +77,7 @@ mod tests {
             &WritePermissions,
             "on: pull_request_target\npermissions: write-all\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    steps: [{run: make}]\n",
         );
-        all_are(&f, Rule::WritePermissions);
+        all_are(&f, WritePermissions::RULE);
         assert_eq!(
             lines(&f),
             [

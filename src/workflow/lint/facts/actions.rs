@@ -9,7 +9,7 @@ use github_actions_models::common::Uses;
 use github_actions_models::workflow::job::{ParallelStep, Step};
 use github_actions_models::workflow::{Job, Workflow};
 
-use crate::workflow::lint::{Resolver, Source};
+use crate::workflow::lint::source::{Resolver, Source};
 use crate::yaml::{self, Node};
 
 /// How deep composite actions may call other local actions before lint stops reading
@@ -32,10 +32,7 @@ pub(crate) struct LocalAction {
 impl LocalAction {
     /// Positions in the action's file.
     pub fn source(&self) -> Source<'_> {
-        Source {
-            root: &self.root,
-            text: &self.text,
-        }
+        Source::new(&self.root, &self.text)
     }
 
     /// The steps of a composite action; `None` for a JavaScript or Docker action.

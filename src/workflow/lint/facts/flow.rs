@@ -19,7 +19,7 @@ use github_actions_models::workflow::job::NormalJob;
 use regex::Regex;
 
 use super::env::env_text;
-use super::head::{SHELL_VAR, logical_lines};
+use super::shell::{SHELL_VAR, logical_lines};
 use super::steps::{StepBody, StepView};
 use super::taint::Taint;
 use crate::workflow::lint::expr;

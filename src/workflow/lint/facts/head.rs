@@ -1,21 +1,16 @@
-//! The pull request's head (its code): where text names it, and which steps fetch or
-//! check it out. The checkout is a fact, not only a finding: a job that runs the pull
-//! request's code must not also hold write permissions.
+//! The pull request's head (its code) named in text: the contexts that hold its ref,
+//! sha or repository, the refs built from its number, and the inputs a caller fills with
+//! one. Which steps go on to fetch or check it out is [`super::checkout`]'s.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use github_actions_models::common::Env;
 use github_actions_models::common::expr::LoE;
-use github_actions_models::workflow::Workflow;
-use github_actions_models::workflow::job::NormalJob;
 use regex::Regex;
 
-use super::env::{env_value, env_value_ci};
-use super::job::WorkflowFacts;
-use super::steps::{StepBody, StepView, is_action};
+use super::env::env_value_ci;
 use crate::workflow::lint::expr;
-use crate::workflow::lint::guard::{Condition, Trigger};
 
 /// Contexts that name the pull request's head (its code).
 const PR_HEAD: &[&str] = &[
@@ -37,24 +32,6 @@ const PR_HEAD: &[&str] = &[
     "github.event.workflow_run.pull_requests",
 ];
 
-/// A script line that fetches or checks out a pull request's head, or applies its
-/// changes, without naming it through a context: `gh pr checkout 12`, `git fetch origin
-/// pull/12/head`, `refs/pull/12/merge`, `gh pr diff 12 | git apply`, a pull request's
-/// `.patch` or `.diff` (`…/pull/12.patch`).
-static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"\b(gh|hub)\s+pr\s+(checkout|co|diff)\b|\bhub\s+checkout\b",
-        r"|(^|[\s:/'\x22`])(refs/)?pull/(\$\{\{[^}]*\}\}|[^\s/]+)/(head|merge)\b",
-        r"|/pulls?/(\$\{\{[^}]*\}\}|\$\{?\w+\}?|\d+)\.(patch|diff)\b",
-    ))
-    .expect("valid regex")
-});
-/// Commands that fetch code: a head context or variable on such a line is a checkout.
-static FETCH_COMMAND: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\b(git|gh|hub|curl|wget)\s+").expect("valid regex"));
-pub(crate) static SHELL_VAR: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)").expect("valid regex"));
-
 /// The pull request's head, named in text: how, and whether it is the commit a
 /// maintainer's label approved (`github.event.pull_request.head.sha`, a sha in the event)
 /// rather than whatever the head is when the step runs (a branch, `refs/pull/N/…`).
@@ -65,7 +42,7 @@ pub(crate) struct HeadRef {
 }
 
 impl HeadRef {
-    fn new(what: String, pinned: bool) -> HeadRef {
+    pub(crate) fn new(what: String, pinned: bool) -> HeadRef {
         HeadRef { what, pinned }
     }
 }
@@ -103,7 +80,7 @@ pub(crate) fn head_inputs(
 /// directly, through `env.X`, or through an input the caller fills with one; with
 /// `numbers` (a checkout's `ref:`), also one reading the pull request's number. Pinned
 /// only when every mention is the event's head sha.
-fn names_pr_head(
+pub(crate) fn names_pr_head(
     text: &str,
     envs: &[&LoE<Env>],
     inputs: &BTreeMap<String, HeadRef>,
@@ -157,226 +134,4 @@ fn names_pr_head(
         }
     }
     found.map(|h| HeadRef { pinned, ..h })
-}
-
-/// A ref an earlier step or job computed: under `issue_comment` and the like, that is
-/// how the pull request's head is usually found (`gh pr view`), and lint cannot tell.
-fn computed_ref(text: &str) -> Option<String> {
-    for e in expr::embedded(text) {
-        let Ok(parsed) = expr::parse(e.body) else {
-            continue;
-        };
-        for p in expr::all_paths(&parsed) {
-            if expr::under(&p, "steps.*.outputs") || expr::under(&p, "needs.*.outputs") {
-                return Some(format!(
-                    "`{p}`, computed by an earlier step (lint cannot tell it is not the pull request's head)"
-                ));
-            }
-        }
-    }
-    None
-}
-
-/// The script's lines with `\`-continued lines joined, as the shell reads them.
-pub(crate) fn logical_lines(script: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in script.lines() {
-        match line.trim_end().strip_suffix('\\') {
-            Some(head) => {
-                current.push_str(head);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(line);
-                out.push(std::mem::take(&mut current));
-            }
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// How a step checks out or fetches the pull request's code, if it does.
-pub(crate) fn checks_out_pr_head(
-    step: &StepView<'_>,
-    job: &NormalJob,
-    workflow: &Workflow,
-) -> Option<HeadRef> {
-    let inputs = &step.inputs.head;
-    let envs: Vec<&LoE<Env>> = step
-        .envs()
-        .iter()
-        .copied()
-        .chain([&job.env, &workflow.env])
-        .collect();
-    match step.body {
-        StepBody::Uses(s) if is_action(s.uses, "actions/checkout") => {
-            let input = |name: &str| env_value(s.with, name).map(|v| v.to_string());
-            // A sha pins the code whichever repository it is fetched from; a repository
-            // alone is its default branch, which its owner moves at will.
-            if let Some(v) = input("ref") {
-                if let Some(h) = names_pr_head(&v, &envs, inputs, true) {
-                    return Some(HeadRef::new(
-                        format!("actions/checkout with `ref:` from {}", h.what),
-                        h.pinned,
-                    ));
-                }
-                if let Some(what) = computed_ref(&v) {
-                    return Some(HeadRef::new(
-                        format!("actions/checkout with `ref:` from {what}"),
-                        false,
-                    ));
-                }
-            }
-            let repo = input("repository")?;
-            let h = names_pr_head(&repo, &envs, inputs, false)?;
-            Some(HeadRef::new(
-                format!("actions/checkout with `repository:` from {}", h.what),
-                false,
-            ))
-        }
-        // The JavaScript of github-script runs commands too (`exec.exec('git', …)`).
-        StepBody::Uses(s) if is_action(s.uses, "actions/github-script") => {
-            let script = env_value(s.with, "script")?.to_string();
-            script_head(&script, &envs, inputs)
-        }
-        StepBody::Uses(_) => None,
-        StepBody::Run(s) => script_head(s.run, &envs, inputs),
-    }
-}
-
-/// How a script fetches or checks out the pull request's code, if it does: pinned only
-/// when every line that does names the event's head sha.
-fn script_head(
-    script: &str,
-    envs: &[&LoE<Env>],
-    inputs: &BTreeMap<String, HeadRef>,
-) -> Option<HeadRef> {
-    let mut found: Option<HeadRef> = None;
-    let mut pinned = true;
-    for line in logical_lines(script) {
-        if let Some(h) = script_line_head(&line, envs, inputs) {
-            pinned &= h.pinned;
-            found.get_or_insert(h);
-        }
-    }
-    found.map(|h| HeadRef { pinned, ..h })
-}
-
-/// How one script line fetches or checks out the pull request's code, if it does.
-fn script_line_head(
-    line: &str,
-    envs: &[&LoE<Env>],
-    inputs: &BTreeMap<String, HeadRef>,
-) -> Option<HeadRef> {
-    if let Some(m) = PR_REF_IN_SCRIPT.find(line) {
-        return Some(HeadRef::new(
-            format!("`{}` in the script", expr::one_line(m.as_str())),
-            false,
-        ));
-    }
-    if !FETCH_COMMAND.is_match(line) {
-        return None;
-    }
-    if let Some(h) = names_pr_head(line, envs, inputs, false) {
-        return Some(HeadRef::new(
-            format!("a fetch or checkout on {}", h.what),
-            h.pinned,
-        ));
-    }
-    if line.contains("GITHUB_EVENT_PATH") {
-        return Some(HeadRef::new(
-            "a fetch or checkout on a value read from the event payload (`$GITHUB_EVENT_PATH`)"
-                .into(),
-            false,
-        ));
-    }
-    // `git checkout "$HEAD_SHA"` with `HEAD_SHA: ${{ …head.sha }}` in env.
-    for cap in SHELL_VAR.captures_iter(line) {
-        let name = &cap[1];
-        let value = envs.iter().find_map(|env| env_value(env, name));
-        if let Some(v) = value
-            && let Some(h) = names_pr_head(&v.to_string(), &[], inputs, false)
-        {
-            return Some(HeadRef::new(
-                format!("a fetch or checkout on `${name}`, set from {}", h.what),
-                h.pinned,
-            ));
-        }
-    }
-    None
-}
-
-/// A step that checks out the pull request's head where that is not safe: under a
-/// privileged trigger with no guard, or after an approval (a member's comment, a
-/// maintainer's label) that did not vouch for what the step fetches.
-pub(crate) struct HeadCheckout {
-    /// Its index in the job's steps.
-    pub step: usize,
-    pub how: String,
-    /// The triggers under which it does so.
-    pub triggers: Vec<Trigger>,
-    /// Whether those triggers are approved ones: the step fetches a head that can have
-    /// moved since the approval (time of check to time of use).
-    pub approved: bool,
-}
-
-/// The steps of a job that check out the pull request's head unsafely (see
-/// [`HeadCheckout`]): `open` are the job's privileged triggers without a guard,
-/// `approved` those it runs only when a trusted person asked.
-pub(crate) fn head_checkouts(
-    wf: &WorkflowFacts<'_>,
-    job: &NormalJob,
-    steps: &[StepView<'_>],
-    open: &[Trigger],
-    approved: &[Trigger],
-) -> Vec<HeadCheckout> {
-    let reachable: Vec<(Trigger, Condition)> = open
-        .iter()
-        .filter(|t| t.privileged())
-        .map(|t| (*t, Condition::Open))
-        .chain(
-            approved
-                .iter()
-                .filter(|t| t.privileged())
-                .map(|t| (*t, Condition::Approved)),
-        )
-        .collect();
-    if reachable.is_empty() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for (i, step) in steps.iter().enumerate() {
-        let Some(head) = checks_out_pr_head(step, job, wf.workflow) else {
-            continue;
-        };
-        let (mut unguarded, mut toctou) = (Vec::new(), Vec::new());
-        for (t, at_job) in &reachable {
-            match (*at_job).max(step.condition(*t, wf.reach)) {
-                Condition::Open => unguarded.push(*t),
-                // A label approved the event's head sha: fetching that one is safe.
-                Condition::Approved if !(*t == Trigger::PullRequestTarget && head.pinned) => {
-                    toctou.push(*t)
-                }
-                _ => {}
-            }
-        }
-        let (triggers, approved) = if unguarded.is_empty() {
-            (toctou, true)
-        } else {
-            (unguarded, false)
-        };
-        if !triggers.is_empty() {
-            out.push(HeadCheckout {
-                step: i,
-                how: head.what,
-                triggers,
-                approved,
-            });
-        }
-    }
-    out
 }

@@ -10,19 +10,21 @@ use github_actions_models::workflow::Workflow;
 use github_actions_models::workflow::job::{NormalJob, ReusableWorkflowCallJob};
 
 use super::actions::Actions;
+use super::checkout::{HeadCheckout, head_checkouts};
 use super::flow::{Flows, flows};
-use super::head::{HeadCheckout, head_checkouts};
 use super::runner::self_hosted;
+use super::scope::Scope;
 use super::steps::{Inputs, StepView, StepsContext, steps_of};
 use super::taint::Taint;
 use super::triggers::job_conditions;
+use crate::workflow::lint::finding::Finding;
 use crate::workflow::lint::guard::{Condition, JobCondition, Reach, Trigger};
-use crate::workflow::lint::{Finding, Scope, Source};
+use crate::workflow::lint::source::{Resolver, Source};
 use crate::yaml::Mark;
 
 /// What reaches one workflow, as linted in one scope (its own triggers, or a caller's).
 pub(crate) struct WorkflowFacts<'a> {
-    pub scope: &'a Scope<'a>,
+    pub scope: &'a Scope,
     pub workflow: &'a Workflow,
     pub src: &'a Source<'a>,
     /// The untrusted triggers that reach the workflow: its own `on:`, or the caller's.
@@ -41,10 +43,13 @@ pub(crate) struct WorkflowFacts<'a> {
 }
 
 impl<'a> WorkflowFacts<'a> {
+    /// The facts of `workflow` as `scope` reaches it; its local actions are read through
+    /// `resolve`.
     pub fn new(
-        scope: &'a Scope<'a>,
+        scope: &'a Scope,
         workflow: &'a Workflow,
         src: &'a Source<'a>,
+        resolve: Resolver<'_>,
     ) -> WorkflowFacts<'a> {
         let (triggers, reach) = match &scope.triggers {
             Some(t) => (t.clone(), scope.reach),
@@ -78,7 +83,7 @@ impl<'a> WorkflowFacts<'a> {
         let actions = if triggers.is_empty() {
             Actions::default()
         } else {
-            Actions::load(workflow, scope.resolve)
+            Actions::load(workflow, resolve)
         };
         WorkflowFacts {
             scope,
@@ -160,7 +165,14 @@ impl<'a> JobFacts<'a> {
         );
         let flows = flows(job, wf.workflow, &steps, &taint);
         let approved = wf.approved_for(id);
-        let head_checkouts = head_checkouts(wf, job, &steps, &open_privileged, approved);
+        let head_checkouts = head_checkouts(
+            wf.workflow,
+            wf.reach,
+            job,
+            &steps,
+            &open_privileged,
+            approved,
+        );
         JobFacts {
             wf,
             id,
@@ -193,8 +205,8 @@ pub(crate) struct CallFacts<'a> {
 
 impl<'a> CallFacts<'a> {
     /// `lint_call` lints the called workflow as this job reaches it (see
-    /// `lint::call::lint_called`); it is asked only when untrusted triggers reach this
-    /// workflow at all.
+    /// `lint::run::Linter::lint_called`); it is asked only when untrusted triggers
+    /// reach this workflow at all.
     pub fn new(
         wf: &'a WorkflowFacts<'a>,
         id: &'a str,

@@ -16,8 +16,9 @@ use super::actions::{Actions, LocalAction, MAX_ACTION_DEPTH};
 use super::env::env_text;
 use super::head::{HeadRef, head_inputs};
 use super::taint::Taint;
+use crate::workflow::lint::finding::StepLabel;
 use crate::workflow::lint::guard::{Condition, JobCondition, Reach, Trigger};
-use crate::workflow::lint::{Source, StepLabel};
+use crate::workflow::lint::source::Source;
 use crate::yaml::Mark;
 
 /// A step, flattened out of `parallel:` blocks and composite actions, with where it is.
