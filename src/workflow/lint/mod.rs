@@ -36,7 +36,7 @@ mod source;
 
 use std::path::{Path, PathBuf};
 
-pub use finding::{Finding, MAX_CALLERS_SHOWN, StepLabel};
+pub use finding::Finding;
 pub use rule::{Rule, Severity};
 pub use source::Resolver;
 
