@@ -8,9 +8,9 @@ pub const LABEL_RUN: &str = "org.cibox.run";
 pub const LABEL_BATCH: &str = "org.cibox.batch";
 pub const LABEL_SOURCE: &str = "org.cibox.source";
 pub const LABEL_GPUS: &str = "org.cibox.gpus";
-/// The host whose cibox made the container (docs/interface.md §6, beyond the first contract): only
+/// The host whose cibox made the container (docs/interface.md §6): only
 /// there can a sweep tell whether its run is alive.
 pub const LABEL_HOST: &str = "org.cibox.host";
-/// The lock dir whose `runs/` holds the run's lock (beyond the first contract): a sweep
+/// The lock dir whose `runs/` holds the run's lock (docs/interface.md §6): a sweep
 /// started with another `gpu.lock_dir` still judges the run where it lives.
 pub const LABEL_LOCK_DIR: &str = "org.cibox.lockdir";

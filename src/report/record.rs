@@ -179,7 +179,7 @@ pub struct RunRecord {
     pub tests: Totals,
     pub cibox_version: String,
     pub manifest_digest: String,
-    // Beyond the first contract (docs/interface.md §7): what a replay and a reader need.
+    // Past the first contract's fields (docs/interface.md §7): what a replay and a reader need.
     /// How many GPUs the batch asked for.
     pub gpu_count: u32,
     /// The variables the manifest set in the container (never `pass_env` values).
