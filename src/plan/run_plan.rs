@@ -507,6 +507,11 @@ pub fn plan(
 pub(crate) mod tests {
     use super::*;
 
+    /// The plan of the test manifest's batch `b` (1 GPU).
+    pub(crate) fn run_plan() -> RunPlan {
+        plan(manifest(), request(&["b"], None), &host()).unwrap()
+    }
+
     /// A planned batch named `name` (batch `b` of the test manifest, 1 GPU).
     pub(crate) fn batch_plan(name: &str) -> BatchPlan {
         let mut b = plan(manifest(), request(&["b"], None), &host())

@@ -1,9 +1,13 @@
 //! What the runner tells its reporters, in the order it happens. The runner prints
 //! nothing itself: every line, file and GitHub command comes from a reporter that
 //! handles these ([`crate::report::reporter`]).
+//!
+//! Each [`Event`] carries when it happened, on the wall clock and since its run
+//! started, taken once where it happened ([`RunClock`]): reporters keep no clock of
+//! their own, and an event a Slurm node relays keeps the node's time.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::engine::EngineError;
 use crate::gpu::WaitReport;
@@ -50,7 +54,62 @@ impl Phase {
     }
 }
 
-pub enum Event<'a> {
+/// One event: what happened, and when.
+pub struct Event<'a> {
+    /// When it happened, on the wall clock of the host where it happened.
+    pub timestamp: SystemTime,
+    /// How long into the run it happened (on the run's own monotonic clock, so that
+    /// durations a reporter takes from it never go backwards).
+    pub elapsed: Duration,
+    pub kind: EventKind<'a>,
+}
+
+/// Where a run's events take their times from: its start.
+#[derive(Debug, Clone, Copy)]
+pub struct RunClock {
+    started: Instant,
+    started_at: SystemTime,
+}
+
+impl RunClock {
+    /// A clock for a run starting now.
+    pub fn start() -> RunClock {
+        RunClock {
+            started: Instant::now(),
+            started_at: SystemTime::now(),
+        }
+    }
+
+    /// How long the run has been going.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// `kind`, happening now.
+    pub fn now<'a>(&self, kind: EventKind<'a>) -> Event<'a> {
+        let elapsed = self.started.elapsed();
+        Event {
+            timestamp: self.started_at + elapsed,
+            elapsed,
+            kind,
+        }
+    }
+
+    /// `kind`, which happened at `timestamp` on another host (a Slurm node's clock),
+    /// placed on this run's: never before the run started.
+    pub fn at<'a>(&self, timestamp: SystemTime, kind: EventKind<'a>) -> Event<'a> {
+        Event {
+            timestamp,
+            elapsed: timestamp
+                .duration_since(self.started_at)
+                .unwrap_or(Duration::ZERO),
+            kind,
+        }
+    }
+}
+
+/// What happened.
+pub enum EventKind<'a> {
     /// The image is verified and the run's lock held; batches start next.
     RunStarted { plan: &'a RunPlan },
     /// The sweep of this scope's leftover containers (of dead runs) is done.

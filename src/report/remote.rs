@@ -3,13 +3,16 @@
 //! event; the submitter turns them back into [`crate::runner::Event`]s for its reporters.
 //!
 //! A frame is one message of [`crate::slurm::wire`]: `o` and the batch's output bytes,
-//! or `j` and a [`Remote`] as JSON.
+//! or `j` and a [`Remote`] as JSON with when it happened on the node (`at_ms`, since
+//! the Unix epoch), so that the submitter's events keep the node's time.
+
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
-use crate::report::event::{Event, Phase};
+use crate::report::event::{Event, EventKind, Phase};
 use crate::report::junit::Case;
 use crate::report::record::RunRecord;
 
@@ -59,7 +62,18 @@ pub enum Remote {
 #[derive(Debug)]
 pub enum Frame {
     Output(Vec<u8>),
-    Message(Box<Remote>),
+    /// A message, and when it happened on the node.
+    Message {
+        at: SystemTime,
+        remote: Box<Remote>,
+    },
+}
+
+/// A message as it travels: with its time.
+#[derive(Serialize, Deserialize)]
+struct Stamped {
+    at_ms: u64,
+    m: Remote,
 }
 
 /// The frame of some output.
@@ -70,10 +84,19 @@ pub fn output_frame(bytes: &[u8]) -> Vec<u8> {
     f
 }
 
-/// The frame of a message.
-pub fn message_frame(message: &Remote) -> Vec<u8> {
+/// The frame of a message that happened `at`.
+pub fn message_frame(message: &Remote, at: SystemTime) -> Vec<u8> {
+    let at_ms = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let mut f = vec![b'j'];
-    f.extend(serde_json::to_vec(message).expect("a remote message serialises"));
+    f.extend(
+        serde_json::to_vec(&Stamped {
+            at_ms,
+            m: message.clone(),
+        })
+        .expect("a remote message serialises"),
+    );
     f
 }
 
@@ -81,8 +104,11 @@ pub fn message_frame(message: &Remote) -> Vec<u8> {
 pub fn decode(frame: &[u8]) -> Result<Frame, String> {
     match frame.split_first() {
         Some((b'o', bytes)) => Ok(Frame::Output(bytes.to_vec())),
-        Some((b'j', json)) => serde_json::from_slice(json)
-            .map(|m| Frame::Message(Box::new(m)))
+        Some((b'j', json)) => serde_json::from_slice::<Stamped>(json)
+            .map(|s| Frame::Message {
+                at: SystemTime::UNIX_EPOCH + Duration::from_millis(s.at_ms),
+                remote: Box::new(s.m),
+            })
             .map_err(|e| format!("not a message cibox sends: {e}")),
         _ => Err("not a frame cibox sends".into()),
     }
@@ -91,17 +117,17 @@ pub fn decode(frame: &[u8]) -> Result<Frame, String> {
 /// The message a node sends for `event`, or `None` for events that stay on the node
 /// (the run's own, and output, which goes as its own frame).
 pub fn of_event(event: &Event<'_>) -> Option<Remote> {
-    Some(match event {
-        Event::Waiting { report, .. } => Remote::Waiting { report: report() },
-        Event::LeaseGranted { gpus, .. } => Remote::Leased {
+    Some(match &event.kind {
+        EventKind::Waiting { report, .. } => Remote::Waiting { report: report() },
+        EventKind::LeaseGranted { gpus, .. } => Remote::Leased {
             gpus: gpus.to_vec(),
         },
-        Event::Launching { .. } => Remote::Launching,
-        Event::ContainerStarted { container, .. } => Remote::ContainerStarted {
+        EventKind::Launching { .. } => Remote::Launching,
+        EventKind::ContainerStarted { container, .. } => Remote::ContainerStarted {
             container: container.to_string(),
         },
-        Event::OutputEnded { .. } => Remote::OutputEnded,
-        Event::Phase {
+        EventKind::OutputEnded { .. } => Remote::OutputEnded,
+        EventKind::Phase {
             batch: Some(_),
             phase,
             detail,
@@ -110,29 +136,29 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
             phase: *phase,
             detail: detail.clone(),
         },
-        Event::TimedOut { .. } => Remote::TimedOut,
-        Event::OutputBroke { error, .. } => Remote::OutputBroke {
+        EventKind::TimedOut { .. } => Remote::TimedOut,
+        EventKind::OutputBroke { error, .. } => Remote::OutputBroke {
             error: error.to_string(),
         },
-        Event::BatchFailed { error, .. } => Remote::Failed {
+        EventKind::BatchFailed { error, .. } => Remote::Failed {
             message: error.to_string(),
             details: error.details().to_vec(),
             code: error.failure().code(),
         },
-        Event::BatchEnded { result } => Remote::Ended {
+        EventKind::BatchEnded { result } => Remote::Ended {
             record: Box::new(result.record.clone()),
             cases: result.cases.clone(),
             container_left: result.container_left,
         },
-        Event::RunStarted { .. }
-        | Event::Swept { .. }
-        | Event::BatchStarted
-        | Event::Output { .. }
-        | Event::RunEnded { .. }
-        | Event::Queued { .. }
+        EventKind::RunStarted { .. }
+        | EventKind::Swept { .. }
+        | EventKind::BatchStarted
+        | EventKind::Output { .. }
+        | EventKind::RunEnded { .. }
+        | EventKind::Queued { .. }
         // The submitter ticks for itself; the run's own steps are the submitter's.
-        | Event::Tick { .. }
-        | Event::Phase { batch: None, .. } => return None,
+        | EventKind::Tick { .. }
+        | EventKind::Phase { batch: None, .. } => return None,
     })
 }
 
@@ -151,17 +177,22 @@ mod tests {
             details: vec!["d".into()],
             code: 5,
         };
-        match decode(&message_frame(&m)).unwrap() {
-            Frame::Message(m) => assert!(matches!(*m, Remote::Failed { code: 5, .. })),
+        // The node's time travels with the message, to the millisecond.
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_000_000_123);
+        match decode(&message_frame(&m, at)).unwrap() {
+            Frame::Message { at: got, remote } => {
+                assert!(matches!(*remote, Remote::Failed { code: 5, .. }));
+                assert_eq!(got, at);
+            }
             other => panic!("{other:?}"),
         }
         let m = Remote::Phase {
             phase: Phase::Copy,
             detail: "3 file(s)".into(),
         };
-        match decode(&message_frame(&m)).unwrap() {
-            Frame::Message(m) => assert!(
-                matches!(*m, Remote::Phase { phase: Phase::Copy, ref detail } if detail == "3 file(s)")
+        match decode(&message_frame(&m, at)).unwrap() {
+            Frame::Message { remote, .. } => assert!(
+                matches!(*remote, Remote::Phase { phase: Phase::Copy, ref detail } if detail == "3 file(s)")
             ),
             other => panic!("{other:?}"),
         }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use super::summary::summary_markdown;
 use super::{Reporter, ReporterError};
 use crate::nofollow::create_fresh;
-use crate::report::event::Event;
+use crate::report::event::{Event, EventKind};
 use crate::report::junit::CaseStatus;
 use crate::report::outcome::{BatchResult, Status};
 
@@ -42,8 +42,8 @@ impl Files {
 
 impl Reporter for Files {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
-        match event {
-            Event::Launching { batch, dir } => {
+        match &event.kind {
+            EventKind::Launching { batch, dir } => {
                 // Created before the container exists, so it cannot be a link the
                 // batch planted.
                 let path = dir.join("log.txt");
@@ -59,7 +59,7 @@ impl Reporter for Files {
                     },
                 );
             }
-            Event::Output { batch, bytes } => {
+            EventKind::Output { batch, bytes } => {
                 if let Some(log) = self.logs.get_mut(&batch.name)
                     && !log.cut
                 {
@@ -77,7 +77,7 @@ impl Reporter for Files {
                     }
                 }
             }
-            Event::BatchEnded { result } => {
+            EventKind::BatchEnded { result } => {
                 self.logs.remove(&result.record.batch);
                 let dir = result
                     .record_path
@@ -88,7 +88,7 @@ impl Reporter for Files {
                     ReporterError::new(format!("writing {}/result.json", dir.display()), e)
                 })?;
             }
-            Event::RunEnded { run } => {
+            EventKind::RunEnded { run } => {
                 let root = &run.reports;
                 let io = |e| ReporterError::new(format!("reports dir {}", root.display()), e);
                 std::fs::write(root.join("summary.md"), summary_markdown(&run.batches))

@@ -6,7 +6,7 @@
 use super::summary::summary_markdown;
 use super::{Reporter, ReporterError};
 use crate::github::{append, escape_data, escape_property, output};
-use crate::report::event::Event;
+use crate::report::event::{Event, EventKind};
 use crate::report::outcome::{RunResult, Status};
 use crate::report::reporter::pump::Sink;
 
@@ -30,20 +30,20 @@ impl<S: Sink> GitHub<S> {
 
 impl<S: Sink> Reporter for GitHub<S> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
-        match event {
-            Event::ContainerStarted { batch, .. } => {
+        match &event.kind {
+            EventKind::ContainerStarted { batch, .. } => {
                 let text = format!(
                     "::group::batch {}\n::stop-commands::{}\n",
                     batch.name, self.token
                 );
                 self.out.line(text.as_bytes());
             }
-            Event::OutputEnded { .. } => {
+            EventKind::OutputEnded { .. } => {
                 // On a line of its own, whatever the output's last line was.
                 let text = format!("\n::{}::\n::endgroup::\n", self.token);
                 self.out.line(text.as_bytes());
             }
-            Event::RunEnded { run } => {
+            EventKind::RunEnded { run } => {
                 append("GITHUB_STEP_SUMMARY", &summary_markdown(&run.batches));
                 let (status, failed) = step_outputs(run);
                 output("status", status);
@@ -129,12 +129,14 @@ mod tests {
     fn groups_wrap_each_batchs_output() {
         let b = crate::plan::run_plan::tests::batch_plan("4a");
         let mut gh = GitHub::new(Vec::new());
-        gh.handle(&Event::ContainerStarted {
+        let clock = crate::report::event::RunClock::start();
+        gh.handle(&clock.now(EventKind::ContainerStarted {
             batch: &b,
             container: "c",
-        })
+        }))
         .unwrap();
-        gh.handle(&Event::OutputEnded { batch: &b }).unwrap();
+        gh.handle(&clock.now(EventKind::OutputEnded { batch: &b }))
+            .unwrap();
         let token = gh.token.clone();
         let out = String::from_utf8(gh.out).unwrap().replace(&token, "TOKEN");
         insta::assert_snapshot!(out, @r"

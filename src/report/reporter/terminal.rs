@@ -3,12 +3,12 @@
 //! failures, each batch's verdict and how to replay what did not pass.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::console::{self, Level, WaitLine};
 use crate::gpu::WaitReport;
 use crate::plan::BatchPlan;
-use crate::report::event::Event;
+use crate::report::event::{Event, EventKind};
 use crate::report::outcome::RunResult;
 use crate::report::record::{RunRecord, reproduce_line};
 use crate::report::reporter::pump::Sink;
@@ -19,11 +19,11 @@ use crate::units::human;
 /// How often a quiet batch is said to be alive, unless `CIBOX_HEARTBEAT` says otherwise.
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
 
-/// A running batch, for its heartbeat.
+/// A running batch, for its heartbeat (times into the run, from its events).
 struct Alive {
-    started: Instant,
-    last_output: Option<Instant>,
-    last_said: Instant,
+    started: Duration,
+    last_output: Option<Duration>,
+    last_said: Duration,
 }
 
 /// The terminal reporter of a run. It never writes itself: its sinks queue (see
@@ -39,13 +39,15 @@ pub struct Terminal<O: Sink, E: Sink> {
     at_line_start: HashMap<String, bool>,
     waits: HashMap<String, WaitLine>,
     /// When the run started, for its closing line.
-    started: Option<Instant>,
+    started: Option<Duration>,
+    /// How far into the run the event being handled happened.
+    now: Duration,
     /// Each running batch, and how often to say that a quiet one still runs (zero:
     /// never).
     alive: HashMap<String, Alive>,
     heartbeat: Duration,
     /// Per batch under Slurm: the queue state last told, and when.
-    queued: HashMap<String, (String, std::time::Instant)>,
+    queued: HashMap<String, (String, Duration)>,
     /// `out` and `err` lead to one place (see [`Terminal::one_stream`]).
     one_stream: bool,
 }
@@ -62,6 +64,7 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
             started: None,
+            now: Duration::ZERO,
             alive: HashMap::new(),
             heartbeat: HEARTBEAT,
             queued: HashMap::new(),
@@ -104,19 +107,19 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
         let Some(a) = self.alive.get_mut(batch) else {
             return;
         };
-        let now = Instant::now();
+        let now = self.now;
         let quiet_since = a.last_output.unwrap_or(a.started).max(a.last_said);
-        if self.heartbeat.is_zero() || now.duration_since(quiet_since) < self.heartbeat {
+        if self.heartbeat.is_zero() || now.saturating_sub(quiet_since) < self.heartbeat {
             return;
         }
         a.last_said = now;
         let last = match a.last_output {
-            Some(t) => format!("last output {} ago", human(now.duration_since(t))),
+            Some(t) => format!("last output {} ago", human(now.saturating_sub(t))),
             None => "no output yet".to_string(),
         };
         let line = format!(
             "batch {batch}: running for {}, {last}",
-            human(now.duration_since(a.started))
+            human(now.saturating_sub(a.started))
         );
         self.info(&line);
     }
@@ -145,21 +148,22 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
     /// while it does not.
     fn queued(&mut self, batch: &str, job: &str, state: &str, left: Duration) {
         let told = self.queued.get(batch);
-        if told.is_none_or(|(s, at)| s != state || at.elapsed().as_secs() >= 30) {
+        let now = self.now;
+        if told.is_none_or(|(s, at)| s != state || now.saturating_sub(*at).as_secs() >= 30) {
             let line = format!(
                 "batch {batch}: Slurm job {job} waits in the queue: {state}; {}",
                 crate::gpu::gives_up(left)
             );
             self.info(&line);
             self.queued
-                .insert(batch.to_string(), (state.to_string(), Instant::now()));
+                .insert(batch.to_string(), (state.to_string(), now));
         }
     }
 
     /// What a batch printed, prefixed with its name when the run has several.
     fn output(&mut self, batch: &str, bytes: &[u8]) {
         if let Some(a) = self.alive.get_mut(batch) {
-            a.last_output = Some(Instant::now());
+            a.last_output = Some(self.now);
         }
         let start = self.at_line_start.entry(batch.to_string()).or_insert(true);
         let prefix = self.prefixed.then_some(batch);
@@ -381,8 +385,9 @@ pub fn replay_lines(run: &RunResult) -> Vec<String> {
 
 impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
-        match event {
-            Event::Swept { scope, swept } => {
+        self.now = event.elapsed;
+        match &event.kind {
+            EventKind::Swept { scope, swept } => {
                 for line in sweep_lines(swept) {
                     self.say(line.as_bytes());
                 }
@@ -393,16 +398,16 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     ));
                 }
             }
-            Event::RunStarted { plan } => {
+            EventKind::RunStarted { plan } => {
                 self.prefixed = plan.batches.len() > 1;
-                self.started = Some(Instant::now());
+                self.started = Some(event.elapsed);
             }
-            Event::Waiting { batch, report } => self.waiting(batch, *report),
-            Event::LeaseGranted { batch, .. } => {
+            EventKind::Waiting { batch, report } => self.waiting(batch, *report),
+            EventKind::LeaseGranted { batch, .. } => {
                 self.waits.remove(&batch.name);
             }
-            Event::ContainerStarted { batch, .. } => {
-                let now = Instant::now();
+            EventKind::ContainerStarted { batch, .. } => {
+                let now = event.elapsed;
                 self.alive.insert(
                     batch.name.clone(),
                     Alive {
@@ -412,8 +417,8 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     },
                 );
             }
-            Event::Tick { batch } => self.beat(&batch.name),
-            Event::Phase {
+            EventKind::Tick { batch } => self.beat(&batch.name),
+            EventKind::Phase {
                 batch,
                 phase,
                 at,
@@ -430,17 +435,17 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 };
                 self.debug(&line);
             }
-            Event::OutputEnded { batch } => {
+            EventKind::OutputEnded { batch } => {
                 self.alive.remove(&batch.name);
             }
-            Event::Queued {
+            EventKind::Queued {
                 batch,
                 job,
                 state,
                 left,
             } => self.queued(&batch.name, job, state, *left),
-            Event::Output { batch, bytes } => self.output(&batch.name, bytes),
-            Event::TimedOut { batch } => {
+            EventKind::Output { batch, bytes } => self.output(&batch.name, bytes),
+            EventKind::TimedOut { batch } => {
                 let text = console::error_lines(
                     &format_args!(
                         "batch {}: timeout after {}; stopping its container",
@@ -450,7 +455,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 );
                 self.say(text.as_bytes());
             }
-            Event::OutputBroke { batch, error } => {
+            EventKind::OutputBroke { batch, error } => {
                 if let Some(line) = console::log_line(
                     Level::Warn,
                     "warning: ",
@@ -459,13 +464,13 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     self.say(line.as_bytes());
                 }
             }
-            Event::BatchFailed { batch, error } => {
+            EventKind::BatchFailed { batch, error } => {
                 self.waits.remove(&batch.name);
                 self.say(console::error_lines(error, error.details()).as_bytes());
             }
-            Event::BatchEnded { result } => self.info(&verdict_line(&result.record)),
-            Event::RunEnded { run } => {
-                let elapsed = self.started.map(|t| t.elapsed());
+            EventKind::BatchEnded { result } => self.info(&verdict_line(&result.record)),
+            EventKind::RunEnded { run } => {
+                let elapsed = self.started.map(|t| event.elapsed.saturating_sub(t));
                 for line in closing_lines(run, elapsed) {
                     self.info(&line);
                 }

@@ -3,9 +3,9 @@
 //! The submitter renders them with its own reporters and writes the record.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::report::event::Event;
+use crate::report::event::{Event, EventKind};
 use crate::report::remote::{self, Remote};
 use crate::report::reporter::{Reporter, ReporterError};
 use crate::slurm::wire;
@@ -18,7 +18,8 @@ const OUTPUT_FRAME: usize = 16 << 10;
 /// Sends a node's events to the submitter.
 pub struct Wire<W: Write + Send> {
     out: W,
-    last_wait: Option<Instant>,
+    /// When a wait was last told (the run's elapsed time).
+    last_wait: Option<Duration>,
 }
 
 impl<W: Write + Send> Wire<W> {
@@ -43,11 +44,14 @@ impl<W: Write + Send> Wire<W> {
         details: &[String],
         code: u8,
     ) -> Result<(), ReporterError> {
-        self.send(&remote::message_frame(&Remote::Refused {
-            message: message.to_string(),
-            details: details.to_vec(),
-            code,
-        }))
+        self.send(&remote::message_frame(
+            &Remote::Refused {
+                message: message.to_string(),
+                details: details.to_vec(),
+                code,
+            },
+            std::time::SystemTime::now(),
+        ))
     }
 }
 
@@ -59,25 +63,28 @@ impl Wire<std::io::Stdout> {
 
 impl<W: Write + Send> Reporter for Wire<W> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
-        match event {
-            Event::Output { bytes, .. } => {
+        match &event.kind {
+            EventKind::Output { bytes, .. } => {
                 for chunk in bytes.chunks(OUTPUT_FRAME) {
                     self.send(&remote::output_frame(chunk))?;
                 }
                 Ok(())
             }
-            Event::Waiting { .. } => {
-                if self.last_wait.is_some_and(|t| t.elapsed() < WAIT_EVERY) {
+            EventKind::Waiting { .. } => {
+                if self
+                    .last_wait
+                    .is_some_and(|t| event.elapsed.saturating_sub(t) < WAIT_EVERY)
+                {
                     return Ok(());
                 }
-                self.last_wait = Some(Instant::now());
+                self.last_wait = Some(event.elapsed);
                 match remote::of_event(event) {
-                    Some(m) => self.send(&remote::message_frame(&m)),
+                    Some(m) => self.send(&remote::message_frame(&m, event.timestamp)),
                     None => Ok(()),
                 }
             }
             _ => match remote::of_event(event) {
-                Some(m) => self.send(&remote::message_frame(&m)),
+                Some(m) => self.send(&remote::message_frame(&m, event.timestamp)),
                 None => Ok(()),
             },
         }

@@ -1,6 +1,6 @@
 //! One batch, from its fresh folder to its record: lease its GPUs, run its container,
 //! judge how it ended with what it left, write nothing itself (the reporters write
-//! `result.json` from [`Event::BatchEnded`]).
+//! `result.json` from [`EventKind::BatchEnded`]).
 
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -13,7 +13,7 @@ use crate::gpu::{LeaseError, LeaseRequest, Waiter, Want};
 use crate::manifest::BatchVerdict;
 use crate::plan::container::phases::PhaseTracker;
 use crate::plan::run_plan::{BatchPlan, NodeRole};
-use crate::report::event::{Event, Phase};
+use crate::report::event::{EventKind, Phase};
 use crate::report::junit::{self, Case, CaseStatus};
 use crate::report::outcome::{BatchResult, ContainerEnd, Status, judge};
 use crate::report::record::Copied;
@@ -110,13 +110,13 @@ impl Execution<'_> {
         batch_dir::prepare(&b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
-        self.emit(&Event::BatchStarted)?;
+        self.emit(EventKind::BatchStarted)?;
         // The batch's GPUs, leased for its whole life.
         let waiting = Instant::now();
         let (lease, refused) = if b.gpus > 0 {
             match self.lease(b) {
                 Ok(l) => {
-                    self.emit(&Event::LeaseGranted {
+                    self.emit(EventKind::LeaseGranted {
                         batch: b,
                         gpus: l.gpus(),
                     })?;
@@ -211,7 +211,7 @@ impl Execution<'_> {
             record_path: b.dir.join("result.json"),
             container_left: watched.container_left.get(),
         };
-        self.emit(&Event::BatchEnded { result: &result })?;
+        self.emit(EventKind::BatchEnded { result: &result })?;
         Ok(result)
     }
 
@@ -223,7 +223,7 @@ impl Execution<'_> {
         started: Instant,
         detail: String,
     ) -> Result<()> {
-        self.emit(&Event::Phase {
+        self.emit(EventKind::Phase {
             batch: Some(b),
             phase,
             at: started.elapsed(),
@@ -241,7 +241,7 @@ impl Execution<'_> {
         watched: &Watched,
     ) -> Result<ContainerEnd> {
         let ran = self
-            .emit(&Event::Launching {
+            .emit(EventKind::Launching {
                 batch: b,
                 dir: &b.dir,
             })
@@ -296,7 +296,7 @@ impl Execution<'_> {
             |since| claims.probe_since(since).map_err(Into::into),
             |report| {
                 // A reporter that fails here fails again, and counts, at the batch's end.
-                let _ = self.emit(&Event::Waiting { batch: b, report });
+                let _ = self.emit(EventKind::Waiting { batch: b, report });
             },
         );
         match (&self.plan.node, lease) {

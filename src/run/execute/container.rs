@@ -9,7 +9,7 @@ use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, 
 use crate::gpu::pool::PoolGpu;
 use crate::plan::BatchPlan;
 use crate::plan::container::phases::Phase as ScriptPhase;
-use crate::report::event::{Event, Phase};
+use crate::report::event::{EventKind, Phase};
 use crate::report::outcome::{ContainerEnd, Status};
 use crate::run::copy;
 use crate::run::error::RunError;
@@ -148,7 +148,7 @@ impl Execution<'_> {
             }
             return Ok(not_started(b, &why));
         }
-        self.emit(&Event::ContainerStarted {
+        self.emit(EventKind::ContainerStarted {
             batch: b,
             container: &b.container.name,
         })?;
@@ -205,7 +205,7 @@ impl Execution<'_> {
                 exit: None,
             });
         }
-        self.emit(&Event::OutputEnded { batch: b })?;
+        self.emit(EventKind::OutputEnded { batch: b })?;
         if let Some(e) = report_failed {
             return Err(e);
         }
@@ -273,7 +273,7 @@ impl Execution<'_> {
                     }
                     watched.phases_said.set(said + 1);
                     let cmd = short(&cmd);
-                    self.emit(&Event::Output {
+                    self.emit(EventKind::Output {
                         batch: b,
                         bytes: &bytes[from..end],
                     })?;
@@ -286,16 +286,16 @@ impl Execution<'_> {
                     self.phase(b, phase, watched.started, cmd)?;
                 }
                 if from < bytes.len() {
-                    self.emit(&Event::Output {
+                    self.emit(EventKind::Output {
                         batch: b,
                         bytes: &bytes[from..],
                     })?;
                 }
                 Ok(())
             }
-            Followed::DeadlinePassed => self.emit(&Event::TimedOut { batch: b }),
-            Followed::StreamBroke(error) => self.emit(&Event::OutputBroke { batch: b, error }),
-            Followed::Tick => self.emit(&Event::Tick { batch: b }),
+            Followed::DeadlinePassed => self.emit(EventKind::TimedOut { batch: b }),
+            Followed::StreamBroke(error) => self.emit(EventKind::OutputBroke { batch: b, error }),
+            Followed::Tick => self.emit(EventKind::Tick { batch: b }),
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::image::{self, Lockset};
 use crate::lockdir::LockDir;
 use crate::lockdir::runs::{RunInfo, RunLock};
 use crate::plan::{BatchPlan, RunPlan};
-use crate::report::event::{Event, Phase};
+use crate::report::event::{EventKind, Phase, RunClock};
 use crate::report::outcome::{BatchResult, ContainerEnd, RunResult};
 use crate::report::record::Hardware;
 use crate::report::reporter::Reporter;
@@ -57,17 +57,17 @@ fn execute_with(
     start_watchdog: StartWatchdog,
     reporter: &mut dyn Reporter,
 ) -> Result<RunResult> {
-    let started = std::time::Instant::now();
+    let clock = RunClock::start();
     source_readable(plan)?;
     verify_images(plan, locksets, engine)?;
     for (name, id) in &plan.images {
         let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
-        reporter.handle(&Event::Phase {
+        reporter.handle(&clock.now(EventKind::Phase {
             batch: None,
             phase: Phase::Verify,
-            at: started.elapsed(),
+            at: clock.elapsed(),
             detail: format!("image {name} {id} carries the source's lockset {lockset}"),
-        })?;
+        }))?;
     }
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
@@ -87,10 +87,10 @@ fn execute_with(
     // nobody else would remove.
     let swept = sweep::sweep(engine, None, None, &lock_dir, &plan.host)?;
     // Said at once: whatever fails next, these are gone.
-    reporter.handle(&Event::Swept {
+    reporter.handle(&clock.now(EventKind::Swept {
         scope: &plan.scope,
         swept: &swept,
-    })?;
+    }))?;
     let prober = probe::Prober::shared_through(gpu.probe, lock_dir.path());
     let pool = if plan.needs_gpus() {
         // One shared with the runs that started with us will do.
@@ -110,6 +110,7 @@ fn execute_with(
     std::fs::create_dir_all(&plan.reports)
         .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", plan.reports.display())))?;
     let run = Execution {
+        clock,
         cache_store: cache_store.as_ref(),
         plan,
         engine,
@@ -132,7 +133,7 @@ fn execute_with(
         source: &source,
         hardware,
     };
-    run.emit(&Event::RunStarted { plan })?;
+    run.emit(EventKind::RunStarted { plan })?;
     let batches = each_batch(plan.batches.len(), plan.parallel, |i| {
         run.batch(&plan.batches[i])
     })?;
@@ -149,7 +150,7 @@ fn execute_with(
         stopped_by,
         reports: plan.reports.clone(),
     };
-    run.emit(&Event::RunEnded { run: &result })?;
+    run.emit(EventKind::RunEnded { run: &result })?;
     Ok(result)
 }
 
@@ -248,6 +249,8 @@ fn source_readable(plan: &RunPlan) -> Result<()> {
 
 /// One run in progress: what its batches share.
 struct Execution<'a> {
+    /// The run's clock: every event's time.
+    clock: RunClock,
     plan: &'a RunPlan,
     engine: &'a dyn ContainerEngine,
     start_watchdog: StartWatchdog,
@@ -312,11 +315,12 @@ impl RunHardware {
 }
 
 impl Execution<'_> {
-    fn emit(&self, event: &Event<'_>) -> Result<()> {
+    /// Tells the reporter `kind`, happening now.
+    fn emit(&self, kind: EventKind<'_>) -> Result<()> {
         self.reporter
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .handle(event)
+            .handle(&self.clock.now(kind))
             .map_err(crate::error::Error::from)
     }
 
@@ -326,7 +330,7 @@ impl Execution<'_> {
         let Some(end) = ContainerEnd::of_error(&e) else {
             return Err(e);
         };
-        self.emit(&Event::BatchFailed {
+        self.emit(EventKind::BatchFailed {
             batch: b,
             error: &e,
         })?;

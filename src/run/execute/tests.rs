@@ -16,6 +16,7 @@ use crate::engine::{
 use crate::image::lockset::{LABEL_DIGEST, LABEL_FILES};
 use crate::plan::{HostFacts, RunRequest};
 use crate::report::error::ReporterError;
+use crate::report::event::Event;
 use crate::report::outcome::Status;
 
 const IMAGE: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -241,27 +242,27 @@ struct Recorder(Vec<&'static str>, Vec<&'static str>);
 
 impl Reporter for Recorder {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
-        self.0.push(match event {
-            Event::Tick { .. } => return Ok(()),
-            Event::Phase { phase, .. } => {
+        self.0.push(match &event.kind {
+            EventKind::Tick { .. } => return Ok(()),
+            EventKind::Phase { phase, .. } => {
                 self.1.push(phase.as_str());
                 return Ok(());
             }
-            Event::RunStarted { .. } => "run started",
-            Event::Swept { .. } => "swept",
-            Event::BatchStarted => "batch started",
-            Event::Waiting { .. } => "waiting",
-            Event::Queued { .. } => "queued",
-            Event::LeaseGranted { .. } => "lease granted",
-            Event::Launching { .. } => "launching",
-            Event::ContainerStarted { .. } => "container started",
-            Event::Output { .. } => "output",
-            Event::OutputEnded { .. } => "output ended",
-            Event::TimedOut { .. } => "timed out",
-            Event::OutputBroke { .. } => "output broke",
-            Event::BatchFailed { .. } => "batch failed",
-            Event::BatchEnded { .. } => "batch ended",
-            Event::RunEnded { .. } => "run ended",
+            EventKind::RunStarted { .. } => "run started",
+            EventKind::Swept { .. } => "swept",
+            EventKind::BatchStarted => "batch started",
+            EventKind::Waiting { .. } => "waiting",
+            EventKind::Queued { .. } => "queued",
+            EventKind::LeaseGranted { .. } => "lease granted",
+            EventKind::Launching { .. } => "launching",
+            EventKind::ContainerStarted { .. } => "container started",
+            EventKind::Output { .. } => "output",
+            EventKind::OutputEnded { .. } => "output ended",
+            EventKind::TimedOut { .. } => "timed out",
+            EventKind::OutputBroke { .. } => "output broke",
+            EventKind::BatchFailed { .. } => "batch failed",
+            EventKind::BatchEnded { .. } => "batch ended",
+            EventKind::RunEnded { .. } => "run ended",
         });
         Ok(())
     }

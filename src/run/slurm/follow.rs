@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::Signal;
 
 use crate::plan::BatchPlan;
-use crate::report::event::{Event, Phase};
+use crate::report::event::{EventKind, Phase};
 use crate::report::outcome::{BatchResult, ContainerEnd, Status};
 use crate::run::batch_dir;
 use crate::run::error::RunError;
@@ -58,7 +58,7 @@ impl Submission<'_> {
         batch_dir::prepare(&b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
-        self.emit(&Event::BatchStarted)?;
+        self.emit(EventKind::BatchStarted)?;
         let spec = self.spec(index)?;
         let end = match self.follow(b, &spec, clock) {
             Ok(end) => end,
@@ -66,7 +66,7 @@ impl Submission<'_> {
                 let Some(stopped) = ContainerEnd::of_error(&e) else {
                     return Err(e);
                 };
-                self.emit(&Event::BatchFailed {
+                self.emit(EventKind::BatchFailed {
                     batch: b,
                     error: &e,
                 })?;
@@ -77,7 +77,7 @@ impl Submission<'_> {
             }
         };
         let result = self.result(b, &spec, end, started, clock)?;
-        self.emit(&Event::BatchEnded { result: &result })?;
+        self.emit(EventKind::BatchEnded { result: &result })?;
         Ok(result)
     }
 
@@ -333,7 +333,7 @@ impl<'b> Following<'b> {
             }
         };
         let job = self.end.job_id.as_deref().unwrap_or("(not yet named)");
-        run.emit(&Event::Phase {
+        run.emit(EventKind::Phase {
             batch: Some(self.b),
             phase: Phase::Queue,
             at,
@@ -354,7 +354,7 @@ impl<'b> Following<'b> {
         if self.relay.started && now >= self.last_tick + TICK {
             // As a local run's follow loop ticks: a quiet batch's heartbeat counts here.
             self.last_tick = now;
-            run.emit(&Event::Tick { batch: self.b })?;
+            run.emit(EventKind::Tick { batch: self.b })?;
         }
         if let Some(signal) = signals::received()
             && self.signalled.is_none()
@@ -435,7 +435,7 @@ impl<'b> Following<'b> {
             return self.allocated(run, Some(&state.nodes));
         }
         let shown = state.describe();
-        run.emit(&Event::Queued {
+        run.emit(EventKind::Queued {
             batch: self.b,
             job: &state.id,
             state: &shown,

@@ -26,7 +26,7 @@ pub use watchdog::watch as watch_job;
 use crate::host::SlurmPolicy;
 use crate::image::Lockset;
 use crate::plan::RunPlan;
-use crate::report::event::Event;
+use crate::report::event::{Event, EventKind, RunClock};
 use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::reporter::Reporter;
 use crate::run::batch_dir;
@@ -64,6 +64,7 @@ pub fn execute(
             .map_err(|e| RunError::Infra(format!("cannot tell where this cibox is: {e}")))?,
     };
     let run = Submission {
+        clock: RunClock::start(),
         plan,
         policy,
         partition: partition.name,
@@ -74,7 +75,7 @@ pub fn execute(
             .collect(),
         reporter: Mutex::new(reporter),
     };
-    run.emit(&Event::RunStarted { plan })?;
+    run.emit(EventKind::RunStarted { plan })?;
     let batches = each_batch(plan.batches.len(), plan.parallel, |i| run.batch(i))?;
     let stopped_by = batches
         .iter()
@@ -86,12 +87,14 @@ pub fn execute(
         stopped_by,
         reports: plan.reports.clone(),
     };
-    run.emit(&Event::RunEnded { run: &result })?;
+    run.emit(EventKind::RunEnded { run: &result })?;
     Ok(result)
 }
 
 /// One run submitted to Slurm: what its batches' jobs share.
 struct Submission<'a> {
+    /// The run's clock: the time of the events the submitter sees itself.
+    clock: RunClock,
     plan: &'a RunPlan,
     policy: &'a SlurmPolicy,
     /// The partition every job goes to (the policy's, or the cluster's default).
@@ -104,7 +107,17 @@ struct Submission<'a> {
 }
 
 impl Submission<'_> {
-    fn emit(&self, event: &Event<'_>) -> Result<()> {
+    /// Tells the reporter `kind`, happening now.
+    fn emit(&self, kind: EventKind<'_>) -> Result<()> {
+        self.tell(&self.clock.now(kind))
+    }
+
+    /// Tells the reporter `kind`, which happened on a node at `at` (its clock).
+    fn emit_at(&self, at: std::time::SystemTime, kind: EventKind<'_>) -> Result<()> {
+        self.tell(&self.clock.at(at, kind))
+    }
+
+    fn tell(&self, event: &Event<'_>) -> Result<()> {
         self.reporter
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

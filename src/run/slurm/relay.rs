@@ -5,12 +5,12 @@
 //! once.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use crate::console;
 use crate::engine::EngineError;
 use crate::plan::BatchPlan;
-use crate::report::event::{Event, Phase};
+use crate::report::event::{EventKind, Phase};
 use crate::report::outcome::ContainerEnd;
 use crate::report::remote::{self, Frame, Remote};
 use crate::report::reporter::terminal::prefix_lines;
@@ -29,6 +29,8 @@ pub(super) struct Relay {
     pub(super) started: bool,
     /// When the batch was submitted: its steps are timed from here.
     clock: Instant,
+    /// The same moment on the wall clock, to place what the nodes say.
+    submitted_at: SystemTime,
 }
 
 impl Relay {
@@ -40,6 +42,7 @@ impl Relay {
             timed_out: false,
             started: false,
             clock,
+            submitted_at: SystemTime::now() - clock.elapsed(),
         }
     }
 
@@ -61,12 +64,12 @@ impl Relay {
                 } else {
                     out
                 };
-                run.emit(&Event::Output {
+                run.emit(EventKind::Output {
                     batch: b,
                     bytes: &out,
                 })
             }
-            Ok(Frame::Message(m)) => self.message(run, b, rank, *m, end),
+            Ok(Frame::Message { at, remote }) => self.message(run, b, rank, *remote, at, end),
             Err(why) => {
                 console::warn(format!(
                     "batch {}: its node (rank {rank}) sent {why}",
@@ -83,65 +86,89 @@ impl Relay {
         b: &BatchPlan,
         rank: u32,
         m: Remote,
+        at: SystemTime,
         end: &mut JobEnd,
     ) -> Result<()> {
+        // What the node said, at the node's time (a clock behind the submitter's
+        // counts as now): events, lease grants and steps keep when they happened.
+        let since = at
+            .duration_since(self.submitted_at)
+            .unwrap_or_else(|_| self.clock.elapsed());
         match m {
-            Remote::Waiting { report } => run.emit(&Event::Waiting {
-                batch: b,
-                report: &|| report.clone(),
-            }),
-            Remote::Leased { gpus } => {
-                end.granted = Some(Instant::now());
-                run.emit(&Event::LeaseGranted {
+            Remote::Waiting { report } => run.emit_at(
+                at,
+                EventKind::Waiting {
                     batch: b,
-                    gpus: &gpus,
-                })
+                    report: &|| report.clone(),
+                },
+            ),
+            Remote::Leased { gpus } => {
+                end.granted = Some(self.clock + since);
+                run.emit_at(
+                    at,
+                    EventKind::LeaseGranted {
+                        batch: b,
+                        gpus: &gpus,
+                    },
+                )
             }
             Remote::Phase { phase, detail } => {
                 if phase == Phase::Lease {
                     // A CPU batch's too: its wait ends where its node's lease would.
-                    end.granted = Some(Instant::now());
+                    end.granted = Some(self.clock + since);
                 }
                 let detail = if self.ranked {
                     format!("node-{rank}: {detail}")
                 } else {
                     detail
                 };
-                run.emit(&Event::Phase {
-                    batch: Some(b),
-                    phase,
-                    at: self.clock.elapsed(),
-                    detail,
-                })
+                run.emit_at(
+                    at,
+                    EventKind::Phase {
+                        batch: Some(b),
+                        phase,
+                        at: since,
+                        detail,
+                    },
+                )
             }
             Remote::Launching if !self.launched => {
                 self.launched = true;
-                run.emit(&Event::Launching {
-                    batch: b,
-                    dir: &b.dir,
-                })
+                run.emit_at(
+                    at,
+                    EventKind::Launching {
+                        batch: b,
+                        dir: &b.dir,
+                    },
+                )
             }
             Remote::Launching => Ok(()),
             Remote::ContainerStarted { container } => {
                 self.started = true;
-                run.emit(&Event::ContainerStarted {
-                    batch: b,
-                    container: &container,
-                })
+                run.emit_at(
+                    at,
+                    EventKind::ContainerStarted {
+                        batch: b,
+                        container: &container,
+                    },
+                )
             }
-            Remote::OutputEnded => run.emit(&Event::OutputEnded { batch: b }),
+            Remote::OutputEnded => run.emit_at(at, EventKind::OutputEnded { batch: b }),
             Remote::TimedOut if !self.timed_out => {
                 self.timed_out = true;
-                run.emit(&Event::TimedOut { batch: b })
+                run.emit_at(at, EventKind::TimedOut { batch: b })
             }
             Remote::TimedOut => Ok(()),
-            Remote::OutputBroke { error } => run.emit(&Event::OutputBroke {
-                batch: b,
-                error: &EngineError::Api {
-                    action: format!("following the batch on its node (rank {rank})"),
-                    reason: error,
+            Remote::OutputBroke { error } => run.emit_at(
+                at,
+                EventKind::OutputBroke {
+                    batch: b,
+                    error: &EngineError::Api {
+                        action: format!("following the batch on its node (rank {rank})"),
+                        reason: error,
+                    },
                 },
-            }),
+            ),
             Remote::Failed {
                 message,
                 details,
@@ -155,10 +182,13 @@ impl Relay {
                 let error = error_of(&message, &details, code);
                 // An error that ends the run is said once, by the run's end.
                 if ContainerEnd::of_error(&error).is_some() {
-                    run.emit(&Event::BatchFailed {
-                        batch: b,
-                        error: &error,
-                    })?;
+                    run.emit_at(
+                        at,
+                        EventKind::BatchFailed {
+                            batch: b,
+                            error: &error,
+                        },
+                    )?;
                 }
                 end.failures.entry(rank).or_insert(error);
                 Ok(())
@@ -190,4 +220,70 @@ pub fn error_of(message: &str, details: &[String], code: u8) -> crate::error::Er
         code,
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::report::event::{Event, RunClock};
+    use crate::report::reporter::{Reporter, ReporterError};
+
+    /// The steps it was told: when they happened, by the event and by the step.
+    #[derive(Default)]
+    struct Steps(Vec<(SystemTime, Duration)>);
+
+    impl Reporter for Steps {
+        fn handle(&mut self, event: &Event<'_>) -> std::result::Result<(), ReporterError> {
+            if let EventKind::Phase { at, .. } = &event.kind {
+                self.0.push((event.timestamp, *at));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_nodes_step_keeps_the_nodes_time_not_its_arrival() {
+        let plan = crate::plan::run_plan::tests::run_plan();
+        let policy = crate::host::SlurmPolicy {
+            partition: None,
+            account: None,
+            qos: None,
+            options: Vec::new(),
+            grace: Duration::from_secs(60),
+            cibox: None,
+        };
+        let mut steps = Steps::default();
+        let run = Submission {
+            clock: RunClock::start(),
+            plan: &plan,
+            policy: &policy,
+            partition: "gpu".into(),
+            cibox: "/usr/bin/cibox".into(),
+            locksets: Default::default(),
+            reporter: Mutex::new(&mut steps),
+        };
+        let b = &plan.batches[0];
+        let mut relay = Relay::new(false, Instant::now());
+        let mut end = JobEnd::default();
+        // The node copied the source 5 s after the submission; the frame arrives now.
+        let happened = relay.submitted_at + Duration::from_secs(5);
+        let frame = remote::message_frame(
+            &Remote::Phase {
+                phase: Phase::Copy,
+                detail: "3 file(s)".into(),
+            },
+            happened,
+        );
+        relay.frame(&run, b, 0, &frame, &mut end).unwrap();
+        drop(run);
+        let [(timestamp, at)] = steps.0[..] else {
+            panic!("{:?}", steps.0);
+        };
+        // To the millisecond, as the wire carries it.
+        assert!(happened.duration_since(timestamp).unwrap() < Duration::from_millis(1));
+        assert!(at >= Duration::from_millis(4900), "{at:?}");
+    }
 }
