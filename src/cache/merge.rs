@@ -57,7 +57,8 @@ impl Cache {
         lock.lock().map_err(|e| self.io("locking", self.dir(), e))?;
         let base = self.current()?;
         let gens = self.dir().join("gens");
-        let name = Cache::next_name(Some(&base));
+        let name = Cache::next_name(Some(&base))
+            .map_err(|e| self.io("naming a generation in", &gens, e))?;
         let making = gens.join(format!(".{name}"));
         let mut problems = Vec::new();
         let made = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)

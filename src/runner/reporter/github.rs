@@ -19,17 +19,19 @@ pub struct GitHub<S: Sink> {
 }
 
 impl<S: Sink> GitHub<S> {
-    pub fn new(out: S) -> GitHub<S> {
-        GitHub {
+    /// Fails when no random token can be made: a guessable one would let a test turn
+    /// the commands back on.
+    pub fn new(out: S) -> std::io::Result<GitHub<S>> {
+        Ok(GitHub {
             out,
-            token: format!("cibox-{}", crate::util::random_hex(16)),
-        }
+            token: format!("cibox-{}", crate::util::random_hex(16)?),
+        })
     }
 }
 
 impl GitHub<Pump> {
     /// On stdout, through `out` (shared with the terminal reporter).
-    pub fn stdout(out: Pump) -> GitHub<Pump> {
+    pub fn stdout(out: Pump) -> std::io::Result<GitHub<Pump>> {
         GitHub::new(out)
     }
 }
@@ -134,7 +136,7 @@ mod tests {
     #[test]
     fn groups_wrap_each_batchs_output() {
         let b = crate::runner::plan::tests::batch_plan("4a");
-        let mut gh = GitHub::new(Vec::new());
+        let mut gh = GitHub::new(Vec::new()).unwrap();
         gh.handle(&Event::ContainerStarted {
             batch: &b,
             container: "c",
