@@ -17,40 +17,108 @@ pub enum Level {
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
 
-/// Whether stderr gets colour: a terminal, unless `NO_COLOR` is set (no-color.org) or
-/// the terminal is `dumb`; `CLICOLOR_FORCE` (not `0`) forces it anywhere.
+/// Whether stderr gets colour (docs/interface.md): `CLICOLOR_FORCE` set and not `0`
+/// forces it, even over `NO_COLOR`; else there is none where `NO_COLOR` is set and not
+/// empty (no-color.org) or `CLICOLOR` is `0` (bixense.com/clicolors), and else only on
+/// a terminal whose `TERM` is not `dumb`.
+///
+/// Not anstream's own choice, which differs: there `NO_COLOR` wins over
+/// `CLICOLOR_FORCE`, a terminal without `TERM` gets none, and a `CI` variable gets some.
 fn colour_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
-        if std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0") {
-            return true;
-        }
-        !set("NO_COLOR")
-            && std::env::var("TERM").map_or(true, |t| t != "dumb")
-            && std::io::stderr().is_terminal()
-    })
+    *ON.get_or_init(|| colour_wanted(std::io::stderr().is_terminal()))
 }
 
-/// A colour for [`paint`].
-#[derive(Debug, Clone, Copy)]
+/// [`colour_on`]'s rules, for stderr that is a `terminal` or not.
+fn colour_wanted(terminal: bool) -> bool {
+    let forced = anstyle_query::clicolor_force()
+        && std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| v != "0");
+    forced
+        || (!anstyle_query::no_color()
+            && anstyle_query::clicolor() != Some(false)
+            && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+            && terminal)
+}
+
+/// A colour for [`paint`], always bold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Colour {
     Red,
     Yellow,
     Green,
 }
 
-/// `text` in `colour` (bold), where stderr takes colour; else as it is.
-pub fn paint(text: &str, colour: Colour) -> String {
-    if !colour_on() {
-        return text.to_string();
+impl Colour {
+    fn style(self) -> anstyle::Style {
+        let colour = match self {
+            Colour::Red => anstyle::AnsiColor::Red,
+            Colour::Yellow => anstyle::AnsiColor::Yellow,
+            Colour::Green => anstyle::AnsiColor::Green,
+        };
+        anstyle::Style::new().bold().fg_color(Some(colour.into()))
     }
-    let code = match colour {
-        Colour::Red => "1;31",
-        Colour::Yellow => "1;33",
-        Colour::Green => "1;32",
-    };
-    format!("\x1b[{code}m{text}\x1b[0m")
+
+    /// `text` in this colour when `on`; else as it is.
+    fn paint(self, text: &str, on: bool) -> String {
+        if on {
+            let style = self.style();
+            format!("{style}{text}{style:#}")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+/// `text` in `colour` (bold), where stderr takes colour; else as it is. For cibox's
+/// own words: what it quotes goes through [`Styled`], which escapes it first.
+pub fn paint(text: &str, colour: Colour) -> String {
+    colour.paint(text, colour_on())
+}
+
+/// A line of cibox's in pieces, some in colour. What the pieces quote (a batch's name,
+/// a message) is escaped as [`crate::util::escape`] does when the line is written, and
+/// only then is the colour added: escaping a painted string would print its paint as
+/// text (`\u{1b}[1;32mpassed\u{1b}[0m`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Styled(Vec<(String, Option<Colour>)>);
+
+impl Styled {
+    pub fn new() -> Styled {
+        Styled::default()
+    }
+
+    /// Adds `text`, uncoloured.
+    pub fn text(mut self, text: impl Into<String>) -> Styled {
+        self.0.push((text.into(), None));
+        self
+    }
+
+    /// Adds `text` in `colour`, where stderr takes colour.
+    pub fn paint(mut self, text: impl Into<String>, colour: Colour) -> Styled {
+        self.0.push((text.into(), Some(colour)));
+        self
+    }
+
+    /// The line: each piece escaped, then painted where `colour`.
+    pub fn render(&self, colour: bool) -> String {
+        self.0
+            .iter()
+            .map(|(text, paint)| {
+                let text = crate::util::escape(text);
+                match paint {
+                    Some(c) => c.paint(&text, colour),
+                    None => text.into_owned(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Without colour, as a log file shows it.
+impl std::fmt::Display for Styled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render(false))
+    }
 }
 
 /// Sets the log level from `CIBOX_LOG`, raised by each `-v`.
@@ -75,13 +143,22 @@ fn log(level: Level, prefix: &str, msg: &str) {
 }
 
 /// The line [`info`], [`warn`] or [`debug`] would print (newline included), when its
-/// level is shown: for who writes stderr in its own way.
+/// level is shown: for who writes stderr in its own way. `msg` is escaped.
 pub fn log_line(level: Level, prefix: &str, msg: &str) -> Option<String> {
+    styled_line(level, prefix, &Styled::new().text(msg))
+}
+
+/// [`log_line`] of a line with colours of its own.
+pub fn styled_line(level: Level, prefix: &str, msg: &Styled) -> Option<String> {
+    enabled(level).then(|| line_of(prefix, msg, colour_on()))
+}
+
+fn line_of(prefix: &str, msg: &Styled, colour: bool) -> String {
     let prefix = match prefix {
-        "warning: " => paint("warning:", Colour::Yellow) + " ",
-        other => other.to_string(),
+        "warning: " => Styled::new().paint("warning:", Colour::Yellow).text(" "),
+        other => Styled::new().text(other),
     };
-    enabled(level).then(|| format!("cibox: {prefix}{}\n", crate::util::escape(msg)))
+    format!("cibox: {}{}\n", prefix.render(colour), msg.render(colour))
 }
 
 pub fn warn(msg: impl AsRef<str>) {
@@ -344,5 +421,34 @@ impl Drop for Ticker {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_escapes_what_it_quotes_and_then_adds_its_own_colour() {
+        // A status word's paint must reach the terminal as paint, while a name that
+        // carries escapes of its own is quoted.
+        let msg = Styled::new()
+            .text("batch \u{1b}[2Jx: ")
+            .paint("passed", Colour::Green)
+            .text(" (1 tests)");
+        assert_eq!(
+            line_of("", &msg, true),
+            "cibox: batch \\u{1b}[2Jx: \u{1b}[1m\u{1b}[32mpassed\u{1b}[0m (1 tests)\n"
+        );
+        assert_eq!(
+            line_of("", &msg, false),
+            "cibox: batch \\u{1b}[2Jx: passed (1 tests)\n"
+        );
+        assert_eq!(msg.to_string(), "batch \\u{1b}[2Jx: passed (1 tests)");
+        let failed = Styled::new().paint("failed\n", Colour::Red);
+        assert_eq!(
+            line_of("warning: ", &failed, true),
+            "cibox: \u{1b}[1m\u{1b}[33mwarning:\u{1b}[0m \u{1b}[1m\u{1b}[31mfailed\\n\u{1b}[0m\n"
+        );
     }
 }

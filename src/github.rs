@@ -78,7 +78,9 @@ impl Outputs {
         let mut text = String::new();
         for (name, value) in pairs {
             if value.contains('\n') {
-                let delimiter = format!("CIBOX_EOF_{}", crate::util::random_hex(8));
+                let random = crate::util::random_hex(8)
+                    .map_err(|e| format!("--github-output: no random delimiter for {name}: {e}"))?;
+                let delimiter = format!("CIBOX_EOF_{random}");
                 text.push_str(&format!("{name}<<{delimiter}\n{value}\n{delimiter}\n"));
             } else {
                 text.push_str(&format!("{name}={value}\n"));

@@ -75,26 +75,14 @@ pub fn changeable_by_others(real: &Path, me: u32) -> Option<String> {
 /// `system.posix_acl_access` attribute; a minimal ACL is not stored). Unknown counts
 /// as yes: the check fails closed.
 pub fn has_access_acl(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return true;
-    };
-    // SAFETY: both strings are NUL-terminated; a null buffer of size 0 asks only for
-    // the attribute's size.
-    let n = unsafe {
-        nix::libc::lgetxattr(
-            path.as_ptr(),
-            c"system.posix_acl_access".as_ptr(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if n >= 0 {
-        return true;
+    // Of `dir` itself, not what a link there leads to (lgetxattr).
+    match xattr::get(dir, "system.posix_acl_access") {
+        Ok(Some(_)) => true,
+        // No such attribute (ENODATA).
+        Ok(None) => false,
+        // A filesystem without ACLs (or attributes).
+        Err(e) => e.raw_os_error() != Some(nix::libc::EOPNOTSUPP),
     }
-    let err = std::io::Error::last_os_error().raw_os_error();
-    // No such attribute, or a filesystem without ACLs (or attributes).
-    !matches!(err, Some(nix::libc::ENODATA) | Some(nix::libc::EOPNOTSUPP))
 }
 
 #[cfg(test)]

@@ -192,77 +192,43 @@ pub fn human(d: std::time::Duration) -> String {
     }
 }
 
-/// `SystemTime` as RFC 3339 in UTC with milliseconds (`2026-11-29T11:22:33.456Z`).
+/// `SystemTime` as RFC 3339 in UTC with milliseconds (`2026-11-29T11:22:33.456Z`,
+/// truncated to the millisecond; a time before 1970 as 1970, one past jiff's range (the
+/// year 9999) as its last instant).
 pub fn rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let at = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    // A timestamp prints in UTC (`Z`); the precision fixes three fraction digits.
+    format!("{at:.3}")
 }
 
 /// Milliseconds since 1970 of an RFC 3339 time in UTC as [`rfc3339`] writes it
 /// (`2026-11-29T11:22:33.456Z`; the fraction optional, up to milliseconds used).
 pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    let b = text.as_bytes();
-    if b.len() < 20 || !text.ends_with('Z') || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+    // Digits where `YYYY-MM-DDTHH:MM:SS` has them: strptime would also take a sign, a
+    // space or a one-digit month.
+    let shaped = text.len() >= 20
+        && text.bytes().take(19).enumerate().all(|(i, c)| match i {
+            4 | 7 => c == b'-',
+            10 => c == b'T',
+            13 | 16 => c == b':',
+            _ => c.is_ascii_digit(),
+        });
+    if !shaped {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let s = text.get(r)?;
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
-        return None;
-    }
-    let millis = match &text[19..text.len() - 1] {
-        "" => 0,
-        frac if frac.starts_with('.') && frac.len() > 1 => {
-            let digits: String = frac[1..].chars().chain("000".chars()).take(3).collect();
-            num_str(&digits)?
-        }
-        _ => return None,
-    };
-    // Days since 1970-01-01 from a civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hour * 3600 + min * 60 + sec;
-    u64::try_from(secs)
-        .ok()?
-        .checked_mul(1000)?
-        .checked_add(millis)
-}
-
-fn num_str(s: &str) -> Option<u64> {
-    s.bytes()
-        .all(|c| c.is_ascii_digit())
-        .then(|| s.parse().ok())
-        .flatten()
+    // `Z` only, as cibox writes it: jiff's own `Timestamp` parser takes any offset.
+    let fields = jiff::fmt::strtime::parse("%Y-%m-%dT%H:%M:%S%.fZ", text).ok()?;
+    let at = jiff::tz::TimeZone::UTC
+        .to_timestamp(fields.to_datetime().ok()?)
+        .ok()?;
+    u64::try_from(at.as_millisecond()).ok()
 }
 
 #[cfg(test)]
@@ -278,12 +244,27 @@ mod time_tests {
             super::parse_rfc3339_ms("2026-11-30T03:00:12Z"),
             Some(1_796_007_612_000)
         );
+        assert_eq!(
+            super::parse_rfc3339_ms("2026-11-30T03:00:12.5Z"),
+            Some(1_796_007_612_500)
+        );
+        assert_eq!(
+            super::parse_rfc3339_ms("2026-11-30T03:00:12.123456789Z"),
+            Some(1_796_007_612_123)
+        );
         for bad in [
             "",
             "2026-11-30",
             "2026-13-30T03:00:12Z",
             "2026-11-30T03:00:12.x5Z",
             "2026-11-30T03:00:12+01:00",
+            "2026-11-30T03:00:12z",
+            "2026-11-30 03:00:12Z",
+            "2026-02-31T03:00:12Z",
+            "2026-1-30T03:00:12Z",
+            " 2026-11-30T03:00:12Z",
+            "+2026-11-30T03:00:12Z",
+            "1969-12-31T23:59:59Z",
         ] {
             assert_eq!(super::parse_rfc3339_ms(bad), None, "{bad}");
         }
@@ -306,5 +287,9 @@ mod time_tests {
         assert_eq!(super::rfc3339(t), "2026-11-29T11:22:33.456Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(super::rfc3339(leap), "2000-02-29T00:00:00.000Z");
+        let fraction = UNIX_EPOCH + Duration::from_nanos(1_795_951_353_456_999_999);
+        assert_eq!(super::rfc3339(fraction), "2026-11-29T11:22:33.456Z");
+        let before = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(super::rfc3339(before), "1970-01-01T00:00:00.000Z");
     }
 }

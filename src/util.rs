@@ -27,23 +27,13 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
-/// `bytes` random bytes from the kernel's random source, in hex (time and pid if it
-/// cannot be read).
-pub fn random_hex(bytes: usize) -> String {
+/// `bytes` random bytes from the kernel's random source (getrandom(2)), in hex. Fails
+/// when it cannot be read, rather than make something predictable of the time and the
+/// pid: these name commands' stop tokens, delimiters and files others must not guess.
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
     let mut buf = vec![0u8; bytes];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
-        .is_err()
-    {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        let seed = (t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32).to_le_bytes();
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = seed[i % 8];
-        }
-    }
-    hex(&buf)
+    getrandom::fill(&mut buf)?;
+    Ok(hex(&buf))
 }
 
 /// Opens a file someone else may have put there for reading: never blocking on a FIFO,
@@ -153,5 +143,13 @@ mod tests {
         assert_eq!(super::escape("a\nb"), "a\\nb");
         assert_eq!(super::escape("\u{1b}[2Jx"), "\\u{1b}[2Jx");
         assert_eq!(super::escape("\u{202e}txt"), "\\u{202e}txt");
+    }
+
+    #[test]
+    fn random_hex_is_hex_of_its_length_and_differs_each_time() {
+        let a = super::random_hex(16).unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, super::random_hex(16).unwrap());
     }
 }

@@ -57,7 +57,8 @@ impl Cache {
         lock.lock().map_err(|e| self.io("locking", self.dir(), e))?;
         let base = self.current()?;
         let gens = self.dir().join("gens");
-        let name = Cache::next_name(Some(&base));
+        let name = Cache::next_name(Some(&base))
+            .map_err(|e| self.io("naming a generation in", &gens, e))?;
         let making = gens.join(format!(".{name}"));
         let mut problems = Vec::new();
         let made = merge(Some(&gens.join(&base)), &upper, &making, &mut problems)
@@ -90,26 +91,10 @@ fn is_whiteout(md: &std::fs::Metadata) -> bool {
 
 /// Whether the folder at `path` is opaque: it replaces the one below it.
 fn is_opaque(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    let mut buf = [0u8; 4];
-    for attr in [c"user.overlay.opaque", c"trusted.overlay.opaque"] {
-        // SAFETY: NUL-terminated strings and a buffer of the size given.
-        let n = unsafe {
-            nix::libc::lgetxattr(
-                c.as_ptr(),
-                attr.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n == 1 && buf[0] == b'y' {
-            return true;
-        }
-    }
-    false
+    // Of `path` itself, never through a link (lgetxattr).
+    ["user.overlay.opaque", "trusted.overlay.opaque"]
+        .iter()
+        .any(|attr| matches!(xattr::get(path, attr), Ok(Some(v)) if v == b"y"))
 }
 
 /// One folder to make: from the layer (`upper`), the generation below (`base`), or
@@ -339,18 +324,8 @@ mod tests {
         write(&upper.join("models/a/w.bin"), "new weights");
         write(&upper.join("models/b/w.bin"), "another model");
         write(&upper.join("replaced/fresh"), "fresh");
-        let opaque = std::ffi::CString::new(upper.join("replaced").to_str().unwrap()).unwrap();
-        // SAFETY: NUL-terminated strings, a one-byte value.
-        let set = unsafe {
-            nix::libc::lsetxattr(
-                opaque.as_ptr(),
-                c"user.overlay.opaque".as_ptr(),
-                b"y".as_ptr().cast(),
-                1,
-                0,
-            )
-        };
-        assert_eq!(set, 0, "user xattrs on the test's folder");
+        xattr::set(upper.join("replaced"), "user.overlay.opaque", b"y")
+            .expect("user xattrs on the test's folder");
         assert!(
             whiteout(&upper.join("gone")),
             "mknod 0:0 (root, or Linux 5.8+)"

@@ -331,9 +331,9 @@ impl Cache {
     /// Names `generation` current: written beside, then renamed over, so a reader sees the old
     /// name or the new one. Called with `cache.lock` held exclusive.
     pub(super) fn set_current(&self, generation: &str) -> Result<(), CacheError> {
-        let tmp = self
-            .dir
-            .join(format!("current.{}", crate::util::random_hex(4)));
+        let random =
+            crate::util::random_hex(4).map_err(|e| self.io("naming a file in", &self.dir, e))?;
+        let tmp = self.dir.join(format!("current.{random}"));
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -351,12 +351,12 @@ impl Cache {
     }
 
     /// A new generation's name, after `previous` (numbered, so names sort by age).
-    pub(super) fn next_name(previous: Option<&str>) -> String {
+    pub(super) fn next_name(previous: Option<&str>) -> std::io::Result<String> {
         let n = previous
             .and_then(|p| p.split('-').next())
             .and_then(|n| n.parse::<u64>().ok())
             .map_or(0, |n| n + 1);
-        format!("{n:08}-{}", crate::util::random_hex(4))
+        Ok(format!("{n:08}-{}", crate::util::random_hex(4)?))
     }
 
     /// A new cache starts with one empty generation.
@@ -369,7 +369,8 @@ impl Cache {
         if self.dir.join("current").exists() {
             return Ok(());
         }
-        let generation = Cache::next_name(None);
+        let generation =
+            Cache::next_name(None).map_err(|e| self.io("naming a generation in", &self.dir, e))?;
         let path = self.dir.join("gens").join(&generation);
         std::fs::DirBuilder::new()
             .mode(0o755)
@@ -402,7 +403,8 @@ impl Cache {
     /// it away, the top folder is left open to all: it lies in a folder only cibox can
     /// enter).
     pub fn write(&self, (uid, gid): (u32, u32)) -> Result<Writing, CacheError> {
-        let id = crate::util::random_hex(8);
+        let id =
+            crate::util::random_hex(8).map_err(|e| self.io("naming a layer in", &self.dir, e))?;
         let dir = self.dir.join("work").join(&id);
         let lock = self.lock_file(&self.dir.join("work").join(format!("{id}.lock")))?;
         lock.try_lock()
@@ -456,7 +458,8 @@ impl Cache {
         let mut pruned = Pruned::default();
         let mut current = self.current().ok();
         if everything {
-            let generation = Cache::next_name(current.as_deref());
+            let generation = Cache::next_name(current.as_deref())
+                .map_err(|e| self.io("naming a generation in", &self.dir, e))?;
             let path = self.dir.join("gens").join(&generation);
             std::fs::DirBuilder::new()
                 .mode(0o755)

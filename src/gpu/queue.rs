@@ -183,7 +183,7 @@ impl Ticket {
         // Made new under a name nobody can guess: a file planted under a predictable
         // one could be held, or be another user's.
         let (tmp, mut file) = loop {
-            let tmp = queue.join(format!(".new-{pid}-{seq}-{}", crate::util::random_hex(8)));
+            let tmp = queue.join(format!(".new-{pid}-{seq}-{}", crate::util::random_hex(8)?));
             match std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)

@@ -59,7 +59,11 @@ fn build_once(
     let context = (inputs.context)()?;
     // The raw build gets a tag of its own, never the lockset tag: removing it must not
     // take that tag from the image an earlier build left.
-    let raw_tag = format!("{RAW_TAG}:{}", crate::util::random_hex(8));
+    let random = crate::util::random_hex(8).map_err(|e| crate::engine::EngineError::Io {
+        action: "naming the raw build".into(),
+        reason: e.to_string(),
+    })?;
+    let raw_tag = format!("{RAW_TAG}:{random}");
     // Ties the raw build to this one, for the next build should this one be killed
     // (normalising drops it: the image's ID does not depend on it).
     let mut labels = inputs.labels.clone();

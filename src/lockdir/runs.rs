@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use super::LockDir;
 
-/// Run IDs are 16 lowercase hex digits ([`crate::runner::new_run_id`]); anything else in a
+/// Run IDs are 16 lowercase hex digits ([`crate::plan::new_run_id`]); anything else in a
 /// label is not ours to interpret, let alone to turn into a path.
 pub fn is_run_id(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

@@ -134,7 +134,7 @@ fn moved_aside(path: &Path) -> std::io::Result<PathBuf> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let aside = path.with_file_name(format!("{name}.set-aside-{}", crate::util::random_hex(4)));
+    let aside = path.with_file_name(format!("{name}.set-aside-{}", crate::util::random_hex(4)?));
     std::fs::rename(path, &aside)?;
     Ok(aside)
 }

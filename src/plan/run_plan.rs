@@ -130,13 +130,17 @@ pub struct HostFacts {
 
 impl HostFacts {
     /// The facts of this process, for a manifest's `pass_env`, with the batches' host
-    /// mounts as checked.
-    pub fn current(m: &Manifest, mounts: HostMounts, policy: &HostPolicy) -> HostFacts {
-        HostFacts {
+    /// mounts as checked. Fails when no random run ID can be made.
+    pub fn current(
+        m: &Manifest,
+        mounts: HostMounts,
+        policy: &HostPolicy,
+    ) -> std::io::Result<HostFacts> {
+        Ok(HostFacts {
             host: crate::util::host_name(),
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
-            run_id: new_run_id(),
+            run_id: new_run_id()?,
             // Every batch's own `pass_env` (each a merge of the top-level one).
             pass_env: m
                 .batches
@@ -149,7 +153,7 @@ impl HostFacts {
             policy_digest: policy.source.as_ref().map(|s| s.digest.clone()),
             caches: policy.caches.clone(),
             devices: HostDevices::default(),
-        }
+        })
     }
 }
 
@@ -215,7 +219,7 @@ impl RunPlan {
 }
 
 /// 16 hex digits from the kernel's random source.
-pub fn new_run_id() -> String {
+pub fn new_run_id() -> std::io::Result<String> {
     crate::util::random_hex(8)
 }
 

@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::os::unix::io::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -224,8 +224,8 @@ pub fn supervisor(a: SupervisorArgs) -> u8 {
     // died must not kill the supervisor, which still holds the lease.
     unsafe {
         let _ = nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn);
-        nix::libc::fcntl(a.report_fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
     }
+    let _ = rustix::io::fcntl_setfd(&report, rustix::io::FdFlags::CLOEXEC);
     let owner = Pid::from_raw(a.owner);
     if nix::unistd::getppid() != owner || a.argv.is_empty() {
         return 1;
@@ -352,7 +352,7 @@ fn namespace_init(
     }
     // The supervisor may have died before the line above took effect: its end of the
     // pipe is then closed.
-    if hung_up(down.as_raw_fd()) {
+    if hung_up(down.as_fd()) {
         return 1;
     }
     let own_proc = mount_proc().is_ok();
@@ -390,10 +390,8 @@ fn mount_proc() -> nix::Result<()> {
     )
 }
 
-fn hung_up(fd: RawFd) -> bool {
+fn hung_up(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    // SAFETY: the descriptor stays open for the call.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
     poll(&mut fds, PollTimeout::ZERO).is_ok_and(|_| {
         fds[0]
@@ -486,7 +484,7 @@ fn supervise_init(
     mut up: std::io::PipeReader,
     mut down: std::io::PipeWriter,
 ) -> u8 {
-    set_nonblocking(up.as_raw_fd());
+    set_nonblocking(up.as_fd());
     let init_exit = super::ExitWatch::of(init);
     let mut forwarded = false;
     let mut orphaned = false;
@@ -528,11 +526,10 @@ fn supervise_init(
     }
 }
 
-fn set_nonblocking(fd: RawFd) {
-    // SAFETY: plain fcntl calls on a descriptor this process owns.
-    unsafe {
-        let flags = nix::libc::fcntl(fd, nix::libc::F_GETFL);
-        nix::libc::fcntl(fd, nix::libc::F_SETFL, flags | nix::libc::O_NONBLOCK);
+fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    if let Ok(flags) = fcntl_getfl(fd) {
+        let _ = fcntl_setfl(fd, flags | OFlags::NONBLOCK);
     }
 }
 

@@ -44,17 +44,11 @@ pub(crate) struct ExitWatch(Option<std::os::fd::OwnedFd>);
 
 impl ExitWatch {
     pub(crate) fn of(pid: Pid) -> ExitWatch {
-        use std::os::fd::FromRawFd;
-        // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
-        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid.as_raw(), 0) };
-        if fd < 0 {
-            return ExitWatch(None);
-        }
-        // SAFETY: a descriptor just returned to this process, owned by nothing else.
+        use rustix::process::{PidfdFlags, pidfd_open};
         // (pidfds are close-on-exec.)
-        ExitWatch(Some(unsafe {
-            std::os::fd::OwnedFd::from_raw_fd(fd as RawFd)
-        }))
+        let fd = rustix::process::Pid::from_raw(pid.as_raw().max(0))
+            .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok());
+        ExitWatch(fd)
     }
 
     /// Stops watching: an exited child's pidfd stays readable, and a loop that goes on
@@ -155,10 +149,9 @@ pub fn spawn_group(
 /// files, a report pipe). Async-signal-safe: for `pre_exec`.
 pub fn keep_open(fds: &[RawFd]) -> std::io::Result<()> {
     for &fd in fds {
-        // SAFETY: fcntl on descriptors the caller owns.
-        if unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) } == -1 {
-            return Err(std::io::Error::last_os_error());
-        }
+        // SAFETY: the caller owns these descriptors; they stay open for the call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
     }
     Ok(())
 }

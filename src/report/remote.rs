@@ -1,6 +1,6 @@
 //! A batch's events as they travel from its node to the submitter (docs/interface.md
 //! §14): the node runs the batch as a local run does and tells a [`Remote`] for each
-//! event; the submitter turns them back into [`crate::runner::Event`]s for its reporters.
+//! event; the submitter turns them back into [`crate::report::Event`]s for its reporters.
 //!
 //! A frame is one message of [`crate::slurm::wire`]: `o` and the batch's output bytes,
 //! or `j` and a [`Remote`] as JSON with when it happened on the node (`at_ms`, since

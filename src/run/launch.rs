@@ -51,7 +51,7 @@ pub fn run(
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
         return submit(manifest, policy, slurm, request, json);
     }
-    let mut reporters = standard_reporters(json);
+    let mut reporters = standard_reporters(json)?;
     run_here(manifest, policy, request, &names, &mut reporters)
 }
 
@@ -81,7 +81,7 @@ fn warn_private_caches(
 }
 
 /// The reporters of a run on this host's terminal.
-fn standard_reporters(json: bool) -> Fanout {
+fn standard_reporters(json: bool) -> Result<Fanout> {
     // One queue for stdout, so the batches' output stays inside GitHub's fences; under
     // --json, stdout is the outcome's alone and everything else goes to stderr.
     // A terminal, or `2>&1` into one file: one queue, so cibox's lines (a step's phase
@@ -103,9 +103,14 @@ fn standard_reporters(json: bool) -> Fanout {
     // Files first: a batch's status is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(terminal);
     if crate::github::active() {
-        reporters = reporters.with(GitHub::new(out));
+        let github = GitHub::new(out).map_err(|e| {
+            RunError::Infra(format!(
+                "cannot make the token that stops GitHub's workflow commands: {e}"
+            ))
+        })?;
+        reporters = reporters.with(github);
     }
-    reporters
+    Ok(reporters)
 }
 
 /// Whether standard output and standard error lead to the same file (a terminal, a
@@ -164,6 +169,10 @@ fn locksets(plan: &crate::plan::RunPlan) -> Result<indexmap::IndexMap<String, Lo
     Ok(locksets)
 }
 
+fn no_run_id(e: std::io::Error) -> RunError {
+    RunError::Infra(format!("cannot make a random run ID: {e}"))
+}
+
 /// Runs the batches here, each in a container of this host's engine.
 fn run_here(
     manifest: Manifest,
@@ -178,7 +187,7 @@ fn run_here(
         lock_dir: &manifest.gpu.lock_dir,
     };
     let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
-    let mut host = HostFacts::current(&manifest, host_mounts, policy);
+    let mut host = HostFacts::current(&manifest, host_mounts, policy).map_err(no_run_id)?;
     if let Some(caches) = host.caches.as_mut()
         && request.private_caches.is_some()
     {
@@ -222,11 +231,11 @@ fn submit(
     request: RunRequest,
     json: bool,
 ) -> Result<RunResult> {
-    let host = HostFacts::current(&manifest, Default::default(), policy);
+    let host = HostFacts::current(&manifest, Default::default(), policy).map_err(no_run_id)?;
     let plan = plan::plan(manifest, request, &host)?;
     let locksets = locksets(&plan)?;
     signals::install();
-    let mut reporters = standard_reporters(json);
+    let mut reporters = standard_reporters(json)?;
     crate::run::slurm::execute(&plan, &locksets, slurm, &mut reporters)
 }
 

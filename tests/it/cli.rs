@@ -349,9 +349,64 @@ fn a_mistyped_flag_gets_clap_s_suggestion_and_colour_only_where_asked() {
     let forced = run(cibox(p.path())
         .env("CLICOLOR_FORCE", "1")
         .args(["batch", "run", "nosuch"]));
-    assert!(
-        forced.stderr.contains("\x1b[1;31merror:\x1b[0m"),
-        "{:?}",
-        forced.stderr
-    );
+    assert!(forced.stderr.contains(RED_ERROR), "{:?}", forced.stderr);
+}
+
+/// `error:` as cibox paints it: bold red.
+const RED_ERROR: &str = "\x1b[1m\x1b[31merror:\x1b[0m";
+
+/// What cibox writes on stderr when that is a terminal (a pseudo-terminal, as in tmux),
+/// with `env` set and `TERM=xterm` unless `env` says otherwise.
+fn stderr_on_a_terminal(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    use std::io::Read;
+    let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
+    let mut cmd = cibox(dir);
+    cmd.env_remove("NO_COLOR")
+        .env_remove("CLICOLOR")
+        .env_remove("CLICOLOR_FORCE")
+        .env("TERM", "xterm")
+        .envs(env.iter().copied())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::from(pty.slave));
+    cmd.status().expect("run cibox");
+    // The command keeps its copy of the terminal's other end until it is replaced:
+    // then reading ends (EIO) once what cibox wrote is read.
+    cmd.stderr(std::process::Stdio::null());
+    let mut master = std::fs::File::from(pty.master);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = master.read(&mut buf) {
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn colour_on_a_terminal_follows_term_no_color_clicolor_and_clicolor_force() {
+    let p = Project::new(GOOD);
+    let args = ["batch", "run", "nosuch"];
+    let on_terminal = |env: &[(&str, &str)]| stderr_on_a_terminal(p.path(), env, &args);
+    let coloured = on_terminal(&[]);
+    assert!(coloured.contains(RED_ERROR), "{coloured:?}");
+    assert!(!coloured.contains("\\u{1b}"), "{coloured:?}");
+    for off in [
+        &[("NO_COLOR", "1")][..],
+        &[("TERM", "dumb")],
+        &[("CLICOLOR", "0")],
+        &[("CLICOLOR_FORCE", "0"), ("NO_COLOR", "1")],
+    ] {
+        let plain = on_terminal(off);
+        assert!(plain.contains("error:"), "{off:?}: {plain:?}");
+        assert!(!plain.contains('\x1b'), "{off:?}: {plain:?}");
+    }
+    // Set but empty is unset (no-color.org); CLICOLOR_FORCE forces it even over NO_COLOR.
+    for on in [
+        &[("NO_COLOR", "")][..],
+        &[("NO_COLOR", "1"), ("CLICOLOR_FORCE", "1")],
+        &[("CLICOLOR", "1")],
+    ] {
+        let coloured = on_terminal(on);
+        assert!(coloured.contains(RED_ERROR), "{on:?}: {coloured:?}");
+    }
 }

@@ -20,11 +20,13 @@ pub struct GitHub<S: Sink> {
 }
 
 impl<S: Sink> GitHub<S> {
-    pub fn new(out: S) -> GitHub<S> {
-        GitHub {
+    /// Fails when no random token can be made: a guessable one would let a test turn
+    /// the commands back on.
+    pub fn new(out: S) -> std::io::Result<GitHub<S>> {
+        Ok(GitHub {
             out,
-            token: format!("cibox-{}", crate::util::random_hex(16)),
-        }
+            token: format!("cibox-{}", crate::util::random_hex(16)?),
+        })
     }
 }
 
@@ -128,7 +130,7 @@ mod tests {
     #[test]
     fn groups_wrap_each_batchs_output() {
         let b = crate::plan::run_plan::tests::batch_plan("4a");
-        let mut gh = GitHub::new(Vec::new());
+        let mut gh = GitHub::new(Vec::new()).unwrap();
         let clock = crate::report::event::RunClock::start();
         gh.handle(&clock.now(EventKind::ContainerStarted {
             batch: &b,

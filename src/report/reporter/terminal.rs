@@ -178,7 +178,11 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
     }
 
     fn info(&mut self, msg: &str) {
-        if let Some(line) = console::log_line(Level::Info, "", msg) {
+        self.info_styled(&console::Styled::new().text(msg));
+    }
+
+    fn info_styled(&mut self, msg: &console::Styled) {
+        if let Some(line) = console::styled_line(Level::Info, "", msg) {
             self.say(line.as_bytes());
         }
     }
@@ -224,8 +228,8 @@ fn sweep_lines(swept: &Swept) -> Vec<String> {
         .collect()
 }
 
-/// A batch's verdict in one line: status, why, counts, duration.
-pub fn verdict_line(r: &RunRecord) -> String {
+/// A batch's verdict in one line: status (in colour), why, counts, duration.
+pub fn verdict_line(r: &RunRecord) -> console::Styled {
     let t = &r.tests;
     let why = r
         .message
@@ -237,17 +241,13 @@ pub fn verdict_line(r: &RunRecord) -> String {
         crate::report::outcome::Status::Failed => console::Colour::Red,
         _ => console::Colour::Yellow,
     };
-    format!(
-        "batch {}: {}{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
-        r.batch,
-        console::paint(r.status.as_str(), colour),
-        t.total,
-        t.passed,
-        t.failed,
-        t.errors,
-        t.skipped,
-        r.duration_s
-    )
+    console::Styled::new()
+        .text(format!("batch {}: ", r.batch))
+        .paint(r.status.as_str(), colour)
+        .text(format!(
+            "{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
+            t.total, t.passed, t.failed, t.errors, t.skipped, r.duration_s
+        ))
 }
 
 /// The most failing tests the closing lines name (the rest are in `summary.md`).
@@ -468,7 +468,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 self.waits.remove(&batch.name);
                 self.say(console::error_lines(error, error.details()).as_bytes());
             }
-            EventKind::BatchEnded { result } => self.info(&verdict_line(&result.record)),
+            EventKind::BatchEnded { result } => self.info_styled(&verdict_line(&result.record)),
             EventKind::RunEnded { run } => {
                 let elapsed = self.started.map(|t| event.elapsed.saturating_sub(t));
                 for line in closing_lines(run, elapsed) {
@@ -518,10 +518,30 @@ mod line_tests {
         let mut lines: Vec<String> = run
             .batches
             .iter()
-            .map(|b| verdict_line(&b.record))
+            .map(|b| verdict_line(&b.record).to_string())
             .collect();
         lines.extend(closing_lines(&run, None));
         lines.extend(replay_lines(&run));
         insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn a_verdict_s_status_word_is_painted_not_quoted() {
+        use crate::report::record::Status;
+        let run = sample::run();
+        for b in &run.batches {
+            let code = match b.record.status {
+                Status::Passed => 32,
+                Status::Failed => 31,
+                _ => 33,
+            };
+            let line = verdict_line(&b.record).render(true);
+            let word = format!(
+                ": \u{1b}[1m\u{1b}[{code}m{}\u{1b}[0m",
+                b.record.status.as_str()
+            );
+            assert!(line.contains(&word), "{line:?}");
+            assert!(!line.contains("\\u{1b}"), "{line:?}");
+        }
     }
 }

@@ -315,7 +315,7 @@ fn project_with(store: Option<&std::path::Path>) -> Project {
         host: "h".into(),
         uid: me.0,
         gid: me.1,
-        run_id: crate::plan::run_plan::new_run_id(),
+        run_id: crate::plan::run_plan::new_run_id().unwrap(),
         pass_env: Default::default(),
         mounts: Default::default(),
         policy_digest: None,

@@ -200,25 +200,12 @@ fn grant_acl_write(dir: &std::path::Path, uid: u32) {
         acl.extend(perm.to_le_bytes());
         acl.extend(id.to_le_bytes());
     }
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: NUL-terminated strings and a buffer of the length given.
-    let rc = unsafe {
-        nix::libc::setxattr(
-            path.as_ptr(),
-            c"system.posix_acl_access".as_ptr(),
-            acl.as_ptr().cast(),
-            acl.len(),
-            0,
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "setting an ACL on {} (the filesystem must support POSIX ACLs): {}",
-        dir.display(),
-        std::io::Error::last_os_error()
-    );
+    if let Err(e) = xattr::set_deref(dir, "system.posix_acl_access", &acl) {
+        panic!(
+            "setting an ACL on {} (the filesystem must support POSIX ACLs): {e}",
+            dir.display()
+        );
+    }
 }
 
 #[test]

@@ -316,3 +316,21 @@ fn a_script_batch_that_never_began_counts_no_test() {
     assert_eq!(v["tests"]["total"], 0, "{v}");
     assert!(r.stderr.contains("(0 tests:"), "{}", r.stderr);
 }
+
+#[test]
+fn a_verdict_s_colour_reaches_the_terminal_not_as_escaped_text() {
+    // tmux, or CLICOLOR_FORCE: the status word is painted, and the paint is not quoted
+    // as if it were a value from the batch (`\u{1b}[1;32mpassed\u{1b}[0m`).
+    let p = busybox_project(&batch("ok", 0, "1m", &[JUNIT_OK], ""), "");
+    let r = run(p
+        .batch_cmd(&["batch", "run", "ok"])
+        .env("CLICOLOR_FORCE", "1"));
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("cibox: batch ok: \u{1b}[1m\u{1b}[32mpassed\u{1b}[0m (1 tests: 1 passed,"),
+        "{:?}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("\\u{1b}"), "{:?}", r.stderr);
+}
