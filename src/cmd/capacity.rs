@@ -136,7 +136,7 @@ impl PoolCounts {
     fn now(m: &crate::manifest::Manifest) -> Result<PoolCounts> {
         let prober = Prober::new(m.gpu.probe);
         let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
-        let pool = pool::resolve_for(&m.gpu, &snap).map_err(CommandError::usage)?;
+        let pool = pool::resolve_for(&m.gpu, &snap)?;
         let dir = LockDir::existing(&m.gpu.lock_dir);
         let mut counts = PoolCounts {
             pool: pool.len(),

@@ -47,7 +47,7 @@ fn probe_pool(
     since: Option<HostInstant>,
 ) -> Result<(Snapshot, Vec<PoolGpu>)> {
     let snap = claims.probe_since(since)?;
-    let pool = pool::resolve_for(cfg, &snap).map_err(CommandError::usage)?;
+    let pool = pool::resolve_for(cfg, &snap)?;
     Ok((snap, pool))
 }
 
@@ -231,9 +231,7 @@ fn lease_for_exec(
             }
             Want::Count(n)
         }
-        (None, Some(list)) => {
-            Want::Devices(gpu::parse_devices(list, &snap, &pool).map_err(CommandError::usage)?)
-        }
+        (None, Some(list)) => Want::Devices(gpu::parse_devices(list, &snap, &pool)?),
         (None, None) => unreachable!("checked above"),
     };
     let want_count = want.count();

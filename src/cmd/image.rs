@@ -285,7 +285,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
 /// when the manifest pins one.
 pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Result<u8> {
     if let Some(r) = &reference {
-        PinnedRef::parse(r).map_err(CommandError::usage)?;
+        PinnedRef::parse(r)?;
     }
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
@@ -295,7 +295,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
             m.path.display()
         )));
     };
-    let pinned = PinnedRef::parse(&text).map_err(CommandError::usage)?;
+    let pinned = PinnedRef::parse(&text)?;
     let source = Lockset::compute(&m.dir, &img.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
