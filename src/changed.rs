@@ -452,17 +452,29 @@ fn test_matrix(
 
 /// Whether a test file named by data from elsewhere (a matrix, a run record) is one
 /// `changed` itself would list: written as git writes it, matched by `patterns`.
-pub fn check_test_file(cfg: &ChangedConfig, path: &str) -> Result<(), String> {
+pub fn check_test_file(cfg: &ChangedConfig, path: &str) -> Result<(), NotATestFile> {
     if crate::util::is_plain_relative(path)
         && cfg.test_patterns().any(|pat| glob_matches(pat, path))
     {
         return Ok(());
     }
-    Err(format!(
-        "`{}` is not a test file `changed.patterns` matches ({})",
-        crate::util::escape(path),
-        cfg.test_patterns().cloned().collect::<Vec<_>>().join(", ")
-    ))
+    Err(NotATestFile {
+        path: path.to_string(),
+        patterns: cfg.test_patterns().cloned().collect(),
+    })
+}
+
+/// A test file named by data from elsewhere that `changed` itself would not list.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "`{}` is not a test file `changed.patterns` matches ({})",
+    crate::util::escape(.path),
+    .patterns.join(", ")
+)]
+pub struct NotATestFile {
+    pub path: String,
+    /// `changed.patterns`.
+    pub patterns: Vec<String>,
 }
 
 #[cfg(test)]

@@ -58,23 +58,58 @@ pub struct Outputs {
     path: String,
 }
 
+/// Why step outputs asked for cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputsError {
+    #[error(
+        "--github-output: GITHUB_OUTPUT is not set; run inside a GitHub Actions step, or drop --github-output"
+    )]
+    NotSet,
+    #[error("--github-output: cannot write GITHUB_OUTPUT ({path}): {source}")]
+    Unopenable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file was opened, and the outputs could not be written to it.
+    #[error("writing GITHUB_OUTPUT ({path}): {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl crate::error::ErrorKind for OutputsError {
+    fn failure(&self) -> crate::exit::Failure {
+        match self {
+            // Asked for where they cannot be: the caller's to fix.
+            OutputsError::NotSet | OutputsError::Unopenable { .. } => crate::exit::Failure::Usage,
+            OutputsError::Write { .. } => crate::exit::Failure::Infra,
+        }
+    }
+}
+
 impl Outputs {
-    pub fn open() -> Result<Outputs, String> {
+    pub fn open() -> Result<Outputs, OutputsError> {
         let path = std::env::var("GITHUB_OUTPUT").unwrap_or_default();
         if path.is_empty() {
-            return Err("--github-output: GITHUB_OUTPUT is not set; run inside a GitHub Actions step, or drop --github-output".into());
+            return Err(OutputsError::NotSet);
         }
-        let file = std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .append(true)
             .create(true)
             .open(&path)
-            .map_err(|e| format!("--github-output: cannot write GITHUB_OUTPUT ({path}): {e}"))?;
+        {
+            Ok(file) => file,
+            Err(source) => return Err(OutputsError::Unopenable { path, source }),
+        };
         Ok(Outputs { file, path })
     }
 
     /// Appends `name=value` lines in one write; a value with a newline uses the
     /// `name<<DELIMITER` form.
-    pub fn write(&mut self, pairs: &[(&str, &str)]) -> Result<(), String> {
+    pub fn write(&mut self, pairs: &[(&str, &str)]) -> Result<(), OutputsError> {
         let mut text = String::new();
         for (name, value) in pairs {
             if value.contains('\n') {
@@ -88,7 +123,10 @@ impl Outputs {
         }
         self.file
             .write_all(text.as_bytes())
-            .map_err(|e| format!("writing GITHUB_OUTPUT ({}): {e}", self.path))
+            .map_err(|source| OutputsError::Write {
+                path: self.path.clone(),
+                source,
+            })
     }
 }
 

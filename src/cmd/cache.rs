@@ -1,24 +1,54 @@
 //! `cibox cache list|inspect|prune`: the host's caches of a project (see
 //! [`crate::cache`]), where the host policy keeps them.
 
-use super::error::CommandError;
+use std::path::PathBuf;
+
 use serde_json::json;
 
 use super::context::Context;
 use crate::cache::{Cache, CacheInfo, CacheStore};
 use crate::console::{self, Table};
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::units::Size;
+
+/// What `cache` commands refuse.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheCommandError {
+    #[error("this host keeps no caches: its policy ({policy}) has no `caches:` section")]
+    NoCaches {
+        /// The policy in force, as it describes itself.
+        policy: String,
+    },
+    #[error(
+        "`{name}` is not a cache of {} (it names {})",
+        .manifest.display(),
+        if .known.is_empty() { "none".to_string() } else { .known.join(", ") }
+    )]
+    NotACache {
+        name: String,
+        manifest: PathBuf,
+        /// The caches the manifest names.
+        known: Vec<String>,
+    },
+    #[error("cache `{name}` has not been used on this host yet ({})", .root.display())]
+    NotUsedYet { name: String, root: PathBuf },
+}
+
+impl ErrorKind for CacheCommandError {
+    fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
 
 /// The store the host policy names.
 fn store(ctx: &Context) -> Result<CacheStore> {
     let policy = ctx.host_policy()?;
     let Some(c) = policy.caches else {
-        return Err(CommandError::usage(format!(
-            "this host keeps no caches: its policy ({}) has no `caches:` section",
-            policy.describe()
-        )));
+        return Err(CacheCommandError::NoCaches {
+            policy: policy.describe(),
+        }
+        .into());
     };
     let host_root = c.host_root.as_deref().unwrap_or(&c.root);
     Ok(CacheStore::open(&c.root, host_root)?)
@@ -29,16 +59,12 @@ fn project_caches(ctx: &Context, store: &CacheStore, names: &[String]) -> Result
     let m = ctx.manifest_as_written()?;
     for n in names {
         if !m.caches.contains_key(n) {
-            let known: Vec<&str> = m.caches.keys().map(String::as_str).collect();
-            return Err(CommandError::usage(format!(
-                "`{n}` is not a cache of {} (it names {})",
-                m.path.display(),
-                if known.is_empty() {
-                    "none".into()
-                } else {
-                    known.join(", ")
-                }
-            )));
+            return Err(CacheCommandError::NotACache {
+                name: n.clone(),
+                manifest: m.path.clone(),
+                known: m.caches.keys().cloned().collect(),
+            }
+            .into());
         }
     }
     Ok(store
@@ -94,10 +120,11 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
 pub fn inspect(ctx: &Context, name: &str) -> Result<u8> {
     let store = store(ctx)?;
     let Some(cache) = project_caches(ctx, &store, &[name.to_string()])?.pop() else {
-        return Err(CommandError::usage(format!(
-            "cache `{name}` has not been used on this host yet ({})",
-            store.root().display()
-        )));
+        return Err(CacheCommandError::NotUsedYet {
+            name: name.to_string(),
+            root: store.root().to_path_buf(),
+        }
+        .into());
     };
     let info = cache.info()?;
     if ctx.json {

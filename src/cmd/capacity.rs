@@ -1,19 +1,48 @@
 //! `cibox capacity`: which layers could be admitted right now. Never waits on a lock:
 //! one probe, lease states read without blocking, and a verdict per layer.
 
-use super::error::CommandError;
 use serde_json::json;
 
 use super::context::Context;
 use crate::claims::ContainerClaims;
 use crate::console::{self, Table};
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::gpu::lease::LeaseState;
 use crate::gpu::pool;
 use crate::gpu::probe::Prober;
 use crate::host::Scheduler;
 use crate::lockdir::LockDir;
+
+/// What `capacity` refuses, or finds short.
+#[derive(Debug, thiserror::Error)]
+pub enum CapacityError {
+    #[error("unknown layer `{layer}`; layers: {}", .known.join(", "))]
+    UnknownLayer { layer: String, known: Vec<String> },
+    /// `--require`: the layer's largest batch needs more GPUs than are free here.
+    #[error(
+        "layer {layer} cannot be admitted now: needs {needs} GPUs, {available} idle and unleased"
+    )]
+    NotAdmitted {
+        layer: String,
+        needs: u32,
+        available: u64,
+    },
+    /// `--require`: the layer cannot be admitted, for the reason its verdict gives.
+    #[error("layer {layer} cannot be admitted now: {reason}")]
+    NotAdmittedBecause { layer: String, reason: String },
+}
+
+impl ErrorKind for CapacityError {
+    fn failure(&self) -> Failure {
+        match self {
+            CapacityError::UnknownLayer { .. } => Failure::Usage,
+            CapacityError::NotAdmitted { .. } | CapacityError::NotAdmittedBecause { .. } => {
+                Failure::Capacity
+            }
+        }
+    }
+}
 
 pub fn run(
     ctx: &Context,
@@ -25,14 +54,15 @@ pub fn run(
     for l in layers.iter().map(String::as_str).chain(require) {
         if !m.layers.contains_key(l) {
             let known: Vec<String> = m.layers.keys().cloned().collect();
-            return Err(CommandError::usage(format!(
-                "unknown layer `{l}`; layers: {}",
-                known.join(", ")
-            )));
+            return Err(CapacityError::UnknownLayer {
+                layer: l.to_string(),
+                known,
+            }
+            .into());
         }
     }
     let mut outputs = match github_output {
-        true => Some(crate::github::Outputs::open().map_err(CommandError::usage)?),
+        true => Some(crate::github::Outputs::open()?),
         false => None,
     };
     let chosen: Vec<String> = if layers.is_empty() {
@@ -99,17 +129,21 @@ pub fn run(
     }
     // The required layer is judged whether or not --layer listed it.
     if let (Some(req), Some(Some((false, largest, reason)))) = (require, required) {
-        return Err(CommandError::capacity(
-            match summary["available"].as_u64() {
-                Some(available) if matches!(policy.scheduler, Scheduler::Local) => format!(
-                    "layer {req} cannot be admitted now: needs {largest} GPUs, {available} idle and unleased"
-                ),
-                _ => format!(
-                    "layer {req} cannot be admitted now: {}",
-                    reason.unwrap_or_default()
-                ),
+        let layer = req.to_string();
+        return Err(match summary["available"].as_u64() {
+            Some(available) if matches!(policy.scheduler, Scheduler::Local) => {
+                CapacityError::NotAdmitted {
+                    layer,
+                    needs: largest,
+                    available,
+                }
+            }
+            _ => CapacityError::NotAdmittedBecause {
+                layer,
+                reason: reason.unwrap_or_default(),
             },
-        ));
+        }
+        .into());
     }
     Ok(exit::SUCCESS)
 }
@@ -136,7 +170,7 @@ impl PoolCounts {
     fn now(m: &crate::manifest::Manifest) -> Result<PoolCounts> {
         let prober = Prober::new(m.gpu.probe);
         let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
-        let pool = pool::resolve_for(&m.gpu, &snap).map_err(CommandError::usage)?;
+        let pool = pool::resolve_for(&m.gpu, &snap)?;
         let dir = LockDir::existing(&m.gpu.lock_dir);
         let mut counts = PoolCounts {
             pool: pool.len(),
@@ -212,5 +246,5 @@ fn write_outputs(out: &mut crate::github::Outputs, rows: &[Row]) -> Result<()> {
         })
         .collect();
     let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    out.write(&pairs).map_err(CommandError::infra)
+    Ok(out.write(&pairs)?)
 }

@@ -1,14 +1,96 @@
 //! `cibox changed`: the changed test files as a JSON matrix, and `--unregistered`.
 
+use std::path::PathBuf;
+
 use super::context::Context;
-use super::error::CommandError;
-use crate::changed;
+use crate::changed::{self, NotATestFile};
 use crate::cli::{ChangedArgs, ChangedCommand, ChangedRunArgs};
 use crate::console;
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::manifest::Manifest;
 use crate::util;
+
+/// What `changed` and `changed run` refuse: all usage errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangedError {
+    #[error(
+        "{}: no `changed` section (patterns, gpus_marker, default_gpus)",
+        .manifest.display()
+    )]
+    NoChangedSection { manifest: PathBuf },
+    #[error("changed: --base REF is required")]
+    NoBase,
+    #[error(
+        "changed --unregistered: no batch names its test files; add `tests: [globs]` to the batches"
+    )]
+    NoTestGlobs,
+    /// `changed run` in a manifest without a `changed` section.
+    #[error(
+        "{}: no `changed` section (patterns, and run: for `changed run`)",
+        .manifest.display()
+    )]
+    NothingToRun { manifest: PathBuf },
+    #[error(
+        "{}: `changed.run` is missing: say how one test file runs (`run: {{command: 'pytest \"$CIBOX_TEST_FILE\"', timeout: 30m}}`)",
+        .manifest.display()
+    )]
+    NoChangedRun { manifest: PathBuf },
+    /// The matrix file cannot be opened or read.
+    #[error("--matrix-file {}: {source}", .path.display())]
+    MatrixFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--matrix-env {var}: the variable is not set (or not UTF-8)")]
+    MatrixEnvUnset { var: String },
+    #[error("changed run: give --matrix-file or --matrix-env")]
+    NoMatrix,
+    /// `from`: where the matrix came from (`--matrix-file PATH`, `--matrix-env VAR`).
+    #[error("{from}: larger than 1 MiB")]
+    MatrixTooLarge { from: String },
+    #[error("{from}: not JSON: {source}")]
+    MatrixNotJson {
+        from: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{from}: `include` is not a list")]
+    IncludeNotList { from: String },
+    #[error("{from}: expected the matrix `cibox changed` prints")]
+    NotAMatrix { from: String },
+    #[error("{from}: {count} test files; at most {MAX_FILES} run at once")]
+    TooManyFiles { from: String, count: usize },
+    #[error("{from}: entry {entry} has no `test_file` string")]
+    NoTestFile { from: String, entry: usize },
+    #[error(
+        "{from}: entry {entry} ({}) has no whole `num_gpus`",
+        util::escape(.path)
+    )]
+    NoGpuCount {
+        from: String,
+        entry: usize,
+        path: String,
+    },
+    #[error("{from}: `{}` is listed twice", util::escape(.path))]
+    MatrixTwice { from: String, path: String },
+    /// The matrix names a file `changed` itself would not list.
+    #[error("{from}: {why}")]
+    NotATestFile {
+        from: String,
+        #[source]
+        why: NotATestFile,
+    },
+    #[error("batch `{name}` exists in the manifest; `changed run` names its batches changed-N-…")]
+    BatchExists { name: String },
+}
+
+impl ErrorKind for ChangedError {
+    fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
 
 pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     if let Some(ChangedCommand::Run(a)) = &args.command {
@@ -16,20 +98,20 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     }
     let m = ctx.manifest()?;
     let Some(cfg) = &m.changed else {
-        return Err(CommandError::usage(format!(
-            "{}: no `changed` section (patterns, gpus_marker, default_gpus)",
-            m.path.display()
-        )));
+        return Err(ChangedError::NoChangedSection {
+            manifest: m.path.clone(),
+        }
+        .into());
     };
     if args.unregistered {
         let patterns: Vec<String> = cfg.test_patterns().cloned().collect();
         return unregistered(&m, &patterns);
     }
     let Some(base) = &args.base else {
-        return Err(CommandError::usage("changed: --base REF is required"));
+        return Err(ChangedError::NoBase.into());
     };
     let mut outputs = match args.github_output {
-        true => Some(crate::github::Outputs::open().map_err(CommandError::usage)?),
+        true => Some(crate::github::Outputs::open()?),
         false => None,
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
@@ -41,7 +123,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        out.write(&pairs).map_err(CommandError::infra)?;
+        out.write(&pairs)?;
     }
     if ctx.json {
         let mut v = serde_json::Map::new();
@@ -77,9 +159,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
 fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8> {
     let globs: Vec<&String> = m.batches.values().flat_map(|b| b.tests.iter()).collect();
     if globs.is_empty() {
-        return Err(CommandError::usage(
-            "changed --unregistered: no batch names its test files; add `tests: [globs]` to the batches",
-        ));
+        return Err(ChangedError::NoTestGlobs.into());
     }
     let files = changed::tracked(&m.dir)?;
     let orphans: Vec<&String> = files
@@ -116,46 +196,50 @@ struct TestFile {
 /// Reads the matrix: `{"include": [...]}`, a list of entries, or one entry, each
 /// `{"test_file": PATH, "num_gpus": N}` (other keys ignored, as a workflow matrix may
 /// carry more).
-fn parse_matrix(text: &str, from: &str) -> std::result::Result<Vec<TestFile>, String> {
+fn parse_matrix(text: &str, from: &str) -> std::result::Result<Vec<TestFile>, ChangedError> {
+    let from = || from.to_string();
     let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("{from}: not JSON: {e}"))?;
+        serde_json::from_str(text).map_err(|source| ChangedError::MatrixNotJson {
+            from: from(),
+            source,
+        })?;
     let entries: Vec<&serde_json::Value> = match &v {
         serde_json::Value::Object(o) if o.contains_key("include") => match &o["include"] {
             serde_json::Value::Array(a) => a.iter().collect(),
-            _ => return Err(format!("{from}: `include` is not a list")),
+            _ => return Err(ChangedError::IncludeNotList { from: from() }),
         },
         serde_json::Value::Object(_) => vec![&v],
         serde_json::Value::Array(a) => a.iter().collect(),
-        _ => {
-            return Err(format!(
-                "{from}: expected the matrix `cibox changed` prints"
-            ));
-        }
+        _ => return Err(ChangedError::NotAMatrix { from: from() }),
     };
     if entries.len() > MAX_FILES {
-        return Err(format!(
-            "{from}: {} test files; at most {MAX_FILES} run at once",
-            entries.len()
-        ));
+        return Err(ChangedError::TooManyFiles {
+            from: from(),
+            count: entries.len(),
+        });
     }
     let mut out: Vec<TestFile> = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        let path = e
-            .get("test_file")
-            .and_then(|p| p.as_str())
-            .ok_or_else(|| format!("{from}: entry {i} has no `test_file` string"))?;
+        let path = e.get("test_file").and_then(|p| p.as_str()).ok_or_else(|| {
+            ChangedError::NoTestFile {
+                from: from(),
+                entry: i,
+            }
+        })?;
         let gpus = e
             .get("num_gpus")
             .and_then(|n| n.as_u64())
             .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| {
-                format!(
-                    "{from}: entry {i} ({}) has no whole `num_gpus`",
-                    util::escape(path)
-                )
+            .ok_or_else(|| ChangedError::NoGpuCount {
+                from: from(),
+                entry: i,
+                path: path.to_string(),
             })?;
         if out.iter().any(|t| t.path == path) {
-            return Err(format!("{from}: `{}` is listed twice", util::escape(path)));
+            return Err(ChangedError::MatrixTwice {
+                from: from(),
+                path: path.to_string(),
+            });
         }
         out.push(TestFile {
             path: path.to_string(),
@@ -191,61 +275,61 @@ fn batch_name(n: usize, path: &str) -> String {
 fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     let mut m: Manifest = ctx.manifest()?;
     let Some(cfg) = m.changed.clone() else {
-        return Err(CommandError::usage(format!(
-            "{}: no `changed` section (patterns, and run: for `changed run`)",
-            m.path.display()
-        )));
+        return Err(ChangedError::NothingToRun {
+            manifest: m.path.clone(),
+        }
+        .into());
     };
     let Some(template) = cfg.run.clone() else {
-        return Err(CommandError::usage(format!(
-            "{}: `changed.run` is missing: say how one test file runs (`run: {{command: 'pytest \"$CIBOX_TEST_FILE\"', timeout: 30m}}`)",
-            m.path.display()
-        )));
+        return Err(ChangedError::NoChangedRun {
+            manifest: m.path.clone(),
+        }
+        .into());
     };
     let (text, from) = match (&args.matrix_file, &args.matrix_env) {
         (Some(path), _) => {
             use std::io::Read;
-            let (f, _) = util::open_plain(path, true).map_err(|e| {
-                CommandError::usage(format!("--matrix-file {}: {e}", path.display()))
-            })?;
+            let unreadable = |source| ChangedError::MatrixFile {
+                path: path.clone(),
+                source,
+            };
+            let (f, _) = util::open_plain(path, true).map_err(unreadable)?;
             let mut text = String::new();
             f.take(MAX_MATRIX_BYTES + 1)
                 .read_to_string(&mut text)
-                .map_err(|e| {
-                    CommandError::usage(format!("--matrix-file {}: {e}", path.display()))
-                })?;
+                .map_err(unreadable)?;
             (text, format!("--matrix-file {}", path.display()))
         }
         (None, Some(var)) => {
-            let text = std::env::var(var).map_err(|_| {
-                CommandError::usage(format!(
-                    "--matrix-env {var}: the variable is not set (or not UTF-8)"
-                ))
-            })?;
+            let text = std::env::var(var)
+                .map_err(|_| ChangedError::MatrixEnvUnset { var: var.clone() })?;
             (text, format!("--matrix-env {var}"))
         }
         (None, None) => {
-            return Err(CommandError::usage(
-                "changed run: give --matrix-file or --matrix-env",
-            ));
+            return Err(ChangedError::NoMatrix.into());
         }
     };
     if text.len() as u64 > MAX_MATRIX_BYTES {
-        return Err(CommandError::usage(format!("{from}: larger than 1 MiB")));
+        return Err(ChangedError::MatrixTooLarge { from }.into());
     }
-    let files = parse_matrix(&text, &from).map_err(CommandError::usage)?;
+    let files = parse_matrix(&text, &from)?;
     // A matrix is data someone else made: run only what `changed` itself would list,
     // each file once.
     let mut seen = std::collections::BTreeSet::new();
     for f in &files {
         if !seen.insert(f.path.as_str()) {
-            return Err(CommandError::usage(format!(
-                "{from}: `{}` is listed twice",
-                util::escape(&f.path)
-            )));
+            return Err(ChangedError::MatrixTwice {
+                from,
+                path: f.path.clone(),
+            }
+            .into());
         }
-        crate::changed::check_test_file(&cfg, &f.path)
-            .map_err(|why| CommandError::usage(format!("{from}: {why}")))?;
+        crate::changed::check_test_file(&cfg, &f.path).map_err(|why| {
+            ChangedError::NotATestFile {
+                from: from.clone(),
+                why,
+            }
+        })?;
     }
     if files.is_empty() {
         console::info("no changed test file to run");
@@ -261,9 +345,7 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
     for (i, f) in files.iter().enumerate() {
         let name = batch_name(i + 1, &f.path);
         if m.batches.contains_key(&name) {
-            return Err(CommandError::usage(format!(
-                "batch `{name}` exists in the manifest; `changed run` names its batches changed-N-…"
-            )));
+            return Err(ChangedError::BatchExists { name }.into());
         }
         m.batches
             .insert(name.clone(), template.batch_for(&f.path, f.gpus));
@@ -297,6 +379,7 @@ mod tests {
                 "m"
             )
             .unwrap_err()
+            .to_string()
             .contains("listed twice")
         );
         assert_eq!(

@@ -38,9 +38,7 @@ impl Context {
         let path = match &self.manifest_path {
             Some(p) => p.clone(),
             None => {
-                let cwd = std::env::current_dir().map_err(|e| {
-                    CommandError::usage(format!("cannot read the current folder: {e}"))
-                })?;
+                let cwd = std::env::current_dir().map_err(CommandError::CurrentFolder)?;
                 manifest::find(&cwd)?
             }
         };

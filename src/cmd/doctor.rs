@@ -164,12 +164,12 @@ fn confinement_finding() -> Finding {
     const CHECK: &str = "gpu exec confinement";
     let wanted = match Wanted::from_env() {
         Ok(w) => w,
-        Err(e) => return finding(CHECK, Status::Fail, e, false),
+        Err(e) => return finding(CHECK, Status::Fail, e.to_string(), false),
     };
     let argv = ["true".to_string()];
     let supervisor = match Supervisor::start(&argv, &[], &[], Duration::from_secs(5), wanted) {
         Ok(s) => s,
-        Err(why) => return finding(CHECK, Status::Fail, why, false),
+        Err(why) => return finding(CHECK, Status::Fail, why.to_string(), false),
     };
     let started = supervisor.started.clone();
     supervisor.wait();

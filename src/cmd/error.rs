@@ -1,41 +1,25 @@
-//! What a command refuses or lacks where no domain error says it.
+//! What several commands refuse or lack where no domain error says it. A command's own
+//! errors are defined in its file.
 
-use crate::error::{Error, ErrorKind};
+use crate::error::ErrorKind;
 use crate::exit::Failure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    /// A bad flag or argument the parser could not catch.
-    #[error("{0}")]
-    Usage(String),
-    /// `capacity --require`: the GPUs a layer needs are not there.
-    #[error("{0}")]
-    Capacity(String),
-    /// The host lacks something cibox needs (a tool, a runtime).
-    #[error("{0}")]
-    Infra(String),
-}
-
-impl CommandError {
-    pub fn usage(message: impl Into<String>) -> Error {
-        CommandError::Usage(message.into()).into()
-    }
-
-    pub fn capacity(message: impl Into<String>) -> Error {
-        CommandError::Capacity(message.into()).into()
-    }
-
-    pub fn infra(message: impl Into<String>) -> Error {
-        CommandError::Infra(message.into()).into()
-    }
+    /// `--wait` is not a duration (what the parser said).
+    #[error("--wait: {0}")]
+    BadWait(String),
+    #[error("cannot read the current folder: {0}")]
+    CurrentFolder(#[source] std::io::Error),
+    #[error("writing the manual page: {0}")]
+    ManPage(#[source] std::io::Error),
 }
 
 impl ErrorKind for CommandError {
     fn failure(&self) -> Failure {
         match self {
-            CommandError::Usage(_) => Failure::Usage,
-            CommandError::Capacity(_) => Failure::Capacity,
-            CommandError::Infra(_) => Failure::Infra,
+            CommandError::BadWait(_) | CommandError::CurrentFolder(_) => Failure::Usage,
+            CommandError::ManPage(_) => Failure::Infra,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `cibox gpu status` and `cibox gpu exec`.
 
 use super::error::CommandError;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
@@ -9,8 +10,8 @@ use super::context::Context;
 use crate::claims::ContainerClaims;
 use crate::cli::GpuExecArgs;
 use crate::console::{self, Table, WaitLine};
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::gpu::lease::{Holder, Lease, LeaseState};
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe::{HostInstant, Prober, Snapshot};
@@ -18,9 +19,53 @@ use crate::gpu::{self, LeaseRequest, Waiter, Want};
 use crate::lockdir::LockDir;
 use crate::manifest::GpuConfig;
 use crate::process::Ending;
-use crate::process::confine::{Supervisor, Wanted};
+use crate::process::confine::{BadConfine, StartError, Supervisor, Wanted};
 use crate::signals;
 use crate::units::Span;
+
+/// What `gpu status` and `gpu exec` refuse or lack, where no domain error says it.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// A GPU's lock file could not be read.
+    #[error("lock dir {}: {source}", .dir.display())]
+    LockDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("gpu exec: no command given; write it after `--`")]
+    NoCommand,
+    #[error("gpu exec: say how many GPUs (--count N) or which (--devices LIST)")]
+    NoCount,
+    #[error("gpu exec: --count must be at least 1")]
+    ZeroCount,
+    #[error("gpu exec: --env-name `{name}` is not a variable name")]
+    BadEnvName { name: String },
+    /// More GPUs than the pool has: capacity, as for a batch asking for more than the
+    /// pool (docs §2).
+    #[error("gpu exec: --count {count} needs {count} GPUs; the pool has {pool}")]
+    CountOverPool { count: usize, pool: usize },
+    /// `CIBOX_CONFINE` names no confinement.
+    #[error(transparent)]
+    Confine(#[from] BadConfine),
+    #[error("gpu exec: {0}")]
+    NotStarted(#[source] StartError),
+}
+
+impl ErrorKind for GpuError {
+    fn failure(&self) -> Failure {
+        match self {
+            GpuError::LockDir { .. } => Failure::Infra,
+            GpuError::CountOverPool { .. } => Failure::Capacity,
+            GpuError::NoCommand
+            | GpuError::NoCount
+            | GpuError::ZeroCount
+            | GpuError::BadEnvName { .. }
+            | GpuError::Confine(_)
+            | GpuError::NotStarted(_) => Failure::Usage,
+        }
+    }
+}
 
 /// How long a group gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
@@ -47,7 +92,7 @@ fn probe_pool(
     since: Option<HostInstant>,
 ) -> Result<(Snapshot, Vec<PoolGpu>)> {
     let snap = claims.probe_since(since)?;
-    let pool = pool::resolve_for(cfg, &snap).map_err(CommandError::usage)?;
+    let pool = pool::resolve_for(cfg, &snap)?;
     Ok((snap, pool))
 }
 
@@ -67,8 +112,9 @@ pub fn status(ctx: &Context) -> Result<u8> {
     let mut rows = Vec::new();
     for g in &snap.gpus {
         let in_pool = pool.iter().any(|p| p.uuid == g.uuid);
-        let lease = dir.state(&g.uuid).map_err(|e| {
-            CommandError::infra(format!("lock dir {}: {e}", cfg.lock_dir.display()))
+        let lease = dir.state(&g.uuid).map_err(|source| GpuError::LockDir {
+            dir: cfg.lock_dir.clone(),
+            source,
         })?;
         let holder = match &lease {
             LeaseState::Free => None,
@@ -156,14 +202,10 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     // fan-out that arrive together share one.
     let arrived = HostInstant::now();
     let (need, env_name) = check_exec_args(&args)?;
-    let confine = Wanted::from_env().map_err(CommandError::usage)?;
+    let confine = Wanted::from_env().map_err(GpuError::from)?;
     let cfg = settings(ctx)?;
     let wait = match &args.wait {
-        Some(w) => {
-            w.parse::<Span>()
-                .map_err(|e| CommandError::usage(format!("--wait: {e}")))?
-                .0
-        }
+        Some(w) => w.parse::<Span>().map_err(CommandError::BadWait)?.0,
         None => cfg.wait.0,
     };
     signals::install();
@@ -177,28 +219,22 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
 /// that names them.
 fn check_exec_args(args: &GpuExecArgs) -> Result<(usize, String)> {
     if args.command.is_empty() {
-        return Err(CommandError::usage(
-            "gpu exec: no command given; write it after `--`",
-        ));
+        return Err(GpuError::NoCommand.into());
     }
     let Some(need) = (args.count.map(|n| n as usize))
         .or_else(|| args.devices.as_ref().map(|list| list.split(',').count()))
     else {
-        return Err(CommandError::usage(
-            "gpu exec: say how many GPUs (--count N) or which (--devices LIST)",
-        ));
+        return Err(GpuError::NoCount.into());
     };
     if args.count == Some(0) {
-        return Err(CommandError::usage("gpu exec: --count must be at least 1"));
+        return Err(GpuError::ZeroCount.into());
     }
     let env_name = args
         .env_name
         .clone()
         .unwrap_or_else(|| "CUDA_VISIBLE_DEVICES".into());
     if !valid_env_name(&env_name) {
-        return Err(CommandError::usage(format!(
-            "gpu exec: --env-name `{env_name}` is not a variable name"
-        )));
+        return Err(GpuError::BadEnvName { name: env_name }.into());
     }
     Ok((need, env_name))
 }
@@ -223,17 +259,15 @@ fn lease_for_exec(
         (Some(n), _) => {
             let n = *n as usize;
             if n > pool.len() {
-                // Capacity, as for a batch asking for more than the pool (docs §2).
-                return Err(CommandError::capacity(format!(
-                    "gpu exec: --count {n} needs {n} GPUs; the pool has {}",
-                    pool.len()
-                )));
+                return Err(GpuError::CountOverPool {
+                    count: n,
+                    pool: pool.len(),
+                }
+                .into());
             }
             Want::Count(n)
         }
-        (None, Some(list)) => {
-            Want::Devices(gpu::parse_devices(list, &snap, &pool).map_err(CommandError::usage)?)
-        }
+        (None, Some(list)) => Want::Devices(gpu::parse_devices(list, &snap, &pool)?),
         (None, None) => unreachable!("checked above"),
     };
     let want_count = want.count();
@@ -280,7 +314,7 @@ fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wante
         ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
     ];
     let supervisor = Supervisor::start(&args.command, &env, &lease.fds(), GRACE, confine)
-        .map_err(|why| CommandError::usage(format!("gpu exec: {why}")))?;
+        .map_err(GpuError::NotStarted)?;
     console::debug(format!(
         "`{}` runs confined by {}{}",
         args.command.join(" "),

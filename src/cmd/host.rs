@@ -1,31 +1,40 @@
 //! `cibox host setup` and `cibox host policy`.
 
-use super::error::CommandError;
 use std::path::PathBuf;
 
 use serde_json::json;
 
 use super::context::Context;
 use crate::console;
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::gpu::probe::Prober;
 use crate::lockdir::setup::setup as setup_lock_dir;
+
+/// What `host setup` refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("host setup makes the lock dir root's: run it as root (sudo cibox host setup)")]
+    NotRoot,
+    #[error("--lock-dir {}: must be an absolute path", .dir.display())]
+    RelativeLockDir { dir: PathBuf },
+}
+
+impl ErrorKind for SetupError {
+    fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
 
 /// `cibox host setup`: the lock dir and every file a lease depends on, root's.
 pub fn setup(ctx: &Context, lock_dir: Option<PathBuf>) -> Result<u8> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(CommandError::usage(
-            "host setup makes the lock dir root's: run it as root (sudo cibox host setup)",
-        ));
+        return Err(SetupError::NotRoot.into());
     }
     let gpu = ctx.gpu_without_manifest()?;
     let dir = lock_dir.unwrap_or(gpu.lock_dir.clone());
     if !dir.is_absolute() {
-        return Err(CommandError::usage(format!(
-            "--lock-dir {}: must be an absolute path",
-            dir.display()
-        )));
+        return Err(SetupError::RelativeLockDir { dir }.into());
     }
     // Each GPU's lock file is made now, so none is ever first made by another user.
     let snap = Prober::new(gpu.probe).probe()?;

@@ -2,7 +2,6 @@
 //! manifest and its flags into a call of the image library ([`crate::image`]; `image
 //! build` into one [`recipe::BuildRequest`]) and prints what comes back.
 
-use super::error::CommandError;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -11,14 +10,66 @@ use serde_json::json;
 use super::context::Context;
 use crate::console;
 use crate::engine::{Engine, EngineInfo};
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::image::build::Stage;
 use crate::image::lockset::Lockset;
 use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::run::launch::Whereabouts;
+
+/// What `image` commands refuse: all usage errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageCommandError {
+    #[error(
+        "{}: no image named `{name}`; images: {}",
+        .manifest.display(),
+        .images.join(", ")
+    )]
+    NoSuchImage {
+        manifest: PathBuf,
+        name: String,
+        images: Vec<String>,
+    },
+    #[error("no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
+    NoImageId,
+    /// `command` (`image load`, `image id`) would read an archive from a terminal.
+    #[error(
+        "`{command}` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in"
+    )]
+    StdinIsTerminal { command: &'static str },
+    /// `image load --from FILE`: the file cannot be opened.
+    #[error("cannot open {from}: {source}")]
+    CannotOpen {
+        from: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `image id --from FILE`: the file cannot be opened (or is not a plain file).
+    #[error("--from {from}: {source}")]
+    FromUnreadable {
+        from: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "no image reference: pass REPOSITORY@sha256:… or set the `ref` of image `{name}` in {}",
+        .manifest.display()
+    )]
+    NoReference { name: String, manifest: PathBuf },
+    #[error(
+        "{}: image `{name}` has no recipe; set its dockerfile or nix",
+        .manifest.display()
+    )]
+    NoRecipe { manifest: PathBuf, name: String },
+}
+
+impl ErrorKind for ImageCommandError {
+    fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
 
 /// The manifest's image named `name` (`default` when none is given).
 fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageConfig)> {
@@ -27,11 +78,12 @@ fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageC
         .get_key_value(name)
         .map(|(k, v)| (k.as_str(), v))
         .ok_or_else(|| {
-            CommandError::usage(format!(
-                "{}: no image named `{name}`; images: {}",
-                m.path.display(),
-                m.images.keys().cloned().collect::<Vec<_>>().join(", ")
-            ))
+            ImageCommandError::NoSuchImage {
+                manifest: m.path.clone(),
+                name: name.to_string(),
+                images: m.images.keys().cloned().collect(),
+            }
+            .into()
         })
 }
 
@@ -73,9 +125,7 @@ fn chosen_id(
     } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
         (id, "the image's id in the manifest")
     } else {
-        return Err(CommandError::usage(
-            "no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml",
-        ));
+        return Err(ImageCommandError::NoImageId.into());
     };
     let id = ImageId::parse(raw.trim())
         .map_err(|why| crate::image::ImageError::refused(format!("{why} (from {from})")))?;
@@ -169,16 +219,19 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         None => (None, None),
     };
     if from == "-" && std::io::stdin().is_terminal() {
-        return Err(CommandError::usage(
-            "`image load` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in",
-        ));
+        return Err(ImageCommandError::StdinIsTerminal {
+            command: "image load",
+        }
+        .into());
     }
     let file = if from == "-" {
         None
     } else {
         Some(
-            std::fs::File::open(from)
-                .map_err(|e| CommandError::usage(format!("cannot open {from}: {e}")))?,
+            std::fs::File::open(from).map_err(|source| ImageCommandError::CannotOpen {
+                from: from.to_string(),
+                source,
+            })?,
         )
     };
     let engine = Engine::connect()?;
@@ -240,14 +293,19 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     let shown = if from == "-" { "standard input" } else { from };
     let found = if from == "-" {
         if std::io::stdin().is_terminal() {
-            return Err(CommandError::usage(
-                "`image id` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in",
-            ));
+            return Err(ImageCommandError::StdinIsTerminal {
+                command: "image id",
+            }
+            .into());
         }
         image::archive::read_image(std::io::stdin().lock(), shown)?
     } else {
-        let (file, _) = crate::util::open_plain(Path::new(from), true)
-            .map_err(|e| CommandError::usage(format!("--from {from}: {e}")))?;
+        let (file, _) = crate::util::open_plain(Path::new(from), true).map_err(|source| {
+            ImageCommandError::FromUnreadable {
+                from: from.to_string(),
+                source,
+            }
+        })?;
         image::archive::read_image(std::io::BufReader::new(file), shown)?
     };
     if let Some((m, n)) = &pin {
@@ -285,17 +343,18 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
 /// when the manifest pins one.
 pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Result<u8> {
     if let Some(r) = &reference {
-        PinnedRef::parse(r).map_err(CommandError::usage)?;
+        PinnedRef::parse(r)?;
     }
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
     let Some(text) = reference.or_else(|| img.reference.clone()) else {
-        return Err(CommandError::usage(format!(
-            "no image reference: pass REPOSITORY@sha256:… or set the `ref` of image `{name}` in {}",
-            m.path.display()
-        )));
+        return Err(ImageCommandError::NoReference {
+            name: name.to_string(),
+            manifest: m.path.clone(),
+        }
+        .into());
     };
-    let pinned = PinnedRef::parse(&text).map_err(CommandError::usage)?;
+    let pinned = PinnedRef::parse(&text)?;
     let source = Lockset::compute(&m.dir, &img.locks)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
@@ -322,10 +381,11 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
         (Some(df), _) => Recipe::Dockerfile(df),
         (None, Some(attr)) => Recipe::Nix(attr),
         (None, None) => {
-            return Err(CommandError::usage(format!(
-                "{}: image `{name}` has no recipe; set its dockerfile or nix",
-                m.path.display()
-            )));
+            return Err(ImageCommandError::NoRecipe {
+                manifest: m.path.clone(),
+                name: name.to_string(),
+            }
+            .into());
         }
     };
     let args_path = img.build_args.as_deref().map(|a| m.resolve(a));

@@ -97,7 +97,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             let cmd = <Cli as clap::CommandFactory>::command();
             clap_mangen::Man::new(cmd)
                 .render(&mut std::io::stdout())
-                .map_err(|e| CommandError::infra(format!("writing the manual page: {e}")))?;
+                .map_err(CommandError::ManPage)?;
             Ok(crate::exit::SUCCESS)
         }
         Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),

@@ -2,14 +2,15 @@
 //! commit (in a temporary worktree) and image, with the same fast mode and GPU count,
 //! then show the recorded and replayed outcomes side by side.
 
-use super::error::CommandError;
 use std::path::{Path, PathBuf};
 
 use super::context::Context;
+use crate::changed::NotATestFile;
 use crate::console::{self, Table};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
-use crate::exit;
+use crate::error::{Error, ErrorKind, Result};
+use crate::exit::{self, Failure};
+use crate::git::GitError;
 use crate::image::{ImageError, ImageId};
 use crate::manifest::Manifest;
 use crate::plan::RunRequest;
@@ -17,6 +18,69 @@ use crate::report::RunRecord;
 use crate::run::launch::{self, Whereabouts};
 
 use crate::git::text as git;
+
+/// What keeps `reproduce` from replaying a record.
+#[derive(Debug, thiserror::Error)]
+pub enum ReproduceError {
+    #[error("temporary folder: {0}")]
+    TempDir(#[source] std::io::Error),
+    #[error("git worktree add: {0}")]
+    WorktreeAdd(#[source] GitError),
+    #[error("current folder: {0}")]
+    CurrentFolder(#[source] std::io::Error),
+    #[error("reproduce runs inside the project's git repository; cd into it")]
+    NotInRepository,
+    #[error(
+        "{}: the run recorded no commit (its source was not a git checkout), so it cannot be replayed",
+        .result.display()
+    )]
+    NoCommit { result: PathBuf },
+    #[error(
+        "commit {sha} is not in {}; fetch it first: git fetch origin {sha}",
+        .repo.display()
+    )]
+    CommitMissing { sha: String, repo: PathBuf },
+    /// The batch ran a test file through `changed.run`, which the manifest at the
+    /// recorded commit lacks.
+    #[error(
+        "batch {batch} ran test file {file} through changed.run, which {} at {sha} lacks",
+        .manifest.display()
+    )]
+    NoChangedRun {
+        batch: String,
+        file: String,
+        manifest: PathBuf,
+        sha: String,
+    },
+    /// The record names a test file `changed` itself would not list.
+    #[error("{}: {why}", .result.display())]
+    NotATestFile {
+        result: PathBuf,
+        #[source]
+        why: NotATestFile,
+    },
+    #[error("batch {batch} is not in {} at {sha}", .manifest.display())]
+    NoSuchBatch {
+        batch: String,
+        manifest: PathBuf,
+        sha: String,
+    },
+}
+
+impl ErrorKind for ReproduceError {
+    fn failure(&self) -> Failure {
+        match self {
+            ReproduceError::TempDir(_) | ReproduceError::WorktreeAdd(_) => Failure::Infra,
+            ReproduceError::CurrentFolder(_)
+            | ReproduceError::NotInRepository
+            | ReproduceError::NoCommit { .. }
+            | ReproduceError::CommitMissing { .. }
+            | ReproduceError::NoChangedRun { .. }
+            | ReproduceError::NotATestFile { .. }
+            | ReproduceError::NoSuchBatch { .. } => Failure::Usage,
+        }
+    }
+}
 
 /// Removes the temporary worktree however the replay ends.
 struct Worktree {
@@ -28,8 +92,7 @@ struct Worktree {
 impl Worktree {
     /// A detached worktree of `repo` at `sha`, in a temporary folder.
     fn add(repo: &Path, sha: &str) -> Result<Worktree> {
-        let dir = tempfile::tempdir()
-            .map_err(|e| CommandError::infra(format!("temporary folder: {e}")))?;
+        let dir = tempfile::tempdir().map_err(ReproduceError::TempDir)?;
         let path = dir.path().join("src");
         git(
             repo,
@@ -41,7 +104,7 @@ impl Worktree {
                 sha,
             ],
         )
-        .map_err(|e| CommandError::infra(format!("git worktree add: {e}")))?;
+        .map_err(ReproduceError::WorktreeAdd)?;
         Ok(Worktree {
             repo: repo.to_path_buf(),
             path,
@@ -66,24 +129,18 @@ impl Drop for Worktree {
 
 pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     let record = RunRecord::read(result)?;
-    let cwd =
-        std::env::current_dir().map_err(|e| CommandError::usage(format!("current folder: {e}")))?;
+    let cwd = std::env::current_dir().map_err(ReproduceError::CurrentFolder)?;
     let repo = git(&cwd, &["rev-parse", "--show-toplevel"])
         .map(PathBuf::from)
-        .map_err(|_| {
-            CommandError::usage("reproduce runs inside the project's git repository; cd into it")
-        })?;
+        .map_err(|_| ReproduceError::NotInRepository)?;
     let Some(sha) = record.source.sha.clone() else {
-        return Err(CommandError::usage(format!(
-            "{}: the run recorded no commit (its source was not a git checkout), so it cannot be replayed",
-            result.display()
-        )));
+        return Err(ReproduceError::NoCommit {
+            result: result.to_path_buf(),
+        }
+        .into());
     };
     if git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")]).is_err() {
-        return Err(CommandError::usage(format!(
-            "commit {sha} is not in {}; fetch it first: git fetch origin {sha}",
-            repo.display()
-        )));
+        return Err(ReproduceError::CommitMissing { sha, repo }.into());
     }
     let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::refused)?;
     // Where the manifest sits in the repository, to find it in the worktree.
@@ -289,25 +346,32 @@ impl Replay<'_> {
                 m.changed.as_ref(),
                 m.changed.as_ref().and_then(|c| c.run.as_ref()),
             ) else {
-                return Err(CommandError::usage(format!(
-                    "batch {} ran test file {file} through changed.run, which {} at {sha} lacks",
-                    record.batch,
-                    self.manifest_rel.display()
-                )));
+                return Err(ReproduceError::NoChangedRun {
+                    batch: record.batch.clone(),
+                    file: file.clone(),
+                    manifest: self.manifest_rel.to_path_buf(),
+                    sha: sha.to_string(),
+                }
+                .into());
             };
-            crate::changed::check_test_file(cfg, file)
-                .map_err(|why| CommandError::usage(format!("{}: {why}", self.result.display())))?;
+            crate::changed::check_test_file(cfg, file).map_err(|why| {
+                ReproduceError::NotATestFile {
+                    result: self.result.to_path_buf(),
+                    why,
+                }
+            })?;
             launch::check_test_file_in(&worktree.path, file)?;
             let batch = template.batch_for(file, record.gpu_count);
             m.batches.insert(record.batch.clone(), batch);
         }
         match m.batches.get(&record.batch) {
             None => {
-                return Err(CommandError::usage(format!(
-                    "batch {} is not in {} at {sha}",
-                    record.batch,
-                    self.manifest_rel.display()
-                )));
+                return Err(ReproduceError::NoSuchBatch {
+                    batch: record.batch.clone(),
+                    manifest: self.manifest_rel.to_path_buf(),
+                    sha: sha.to_string(),
+                }
+                .into());
             }
             Some(b) if b.gpus != record.gpu_count => console::warn(format!(
                 "batch {} asks for {} GPUs at {sha}, the record says {}; replaying with the manifest's",

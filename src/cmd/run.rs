@@ -50,9 +50,7 @@ pub fn run_manifest(
     };
     plan::check_request(&m, &request)?;
     if let Some(w) = &opts.wait {
-        let wait = w
-            .parse::<Span>()
-            .map_err(|e| CommandError::usage(format!("--wait: {e}")))?;
+        let wait = w.parse::<Span>().map_err(CommandError::BadWait)?;
         request.wait = Some(wait.0);
     }
     launch::locate(

@@ -3,12 +3,23 @@
 //! it from running included); and `gpu status` and `capacity` on a login node, from
 //! what Slurm says of its nodes.
 
-use super::error::CommandError;
-
 use super::context::Context;
+use crate::error::ErrorKind;
+use crate::exit::Failure;
 use crate::report::reporter::wire::Wire;
 use crate::run::launch;
 use crate::run::slurm::NodeJob;
+
+/// The job a node was given is not one cibox sends.
+#[derive(Debug, thiserror::Error)]
+#[error("the node's job is not one cibox sends: {0}")]
+pub struct BadNodeJob(#[source] serde_json::Error);
+
+impl ErrorKind for BadNodeJob {
+    fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
 
 /// Runs the job and returns its exit code; an error is told to the submitter.
 pub fn node(ctx: &Context, job: &str) -> u8 {
@@ -22,7 +33,7 @@ pub fn node(ctx: &Context, job: &str) -> u8 {
         );
     }
     let ran = serde_json::from_str::<NodeJob>(job)
-        .map_err(|e| CommandError::usage(format!("the node's job is not one cibox sends: {e}")))
+        .map_err(|e| BadNodeJob(e).into())
         .and_then(|job| {
             let policy = ctx.host_policy()?;
             launch::run_on_node(&job, &policy)

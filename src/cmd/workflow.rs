@@ -8,35 +8,83 @@ use serde_json::json;
 use super::context::Context;
 use crate::cli::LintFormat;
 use crate::console;
-use crate::error::Result;
-use crate::exit;
+use crate::error::{ErrorKind, Result};
+use crate::exit::{self, Failure};
 use crate::manifest;
 use crate::workflow::{lint, render};
+
+/// What `workflow render` and `workflow lint` refuse or cannot do.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkflowCommandError {
+    #[error(
+        "workflows dir {} does not exist (workflows.dir in {})",
+        .dir.display(),
+        .manifest.display()
+    )]
+    NoWorkflowsDir { dir: PathBuf, manifest: PathBuf },
+    #[error("no *.yml.j2 template in {}", .dir.display())]
+    NoTemplates { dir: PathBuf },
+    /// A rendered workflow could not be written.
+    #[error("writing {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A folder of workflows to lint cannot be read.
+    #[error("workflows folder {}: {source}", .dir.display())]
+    Folder {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path given to lint is neither a file nor a folder one can read.
+    #[error("{}: {source}: give workflow files or folders", .path.display())]
+    NoSuchTarget {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no workflows folder at {}: give workflow files or folders to lint", .dir.display())]
+    NoWorkflowsFolder { dir: PathBuf },
+    #[error("`--json` and `--format`: give one of them")]
+    JsonAndFormat,
+}
+
+impl ErrorKind for WorkflowCommandError {
+    fn failure(&self) -> Failure {
+        match self {
+            WorkflowCommandError::Write { .. } => Failure::Infra,
+            WorkflowCommandError::NoWorkflowsDir { .. }
+            | WorkflowCommandError::NoTemplates { .. }
+            | WorkflowCommandError::Folder { .. }
+            | WorkflowCommandError::NoSuchTarget { .. }
+            | WorkflowCommandError::NoWorkflowsFolder { .. }
+            | WorkflowCommandError::JsonAndFormat => Failure::Usage,
+        }
+    }
+}
 
 pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     let m = ctx.manifest()?;
     let dir = m.resolve(&m.workflows.dir.to_string_lossy());
     if !dir.is_dir() {
-        return Err(CommandError::usage(format!(
-            "workflows dir {} does not exist (workflows.dir in {})",
-            dir.display(),
-            m.path.display()
-        )));
+        return Err(WorkflowCommandError::NoWorkflowsDir {
+            dir,
+            manifest: m.path.clone(),
+        }
+        .into());
     }
-    let templates = render::templates(&dir).map_err(CommandError::usage)?;
+    let templates = render::templates(&dir)?;
     if templates.is_empty() {
-        return Err(CommandError::usage(format!(
-            "no *.yml.j2 template in {}",
-            dir.display()
-        )));
+        return Err(WorkflowCommandError::NoTemplates { dir }.into());
     }
     let context = render::context(&m);
     // Render everything first: a bad template writes nothing at all.
     let rendered: Vec<render::Rendered> = templates
         .iter()
         .map(|t| render::render(t, &context))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(CommandError::usage)?;
+        .collect::<std::result::Result<_, _>>()?;
     let mut stale = 0;
     let mut outputs = Vec::new();
     for r in &rendered {
@@ -71,8 +119,10 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                 "missing"
             }
         } else {
-            std::fs::write(&r.output, &r.text)
-                .map_err(|e| CommandError::infra(format!("writing {}: {e}", r.output.display())))?;
+            std::fs::write(&r.output, &r.text).map_err(|source| WorkflowCommandError::Write {
+                path: r.output.clone(),
+                source,
+            })?;
             console::info(format!(
                 "wrote {} from {}",
                 r.output.display(),
@@ -99,8 +149,10 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
 /// Each with whether it may be a symbolic link (named, not found in a folder).
 fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     let yaml_files = |dir: &Path| -> Result<Vec<(PathBuf, bool)>> {
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| CommandError::usage(format!("workflows folder {}: {e}", dir.display())))?;
+        let entries = std::fs::read_dir(dir).map_err(|source| WorkflowCommandError::Folder {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
         let mut files: Vec<(PathBuf, bool)> = entries
             .flatten()
             .map(|e| e.path())
@@ -116,18 +168,18 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>
             match std::fs::metadata(p) {
                 Ok(md) if md.is_dir() => files.extend(yaml_files(p)?),
                 Ok(_) => files.push((p.clone(), true)),
-                Err(e) => {
-                    return Err(CommandError::usage(format!(
-                        "{}: {e}: give workflow files or folders",
-                        p.display()
-                    )));
+                Err(source) => {
+                    return Err(WorkflowCommandError::NoSuchTarget {
+                        path: p.clone(),
+                        source,
+                    }
+                    .into());
                 }
             }
         }
         return Ok(files);
     }
-    let cwd = std::env::current_dir()
-        .map_err(|e| CommandError::usage(format!("cannot read the current folder: {e}")))?;
+    let cwd = std::env::current_dir().map_err(CommandError::CurrentFolder)?;
     let manifest_found = ctx.manifest_path.is_some() || manifest::find(&cwd).is_ok();
     let dir = if manifest_found {
         let m = ctx.manifest()?;
@@ -141,10 +193,7 @@ fn lint_targets(ctx: &Context, paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>
         root.join(".github/workflows")
     };
     if !dir.is_dir() {
-        return Err(CommandError::usage(format!(
-            "no workflows folder at {}: give workflow files or folders to lint",
-            dir.display()
-        )));
+        return Err(WorkflowCommandError::NoWorkflowsFolder { dir }.into());
     }
     yaml_files(&dir)
 }
@@ -160,9 +209,7 @@ fn repository_root() -> Option<PathBuf> {
 pub fn lint(ctx: &Context, paths: &[PathBuf], format: Option<LintFormat>) -> Result<u8> {
     let format = match (format, ctx.json) {
         (Some(LintFormat::Text | LintFormat::Sarif), true) => {
-            return Err(CommandError::usage(
-                "`--json` and `--format`: give one of them",
-            ));
+            return Err(WorkflowCommandError::JsonAndFormat.into());
         }
         (Some(f), _) => f,
         (None, true) => LintFormat::Json,

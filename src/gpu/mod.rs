@@ -40,9 +40,27 @@ pub type ProbeFailure = Box<dyn std::error::Error + Send + Sync>;
 /// Why GPUs were not leased.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    /// The wait allowed ran out.
-    #[error("{0}")]
-    Capacity(String),
+    /// The wait allowed ran out before the request had a place in the queue.
+    #[error("could not join the queue in {dir} within the wait")]
+    QueueTimedOut { dir: String },
+    /// The wait allowed ran out before enough GPUs were free and idle.
+    #[error(
+        "could not lease {need} GPU(s) within {}: {free} of {candidates} unleased; {waiting}{}",
+        crate::units::Span(*.wait),
+        held(.select_held_by, .dir)
+    )]
+    TimedOut {
+        need: usize,
+        wait: Duration,
+        /// The candidates not leased at the end of the wait.
+        free: usize,
+        candidates: usize,
+        /// What the wait came to: the place in the queue, and who holds or uses what.
+        waiting: String,
+        dir: String,
+        /// Who held `select.lock` (the hand-out's lock) at the end, when it stayed held.
+        select_held_by: Option<String>,
+    },
     /// cibox was asked to stop while it waited.
     #[error("stopped by {0}")]
     Interrupted(nix::sys::signal::Signal),
@@ -79,7 +97,7 @@ impl LeaseError {
 impl crate::error::ErrorKind for LeaseError {
     fn failure(&self) -> Failure {
         match self {
-            LeaseError::Capacity(_) => Failure::Capacity,
+            LeaseError::QueueTimedOut { .. } | LeaseError::TimedOut { .. } => Failure::Capacity,
             LeaseError::Interrupted(sig) => Failure::Signal(*sig),
             // A lock dir cibox may not write is configuration, like a bad gpu.lock_dir.
             LeaseError::Locks { source, .. }
@@ -93,6 +111,33 @@ impl crate::error::ErrorKind for LeaseError {
             }
             LeaseError::Locks { .. } | LeaseError::Probe(_) => Failure::Infra,
         }
+    }
+}
+
+/// `; select.lock in DIR stays locked by HOLDER`, when it stayed held.
+fn held(by: &Option<String>, dir: &str) -> String {
+    match by {
+        Some(holder) => format!("; select.lock in {dir} stays locked by {holder}"),
+        None => String::new(),
+    }
+}
+
+/// Why `--devices` does not name GPUs a command may lease: a usage error.
+#[derive(Debug, thiserror::Error)]
+pub enum DevicesError {
+    #[error("--devices `{list}` has an empty entry")]
+    EmptyEntry { list: String },
+    #[error("--devices: `{item}` is not a GPU on this host")]
+    NotOnHost { item: String },
+    #[error("--devices names GPU {index} twice")]
+    Twice { index: u32 },
+    #[error("--devices: GPU {index} ({uuid}) is not in the CI pool (gpu.pool / CIBOX_GPU_POOL)")]
+    NotInPool { index: u32, uuid: String },
+}
+
+impl crate::error::ErrorKind for DevicesError {
+    fn failure(&self) -> Failure {
+        Failure::Usage
     }
 }
 
@@ -119,27 +164,27 @@ pub fn parse_devices(
     list: &str,
     snapshot: &Snapshot,
     pool: &[PoolGpu],
-) -> Result<Vec<PoolGpu>, String> {
+) -> Result<Vec<PoolGpu>, DevicesError> {
     let mut out: Vec<PoolGpu> = Vec::new();
     for item in list.split(',').map(str::trim) {
         if item.is_empty() {
-            return Err(format!("--devices `{list}` has an empty entry"));
+            return Err(DevicesError::EmptyEntry { list: list.into() });
         }
         let Some(g) = snapshot
             .gpus
             .iter()
             .find(|g| g.uuid == item || g.index.to_string() == item)
         else {
-            return Err(format!("--devices: `{item}` is not a GPU on this host"));
+            return Err(DevicesError::NotOnHost { item: item.into() });
         };
         if out.iter().any(|o| o.uuid == g.uuid) {
-            return Err(format!("--devices names GPU {} twice", g.index));
+            return Err(DevicesError::Twice { index: g.index });
         }
         let Some(p) = pool.iter().find(|p| p.uuid == g.uuid) else {
-            return Err(format!(
-                "--devices: GPU {} ({}) is not in the CI pool (gpu.pool / CIBOX_GPU_POOL)",
-                g.index, g.uuid
-            ));
+            return Err(DevicesError::NotInPool {
+                index: g.index,
+                uuid: g.uuid.clone(),
+            });
         };
         out.push(p.clone());
     }
@@ -216,5 +261,35 @@ impl WaitReport {
         } else {
             parts.join(", ")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_that_ran_out_says_what_it_came_to() {
+        let out = |held: Option<&str>| LeaseError::TimedOut {
+            need: 2,
+            wait: Duration::from_secs(30),
+            free: 1,
+            candidates: 4,
+            waiting: "leased: GPU 0 by pid 7".into(),
+            dir: "/run/cibox".into(),
+            select_held_by: held.map(str::to_string),
+        };
+        assert_eq!(
+            out(None).to_string(),
+            "could not lease 2 GPU(s) within 30s: 1 of 4 unleased; leased: GPU 0 by pid 7"
+        );
+        assert_eq!(
+            out(Some("pid 9")).to_string(),
+            "could not lease 2 GPU(s) within 30s: 1 of 4 unleased; leased: GPU 0 by pid 7; select.lock in /run/cibox stays locked by pid 9"
+        );
+        assert_eq!(
+            crate::error::Error::from(out(None)).exit_code(),
+            crate::exit::CAPACITY
+        );
     }
 }

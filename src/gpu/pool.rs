@@ -1,6 +1,7 @@
 //! The GPUs CI may use, and whether each is idle right now.
 
 use super::probe::{GpuState, Snapshot};
+use crate::exit::Failure;
 use crate::manifest::{GpuConfig, IdlePolicy, PoolSpec};
 
 /// A GPU of the pool, as the probe numbers it.
@@ -10,9 +11,43 @@ pub struct PoolGpu {
     pub uuid: String,
 }
 
+/// Why a pool (the project's, or the host policy's) cannot be resolved against a probe:
+/// a configuration error.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(
+        "GPU pool entry `{item}` is not a GPU on this host (the GPU probe shows {})",
+        shown(.probed)
+    )]
+    NotOnHost {
+        item: String,
+        /// The indices of the GPUs the probe shows.
+        probed: Vec<u32>,
+    },
+    #[error("GPU pool names {uuid} twice (as `{item}`)")]
+    Twice { uuid: String, item: String },
+    /// The host policy's own pool cannot be resolved.
+    #[error("the host policy's gpu.pool: {0}")]
+    HostPool(#[source] Box<PoolError>),
+    #[error(
+        "GPU {index} ({uuid}) is not in this host's pool (the host policy's gpu.pool: {host}); choose among those"
+    )]
+    OutsideHostPool {
+        index: u32,
+        uuid: String,
+        host: PoolSpec,
+    },
+}
+
+impl crate::error::ErrorKind for PoolError {
+    fn failure(&self) -> Failure {
+        Failure::Usage
+    }
+}
+
 /// Resolves the pool against a probe: `all`, or each index/UUID to a GPU the probe
-/// knows. An entry the probe does not know is a configuration error (the message).
-pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, String> {
+/// knows. An entry the probe does not know is a configuration error.
+pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, PoolError> {
     let of = |g: &GpuState| PoolGpu {
         index: g.index,
         uuid: g.uuid.clone(),
@@ -26,14 +61,15 @@ pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, Str
                     .gpus
                     .iter()
                     .find(|g| g.uuid == *item || g.index.to_string() == *item)
-                    .ok_or_else(|| {
-                        format!(
-                            "GPU pool entry `{item}` is not a GPU on this host (the GPU probe shows {})",
-                            describe(snapshot)
-                        )
+                    .ok_or_else(|| PoolError::NotOnHost {
+                        item: item.clone(),
+                        probed: snapshot.gpus.iter().map(|g| g.index).collect(),
                     })?;
                 if out.iter().any(|p: &PoolGpu| p.uuid == g.uuid) {
-                    return Err(format!("GPU pool names {} twice (as `{item}`)", g.uuid));
+                    return Err(PoolError::Twice {
+                        uuid: g.uuid.clone(),
+                        item: item.clone(),
+                    });
                 }
                 out.push(of(g));
             }
@@ -47,29 +83,30 @@ pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, Str
 /// Resolves `cfg`'s pool as [`resolve`] does, and refuses a GPU outside the host's pool
 /// (the host policy's `gpu.pool`) when it has one: a project may narrow the host's pool,
 /// never widen it.
-pub fn resolve_for(cfg: &GpuConfig, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, String> {
+pub fn resolve_for(cfg: &GpuConfig, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, PoolError> {
     let gpus = resolve(&cfg.pool, snapshot)?;
     if let Some(host) = &cfg.host_pool {
-        let allowed =
-            resolve(host, snapshot).map_err(|e| format!("the host policy's gpu.pool: {e}"))?;
+        let allowed = resolve(host, snapshot).map_err(|e| PoolError::HostPool(Box::new(e)))?;
         if let Some(g) = gpus
             .iter()
             .find(|g| !allowed.iter().any(|a| a.uuid == g.uuid))
         {
-            return Err(format!(
-                "GPU {} ({}) is not in this host's pool (the host policy's gpu.pool: {host}); choose among those",
-                g.index, g.uuid
-            ));
+            return Err(PoolError::OutsideHostPool {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                host: host.clone(),
+            });
         }
     }
     Ok(gpus)
 }
 
-fn describe(s: &Snapshot) -> String {
-    if s.gpus.is_empty() {
+/// The GPUs a probe shows, by index: `indices 0,1`, or `no GPU`.
+fn shown(indices: &[u32]) -> String {
+    if indices.is_empty() {
         return "no GPU".into();
     }
-    let idx: Vec<String> = s.gpus.iter().map(|g| g.index.to_string()).collect();
+    let idx: Vec<String> = indices.iter().map(u32::to_string).collect();
     format!("indices {}", idx.join(","))
 }
 
@@ -159,11 +196,19 @@ mod tests {
         ]);
         let p = resolve(&spec, &s).unwrap();
         assert_eq!(p.iter().map(|g| g.index).collect::<Vec<_>>(), [0, 2]);
-        assert!(resolve(&PoolSpec::Devices(vec!["9".into()]), &s).is_err());
+        assert_eq!(
+            resolve(&PoolSpec::Devices(vec!["9".into()]), &s)
+                .unwrap_err()
+                .to_string(),
+            "GPU pool entry `9` is not a GPU on this host (the GPU probe shows indices 0,1,2,3)"
+        );
         let dup = PoolSpec::Devices(vec![
             "0".into(),
             "GPU-00000000-0000-0000-0000-000000000000".into(),
         ]);
-        assert!(resolve(&dup, &s).is_err());
+        assert!(matches!(
+            resolve(&dup, &s),
+            Err(PoolError::Twice { item, .. }) if item == "GPU-00000000-0000-0000-0000-000000000000"
+        ));
     }
 }

@@ -77,10 +77,9 @@ impl<'d> Waiter<'d> {
             (HEAD_START_PER_GPU * need.saturating_sub(1).min(64) as u32).min(MAX_HEAD_START);
         let ticket =
             Ticket::enqueue(dir, &description, head_start, deadline).map_err(|w| match w {
-                LockWait::TimedOut => LeaseError::Capacity(format!(
-                    "could not join the queue in {} within the wait",
-                    dir.path().display()
-                )),
+                LockWait::TimedOut => LeaseError::QueueTimedOut {
+                    dir: dir.path().display().to_string(),
+                },
                 LockWait::Interrupted(sig) => LeaseError::Interrupted(sig),
                 LockWait::Io(e) => LeaseError::locks(dir, "joining the queue")(e),
             })?;
@@ -495,23 +494,18 @@ where
             };
         }
         let free = self.candidates.len() - r.leased.len();
-        let held = if self.select_held {
-            format!(
-                "; select.lock in {} stays locked by {}",
-                self.dir.path().display(),
-                crate::lockdir::lock_holder(&self.select)
-                    .unwrap_or_else(|| "another process".into())
-            )
-        } else {
-            String::new()
-        };
-        LeaseError::Capacity(format!(
-            "could not lease {} GPU(s) within {}: {free} of {} unleased; {}{held}",
-            self.need,
-            crate::units::Span(self.wait),
-            self.candidates.len(),
-            r.describe()
-        ))
+        let select_held_by = self.select_held.then(|| {
+            crate::lockdir::lock_holder(&self.select).unwrap_or_else(|| "another process".into())
+        });
+        LeaseError::TimedOut {
+            need: self.need,
+            wait: self.wait,
+            free,
+            candidates: self.candidates.len(),
+            waiting: r.describe(),
+            dir: self.dir.path().display().to_string(),
+            select_held_by,
+        }
     }
 }
 

@@ -193,7 +193,7 @@ pub const DEFAULT_EPOCH: u64 = 1;
 /// fetches one commit) or a squash or rebase merge gives unchanged lock files another
 /// one, and so the image another ID. Returns it and where it came from, or why the
 /// variable is wrong.
-pub fn source_date_epoch() -> Result<(u64, String), String> {
+pub fn source_date_epoch() -> Result<(u64, String), BadEpoch> {
     let Ok(text) = std::env::var("SOURCE_DATE_EPOCH") else {
         return Ok((DEFAULT_EPOCH, "fixed".into()));
     };
@@ -201,8 +201,16 @@ pub fn source_date_epoch() -> Result<(u64, String), String> {
         Ok(epoch) if epoch <= MAX_EPOCH && !text.starts_with('+') => {
             Ok((epoch, "SOURCE_DATE_EPOCH".into()))
         }
-        _ => Err(format!(
-            "SOURCE_DATE_EPOCH=`{text}` is not a whole number of seconds from 0 to {MAX_EPOCH} (the year 9999)"
-        )),
+        _ => Err(BadEpoch { text }),
     }
+}
+
+/// `SOURCE_DATE_EPOCH` is set, and not a time a build may set files to.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "SOURCE_DATE_EPOCH=`{text}` is not a whole number of seconds from 0 to {MAX_EPOCH} (the year 9999)"
+)]
+pub struct BadEpoch {
+    /// The variable's value.
+    pub text: String,
 }

@@ -17,13 +17,36 @@ impl fmt::Display for PinnedRef {
     }
 }
 
+/// Why a text is not a reference pinned by digest: a usage or configuration error.
+#[derive(Debug, thiserror::Error)]
+pub enum PinnedRefError {
+    #[error(
+        "`{text}` is not pinned by digest: write REPOSITORY@sha256:<64 hex> (a tag can be moved; a digest cannot)"
+    )]
+    NotPinned { text: String },
+    #[error("`{digest}` is not a sha256 digest (sha256: and 64 lower-case hex digits)")]
+    NotSha256 { digest: String },
+    #[error("the repository before `@` is empty or too long")]
+    RepositoryLength,
+    #[error("`{repository}` carries a tag: a pinned reference has only the digest (drop `:{tag}`)")]
+    Tagged { repository: String, tag: String },
+    #[error(
+        "`{repository}` is not a repository name (components of lower-case letters and digits, joined by `.`, `_`, `__` or `-`, separated by `/`; no `..`)"
+    )]
+    NotARepository { repository: String },
+}
+
+impl crate::error::ErrorKind for PinnedRefError {
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
 impl PinnedRef {
-    pub fn parse(text: &str) -> Result<PinnedRef, String> {
+    pub fn parse(text: &str) -> Result<PinnedRef, PinnedRefError> {
         let text = text.trim();
         let Some((repository, digest)) = text.split_once('@') else {
-            return Err(format!(
-                "`{text}` is not pinned by digest: write REPOSITORY@sha256:<64 hex> (a tag can be moved; a digest cannot)"
-            ));
+            return Err(PinnedRefError::NotPinned { text: text.into() });
         };
         let hex = digest.strip_prefix("sha256:").unwrap_or("");
         if hex.len() != 64
@@ -31,20 +54,20 @@ impl PinnedRef {
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         {
-            return Err(format!(
-                "`{digest}` is not a sha256 digest (sha256: and 64 lower-case hex digits)"
-            ));
+            return Err(PinnedRefError::NotSha256 {
+                digest: digest.into(),
+            });
         }
         if repository.is_empty() || repository.len() > 255 {
-            return Err("the repository before `@` is empty or too long".into());
+            return Err(PinnedRefError::RepositoryLength);
         }
         let components: Vec<&str> = repository.split('/').collect();
         let last = components.last().copied().unwrap_or("");
         if last.contains(':') {
-            return Err(format!(
-                "`{repository}` carries a tag: a pinned reference has only the digest (drop `:{}`)",
-                last.split_once(':').map(|(_, t)| t).unwrap_or("")
-            ));
+            return Err(PinnedRefError::Tagged {
+                repository: repository.into(),
+                tag: last.split_once(':').map(|(_, t)| t).unwrap_or("").into(),
+            });
         }
         let registry = components.len() > 1 && looks_like_registry(components[0]);
         let named = components.iter().enumerate().all(|(i, c)| {
@@ -55,9 +78,9 @@ impl PinnedRef {
             }
         });
         if !named {
-            return Err(format!(
-                "`{repository}` is not a repository name (components of lower-case letters and digits, joined by `.`, `_`, `__` or `-`, separated by `/`; no `..`)"
-            ));
+            return Err(PinnedRefError::NotARepository {
+                repository: repository.into(),
+            });
         }
         Ok(PinnedRef {
             repository: repository.to_string(),
@@ -134,21 +157,25 @@ mod tests {
         assert!(
             PinnedRef::parse("ghcr.io/org/img:latest")
                 .unwrap_err()
+                .to_string()
                 .contains("not pinned by digest")
         );
         assert!(
             PinnedRef::parse(&format!("ghcr.io/org/img:v1@{d}"))
                 .unwrap_err()
+                .to_string()
                 .contains("carries a tag")
         );
         assert!(
             PinnedRef::parse("img@sha256:abc")
                 .unwrap_err()
+                .to_string()
                 .contains("not a sha256 digest")
         );
         assert!(
             PinnedRef::parse(&format!("Img/$(x)@{d}"))
                 .unwrap_err()
+                .to_string()
                 .contains("not a repository name")
         );
     }
@@ -187,6 +214,7 @@ mod tests {
             assert!(
                 PinnedRef::parse(&format!("{bad}@{d}"))
                     .unwrap_err()
+                    .to_string()
                     .contains("not a repository name"),
                 "{bad}"
             );

@@ -96,12 +96,61 @@ pub struct BuildOutcome {
 /// Why an image could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {
-    /// The recipe or what it is asked cannot be used as given.
-    #[error("{0}")]
-    Usage(String),
-    /// A tool the recipe needs is missing or failed.
-    #[error("{0}")]
-    Infra(String),
+    /// `--check` of a Nix recipe, whose builds Nix itself checks.
+    #[error(
+        "--check builds a Dockerfile twice; image `{image}` is a Nix recipe, whose builds Nix itself checks: nix build --rebuild {attr}"
+    )]
+    NixCheck { image: String, attr: String },
+    #[error("image.dockerfile {}: cannot read: {source}", .path.display())]
+    DockerfileUnreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Epoch(#[from] super::build::BadEpoch),
+    #[error(
+        "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
+    )]
+    NixMissing { attr: String },
+    /// `nix`, or the script a Nix build made, could not be started or waited for.
+    #[error("cannot run {}: {source}", .program.display())]
+    CannotRun {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "`nix build {attr}` failed ({status}; {version}; cibox needs Nix 2.4 or later, with flakes)"
+    )]
+    NixFailed {
+        attr: String,
+        status: std::process::ExitStatus,
+        /// What `nix --version` says, or that it could not be asked.
+        version: String,
+    },
+    #[error("`nix build --json {attr}` named no output path ({version})")]
+    NixNoOutput { attr: String, version: String },
+    /// The archive a Nix build made cannot be opened.
+    #[error("cannot open {}: {source}", .path.display())]
+    OutputUnopenable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The script a Nix build made could not be waited for.
+    #[error("{}: {source}", .path.display())]
+    OutputLost {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The script a Nix build made, which streams the archive, failed.
+    #[error("{} failed ({status})", .path.display())]
+    OutputFailed {
+        path: PathBuf,
+        status: std::process::ExitStatus,
+    },
     #[error(transparent)]
     BuildArgs(#[from] super::build_args::BuildArgsError),
     #[error(transparent)]
@@ -115,8 +164,17 @@ pub enum RecipeError {
 impl crate::error::ErrorKind for RecipeError {
     fn failure(&self) -> Failure {
         match self {
-            RecipeError::Usage(_) => Failure::Usage,
-            RecipeError::Infra(_) => Failure::Infra,
+            RecipeError::NixCheck { .. } | RecipeError::DockerfileUnreadable { .. } => {
+                Failure::Usage
+            }
+            RecipeError::Epoch(_) => Failure::Usage,
+            RecipeError::NixMissing { .. }
+            | RecipeError::CannotRun { .. }
+            | RecipeError::NixFailed { .. }
+            | RecipeError::NixNoOutput { .. }
+            | RecipeError::OutputUnopenable { .. }
+            | RecipeError::OutputLost { .. }
+            | RecipeError::OutputFailed { .. } => Failure::Infra,
             RecipeError::BuildArgs(e) => e.failure(),
             RecipeError::BuildContext(e) => e.failure(),
             RecipeError::Image(e) => e.failure(),
@@ -140,10 +198,10 @@ pub fn build(
 ) -> Result<BuildOutcome, RecipeError> {
     match request.recipe {
         Recipe::Dockerfile(dockerfile) => build_dockerfile(request, dockerfile, progress),
-        Recipe::Nix(attr) if request.check => Err(RecipeError::Usage(format!(
-            "--check builds a Dockerfile twice; image `{}` is a Nix recipe, whose builds Nix itself checks: nix build --rebuild {attr}",
-            request.name
-        ))),
+        Recipe::Nix(attr) if request.check => Err(RecipeError::NixCheck {
+            image: request.name.to_string(),
+            attr: attr.to_string(),
+        }),
         Recipe::Nix(attr) => build_nix(request, attr, progress),
     }
 }
@@ -161,11 +219,11 @@ fn build_dockerfile(
     dockerfile: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<BuildOutcome, RecipeError> {
-    let text = std::fs::read_to_string(dockerfile).map_err(|e| {
-        RecipeError::Usage(format!(
-            "image.dockerfile {}: cannot read: {e}",
-            dockerfile.display()
-        ))
+    let text = std::fs::read_to_string(dockerfile).map_err(|source| {
+        RecipeError::DockerfileUnreadable {
+            path: dockerfile.to_path_buf(),
+            source,
+        }
     })?;
     let context_dir = dockerfile.parent().unwrap_or(Path::new(".")).to_path_buf();
     let name = dockerfile
@@ -195,7 +253,7 @@ fn build_dockerfile(
         (lockset::LABEL_DIGEST.to_string(), source.digest.clone()),
         (lockset::LABEL_FILES.to_string(), source.text.clone()),
     ]);
-    let (epoch, epoch_from) = super::build::source_date_epoch().map_err(RecipeError::Usage)?;
+    let (epoch, epoch_from) = super::build::source_date_epoch()?;
     let (engine, info) = connect(progress)?;
     let left = super::scratch::sweep_dead(&engine);
     if left.images + left.folders > 0 {
@@ -323,10 +381,8 @@ fn nix_build(
     dir: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<PathBuf, RecipeError> {
-    let nix = crate::util::which("nix").ok_or_else(|| {
-        RecipeError::Infra(format!(
-            "image.nix ({attr}) needs Nix, and `nix` is not on PATH: install Nix with flakes enabled, or build with image.dockerfile"
-        ))
+    let nix = crate::util::which("nix").ok_or_else(|| RecipeError::NixMissing {
+        attr: attr.to_string(),
     })?;
     progress(Progress::NixBuild(attr));
     // `--json` (Nix 2.4 and later) rather than `--print-out-paths` (2.9): Debian 12's Nix
@@ -343,19 +399,20 @@ fn nix_build(
         .current_dir(dir)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .map_err(|e| RecipeError::Infra(format!("cannot run {}: {e}", nix.display())))?;
+        .map_err(|source| RecipeError::CannotRun {
+            program: nix.clone(),
+            source,
+        })?;
     if !out.status.success() {
-        return Err(RecipeError::Infra(format!(
-            "`nix build {attr}` failed ({}; {}; cibox needs Nix 2.4 or later, with flakes)",
-            out.status,
-            nix_version(&nix)
-        )));
+        return Err(RecipeError::NixFailed {
+            attr: attr.to_string(),
+            status: out.status,
+            version: nix_version(&nix),
+        });
     }
-    built_path(&out.stdout).ok_or_else(|| {
-        RecipeError::Infra(format!(
-            "`nix build --json {attr}` named no output path ({})",
-            nix_version(&nix)
-        ))
+    built_path(&out.stdout).ok_or_else(|| RecipeError::NixNoOutput {
+        attr: attr.to_string(),
+        version: nix_version(&nix),
     })
 }
 
@@ -384,29 +441,35 @@ fn nix_version(nix: &Path) -> String {
 /// Loads what a Nix build made: an archive, or a script that streams one.
 fn load_nix_output(engine: &Engine, path: &Path) -> Result<Vec<String>, RecipeError> {
     if !crate::util::is_executable_file(path) {
-        let f = std::fs::File::open(path)
-            .map_err(|e| RecipeError::Infra(format!("cannot open {}: {e}", path.display())))?;
+        let f = std::fs::File::open(path).map_err(|source| RecipeError::OutputUnopenable {
+            path: path.to_path_buf(),
+            source,
+        })?;
         return Ok(engine.load(Box::new(f))?);
     }
     // streamLayeredImage: a script that writes the archive to stdout.
     let mut child = std::process::Command::new(path)
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| RecipeError::Infra(format!("cannot run {}: {e}", path.display())))?;
+        .map_err(|source| RecipeError::CannotRun {
+            program: path.to_path_buf(),
+            source,
+        })?;
     let stdout = child.stdout.take().expect("piped");
     let loaded = engine.load(Box::new(stdout));
     if loaded.is_err() {
         let _ = child.kill();
     }
-    let status = child
-        .wait()
-        .map_err(|e| RecipeError::Infra(format!("{}: {e}", path.display())))?;
+    let status = child.wait().map_err(|source| RecipeError::OutputLost {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let loaded = loaded?;
     if !status.success() {
-        return Err(RecipeError::Infra(format!(
-            "{} failed ({status})",
-            path.display()
-        )));
+        return Err(RecipeError::OutputFailed {
+            path: path.to_path_buf(),
+            status,
+        });
     }
     Ok(loaded)
 }

@@ -79,16 +79,39 @@ pub enum Wanted {
 
 impl Wanted {
     /// From `CIBOX_CONFINE`; an unknown value is an error naming the variable.
-    pub fn from_env() -> Result<Wanted, String> {
+    pub fn from_env() -> Result<Wanted, BadConfine> {
         match std::env::var(ENV).as_deref() {
             Err(_) | Ok("") | Ok("auto") => Ok(Wanted::Auto),
             Ok("subreaper") => Ok(Wanted::Subreaper),
-            Ok(other) => Err(format!(
-                "{ENV}: `{}` is not `auto` or `subreaper`",
-                crate::util::escape(other)
-            )),
+            Ok(other) => Err(BadConfine {
+                value: other.to_string(),
+            }),
         }
     }
+}
+
+/// `CIBOX_CONFINE` names no confinement: a usage error.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{ENV}: `{}` is not `auto` or `subreaper`",
+    crate::util::escape(.value)
+)]
+pub struct BadConfine {
+    /// The variable's value.
+    pub value: String,
+}
+
+/// Why the command could not be started under a supervisor.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The supervisor itself could not be started.
+    #[error("cannot start the supervisor: {0}")]
+    Supervisor(#[source] std::io::Error),
+    /// The supervisor could not start the command, and said why (its one line).
+    #[error("{0}")]
+    Refused(String),
+    #[error("the supervisor ended before the command started")]
+    EndedEarly,
 }
 
 /// What the supervisor reported once the command was started.
@@ -116,8 +139,8 @@ impl Supervisor {
         lease_fds: &[RawFd],
         grace: Duration,
         wanted: Wanted,
-    ) -> Result<Supervisor, String> {
-        let io = |e: std::io::Error| format!("cannot start the supervisor: {e}");
+    ) -> Result<Supervisor, StartError> {
+        let io = StartError::Supervisor;
         let (report_r, report_w) = std::io::pipe().map_err(io)?;
         let interactive = super::in_terminal_foreground();
         let exe = std::env::current_exe().map_err(io)?;
@@ -160,8 +183,8 @@ impl Supervisor {
             .ok_or_else(|| {
                 let _ = child.wait();
                 match line.strip_prefix("err ") {
-                    Some(why) => why.trim_end().to_string(),
-                    None => "the supervisor ended before the command started".to_string(),
+                    Some(why) => StartError::Refused(why.trim_end().to_string()),
+                    None => StartError::EndedEarly,
                 }
             })?;
         Ok(Supervisor {

@@ -305,9 +305,16 @@ mod tests {
             of(LeaseError::Interrupted(Signal::SIGINT).into()),
             Some((Status::Cancelled, Some(Signal::SIGINT)))
         );
-        assert_eq!(of(RunError::Pool("x".into()).into()), None);
         assert_eq!(
-            of(LeaseError::Capacity("x".into()).into()),
+            of(crate::gpu::pool::PoolError::NotOnHost {
+                item: "9".into(),
+                probed: vec![0]
+            }
+            .into()),
+            None
+        );
+        assert_eq!(
+            of(LeaseError::QueueTimedOut { dir: "x".into() }.into()),
             Some((Status::Capacity, None))
         );
         assert_eq!(

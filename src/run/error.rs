@@ -2,21 +2,121 @@
 //! below says it: those (engine, leases, images, …) pass through as they are
 //! ([`crate::error::Error`]).
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use crate::error::ErrorKind;
 use crate::exit::Failure;
+use crate::gpu::LeaseError;
 
 /// What kept a run, or one of its batches, from going on, where no domain error says it.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Where to run (source, reports folder, scope) or which test file cannot be used.
-    #[error("{0}")]
-    Usage(String),
-    /// A file the run writes for its caller (`qualification.json`) could not be written.
-    #[error("{0}")]
-    Infra(String),
-    /// A `gpu.pool` entry names no GPU of this host.
-    #[error("{0}")]
-    Pool(String),
+    /// No `--source`, and neither git nor the current folder says where the source is.
+    #[error("cannot tell the source folder; pass --source")]
+    NoSource,
+    #[error("--source {}: not a directory", .dir.display())]
+    SourceNotDir { dir: PathBuf },
+    #[error("--source {}: {source}", .dir.display())]
+    SourceUnresolved {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--scope is empty")]
+    EmptyScope,
+    /// The reports folder is relative, and the current folder cannot be read.
+    #[error("reports dir {dir}: cannot read the current folder: {source}")]
+    ReportsNoCurrentFolder {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reports dir {dir}: no folder of it exists")]
+    ReportsNowhere { dir: String },
+    /// The reports folder (or the nearest folder of it that exists) cannot be resolved,
+    /// or made.
+    #[error("reports dir {dir}: {source}")]
+    ReportsDir {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reports dir {dir}: {} is not a directory", .at.display())]
+    ReportsNotADirectory { dir: String, at: PathBuf },
+    #[error(
+        "reports dir {dir}: `..` below {}, which does not exist yet: name the folder without it",
+        .at.display()
+    )]
+    ReportsDotDot { dir: String, at: PathBuf },
+    /// The reports folder exists, and cibox may not write in it.
+    #[error("reports dir {} is not writable: {source}", .at.display())]
+    ReportsNotWritable {
+        at: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The reports folder is to be made in `at`, where cibox may not write.
+    #[error("reports dir cannot be made: {} is not writable: {source}", .at.display())]
+    ReportsCannotBeMade {
+        at: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A test file `changed run` or a replay was given is a link in the source.
+    #[error(
+        "test file `{}` is a link in {}; name the file itself",
+        crate::util::escape(.file),
+        .dir.display()
+    )]
+    TestFileLink { file: String, dir: PathBuf },
+    #[error(
+        "test file `{}` is not a file in {}",
+        crate::util::escape(.file),
+        .dir.display()
+    )]
+    TestFileMissing { file: String, dir: PathBuf },
+    #[error(
+        "{}: no `qualify` layer; add layers.qualify with the batches that qualify an image",
+        .manifest.display()
+    )]
+    NoQualifyLayer { manifest: PathBuf },
+    /// A `qualification.json` of an earlier run could not be removed.
+    #[error("cannot remove {}: {source}", .path.display())]
+    StaleRecord {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `qualification.json` could not be written.
+    #[error("{}: {source}", .path.display())]
+    Record {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The manifest a Slurm node reads is not the one the batch was planned with.
+    #[error(
+        "{} changed since the batch was submitted ({then} then, {now} now); run it again",
+        .manifest.display()
+    )]
+    ManifestChanged {
+        manifest: PathBuf,
+        then: String,
+        now: String,
+    },
+    /// A node is to run a batch `changed run` made, and its manifest has no `changed.run`.
+    #[error("{} has no changed.run to make batch {batch} from", .manifest.display())]
+    NoChangedRun { manifest: PathBuf, batch: String },
+    #[error("cannot tell where this cibox is: {0}")]
+    CurrentExe(#[source] std::io::Error),
+    #[error("cannot write the node's job: {0}")]
+    NodeJob(#[source] serde_json::Error),
+    /// The engine would not start the holder of a batch's private cache layers.
+    #[error("could not start the holder of the batch's private cache layers: {why}")]
+    HolderNotStarted { why: String },
+    #[error("the engine does not say where the private layer of cache `{cache}` lies")]
+    PrivateLayerNowhere { cache: String },
     #[error("batch {batch} needs {need} GPUs; the pool has {pool}")]
     PoolTooSmall {
         batch: String,
@@ -50,9 +150,41 @@ pub enum RunError {
         "batches run as uid {uid}, never as root, and cannot read the source {dir} (mode {mode:o}); make it readable by others (chmod o+rx), or run cibox as an unprivileged CI user"
     )]
     SourceUnreadable { dir: String, mode: u32, uid: u32 },
-    /// The GPUs Slurm allocated on a node cannot be leased there (fail closed).
-    #[error("{0}")]
-    SlurmGpus(String),
+    /// The GPUs Slurm allocated on a node could not be leased there within the wait
+    /// (fail closed).
+    #[error(
+        "the GPU(s) Slurm allocated to job {job_id} on node {node} could not be leased there within {}: {why}; Slurm counts them free, so something outside Slurm holds or uses them",
+        crate::units::Span(*.wait)
+    )]
+    SlurmGpusHeld {
+        job_id: String,
+        node: String,
+        wait: Duration,
+        #[source]
+        why: LeaseError,
+    },
+    /// Slurm allocated a batch another number of GPUs than it asks for.
+    #[error(
+        "Slurm allocated {allocated} GPU(s) on node {node} to batch {batch}, which asks for {asks}"
+    )]
+    SlurmGpuCount {
+        allocated: usize,
+        node: String,
+        batch: String,
+        asks: u32,
+    },
+    /// Slurm allocated a GPU outside the node's pool.
+    #[error(
+        "Slurm allocated GPU {index} on node {node} to batch {batch}, which is not in this node's GPU pool ({}); Slurm's GRES and cibox's pool must name the same GPUs",
+        .pool.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    )]
+    SlurmGpuOutsidePool {
+        index: u32,
+        node: String,
+        batch: String,
+        /// The pool's GPUs, by index.
+        pool: Vec<u32>,
+    },
     /// What kept a batch from running on its node, as the node said it (exit `code`).
     #[error("{message}")]
     OnNode {
@@ -85,8 +217,23 @@ impl ErrorKind for RunError {
 
     fn failure(&self) -> Failure {
         match self {
-            RunError::Usage(_)
-            | RunError::Pool(_)
+            RunError::NoSource
+            | RunError::SourceNotDir { .. }
+            | RunError::SourceUnresolved { .. }
+            | RunError::EmptyScope
+            | RunError::ReportsNoCurrentFolder { .. }
+            | RunError::ReportsNowhere { .. }
+            | RunError::ReportsDir { .. }
+            | RunError::ReportsNotADirectory { .. }
+            | RunError::ReportsDotDot { .. }
+            | RunError::ReportsNotWritable { .. }
+            | RunError::ReportsCannotBeMade { .. }
+            | RunError::TestFileLink { .. }
+            | RunError::TestFileMissing { .. }
+            | RunError::NoQualifyLayer { .. }
+            | RunError::StaleRecord { .. }
+            | RunError::ManifestChanged { .. }
+            | RunError::NoChangedRun { .. }
             | RunError::ForeignBatchDir { .. }
             | RunError::SourceUnreadable { .. } => Failure::Usage,
             // A reports folder cibox cannot clear or make is the user's to fix.
@@ -94,13 +241,19 @@ impl ErrorKind for RunError {
                 Failure::Usage
             }
             RunError::PoolTooSmall { .. } => Failure::Capacity,
-            RunError::SlurmGpus(_) => Failure::Infra,
+            RunError::SlurmGpusHeld { .. }
+            | RunError::SlurmGpuCount { .. }
+            | RunError::SlurmGpuOutsidePool { .. } => Failure::Infra,
             RunError::OnNode { code, .. } => failure_of_code(*code),
             RunError::RunLocks { .. }
             | RunError::BatchDir { .. }
             | RunError::Panicked
             | RunError::Watchdog(_)
-            | RunError::Infra(_) => Failure::Infra,
+            | RunError::CurrentExe(_)
+            | RunError::NodeJob(_)
+            | RunError::Record { .. }
+            | RunError::HolderNotStarted { .. }
+            | RunError::PrivateLayerNowhere { .. } => Failure::Infra,
         }
     }
 }

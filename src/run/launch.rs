@@ -269,7 +269,7 @@ fn fetch_missing_images(engine: &Engine, plan: &crate::plan::RunPlan) -> Result<
                 ],
             }));
         };
-        let pinned = PinnedRef::parse(text).map_err(RunError::Usage)?;
+        let pinned = PinnedRef::parse(text)?;
         crate::console::info(format!("{id} is not on node {node}: pulling {pinned}"));
         engine.pull(&pinned.repository, &pinned.digest)?;
         let found = engine.inspect(&pinned.to_string())?.map(|i| i.id);
@@ -356,18 +356,17 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
         Some(s) => s,
         None => git_toplevel()
             .or_else(|| std::env::current_dir().ok())
-            .ok_or_else(|| {
-                RunError::Usage("cannot tell the source folder; pass --source".into())
-            })?,
+            .ok_or(RunError::NoSource)?,
     };
     if !source.is_dir() {
-        return Err(
-            RunError::Usage(format!("--source {}: not a directory", source.display())).into(),
-        );
+        return Err(RunError::SourceNotDir { dir: source }.into());
     }
     let source = source
         .canonicalize()
-        .map_err(|e| RunError::Usage(format!("--source {}: {e}", source.display())))?;
+        .map_err(|e| RunError::SourceUnresolved {
+            dir: source.clone(),
+            source: e,
+        })?;
     let reports = planned_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
     let source_info = source_info(&source, Some(&reports));
     if source_info.sha.is_none() {
@@ -378,7 +377,7 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
     }
     let scope = at.scope.unwrap_or_else(default_scope);
     if scope.is_empty() {
-        return Err(RunError::Usage("--scope is empty".into()).into());
+        return Err(RunError::EmptyScope.into());
     }
     request.source = source;
     request.source_info = source_info;
@@ -392,15 +391,15 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
 /// (shown writable). Bad input must leave nothing behind, so it is made only when the
 /// run starts (by `execute`, once everything is checked).
 fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
-    let shown = reports.display().to_string();
-    let usage = |what: String| -> crate::error::Error {
-        RunError::Usage(format!("reports dir {shown}: {what}")).into()
-    };
+    let dir = reports.display().to_string();
     let absolute = if reports.is_absolute() {
         reports.clone()
     } else {
         std::env::current_dir()
-            .map_err(|e| usage(format!("cannot read the current folder: {e}")))?
+            .map_err(|source| RunError::ReportsNoCurrentFolder {
+                dir: dir.clone(),
+                source,
+            })?
             .join(&reports)
     };
     // The nearest folder that exists, and the names below it still to be made.
@@ -408,39 +407,37 @@ fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
     let mut missing = Vec::new();
     while !at.exists() {
         let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
-            return Err(usage("no folder of it exists".into()));
+            return Err(RunError::ReportsNowhere { dir }.into());
         };
         missing.push(name.to_os_string());
         at = parent;
     }
-    let at = at.canonicalize().map_err(|e| usage(e.to_string()))?;
+    let at = at.canonicalize().map_err(|source| RunError::ReportsDir {
+        dir: dir.clone(),
+        source,
+    })?;
     if !at.is_dir() {
-        return Err(usage(format!("{} is not a directory", at.display())));
+        return Err(RunError::ReportsNotADirectory { dir, at }.into());
     }
     let mut planned = at.clone();
     for name in missing.iter().rev() {
         match Path::new(name).components().next() {
             Some(std::path::Component::Normal(_)) => planned.push(name),
             Some(std::path::Component::CurDir) => {}
-            _ => {
-                return Err(usage(format!(
-                    "`..` below {}, which does not exist yet: name the folder without it",
-                    at.display()
-                )));
-            }
+            _ => return Err(RunError::ReportsDotDot { dir, at }.into()),
         }
     }
     // Written and removed: only a folder we may write in will do.
     let probe = at.join(format!(".cibox-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"")
         .and_then(|_| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            let what = if missing.is_empty() {
-                format!("{} is not writable: {e}", at.display())
+        .map_err(|source| {
+            let at = at.clone();
+            if missing.is_empty() {
+                RunError::ReportsNotWritable { at, source }
             } else {
-                format!("cannot be made: {} is not writable: {e}", at.display())
-            };
-            RunError::Usage(format!("reports dir {what}"))
+                RunError::ReportsCannotBeMade { at, source }
+            }
         })?;
     Ok(planned)
 }
@@ -450,17 +447,15 @@ fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
 pub fn check_test_file_in(source: &Path, file: &str) -> Result<()> {
     match std::fs::symlink_metadata(source.join(file)) {
         Ok(md) if md.is_file() => Ok(()),
-        Ok(md) if md.file_type().is_symlink() => Err(RunError::Usage(format!(
-            "test file `{}` is a link in {}; name the file itself",
-            crate::util::escape(file),
-            source.display()
-        ))
+        Ok(md) if md.file_type().is_symlink() => Err(RunError::TestFileLink {
+            file: file.to_string(),
+            dir: source.to_path_buf(),
+        }
         .into()),
-        _ => Err(RunError::Usage(format!(
-            "test file `{}` is not a file in {}",
-            crate::util::escape(file),
-            source.display()
-        ))
+        _ => Err(RunError::TestFileMissing {
+            file: file.to_string(),
+            dir: source.to_path_buf(),
+        }
         .into()),
     }
 }

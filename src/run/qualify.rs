@@ -33,10 +33,9 @@ pub fn qualify(
     json: bool,
 ) -> Result<Qualification, crate::error::Error> {
     if !manifest.layers.contains_key("qualify") {
-        return Err(RunError::Usage(format!(
-            "{}: no `qualify` layer; add layers.qualify with the batches that qualify an image",
-            manifest.path.display()
-        ))
+        return Err(RunError::NoQualifyLayer {
+            manifest: manifest.path.clone(),
+        }
         .into());
     }
     let reports = at.reports.clone().unwrap_or_default();
@@ -44,10 +43,12 @@ pub fn qualify(
     match std::fs::remove_file(&record_path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(
-                RunError::Usage(format!("cannot remove {}: {e}", record_path.display())).into(),
-            );
+        Err(source) => {
+            return Err(RunError::StaleRecord {
+                path: record_path,
+                source,
+            }
+            .into());
         }
     }
     let mut request = RunRequest {
@@ -96,6 +97,11 @@ fn write_record(
         "qualified_at": crate::units::rfc3339(std::time::SystemTime::now()),
     });
     let text = serde_json::to_string_pretty(&record).expect("serialises") + "\n";
-    std::fs::write(path, text)
-        .map_err(|e| RunError::Infra(format!("{}: {e}", path.display())).into())
+    std::fs::write(path, text).map_err(|source| {
+        RunError::Record {
+            path: path.to_path_buf(),
+            source,
+        }
+        .into()
+    })
 }

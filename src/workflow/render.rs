@@ -113,10 +113,70 @@ pub fn context(m: &Manifest) -> Value {
     })
 }
 
+/// Why the workflows could not be rendered: a configuration error (nothing is written).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("workflows dir {}: {source}", .dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .template.display())]
+    Unreadable {
+        template: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// minijinja refused the template, or failed rendering it.
+    #[error(
+        "{}{}: {kind}{}{}",
+        .template.display(),
+        .line.map(|l| format!(":{l}")).unwrap_or_default(),
+        .undefined.as_ref().map(|u| format!(": `{u}` is not defined")).unwrap_or_default(),
+        .detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default()
+    )]
+    Template {
+        template: PathBuf,
+        line: Option<usize>,
+        kind: minijinja::ErrorKind,
+        /// What was undefined, when minijinja gives only its span.
+        undefined: Option<String>,
+        detail: Option<String>,
+    },
+    #[error(
+        "{}: the rendered output is not YAML: line {line} (of the output, banner included): {message}",
+        .template.display()
+    )]
+    NotYaml {
+        template: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error(
+        "{}: the rendered output fails `workflow lint` (nothing written): {}",
+        .template.display(),
+        .errors.join("; ")
+    )]
+    FailsLint {
+        template: PathBuf,
+        /// The lint's errors, one line each.
+        errors: Vec<String>,
+    },
+}
+
+impl crate::error::ErrorKind for RenderError {
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
 /// The `*.yml.j2` files of a folder, sorted.
-pub fn templates(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("workflows dir {}: {e}", dir.display()))?;
+pub fn templates(dir: &Path) -> Result<Vec<PathBuf>, RenderError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| RenderError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let mut out: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
@@ -186,14 +246,16 @@ fn environment() -> Environment<'static> {
 }
 
 /// Renders one template with the banner; checks the result is YAML.
-pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
+pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, RenderError> {
     let name = template
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("template")
         .to_string();
-    let source =
-        std::fs::read_to_string(template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let source = std::fs::read_to_string(template).map_err(|source| RenderError::Unreadable {
+        template: template.to_path_buf(),
+        source,
+    })?;
     let env = environment();
     let tmpl = env
         .template_from_named_str(&name, &source)
@@ -206,13 +268,10 @@ pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
         env!("CARGO_PKG_VERSION")
     );
     let text = banner + &body;
-    crate::yaml::parse(&text).map_err(|e| {
-        format!(
-            "{}: the rendered output is not YAML: line {} (of the output, banner included): {}",
-            template.display(),
-            e.mark.line,
-            e.message
-        )
+    crate::yaml::parse(&text).map_err(|e| RenderError::NotYaml {
+        template: template.to_path_buf(),
+        line: e.mark.line,
+        message: e.message,
     })?;
     let output = template.with_file_name(name.trim_end_matches(".j2"));
     // What we write must be a workflow our own lint accepts: a value can change what a
@@ -224,11 +283,10 @@ pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
         .map(|f| f.to_string())
         .collect();
     if !errors.is_empty() {
-        return Err(format!(
-            "{}: the rendered output fails `workflow lint` (nothing written): {}",
-            template.display(),
-            errors.join("; ")
-        ));
+        return Err(RenderError::FailsLint {
+            template: template.to_path_buf(),
+            errors,
+        });
     }
     Ok(Rendered {
         template: template.to_path_buf(),
@@ -237,18 +295,21 @@ pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, String> {
     })
 }
 
-fn describe(template: &Path, e: &minijinja::Error) -> String {
-    let line = e.line().map(|l| format!(":{l}")).unwrap_or_default();
-    let detail = e.detail().map(|d| format!(": {d}")).unwrap_or_default();
+fn describe(template: &Path, e: &minijinja::Error) -> RenderError {
     // Name what was undefined: minijinja gives only the span of the expression.
-    let what = match (e.kind(), e.range(), e.template_source(), e.detail()) {
-        (minijinja::ErrorKind::UndefinedError, Some(r), Some(src), None) => src
-            .get(r)
-            .map(|t| format!(": `{}` is not defined", t.trim()))
-            .unwrap_or_default(),
-        _ => String::new(),
+    let undefined = match (e.kind(), e.range(), e.template_source(), e.detail()) {
+        (minijinja::ErrorKind::UndefinedError, Some(r), Some(src), None) => {
+            src.get(r).map(|t| t.trim().to_string())
+        }
+        _ => None,
     };
-    format!("{}{line}: {}{what}{detail}", template.display(), e.kind())
+    RenderError::Template {
+        template: template.to_path_buf(),
+        line: e.line(),
+        kind: e.kind(),
+        undefined,
+        detail: e.detail().map(str::to_string),
+    }
 }
 
 /// A unified diff of `old` → `new`, labelled with the path.

@@ -233,7 +233,7 @@ impl ContainerPlan {
     /// the container, when it is one of its ulimits the engine cannot set (above its
     /// own hard limit, or for `nofile` above the host's `fs.nr_open`): which, and what
     /// to do. runc names the limit by its number (`error setting rlimit type 7`).
-    pub fn refused_ulimit(&self, batch: &str, reason: &str) -> Option<String> {
+    pub fn refused_ulimit(&self, batch: &str, reason: &str) -> Option<UlimitRefused> {
         let by_number = reason
             .split("rlimit type ")
             .nth(1)
@@ -249,19 +249,47 @@ impl ContainerPlan {
         };
         let name = by_number.or_else(by_name)?;
         let limit = self.ulimits.get(name)?;
-        let shown = |v: i64| {
-            if v == -1 {
-                "unlimited".to_string()
-            } else {
-                v.to_string()
-            }
-        };
-        Some(format!(
-            "{}batches.{batch}.container.ulimits.{name}: the engine cannot set it (soft {}, hard {}): {reason}; ask at most what the engine may set (its own hard limit, and for nofile the host's fs.nr_open)",
-            self.ulimits_at,
-            shown(limit.soft),
-            shown(limit.hard),
-        ))
+        Some(UlimitRefused {
+            at: self.ulimits_at.clone(),
+            batch: batch.to_string(),
+            name: name.to_string(),
+            soft: limit.soft,
+            hard: limit.hard,
+            reason: reason.to_string(),
+        })
+    }
+}
+
+/// A ulimit the manifest asks for that the engine cannot set: the manifest's mistake.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{at}batches.{batch}.container.ulimits.{name}: the engine cannot set it (soft {}, hard {}): {reason}; ask at most what the engine may set (its own hard limit, and for nofile the host's fs.nr_open)",
+    shown_limit(*.soft),
+    shown_limit(*.hard)
+)]
+pub struct UlimitRefused {
+    /// Where the manifest asks for the ulimits (`cibox.yaml:LINE:COL: `).
+    pub at: String,
+    pub batch: String,
+    pub name: String,
+    pub soft: i64,
+    pub hard: i64,
+    /// What the engine said.
+    pub reason: String,
+}
+
+impl crate::error::ErrorKind for UlimitRefused {
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
+/// A limit as the manifest writes it: a number, or `unlimited` for -1.
+fn shown_limit(v: i64) -> String {
+    if v == -1 {
+        "unlimited".to_string()
+    } else {
+        v.to_string()
     }
 }
 

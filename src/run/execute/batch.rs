@@ -301,12 +301,16 @@ impl Execution<'_> {
         );
         match (&self.plan.node, lease) {
             // Slurm counts them free: whatever holds them is outside Slurm. Fail closed.
-            (Some(node), Err(LeaseError::Capacity(why))) => Err(RunError::SlurmGpus(format!(
-                "the GPU(s) Slurm allocated to job {} on node {} could not be leased there within {}: {why}; Slurm counts them free, so something outside Slurm holds or uses them",
-                node.job_id,
-                node.node,
-                crate::units::Span(self.plan.wait)
-            )).into()),
+            (
+                Some(node),
+                Err(why @ (LeaseError::QueueTimedOut { .. } | LeaseError::TimedOut { .. })),
+            ) => Err(RunError::SlurmGpusHeld {
+                job_id: node.job_id.clone(),
+                node: node.node.clone(),
+                wait: self.plan.wait,
+                why,
+            }
+            .into()),
             (_, lease) => Ok(lease?),
         }
     }
@@ -314,31 +318,30 @@ impl Execution<'_> {
     /// The pool's GPUs Slurm allocated to the batch on this node.
     fn allocated(&self, b: &BatchPlan, node: &NodeRole) -> Result<Vec<PoolGpu>> {
         if node.gpus.len() != b.gpus as usize {
-            return Err(RunError::SlurmGpus(format!(
-                "Slurm allocated {} GPU(s) on node {} to batch {}, which asks for {}",
-                node.gpus.len(),
-                node.node,
-                b.name,
-                b.gpus
-            ))
+            return Err(RunError::SlurmGpuCount {
+                allocated: node.gpus.len(),
+                node: node.node.clone(),
+                batch: b.name.clone(),
+                asks: b.gpus,
+            }
             .into());
         }
         node.gpus
             .iter()
             .map(|i| {
-                self.pool.iter().find(|g| g.index == *i).cloned().ok_or_else(|| {
-                    RunError::SlurmGpus(format!(
-                        "Slurm allocated GPU {i} on node {} to batch {}, which is not in this node's GPU pool ({}); Slurm's GRES and cibox's pool must name the same GPUs",
-                        node.node,
-                        b.name,
-                        self.pool
-                            .iter()
-                            .map(|g| g.index.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ))
-                    .into()
-                })
+                self.pool
+                    .iter()
+                    .find(|g| g.index == *i)
+                    .cloned()
+                    .ok_or_else(|| {
+                        RunError::SlurmGpuOutsidePool {
+                            index: *i,
+                            node: node.node.clone(),
+                            batch: b.name.clone(),
+                            pool: self.pool.iter().map(|g| g.index).collect(),
+                        }
+                        .into()
+                    })
             })
             .collect()
     }

@@ -144,20 +144,16 @@ impl Execution<'_> {
         // From here the holder goes with `caches` (its watchdog removes it if dropped).
         caches.holder = Some((id.clone(), watchdog));
         if let Err(why) = self.engine.start_container(&id) {
-            return Err(RunError::Infra(format!(
-                "could not start the holder of the batch's private cache layers: {why}"
-            ))
-            .into());
+            return Err(RunError::HolderNotStarted { why }.into());
         }
         for u in &mut caches.uses {
             let dir = private_dir(&u.name);
             // Into the volume itself: the holder's root is read-only.
             self.engine.upload(&id, &dir, layer_folders(b.user))?;
             let Some(source) = self.engine.mount_source(&id, &dir) else {
-                return Err(RunError::Infra(format!(
-                    "the engine does not say where the private layer of cache `{}` lies",
-                    u.name
-                ))
+                return Err(RunError::PrivateLayerNowhere {
+                    cache: u.name.clone(),
+                }
                 .into());
             };
             u.layer = Layer::Private {

@@ -50,7 +50,7 @@ impl Execution<'_> {
             .create_container(&b.container.name, body)
             .map_err(
                 |e| match b.container.refused_ulimit(&b.name, &e.to_string()) {
-                    Some(why) => crate::error::Error::from(RunError::Usage(why)),
+                    Some(refused) => crate::error::Error::from(refused),
                     None => e.into(),
                 },
             )?;
@@ -144,7 +144,7 @@ impl Execution<'_> {
             // A ulimit it cannot set is the manifest's mistake: the run stops (exit 2),
             // and the container goes like any other.
             if let Some(refused) = b.container.refused_ulimit(&b.name, &why) {
-                return Err(RunError::Usage(refused).into());
+                return Err(refused.into());
             }
             return Ok(not_started(b, &why));
         }

@@ -95,7 +95,7 @@ fn execute_with(
     let pool = if plan.needs_gpus() {
         // One shared with the runs that started with us will do.
         let snap = prober.probe_since(probe::HostInstant::now())?;
-        pool::resolve_for(gpu, &snap).map_err(RunError::Pool)?
+        pool::resolve_for(gpu, &snap)?
     } else {
         Vec::new()
     };
@@ -107,8 +107,10 @@ fn execute_with(
     let source = source_set(plan, &git_masks.binds)?;
     let cache_store = open_cache_store(plan)?;
     // Made now, when nothing refused the run: refused input leaves nothing behind.
-    std::fs::create_dir_all(&plan.reports)
-        .map_err(|e| RunError::Usage(format!("reports dir {}: {e}", plan.reports.display())))?;
+    std::fs::create_dir_all(&plan.reports).map_err(|source| RunError::ReportsDir {
+        dir: plan.reports.display().to_string(),
+        source,
+    })?;
     let run = Execution {
         clock,
         cache_store: cache_store.as_ref(),

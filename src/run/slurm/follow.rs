@@ -84,8 +84,8 @@ impl Submission<'_> {
     /// The job of batch `index`.
     fn spec(&self, index: usize) -> Result<JobSpec> {
         let b = &self.plan.batches[index];
-        let job = serde_json::to_string(&NodeJob::of(self.plan, index))
-            .map_err(|e| RunError::Infra(format!("cannot write the node's job: {e}")))?;
+        let job =
+            serde_json::to_string(&NodeJob::of(self.plan, index)).map_err(RunError::NodeJob)?;
         Ok(JobSpec {
             name: slurm_job::job_name(&self.plan.manifest.project, &b.name, &self.plan.run_id),
             nodes: b.nodes,

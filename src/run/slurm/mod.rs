@@ -60,8 +60,7 @@ pub fn execute(
     }
     let cibox = match &policy.cibox {
         Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| RunError::Infra(format!("cannot tell where this cibox is: {e}")))?,
+        None => std::env::current_exe().map_err(RunError::CurrentExe)?,
     };
     let run = Submission {
         clock: RunClock::start(),

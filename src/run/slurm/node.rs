@@ -78,12 +78,11 @@ impl NodeJob {
         let mut m = Manifest::load(&self.manifest)?;
         host::gpu::settle(policy, &mut m.gpu)?;
         if m.digest != self.manifest_digest {
-            return Err(RunError::Usage(format!(
-                "{} changed since the batch was submitted ({} then, {} now); run it again",
-                self.manifest.display(),
-                self.manifest_digest,
-                m.digest
-            ))
+            return Err(RunError::ManifestChanged {
+                manifest: self.manifest.clone(),
+                then: self.manifest_digest.clone(),
+                now: m.digest,
+            }
             .into());
         }
         if let Some(file) = &self.changed_file
@@ -93,12 +92,9 @@ impl NodeJob {
                 .changed
                 .as_ref()
                 .and_then(|c| c.run.as_ref())
-                .ok_or_else(|| {
-                    RunError::Usage(format!(
-                        "{} has no changed.run to make batch {} from",
-                        self.manifest.display(),
-                        self.batch
-                    ))
+                .ok_or_else(|| RunError::NoChangedRun {
+                    manifest: self.manifest.clone(),
+                    batch: self.batch.clone(),
                 })?;
             let batch = template.batch_for(file, self.gpus);
             m.batches.insert(self.batch.clone(), batch);
