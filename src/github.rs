@@ -78,6 +78,13 @@ pub enum OutputsError {
         #[source]
         source: std::io::Error,
     },
+    /// No random delimiter for a value with a newline (the random source failed).
+    #[error("--github-output: no random delimiter for {name}: {source}")]
+    NoDelimiter {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl crate::error::ErrorKind for OutputsError {
@@ -85,7 +92,9 @@ impl crate::error::ErrorKind for OutputsError {
         match self {
             // Asked for where they cannot be: the caller's to fix.
             OutputsError::NotSet | OutputsError::Unopenable { .. } => crate::exit::Failure::Usage,
-            OutputsError::Write { .. } => crate::exit::Failure::Infra,
+            OutputsError::Write { .. } | OutputsError::NoDelimiter { .. } => {
+                crate::exit::Failure::Infra
+            }
         }
     }
 }
@@ -113,8 +122,11 @@ impl Outputs {
         let mut text = String::new();
         for (name, value) in pairs {
             if value.contains('\n') {
-                let random = crate::util::random_hex(8)
-                    .map_err(|e| format!("--github-output: no random delimiter for {name}: {e}"))?;
+                let random =
+                    crate::util::random_hex(8).map_err(|source| OutputsError::NoDelimiter {
+                        name: name.to_string(),
+                        source,
+                    })?;
                 let delimiter = format!("CIBOX_EOF_{random}");
                 text.push_str(&format!("{name}<<{delimiter}\n{value}\n{delimiter}\n"));
             } else {

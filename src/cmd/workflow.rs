@@ -11,6 +11,7 @@ use crate::console;
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::manifest;
+use crate::nofollow::Folder;
 use crate::workflow::{lint, render};
 
 /// What `workflow render` and `workflow lint` refuse or cannot do.
@@ -45,6 +46,14 @@ pub enum WorkflowCommandError {
         #[source]
         source: std::io::Error,
     },
+    /// A rendered workflow's file in the checkout cannot be read as one (a link, a
+    /// folder).
+    #[error("{}: {source}", .path.display())]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("no workflows folder at {}: give workflow files or folders to lint", .dir.display())]
     NoWorkflowsFolder { dir: PathBuf },
     #[error("`--json` and `--format`: give one of them")]
@@ -59,10 +68,19 @@ impl ErrorKind for WorkflowCommandError {
             | WorkflowCommandError::NoTemplates { .. }
             | WorkflowCommandError::Folder { .. }
             | WorkflowCommandError::NoSuchTarget { .. }
+            | WorkflowCommandError::Output { .. }
             | WorkflowCommandError::NoWorkflowsFolder { .. }
             | WorkflowCommandError::JsonAndFormat => Failure::Usage,
         }
     }
+}
+
+/// The file name of a rendered workflow (its template's, less `.j2`).
+fn output_name(output: &std::path::Path) -> &str {
+    output
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
 }
 
 pub fn render(ctx: &Context, check: bool) -> Result<u8> {
@@ -75,6 +93,15 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
         }
         .into());
     }
+    // Held open from the manifest's folder down, no name a link: a pull request that
+    // commits a link where a workflow is rendered (or a folder on the way) gets it
+    // neither read for `--check` nor written through.
+    let folder = Folder::open(&m.dir)
+        .and_then(|f| f.open_path(&m.workflows.dir))
+        .map_err(|source| WorkflowCommandError::Folder {
+            dir: dir.clone(),
+            source: crate::nofollow::said_of_links(source),
+        })?;
     let templates = render::templates(&dir)?;
     if templates.is_empty() {
         return Err(WorkflowCommandError::NoTemplates { dir }.into());
@@ -88,7 +115,13 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     let mut stale = 0;
     let mut outputs = Vec::new();
     for r in &rendered {
-        let current = std::fs::read_to_string(&r.output).ok();
+        let name = output_name(&r.output);
+        let current = folder
+            .read_text(name, lint::MAX_FILE_BYTES)
+            .map_err(|source| WorkflowCommandError::Output {
+                path: r.output.clone(),
+                source: crate::nofollow::said_of_links(source),
+            })?;
         let state = if current.as_deref() == Some(r.text.as_str()) {
             "unchanged"
         } else if check {
@@ -119,10 +152,12 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                 "missing"
             }
         } else {
-            std::fs::write(&r.output, &r.text).map_err(|source| WorkflowCommandError::Write {
-                path: r.output.clone(),
-                source,
-            })?;
+            folder
+                .write_replacing(name, r.text.as_bytes())
+                .map_err(|source| WorkflowCommandError::Write {
+                    path: r.output.clone(),
+                    source,
+                })?;
             console::info(format!(
                 "wrote {} from {}",
                 r.output.display(),

@@ -6,12 +6,12 @@
 //! started, taken once where it happened ([`RunClock`]): reporters keep no clock of
 //! their own, and an event a Slurm node relays keeps the node's time.
 
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::engine::EngineError;
 use crate::gpu::WaitReport;
 use crate::gpu::pool::PoolGpu;
+use crate::nofollow::Folder;
 use crate::plan::{BatchPlan, RunPlan};
 use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::sweep::Swept;
@@ -111,11 +111,19 @@ impl RunClock {
 /// What happened.
 pub enum EventKind<'a> {
     /// The image is verified and the run's lock held; batches start next.
-    RunStarted { plan: &'a RunPlan },
+    RunStarted {
+        plan: &'a RunPlan,
+        /// The reports folder, held open: what a reporter writes there goes in by name.
+        reports: &'a Folder,
+    },
     /// The sweep of this scope's leftover containers (of dead runs) is done.
     Swept { scope: &'a str, swept: &'a Swept },
     /// The batch's folder is ready (fresh, marked as cibox's); nothing runs yet.
-    BatchStarted,
+    BatchStarted {
+        batch: &'a BatchPlan,
+        /// `<reports>/<batch>/`, held open.
+        dir: &'a Folder,
+    },
     /// The batch waits for its GPUs. Sent every poll (10 ms): `report` builds the
     /// (costly) wait report, so a reporter builds one only when it shows it.
     Waiting {
@@ -138,7 +146,7 @@ pub enum EventKind<'a> {
     },
     /// The batch's container is about to be created (its GPUs, if any, are leased):
     /// its log can be opened. An error here fails the batch, not the run.
-    Launching { batch: &'a BatchPlan, dir: &'a Path },
+    Launching { batch: &'a BatchPlan },
     /// The batch's container runs; its output follows.
     ContainerStarted {
         batch: &'a BatchPlan,

@@ -256,20 +256,11 @@ pub struct CacheRecord {
 }
 
 impl RunRecord {
-    /// Writes `result.json` into `dir`, a folder the batch's container could write
-    /// too: nothing there is followed (see [`nofollow::create_fresh`]), and the rename replaces
-    /// whatever `result.json` is, a planted symlink included, without following it.
-    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        use std::io::Write;
+    /// Writes `result.json` into `dir`, by name: the rename replaces whatever has the
+    /// name, a planted link included, without following it.
+    pub fn write(&self, dir: &nofollow::Folder) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(self).expect("record serialises");
-        let tmp = dir.join(".result.json.partial");
-        nofollow::create_fresh(&tmp)?.write_all((text + "\n").as_bytes())?;
-        // A folder named result.json cannot be renamed over: remove it first.
-        let path = dir.join("result.json");
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
-            nofollow::clear(&path)?;
-        }
-        std::fs::rename(tmp, path)
+        dir.write_replacing("result.json", (text + "\n").as_bytes())
     }
 
     /// Reads a `result.json` (a user names it: `cibox reproduce`).

@@ -152,7 +152,7 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
         },
         EventKind::RunStarted { .. }
         | EventKind::Swept { .. }
-        | EventKind::BatchStarted
+        | EventKind::BatchStarted { .. }
         | EventKind::Output { .. }
         | EventKind::RunEnded { .. }
         | EventKind::Queued { .. }

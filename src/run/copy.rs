@@ -6,12 +6,11 @@
 //! setgid bit, nothing outside the folder, nothing under cibox's own names. The copy
 //! stops at a cap on bytes, files and path length.
 
-use std::fs::OpenOptions;
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::nofollow::Folder;
 use crate::report::record::Copied;
 
 /// What may come out of one batch's `/reports`.
@@ -141,29 +140,27 @@ fn relative(raw: &Path, caps: &Caps) -> Result<Option<PathBuf>, String> {
     Ok(Some(rel))
 }
 
-/// Makes `dir` (below `dest`) and any parent missing, as plain folders; a component
-/// that exists must be a folder cibox made.
-fn make_dirs(dest: &Path, rel: &Path) -> std::io::Result<()> {
-    let mut at = dest.to_path_buf();
-    for c in rel.components() {
-        at.push(c);
-        match std::fs::symlink_metadata(&at) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "a file of that name was copied already",
-                ));
-            }
-            Err(_) => std::fs::DirBuilder::new().mode(0o755).create(&at)?,
+/// The folder `rel` below `dest`, made with any parent missing as plain folders; a
+/// name that exists must be a folder cibox made (never followed: see [`Folder`]).
+fn make_dirs(dest: &Folder, rel: &Path) -> std::io::Result<Folder> {
+    dest.make_path(rel, 0o755).map_err(|e| {
+        if matches!(
+            e.raw_os_error(),
+            Some(nix::libc::ENOTDIR | nix::libc::ELOOP)
+        ) {
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file of that name was copied already",
+            )
+        } else {
+            e
         }
-    }
-    Ok(())
+    })
 }
 
 /// Copies what is safe from the tar stream of `/reports` into `dest` (cibox's batch
 /// folder, which exists). Never fails: what could not be copied is in the result.
-pub fn extract(archive: impl Read, dest: &Path, caps: &Caps, stop: StopWhen) -> Copied {
+pub fn extract(archive: impl Read, dest: &Folder, caps: &Caps, stop: StopWhen) -> Copied {
     let mut copied = Copied::default();
     let bounded = Bounded {
         inner: archive,
@@ -225,7 +222,7 @@ pub fn extract(archive: impl Read, dest: &Path, caps: &Caps, stop: StopWhen) -> 
         let shown = crate::util::escape(&rel.to_string_lossy()).to_string();
         let kind = entry.header().entry_type();
         if kind.is_dir() {
-            if let Err(e) = make_dirs(dest, &rel) {
+            if let Err(e) = make_dirs(dest, &rel).map(drop) {
                 copied.skip(format!("`{shown}`: {e}"));
             }
             continue;
@@ -246,19 +243,16 @@ pub fn extract(archive: impl Read, dest: &Path, caps: &Caps, stop: StopWhen) -> 
             continue;
         }
         let size = entry.size();
-        if let Some(parent) = rel.parent()
-            && let Err(e) = make_dirs(dest, parent)
-        {
-            copied.skip(format!("`{shown}`: {e}"));
-            continue;
-        }
+        let parent = match make_dirs(dest, rel.parent().unwrap_or(Path::new(""))) {
+            Ok(p) => p,
+            Err(e) => {
+                copied.skip(format!("`{shown}`: {e}"));
+                continue;
+            }
+        };
         let executable = entry.header().mode().is_ok_and(|m| m & 0o111 != 0);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if executable { 0o755 } else { 0o644 })
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(dest.join(&rel));
+        let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let file = parent.create_new(name, if executable { 0o755 } else { 0o644 });
         let mut file = match file {
             Ok(f) => f,
             Err(e) => {
@@ -333,7 +327,7 @@ mod tests {
         let dest = tempfile::tempdir().unwrap();
         let c = extract(
             &tar[..],
-            dest.path(),
+            &Folder::open(dest.path()).unwrap(),
             &Caps::with_bytes(1 << 20),
             StopWhen::now(),
         );
@@ -375,7 +369,7 @@ mod tests {
         std::fs::create_dir(&inner).unwrap();
         let c = extract(
             &tar[..],
-            &inner,
+            &Folder::open(&inner).unwrap(),
             &Caps::with_bytes(1 << 20),
             StopWhen::now(),
         );
@@ -408,7 +402,7 @@ mod tests {
         let dest = tempfile::tempdir().unwrap();
         let c = extract(
             &tar[..],
-            dest.path(),
+            &Folder::open(dest.path()).unwrap(),
             &Caps::with_bytes(550),
             StopWhen::now(),
         );
@@ -422,7 +416,7 @@ mod tests {
         let dest = tempfile::tempdir().unwrap();
         let c = extract(
             &claims[..],
-            dest.path(),
+            &Folder::open(dest.path()).unwrap(),
             &Caps::with_bytes(550),
             StopWhen::now(),
         );
@@ -433,14 +427,19 @@ mod tests {
             entries: 3,
             ..Caps::with_bytes(1 << 20)
         };
-        let c = extract(&tar[..], dest.path(), &caps, StopWhen::now());
+        let c = extract(
+            &tar[..],
+            &Folder::open(dest.path()).unwrap(),
+            &caps,
+            StopWhen::now(),
+        );
         assert!(c.files <= 3, "{c:?}");
         assert!(c.stopped.unwrap().contains("more than 3 files"));
         let deep = archive(|b| file(b, &format!("reports/{}x", "d/".repeat(40)), 0o644, b"x"));
         let dest = tempfile::tempdir().unwrap();
         let c = extract(
             &deep[..],
-            dest.path(),
+            &Folder::open(dest.path()).unwrap(),
             &Caps::with_bytes(1 << 20),
             StopWhen::now(),
         );

@@ -42,6 +42,15 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// The random source failed: no token can stop GitHub's workflow commands.
+    #[error("cannot make the token that stops GitHub's workflow commands: {0}")]
+    NoStopToken(#[source] std::io::Error),
+    /// The random source failed: no run ID.
+    #[error("cannot make a random run ID: {0}")]
+    NoRunId(#[source] std::io::Error),
+    /// The reports folder (or one on the way to it) is one someone else can change.
+    #[error("reports dir {dir}: {why}")]
+    UntrustedReports { dir: String, why: String },
     #[error("reports dir {dir}: {} is not a directory", .at.display())]
     ReportsNotADirectory { dir: String, at: PathBuf },
     #[error(
@@ -225,6 +234,7 @@ impl ErrorKind for RunError {
             | RunError::ReportsNowhere { .. }
             | RunError::ReportsDir { .. }
             | RunError::ReportsNotADirectory { .. }
+            | RunError::UntrustedReports { .. }
             | RunError::ReportsDotDot { .. }
             | RunError::ReportsNotWritable { .. }
             | RunError::ReportsCannotBeMade { .. }
@@ -252,6 +262,8 @@ impl ErrorKind for RunError {
             | RunError::CurrentExe(_)
             | RunError::NodeJob(_)
             | RunError::Record { .. }
+            | RunError::NoStopToken(_)
+            | RunError::NoRunId(_)
             | RunError::HolderNotStarted { .. }
             | RunError::PrivateLayerNowhere { .. } => Failure::Infra,
         }

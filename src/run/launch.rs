@@ -103,11 +103,7 @@ fn standard_reporters(json: bool) -> Result<Fanout> {
     // Files first: a batch's status is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(terminal);
     if crate::github::active() {
-        let github = GitHub::new(out).map_err(|e| {
-            RunError::Infra(format!(
-                "cannot make the token that stops GitHub's workflow commands: {e}"
-            ))
-        })?;
+        let github = GitHub::new(out).map_err(RunError::NoStopToken)?;
         reporters = reporters.with(github);
     }
     Ok(reporters)
@@ -170,7 +166,7 @@ fn locksets(plan: &crate::plan::RunPlan) -> Result<indexmap::IndexMap<String, Lo
 }
 
 fn no_run_id(e: std::io::Error) -> RunError {
-    RunError::Infra(format!("cannot make a random run ID: {e}"))
+    RunError::NoRunId(e)
 }
 
 /// Runs the batches here, each in a container of this host's engine.
@@ -412,12 +408,20 @@ fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
         missing.push(name.to_os_string());
         at = parent;
     }
+    let given = at.to_path_buf();
     let at = at.canonicalize().map_err(|source| RunError::ReportsDir {
         dir: dir.clone(),
         source,
     })?;
     if !at.is_dir() {
         return Err(RunError::ReportsNotADirectory { dir, at }.into());
+    }
+    // cibox may write there as root: the folder, as named and where it leads, must be
+    // one nobody else can change (a link another user planted, a folder they made).
+    if let Some(why) =
+        crate::nofollow::trusted_folder(&given).or_else(|| crate::nofollow::trusted_folder(&at))
+    {
+        return Err(RunError::UntrustedReports { dir, why }.into());
     }
     let mut planned = at.clone();
     for name in missing.iter().rev() {
@@ -427,10 +431,17 @@ fn planned_reports(reports: PathBuf) -> Result<PathBuf> {
             _ => return Err(RunError::ReportsDotDot { dir, at }.into()),
         }
     }
-    // Written and removed: only a folder we may write in will do.
-    let probe = at.join(format!(".cibox-write-check-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .and_then(|_| std::fs::remove_file(&probe))
+    // Made and removed: only a folder we may write in will do. Made new (`O_EXCL`), by
+    // name in the folder: a link planted under the name is refused, never followed.
+    let probe = format!(
+        ".cibox-write-check-{}",
+        crate::util::random_hex(8).unwrap_or_else(|_| std::process::id().to_string())
+    );
+    crate::nofollow::Folder::open(&at)
+        .and_then(|f| {
+            f.create_new(&probe, 0o600)?;
+            f.remove(&probe)
+        })
         .map_err(|source| {
             let at = at.clone();
             if missing.is_empty() {

@@ -97,11 +97,16 @@ fn write_record(
         "qualified_at": crate::units::rfc3339(std::time::SystemTime::now()),
     });
     let text = serde_json::to_string_pretty(&record).expect("serialises") + "\n";
-    std::fs::write(path, text).map_err(|source| {
-        RunError::Record {
-            path: path.to_path_buf(),
-            source,
-        }
-        .into()
-    })
+    // In the reports folder the run held open and found only root or the user can
+    // change: by name, so a link planted there is replaced, never followed.
+    let folder = path.parent().unwrap_or(std::path::Path::new("."));
+    super::batch_dir::reports_folder(folder)?
+        .write_replacing("qualification.json", text.as_bytes())
+        .map_err(|source| {
+            RunError::Record {
+                path: path.to_path_buf(),
+                source,
+            }
+            .into()
+        })
 }

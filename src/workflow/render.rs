@@ -252,10 +252,17 @@ pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, RenderError> {
         .and_then(|n| n.to_str())
         .unwrap_or("template")
         .to_string();
-    let source = std::fs::read_to_string(template).map_err(|source| RenderError::Unreadable {
-        template: template.to_path_buf(),
-        source,
-    })?;
+    // A template a pull request committed as a link is not followed (it could name any
+    // file cibox, maybe root, may read).
+    let source = crate::util::open_plain(template, false)
+        .and_then(|(mut f, _)| {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut f, &mut text).map(|_| text)
+        })
+        .map_err(|source| RenderError::Unreadable {
+            template: template.to_path_buf(),
+            source: crate::nofollow::said_of_links(source),
+        })?;
     let env = environment();
     let tmpl = env
         .template_from_named_str(&name, &source)

@@ -725,3 +725,45 @@ fn the_slime_like_example_renders_lints_and_runs_its_cpu_layer_from_what_git_shi
     assert_eq!(v["source"]["dirty"], false, "{v}");
     assert_eq!(v["caches"][0]["name"], "datasets", "{v}");
 }
+
+#[test]
+fn render_neither_reads_nor_writes_through_a_link_a_pull_request_committed() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = project();
+    p.write("wf/gpu.yml.j2", "name: gpu\non: [push]\njobs: {}\n");
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("shadow");
+    std::fs::write(&secret, "root:SECRET-HASH\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The rendered output, committed as a link to a root-only file.
+    std::os::unix::fs::symlink(&secret, p.path().join("wf/gpu.yml")).unwrap();
+    let r = p.cibox(&["workflow", "render", "--check"]);
+    r.fails_with(2, "a symbolic link");
+    assert!(
+        !r.stdout.contains("SECRET"),
+        "the diff showed the link's target: {}",
+        r.stdout
+    );
+    p.cibox(&["workflow", "render"])
+        .fails_with(2, "a symbolic link");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "root:SECRET-HASH\n"
+    );
+    // A template that is a link is not read either.
+    std::fs::remove_file(p.path().join("wf/gpu.yml")).unwrap();
+    std::fs::remove_file(p.path().join("wf/gpu.yml.j2")).unwrap();
+    std::os::unix::fs::symlink(&secret, p.path().join("wf/gpu.yml.j2")).unwrap();
+    let r = p.cibox(&["workflow", "render"]);
+    r.fails_with(2, "a symbolic link");
+    assert!(!r.stderr.contains("SECRET") && !r.stdout.contains("SECRET"));
+    assert!(!p.path().join("wf/gpu.yml").exists());
+    // Nor a workflows folder that is a link.
+    std::fs::remove_file(p.path().join("wf/gpu.yml.j2")).unwrap();
+    std::fs::rename(p.path().join("wf"), p.path().join("real-wf")).unwrap();
+    p.write("real-wf/gpu.yml.j2", "name: gpu\non: [push]\njobs: {}\n");
+    std::os::unix::fs::symlink(p.path().join("real-wf"), p.path().join("wf")).unwrap();
+    p.cibox(&["workflow", "render"])
+        .fails_with(2, "a symbolic link");
+    assert!(!p.path().join("real-wf/gpu.yml").exists());
+}

@@ -1,17 +1,18 @@
 //! The reports folder: each batch's `log.txt` and `result.json`, and at the root
 //! `summary.md` and a merged `junit.xml` (docs/interface.md §7 and §8).
 //!
-//! A batch's folder is writable by its container, so nothing in it is followed: files
-//! are created fresh ([`create_fresh`]) and `result.json` is renamed into place.
+//! Everything is written by name in the folders the runner holds open ([`Folder`]):
+//! nothing there is followed, so a link planted where cibox writes (as root, maybe) is
+//! replaced, never written through, and a folder swapped after it was opened changes
+//! nothing. `result.json` and the run's files are renamed into place.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
 
 use super::summary::summary_markdown;
 use super::{Reporter, ReporterError};
-use crate::nofollow::create_fresh;
+use crate::nofollow::Folder;
 use crate::report::event::{Event, EventKind};
 use crate::report::junit::CaseStatus;
 use crate::report::outcome::{BatchResult, Status};
@@ -30,6 +31,10 @@ struct Log {
 /// Writes the reports folder of a run.
 #[derive(Default)]
 pub struct Files {
+    /// The reports folder, from the run's start.
+    reports: Option<Folder>,
+    /// Each batch's folder, from its start.
+    dirs: HashMap<String, Folder>,
     /// Each running batch's `log.txt`.
     logs: HashMap<String, Log>,
 }
@@ -43,12 +48,21 @@ impl Files {
 impl Reporter for Files {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match &event.kind {
-            EventKind::Launching { batch, dir } => {
-                // Created before the container exists, so it cannot be a link the
-                // batch planted.
-                let path = dir.join("log.txt");
-                let log = create_fresh(&path).map_err(|e| {
-                    ReporterError::new(format!("cannot write {}", path.display()), e)
+            EventKind::RunStarted { reports, .. } => {
+                self.reports = Some(held(reports)?);
+            }
+            EventKind::BatchStarted { batch, dir } => {
+                self.dirs.insert(batch.name.clone(), held(dir)?);
+            }
+            EventKind::Launching { batch } => {
+                let Some(dir) = self.dirs.get(&batch.name) else {
+                    return Ok(());
+                };
+                let log = dir.create_fresh("log.txt").map_err(|e| {
+                    ReporterError::new(
+                        format!("cannot write {}", dir.path().join("log.txt").display()),
+                        e,
+                    )
                 })?;
                 self.logs.insert(
                     batch.name.clone(),
@@ -79,36 +93,40 @@ impl Reporter for Files {
             }
             EventKind::BatchEnded { result } => {
                 self.logs.remove(&result.record.batch);
-                let dir = result
-                    .record_path
-                    .parent()
-                    .map(PathBuf::from)
-                    .unwrap_or_default();
+                let Some(dir) = self.dirs.remove(&result.record.batch) else {
+                    return Ok(());
+                };
                 result.record.write(&dir).map_err(|e| {
-                    ReporterError::new(format!("writing {}/result.json", dir.display()), e)
+                    ReporterError::new(format!("writing {}/result.json", dir.path().display()), e)
                 })?;
             }
             EventKind::RunEnded { run } => {
-                let root = &run.reports;
-                let io = |e| ReporterError::new(format!("reports dir {}", root.display()), e);
-                std::fs::write(root.join("summary.md"), summary_markdown(&run.batches))
+                let Some(root) = self.reports.as_ref() else {
+                    return Ok(());
+                };
+                let io =
+                    |e| ReporterError::new(format!("reports dir {}", run.reports.display()), e);
+                root.write_replacing("summary.md", summary_markdown(&run.batches).as_bytes())
                     .map_err(io)?;
-                std::fs::write(root.join("junit.xml"), merged_junit(&run.batches)).map_err(io)?;
-                let picture = root.join(crate::report::reporter::summary::TIMELINE_FILE);
+                root.write_replacing("junit.xml", merged_junit(&run.batches).as_bytes())
+                    .map_err(io)?;
+                let picture = crate::report::reporter::summary::TIMELINE_FILE;
                 match crate::report::reporter::timeline::svg(&run.batches) {
-                    Some(svg) => std::fs::write(&picture, svg).map_err(io)?,
+                    Some(svg) => root.write_replacing(picture, svg.as_bytes()).map_err(io)?,
                     // No batch to draw: no picture of an earlier run stays.
-                    None => match std::fs::remove_file(&picture) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(io(e)),
-                    },
+                    None => root.remove(picture).map_err(io)?,
                 }
             }
             _ => {}
         }
         Ok(())
     }
+}
+
+/// A second hold of a folder the runner holds.
+fn held(dir: &Folder) -> Result<Folder, ReporterError> {
+    dir.try_clone()
+        .map_err(|e| ReporterError::new(format!("holding {}", dir.path().display()), e))
 }
 
 /// The merged `junit.xml`: one suite per batch with its cases.

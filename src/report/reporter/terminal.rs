@@ -398,7 +398,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                     ));
                 }
             }
-            EventKind::RunStarted { plan } => {
+            EventKind::RunStarted { plan, .. } => {
                 self.prefixed = plan.batches.len() > 1;
                 self.started = Some(event.elapsed);
             }

@@ -11,6 +11,7 @@ use crate::gpu::lease::{Holder, Lease};
 use crate::gpu::pool::PoolGpu;
 use crate::gpu::{LeaseError, LeaseRequest, Waiter, Want};
 use crate::manifest::BatchVerdict;
+use crate::nofollow::Folder;
 use crate::plan::container::phases::PhaseTracker;
 use crate::plan::run_plan::{BatchPlan, NodeRole};
 use crate::report::event::{EventKind, Phase};
@@ -32,6 +33,8 @@ const MAX_FAILED_NAMED: usize = 1000;
 pub(super) struct Watched {
     /// When the batch started (its phases are timed from here).
     pub started: Instant,
+    /// Its folder in the reports folder, held open.
+    pub dir: Folder,
     /// How much the batch printed, for the record (log.txt keeps only so much).
     pub printed: Cell<u64>,
     /// Its container could not be removed: its folder is not cleaned (it may still
@@ -54,9 +57,10 @@ pub(super) struct Watched {
 }
 
 impl Watched {
-    fn new(started: Instant) -> Watched {
+    fn new(started: Instant, dir: Folder) -> Watched {
         Watched {
             started,
+            dir,
             printed: Cell::default(),
             container_left: Cell::default(),
             reports: RefCell::default(),
@@ -107,10 +111,17 @@ impl Execution<'_> {
     /// Runs one batch to its status. An error here ends the run (a bad lock dir, an
     /// unwritable reports folder); everything else ends only the batch.
     pub(super) fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
-        batch_dir::prepare(&b.dir)?;
+        let dir = if self.plan.node.is_some() {
+            batch_dir::prepare_on_node(&self.reports, &self.plan.reports, &b.dir)?
+        } else {
+            batch_dir::prepare(&self.reports, &self.plan.reports, &b.dir)?
+        };
         let started = SystemTime::now();
         let clock = Instant::now();
-        self.emit(EventKind::BatchStarted)?;
+        self.emit(EventKind::BatchStarted {
+            batch: b,
+            dir: &dir,
+        })?;
         // The batch's GPUs, leased for its whole life.
         let waiting = Instant::now();
         let (lease, refused) = if b.gpus > 0 {
@@ -148,7 +159,7 @@ impl Execution<'_> {
             .as_ref()
             .map(|l| l.gpus().to_vec())
             .unwrap_or_default();
-        let watched = Watched::new(clock);
+        let watched = Watched::new(clock, dir);
         if b.verdict == BatchVerdict::ExitCode {
             *watched.steps.borrow_mut() = Some(StepTracker::new(&b.run));
         }
@@ -240,15 +251,10 @@ impl Execution<'_> {
         leased: &[PoolGpu],
         watched: &Watched,
     ) -> Result<ContainerEnd> {
-        let ran = self
-            .emit(EventKind::Launching {
-                batch: b,
-                dir: &b.dir,
-            })
-            .and_then(|()| {
-                let fds = lease.map(|l| l.fds()).unwrap_or_default();
-                self.container(b, leased, &fds, watched)
-            });
+        let ran = self.emit(EventKind::Launching { batch: b }).and_then(|()| {
+            let fds = lease.map(|l| l.fds()).unwrap_or_default();
+            self.container(b, leased, &fds, watched)
+        });
         match ran {
             Ok(end) => Ok(end),
             Err(e) => self.failed(b, e),
@@ -374,7 +380,7 @@ impl Execution<'_> {
                 allow_empty: true,
             };
         }
-        let (collected, junit_problem) = read_reports(&b.dir);
+        let (collected, junit_problem) = read_reports(&watched.dir, &b.dir);
         let junit::Collected {
             cases,
             totals,
@@ -465,13 +471,16 @@ impl Execution<'_> {
 
 /// The test cases of the batch's JUnit reports, and the first report that could not
 /// be read.
-fn read_reports(dir: &Path) -> (junit::Collected, Option<String>) {
+fn read_reports(dir: &Folder, shown: &Path) -> (junit::Collected, Option<String>) {
     let mut collected = junit::Collected::default();
     let mut problem = None;
     // Bounded like each file: a batch cannot make the host read more than this.
     let mut budget = MAX_REPORTS_BYTES;
-    for f in junit::files(dir) {
-        let size = std::fs::symlink_metadata(&f).map_or(0, |m| m.len());
+    // Read in the folder the run holds, named as the user knows it.
+    let held = dir.held_path();
+    for read in junit::files(&held) {
+        let f = shown.join(read.strip_prefix(&held).unwrap_or(&read));
+        let size = std::fs::symlink_metadata(&read).map_or(0, |m| m.len());
         if size > budget {
             problem.get_or_insert(format!(
                 "JUnit report {} not read: the batch's reports pass {} MiB in all",
@@ -481,7 +490,7 @@ fn read_reports(dir: &Path) -> (junit::Collected, Option<String>) {
             continue;
         }
         budget -= size;
-        match junit::read(&f)
+        match junit::read(&read)
             .map_err(|e| e.to_string())
             .and_then(|t| junit::parse_into(&t, &mut collected))
         {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
 use crate::gpu::pool::PoolGpu;
+use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
 use crate::plan::container::phases::Phase as ScriptPhase;
 use crate::report::event::{EventKind, Phase};
@@ -83,7 +84,8 @@ impl Execution<'_> {
         let said_empty = matches!(followed, Ok(ContainerEnd::Exited(0)))
             && watched.phases.borrow().said_reports_empty();
         if followed.is_ok() && !said_empty {
-            *watched.reports.borrow_mut() = self.copy_reports(b, &id, watched.container_died.get());
+            *watched.reports.borrow_mut() =
+                self.copy_reports(b, &watched.dir, &id, watched.container_died.get());
         }
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
@@ -112,7 +114,13 @@ impl Execution<'_> {
 
     /// What is safe of the container's `/reports`, copied into the batch's folder; `died`:
     /// the engine said the container was killed.
-    fn copy_reports(&self, b: &BatchPlan, id: &str, died: bool) -> crate::report::record::Copied {
+    fn copy_reports(
+        &self,
+        b: &BatchPlan,
+        dir: &Folder,
+        id: &str,
+        died: bool,
+    ) -> crate::report::record::Copied {
         let caps = copy::Caps::with_bytes(b.container.reports_size());
         let mut copied = crate::report::record::Copied::default();
         if self.engine.is_running(id) {
@@ -120,7 +128,7 @@ impl Execution<'_> {
             let archive = self
                 .engine
                 .download(id, "/reports", Box::new(move || stop.reason()));
-            copied = copy::extract(archive, &b.dir, &caps, stop);
+            copied = copy::extract(archive, dir, &caps, stop);
         }
         // Checked after the copy too: one that raced the container's end read nothing
         // (a copy that found nothing in a live container is no loss). A container the

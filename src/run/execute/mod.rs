@@ -21,6 +21,7 @@ use crate::gpu::probe;
 use crate::image::{self, Lockset};
 use crate::lockdir::LockDir;
 use crate::lockdir::runs::{RunInfo, RunLock};
+use crate::nofollow::Folder;
 use crate::plan::{BatchPlan, RunPlan};
 use crate::report::event::{EventKind, Phase, RunClock};
 use crate::report::outcome::{BatchResult, ContainerEnd, RunResult};
@@ -107,12 +108,10 @@ fn execute_with(
     let source = source_set(plan, &git_masks.binds)?;
     let cache_store = open_cache_store(plan)?;
     // Made now, when nothing refused the run: refused input leaves nothing behind.
-    std::fs::create_dir_all(&plan.reports).map_err(|source| RunError::ReportsDir {
-        dir: plan.reports.display().to_string(),
-        source,
-    })?;
+    let reports = batch_dir::reports_folder(&plan.reports)?;
     let run = Execution {
         clock,
+        reports,
         cache_store: cache_store.as_ref(),
         plan,
         engine,
@@ -135,7 +134,10 @@ fn execute_with(
         source: &source,
         hardware,
     };
-    run.emit(EventKind::RunStarted { plan })?;
+    run.emit(EventKind::RunStarted {
+        plan,
+        reports: &run.reports,
+    })?;
     let batches = each_batch(plan.batches.len(), plan.parallel, |i| {
         run.batch(&plan.batches[i])
     })?;
@@ -253,6 +255,8 @@ fn source_readable(plan: &RunPlan) -> Result<()> {
 struct Execution<'a> {
     /// The run's clock: every event's time.
     clock: RunClock,
+    /// The reports folder, held open.
+    reports: Folder,
     plan: &'a RunPlan,
     engine: &'a dyn ContainerEngine,
     start_watchdog: StartWatchdog,

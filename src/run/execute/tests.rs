@@ -250,7 +250,7 @@ impl Reporter for Recorder {
             }
             EventKind::RunStarted { .. } => "run started",
             EventKind::Swept { .. } => "swept",
-            EventKind::BatchStarted => "batch started",
+            EventKind::BatchStarted { .. } => "batch started",
             EventKind::Waiting { .. } => "waiting",
             EventKind::Queued { .. } => "queued",
             EventKind::LeaseGranted { .. } => "lease granted",

@@ -55,10 +55,13 @@ impl Submission<'_> {
     /// Runs batch `index` as a Slurm job, to its status.
     pub(super) fn batch(&self, index: usize) -> Result<BatchResult> {
         let b = &self.plan.batches[index];
-        batch_dir::prepare(&b.dir)?;
+        let dir = batch_dir::prepare(&self.reports, &self.plan.reports, &b.dir)?;
         let started = SystemTime::now();
         let clock = Instant::now();
-        self.emit(EventKind::BatchStarted)?;
+        self.emit(EventKind::BatchStarted {
+            batch: b,
+            dir: &dir,
+        })?;
         let spec = self.spec(index)?;
         let end = match self.follow(b, &spec, clock) {
             Ok(end) => end,
@@ -76,7 +79,7 @@ impl Submission<'_> {
                 }
             }
         };
-        let result = self.result(b, &spec, end, started, clock)?;
+        let result = self.result(b, &dir, &spec, end, started, clock)?;
         self.emit(EventKind::BatchEnded { result: &result })?;
         Ok(result)
     }

@@ -25,6 +25,7 @@ pub use watchdog::watch as watch_job;
 
 use crate::host::SlurmPolicy;
 use crate::image::Lockset;
+use crate::nofollow::Folder;
 use crate::plan::RunPlan;
 use crate::report::event::{Event, EventKind, RunClock};
 use crate::report::outcome::{BatchResult, RunResult};
@@ -62,8 +63,10 @@ pub fn execute(
         Some(path) => path.clone(),
         None => std::env::current_exe().map_err(RunError::CurrentExe)?,
     };
+    let reports = batch_dir::reports_folder(&plan.reports)?;
     let run = Submission {
         clock: RunClock::start(),
+        reports,
         plan,
         policy,
         partition: partition.name,
@@ -74,7 +77,10 @@ pub fn execute(
             .collect(),
         reporter: Mutex::new(reporter),
     };
-    run.emit(EventKind::RunStarted { plan })?;
+    run.emit(EventKind::RunStarted {
+        plan,
+        reports: &run.reports,
+    })?;
     let batches = each_batch(plan.batches.len(), plan.parallel, |i| run.batch(i))?;
     let stopped_by = batches
         .iter()
@@ -94,6 +100,8 @@ pub fn execute(
 struct Submission<'a> {
     /// The run's clock: the time of the events the submitter sees itself.
     clock: RunClock,
+    /// The reports folder, held open.
+    reports: Folder,
     plan: &'a RunPlan,
     policy: &'a SlurmPolicy,
     /// The partition every job goes to (the policy's, or the cluster's default).

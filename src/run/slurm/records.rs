@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::exit;
+use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
 use crate::report::junit::{Case, Totals};
 use crate::report::outcome::{BatchResult, ContainerEnd, Status};
@@ -63,6 +64,7 @@ impl Submission<'_> {
     pub(super) fn result(
         &self,
         b: &BatchPlan,
+        dir: &Folder,
         spec: &JobSpec,
         mut end: JobEnd,
         started: SystemTime,
@@ -86,7 +88,7 @@ impl Submission<'_> {
             let e = end.ended.remove(&0).expect("rank 0 ended");
             (e.record, e.cases, e.container_left)
         } else if complete {
-            self.over_ranks(b, &end)?
+            self.over_ranks(b, dir, &end)?
         } else {
             let (status, message, signal) = why_no_record(b, &mut end)?;
             let mut r = self.bare_record(b, status, message, started, clock);
@@ -129,14 +131,21 @@ impl Submission<'_> {
 
     /// The record of a batch on several nodes: its ranks' records (each written in
     /// its `node-<rank>/`), the worst rank's status, their tests and GPUs together.
-    fn over_ranks(&self, b: &BatchPlan, end: &JobEnd) -> Result<(RunRecord, Vec<Case>, bool)> {
+    fn over_ranks(
+        &self,
+        b: &BatchPlan,
+        dir: &Folder,
+        end: &JobEnd,
+    ) -> Result<(RunRecord, Vec<Case>, bool)> {
         for (rank, e) in &end.ended {
-            let dir = b.dir.join(format!("node-{rank}"));
-            e.record.write(&dir).map_err(|source| RunError::BatchDir {
-                dir: dir.display().to_string(),
-                what: "write result.json in",
-                source,
-            })?;
+            let name = format!("node-{rank}");
+            dir.make_dir(&name, 0o755)
+                .and_then(|node| e.record.write(&node))
+                .map_err(|source| RunError::BatchDir {
+                    dir: b.dir.join(&name).display().to_string(),
+                    what: "write result.json in",
+                    source,
+                })?;
         }
         let (worst_rank, worst) = end
             .ended

@@ -134,13 +134,7 @@ impl Relay {
             }
             Remote::Launching if !self.launched => {
                 self.launched = true;
-                run.emit_at(
-                    at,
-                    EventKind::Launching {
-                        batch: b,
-                        dir: &b.dir,
-                    },
-                )
+                run.emit_at(at, EventKind::Launching { batch: b })
             }
             Remote::Launching => Ok(()),
             Remote::ContainerStarted { container } => {
@@ -256,8 +250,10 @@ mod tests {
             cibox: None,
         };
         let mut steps = Steps::default();
+        let reports = tempfile::tempdir().unwrap();
         let run = Submission {
             clock: RunClock::start(),
+            reports: crate::nofollow::Folder::open(reports.path()).unwrap(),
             plan: &plan,
             policy: &policy,
             partition: "gpu".into(),

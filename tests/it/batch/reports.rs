@@ -266,3 +266,129 @@ fn json_run_outcome_on_stdout_with_the_output_on_stderr() {
         "{e}"
     );
 }
+
+fn must_be_root() {
+    assert!(
+        nix::unistd::getuid().is_root(),
+        "this test plants files as another user and must run as root (CI does)"
+    );
+}
+
+/// A file only root may read or write, with `text` in it.
+fn root_only(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let f = dir.join("root-only");
+    std::fs::write(&f, text).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    f
+}
+
+#[test]
+fn a_reports_folder_another_user_made_is_refused_and_nothing_written_through_its_links() {
+    must_be_root();
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK], ""), "");
+    let victim_dir = tempfile::tempdir().unwrap();
+    let victim = root_only(victim_dir.path(), "keep");
+    // Another user made the reports folder first and planted links where cibox writes.
+    let reports = p.project.path().join("theirs");
+    std::fs::create_dir(&reports).unwrap();
+    for name in ["summary.md", "junit.xml", "timeline.svg"] {
+        std::os::unix::fs::symlink(&victim, reports.join(name)).unwrap();
+    }
+    nix::unistd::chown(&reports, Some(65534.into()), Some(65534.into())).unwrap();
+    let r = p.run(&[
+        "batch",
+        "run",
+        "unit",
+        "--reports",
+        reports.to_str().unwrap(),
+    ]);
+    r.fails_with(2, "owned by uid 65534");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(p.containers().is_empty(), "a container was started");
+    // A link to a folder of root's, planted by that user, is refused the same way.
+    let link = p.project.path().join("link");
+    std::os::unix::fs::symlink(victim_dir.path(), &link).unwrap();
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        &link,
+        Some(65534.into()),
+        Some(65534.into()),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    let r = p.run(&["batch", "run", "unit", "--reports", link.to_str().unwrap()]);
+    r.fails_with(2, "owned by uid 65534");
+    assert!(!victim_dir.path().join("summary.md").exists());
+}
+
+#[test]
+fn a_batch_folder_swapped_for_a_link_while_it_runs_is_not_written_through() {
+    let p = busybox_project(&batch("unit", 0, "1m", &["sleep 3", JUNIT_OK], ""), "");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut child = p.spawn(&["batch", "run", "unit"]);
+    let dir = p.reports().join("unit");
+    assert!(
+        wait_until(60, || dir.join("log.txt").exists()),
+        "the batch never started"
+    );
+    std::fs::rename(&dir, p.reports().join("unit.moved")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), &dir).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        std::fs::read_dir(elsewhere.path())
+            .unwrap()
+            .next()
+            .is_none(),
+        "cibox wrote through the link: {:?}",
+        std::fs::read_dir(elsewhere.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
+    );
+    // What it wrote went on into the folder it made.
+    let moved = p.reports().join("unit.moved");
+    assert!(moved.join("result.json").exists());
+    assert!(moved.join("junit.xml").exists());
+}
+
+#[test]
+fn the_write_check_never_follows_a_link_at_its_name() {
+    let p = busybox_project(&batch("unit", 0, "1m", &[JUNIT_OK], ""), "");
+    let victim_dir = tempfile::tempdir().unwrap();
+    let victim = root_only(victim_dir.path(), "keep");
+    // The reports folder does not exist yet: the check writes in the folder above it,
+    // where a link waits under the name this cibox's pid would give the check's file.
+    let above = p.project.path().join("above");
+    std::fs::create_dir(&above).unwrap();
+    let reports = above.join("reports");
+    let cmd = p.batch_cmd(&[
+        "batch",
+        "run",
+        "unit",
+        "--reports",
+        reports.to_str().unwrap(),
+    ]);
+    let argv: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c")
+        .arg(format!(
+            "ln -s {} {}/.cibox-write-check-$$ && exec \"$@\"",
+            victim.display(),
+            above.display()
+        ))
+        .arg("sh")
+        .args(&argv)
+        .current_dir(p.project.path());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    run(&mut sh).ok();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+}
