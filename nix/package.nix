@@ -14,7 +14,7 @@ in
     inherit (cargoToml.package) version;
     inherit src;
     cargoLock.lockFile = src + "/Cargo.lock";
-    cargoTestFlags = ["--lib" "--bins"];
+    cargoTestFlags = ["--bins"];
     # build.rs puts it into `cibox --version`.
     env.CIBOX_COMMIT = commit;
     meta = {
