@@ -19,10 +19,10 @@
 //!    [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
 //!    [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`];
 //! 9. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
-//!    YAML tree with positions), [`error`] (what kind of failure an error is);
-//! 10. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`nofollow`]
-//!     (file operations in folders others can write), [`ownership`] (who can change a
-//!     path), [`signals`], [`units`], [`util`].
+//!    YAML tree with positions), [`error`] (what kind of failure an error is),
+//!    [`nofollow`] (writing where a link must never be followed: folders held open);
+//! 10. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
+//!     (who can change a path), [`signals`], [`units`], [`util`].
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
