@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-/// A duration written with a unit: `ms`, `s`, `m`, `h` or `d`; `0s` is allowed.
+/// A duration written with a unit: `ms`, `s`, `m`, `h` or `d`; `0s` is allowed, and
+/// so are several, largest first, each once (`1h45m`, `2d12h`), as people write them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Span(pub Duration);
 
@@ -18,21 +19,44 @@ impl Span {
 impl FromStr for Span {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let bad =
-            || format!("bad duration `{s}`: write a whole number and a unit, like 90s, 30m or 2h");
-        let n: u64 = num.parse().map_err(|_| bad())?;
-        let secs = |k: u64| n.checked_mul(k).map(Duration::from_secs).ok_or_else(bad);
-        let d = match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => secs(1)?,
-            "m" => secs(60)?,
-            "h" => secs(3600)?,
-            "d" => secs(86400)?,
-            _ => return Err(bad()),
+        let bad = || {
+            format!(
+                "bad duration `{s}`: write whole numbers with units, largest first, like 90s, 30m, 2h or 1h45m"
+            )
         };
+        // Each part: a whole number and its unit, in milliseconds; units get smaller.
+        const UNITS: [(&str, u64); 5] = [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1000),
+            ("ms", 1),
+        ];
+        let mut rest = s.trim();
+        if rest.is_empty() {
+            return Err(bad());
+        }
+        let mut ms: u64 = 0;
+        let mut smallest = usize::MAX;
+        while !rest.is_empty() {
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+            let unit_len = rest[digits..]
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(rest.len() - digits);
+            let unit = &rest[digits..digits + unit_len];
+            let rank = UNITS.iter().position(|(u, _)| *u == unit).ok_or_else(bad)?;
+            if smallest != usize::MAX && rank <= smallest {
+                return Err(bad());
+            }
+            smallest = rank;
+            ms = n
+                .checked_mul(UNITS[rank].1)
+                .and_then(|v| ms.checked_add(v))
+                .ok_or_else(bad)?;
+            rest = &rest[digits + unit_len..];
+        }
+        let d = Duration::from_millis(ms);
         // Deadlines are computed as now + span, which must not overflow; no CI wait or
         // timeout is longer than this.
         if d > Span::MAX {
@@ -162,6 +186,15 @@ mod tests {
             assert!(bad.parse::<Span>().is_err(), "{bad}");
         }
         assert_eq!("365d".parse::<Span>().unwrap().0, Span::MAX);
+        // As people write them: largest first, each unit once.
+        assert_eq!("1h45m".parse::<Span>().unwrap().0, Duration::from_secs(6300));
+        assert_eq!(
+            "2d12h30m5s250ms".parse::<Span>().unwrap().0,
+            Duration::from_millis(((2 * 24 + 12) * 3600 + 30 * 60 + 5) * 1000 + 250)
+        );
+        for bad in ["45m1h", "1h1h", "1h 45m", "1h45", "h45m", "1hm"] {
+            assert!(bad.parse::<Span>().is_err(), "{bad}");
+        }
         assert_eq!("30m".parse::<Span>().unwrap().to_string(), "30m");
         assert_eq!("90s".parse::<Span>().unwrap().to_string(), "90s");
     }
