@@ -439,8 +439,9 @@ fn test_matrix(
             Some(m) => m.gpus,
             None => {
                 warn(format!(
-                    "{path}: no top-level `{} = <int>`; assuming {} GPUs",
-                    cfg.gpus_marker, cfg.default_gpus
+                    "{path}: no top-level `{} = <int>`; assuming {}",
+                    cfg.gpus_marker,
+                    crate::util::count(cfg.default_gpus, "GPU")
                 ));
                 cfg.default_gpus
             }

@@ -39,7 +39,9 @@ impl FromStr for Span {
         let mut ms: u64 = 0;
         let mut smallest = usize::MAX;
         while !rest.is_empty() {
-            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
             let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
             let unit_len = rest[digits..]
                 .find(|c: char| c.is_ascii_digit())
@@ -187,7 +189,10 @@ mod tests {
         }
         assert_eq!("365d".parse::<Span>().unwrap().0, Span::MAX);
         // As people write them: largest first, each unit once.
-        assert_eq!("1h45m".parse::<Span>().unwrap().0, Duration::from_secs(6300));
+        assert_eq!(
+            "1h45m".parse::<Span>().unwrap().0,
+            Duration::from_secs(6300)
+        );
         assert_eq!(
             "2d12h30m5s250ms".parse::<Span>().unwrap().0,
             Duration::from_millis(((2 * 24 + 12) * 3600 + 30 * 60 + 5) * 1000 + 250)

@@ -114,6 +114,16 @@ pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `1 GPU`, `3 GPUs`: a count and its noun, in the plural when it is not one.
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A name a shell variable (or a build argument) can have: `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn is_env_name(s: &str) -> bool {
     let mut b = s.bytes();

@@ -21,7 +21,7 @@ pub enum CapacityError {
     UnknownLayer { layer: String, known: Vec<String> },
     /// `--require`: the layer's largest batch needs more GPUs than are free here.
     #[error(
-        "layer {layer} cannot be admitted now: needs {needs} GPUs, {available} idle and unleased"
+        "layer {layer} cannot be admitted now: needs {}, {available} idle and unleased", crate::util::count(*needs as u64, "GPU")
     )]
     NotAdmitted {
         layer: String,
@@ -205,13 +205,18 @@ impl PoolCounts {
             None
         } else if largest as usize > self.pool {
             Some(format!(
-                "its largest batch needs {largest} GPUs; the pool has {}",
+                "its largest batch needs {}; the pool has {}",
+                crate::util::count(largest, "GPU"),
                 self.pool
             ))
         } else {
             Some(format!(
-                "its largest batch needs {largest} GPUs; {} of {} are idle and unleased ({} leased, {} busy)",
-                self.available, self.pool, self.leased, self.busy
+                "its largest batch needs {}; {} of {} are idle and unleased ({} leased, {} busy)",
+                crate::util::count(largest, "GPU"),
+                self.available,
+                self.pool,
+                self.leased,
+                self.busy
             ))
         };
         Row {

@@ -43,7 +43,7 @@ pub enum GpuError {
     BadEnvName { name: String },
     /// More GPUs than the pool has: capacity, as for a batch asking for more than the
     /// pool (docs §2).
-    #[error("gpu exec: --count {count} needs {count} GPUs; the pool has {pool}")]
+    #[error("gpu exec: --count {count} needs {}; the pool has {pool}", crate::util::count(*count as u64, "GPU"))]
     CountOverPool { count: usize, pool: usize },
     /// `CIBOX_CONFINE` names no confinement.
     #[error(transparent)]

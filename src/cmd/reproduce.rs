@@ -374,8 +374,10 @@ impl Replay<'_> {
                 .into());
             }
             Some(b) if b.gpus != record.gpu_count => console::warn(format!(
-                "batch {} asks for {} GPUs at {sha}, the record says {}; replaying with the manifest's",
-                record.batch, b.gpus, record.gpu_count
+                "batch {} asks for {} at {sha}, the record says {}; replaying with the manifest's",
+                record.batch,
+                crate::util::count(b.gpus, "GPU"),
+                record.gpu_count
             )),
             Some(_) => {}
         }

@@ -126,7 +126,7 @@ pub enum RunError {
     HolderNotStarted { why: String },
     #[error("the engine does not say where the private layer of cache `{cache}` lies")]
     PrivateLayerNowhere { cache: String },
-    #[error("batch {batch} needs {need} GPUs; the pool has {pool}")]
+    #[error("batch {batch} needs {}; the pool has {pool}", crate::util::count(*need as u64, "GPU"))]
     PoolTooSmall {
         batch: String,
         need: usize,

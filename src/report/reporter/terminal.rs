@@ -38,6 +38,10 @@ pub struct Terminal<O: Sink, E: Sink> {
     /// Per batch: whether its output is at the start of a line; its wait line.
     at_line_start: HashMap<String, bool>,
     waits: HashMap<String, WaitLine>,
+    /// Per batch whose wait was told: when it began to wait.
+    waited: HashMap<String, Duration>,
+    /// Batches whose error was said (their verdict does not say it again).
+    failed_said: std::collections::HashSet<String>,
     /// When the run started, for its closing line.
     started: Option<Duration>,
     /// How far into the run the event being handled happened.
@@ -63,6 +67,8 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
             prefixed: false,
             at_line_start: HashMap::new(),
             waits: HashMap::new(),
+            waited: HashMap::new(),
+            failed_said: std::collections::HashSet::new(),
             started: None,
             now: Duration::ZERO,
             alive: HashMap::new(),
@@ -140,6 +146,7 @@ impl<O: Sink, E: Sink> Terminal<O, E> {
                 )
             });
         if let Some(line) = due {
+            self.waited.entry(name).or_insert(self.now);
             self.info(&line);
         }
     }
@@ -229,13 +236,36 @@ fn sweep_lines(swept: &Swept) -> Vec<String> {
 }
 
 /// A batch's verdict in one line: status (in colour), why, counts, duration.
-pub fn verdict_line(r: &RunRecord) -> console::Styled {
+/// Whether a batch's container never ran: it ended waiting for its GPUs, its image, or
+/// its container's start, so it has no tests to count and nothing to replay.
+fn never_ran(r: &RunRecord) -> bool {
+    use crate::report::outcome::Status;
+    matches!(
+        r.status,
+        Status::Capacity | Status::ImageRefused | Status::InfraError | Status::Cancelled
+    ) && r.container_exit_code.is_none()
+        && r.tests.total == 0
+        && r.output_bytes == 0
+}
+
+/// `batch B: STATUS: MESSAGE (N tests: …) in S`: the message left out when the error
+/// line said it already (`said`), the tests when the batch never ran.
+pub fn verdict_line(r: &RunRecord, said: bool) -> console::Styled {
     let t = &r.tests;
     let why = r
         .message
         .as_deref()
+        .filter(|_| !said)
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
+    let tests = if never_ran(r) {
+        " (never ran)".to_string()
+    } else {
+        format!(
+            " ({} tests: {} passed, {} failed, {} errors, {} skipped)",
+            t.total, t.passed, t.failed, t.errors, t.skipped
+        )
+    };
     let colour = match r.status {
         crate::report::outcome::Status::Passed => console::Colour::Green,
         crate::report::outcome::Status::Failed => console::Colour::Red,
@@ -244,10 +274,7 @@ pub fn verdict_line(r: &RunRecord) -> console::Styled {
     console::Styled::new()
         .text(format!("batch {}: ", r.batch))
         .paint(r.status.as_str(), colour)
-        .text(format!(
-            "{why} ({} tests: {} passed, {} failed, {} errors, {} skipped) in {:.1}s",
-            t.total, t.passed, t.failed, t.errors, t.skipped, r.duration_s
-        ))
+        .text(format!("{why}{tests} in {:.1}s", r.duration_s))
 }
 
 /// The most failing tests the closing lines name (the rest are in `summary.md`).
@@ -367,11 +394,13 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
     lines
 }
 
-/// How to replay each batch that did not pass.
+/// How to replay each batch that did not pass, and whose container ran (a replay of a
+/// batch that never got its GPUs, its image or a started container would only meet the
+/// same host again).
 pub fn replay_lines(run: &RunResult) -> Vec<String> {
     run.batches
         .iter()
-        .filter(|b| !b.passed())
+        .filter(|b| !b.passed() && !never_ran(&b.record))
         .map(|b| {
             format!(
                 "batch {} {}; replay it locally: {}",
@@ -403,8 +432,18 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 self.started = Some(event.elapsed);
             }
             EventKind::Waiting { batch, report } => self.waiting(batch, *report),
-            EventKind::LeaseGranted { batch, .. } => {
+            EventKind::LeaseGranted { batch, gpus } => {
                 self.waits.remove(&batch.name);
+                // A wait that was told is told when it ends.
+                if let Some(since) = self.waited.remove(&batch.name) {
+                    let got: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
+                    self.info(&format!(
+                        "batch {}: got GPU(s) {} after waiting {}",
+                        batch.name,
+                        got.join(", "),
+                        human(event.elapsed.saturating_sub(since))
+                    ));
+                }
             }
             EventKind::ContainerStarted { batch, .. } => {
                 let now = event.elapsed;
@@ -467,8 +506,12 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             EventKind::BatchFailed { batch, error } => {
                 self.waits.remove(&batch.name);
                 self.say(console::error_lines(error, error.details()).as_bytes());
+                self.failed_said.insert(batch.name.clone());
             }
-            EventKind::BatchEnded { result } => self.info_styled(&verdict_line(&result.record)),
+            EventKind::BatchEnded { result } => {
+                let said = self.failed_said.remove(&result.record.batch);
+                self.info_styled(&verdict_line(&result.record, said));
+            }
             EventKind::RunEnded { run } => {
                 let elapsed = self.started.map(|t| event.elapsed.saturating_sub(t));
                 for line in closing_lines(run, elapsed) {
@@ -518,11 +561,101 @@ mod line_tests {
         let mut lines: Vec<String> = run
             .batches
             .iter()
-            .map(|b| verdict_line(&b.record).to_string())
+            .map(|b| verdict_line(&b.record, false).to_string())
             .collect();
         lines.extend(closing_lines(&run, None));
         lines.extend(replay_lines(&run));
         insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn a_batch_that_never_ran_is_said_once_with_no_tests_and_no_replay() {
+        use crate::report::record::Status;
+        let mut run = sample::run();
+        let r = &mut run.batches[2].record;
+        r.status = Status::Capacity;
+        r.message = Some("batch 8b needs 3 GPUs; the pool has 2".into());
+        // The error line said why: the verdict does not say it again.
+        let line = verdict_line(r, true).to_string();
+        assert_eq!(line, "batch 8b: capacity (never ran) in 12.2s");
+        let line = verdict_line(r, false).to_string();
+        assert!(
+            line.contains(": batch 8b needs 3 GPUs; the pool has 2 (never ran)"),
+            "{line}"
+        );
+        // Nothing to replay: the host would say the same again.
+        let replays = replay_lines(&run);
+        assert!(!replays.iter().any(|l| l.contains("8b")), "{replays:?}");
+        assert!(replays.iter().any(|l| l.contains("4a")), "{replays:?}");
+    }
+
+    #[test]
+    fn a_wait_that_was_told_is_told_when_it_ends() {
+        use crate::report::event::{Event, RunClock};
+        let b = crate::plan::run_plan::tests::batch_plan("4a");
+        let clock = RunClock::start();
+        let at = |secs: u64, kind| Event {
+            elapsed: std::time::Duration::from_secs(secs),
+            ..clock.now(kind)
+        };
+        let report = || crate::gpu::WaitReport {
+            position: 0,
+            first_ahead: None,
+            leased: vec![(0, "ci-7".into())],
+            busy: Vec::new(),
+            waited: std::time::Duration::from_secs(1),
+            left: std::time::Duration::from_secs(600),
+        };
+        let gpus = [crate::gpu::pool::PoolGpu {
+            index: 3,
+            uuid: "GPU-3".into(),
+        }];
+        let mut t = Terminal::new(Vec::new(), Vec::new());
+        t.handle(&at(
+            1,
+            EventKind::Waiting {
+                batch: &b,
+                report: &report,
+            },
+        ))
+        .unwrap();
+        t.handle(&at(
+            13,
+            EventKind::LeaseGranted {
+                batch: &b,
+                gpus: &gpus,
+            },
+        ))
+        .unwrap();
+        let said = String::from_utf8(t.err.clone()).unwrap();
+        assert!(said.contains("batch 4a: waiting"), "{said}");
+        assert!(
+            said.contains("batch 4a: got GPU(s) 3 after waiting 12s"),
+            "{said}"
+        );
+        // A batch whose wait was never told gets no line when its GPUs come.
+        let mut t = Terminal::new(Vec::new(), Vec::new());
+        t.handle(&at(
+            0,
+            EventKind::LeaseGranted {
+                batch: &b,
+                gpus: &gpus,
+            },
+        ))
+        .unwrap();
+        assert!(t.err.is_empty());
+    }
+
+    #[test]
+    fn one_gpu_is_one_gpu() {
+        assert_eq!(crate::util::count(1u32, "GPU"), "1 GPU");
+        assert_eq!(crate::util::count(3u32, "GPU"), "3 GPUs");
+        let e = crate::run::error::RunError::PoolTooSmall {
+            batch: "b".into(),
+            need: 1,
+            pool: 0,
+        };
+        assert_eq!(e.to_string(), "batch b needs 1 GPU; the pool has 0");
     }
 
     #[test]
@@ -535,7 +668,7 @@ mod line_tests {
                 Status::Failed => 31,
                 _ => 33,
             };
-            let line = verdict_line(&b.record).render(true);
+            let line = verdict_line(&b.record, false).render(true);
             let word = format!(
                 ": \u{1b}[1m\u{1b}[{code}m{}\u{1b}[0m",
                 b.record.status.as_str()
