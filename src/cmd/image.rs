@@ -577,8 +577,21 @@ pub fn qualify(
             Ok(exit::SUCCESS)
         }
         None => {
+            // Which folder the batches ran from: the git root unless --source said
+            // otherwise, which is rarely the manifest's folder in a subfolder.
+            let from = q
+                .run
+                .batches
+                .first()
+                .map(|b| {
+                    format!(
+                        " (its batches ran from {}; --source names another folder)",
+                        b.record.source.path
+                    )
+                })
+                .unwrap_or_default();
             console::info(format!(
-                "{image} is not qualified: the qualify layer did not pass"
+                "{image} is not qualified: the qualify layer did not pass{from}"
             ));
             Ok(q.run.exit_code())
         }
