@@ -74,8 +74,13 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// The manual page, in roff, on stdout (`cibox man | man -l -`).
-    Man,
+    /// The manual page, in roff, on stdout (`cibox man | man -l -`); with `--dir`, every
+    /// page the manual names (`cibox.1`, `cibox-batch.1`, `cibox-batch-run.1`, …) in DIR.
+    Man {
+        /// Write the pages into this folder (`/usr/local/share/man/man1`).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// (Internal) the supervisor of a `gpu exec` command: confines it, and kills all of
     /// it if cibox dies.
     #[command(name = "__confine", hide = true)]
@@ -235,7 +240,7 @@ pub struct GpuExecArgs {
     /// Which GPUs to lease (indices or UUIDs, comma-separated).
     #[arg(long, value_name = "LIST")]
     pub devices: Option<String>,
-    /// How long to wait for the GPUs (`0s`: try once).
+    /// How long to wait for the GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
     pub wait: Option<String>,
     /// The variable to set (default CUDA_VISIBLE_DEVICES).
@@ -306,13 +311,13 @@ pub struct RunOptions {
     /// Source tree to test (default: the git toplevel).
     #[arg(long)]
     pub source: Option<PathBuf>,
-    /// Where reports go.
+    /// Where reports go (default: cibox-reports).
     #[arg(long)]
     pub reports: Option<PathBuf>,
     /// Cleanup scope (default on GitHub Actions gh-RUNID-ATTEMPT, else local-USER).
     #[arg(long, env = "CIBOX_SCOPE")]
     pub scope: Option<String>,
-    /// How long to wait for GPUs.
+    /// How long to wait for GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
     pub wait: Option<String>,
     /// Run batches whose GPU needs fit at the same time.
@@ -448,4 +453,23 @@ pub struct ReproduceArgs {
     /// Print the plan only.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// The subcommand `bad` was likely meant to be, among those of the command the words
+/// before it name (`batch rnu` → `run`): clap suggests only what is close by its own
+/// measure, which misses swapped letters.
+pub fn suggest_subcommand(words: &[String], bad: &str) -> Option<String> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    for w in words.iter().take_while(|w| *w != bad) {
+        if let Some(sub) = cmd.find_subcommand(w) {
+            cmd = sub.clone();
+        }
+    }
+    cmd.get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .map(|name| (strsim::damerau_levenshtein(bad, &name), name))
+        .filter(|(d, name)| *d <= (name.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name)
 }

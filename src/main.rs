@@ -128,6 +128,11 @@ fn usage_error(e: clap::Error) -> u8 {
                 .map(str::trim)
                 .find_map(|l| l.strip_prefix("tip: "))
                 .map(|t| format!("; {t}"))
+                .or_else(|| {
+                    let bad = e.get(clap::error::ContextKind::InvalidSubcommand)?;
+                    let words: Vec<String> = std::env::args().skip(1).collect();
+                    cibox_suggestion(&words, &bad.to_string())
+                })
                 .unwrap_or_default();
             let first = format!("{first}{tip}");
             let first = first.as_str();
@@ -146,4 +151,9 @@ fn usage_error(e: clap::Error) -> u8 {
             exit::USAGE
         }
     }
+}
+
+/// `; a similar subcommand exists: 'run'`, as clap words its own tips.
+fn cibox_suggestion(words: &[String], bad: &str) -> Option<String> {
+    cli::suggest_subcommand(words, bad).map(|s| format!("; a similar subcommand exists: '{s}'"))
 }

@@ -93,11 +93,18 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             clap_complete::generate(shell, &mut cmd, "cibox", &mut std::io::stdout());
             Ok(crate::exit::SUCCESS)
         }
-        Command::Man => {
+        Command::Man { dir } => {
             let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd)
-                .render(&mut std::io::stdout())
-                .map_err(CommandError::ManPage)?;
+            match dir {
+                // The pages the top page names, so none of them is missing.
+                Some(dir) => {
+                    clap_mangen::generate_to(cmd, &dir).map_err(CommandError::ManPage)?;
+                    crate::console::info(format!("wrote the manual's pages in {}", dir.display()));
+                }
+                None => clap_mangen::Man::new(cmd)
+                    .render(&mut std::io::stdout())
+                    .map_err(CommandError::ManPage)?,
+            }
             Ok(crate::exit::SUCCESS)
         }
         Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),

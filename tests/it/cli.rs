@@ -282,6 +282,22 @@ fn version_names_the_commit_and_completions_and_the_manual_are_generated() {
         "{}",
         &r.stdout[..200.min(r.stdout.len())]
     );
+    // Every page the manual names is one `--dir` writes.
+    let pages = tempfile::tempdir().unwrap();
+    run(cibox(dir.path()).args(["man", "--dir"]).arg(pages.path())).ok();
+    let top = std::fs::read_to_string(pages.path().join("cibox.1")).unwrap();
+    let named = regex::Regex::new(r"(cibox(?:\\-[a-z]+)+)\(1\)").unwrap();
+    let mut seen = 0;
+    for c in named.captures_iter(&top) {
+        let page = c[1].replace("\\-", "-") + ".1";
+        assert!(
+            pages.path().join(&page).exists(),
+            "{page} is named but not written"
+        );
+        seen += 1;
+    }
+    assert!(seen > 5, "{top}");
+    assert!(pages.path().join("cibox-batch-run.1").exists());
     run(cibox(dir.path()).args(["completions", "tcsh"])).fails_with(2, "tcsh");
 }
 
@@ -409,4 +425,21 @@ fn colour_on_a_terminal_follows_term_no_color_clicolor_and_clicolor_force() {
         let coloured = on_terminal(on);
         assert!(coloured.contains(RED_ERROR), "{on:?}: {coloured:?}");
     }
+}
+
+#[test]
+fn a_mistyped_subcommand_gets_a_suggestion_and_help_says_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    run(cibox(dir.path()).args(["batch", "rnu"]))
+        .fails_with(2, "a similar subcommand exists: 'run'");
+    run(cibox(dir.path()).args(["imgae", "build"]))
+        .fails_with(2, "a similar subcommand exists: 'image'");
+    let r = run(cibox(dir.path()).args(["batch", "run", "--help"]));
+    r.ok();
+    assert!(r.stdout.contains("default: cibox-reports"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("default: the manifest's gpu.wait"),
+        "{}",
+        r.stdout
+    );
 }
