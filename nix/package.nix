@@ -4,6 +4,8 @@
 {
   lib,
   rustPlatform,
+  makeWrapper,
+  git,
   src,
   commit,
 }: let
@@ -15,6 +17,15 @@ in
     inherit src;
     cargoLock.lockFile = src + "/Cargo.lock";
     cargoTestFlags = ["--bins"];
+    # The unit tests that ask git what a checkout ships find it here: the build
+    # sandbox's PATH has no git.
+    nativeCheckInputs = [git];
+    nativeBuildInputs = [makeWrapper];
+    # cibox asks git about the source it runs (its commit, what ships): the package
+    # carries one, found after any git on the user's PATH.
+    postInstall = ''
+      wrapProgram $out/bin/cibox --suffix PATH : ${lib.makeBinPath [git]}
+    '';
     # build.rs puts it into `cibox --version`.
     env.CIBOX_COMMIT = commit;
     meta = {

@@ -42,6 +42,27 @@ pub fn run(dir: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
     Ok(out.stdout)
 }
 
+/// Why git cannot be run here, when it cannot (`git --version` does not answer).
+pub fn unusable() -> Option<GitError> {
+    match Command::new("git")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => None,
+        Ok(s) => Some(GitError::Failed(format!("`git --version` exited with {s}"))),
+        Err(e) => Some(GitError::Spawn(e)),
+    }
+}
+
+/// The folder at or above `dir` that holds `.git` (a checkout's top), if any.
+pub fn checkout_above(dir: &Path) -> Option<&Path> {
+    dir.ancestors()
+        .find(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
+}
+
 /// Like [`run`], as trimmed text.
 pub fn text(dir: &Path, args: &[&str]) -> Result<String, GitError> {
     run(dir, args).map(|o| String::from_utf8_lossy(&o).trim().to_string())

@@ -121,7 +121,8 @@ pub enum RecipeError {
         source: std::io::Error,
     },
     #[error(
-        "`nix build {attr}` failed ({status}; {version}; cibox needs Nix 2.4 or later, with flakes)"
+        "`nix build {attr}` failed ({status}; {version}; {})",
+        nix_hint(version)
     )]
     NixFailed {
         attr: String,
@@ -428,6 +429,18 @@ fn built_path(json: &[u8]) -> Option<PathBuf> {
 }
 
 /// `nix (Nix) 2.8.0`, or that it could not be asked.
+/// What to say after a failed `nix build`: Nix's own message (above) says why, unless
+/// this Nix is too old for flakes (or would not say its version).
+fn nix_hint(version: &str) -> &'static str {
+    // `nix (Nix) 2.8.0`
+    let number = version.rsplit(' ').next().unwrap_or_default();
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) if (major, minor) >= (2, 4) => "Nix said why above",
+        _ => "cibox needs Nix 2.4 or later, with flakes",
+    }
+}
+
 fn nix_version(nix: &Path) -> String {
     std::process::Command::new(nix)
         .arg("--version")
@@ -472,4 +485,23 @@ fn load_nix_output(engine: &Engine, path: &Path) -> Result<Vec<String>, RecipeEr
         });
     }
     Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_nix_build_blames_the_version_only_when_it_is_too_old() {
+        assert_eq!(nix_hint("nix (Nix) 2.8.0"), "Nix said why above");
+        assert_eq!(nix_hint("nix (Nix) 2.24.10"), "Nix said why above");
+        assert_eq!(
+            nix_hint("nix (Nix) 2.3.16"),
+            "cibox needs Nix 2.4 or later, with flakes"
+        );
+        assert_eq!(
+            nix_hint("its version unknown"),
+            "cibox needs Nix 2.4 or later, with flakes"
+        );
+    }
 }

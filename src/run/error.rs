@@ -48,6 +48,14 @@ pub enum RunError {
     /// The random source failed: no run ID.
     #[error("cannot make a random run ID: {0}")]
     NoRunId(#[source] std::io::Error),
+    /// The source is a git checkout, and git cannot be run.
+    #[error(
+        "{} is a git checkout (it holds .git), and {why}: install git or put it on PATH; without it a run would ship what git ignores and record no commit", .dir.display()
+    )]
+    NoGit {
+        dir: PathBuf,
+        why: crate::git::GitError,
+    },
     /// The reports folder (or one on the way to it) is one someone else can change.
     #[error("reports dir {dir}: {why}")]
     UntrustedReports { dir: String, why: String },
@@ -235,6 +243,7 @@ impl ErrorKind for RunError {
             | RunError::ReportsDir { .. }
             | RunError::ReportsNotADirectory { .. }
             | RunError::UntrustedReports { .. }
+            | RunError::NoGit { .. }
             | RunError::ReportsDotDot { .. }
             | RunError::ReportsNotWritable { .. }
             | RunError::ReportsCannotBeMade { .. }

@@ -363,6 +363,17 @@ pub fn locate(request: &mut RunRequest, at: Whereabouts) -> Result<()> {
             dir: source.clone(),
             source: e,
         })?;
+    // A checkout without a git to ask would ship what git ignores and record no commit
+    // (a replay could not find it): refused, naming git, not taken for no checkout.
+    if let Some(top) = crate::git::checkout_above(&source)
+        && let Some(why) = crate::git::unusable()
+    {
+        return Err(RunError::NoGit {
+            dir: top.to_path_buf(),
+            why,
+        }
+        .into());
+    }
     let reports = planned_reports(at.reports.unwrap_or_else(|| PathBuf::from("cibox-reports")))?;
     let source_info = source_info(&source, Some(&reports));
     if source_info.sha.is_none() {

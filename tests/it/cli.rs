@@ -443,3 +443,21 @@ fn a_mistyped_subcommand_gets_a_suggestion_and_help_says_the_defaults() {
         r.stdout
     );
 }
+
+#[test]
+fn a_git_checkout_without_a_git_to_ask_is_refused_naming_git() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    std::fs::write(
+        dir.path().join("cibox.yaml"),
+        "version: 1\nproject: p\nimage: {locks: [cibox.yaml]}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n",
+    )
+    .unwrap();
+    let r = run(cibox(dir.path())
+        .args(["batch", "run", "a", "--source", ".", "--image"])
+        .arg(format!("sha256:{}", "0".repeat(64)))
+        .env("PATH", "/nonexistent"));
+    r.fails_with(2, "is a git checkout (it holds .git), and cannot run git");
+    assert!(!r.stderr.contains("is not a git checkout"), "{}", r.stderr);
+    assert!(!dir.path().join("cibox-reports").exists());
+}

@@ -89,6 +89,7 @@ fn every_flake_output_evaluates_against_a_stand_in_nixpkgs() {
     the_demo_never_evaluates_cuda(&f);
     the_unfree_predicate_lets_only_cuda_through(&f);
     the_tools_source_is_its_own_files(&f);
+    the_package_carries_git_and_tests_with_it(&f);
     nix_flake_check_passes(&f);
 }
 
@@ -278,6 +279,38 @@ fn the_tools_source_is_its_own_files(f: &FlakeUnderTest) {
         src(),
         before,
         "an edit under src/ left the tool's source as it was"
+    );
+}
+
+fn the_package_carries_git_and_tests_with_it(f: &FlakeUnderTest) {
+    // The check phase runs the binary's unit tests (the crate has no library), some of
+    // which run git; the build sandbox's PATH has none, so git is a check input. At run
+    // time cibox finds git through its wrapper, after the user's own.
+    let args = f.ok("packages.x86_64-linux.cibox.standIn", None);
+    assert_eq!(
+        args["cargoTestFlags"],
+        serde_json::json!(["--bins"]),
+        "{args}"
+    );
+    // Derivations serialise as their store paths.
+    let paths = |key: &str| -> Vec<String> {
+        args[key]
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .map(|d| d.as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert!(
+        paths("nativeCheckInputs")
+            .iter()
+            .any(|p| p.ends_with("-git-1.0")),
+        "{args}"
+    );
+    let post = args["postInstall"].as_str().unwrap_or_default();
+    assert!(
+        post.contains("wrapProgram $out/bin/cibox --suffix PATH :") && post.contains("-git-"),
+        "{post}"
     );
 }
 

@@ -67,6 +67,7 @@ in rec {
   toList = x: if builtins.isList x then x else [x];
   getName = x: x.pname or (builtins.parseDrvName x.name).name;
   importTOML = path: builtins.fromTOML (builtins.readFile path);
+  makeBinPath = pkgs: builtins.concatStringsSep ":" (map (p: "${p}/bin") pkgs);
   licenses = import ./licenses.nix;
   platforms = {linux = ["x86_64-linux" "aarch64-linux"];};
   # lib.fileset: unions of existing paths under `root`, copied with only those.
@@ -118,6 +119,7 @@ in
     bsd3 = {spdxId = "BSD-3-Clause"; fullName = ''BSD 3-clause "New" or "Revised" License'';};
     mit = {spdxId = "MIT"; fullName = "MIT License";};
     gpl3Plus = {spdxId = "GPL-3.0-or-later"; fullName = "GNU General Public License v3.0 or later";};
+    gpl2Only = {spdxId = "GPL-2.0-only"; fullName = "GNU General Public License v2.0 only";};
     psfl = {spdxId = "Python-2.0"; fullName = "Python Software Foundation License version 2";};
     unfree = {fullName = "Unfree"; free = false;};
     unfreeRedistributable = {fullName = "Unfree redistributable"; free = false; redistributable = true;};
@@ -261,6 +263,8 @@ in
     };
     bashInteractive = simple "bash-interactive" licenses.gpl3Plus;
     coreutils = simple "coreutils" licenses.gpl3Plus;
+    git = simple "git" licenses.gpl2Only;
+    makeWrapper = simple "make-wrapper" licenses.mit;
     cargo = simple "cargo" licenses.mit;
     rustc = simple "rustc" licenses.mit;
     clippy = simple "clippy" licenses.mit;
