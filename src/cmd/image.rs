@@ -13,7 +13,6 @@ use crate::engine::{Engine, EngineInfo};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::image::build::Stage;
-use crate::image::lockset::Lockset;
 use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
@@ -90,8 +89,8 @@ fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageC
 /// `cibox image lockset`: the canonical text, then `digest: sha256:…`.
 pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
     let m = ctx.manifest()?;
-    let (_, img) = named(&m, name)?;
-    let l = Lockset::compute(&m.dir, &img.locks)?;
+    let (image_name, _) = named(&m, name)?;
+    let l = m.lockset(image_name)?;
     if ctx.json {
         let files: Vec<_> = l
             .files
@@ -186,7 +185,7 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
     let img = named(&m, name)?;
     let (id, from) = chosen_id(flag, Some(img))?;
     console::debug(format!("image {id} (from {from})"));
-    let source = Lockset::compute(&m.dir, &img.1.locks)?;
+    let source = m.lockset(img.0)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
@@ -207,12 +206,8 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     };
     let (manifest, source) = match manifest {
         Some(m) => {
-            let (n, img) = named(&m, name)?;
-            let source = if verify {
-                Some(Lockset::compute(&m.dir, &img.locks)?)
-            } else {
-                None
-            };
+            let (n, _) = named(&m, name)?;
+            let source = if verify { Some(m.lockset(n)?) } else { None };
             let n = n.to_string();
             (Some((m, n)), source)
         }
@@ -355,7 +350,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
         .into());
     };
     let pinned = PinnedRef::parse(&text)?;
-    let source = Lockset::compute(&m.dir, &img.locks)?;
+    let source = m.lockset(name)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
     describe_engine(&info);
@@ -375,7 +370,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
 pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
-    let source = Lockset::compute(&m.dir, &img.locks)?;
+    let source = m.lockset(name)?;
     let dockerfile = img.dockerfile.as_deref().map(|df| m.resolve(df));
     let recipe = match (&dockerfile, &img.nix) {
         (Some(df), _) => Recipe::Dockerfile(df),

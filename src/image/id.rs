@@ -10,7 +10,14 @@ pub struct ImageId(String);
 impl ImageId {
     /// Accepts exactly `sha256:` and 64 lowercase hex digits; says what is wrong otherwise.
     pub fn parse(s: &str) -> Result<ImageId, String> {
-        let why = if let Some(hex) = s.strip_prefix("sha256:") {
+        let lower = s.to_ascii_lowercase();
+        let why = if lower != s
+            && lower
+                .strip_prefix("sha256:")
+                .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            format!("`{s}` is an image ID in upper case; image IDs are lower case: `{lower}`")
+        } else if let Some(hex) = s.strip_prefix("sha256:") {
             if hex.len() != 64 {
                 format!(
                     "`{s}` is a short or truncated ID ({} hex digits); use the full `sha256:` + 64 hex ID",
@@ -71,5 +78,12 @@ mod tests {
         ] {
             assert!(ImageId::parse(&bad).is_err(), "{bad}");
         }
+        // An ID in upper case is called that, not a tag.
+        let upper = format!("SHA256:{}", "AB".repeat(32));
+        let why = ImageId::parse(&upper).unwrap_err();
+        assert!(
+            why.contains("in upper case") && why.contains(&good),
+            "{why}"
+        );
     }
 }

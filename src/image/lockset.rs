@@ -22,8 +22,16 @@ pub const LABEL_FILES: &str = "org.cibox.lockset.files";
 pub enum LocksetError {
     #[error("image.locks is empty: list the files that define the image (lock files, its recipe)")]
     Empty,
-    #[error("lock pattern `{pattern}` matches no file under {root}")]
-    NoMatch { pattern: String, root: String },
+    #[error(
+        "lock pattern `{pattern}` matches no file under {root}{}",
+        .near.as_ref().map(|n| format!("; did you mean `{n}`?")).unwrap_or_default()
+    )]
+    NoMatch {
+        pattern: String,
+        root: String,
+        /// The file below the root whose name is closest, when one is close.
+        near: Option<String>,
+    },
     #[error("lock pattern `{pattern}` is not a valid glob: {reason}")]
     BadPattern { pattern: String, reason: String },
     #[error("lock file `{path}` cannot be read: {reason}")]
@@ -59,6 +67,37 @@ pub struct LocksetDiff {
     pub changed: Vec<String>,
     pub added: Vec<String>,
     pub removed: Vec<String>,
+}
+
+/// The file below `root` whose path is closest to `pattern` (a typo), looking at no
+/// more than a few thousand files and not into hidden or build folders.
+fn nearest_file(root: &Path, pattern: &str) -> Option<String> {
+    const MAX_FILES: usize = 20_000;
+    let mut files: Vec<String> = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                if !name.starts_with('.') && !matches!(name.as_str(), "target" | "node_modules") {
+                    stack.push(e.path());
+                }
+            } else if kind.is_file()
+                && let Ok(rel) = e.path().strip_prefix(root)
+            {
+                files.push(rel.to_string_lossy().into_owned());
+            }
+            if files.len() >= MAX_FILES {
+                break;
+            }
+        }
+    }
+    files.sort();
+    crate::util::did_you_mean(pattern, &files).map(str::to_string)
 }
 
 fn has_glob_meta(p: &str) -> bool {
@@ -142,6 +181,7 @@ impl Lockset {
                 return Err(LocksetError::NoMatch {
                     pattern: pattern.clone(),
                     root: root.display().to_string(),
+                    near: nearest_file(root, pattern),
                 });
             }
         }

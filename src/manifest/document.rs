@@ -44,3 +44,50 @@ impl Manifest {
         self.dir.join(rel)
     }
 }
+
+impl Manifest {
+    /// The lockset of image `name`: its lock files as they are now. A pattern that
+    /// matches nothing or cannot be read is said at its place in the manifest.
+    pub fn lockset(&self, name: &str) -> Result<crate::image::Lockset, crate::error::Error> {
+        use crate::image::lockset::LocksetError;
+        let locks = &self.images[name].locks;
+        crate::image::Lockset::compute(&self.dir, locks).map_err(|e| {
+            let pattern = match &e {
+                LocksetError::NoMatch { pattern, .. }
+                | LocksetError::BadPattern { pattern, .. } => Some(pattern.as_str()),
+                _ => None,
+            };
+            match pattern.and_then(|p| self.lock_mark(name, p)) {
+                Some(mark) => super::error::ManifestError::At {
+                    path: self.path.display().to_string(),
+                    mark,
+                    message: e.to_string(),
+                }
+                .into(),
+                None => e.into(),
+            }
+        })
+    }
+
+    /// Where the manifest names lock pattern `pattern` of image `name` (read again: an
+    /// error's position only).
+    fn lock_mark(&self, name: &str, pattern: &str) -> Option<crate::yaml::Mark> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        let root = crate::yaml::parse(&text).ok()??;
+        let mut places = vec![root.get("images").and_then(|i| i.get(name))];
+        if name == super::DEFAULT_IMAGE {
+            places.push(root.get("image"));
+        }
+        places
+            .into_iter()
+            .flatten()
+            .filter_map(|img| img.get("locks"))
+            .find_map(|locks| match &locks.value {
+                crate::yaml::NodeValue::Seq(items) => items
+                    .iter()
+                    .find(|i| i.scalar_text() == Some(pattern))
+                    .map(|i| i.mark),
+                _ => None,
+            })
+    }
+}

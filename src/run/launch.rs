@@ -159,8 +159,7 @@ fn check(manifest: &Manifest, policy: &HostPolicy, request: &RunRequest) -> Resu
 fn locksets(plan: &crate::plan::RunPlan) -> Result<indexmap::IndexMap<String, Lockset>> {
     let mut locksets = indexmap::IndexMap::new();
     for name in plan.images.keys() {
-        let locks = &plan.manifest.images[name].locks;
-        locksets.insert(name.clone(), Lockset::compute(&plan.manifest.dir, locks)?);
+        locksets.insert(name.clone(), plan.manifest.lockset(name)?);
     }
     Ok(locksets)
 }

@@ -123,6 +123,18 @@ fn missing_lock_file_is_exit_2() {
 }
 
 #[test]
+fn a_lock_file_misspelt_is_said_at_its_line_with_the_name_meant() {
+    let p = Project::new(&manifest_with_locks(&["requirements.lok"]));
+    p.write("requirements.lock", "torch==2.9\n");
+    p.cibox(&["image", "lockset"]).fails_with(
+        2,
+        "cibox.yaml:4:11: lock pattern `requirements.lok` matches no file under",
+    );
+    p.cibox(&["image", "lockset"])
+        .fails_with(2, "; did you mean `requirements.lock`?");
+}
+
+#[test]
 fn glob_matching_nothing_is_exit_2() {
     let p = Project::new(&manifest_with_locks(&["images/*.lock"]));
     p.write("images/readme", "x");
