@@ -70,9 +70,9 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
         let mut t = Table::new(&["LAYER", "FAST", "BATCHES"]);
         for (name, l) in &layers {
             let batches = if l.all {
-                format!("all ({})", l.batches.join(", "))
+                format!("all ({})", few(&l.batches))
             } else {
-                l.batches.join(", ")
+                few(&l.batches)
             };
             t.row(vec![
                 name.to_string(),
@@ -83,6 +83,29 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
         print!("{}", t.render());
     }
     Ok(exit::SUCCESS)
+}
+
+/// A layer's batches for its row: all of them when they fit a line, else the first
+/// that fit and how many there are (`--json` lists them all).
+fn few(batches: &[String]) -> String {
+    const ROOM: usize = 72;
+    let all = batches.join(", ");
+    if all.chars().count() <= ROOM {
+        return all;
+    }
+    let mut shown = String::new();
+    let mut n = 0;
+    for b in batches {
+        if shown.chars().count() + b.chars().count() + 2 > ROOM {
+            break;
+        }
+        if n > 0 {
+            shown.push_str(", ");
+        }
+        shown.push_str(b);
+        n += 1;
+    }
+    format!("{shown}, … ({} in all; --json lists them)", batches.len())
 }
 
 /// `cibox batch run` and `cibox layer run`.
@@ -139,3 +162,20 @@ pub fn cleanup(ctx: &Context, scope: Option<&str>) -> Result<u8> {
     }
     Ok(exit::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_layer_is_shown_by_its_first_batches_and_how_many() {
+        let few_ones: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(few(&few_ones), "a, b");
+        let many: Vec<String> = (0..272).map(|i| format!("test_{i:03}")).collect();
+        let shown = few(&many);
+        assert!(shown.starts_with("test_000, test_001, "), "{shown}");
+        assert!(shown.ends_with(", … (272 in all; --json lists them)"), "{shown}");
+        assert!(shown.chars().count() < 120, "{shown}");
+    }
+}
+
