@@ -230,9 +230,8 @@ impl Folder {
         }
     }
 
-    /// Removes everything in the folder.
-    fn empty(&self) -> std::io::Result<()> {
-        let _ = rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(0o700));
+    /// The names in the folder, sorted (`.` and `..` left out).
+    pub fn names(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in rustix::fs::Dir::read_from(&self.fd)? {
             let name = entry?.file_name().to_string_lossy().into_owned();
@@ -240,7 +239,14 @@ impl Folder {
                 names.push(name);
             }
         }
-        for name in names {
+        names.sort();
+        Ok(names)
+    }
+
+    /// Removes everything in the folder.
+    fn empty(&self) -> std::io::Result<()> {
+        let _ = rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(0o700));
+        for name in self.names()? {
             self.remove(&name)?;
         }
         Ok(())

@@ -94,8 +94,7 @@ fn few(batches: &[String]) -> String {
         return all;
     }
     let mut shown = String::new();
-    let mut n = 0;
-    for b in batches {
+    for (n, b) in batches.iter().enumerate() {
         if shown.chars().count() + b.chars().count() + 2 > ROOM {
             break;
         }
@@ -103,7 +102,6 @@ fn few(batches: &[String]) -> String {
             shown.push_str(", ");
         }
         shown.push_str(b);
-        n += 1;
     }
     format!("{shown}, … ({} in all; --json lists them)", batches.len())
 }
@@ -174,8 +172,10 @@ mod tests {
         let many: Vec<String> = (0..272).map(|i| format!("test_{i:03}")).collect();
         let shown = few(&many);
         assert!(shown.starts_with("test_000, test_001, "), "{shown}");
-        assert!(shown.ends_with(", … (272 in all; --json lists them)"), "{shown}");
+        assert!(
+            shown.ends_with(", … (272 in all; --json lists them)"),
+            "{shown}"
+        );
         assert!(shown.chars().count() < 120, "{shown}");
     }
 }
-

@@ -11,6 +11,10 @@ use crate::nofollow;
 use crate::plan::{BatchPlan, RunPlan, SourceInfo};
 use crate::report::junit::Totals;
 
+/// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
+/// run that was killed (no `result.json` yet) is still known to be ours.
+pub const BATCH_MARKER: &str = ".cibox-batch";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {

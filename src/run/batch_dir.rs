@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::nofollow::{self, Folder};
 use crate::run::error::RunError;
 
-/// Marks a batch folder as cibox's from the moment it is made, so that the folder of a
-/// run that was killed (no `result.json` yet) is still known to be ours.
-pub const MARKER: &str = ".cibox-batch";
+pub use crate::report::record::BATCH_MARKER as MARKER;
 
 /// Refuses a `<reports>/<batch>/` that holds files cibox did not write (it is replaced
 /// by the run). Checked for every batch before the first starts.

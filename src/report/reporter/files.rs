@@ -106,7 +106,9 @@ impl Reporter for Files {
                 };
                 let io =
                     |e| ReporterError::new(format!("reports dir {}", run.reports.display()), e);
-                root.write_replacing("summary.md", summary_markdown(&run.batches).as_bytes())
+                let mut summary = summary_markdown(&run.batches);
+                summary.push_str(&earlier_runs(root, run));
+                root.write_replacing("summary.md", summary.as_bytes())
                     .map_err(io)?;
                 root.write_replacing("junit.xml", merged_junit(&run.batches).as_bytes())
                     .map_err(io)?;
@@ -121,6 +123,36 @@ impl Reporter for Files {
         }
         Ok(())
     }
+}
+
+/// A line naming the batch folders earlier runs left in the reports folder (cibox's,
+/// by their marker), which this run's summary does not cover; empty when there are
+/// none. They stay: a folder may gather several runs' batches on purpose.
+fn earlier_runs(root: &Folder, run: &crate::report::outcome::RunResult) -> String {
+    let ours: std::collections::HashSet<&str> = run
+        .batches
+        .iter()
+        .map(|b| b.record.batch.as_str())
+        .collect();
+    let earlier: Vec<String> = root
+        .names()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| !ours.contains(n.as_str()))
+        .filter(|n| {
+            root.open_dir(n)
+                .and_then(|d| d.kind(crate::report::record::BATCH_MARKER))
+                .is_ok_and(|k| k.is_some())
+        })
+        .map(|n| format!("`{}`", crate::report::reporter::markdown::markdown_text(&n)))
+        .collect();
+    if earlier.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nAlso in this folder, from earlier runs (not in this summary): {}.\n",
+        earlier.join(", ")
+    )
 }
 
 /// A second hold of a folder the runner holds.

@@ -392,3 +392,24 @@ fn the_write_check_never_follows_a_link_at_its_name() {
     run(&mut sh).ok();
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
 }
+
+#[test]
+fn the_summary_names_the_batch_folders_earlier_runs_left() {
+    let p = busybox_project(
+        &format!(
+            "{}{}",
+            batch("unit", 0, "1m", &[JUNIT_OK], ""),
+            batch("second", 0, "1m", &[JUNIT_OK], "")
+        ),
+        "",
+    );
+    p.run(&["batch", "run", "unit", "second"]).ok();
+    p.run(&["batch", "run", "unit"]).ok();
+    let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("Also in this folder, from earlier runs (not in this summary): `second`."),
+        "{summary}"
+    );
+    // They stay: a folder may gather several runs on purpose.
+    assert!(p.reports().join("second/result.json").exists());
+}
