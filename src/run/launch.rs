@@ -74,8 +74,14 @@ fn warn_private_caches(
             .is_some_and(|b| !b.caches.is_empty())
     });
     if caches.trusted && used {
+        let what = if event == crate::plan::run_plan::REPLAY {
+            "a replay of a recorded run (cibox reproduce), whose record anyone may have written"
+                .to_string()
+        } else {
+            format!("a {event} run, whose code may not be merged")
+        };
         console::warn(format!(
-            "this host keeps what its runs write to caches (caches.trusted), but this is a {event} run, whose code may not be merged: its cache writes stay private and are thrown away"
+            "this host keeps what its runs write to caches (caches.trusted), but this is {what}: its cache writes stay private and are thrown away"
         ));
     }
 }
