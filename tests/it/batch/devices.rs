@@ -110,6 +110,8 @@ fn a_gpu_is_refused_by_its_device_numbers_whatever_names_it() {
     let spelled = format!("/dev/[{}]{}", &name[..1], &name[1..]);
     let link = format!("/dev/cibox-test-link-{}", nonce());
     std::os::unix::fs::symlink(&nvidia.0, &link).unwrap();
+    // Removed however the test ends (a TestDevice removes a link as well as a node).
+    let _link = TestDevice(std::path::PathBuf::from(&link));
     let policy = "version: 1\ngrants:\n  devices: [\"/dev/*\"]\n";
     let cases = [
         (nvidia_path.clone(), "char device 195:0, NVIDIA"),
@@ -133,7 +135,6 @@ fn a_gpu_is_refused_by_its_device_numbers_whatever_names_it() {
             "{asked}: a batch folder was made"
         );
     }
-    let _ = std::fs::remove_file(&link);
 }
 
 #[test]
