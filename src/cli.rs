@@ -97,6 +97,17 @@ pub enum Command {
         /// The node's job, as JSON.
         job: String,
     },
+    /// (Internal) in a helper container with the engine's host's `/`: how host paths
+    /// stand there (ownership, links), for a cibox in a container.
+    #[command(name = "__host-folders", hide = true)]
+    HostFolders {
+        /// The invoking user's uid.
+        #[arg(long)]
+        me: u32,
+        /// Paths on the engine's host.
+        #[arg(last = true)]
+        paths: Vec<std::path::PathBuf>,
+    },
     /// (Internal) the watchdog of a batch's Slurm job: cancels it if cibox dies.
     #[command(name = "__slurm-watchdog", hide = true)]
     SlurmWatchdog {

@@ -109,6 +109,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),
         Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
+        Command::HostFolders { me, paths } => Ok(crate::engine::report_host_folders(me, &paths)),
         Command::SlurmWatchdog { name, srun } => Ok(crate::run::slurm::watch_job(&name, srun)),
     }
 }

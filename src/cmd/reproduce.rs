@@ -185,6 +185,8 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         layer: record.layer.clone(),
         fast: Some(record.fast),
         image: Some(image.to_string()),
+        // A record may be anyone's: a replay never writes a cache through.
+        private_caches: Some(crate::plan::run_plan::REPLAY.into()),
         ..RunRequest::default()
     };
     launch::locate(

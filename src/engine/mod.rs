@@ -11,7 +11,7 @@ mod images;
 
 pub use api::ContainerEngine;
 pub use containers::{ContainerInfo, EndCause, FollowEnd, Followed, Removal, Steps, Stop};
-pub use host_view::HostView;
+pub use host_view::{HostFolder, HostView, report_host_folders};
 pub use images::BuildSpec;
 
 use std::collections::HashMap;

@@ -28,8 +28,51 @@ pub struct CachePolicy {
     pub private_size: u64,
     /// Runs on this host write through.
     pub trusted: bool,
-    /// Projects whose manifests may use caches here (`None`: any).
-    pub projects: Option<Vec<String>>,
+    /// Projects whose manifests may use caches here, and whose repository each is.
+    pub projects: CacheProjects,
+}
+
+/// `caches.projects`: which projects may use caches here. A manifest names its own
+/// project, so on a host that serves several repositories a pull request of one could
+/// name another's; the mapping binds each project to its repository (`OWNER/NAME`, as
+/// `GITHUB_REPOSITORY` says it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum CacheProjects {
+    /// Any project (no `projects`): a host that serves one repository.
+    #[default]
+    Any,
+    /// `projects: [slime]`: these, from whichever repository (one served).
+    Listed(Vec<String>),
+    /// `projects: {slime: THUDM/slime}`: these, each from its repository only.
+    Bound(BTreeMap<String, String>),
+}
+
+impl CacheProjects {
+    /// Why `project`, in a run of `repository` (`GITHUB_REPOSITORY`), may not use
+    /// caches here; `None` when it may.
+    pub fn refusal(&self, project: &str, repository: Option<&str>) -> Option<String> {
+        let unlisted =
+            || format!("the host policy's caches.projects does not list project `{project}`");
+        match self {
+            CacheProjects::Any => None,
+            CacheProjects::Listed(list) => (!list.iter().any(|p| p == project)).then(unlisted),
+            CacheProjects::Bound(map) => {
+                let Some(owner) = map.get(project) else {
+                    return Some(unlisted());
+                };
+                match repository.map(str::trim).filter(|r| !r.is_empty()) {
+                    Some(r) if r.eq_ignore_ascii_case(owner) => None,
+                    Some(r) => Some(format!(
+                        "the host policy's caches.projects binds project `{project}` to the repository {owner}, and this run is of {} (GITHUB_REPOSITORY): a project's caches are its own repository's; name this repository's own project in the manifest",
+                        crate::util::escape(r)
+                    )),
+                    None => Some(format!(
+                        "the host policy's caches.projects binds project `{project}` to the repository {owner}, and GITHUB_REPOSITORY is not set, so this run's repository is not known; set it to {owner} where the run is that repository's (a GitHub Actions job sets it)"
+                    )),
+                }
+            }
+        }
+    }
 }
 
 impl CachePolicy {
@@ -68,7 +111,9 @@ pub(super) struct RawCaches {
     private_size: Option<Size>,
     #[serde(default)]
     trusted: bool,
-    projects: Option<Vec<String>>,
+    /// A list of projects, or a mapping of project to repository: read in
+    /// [`cache_projects`].
+    projects: Option<serde_json::Value>,
 }
 
 /// Reads `caches:`; `here` places an error at a key.
@@ -116,6 +161,125 @@ pub(super) fn cache_policy(
         sizes: raw.sizes.into_iter().map(|(k, v)| (k, v.0)).collect(),
         private_size: raw.private_size.map_or(1 << 30, |s| s.0),
         trusted: raw.trusted,
-        projects: raw.projects,
+        projects: match raw.projects {
+            None => CacheProjects::Any,
+            Some(v) => cache_projects(v, here)?,
+        },
     })
+}
+
+/// `caches.projects`: `[PROJECT, …]`, or `{PROJECT: OWNER/NAME, …}`.
+fn cache_projects(
+    raw: serde_json::Value,
+    here: &dyn Fn(&[&str], String) -> PolicyError,
+) -> Result<CacheProjects, PolicyError> {
+    const SHAPE: &str = "caches.projects is a list of projects, or a mapping of each project to its repository (`{slime: THUDM/slime}`)";
+    let project = |at: &[&str], name: &str| {
+        if crate::cache::is_folder_name(name) {
+            Ok(name.to_string())
+        } else {
+            Err(here(at, format!("`{name}` is not a project name")))
+        }
+    };
+    match raw {
+        serde_json::Value::Array(items) => {
+            let mut out = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let i = i.to_string();
+                let at = ["caches", "projects", i.as_str()];
+                let Some(name) = item.as_str() else {
+                    return Err(here(
+                        &at,
+                        format!("`{item}` is not a project name; {SHAPE}"),
+                    ));
+                };
+                out.push(project(&at, name)?);
+            }
+            Ok(CacheProjects::Listed(out))
+        }
+        serde_json::Value::Object(map) => {
+            let mut out = BTreeMap::new();
+            for (name, repo) in &map {
+                let at = ["caches", "projects", name.as_str()];
+                let name = project(&at, name)?;
+                let repo = repo.as_str().filter(|r| is_repository(r)).ok_or_else(|| {
+                    here(
+                        &at,
+                        format!("`{repo}` is not a repository as GITHUB_REPOSITORY names one (`OWNER/NAME`)"),
+                    )
+                })?;
+                out.insert(name, repo.to_string());
+            }
+            Ok(CacheProjects::Bound(out))
+        }
+        other => Err(here(&["caches", "projects"], format!("`{other}`: {SHAPE}"))),
+    }
+}
+
+/// `OWNER/NAME`, of the letters, digits and marks GitHub allows in them.
+fn is_repository(text: &str) -> bool {
+    let part = |s: &str, marks: &[u8]| {
+        !s.is_empty()
+            && s.len() <= 100
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || marks.contains(&b))
+    };
+    text.split_once('/').is_some_and(|(owner, name)| {
+        part(owner, b"-") && part(name, b"-_.") && name != "." && name != ".."
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostPolicy;
+
+    fn projects(text: &str) -> Result<CacheProjects, String> {
+        HostPolicy::parse(
+            &format!("version: 1\ncaches: {{root: /var/cache/c, projects: {text}}}\n"),
+            "host.yaml",
+        )
+        .map(|p| p.caches.unwrap().projects)
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_projects_caches_are_bound_to_its_repository() {
+        let bound = projects("{slime: THUDM/slime}").unwrap();
+        assert_eq!(bound.refusal("slime", Some("THUDM/slime")), None);
+        assert_eq!(bound.refusal("slime", Some("thudm/Slime")), None);
+        let other = bound.refusal("slime", Some("mallory/slime")).unwrap();
+        assert!(
+            other.contains("binds project `slime` to the repository THUDM/slime"),
+            "{other}"
+        );
+        assert!(other.contains("mallory/slime"), "{other}");
+        let unset = bound.refusal("slime", None).unwrap();
+        assert!(unset.contains("GITHUB_REPOSITORY is not set"), "{unset}");
+        assert!(
+            bound
+                .refusal("victim", Some("THUDM/slime"))
+                .unwrap()
+                .contains("does not list")
+        );
+        // The list form: a host serving one repository.
+        let listed = projects("[slime]").unwrap();
+        assert_eq!(listed.refusal("slime", None), None);
+        assert!(listed.refusal("victim", None).is_some());
+        assert_eq!(CacheProjects::Any.refusal("any", None), None);
+        for (bad, want) in [
+            (
+                "{slime: THUDM}",
+                "caches.projects.slime: `\"THUDM\"` is not a repository",
+            ),
+            ("{slime: a/b/c}", "is not a repository"),
+            ("{slime: [x]}", "is not a repository"),
+            ("slime", "caches.projects: `\"slime\"`"),
+            ("[{a: b}]", "caches.projects.0:"),
+            ("[\"../x\"]", "is not a project name"),
+        ] {
+            let e = projects(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
 }

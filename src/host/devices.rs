@@ -80,10 +80,13 @@ pub fn device_granted(granted: &[String], asked: &str) -> bool {
 
 /// The host devices `asked` names now: each pattern expanded, each match resolved
 /// (links followed) to a character or block device under `/dev` that a granted pattern
-/// still covers. A pattern that matches nothing is refused: the batch would run without
-/// what it needs.
+/// still covers, in folders only root (or the invoking user) can change, and none a
+/// GPU's by its device numbers (see [`gpu_device`]), whatever its name says. A pattern
+/// that matches nothing is refused: the batch would run without what it needs.
 pub fn expand_devices(granted: &[String], asked: &[String]) -> Result<Vec<PathBuf>, String> {
-    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let gpus = GpuNumbers::of_this_host();
+    let me = nix::unistd::geteuid().as_raw();
     let mut out = Vec::new();
     for pattern in asked {
         let paths = glob::glob(pattern).map_err(|e| format!("device `{pattern}`: {e}"))?;
@@ -91,11 +94,27 @@ pub fn expand_devices(granted: &[String], asked: &[String]) -> Result<Vec<PathBu
         for p in paths.flatten() {
             let real =
                 std::fs::canonicalize(&p).map_err(|e| format!("device {}: {e}", p.display()))?;
-            let ft = std::fs::metadata(&real)
-                .map_err(|e| format!("device {}: {e}", real.display()))?
-                .file_type();
+            let named = if real == p {
+                format!("device `{pattern}` names {}", p.display())
+            } else {
+                format!(
+                    "device `{pattern}` names {}, which resolves to {}",
+                    p.display(),
+                    real.display()
+                )
+            };
+            let md =
+                std::fs::metadata(&real).map_err(|e| format!("device {}: {e}", real.display()))?;
+            let ft = md.file_type();
             if !(ft.is_char_device() || ft.is_block_device()) {
                 return Err(format!("{} is not a device", p.display()));
+            }
+            if ft.is_char_device()
+                && let Some(whose) = gpus.judge(md.rdev())
+            {
+                return Err(format!(
+                    "{named}, {whose}: GPUs are leased by cibox (`gpus:`), never mapped by path; name only the devices the batch needs beyond its GPUs"
+                ));
             }
             let text = real.to_string_lossy();
             if !text.starts_with("/dev/") || !device_granted(granted, &text) {
@@ -104,6 +123,9 @@ pub fn expand_devices(granted: &[String], asked: &[String]) -> Result<Vec<PathBu
                     p.display(),
                     real.display()
                 ));
+            }
+            if let Some(why) = crate::ownership::changeable_by_others(&real, me) {
+                return Err(format!("{named}, which {why}"));
             }
             if !out.contains(&real) {
                 out.push(real);
@@ -115,6 +137,95 @@ pub fn expand_devices(granted: &[String], asked: &[String]) -> Result<Vec<PathBu
         }
     }
     Ok(out)
+}
+
+/// NVIDIA's fixed character major (`/dev/nvidia0…`, `nvidiactl`, `nvidia-modeset`).
+const NVIDIA_MAJOR: u64 = 195;
+/// The DRM major (`/dev/dri/card*`, `renderD*`): AMD's and Intel's GPUs, NVIDIA's too.
+const DRM_MAJOR: u64 = 226;
+/// The misc major, under which WSL's `/dev/dxg` has a minor of its own.
+const MISC_MAJOR: u64 = 10;
+
+/// The device numbers of GPUs on this host: NVIDIA's and DRM's fixed majors, and those
+/// `/proc/devices` lists for the drivers that take one when they load (`nvidia-uvm`,
+/// `nvidia-caps`, `nvidia-nvswitch`, …, AMD's `kfd`), and `/proc/misc`'s `dxg`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuNumbers {
+    /// Character majors, with the driver's name.
+    majors: Vec<(u64, String)>,
+    /// Minors of the misc major.
+    misc: Vec<(u64, String)>,
+}
+
+impl GpuNumbers {
+    /// From this host's `/proc/devices` and `/proc/misc` (either unreadable: the fixed
+    /// majors alone).
+    pub fn of_this_host() -> GpuNumbers {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        GpuNumbers::from_lists(&read("/proc/devices"), &read("/proc/misc"))
+    }
+
+    /// From the text of `/proc/devices` and `/proc/misc`.
+    pub fn from_lists(devices: &str, misc: &str) -> GpuNumbers {
+        let mut majors = vec![
+            (NVIDIA_MAJOR, "nvidia".to_string()),
+            (DRM_MAJOR, "drm".to_string()),
+        ];
+        // Character devices come first; block devices (after their heading) are not
+        // GPUs.
+        for line in devices.lines() {
+            if line.trim_start().starts_with("Block devices") {
+                break;
+            }
+            let mut words = line.split_whitespace();
+            let (Some(Ok(major)), Some(name)) = (words.next().map(str::parse::<u64>), words.next())
+            else {
+                continue;
+            };
+            if is_gpu_driver(name) && !majors.iter().any(|(m, _)| *m == major) {
+                majors.push((major, name.to_string()));
+            }
+        }
+        let misc = misc
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                let minor = words.next()?.parse::<u64>().ok()?;
+                let name = words.next()?;
+                is_gpu_driver(name).then(|| (minor, name.to_string()))
+            })
+            .collect();
+        GpuNumbers { majors, misc }
+    }
+
+    /// Whose GPU the character device `rdev` is (`char device 195:0, NVIDIA's GPU
+    /// driver's (nvidia)`); `None` when it is no GPU's.
+    pub fn judge(&self, rdev: u64) -> Option<String> {
+        let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+        let name = self
+            .majors
+            .iter()
+            .find(|(m, _)| *m == major)
+            .map(|(_, n)| n)
+            .or_else(|| {
+                (major == MISC_MAJOR)
+                    .then(|| self.misc.iter().find(|(m, _)| *m == minor).map(|(_, n)| n))
+                    .flatten()
+            })?;
+        let vendor = match name.as_str() {
+            n if n.starts_with("nvidia") => "NVIDIA's GPU driver's",
+            "kfd" => "AMD's GPU compute driver's",
+            "drm" => "a GPU's (DRM)",
+            "dxg" => "WSL's GPU driver's",
+            _ => "a GPU driver's",
+        };
+        Some(format!("char device {major}:{minor}, {vendor} ({name})"))
+    }
+}
+
+/// Whether a driver's name in `/proc/devices` or `/proc/misc` is a GPU's.
+fn is_gpu_driver(name: &str) -> bool {
+    name.starts_with("nvidia") || matches!(name, "kfd" | "drm" | "dxg")
 }
 
 /// The engine's security option for `profile`: `seccomp=unconfined`, or the profile's
@@ -150,5 +261,31 @@ mod tests {
         assert!(!device_granted(&g, "/dev/*"));
         assert!(!device_granted(&g, "/dev/infiniband/x/y"));
         assert!(!device_granted(&g, "/dev/sda"));
+    }
+
+    #[test]
+    fn gpus_are_told_by_their_device_numbers() {
+        let devices = "Character devices:\n  1 mem\n 10 misc\n195 nvidia-frontend\n226 drm\n235 nvidia-caps\n510 nvidia-uvm\n511 kfd\n\nBlock devices:\n  7 loop\n259 nvidia-fake\n";
+        let misc = " 58 dxg\n229 fuse\n";
+        let gpus = GpuNumbers::from_lists(devices, misc);
+        let dev = |major, minor| nix::sys::stat::makedev(major, minor);
+        let said = gpus.judge(dev(195, 0)).unwrap();
+        assert!(said.contains("195:0") && said.contains("NVIDIA"), "{said}");
+        assert!(gpus.judge(dev(195, 255)).is_some(), "nvidiactl");
+        assert!(gpus.judge(dev(510, 0)).unwrap().contains("nvidia-uvm"));
+        assert!(gpus.judge(dev(235, 1)).unwrap().contains("nvidia-caps"));
+        assert!(gpus.judge(dev(511, 0)).unwrap().contains("AMD"));
+        assert!(gpus.judge(dev(226, 128)).is_some(), "a render node");
+        assert!(gpus.judge(dev(10, 58)).unwrap().contains("dxg"));
+        assert_eq!(gpus.judge(dev(10, 229)), None, "fuse");
+        assert_eq!(gpus.judge(dev(1, 3)), None, "/dev/null");
+        assert_eq!(
+            gpus.judge(dev(259, 0)),
+            None,
+            "a block major is not a char one"
+        );
+        // Without the lists, the fixed majors still count.
+        let bare = GpuNumbers::from_lists("", "");
+        assert!(bare.judge(dev(195, 3)).is_some() && bare.judge(dev(226, 0)).is_some());
     }
 }

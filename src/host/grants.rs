@@ -167,7 +167,8 @@ fn check_batch(
     check_caches(policy, manifest, name, batch)
 }
 
-/// A batch's caches need the policy's `caches:`, and its project among those it lists.
+/// A batch's caches need the policy's `caches:`, and its project among those it lists
+/// (bound to this run's repository, `GITHUB_REPOSITORY`, where the policy binds it).
 fn check_caches(
     policy: &HostPolicy,
     manifest: &Manifest,
@@ -196,13 +197,13 @@ fn check_caches(
                 "this host has no policy ({DEFAULT_PATH}); a host policy's `caches:` would place and size caches"
             ),
         })),
-        Some(c) => match &c.projects {
-            Some(projects) if !projects.contains(&manifest.project) => Err(refuse(format!(
-                "the host policy's caches.projects does not list project `{}`",
-                manifest.project
-            ))),
-            _ => Ok(()),
-        },
+        Some(c) => {
+            let repository = std::env::var("GITHUB_REPOSITORY").ok();
+            match c.projects.refusal(&manifest.project, repository.as_deref()) {
+                Some(why) => Err(refuse(why)),
+                None => Ok(()),
+            }
+        }
     }
 }
 

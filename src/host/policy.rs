@@ -162,16 +162,12 @@ struct RawGrants {
     seccomp: BTreeMap<String, String>,
 }
 
+/// A mount root: a path, or `{root: PATH, special_files: allow | refuse}`. Read as
+/// any value and checked key by key in [`grants`], so an unknown key (a misspelt
+/// `special_file: allow`) is refused at its place rather than taken for nothing.
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum RawMountRoot {
-    Path(PathBuf),
-    Full {
-        root: PathBuf,
-        #[serde(default)]
-        special_files: SpecialFiles,
-    },
-}
+#[serde(transparent)]
+struct RawMountRoot(serde_json::Value);
 
 #[derive(Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -387,6 +383,49 @@ impl HostPolicy {
     }
 }
 
+/// One mount root: a path, or a mapping of `root` and `special_files` and nothing
+/// else. `here` places a refusal at the entry, or at one of its keys.
+fn mount_root(
+    raw: serde_json::Value,
+    here: &dyn Fn(Option<&str>, String) -> PolicyError,
+) -> Result<(PathBuf, bool), PolicyError> {
+    const SHAPE: &str = "a mount root is a path, or `{root: PATH, special_files: allow}` (special_files: allow | refuse)";
+    let map = match raw {
+        serde_json::Value::String(p) => return Ok((PathBuf::from(p), false)),
+        serde_json::Value::Object(map) => map,
+        other => return Err(here(None, format!("`{other}` is not a path; {SHAPE}"))),
+    };
+    if let Some(key) = map
+        .keys()
+        .find(|k| !matches!(k.as_str(), "root" | "special_files"))
+    {
+        return Err(here(Some(key), format!("unknown key `{key}`; {SHAPE}")));
+    }
+    let root = match map.get("root") {
+        Some(serde_json::Value::String(p)) => PathBuf::from(p),
+        Some(other) => {
+            return Err(here(
+                Some("root"),
+                format!("`{other}` is not a path; {SHAPE}"),
+            ));
+        }
+        None => return Err(here(None, format!("has no `root`; {SHAPE}"))),
+    };
+    let special_files = match map.get("special_files") {
+        None => false,
+        Some(v) => match serde_json::from_value::<SpecialFiles>(v.clone()) {
+            Ok(choice) => choice == SpecialFiles::Allow,
+            Err(_) => {
+                return Err(here(
+                    Some("special_files"),
+                    format!("`{v}` is neither `allow` nor `refuse`"),
+                ));
+            }
+        },
+    };
+    Ok((root, special_files))
+}
+
 /// Checks each grant: names the engine and cibox know, nothing that may never be
 /// granted.
 fn grants(
@@ -395,14 +434,12 @@ fn grants(
 ) -> Result<Grants, PolicyError> {
     let mut mounts = Vec::new();
     for (i, m) in raw.mounts.into_iter().enumerate() {
-        let (root, special_files) = match m {
-            RawMountRoot::Path(p) => (p, false),
-            RawMountRoot::Full {
-                root,
-                special_files,
-            } => (root, special_files == SpecialFiles::Allow),
-        };
         let i = i.to_string();
+        let (root, special_files) = mount_root(m.0, &|key: Option<&str>, why: String| {
+            let mut at = vec!["grants", "mounts", i.as_str()];
+            at.extend(key);
+            here(&at, why)
+        })?;
         if !root.is_absolute() || root == Path::new("/") {
             return Err(here(
                 &["grants", "mounts", &i],
@@ -566,6 +603,19 @@ mod tests {
             "is not `root` or `UID:GID`",
         );
         bad("version: 1\ngrants: {mount: []}\n", "unknown field `mount`");
+        bad(
+            "version: 1\ngrants:\n  mounts: [{root: /data, special_file: allow}]\n",
+            "host.yaml:3:",
+        );
+        bad(
+            "version: 1\ngrants: {mounts: [{root: /data, special_file: allow}]}\n",
+            "grants.mounts.0.special_file: unknown key `special_file`",
+        );
+        bad(
+            "version: 1\ngrants: {mounts: [{root: /data, special_files: maybe}]}\n",
+            "grants.mounts.0.special_files: `\"maybe\"` is neither",
+        );
+        bad("version: 1\ngrants: {mounts: [[/data]]}\n", "is not a path");
         bad(
             "version: 1\ngpu: {lock_dir: locks}\n",
             "must be an absolute path",

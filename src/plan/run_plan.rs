@@ -57,9 +57,14 @@ pub struct RunRequest {
     /// job the submitter made for it.
     pub node: Option<NodeRole>,
     /// Why this run's cache writes stay private whatever the host trusts: the
-    /// workflow event that may run code nobody merged.
+    /// workflow event that may run code nobody merged, or [`REPLAY`].
     pub private_caches: Option<String>,
 }
+
+/// [`RunRequest::private_caches`] of a replay (`cibox reproduce`): the record it
+/// replays may be anyone's (a pull request's downloaded `result.json`), so what it
+/// writes never becomes a cache's, whatever the host trusts.
+pub const REPLAY: &str = "reproduce";
 
 /// A batch's task on a node of a Slurm job: which rank, and the GPUs Slurm allocated.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -74,8 +74,14 @@ fn warn_private_caches(
             .is_some_and(|b| !b.caches.is_empty())
     });
     if caches.trusted && used {
+        let what = if event == crate::plan::run_plan::REPLAY {
+            "a replay of a recorded run (cibox reproduce), whose record anyone may have written"
+                .to_string()
+        } else {
+            format!("a {event} run, whose code may not be merged")
+        };
         console::warn(format!(
-            "this host keeps what its runs write to caches (caches.trusted), but this is a {event} run, whose code may not be merged: its cache writes stay private and are thrown away"
+            "this host keeps what its runs write to caches (caches.trusted), but this is {what}: its cache writes stay private and are thrown away"
         ));
     }
 }
@@ -210,7 +216,7 @@ fn run_here(
         (facts.root_dir, facts.userns) = (info.root_dir, info.userns);
     }
     mounts::check_engine(&plan.manifest, &host.mounts, &facts, policy)?;
-    place_for_engine(&mut plan, &engine.host_view())?;
+    place_for_engine(&mut plan, &engine, &engine.host_view())?;
     if plan.node.is_some() {
         fetch_missing_images(&engine, &plan)?;
     }
@@ -281,37 +287,83 @@ fn fetch_missing_images(engine: &Engine, plan: &crate::plan::RunPlan) -> Result<
 /// Where the run's paths are for the engine, when cibox runs in a container of the
 /// engine's host (a runner in a container with the engine's socket): host mounts
 /// handed over at their host paths, no `/src` bind, the cache store where the engine
-/// finds it. On the engine's host nothing changes.
-fn place_for_engine(plan: &mut RunPlan, w: &HostView) -> Result<()> {
+/// finds it; and each of those host paths judged on the engine's host itself (by
+/// ownership and links, through a helper there: the host resolves them anew when it
+/// mounts them, through folders cibox cannot see from its container). On the engine's
+/// host nothing changes.
+fn place_for_engine(plan: &mut RunPlan, engine: &Engine, w: &HostView) -> Result<()> {
     if w.is_host() {
         return Ok(());
     }
     plan.bind_source = false;
     let source_on_host = w.to_host(&plan.source).ok();
     let path = plan.manifest.path.display().to_string();
+    let at = |batch: &str, mark, why: String| {
+        crate::error::Error::from(ManifestError::At {
+            path: path.clone(),
+            mark,
+            message: format!("batches.{batch}.container.mounts: {why}"),
+        })
+    };
+    let mut placed = Vec::new();
     for b in &mut plan.batches {
-        b.container
+        let mounts = b
+            .container
             .place_for_engine(w, source_on_host.as_deref())
-            .map_err(|(mark, why)| {
-                crate::error::Error::from(ManifestError::At {
-                    path: path.clone(),
-                    mark,
-                    message: format!("batches.{}.container.mounts: {why}", b.name),
-                })
-            })?;
+            .map_err(|(mark, why)| at(&b.name, mark, why))?;
+        placed.extend(mounts.into_iter().map(|m| (b.name.clone(), m)));
     }
     let uses_caches = plan.batches.iter().any(|b| !b.caches.is_empty());
+    let mut store = None;
     if let Some(c) = plan.caches.as_mut()
-        && c.host_root.is_none()
         && uses_caches
     {
-        let host = w.to_host(&c.root).map_err(|why| {
-            crate::error::Error::from(crate::cache::CacheError::Store {
-                path: c.root.clone(),
-                message: format!("{why}; or name where the engine's host has it in the host policy's caches.host_root"),
-            })
-        })?;
-        c.host_root = Some(host);
+        if c.host_root.is_none() {
+            let host = w.to_host(&c.root).map_err(|why| {
+                crate::error::Error::from(crate::cache::CacheError::Store {
+                    path: c.root.clone(),
+                    message: format!("{why}; or name where the engine's host has it in the host policy's caches.host_root"),
+                })
+            })?;
+            c.host_root = Some(host);
+        }
+        store = c.host_root.clone().map(|h| (c.root.clone(), h));
+    }
+    let mut hosts: Vec<PathBuf> = placed.iter().map(|(_, m)| m.host.clone()).collect();
+    hosts.extend(store.iter().map(|(_, h)| h.clone()));
+    if hosts.is_empty() {
+        return Ok(());
+    }
+    let unchecked = |why: String| {
+        format!(
+            "cannot be checked on the engine's host ({why}); run cibox on the engine's host, or without host mounts and caches"
+        )
+    };
+    let folders = engine.host_folders(w, &hosts);
+    for (i, (batch, m)) in placed.iter().enumerate() {
+        let why = match &folders {
+            Err(e) => Some(unchecked(e.clone())),
+            Ok(f) => mounts::judge_on_host(&m.inside, &m.host, &f[i]),
+        };
+        if let Some(why) = why {
+            return Err(at(
+                batch,
+                m.mark,
+                format!("source `{}` {why}", m.source.display()),
+            ));
+        }
+    }
+    if let Some((inside, host)) = &store {
+        let why = match &folders {
+            Err(e) => Some(unchecked(e.clone())),
+            Ok(f) => mounts::judge_on_host(inside, host, &f[placed.len()]),
+        };
+        if let Some(why) = why {
+            return Err(crate::error::Error::from(crate::cache::CacheError::Store {
+                path: inside.clone(),
+                message: format!("the cache store {why}"),
+            }));
+        }
     }
     Ok(())
 }

@@ -11,10 +11,92 @@ use std::collections::BTreeMap;
 
 use super::{SlurmError, query};
 
-/// The lowest rendezvous port; each job takes its own above it (by job ID), so jobs
-/// that share a node do not meet on one port.
-const PORT_BASE: u32 = 20000;
-const PORT_SPAN: u32 = 20000;
+/// The rendezvous ports: drawn at random for each job by its submitter, below Linux's
+/// default range of ephemeral ports (32768-60999), so no outgoing connection holds one
+/// by chance. Another user cannot tell a job's port from its ID (the IDs are
+/// sequential), nor listen on all of them without rank 0 seeing it.
+pub const PORT_RANGE: std::ops::Range<u16> = 20000..32768;
+
+/// The variables the submitter gives `srun` for a job on several nodes (and so each
+/// rank's cibox, through Slurm's `--export=ALL`; never on a command line, which every
+/// user of the node and `squeue` can read).
+pub const PORT_VAR: &str = "CIBOX_RENDEZVOUS_PORT";
+pub const TOKEN_VAR: &str = "CIBOX_RENDEZVOUS_TOKEN";
+
+/// A job's rendezvous secret: its port, and a token each rank has and nobody else.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Rendezvous {
+    pub port: u16,
+    /// 64 hex digits from the kernel's random source.
+    pub token: String,
+}
+
+impl std::fmt::Debug for Rendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token: debug output reaches logs.
+        write!(f, "Rendezvous {{ port: {}, token: <hidden> }}", self.port)
+    }
+}
+
+impl Rendezvous {
+    /// A fresh one, for one job: its port and token from the kernel's random source.
+    pub fn random() -> std::io::Result<Rendezvous> {
+        let mut buf = [0u8; 4];
+        getrandom::fill(&mut buf)?;
+        let span = u32::from(PORT_RANGE.end - PORT_RANGE.start);
+        let port = PORT_RANGE.start + (u32::from_le_bytes(buf) % span) as u16;
+        Ok(Rendezvous {
+            port,
+            token: crate::util::random_hex(32)?,
+        })
+    }
+
+    /// The submitter's, from `var` (the process environment, or a test's).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Rendezvous, SlurmError> {
+        let missing = |name: &str| {
+            SlurmError::Refused(format!(
+                "{name} is not set as a submitting cibox sets it for a batch on several nodes: submit the batch with a cibox that does (the nodes' cibox is newer than the submitter's?)"
+            ))
+        };
+        let port = var(PORT_VAR).ok_or_else(|| missing(PORT_VAR))?;
+        let port = port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| PORT_RANGE.contains(p))
+            .ok_or_else(|| missing(PORT_VAR))?;
+        let token = var(TOKEN_VAR)
+            .filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(|| missing(TOKEN_VAR))?;
+        Ok(Rendezvous { port, token })
+    }
+
+    /// Refuses a port something on this node listens on already: rank 0 must be the
+    /// one that binds it, or the other ranks would meet whoever got there first.
+    /// Checked on every address (IPv4 and IPv6) as the rendezvous would bind it.
+    pub fn check_free(&self, node: &str) -> Result<(), SlurmError> {
+        use std::net::{Ipv4Addr, Ipv6Addr, TcpListener};
+        let taken = |e: std::io::Error| {
+            SlurmError::Rendezvous(format!(
+                "the job's rendezvous port {} on node {node} cannot be bound by its rank 0 ({e}): another process listens there, and the other ranks would meet it; run the batch again (its next job draws another port)",
+                self.port
+            ))
+        };
+        TcpListener::bind((Ipv4Addr::UNSPECIFIED, self.port)).map_err(taken)?;
+        match TcpListener::bind((Ipv6Addr::UNSPECIFIED, self.port)) {
+            Ok(_) => Ok(()),
+            // No IPv6 on this node: nobody can listen there either.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(nix::libc::EAFNOSUPPORT | nix::libc::EADDRNOTAVAIL)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(taken(e)),
+        }
+    }
+}
 
 /// What Slurm gave this task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,9 +158,18 @@ impl Allocation {
     }
 
     /// The rendezvous variables of a job on several nodes, as PyTorch's launchers read
-    /// them: `MASTER_ADDR` (the first node's address), `MASTER_PORT` (the job's own),
-    /// `NODE_RANK`, `NNODES` and `WORLD_SIZE` (one process per GPU).
-    pub fn rendezvous(&self, gpus_per_node: u32) -> Result<BTreeMap<String, String>, SlurmError> {
+    /// them: `MASTER_ADDR` (the first node's address), `MASTER_PORT` (the job's own,
+    /// `secret`'s), `NODE_RANK`, `NNODES` and `WORLD_SIZE` (one process per GPU), and
+    /// `CIBOX_RENDEZVOUS_TOKEN`, the job's shared secret. Rank 0 first makes sure the
+    /// port is free on its node.
+    pub fn rendezvous(
+        &self,
+        gpus_per_node: u32,
+        secret: &Rendezvous,
+    ) -> Result<BTreeMap<String, String>, SlurmError> {
+        if self.rank == 0 {
+            secret.check_free(&self.node)?;
+        }
         let hosts = query("scontrol", &["show", "hostnames", &self.node_list])?;
         let first = hosts
             .lines()
@@ -94,7 +185,7 @@ impl Allocation {
             .first()
             .map(|n| n.addr.clone())
             .unwrap_or_else(|| first.to_string());
-        Ok(rendezvous_vars(&addr, self, gpus_per_node))
+        Ok(rendezvous_vars(&addr, self, gpus_per_node, secret))
     }
 }
 
@@ -103,12 +194,12 @@ pub fn rendezvous_vars(
     master: &str,
     a: &Allocation,
     gpus_per_node: u32,
+    secret: &Rendezvous,
 ) -> BTreeMap<String, String> {
-    let job: u64 = a.job_id.parse().unwrap_or(0);
-    let port = PORT_BASE + (job % u64::from(PORT_SPAN)) as u32;
     BTreeMap::from([
         ("MASTER_ADDR".to_string(), master.to_string()),
-        ("MASTER_PORT".to_string(), port.to_string()),
+        ("MASTER_PORT".to_string(), secret.port.to_string()),
+        (TOKEN_VAR.to_string(), secret.token.clone()),
         ("NODE_RANK".to_string(), a.rank.to_string()),
         ("NNODES".to_string(), a.nodes.to_string()),
         (
@@ -170,9 +261,14 @@ mod tests {
             "the node's indices, not the renumbered ones"
         );
         assert_eq!((a.rank, a.nodes, a.node.as_str()), (1, 2, "n2"));
-        let env = rendezvous_vars("10.0.0.1", &a, 4);
+        let secret = Rendezvous {
+            port: 23456,
+            token: "ab".repeat(32),
+        };
+        let env = rendezvous_vars("10.0.0.1", &a, 4, &secret);
         assert_eq!(env["MASTER_ADDR"], "10.0.0.1");
-        assert_eq!(env["MASTER_PORT"], "20041");
+        assert_eq!(env["MASTER_PORT"], "23456");
+        assert_eq!(env["CIBOX_RENDEZVOUS_TOKEN"], "ab".repeat(32));
         assert_eq!(env["WORLD_SIZE"], "8");
         assert_eq!(env["NODE_RANK"], "1");
         let none = Allocation::from_vars(vars(&[])).unwrap();
@@ -180,5 +276,54 @@ mod tests {
         assert!(Allocation::from_vars(vars(&[("SLURM_STEP_GPUS", "0,x")])).is_err());
         assert!(Allocation::from_vars(|_| None).is_err());
         assert_eq!(parse_indices("0-2,5"), Some(vec![0, 1, 2, 5]));
+    }
+
+    #[test]
+    fn a_rendezvous_is_drawn_per_job_and_read_back_as_sent() {
+        let a = Rendezvous::random().unwrap();
+        let b = Rendezvous::random().unwrap();
+        assert!(PORT_RANGE.contains(&a.port) && PORT_RANGE.contains(&b.port));
+        assert_ne!(a.token, b.token);
+        assert_eq!(a.token.len(), 64);
+        assert!(
+            !format!("{a:?}").contains(&a.token),
+            "never in debug output"
+        );
+        let sent = [(PORT_VAR, a.port.to_string()), (TOKEN_VAR, a.token.clone())];
+        let var = |n: &str| sent.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(Rendezvous::from_vars(var).unwrap(), a);
+        let e = Rendezvous::from_vars(|n| (n == PORT_VAR).then(|| "20001".into())).unwrap_err();
+        assert!(e.to_string().contains(TOKEN_VAR), "{e}");
+        assert!(
+            Rendezvous::from_vars(|n| match n {
+                PORT_VAR => Some("80".into()),
+                _ => Some("ab".repeat(32)),
+            })
+            .is_err()
+        );
+        assert!(
+            Rendezvous::from_vars(|n| match n {
+                PORT_VAR => Some("20001".into()),
+                _ => Some("short".into()),
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_port_someone_listens_on_is_refused() {
+        let squatter = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+        let port = squatter.local_addr().unwrap().port();
+        let r = Rendezvous {
+            port,
+            token: "0".repeat(64),
+        };
+        let e = r.check_free("n1").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("rendezvous port {port} on node n1")),
+            "{e}"
+        );
+        drop(squatter);
+        r.check_free("n1").unwrap();
     }
 }

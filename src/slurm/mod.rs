@@ -39,6 +39,10 @@ pub enum SlurmError {
     /// The cluster has never enough of what a batch asks (GPUs on a node, nodes).
     #[error("{0}")]
     Lacks(String),
+    /// A job's rendezvous cannot be held on its node (another process listens on its
+    /// port).
+    #[error("{0}")]
+    Rendezvous(String),
     /// A Slurm command answered something cibox cannot read.
     #[error("cannot read what `{command}` printed: {why}")]
     Unreadable { command: String, why: String },
@@ -47,7 +51,9 @@ pub enum SlurmError {
 impl crate::error::ErrorKind for SlurmError {
     fn failure(&self) -> Failure {
         match self {
-            SlurmError::Unreachable { .. } | SlurmError::Unreadable { .. } => Failure::Infra,
+            SlurmError::Unreachable { .. }
+            | SlurmError::Unreadable { .. }
+            | SlurmError::Rendezvous(_) => Failure::Infra,
             SlurmError::Refused(_) => Failure::Usage,
             SlurmError::Lacks(_) => Failure::Capacity,
         }

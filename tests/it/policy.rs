@@ -353,3 +353,46 @@ fn without_a_policy_a_manifest_cannot_bring_its_own_lock_dir_or_idle_policy() {
         run(cibox(p.path()).args(["batch", "list"])).fails_with(2, "the host decides gpu.");
     }
 }
+
+/// Issue 33: an unknown key in a mount root's mapping (a misspelt `special_file:
+/// allow`) is refused at its place, not taken for nothing; so is one anywhere else.
+#[test]
+fn unknown_keys_anywhere_in_the_policy_are_refused() {
+    let p = asking("{}");
+    let list = |text: &str| {
+        let policy = HostPolicyFile::new(text);
+        run(cibox(p.path())
+            .env("CIBOX_HOST_POLICY", policy.path())
+            .args(["batch", "list"]))
+    };
+    let r =
+        list("version: 1\ngrants:\n  mounts: [{root: /srv/cibox-tests, special_file: allow}]\n");
+    r.fails_with(
+        2,
+        "grants.mounts.0.special_file: unknown key `special_file`",
+    );
+    assert!(
+        r.stderr.contains(":3:"),
+        "the line of the key: {}",
+        r.stderr
+    );
+    list("version: 1\ngrants:\n  mounts: [{root: /srv/cibox-tests, special_files: yes}]\n")
+        .fails_with(2, "grants.mounts.0.special_files:");
+    list("version: 1\ngrants:\n  mounts: [{special_files: allow}]\n")
+        .fails_with(2, "grants.mounts.0: has no `root`");
+    for (text, key) in [
+        (
+            "version: 1\ncaches: {root: /var/cache/x, trust: true}\n",
+            "trust",
+        ),
+        ("version: 1\ngpu: {idle: {max_memory: 1}}\n", "max_memory"),
+        (
+            "version: 1\nscheduler: slurm\nslurm: {partitions: gpu}\n",
+            "partitions",
+        ),
+        ("version: 1\ngrants: {device: []}\n", "device"),
+    ] {
+        list(text).fails_with(2, &format!("unknown field `{key}`"));
+    }
+    list("version: 1\ngrants:\n  mounts: [{root: /srv/cibox-tests, special_files: allow}]\n").ok();
+}

@@ -157,3 +157,109 @@ fn cibox_in_a_container_runs_a_batch_with_its_source_mounts_and_caches() {
     );
     r.fails_with(2, "on the engine's host");
 }
+
+/// A runner container left running, removed when dropped.
+struct Runner(String);
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
+}
+
+/// Issue 33: the host path of a runner's bind is the host's to resolve, through
+/// folders cibox in its container cannot see. Another user who owns the host folder
+/// above the bind could swap it for a link after cibox mapped the path, and the batch
+/// would mount what it leads to (the host's `/etc`). cibox judges the host path on the
+/// host: a folder on the way that someone else may change, or a path that resolves
+/// elsewhere than what cibox checked, is refused before anything starts.
+#[test]
+fn a_runners_bind_below_another_users_host_folder_is_refused() {
+    require_engine();
+    let batches = "  b:\n    gpus: 0\n    timeout: 2m\n    verdict: exit-code\n    container: {mounts: [\"/data/shared:/weights\"]}\n    run: [\"ls /weights\", \"cat /weights/passwd || true\"]\n";
+    let p = busybox_project(batches, "");
+    let data = data_dir();
+    // Another user's folder on the host, and the runner's bind below it.
+    let theirs = data.path().join("mallory");
+    let shared = theirs.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("vocab.txt"), "the model's vocabulary\n").unwrap();
+    nix::unistd::chown(&theirs, Some(4321.into()), Some(4321.into())).unwrap();
+    let policy = HostPolicyFile::new("version: 1\ngrants:\n  mounts: [/data/shared]\n");
+    let image = runner_image();
+    let scope = format!("test-rc-{}", &p.image.0[7..19]);
+    let out = Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "-i",
+            "-v",
+            "/var/run/docker.sock:/var/run/docker.sock",
+        ])
+        .arg("-v")
+        .arg(format!("{}:/workspace/proj", p.project.path().display()))
+        .arg("-v")
+        .arg(format!("{}:/data/shared:ro", shared.display()))
+        .arg("-v")
+        .arg(format!(
+            "{}:/etc/cibox/host.yaml:ro",
+            policy.path().display()
+        ))
+        .arg(&image.0)
+        .arg("sh")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runner = Runner(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let batch_run = || {
+        run(Command::new("docker")
+            .args(["exec", "-w", "/workspace/proj", &runner.0])
+            .args(["cibox", "batch", "run", "b", "--image", &p.image.0])
+            .args([
+                "--source",
+                "/workspace/proj",
+                "--reports",
+                "/workspace/proj/reports",
+            ])
+            .args(["--scope", &scope]))
+    };
+    let r = batch_run();
+    r.fails_with(
+        2,
+        &format!(
+            "batches.b.container.mounts: source `/data/shared` is {} on the engine's host, which lies in {}, owned by uid 4321",
+            shared.display(),
+            theirs.display()
+        ),
+    );
+    assert!(
+        r.stderr
+            .contains("bound into the runner container in its place"),
+        "{}",
+        r.stderr
+    );
+    assert!(p.containers().is_empty(), "{:?}", p.containers());
+    assert!(!p.reports().join("b").exists(), "no batch folder");
+    // The attack: they swap the folder for a link to the host's /etc after the runner
+    // started (its bind still shows the old folder).
+    std::fs::rename(&shared, theirs.join("old")).unwrap();
+    std::os::unix::fs::symlink("/etc", &shared).unwrap();
+    let r = batch_run();
+    r.fails_with(2, "batches.b.container.mounts: source `/data/shared`");
+    assert!(
+        r.stderr.contains("through a link") || r.stderr.contains("another folder"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("root:x:0:0"),
+        "the host's /etc: {}",
+        r.stdout
+    );
+    assert!(p.containers().is_empty(), "{:?}", p.containers());
+    drop(runner);
+}

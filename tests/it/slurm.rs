@@ -386,6 +386,101 @@ fn a_batch_on_two_nodes_meets_and_gathers_each_nodes_reports() {
     assert!(wait_until(10, || p.containers().is_empty()));
 }
 
+/// Every file below `dir`, with its text (what is not UTF-8, lossily).
+fn files_below(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// Issue 33: `MASTER_PORT` was 20000 plus the job ID, which is sequential, so another
+/// user listened on the next ports and a rank met them. Each job's port is drawn at
+/// random (and not the one its ID would give), and each rank has the job's token,
+/// which no record, log or output of cibox's shows.
+#[test]
+fn a_rendezvous_port_is_unpredictable_and_the_ranks_share_a_secret_token() {
+    let host = SlurmHost::new();
+    let p = project(
+        &host,
+        &batch(
+            "meet",
+            0,
+            "1m",
+            &[
+                "echo \"rank=$NODE_RANK port=$MASTER_PORT token-length=${#CIBOX_RENDEZVOUS_TOKEN}\"",
+                "printf %s \"$CIBOX_RENDEZVOUS_TOKEN\" > $CIBOX_REPORTS/token",
+                JUNIT_OK,
+            ],
+            "    nodes: 2\n    container: {network: host}\n",
+        ),
+        "",
+        "",
+    );
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let r = host.run(&p, &["batch", "run", "meet", "--wait", "120s"]);
+        r.ok();
+        let v = p.result("meet");
+        let job: u64 = v["slurm"]["job_id"].as_str().unwrap().parse().unwrap();
+        let ports: Vec<u64> = (0..2)
+            .map(|rank| {
+                let line = r
+                    .stdout
+                    .lines()
+                    .find(|l| l.contains(&format!("[node-{rank}] rank={rank} port=")))
+                    .unwrap_or_else(|| panic!("rank {rank}: {}", r.stdout));
+                let port = line.split("port=").nth(1).unwrap();
+                port.split_whitespace().next().unwrap().parse().unwrap()
+            })
+            .collect();
+        assert_eq!(ports[0], ports[1], "the ranks meet on one port");
+        assert_ne!(
+            ports[0],
+            20000 + job % 20000,
+            "job {job}'s port is its ID's"
+        );
+        assert_ne!(ports[0], 20000 + job, "job {job}'s port is its ID's");
+        assert_eq!(
+            r.stdout.matches("token-length=64").count(),
+            2,
+            "each rank has a token: {}",
+            r.stdout
+        );
+        let batch_dir = p.reports().join("meet");
+        let tokens: Vec<String> = (0..2)
+            .map(|rank| {
+                std::fs::read_to_string(batch_dir.join(format!("node-{rank}/token"))).unwrap()
+            })
+            .collect();
+        assert_eq!(tokens[0], tokens[1], "each rank has the job's token");
+        assert_eq!(tokens[0].len(), 64);
+        let token = tokens[0].clone();
+        // Nowhere cibox writes or prints: the records, logs, summaries, the output.
+        for (path, text) in files_below(&p.reports()) {
+            if path.file_name().is_some_and(|n| n == "token") {
+                continue;
+            }
+            assert!(!text.contains(&token), "the token is in {}", path.display());
+        }
+        assert!(!r.stdout.contains(&token) && !r.stderr.contains(&token));
+        seen.push((job, ports[0], token));
+    }
+    let ((job_a, port_a, token_a), (job_b, port_b, token_b)) = (&seen[0], &seen[1]);
+    assert_ne!(job_a, job_b);
+    assert_ne!(port_a, port_b, "jobs {job_a} and {job_b} met on one port");
+    assert_ne!(token_a, token_b, "each job has a token of its own");
+}
+
 #[test]
 fn slurm_down_is_exit_5_and_submits_nothing() {
     let host = SlurmHost::new();

@@ -461,11 +461,12 @@ impl crate::plan::container::ContainerPlan {
         &mut self,
         w: &HostView,
         source_on_host: Option<&Path>,
-    ) -> Result<(), (Mark, String)> {
+    ) -> Result<Vec<Placed>, (Mark, String)> {
         if w.is_host() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.binds.clear();
+        let mut placed = Vec::new();
         for m in &mut self.mounts {
             let host = w.to_host(&m.host_path).map_err(|why| (m.mark, why))?;
             check_mount_source(&host).map_err(|why| {
@@ -491,6 +492,12 @@ impl crate::plan::container::ContainerPlan {
                     ),
                 ));
             }
+            placed.push(Placed {
+                source: m.source.clone(),
+                inside: m.host_path.clone(),
+                host: host.clone(),
+                mark: m.mark,
+            });
             m.host_path = host;
         }
         // The record says what the engine mounted.
@@ -499,13 +506,125 @@ impl crate::plan::container::ContainerPlan {
         {
             map.insert("mounts".into(), serde_json::json!(self.mounts));
         }
-        Ok(())
+        Ok(placed)
     }
+}
+
+/// A mount cibox in a container hands the engine at its path on the engine's host: to
+/// be judged there ([`judge_on_host`]), since the host resolves that path anew.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    /// As the manifest names it.
+    pub source: PathBuf,
+    /// As cibox resolved and checked it, in its own container.
+    pub inside: PathBuf,
+    /// What the engine is given.
+    pub host: PathBuf,
+    pub mark: Mark,
+}
+
+/// Why the engine's host would not mount at `host` what cibox checked at `inside`, as
+/// `there` (how the host has `host`, see [`crate::engine::Engine::host_folders`])
+/// says: a path the host cannot resolve, one it resolves through a link, one that is
+/// another folder than cibox's (a folder above the runner container's bind swapped
+/// since the runner started), or one a folder on the way to which someone other than
+/// root and the invoking user may change (they could swap it between this check and
+/// the engine's mount). `None`: the host mounts what cibox checked.
+pub fn judge_on_host(
+    inside: &Path,
+    host: &Path,
+    there: &crate::engine::HostFolder,
+) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    const BIND: &str = "bind a folder only root (or you) can change on the host into the runner container, or run cibox on the engine's host";
+    if let Some(e) = &there.error {
+        return Some(format!(
+            "cannot be checked on the engine's host: {}: {}; {BIND}",
+            host.display(),
+            crate::util::escape(e)
+        ));
+    }
+    if there.real.as_deref() != Some(host) {
+        return Some(format!(
+            "is reached on the engine's host through a link: {} resolves there to {}; {BIND}",
+            host.display(),
+            there
+                .real
+                .as_deref()
+                .map(|r| r.display().to_string())
+                .unwrap_or_default()
+        ));
+    }
+    match std::fs::metadata(inside) {
+        Ok(md) if (md.dev(), md.ino()) == (there.dev, there.ino) => {}
+        _ => {
+            return Some(format!(
+                "is not on the engine's host what cibox sees here: {} there is another folder than {} in cibox's container (a folder above the runner container's bind was replaced since the runner started?); {BIND}",
+                host.display(),
+                inside.display()
+            ));
+        }
+    }
+    there.changeable.as_ref().map(|why| {
+        format!(
+            "is {} on the engine's host, which {why} (bound into the runner container in its place), or run cibox on the engine's host",
+            host.display()
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_path_is_judged_by_how_the_host_has_it() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let inside = dir.path().join("models");
+        std::fs::create_dir(&inside).unwrap();
+        let md = std::fs::metadata(&inside).unwrap();
+        let host = Path::new("/srv/ci/models");
+        let there = crate::engine::HostFolder {
+            path: host.into(),
+            real: Some(host.into()),
+            dev: md.dev(),
+            ino: md.ino(),
+            changeable: None,
+            error: None,
+        };
+        assert_eq!(judge_on_host(&inside, host, &there), None);
+        let why = |f: crate::engine::HostFolder| judge_on_host(&inside, host, &f).unwrap();
+        let linked = why(crate::engine::HostFolder {
+            real: Some("/etc".into()),
+            ..there.clone()
+        });
+        assert!(linked.contains("resolves there to /etc"), "{linked}");
+        let other = why(crate::engine::HostFolder {
+            ino: md.ino() + 1,
+            ..there.clone()
+        });
+        assert!(other.contains("another folder than"), "{other}");
+        let theirs = why(crate::engine::HostFolder {
+            changeable: Some("lies in /srv/ci, owned by uid 4321: …".into()),
+            ..there.clone()
+        });
+        assert!(
+            theirs.starts_with(
+                "is /srv/ci/models on the engine's host, which lies in /srv/ci, owned by uid 4321"
+            ),
+            "{theirs}"
+        );
+        let gone = why(crate::engine::HostFolder {
+            real: None,
+            error: Some("No such file or directory".into()),
+            ..there
+        });
+        assert!(
+            gone.contains("cannot be checked on the engine's host"),
+            "{gone}"
+        );
+    }
 
     #[test]
     fn mountinfo_escapes() {

@@ -326,7 +326,7 @@ fn project_with(store: Option<&std::path::Path>) -> Project {
             sizes: Default::default(),
             private_size: 1 << 20,
             trusted: true,
-            projects: None,
+            projects: Default::default(),
         }),
         devices: Default::default(),
     };

@@ -20,6 +20,7 @@ use crate::run::slurm::relay::Relay;
 use crate::run::slurm::watchdog::JobWatchdog;
 use crate::run::slurm::{NodeJob, Result, Submission};
 use crate::signals;
+use crate::slurm::alloc;
 use crate::slurm::job::{self as slurm_job, JobSpec};
 use crate::slurm::wire::{Decoder, Line};
 use crate::slurm::{SlurmError, job_id_in};
@@ -146,14 +147,27 @@ impl Submission<'_> {
 /// Starts `srun` in its own process group: a Ctrl-C meant for cibox must not reach it
 /// (twice, it would abort the job without a word from the nodes). Variables of a Slurm
 /// job cibox itself may run in are not passed on: they would make `srun` run a step of
-/// that job instead of submitting one.
+/// that job instead of submitting one. A job on several nodes gets a rendezvous of its
+/// own (a random port and token), in `srun`'s environment, which reaches each rank's
+/// cibox and nobody else (a command line is everyone's to read).
 fn spawn_srun(spec: &JobSpec) -> Result<Child> {
     let mut cmd = Command::new("srun");
     cmd.args(spec.srun_args())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0);
+        .process_group(0)
+        .env_remove(alloc::PORT_VAR)
+        .env_remove(alloc::TOKEN_VAR);
+    if spec.nodes > 1 {
+        let secret = alloc::Rendezvous::random().map_err(|e| {
+            RunError::Infra(format!(
+                "cannot draw the job's rendezvous from the kernel's random source: {e}"
+            ))
+        })?;
+        cmd.env(alloc::PORT_VAR, secret.port.to_string())
+            .env(alloc::TOKEN_VAR, &secret.token);
+    }
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         if (name.starts_with("SLURM_")

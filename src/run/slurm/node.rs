@@ -13,7 +13,7 @@ use crate::manifest::Manifest;
 use crate::plan::run_plan::SourceInfo;
 use crate::plan::run_plan::{NodeRole, RunPlan, RunRequest};
 use crate::run::error::RunError;
-use crate::slurm::alloc::Allocation;
+use crate::slurm::alloc::{Allocation, Rendezvous};
 
 /// How long a node waits for the GPUs Slurm allocated: Slurm counts them free, so
 /// only a batch of this host just ending (its container being removed) or something
@@ -111,7 +111,8 @@ impl NodeJob {
     ) -> Result<RunRequest, crate::error::Error> {
         let gpus = m.batches.get(&self.batch).map_or(self.gpus, |b| b.gpus);
         let rendezvous = if alloc.nodes > 1 {
-            alloc.rendezvous(gpus)?
+            let secret = Rendezvous::from_vars(|n| std::env::var(n).ok())?;
+            alloc.rendezvous(gpus, &secret)?
         } else {
             BTreeMap::new()
         };

@@ -11,12 +11,17 @@ struct TestDevice(std::path::PathBuf);
 
 impl TestDevice {
     fn new() -> TestDevice {
+        TestDevice::with_numbers("1", "3")
+    }
+
+    /// A character device of the numbers `major`:`minor`, with a name that says nothing.
+    fn with_numbers(major: &str, minor: &str) -> TestDevice {
         let path = std::path::PathBuf::from(format!("/dev/cibox-test-{}", nonce()));
         // Open to all, as RDMA's device nodes are: batches do not run as root.
         let ok = Command::new("mknod")
             .args(["-m", "666"])
             .arg(&path)
-            .args(["c", "1", "3"])
+            .args(["c", major, minor])
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "mknod {} (these tests run as root)", path.display());
@@ -89,6 +94,47 @@ fn devices_are_refused_unless_granted_and_present() {
     );
     p.cibox(&["batch", "list"])
         .fails_with(2, "GPUs are leased by cibox");
+}
+
+/// Issue 33: a GPU is told by its device numbers, never by its name. `/dev/*` granted,
+/// a pattern that names NVIDIA's device by another spelling, a node of NVIDIA's (or
+/// the DRM's, AMD's) major under a name that says nothing, and a link to one are all
+/// refused before anything starts.
+#[test]
+fn a_gpu_is_refused_by_its_device_numbers_whatever_names_it() {
+    let nvidia = TestDevice::with_numbers("195", "0");
+    let drm = TestDevice::with_numbers("226", "0");
+    let nvidia_path = nvidia.0.display().to_string();
+    let name = nvidia_path.trim_start_matches("/dev/");
+    // `/dev/[c]ibox-test-…`: a pattern whose text is no GPU's.
+    let spelled = format!("/dev/[{}]{}", &name[..1], &name[1..]);
+    let link = format!("/dev/cibox-test-link-{}", nonce());
+    std::os::unix::fs::symlink(&nvidia.0, &link).unwrap();
+    // Removed however the test ends (a TestDevice removes a link as well as a node).
+    let _link = TestDevice(std::path::PathBuf::from(&link));
+    let policy = "version: 1\ngrants:\n  devices: [\"/dev/*\"]\n";
+    let cases = [
+        (nvidia_path.clone(), "char device 195:0, NVIDIA"),
+        (spelled, "char device 195:0, NVIDIA"),
+        (link.clone(), "char device 195:0, NVIDIA"),
+        (drm.0.display().to_string(), "char device 226:0"),
+    ];
+    for (asked, said) in cases {
+        let p = busybox_project(&device_batch(&asked), "").with_policy(policy);
+        let r = p.run(&["batch", "run", "d"]);
+        r.fails_with(2, &format!("batches.d.container.devices: device `{asked}`"));
+        assert!(r.stderr.contains(said), "{asked}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("GPUs are leased by cibox"),
+            "{}",
+            r.stderr
+        );
+        assert!(p.containers().is_empty(), "{asked}: a container was made");
+        assert!(
+            !p.reports().join("d").exists(),
+            "{asked}: a batch folder was made"
+        );
+    }
 }
 
 #[test]

@@ -129,6 +129,53 @@ fn a_pull_request_run_on_a_trusted_host_writes_privately() {
     assert_eq!(p.result("plant")["caches"][0]["writes"], "through");
 }
 
+/// Issue 33: `reproduce` of a record (a pull request's downloaded `result.json`, say)
+/// on a host that trusts its runs writes privately all the same: what the replay
+/// writes never becomes the cache's current generation.
+#[test]
+fn a_replay_on_a_trusted_host_writes_privately() {
+    let store = Store::new();
+    let p = project(&store, false);
+    let d = p.project.path();
+    make_checkout(d);
+    p.run(&["batch", "run", "plant"]).ok();
+    let record = p.reports().join("plant/result.json");
+    assert_eq!(p.result("plant")["caches"][0]["writes"], "private");
+    let trusted = HostPolicyFile::new(&store.policy(true, ""));
+    let replay = run(cibox(d)
+        .env("CIBOX_HOST_POLICY", trusted.path())
+        .env_remove("GITHUB_EVENT_NAME")
+        .arg("reproduce")
+        .arg(&record));
+    replay.ok();
+    assert!(replay.stdout.contains("planted"), "{}", replay.stdout);
+    let run_id = p.result("plant")["run"].as_str().unwrap().to_string();
+    let replayed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            d.join("cibox-reproduce")
+                .join(&run_id)
+                .join("plant/result.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(replayed["caches"][0]["writes"], "private", "{replayed}");
+    assert!(replayed["caches"][0]["kept"].is_null(), "{replayed}");
+    // A trusted run after it does not see what the replay wrote.
+    let r = run(p
+        .batch_cmd(&["batch", "run", "look"])
+        .env("CIBOX_HOST_POLICY", trusted.path()));
+    r.ok();
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+    assert!(
+        replay
+            .stderr
+            .contains("this is a replay of a recorded run (cibox reproduce)"),
+        "{}",
+        replay.stderr
+    );
+}
+
 #[test]
 fn a_private_layer_that_fills_up_fails_the_batch_and_leaves_the_cache_as_it_was() {
     let store = Store::new();
@@ -180,6 +227,45 @@ fn caches_need_the_hosts_word() {
         .fails_with(2, "others may write it");
     assert!(p.containers().is_empty());
     assert!(!store.root.join("bt").exists());
+}
+
+/// Issue 33: a manifest names its own project, so on a host serving several
+/// repositories a pull request of one could name another's and read its caches. The
+/// policy binds each project to its repository; a run of any other (or of none
+/// known) is refused before anything starts.
+#[test]
+fn a_projects_caches_are_its_repositorys_alone() {
+    let store = Store::new();
+    let p = busybox_project(BATCHES, CACHES)
+        .with_policy(&store.policy(true, "  projects: {bt: THUDM/slime}\n"));
+    let look = |repo: Option<&str>| {
+        let mut c = p.batch_cmd(&["batch", "run", "look"]);
+        c.env_remove("GITHUB_EVENT_NAME");
+        match repo {
+            Some(r) => c.env("GITHUB_REPOSITORY", r),
+            None => c.env_remove("GITHUB_REPOSITORY"),
+        };
+        run(&mut c)
+    };
+    let r = look(Some("mallory/slime"));
+    r.fails_with(
+        2,
+        "batches.look.caches: cache `models` at `/cache/models` is not granted on this host: the host policy's caches.projects binds project `bt` to the repository THUDM/slime, and this run is of mallory/slime",
+    );
+    assert!(p.containers().is_empty(), "{:?}", p.containers());
+    assert!(!store.root.join("bt").exists(), "nothing made in the store");
+    assert!(!p.reports().join("look").exists(), "no batch folder");
+    look(None).fails_with(2, "GITHUB_REPOSITORY is not set");
+    // The project's own repository, however GitHub cases it.
+    let r = look(Some("thudm/slime"));
+    r.ok();
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+    // A project the mapping does not name.
+    let p = p.with_policy(&store.policy(true, "  projects: {slime: THUDM/slime}\n"));
+    run(p
+        .batch_cmd(&["batch", "run", "look"])
+        .env("GITHUB_REPOSITORY", "THUDM/slime"))
+    .fails_with(2, "does not list project `bt`");
 }
 
 #[test]
