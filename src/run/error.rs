@@ -45,6 +45,9 @@ pub enum RunError {
     /// The random source failed: no token can stop GitHub's workflow commands.
     #[error("cannot make the token that stops GitHub's workflow commands: {0}")]
     NoStopToken(#[source] std::io::Error),
+    /// The random source failed: no rendezvous for a job on several nodes.
+    #[error("cannot draw the job's rendezvous from the kernel's random source: {0}")]
+    NoRendezvous(#[source] std::io::Error),
     /// The random source failed: no run ID.
     #[error("cannot make a random run ID: {0}")]
     NoRunId(#[source] std::io::Error),
@@ -273,6 +276,7 @@ impl ErrorKind for RunError {
             | RunError::Record { .. }
             | RunError::NoStopToken(_)
             | RunError::NoRunId(_)
+            | RunError::NoRendezvous(_)
             | RunError::HolderNotStarted { .. }
             | RunError::PrivateLayerNowhere { .. } => Failure::Infra,
         }

@@ -160,11 +160,7 @@ fn spawn_srun(spec: &JobSpec) -> Result<Child> {
         .env_remove(alloc::PORT_VAR)
         .env_remove(alloc::TOKEN_VAR);
     if spec.nodes > 1 {
-        let secret = alloc::Rendezvous::random().map_err(|e| {
-            RunError::Infra(format!(
-                "cannot draw the job's rendezvous from the kernel's random source: {e}"
-            ))
-        })?;
+        let secret = alloc::Rendezvous::random().map_err(RunError::NoRendezvous)?;
         cmd.env(alloc::PORT_VAR, secret.port.to_string())
             .env(alloc::TOKEN_VAR, &secret.token);
     }
