@@ -225,6 +225,8 @@ pub(super) fn validate_container(
         ("user", c.user.is_some()),
         ("devices", !c.devices.is_empty()),
         ("seccomp", c.seccomp.is_some()),
+        // Not a loosening, but checked against the host when a run starts.
+        ("cpus", c.cpus.is_some()),
     ];
     let marks = asked
         .iter()

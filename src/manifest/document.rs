@@ -69,6 +69,14 @@ impl Manifest {
         })
     }
 
+    /// Where the manifest says `path` (map keys, list indices), or the nearest place it
+    /// has (read again: for an error's position only).
+    pub fn mark_of(&self, path: &[&str]) -> Option<crate::yaml::Mark> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        let root = crate::yaml::parse(&text).ok()??;
+        Some(root.locate(path).mark)
+    }
+
     /// Where the manifest names lock pattern `pattern` of image `name` (read again: an
     /// error's position only).
     fn lock_mark(&self, name: &str, pattern: &str) -> Option<crate::yaml::Mark> {

@@ -174,6 +174,50 @@ fn no_run_id(e: std::io::Error) -> RunError {
     RunError::NoRunId(e)
 }
 
+/// What the engine would refuse for every batch, or could not do on this host, said at
+/// its place in the manifest before anything starts: more CPUs than the host has (the
+/// engine refuses the container), several nodes without a scheduler to give them.
+fn fits_this_host(manifest: &Manifest, names: &[String], on_node: bool) -> Result<()> {
+    let host_cpus = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .filter(|n| *n > 0);
+    let at = |mark: Option<crate::yaml::Mark>, message: String| ManifestError::At {
+        path: manifest.path.display().to_string(),
+        mark: mark.unwrap_or_default(),
+        message,
+    };
+    for name in names {
+        let Some(b) = manifest.batches.get(name) else {
+            continue;
+        };
+        if let (Some(cpus), Some(host)) = (b.container.cpus, host_cpus)
+            && cpus > host as f64
+        {
+            return Err(at(
+                b.container.marks.get("cpus").copied(),
+                format!(
+                    "batch {name}: container.cpus is {cpus}, and this host has {}: the engine would refuse its container; ask for at most {host}",
+                    crate::util::count(host as u64, "CPU")
+                ),
+            )
+            .into());
+        }
+        // A Slurm node runs its own part of a batch on several nodes.
+        if b.nodes > 1 && !on_node {
+            return Err(at(
+                manifest.mark_of(&["batches", name, "nodes"]),
+                format!(
+                    "batch {name} asks for {} nodes, and this host runs batches itself (its policy names no `scheduler: slurm`): give it nodes: 1, or run it where Slurm is",
+                    b.nodes
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Runs the batches here, each in a container of this host's engine.
 fn run_here(
     manifest: Manifest,
@@ -187,6 +231,7 @@ fn run_here(
         reports: &request.reports,
         lock_dir: &manifest.gpu.lock_dir,
     };
+    fits_this_host(&manifest, names, request.node.is_some())?;
     let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
     let mut host = HostFacts::current(&manifest, host_mounts, policy).map_err(no_run_id)?;
     if let Some(caches) = host.caches.as_mut()

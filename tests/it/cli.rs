@@ -461,3 +461,34 @@ fn a_git_checkout_without_a_git_to_ask_is_refused_naming_git() {
     assert!(!r.stderr.contains("is not a git checkout"), "{}", r.stderr);
     assert!(!dir.path().join("cibox-reports").exists());
 }
+
+#[test]
+fn what_this_host_cannot_give_a_batch_is_refused_at_its_line() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    let manifest = |batch: &str| {
+        std::fs::write(
+            dir.path().join("cibox.yaml"),
+            format!(
+                "version: 1\nproject: p\nimage: {{locks: [cibox.yaml]}}\nbatches:\n  a:\n    gpus: 0\n    timeout: 1m\n    run: [\"true\"]\n{batch}"
+            ),
+        )
+        .unwrap();
+    };
+    let image = format!("sha256:{}", "0".repeat(64));
+    manifest(&format!("    container: {{cpus: {}}}\n", cpus * 4));
+    let r = run(cibox(dir.path()).args(["batch", "run", "a", "--source", ".", "--image", &image]));
+    r.fails_with(2, "cibox.yaml:9:23: batch a: container.cpus is");
+    r.fails_with(2, "the engine would refuse its container; ask for at most");
+    manifest("    nodes: 2\n    container: {network: host}\n");
+    let policy = HostPolicyFile::new("version: 1\ngrants: {network: [host]}\n");
+    let r = run(cibox(dir.path())
+        .args(["batch", "run", "a", "--source", ".", "--image", &image])
+        .env("CIBOX_HOST_POLICY", policy.path()));
+    r.fails_with(
+        2,
+        "cibox.yaml:9:12: batch a asks for 2 nodes, and this host runs batches itself",
+    );
+    assert!(!dir.path().join("cibox-reports").exists());
+}
