@@ -26,6 +26,9 @@ pub struct SourceSet {
     entries: Vec<PathBuf>,
     /// Files whose content comes from elsewhere: `.git` configs cleaned of credentials.
     replaced: HashMap<PathBuf, PathBuf>,
+    /// Folders that are git checkouts of their own and no submodule: git ships none of
+    /// their files, so neither does cibox (they arrive as empty folders).
+    pub nested: Vec<PathBuf>,
 }
 
 impl SourceSet {
@@ -78,10 +81,24 @@ impl SourceSet {
                 Some((PathBuf::from(rel), PathBuf::from(host)))
             })
             .collect();
+        // A folder git lists as such, or a gitlink git cannot recurse into, that holds a
+        // `.git` and nothing that ships: a checkout of its own.
+        let nested = entries
+            .iter()
+            .filter(|e| !e.starts_with(".git"))
+            .filter(|e| {
+                std::fs::symlink_metadata(root.join(e)).is_ok_and(|m| m.is_dir())
+                    && std::fs::symlink_metadata(root.join(e).join(".git")).is_ok()
+                    // A submodule's files ship (git lists them); a nested checkout's do not.
+                    && !entries.iter().any(|f| f != *e && f.starts_with(e))
+            })
+            .cloned()
+            .collect();
         Ok(SourceSet {
             root: root.to_path_buf(),
             entries: entries.into_iter().collect(),
             replaced,
+            nested,
         })
     }
 
@@ -406,6 +423,24 @@ mod tests {
             names(&set),
             [".gitignore", "src", "src/lib.py", "src/new.py"]
         );
+    }
+
+    #[test]
+    fn a_nested_checkout_that_is_no_submodule_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("a.py"), "x = 1\n").unwrap();
+        let inner = d.join("vendor/lib");
+        std::fs::create_dir_all(&inner).unwrap();
+        git(&inner, &["init", "-q"]);
+        std::fs::write(inner.join("lib.py"), "y = 2\n").unwrap();
+        let set = SourceSet::list(d, &[], &[]).unwrap();
+        assert_eq!(set.nested, [PathBuf::from("vendor/lib")], "{:?}", names(&set));
+        assert!(!names(&set).iter().any(|n| n.ends_with("lib.py")));
+        // Its own checkout ships whole when it is the source.
+        let set = SourceSet::list(&inner, &[], &[]).unwrap();
+        assert!(set.nested.is_empty());
     }
 
     #[test]

@@ -178,14 +178,22 @@ fn source_set(plan: &RunPlan, masks: &[String]) -> Result<SourceSet> {
     if let Ok(rel) = plan.reports.strip_prefix(&plan.source) {
         outputs.push(rel.to_path_buf());
     }
-    SourceSet::list(&plan.source, &outputs, masks).map_err(|source| {
-        RunError::BatchDir {
+    let set = SourceSet::list(&plan.source, &outputs, masks).map_err(|source| {
+        crate::error::Error::from(RunError::BatchDir {
             dir: plan.source.display().to_string(),
             what: "list the files to ship of",
             source,
-        }
-        .into()
-    })
+        })
+    })?;
+    for n in &set.nested {
+        crate::console::warn(format!(
+            "{}: a git checkout of its own, not a submodule of {}: git ships none of its files, so batches get it empty; make it a submodule, commit its files here, or pass --source {}",
+            n.display(),
+            plan.source.display(),
+            plan.source.join(n).display()
+        ));
+    }
+    Ok(set)
 }
 
 /// Every image the run uses, before anything starts.
