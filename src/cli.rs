@@ -41,6 +41,9 @@ pub enum Command {
     Image(ImageCommand),
     /// Check the engine, GPU runtime, GPU probe (NVML or nvidia-smi), lock dir and pool.
     Doctor,
+    /// Start a project: a commented cibox.yaml from the test and lock files found, an
+    /// image recipe stub and workflow templates (CPU, GPU, warm-up); never overwrites.
+    Init,
     /// GPUs: status, and leased execution.
     #[command(subcommand)]
     Gpu(GpuCommand),

@@ -11,6 +11,7 @@ mod error;
 mod gpu;
 mod host;
 mod image;
+mod init;
 mod reproduce;
 mod run;
 mod slurm;
@@ -56,6 +57,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             scope,
         }) => image::qualify(&ctx, &id, reports, source, scope),
         Command::Doctor => doctor::run(&ctx),
+        Command::Init => init::init(&ctx),
         Command::Batch(BatchCommand::List(a)) => batch::list(&ctx, &a.names),
         Command::Batch(BatchCommand::Run(a)) => {
             batch::run(&ctx, &a.names, a.layer.as_deref(), &a.options)

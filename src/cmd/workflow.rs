@@ -18,7 +18,7 @@ use crate::workflow::{lint, render};
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowCommandError {
     #[error(
-        "workflows dir {} does not exist (workflows.dir in {})",
+        "workflows dir {} does not exist (workflows.dir in {}); `cibox init` writes a start",
         .dir.display(),
         .manifest.display()
     )]

@@ -436,7 +436,12 @@ mod tests {
         git(&inner, &["init", "-q"]);
         std::fs::write(inner.join("lib.py"), "y = 2\n").unwrap();
         let set = SourceSet::list(d, &[], &[]).unwrap();
-        assert_eq!(set.nested, [PathBuf::from("vendor/lib")], "{:?}", names(&set));
+        assert_eq!(
+            set.nested,
+            [PathBuf::from("vendor/lib")],
+            "{:?}",
+            names(&set)
+        );
         assert!(!names(&set).iter().any(|n| n.ends_with("lib.py")));
         // Its own checkout ships whole when it is the source.
         let set = SourceSet::list(&inner, &[], &[]).unwrap();

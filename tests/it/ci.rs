@@ -767,3 +767,57 @@ fn render_neither_reads_nor_writes_through_a_link_a_pull_request_committed() {
         .fails_with(2, "a symbolic link");
     assert!(!p.path().join("real-wf/gpu.yml").exists());
 }
+
+#[test]
+fn init_starts_a_project_that_lists_renders_and_lints_clean_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    std::fs::write(d.join("requirements.txt"), "torch==2.9\n").unwrap();
+    std::fs::create_dir_all(d.join("tests/unit")).unwrap();
+    std::fs::write(d.join("tests/unit/test_x.py"), "def test_x(): pass\n").unwrap();
+    // A file of the user's is never overwritten.
+    std::fs::create_dir_all(d.join(".github/workflows")).unwrap();
+    std::fs::write(d.join(".github/workflows/cibox-warm-up.yml.j2"), "mine\n").unwrap();
+    let r = run(cibox(d).arg("init"));
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("cibox-warm-up.yml.j2 exists: left as it is"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join(".github/workflows/cibox-warm-up.yml.j2")).unwrap(),
+        "mine\n"
+    );
+    std::fs::remove_file(d.join(".github/workflows/cibox-warm-up.yml.j2")).unwrap();
+    run(cibox(d).arg("init")).ok();
+    let manifest = std::fs::read_to_string(d.join("cibox.yaml")).unwrap();
+    assert!(manifest.contains("\"requirements.txt\""), "{manifest}");
+    assert!(manifest.contains("tests/**/test_*.py"), "{manifest}");
+    let list = run(cibox(d).args(["--json", "batch", "list"]));
+    let v: serde_json::Value = serde_json::from_str(&list.ok().stdout).unwrap();
+    assert_eq!(v["batches"].as_array().unwrap().len(), 2, "{v}");
+    run(cibox(d).args(["workflow", "render"])).ok();
+    let lint = run(cibox(d).args(["workflow", "lint"]));
+    lint.ok();
+    assert!(
+        lint.stderr
+            .contains("3 workflow(s), 0 error(s), 0 warning(s)"),
+        "{}",
+        lint.stderr
+    );
+    let gpu = std::fs::read_to_string(d.join(".github/workflows/cibox-gpu.yml")).unwrap();
+    assert!(
+        gpu.contains("upload-artifact") && gpu.contains("timeout-minutes: 85"),
+        "{gpu}"
+    );
+    // Once more: nothing changes.
+    let before = std::fs::read_to_string(d.join("cibox.yaml")).unwrap();
+    run(cibox(d).arg("init")).ok();
+    assert_eq!(
+        std::fs::read_to_string(d.join("cibox.yaml")).unwrap(),
+        before
+    );
+}
