@@ -197,6 +197,92 @@ fn manifest_aliases_and_nesting_are_bounded() {
     run_within(&mut p_cmd(&p, &["batch", "list"]), 30).fails_with(2, "cibox.yaml");
 }
 
+/// Runs `cibox ARGS` in `p` with at most `mib` MiB of address space (and at most 60 s):
+/// a bomb that would need gigabytes aborts there rather than taking the host's memory.
+fn within_memory(p: &Project, args: &[&str], mib: u64) -> Run {
+    use std::os::unix::process::CommandExt;
+    let mut c = p_cmd(p, args);
+    let limit = nix::libc::rlimit {
+        rlim_cur: mib << 20,
+        rlim_max: mib << 20,
+    };
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            if nix::libc::setrlimit(nix::libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    run_within(&mut c, 60)
+}
+
+#[test]
+fn manifest_and_template_bombs_are_refused_within_bounded_memory() {
+    const MIB: u64 = 1024;
+    // A 3 MiB default under a test list of 3,000 entries: 9 GiB once laid into each.
+    let big = "x".repeat(3 << 20);
+    let entries: String = (0..3000)
+        .map(|i| format!("      - {{file: tests/t{i}.py}}\n"))
+        .collect();
+    let p = Project::new(&format!(
+        "version: 1\nproject: p\nimage: {{locks: [x]}}\ndefaults:\n  timeout: 1m\n  env: {{BIG: \"{big}\"}}\nbatches:\n  fam:\n    gpus: 0\n    run: [x]\n    each:\n{entries}"
+    ));
+    let r = within_memory(&p, &["batch", "list"], MIB);
+    r.fails_with(
+        2,
+        "cibox.yaml:8:3: batches.fam: laid into its batches, the manifest comes to 8.8 GiB of text",
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    // 2,500 layers of `all` over 10,000 batches: 25 million names.
+    let mut text = String::from(
+        "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1m, gpus: 0, run: [x]}\nbatches:\n",
+    );
+    for i in 0..10_000 {
+        text.push_str(&format!("  b{i}: {{}}\n"));
+    }
+    text.push_str("layers:\n");
+    for i in 0..2500 {
+        text.push_str(&format!("  l{i}: {{batches: all}}\n"));
+    }
+    let p = Project::new(&text);
+    within_memory(&p, &["batch", "list"], MIB).fails_with(
+        2,
+        "layers.l100.batches: the layers up to this one name 1010000 batches",
+    );
+    // Templates: a loop of 10^10 steps, one printing a 1 MB string a million times, and
+    // one doubling a value forty times. Each refused, nothing written.
+    let meta = "x".repeat(1 << 20);
+    let p = Project::new(&format!(
+        "version: 1\nproject: p\nimage: {{locks: [x]}}\nbatches:\n  b: {{gpus: 0, timeout: 1m, run: [x], meta: {{big: \"{meta}\"}}}}\n"
+    ));
+    let big = "<< batches[0].meta.big >>";
+    for (template, want) in [
+        (
+            "<% for a in range(100000) %><% for b in range(100000) %><% endfor %><% endfor %>".to_string(),
+            "loop.yml.j2: ran out of its instruction budget",
+        ),
+        (
+            format!("<% for c in batches[0].meta.big %>{big}<% endfor %>"),
+            "loop.yml.j2: rendered output over 1 MiB",
+        ),
+        (
+            "<% set ns = namespace(x=batches[0].meta.big) %><% for i in range(40) %><% set ns.x = ns.x ~ ns.x %><% endfor %>".to_string(),
+            "loop.yml.j2: ran out of its instruction budget",
+        ),
+    ] {
+        p.write(".github/workflows/loop.yml.j2", format!("on: push\n{template}"));
+        let r = within_memory(&p, &["workflow", "render"], MIB);
+        r.fails_with(2, want);
+        assert!(
+            !p.path().join(".github/workflows/loop.yml").exists(),
+            "a refused render wrote its output"
+        );
+    }
+}
+
 fn p_cmd(p: &Project, args: &[&str]) -> std::process::Command {
     let mut c = cibox(p.path());
     c.args(args);
