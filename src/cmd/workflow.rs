@@ -55,7 +55,8 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                     "state": if current.is_some() { "stale" } else { "missing" }, "diff": diff}));
                 continue;
             }
-            print!("{diff}");
+            // The template and the file beside it are a pull request's.
+            print!("{}", crate::util::escape_lines(&diff));
             console::info(format!(
                 "{} {}",
                 r.output.display(),
@@ -189,8 +190,9 @@ pub fn lint(ctx: &Context, paths: &[PathBuf], format: Option<LintFormat>) -> Res
             "findings": findings,
         }));
     } else {
+        // A finding quotes the workflow (a job's or step's name): one line, escaped.
         for f in &findings {
-            println!("{f}");
+            println!("{}", crate::util::escape(&f.to_string()));
         }
         let unreadable = if unparsable > 0 {
             format!(", {unparsable} not readable as a workflow")

@@ -320,8 +320,24 @@ impl RunRecord {
         {
             return Err(bad("layer", "a layer name"));
         }
+        // Replayed as the commit it names: a name (`HEAD`, a branch) would replay
+        // whatever it points at now, and an option (`--…`) would reach git.
+        if let Some(sha) = &record.source.sha
+            && !is_commit_id(sha)
+        {
+            return Err(bad(
+                "source.sha",
+                "a full commit ID: 40 lowercase hex digits, 64 in a SHA-256 repository",
+            ));
+        }
         Ok(record)
     }
+}
+
+/// Whether `sha` is a full commit ID as git writes one (`rev-parse HEAD`): 40 lowercase
+/// hex digits, or 64 in a SHA-256 repository.
+fn is_commit_id(sha: &str) -> bool {
+    matches!(sha.len(), 40 | 64) && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The one line that replays a batch locally.

@@ -290,6 +290,50 @@ fn p_cmd(p: &Project, args: &[&str]) -> std::process::Command {
 }
 
 #[test]
+fn what_a_pull_request_wrote_reaches_the_terminal_shown_not_sent() {
+    // A description, and a committed workflow beside its template, holding a title
+    // change (OSC 0), a clipboard write (OSC 52), an 8-bit CSI and an override.
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [\"true\"], description: \"d\\e]0;pwned\\a\\e]52;c;Y3VybCBldmls\\a\\x9b2J\\u202e\"}\n",
+    );
+    p.write(".github/workflows/w.yml.j2", "on: push\njobs: {}\n");
+    p.write(
+        ".github/workflows/w.yml",
+        "on: push\n# \u{1b}]52;c;Y3VybCBldmls\u{7}\u{9b}2J\u{202e}\njobs: {}\n",
+    );
+    let raw = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|c| *c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(c)))
+            .collect()
+    };
+    for args in [
+        &["batch", "list"][..],
+        &["--json", "batch", "list"],
+        &["workflow", "render", "--check"],
+        &["--json", "workflow", "render", "--check"],
+    ] {
+        let r = p.cibox(args);
+        assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+        let found = raw(&format!("{}{}", r.stdout, r.stderr));
+        assert!(found.is_empty(), "{args:?}: {found:?} in {:?}", r.stdout);
+    }
+    let r = p.cibox(&["batch", "list"]);
+    assert!(
+        r.stdout
+            .contains("d\\u{1b}]0;pwned\\u{7}\\u{1b}]52;c;Y3VybCBldmls\\u{7}\\u{9b}2J\\u{202e}"),
+        "{}",
+        r.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&p.cibox(&["--json", "batch", "list"]).stdout).unwrap();
+    assert_eq!(
+        v["batches"][0]["description"],
+        "d\u{1b}]0;pwned\u{7}\u{1b}]52;c;Y3VybCBldmls\u{7}\u{9b}2J\u{202e}",
+        "the JSON says what the manifest says"
+    );
+}
+
+#[test]
 fn values_quoted_in_errors_cannot_forge_lines_or_drive_the_terminal() {
     let p = Project::new(
         "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  \"a\\nb\\u001b[2J\": {gpus: 0, timeout: 1m, run: [\"true\"]}\n",
