@@ -177,6 +177,95 @@ fn a_held_decision_lock_bounds_the_wait_and_yields_to_signals() {
     drop(select);
 }
 
+/// `PROGRAM ARGS` as user nobody, in `h`'s work folder (made reachable for it).
+fn as_nobody(h: &GpuHost, program: &Path, args: &[&str]) -> std::process::Command {
+    for d in [h.locks.path(), h.smi.state.path(), h.work.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(program)
+        .args(args)
+        .current_dir(h.work.path());
+    c
+}
+
+#[test]
+fn a_decision_lock_held_by_another_users_orphan_names_its_holder() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    // Another user locks select.lock (anyone may open it where `host setup` has not
+    // run), hands it to a child and exits: the kernel's table names only the exited pid.
+    let select = h.locks.path().join("select.lock");
+    let script = format!(
+        "import fcntl, os, time\nf = open({:?})\nfcntl.flock(f, fcntl.LOCK_EX)\npid = os.fork()\nif pid:\n    print(os.getpid(), pid, flush=True)\n    os._exit(0)\nos.close(1)\nos.close(2)\ntime.sleep(60)\n",
+        select.display().to_string()
+    );
+    let out = as_nobody(&h, Path::new("/usr/bin/python3"), &["-c", &script])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8(out.stdout).unwrap();
+    let (parent, child) = pids.trim().split_once(' ').expect("two pids");
+    let r = run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"]),
+        20,
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.parse().unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    r.fails_with(
+        4,
+        &format!(
+            "select.lock in {} stays locked by pid {child} (uid 65534 (nobody)), which inherited it from pid {parent} (exited)",
+            h.locks.path().display()
+        ),
+    );
+}
+
+#[test]
+fn after_host_setup_only_root_can_hold_the_decision_lock_and_everyone_leases() {
+    use std::os::unix::fs::MetadataExt;
+    must_be_root();
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    let select = h.locks.path().join("select.lock");
+    assert_eq!(std::fs::metadata(&select).unwrap().mode() & 0o777, 0o666);
+    let dir = h.locks.path().display().to_string();
+    h.run(&["host", "setup", "--lock-dir", &dir]).ok();
+    let md = std::fs::metadata(&select).unwrap();
+    assert_eq!(
+        (md.uid(), md.mode() & 0o777),
+        (0, 0o600),
+        "select.lock after setup"
+    );
+    // Nobody else can open it, so nobody else can hold it ...
+    let r = run(&mut as_nobody(
+        &h,
+        Path::new("/bin/sh"),
+        &["-c", &format!("exec 3< {}", select.display())],
+    ));
+    assert!(
+        r.code != 0 && r.stderr.contains("Permission denied"),
+        "another user opened select.lock: {}",
+        r.stderr
+    );
+    // ... and another user still leases (deciding without it), as root does with it.
+    let bin = h.work.path().join("cibox");
+    let smi = h.work.path().join("nvidia-smi");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::copy(FakeSmi::program(), &smi).unwrap();
+    let mut c = as_nobody(&h, &bin, &["gpu", "exec", "--count", "1", "--", "id", "-u"]);
+    c.env("CIBOX_NVIDIA_SMI", &smi)
+        .env("CIBOX_FAKE_SMI_STATE", h.smi.state.path())
+        .env("CIBOX_GPU_LOCK_DIR", h.locks.path());
+    let r = run(&mut c);
+    r.ok();
+    assert_eq!(r.stdout.trim(), "65534");
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+}
+
 #[test]
 fn manifest_aliases_and_nesting_are_bounded() {
     // A few hundred bytes that would expand to 2^30 values.
