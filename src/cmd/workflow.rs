@@ -40,7 +40,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     let mut stale = 0;
     let mut outputs = Vec::new();
     for r in &rendered {
-        let current = std::fs::read_to_string(&r.output).ok();
+        let current = render::current_output(&r.output);
         let state = if current.as_deref() == Some(r.text.as_str()) {
             "unchanged"
         } else if check {

@@ -375,9 +375,38 @@ fn describe(template: &Path, e: &minijinja::Error) -> String {
     format!("{}{line}: {}{what}{detail}", template.display(), e.kind())
 }
 
+/// What the output beside a template holds now (`None`: nothing there), for `--check`:
+/// at most what a render may write (more cannot be what it renders, and is said so
+/// rather than read), as text.
+pub fn current_output(path: &Path) -> Option<String> {
+    use std::io::Read;
+    // Never blocking on a FIFO planted there.
+    let file = match crate::util::open_plain(path, true) {
+        Ok((file, _)) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(format!("(cannot be read: {e})\n")),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_OUTPUT_BYTES as u64 + 4096)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() > MAX_OUTPUT_BYTES + 4095 {
+        return Some(format!(
+            "(larger than {} MiB, the most a render writes: not shown)\n",
+            MAX_OUTPUT_BYTES >> 20
+        ));
+    }
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// How long a diff may take before it settles for a coarser one.
+const DIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A unified diff of `old` → `new`, labelled with the path.
 pub fn diff(path: &Path, old: &str, new: &str) -> String {
-    similar::TextDiff::from_lines(old, new)
+    similar::TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(old, new)
         .unified_diff()
         .header(
             &format!("a/{}", path.display()),

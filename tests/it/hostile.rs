@@ -341,6 +341,21 @@ fn manifest_and_template_bombs_are_refused_within_bounded_memory() {
         2,
         "layers.l100.batches: the layers up to this one name 1010000 batches",
     );
+    // A committed output beside its template of 48 million lines (96 MiB): `--check`
+    // neither reads nor diffs it all.
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\n",
+    );
+    p.write(".github/workflows/w.yml.j2", "on: push\njobs: {}\n");
+    p.write(".github/workflows/w.yml", "a\n".repeat(48 << 20));
+    let r = within_memory(&p, &["workflow", "render", "--check"], MIB);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("-(larger than 1 MiB, the most a render writes: not shown)"),
+        "{}",
+        r.stdout
+    );
     // Templates: a loop of 10^10 steps, one printing a 1 MB string a million times, and
     // one doubling a value forty times. Each refused, nothing written.
     let meta = "x".repeat(1 << 20);
