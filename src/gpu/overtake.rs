@@ -64,6 +64,9 @@ pub(super) fn may_overtake(
         if impossible {
             continue;
         }
+        let Some(verdict) = blocks(dir, *place, &a, mine, available) else {
+            continue;
+        };
         // One that has waited long for GPUs its own user holds stops holding back the
         // rest: holding one GPU and asking for all of them would otherwise keep every
         // other one idle for as long as that user likes.
@@ -72,49 +75,59 @@ pub(super) fn may_overtake(
         {
             continue;
         }
-        // A waiter that holds GPUs under its own place is checking them (its probe
-        // runs after it locked them): it may yet let them go and need others, so
-        // nobody goes ahead of it meanwhile.
-        let checking = a.pool.iter().any(|uuid| {
-            matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(*place))
-        });
-        if checking {
-            return Overtake::No(Some(*place));
-        } else if let Some(devices) = &a.devices {
-            if devices
-                .iter()
-                .all(|d| available.iter().any(|g| &g.uuid == d))
-            {
-                return Overtake::NotWhileServable(*place);
-            }
-            if mine.iter().any(|g| devices.contains(&g.uuid)) {
-                return Overtake::No(Some(*place));
-            }
-            continue;
-        } else if available
-            .iter()
-            .filter(|g| a.pool.contains(&g.uuid))
-            .count()
-            >= a.need
-        {
-            return Overtake::NotWhileServable(*place);
-        }
-        let overtakers = a
-            .pool
-            .iter()
-            .filter(|uuid| !mine.iter().any(|g| &&g.uuid == uuid))
-            .filter(|uuid| match dir.state(uuid) {
-                Ok(LeaseState::Held(Some(h))) => h.ticket.is_none_or(|t| t > *place),
-                Ok(LeaseState::Held(None)) | Err(_) => true,
-                Ok(LeaseState::Free) => false,
-            })
-            .count();
-        let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
-        if overtakers + mine_in_pool + a.need > a.pool.len() {
-            return Overtake::No(Some(*place));
-        }
+        return verdict;
     }
     Overtake::Yes
+}
+
+/// Whether the waiter at `place`, asking `a`, keeps us from taking `mine` now (`None`:
+/// it does not), by the rules of [`may_overtake`].
+fn blocks(
+    dir: &LockDir,
+    place: queue::Place,
+    a: &TicketRequest,
+    mine: &[PoolGpu],
+    available: &[&PoolGpu],
+) -> Option<Overtake> {
+    // A waiter that holds GPUs under its own place is checking them (its probe runs
+    // after it locked them): it may yet let them go and need others, so nobody goes
+    // ahead of it meanwhile.
+    let checking = a.pool.iter().any(
+        |uuid| matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(place)),
+    );
+    if checking {
+        return Some(Overtake::No(Some(place)));
+    } else if let Some(devices) = &a.devices {
+        if devices
+            .iter()
+            .all(|d| available.iter().any(|g| &g.uuid == d))
+        {
+            return Some(Overtake::NotWhileServable(place));
+        }
+        if mine.iter().any(|g| devices.contains(&g.uuid)) {
+            return Some(Overtake::No(Some(place)));
+        }
+        return None;
+    } else if available
+        .iter()
+        .filter(|g| a.pool.contains(&g.uuid))
+        .count()
+        >= a.need
+    {
+        return Some(Overtake::NotWhileServable(place));
+    }
+    let overtakers = a
+        .pool
+        .iter()
+        .filter(|uuid| !mine.iter().any(|g| &&g.uuid == uuid))
+        .filter(|uuid| match dir.state(uuid) {
+            Ok(LeaseState::Held(Some(h))) => h.ticket.is_none_or(|t| t > place),
+            Ok(LeaseState::Held(None)) | Err(_) => true,
+            Ok(LeaseState::Free) => false,
+        })
+        .count();
+    let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
+    (overtakers + mine_in_pool + a.need > a.pool.len()).then_some(Overtake::No(Some(place)))
 }
 
 /// Whether a waiter (its request `a`, its ticket `file`) cannot be served until GPUs its
@@ -133,7 +146,8 @@ fn waits_on_itself(
     mine: &[PoolGpu],
     locks: &Locks,
 ) -> bool {
-    let Some(file) = file else {
+    // A waiter that has not said its pool yet waits on nobody's GPUs (PENDING_LIMIT).
+    let Some(file) = file.filter(|_| !a.pool.is_empty()) else {
         return false;
     };
     let Some(pid) = locks.taken_by(file) else {
@@ -402,6 +416,13 @@ mod tests {
         assert_eq!(
             may_overtake(&dir, &asking(old, key), &pool[1..2], &free),
             Overtake::Yes
+        );
+        // One that has not said its pool yet waits on nobody (up to PENDING_LIMIT).
+        let mut pending = waiter(old, 1, &[], None);
+        pending.file = key;
+        assert_eq!(
+            may_overtake(&dir, &[pending], &pool[1..2], &free),
+            Overtake::No(Some(place(old)))
         );
         // A ticket nobody holds, or one not known, is never judged so.
         assert_eq!(
