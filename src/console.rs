@@ -202,10 +202,11 @@ pub fn json_error(message: &str, details: &[String], exit_code: u8) {
     }));
 }
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout; what could drive a terminal (C1 controls,
+/// overrides, which serde_json writes as they are) as JSON escapes.
 pub fn json<T: serde::Serialize>(value: &T) {
     let text = serde_json::to_string_pretty(value).expect("report values serialise");
-    println!("{text}");
+    println!("{}", crate::util::escape_json(&text));
 }
 
 /// A plain text table: columns padded to their widest cell, the last one left ragged.
@@ -227,10 +228,21 @@ impl Table {
         self.rows.push(cells);
     }
 
+    /// The table's text. Each cell is escaped ([`crate::util::escape`]): what a table
+    /// shows comes from manifests, records and probes, and a cell is one line.
     pub fn render(&self) -> String {
         let n = self.headers.len();
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|c| crate::util::escape(c).into_owned())
+                    .collect()
+            })
+            .collect();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for r in &self.rows {
+        for r in &rows {
             for (w, c) in widths.iter_mut().zip(r) {
                 *w = (*w).max(c.chars().count());
             }
@@ -251,7 +263,7 @@ impl Table {
             out.push('\n');
         };
         line(self.headers.clone(), &mut out);
-        for r in &self.rows {
+        for r in &rows {
             line(r.iter().map(String::as_str).collect(), &mut out);
         }
         out
@@ -292,8 +304,9 @@ impl WaitLine {
     pub fn tick<R>(&mut self, report: &dyn Fn() -> R, line: impl Fn(&R) -> String) {
         if let Some(text) = self.due(report, line) {
             if self.live {
+                // What it says quotes lock files and tickets anyone may write.
                 let mut err = std::io::stderr().lock();
-                let _ = write!(err, "\r\x1b[2Kcibox: {text}");
+                let _ = write!(err, "\r\x1b[2Kcibox: {}", crate::util::escape(&text));
                 let _ = err.flush();
             } else {
                 info(text);

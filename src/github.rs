@@ -20,11 +20,23 @@ pub fn untrusted_event() -> Option<String> {
     (!MERGED_CODE.contains(&event.as_str())).then_some(event)
 }
 
-/// Escapes workflow-command data (`%`, CR, LF); properties also `:` and `,`.
+/// Escapes workflow-command data (`%`, CR, LF); properties also `:` and `,`. Any
+/// other control character but a tab, and a bidirectional override, is written as
+/// [`crate::util::escape`] writes it (`\u{1b}`): what a test named itself must not
+/// reach the log (or a terminal showing it) as a terminal's escape sequence.
 pub fn escape_data(s: &str) -> String {
-    s.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            '\t' => out.push(c),
+            c if crate::util::is_unsafe_char(c) => out.extend(c.escape_debug()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 pub fn escape_property(s: &str) -> String {
@@ -148,5 +160,16 @@ mod tests {
     fn escapes() {
         assert_eq!(super::escape_data("a%b\nc"), "a%25b%0Ac");
         assert_eq!(super::escape_property("x: y, z"), "x%3A y%2C z");
+        // A title change and a clipboard write (OSC 0, OSC 52), an 8-bit CSI, an
+        // override: shown, not sent.
+        let name = "t\u{1b}]0;pwned\u{7}\u{1b}]52;c;ZWNobyBo\u{7}\u{9b}2J\u{202e}\tx";
+        assert_eq!(
+            super::escape_property(name),
+            "t\\u{1b}]0;pwned\\u{7}\\u{1b}]52;c;ZWNobyBo\\u{7}\\u{9b}2J\\u{202e}\tx"
+        );
+        assert_eq!(
+            super::escape_data("50%\r\n\u{1b}[2J"),
+            "50%25%0D%0A\\u{1b}[2J"
+        );
     }
 }

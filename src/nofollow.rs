@@ -164,15 +164,15 @@ impl Folder {
                 "not a plain file",
             ));
         }
-        let mut text = String::new();
-        file.take(max + 1).read_to_string(&mut text)?;
-        if text.len() as u64 > max {
+        let mut bytes = Vec::new();
+        file.take(max + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max {
             return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
+                std::io::ErrorKind::FileTooLarge,
                 format!("larger than {max} bytes"),
             ));
         }
-        Ok(Some(text))
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
     }
 
     /// Makes `name` a new file (mode `mode`), refusing whatever has the name already

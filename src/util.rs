@@ -94,12 +94,28 @@ pub fn host_name() -> String {
         .unwrap_or_default()
 }
 
+/// Whether `c` may not reach a terminal or a log as it is: a control character (C0,
+/// DEL and C1: newlines, ESC that starts a terminal's escape sequences, the 8-bit CSI
+/// and OSC) or a bidirectional override or isolate (which reorders what a line shows).
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// `text` with control characters (newlines, terminal escapes) and bidirectional
 /// overrides written as escapes, so a value from a manifest or a path can neither
 /// forge a second line nor drive the terminal when cibox quotes it.
 pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    escape_but(text, |_| false)
+}
+
+/// [`escape`] for text of many lines (a diff, a lockset): newlines and tabs stay as
+/// they are, every other control character and override is escaped.
+pub fn escape_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_but(text, |c| matches!(c, '\n' | '\t'))
+}
+
+fn escape_but(text: &str, keep: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| is_unsafe_char(c) && !keep(c);
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -122,6 +138,26 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
     } else {
         format!("{n} {noun}s")
     }
+}
+
+/// JSON text with what [`is_unsafe_char`] names written as `\uXXXX`: serde_json
+/// escapes C0 controls but writes DEL, C1 controls and overrides as they are. Such a
+/// character can only stand inside a JSON string, where `\uXXXX` means the same; the
+/// whitespace between values (newlines, tabs of pretty JSON) stays.
+pub fn escape_json(json: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| is_unsafe_char(c) && !matches!(c, '\n' | '\t' | '\r');
+    if !json.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A name a shell variable (or a build argument) can have: `[A-Za-z_][A-Za-z0-9_]*`.
@@ -153,6 +189,24 @@ mod tests {
         assert_eq!(super::escape("a\nb"), "a\\nb");
         assert_eq!(super::escape("\u{1b}[2Jx"), "\\u{1b}[2Jx");
         assert_eq!(super::escape("\u{202e}txt"), "\\u{202e}txt");
+        assert_eq!(super::escape("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(
+            super::escape_lines("- a\tb\n+ \u{1b}]52;c;eA==\u{7}\n"),
+            "- a\tb\n+ \\u{1b}]52;c;eA==\\u{7}\n"
+        );
+        // JSON keeps its meaning: the escapes are JSON's own.
+        let json =
+            serde_json::to_string_pretty(&serde_json::json!({"a": "x\u{9b}\u{202e}\u{1b}\n"}))
+                .unwrap();
+        let safe = super::escape_json(&json);
+        assert!(
+            !safe.chars().any(|c| c != '\n' && super::is_unsafe_char(c)),
+            "{safe}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&safe).unwrap()["a"],
+            "x\u{9b}\u{202e}\u{1b}\n"
+        );
     }
 
     #[test]

@@ -422,6 +422,23 @@ impl Node {
         matches!(&self.value, NodeValue::Scalar { text, plain: true } if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL"))
     }
 
+    /// What the tree under this node holds, as the document's bounds count it: values
+    /// (every node, keys included) and bytes of text.
+    pub fn weight(&self) -> (usize, usize) {
+        match &self.value {
+            NodeValue::Scalar { text, .. } => (1, text.len()),
+            NodeValue::Seq(items) => items.iter().fold((1, 0), |(n, b), i| {
+                let (n2, b2) = i.weight();
+                (n + n2, b + b2)
+            }),
+            NodeValue::Map(entries) => entries.iter().fold((1, 0), |(n, b), (k, v)| {
+                let (kn, kb) = k.weight();
+                let (vn, vb) = v.weight();
+                (n + kn + vn, b + kb + vb)
+            }),
+        }
+    }
+
     pub fn scalar_text(&self) -> Option<&str> {
         match &self.value {
             NodeValue::Scalar { text, .. } => Some(text),

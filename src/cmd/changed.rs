@@ -147,8 +147,8 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     } else {
         for (g, f) in &found {
             match g {
-                None => println!("{}", f.text()),
-                Some(name) => println!("{name}: {}", f.text()),
+                None => println!("{}", crate::util::escape_json(&f.text())),
+                Some(name) => println!("{name}: {}", crate::util::escape_json(&f.text())),
             }
         }
     }
@@ -167,8 +167,9 @@ fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8
         .filter(|f| patterns.iter().any(|p| changed::glob_matches(p, f)))
         .filter(|f| !globs.iter().any(|g| changed::glob_matches(g, f)))
         .collect();
+    // File names are the checkout's: one line each, escaped.
     for f in &orphans {
-        println!("{f}");
+        println!("{}", crate::util::escape(f));
     }
     if orphans.is_empty() {
         console::info("every test file is run by some batch");

@@ -118,11 +118,10 @@ pub fn status(ctx: &Context) -> Result<u8> {
         })?;
         let holder = match &lease {
             LeaseState::Free => None,
-            LeaseState::Held(h) => Some(
-                h.as_ref()
-                    .map(|h| h.describe())
-                    .unwrap_or_else(|| "unknown holder".into()),
-            ),
+            LeaseState::Held(h) => Some(h.as_ref().map(|h| h.describe()).unwrap_or_else(|| {
+                dir.kernel_holder(&g.uuid)
+                    .unwrap_or_else(|| "unknown holder".into())
+            })),
         };
         let busy = pool::busy_reason(&g.uuid, &snap, &cfg.idle);
         let verdict = if !in_pool {

@@ -48,8 +48,9 @@ pub fn setup(ctx: &Context, lock_dir: Option<PathBuf>) -> Result<u8> {
             "left": report.left,
         }));
     } else {
+        // Names found in the lock dir are anyone's.
         for line in &report.done {
-            println!("{line}");
+            println!("{}", crate::util::escape(line));
         }
         println!(
             "lock dir {} is root's, with lock files for {} GPU(s)",

@@ -99,7 +99,8 @@ pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
             .collect();
         console::json(&json!({"files": files, "text": l.text, "digest": l.digest}));
     } else {
-        print!("{}", l.text);
+        // The lock files' names are the checkout's.
+        print!("{}", crate::util::escape_lines(&l.text));
         println!("digest: {}", l.digest);
     }
     Ok(exit::SUCCESS)

@@ -159,8 +159,9 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
     }
     let plan = plan_json(&record, &sha, &image, &manifest_rel);
     if !ctx.json {
+        // The record is data from elsewhere: what it says is shown, never sent.
         for line in plan_lines(&record, &sha, &image, &manifest_rel) {
-            println!("{line}");
+            println!("{}", crate::util::escape(&line));
         }
     }
     if dry_run {

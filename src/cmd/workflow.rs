@@ -116,12 +116,23 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     let mut outputs = Vec::new();
     for r in &rendered {
         let name = output_name(&r.output);
-        let current = folder
-            .read_text(name, lint::MAX_FILE_BYTES)
-            .map_err(|source| WorkflowCommandError::Output {
-                path: r.output.clone(),
-                source: crate::nofollow::said_of_links(source),
-            })?;
+        // The banner comes on top of what a render may write.
+        let current = match folder.read_text(name, render::MAX_OUTPUT_BYTES as u64 + 4096) {
+            Ok(current) => current,
+            // More than a render may write: not worth reading, and said in the diff.
+            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => Some(format!(
+                "(larger than {} MiB, the most a render writes: not shown)
+",
+                render::MAX_OUTPUT_BYTES >> 20
+            )),
+            Err(source) => {
+                return Err(WorkflowCommandError::Output {
+                    path: r.output.clone(),
+                    source: crate::nofollow::said_of_links(source),
+                }
+                .into());
+            }
+        };
         let state = if current.as_deref() == Some(r.text.as_str()) {
             "unchanged"
         } else if check {
@@ -136,7 +147,8 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                     "state": if current.is_some() { "stale" } else { "missing" }, "diff": diff}));
                 continue;
             }
-            print!("{diff}");
+            // The template and the file beside it are a pull request's.
+            print!("{}", crate::util::escape_lines(&diff));
             console::info(format!(
                 "{} {}",
                 r.output.display(),
@@ -271,8 +283,9 @@ pub fn lint(ctx: &Context, paths: &[PathBuf], format: Option<LintFormat>) -> Res
             "findings": findings,
         }));
     } else {
+        // A finding quotes the workflow (a job's or step's name): one line, escaped.
         for f in &findings {
-            println!("{f}");
+            println!("{}", crate::util::escape(&f.to_string()));
         }
         let unreadable = if unparsable > 0 {
             format!(", {unparsable} not readable as a workflow")

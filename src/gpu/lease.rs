@@ -75,6 +75,13 @@ impl LockDir {
         self.path().join(format!("{uuid}.lock"))
     }
 
+    /// The file a GPU's lock lives on, for asking the kernel who holds it.
+    pub fn lock_file_key(&self, uuid: &str) -> Option<crate::lockdir::FileKey> {
+        std::fs::symlink_metadata(self.gpu_file(uuid))
+            .ok()
+            .map(|m| crate::lockdir::FileKey::of(&m))
+    }
+
     /// Takes one GPU's lock without waiting; `None` when someone holds it.
     pub fn try_take(&self, uuid: &str) -> std::io::Result<Option<File>> {
         let name = format!("{uuid}.lock");
@@ -87,6 +94,13 @@ impl LockDir {
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(e)) => Err(e),
         }
+    }
+
+    /// Who holds a GPU's lock as the kernel says (for a lock file that names no holder:
+    /// a lock taken outside cibox, or a holder's words that cannot be read).
+    pub fn kernel_holder(&self, uuid: &str) -> Option<String> {
+        let f = crate::lockdir::open_read(&self.gpu_file(uuid)).ok()?;
+        crate::lockdir::lock_holder(&f)
     }
 
     /// Whether a GPU is leased, and by whom, without waiting and without keeping a lock.

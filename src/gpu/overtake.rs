@@ -4,12 +4,16 @@
 
 use super::lease::{Holder, LeaseState};
 use super::pool::PoolGpu;
-use super::queue;
-use crate::lockdir::LockDir;
+use super::queue::{self, Ahead};
+use crate::lockdir::{FileKey, Identity, LockDir, Locks};
 
 /// How long a waiter may take to say which pool it chooses from (a probe, and the
 /// engine asked about orphans, each bounded far below this).
 const PENDING_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long a waiter ahead that waits for GPUs its own user holds may keep the waiters
+/// behind it from GPUs it cannot use (see [`waits_on_itself`]).
+pub(super) const SELF_BLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a ticket tells the waiters behind it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -27,14 +31,17 @@ pub(super) struct TicketRequest {
 /// not known to be busy): overtaking only fills GPUs nobody ahead can use yet. And for each waiter A ahead, the GPUs of A's pool held by
 /// leases granted to places behind A (its overtakers), plus ours, must leave room for A's
 /// request once the holders from before A finish, so nobody is starved: an 8-GPU request
-/// on 8 GPUs is never overtaken.
+/// on 8 GPUs is never overtaken, unless it waits on its own user's GPUs and has for
+/// [`SELF_BLOCK_LIMIT`] ([`waits_on_itself`]).
 pub(super) fn may_overtake(
     dir: &LockDir,
-    ahead: &[(queue::Place, String)],
+    ahead: &[Ahead],
     mine: &[PoolGpu],
     available: &[&PoolGpu],
 ) -> Overtake {
-    for (place, text) in ahead {
+    // The kernel's lock table, read once and only when a waiter ahead has waited long.
+    let mut locks: Option<Locks> = None;
+    for Ahead { place, text, file } in ahead {
         // Every cibox ticket says what it asks from the moment it is in the queue (a
         // waiter that does not know its pool yet says so, the strictest case). One that
         // does not is no cibox waiter's: a file planted to hold everyone up. It is
@@ -57,49 +64,114 @@ pub(super) fn may_overtake(
         if impossible {
             continue;
         }
-        // A waiter that holds GPUs under its own place is checking them (its probe
-        // runs after it locked them): it may yet let them go and need others, so
-        // nobody goes ahead of it meanwhile.
-        let checking = a.pool.iter().any(|uuid| {
-            matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(*place))
-        });
-        if checking {
-            return Overtake::No(Some(*place));
-        } else if let Some(devices) = &a.devices {
-            if devices
-                .iter()
-                .all(|d| available.iter().any(|g| &g.uuid == d))
-            {
-                return Overtake::NotWhileServable(*place);
-            }
-            if mine.iter().any(|g| devices.contains(&g.uuid)) {
-                return Overtake::No(Some(*place));
-            }
+        let Some(verdict) = blocks(dir, *place, &a, mine, available) else {
             continue;
-        } else if available
-            .iter()
-            .filter(|g| a.pool.contains(&g.uuid))
-            .count()
-            >= a.need
+        };
+        // One that has waited long for GPUs its own user holds stops holding back the
+        // rest: holding one GPU and asking for all of them would otherwise keep every
+        // other one idle for as long as that user likes.
+        if place.age() > SELF_BLOCK_LIMIT
+            && waits_on_itself(dir, &a, *file, mine, locks.get_or_insert_with(Locks::read))
         {
-            return Overtake::NotWhileServable(*place);
+            continue;
         }
-        let overtakers = a
-            .pool
-            .iter()
-            .filter(|uuid| !mine.iter().any(|g| &&g.uuid == uuid))
-            .filter(|uuid| match dir.state(uuid) {
-                Ok(LeaseState::Held(Some(h))) => h.ticket.is_none_or(|t| t > *place),
-                Ok(LeaseState::Held(None)) | Err(_) => true,
-                Ok(LeaseState::Free) => false,
-            })
-            .count();
-        let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
-        if overtakers + mine_in_pool + a.need > a.pool.len() {
-            return Overtake::No(Some(*place));
-        }
+        return verdict;
     }
     Overtake::Yes
+}
+
+/// Whether the waiter at `place`, asking `a`, keeps us from taking `mine` now (`None`:
+/// it does not), by the rules of [`may_overtake`].
+fn blocks(
+    dir: &LockDir,
+    place: queue::Place,
+    a: &TicketRequest,
+    mine: &[PoolGpu],
+    available: &[&PoolGpu],
+) -> Option<Overtake> {
+    // A waiter that holds GPUs under its own place is checking them (its probe runs
+    // after it locked them): it may yet let them go and need others, so nobody goes
+    // ahead of it meanwhile.
+    let checking = a.pool.iter().any(
+        |uuid| matches!(dir.state(uuid), Ok(LeaseState::Held(Some(h))) if h.ticket == Some(place)),
+    );
+    if checking {
+        return Some(Overtake::No(Some(place)));
+    } else if let Some(devices) = &a.devices {
+        if devices
+            .iter()
+            .all(|d| available.iter().any(|g| &g.uuid == d))
+        {
+            return Some(Overtake::NotWhileServable(place));
+        }
+        if mine.iter().any(|g| devices.contains(&g.uuid)) {
+            return Some(Overtake::No(Some(place)));
+        }
+        return None;
+    } else if available
+        .iter()
+        .filter(|g| a.pool.contains(&g.uuid))
+        .count()
+        >= a.need
+    {
+        return Some(Overtake::NotWhileServable(place));
+    }
+    let overtakers = a
+        .pool
+        .iter()
+        .filter(|uuid| !mine.iter().any(|g| &&g.uuid == uuid))
+        .filter(|uuid| match dir.state(uuid) {
+            Ok(LeaseState::Held(Some(h))) => h.ticket.is_none_or(|t| t > place),
+            Ok(LeaseState::Held(None)) | Err(_) => true,
+            Ok(LeaseState::Free) => false,
+        })
+        .count();
+    let mine_in_pool = mine.iter().filter(|g| a.pool.contains(&g.uuid)).count();
+    (overtakers + mine_in_pool + a.need > a.pool.len()).then_some(Overtake::No(Some(place)))
+}
+
+/// Whether a waiter (its request `a`, its ticket `file`) cannot be served until GPUs its
+/// own user holds come free: leases of its pool (other than `mine`, the ones a waiter
+/// behind is taking) whose locks, as the kernel says, a process of the ticket's user
+/// took (the same user; for root, whose processes are every CI job's, also the same
+/// session), or a process that has exited and left the lock to another (nobody can say
+/// whose: counted as its own). What a lease's holder writes in its lock file (its
+/// place in the queue) is not asked: the user could write anything there. Such a
+/// waiter waits on itself; after [`SELF_BLOCK_LIMIT`] the waiters behind may take what
+/// it cannot use. A ticket whose file is not known is never judged so.
+fn waits_on_itself(
+    dir: &LockDir,
+    a: &TicketRequest,
+    file: Option<FileKey>,
+    mine: &[PoolGpu],
+    locks: &Locks,
+) -> bool {
+    // A waiter that has not said its pool yet waits on nobody's GPUs (PENDING_LIMIT).
+    let Some(file) = file.filter(|_| !a.pool.is_empty()) else {
+        return false;
+    };
+    let Some(pid) = locks.taken_by(file) else {
+        return false; // nobody holds the ticket: a dead waiter's
+    };
+    let waiter = crate::lockdir::identity(pid);
+    let own = |holder: Option<Identity>| match (waiter, holder) {
+        (Some(w), Some(h)) => w.uid == h.uid && (w.uid != 0 || w.session == h.session),
+        _ => true,
+    };
+    let own_held: Vec<&String> = a
+        .pool
+        .iter()
+        .filter(|uuid| !mine.iter().any(|g| &&g.uuid == uuid))
+        .filter(|uuid| {
+            dir.lock_file_key(uuid)
+                .and_then(|k| locks.taken_by(k))
+                .is_some_and(|pid| own(crate::lockdir::identity(pid)))
+        })
+        .collect();
+    match &a.devices {
+        Some(devices) => devices.iter().any(|d| own_held.contains(&d)),
+        None => own_held.len() + a.need > a.pool.len(),
+    }
 }
 
 /// Whether a waiter may take GPUs ahead of those before it in the queue.
@@ -125,7 +197,7 @@ pub(super) fn idle_among<'a>(free: &[&'a PoolGpu], busy: &[(u32, String)]) -> Ve
 /// busy, by [`may_overtake`].
 pub(super) fn overtake_allowed(
     dir: &LockDir,
-    ahead: &[(queue::Place, String)],
+    ahead: &[Ahead],
     free: &[&PoolGpu],
     busy: &[(u32, String)],
     need: usize,
@@ -157,19 +229,18 @@ mod tests {
     }
 
     /// A waiter at `at_ms` for `need` of `pool` (or exactly `devices`).
-    fn waiter(
-        at_ms: u64,
-        need: usize,
-        pool: &[PoolGpu],
-        devices: Option<&[PoolGpu]>,
-    ) -> (queue::Place, String) {
+    fn waiter(at_ms: u64, need: usize, pool: &[PoolGpu], devices: Option<&[PoolGpu]>) -> Ahead {
         let request = TicketRequest {
             need,
             pool: pool.iter().map(|g| g.uuid.clone()).collect(),
             devices: devices.map(|d| d.iter().map(|g| g.uuid.clone()).collect()),
             holder: Holder::default(),
         };
-        (place(at_ms), serde_json::to_string(&request).unwrap())
+        Ahead {
+            place: place(at_ms),
+            text: serde_json::to_string(&request).unwrap(),
+            file: None,
+        }
     }
 
     /// Leases `gpus` as granted to the queue place at `at_ms`.
@@ -284,7 +355,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LockDir::open(tmp.path(), false).unwrap();
         let pool = gpus(8);
-        let planted = [(place(100), "not a request".to_string())];
+        let planted = [Ahead {
+            place: place(100),
+            text: "not a request".to_string(),
+            file: None,
+        }];
         assert_eq!(
             may_overtake(&dir, &planted, &pool[..1], &refs(&pool)),
             Overtake::Yes
@@ -309,5 +384,71 @@ mod tests {
             may_overtake(&dir, &stuck, &pool[..1], &refs(&pool)),
             Overtake::Yes
         );
+    }
+
+    #[test]
+    fn a_waiter_that_waits_on_its_own_gpus_holds_back_the_rest_only_for_a_while() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(tmp.path(), false).unwrap();
+        let pool = gpus(8);
+        // This process holds GPU 0 (granted to an earlier place) and, ahead in the
+        // queue, asks for all 8: it waits on itself.
+        let _mine = leased(&dir, &pool[..1], 10);
+        let ticket_path = tmp.path().join("queue/ticket");
+        let ticket = std::fs::File::create(&ticket_path).unwrap();
+        ticket.lock().unwrap();
+        let key = Some(FileKey::of(&ticket.metadata().unwrap()));
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+        let now_ms = now.tv_sec() as u64 * 1000 + now.tv_nsec() as u64 / 1_000_000;
+        let asking = |at_ms: u64, file: Option<FileKey>| {
+            let mut w = waiter(at_ms, 8, &pool, None);
+            w.file = file;
+            [w]
+        };
+        let free = refs(&pool[1..]);
+        // Just arrived: it still holds back the rest, as any waiter ahead does.
+        assert_eq!(
+            may_overtake(&dir, &asking(now_ms, key), &pool[1..2], &free),
+            Overtake::No(Some(place(now_ms)))
+        );
+        // Past the limit it does not: what it waits for, its own user holds.
+        let old = now_ms.saturating_sub(SELF_BLOCK_LIMIT.as_millis() as u64 + 5_000);
+        assert_eq!(
+            may_overtake(&dir, &asking(old, key), &pool[1..2], &free),
+            Overtake::Yes
+        );
+        // One that has not said its pool yet waits on nobody (up to PENDING_LIMIT).
+        let mut pending = waiter(old, 1, &[], None);
+        pending.file = key;
+        assert_eq!(
+            may_overtake(&dir, &[pending], &pool[1..2], &free),
+            Overtake::No(Some(place(old)))
+        );
+        // A ticket nobody holds, or one not known, is never judged so.
+        assert_eq!(
+            may_overtake(&dir, &asking(old, None), &pool[1..2], &free),
+            Overtake::No(Some(place(old)))
+        );
+        // GPU 0 held by a process of another session (for root, another CI job's): the
+        // waiter waits on others, and keeps its place however long it waits.
+        drop(_mine);
+        let lock = tmp.path().join(format!("{}.lock", pool[0].uuid));
+        let mut other = std::process::Command::new("setsid")
+            .args(["flock", "-x"])
+            .arg(&lock)
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        let held = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            matches!(dir.state(&pool[0].uuid), Ok(LeaseState::Held(_)))
+        });
+        assert!(held, "flock did not take GPU 0");
+        assert_eq!(
+            may_overtake(&dir, &asking(old, key), &pool[1..2], &free),
+            Overtake::No(Some(place(old)))
+        );
+        let _ = other.kill();
+        let _ = other.wait();
     }
 }

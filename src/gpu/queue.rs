@@ -15,7 +15,16 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::lockdir::{LockDir, LockWait, lock_until, open_read};
+use crate::lockdir::{FileKey, LockDir, LockWait, lock_until, open_read};
+
+/// A live ticket ahead of ours: its place, what it says, and its file (to ask the
+/// kernel who holds it).
+#[derive(Debug, Clone)]
+pub struct Ahead {
+    pub place: Place,
+    pub text: String,
+    pub file: Option<FileKey>,
+}
 
 /// Where a waiter stands: lower first. `at_ms` is its arrival on the host's boot clock
 /// (one clock for every process, unaffected by wall-clock steps) minus its head start;
@@ -339,9 +348,9 @@ impl Ticket {
         Ok(Heartbeat { stop, thread })
     }
 
-    /// The live tickets ahead of ours that show life, nearest the head first: place
-    /// and content. A silent one is passed over while it stays silent.
-    pub fn ahead(&self) -> std::io::Result<Vec<(Place, String)>> {
+    /// The live tickets ahead of ours that show life, nearest the head first: place,
+    /// content and file. A silent one is passed over while it stays silent.
+    pub fn ahead(&self) -> std::io::Result<Vec<Ahead>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.queue)?.flatten() {
             let Some(name) = e.file_name().to_str().map(str::to_string) else {
@@ -364,11 +373,12 @@ impl Ticket {
             }
             // A ticket is a few hundred bytes; one that is not is read as far as that
             // goes, and then cannot be parsed (the strictest case).
+            let file = f.metadata().ok().map(|m| FileKey::of(&m));
             let mut text = String::new();
             let _ = f.take(MAX_TICKET).read_to_string(&mut text);
-            out.push((place, text));
+            out.push(Ahead { place, text, file });
         }
-        out.sort_unstable_by_key(|(p, _)| *p);
+        out.sort_unstable_by_key(|a| a.place);
         Ok(out)
     }
 }

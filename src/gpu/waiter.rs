@@ -155,7 +155,9 @@ struct Acquisition<'a, P> {
     ticket: Ticket,
     /// Keeps the ticket fresh while we wait (see [`Ticket::heartbeat`]).
     _heartbeat: queue::Heartbeat,
-    select: File,
+    /// `select.lock`, unless it is root's alone and we are not root (see
+    /// [`LockDir::open_select_lock`]): then we decide without it.
+    select: Option<File>,
     candidates: Vec<PoolGpu>,
     need: usize,
     policy: &'a IdlePolicy,
@@ -224,7 +226,7 @@ where
             .heartbeat()
             .map_err(|e| io("starting the ticket's heartbeat", e))?;
         let select = dir
-            .open_lock_file("select.lock")
+            .open_select_lock()
             .map_err(|e| io("opening select.lock", e))?;
         Ok(Acquisition {
             dir,
@@ -306,14 +308,20 @@ where
     /// interleave. Errors come after the lock is let go.
     fn choose(&mut self, head: bool, free: &[PoolGpu]) -> Result<Choice, LeaseError> {
         let choice = self.choose_locked(head, free);
-        let _ = self.select.unlock();
+        if let Some(select) = &self.select {
+            let _ = select.unlock();
+        }
         choice
     }
 
     fn choose_locked(&mut self, head: bool, free: &[PoolGpu]) -> Result<Choice, LeaseError> {
         // Waiting for the decision lock is bounded like the rest of the wait; held past
         // our deadline, the wait ends and says who held it.
-        match lock_until(&self.select, self.deadline) {
+        match self
+            .select
+            .as_ref()
+            .map_or(Ok(()), |s| lock_until(s, self.deadline))
+        {
             Ok(()) => {}
             Err(LockWait::TimedOut) => {
                 self.select_held = true;
@@ -329,7 +337,7 @@ where
                 .ahead()
                 .map_err(|e| self.io("reading the queue", e))?
         };
-        ahead.retain(|(place, _)| !self.stuck.contains(place));
+        ahead.retain(|a| !self.stuck.contains(&a.place));
         if ahead.is_empty() {
             self.servable_since = None;
         }
@@ -495,7 +503,10 @@ where
         }
         let free = self.candidates.len() - r.leased.len();
         let select_held_by = self.select_held.then(|| {
-            crate::lockdir::lock_holder(&self.select).unwrap_or_else(|| "another process".into())
+            self.select
+                .as_ref()
+                .and_then(crate::lockdir::lock_holder)
+                .unwrap_or_else(|| "another process".into())
         });
         LeaseError::TimedOut {
             need: self.need,
@@ -515,8 +526,10 @@ fn leased_now(dir: &LockDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
         .filter_map(|g| match dir.state(&g.uuid) {
             Ok(LeaseState::Held(h)) => Some((
                 g.index,
-                h.map(|h| h.describe())
-                    .unwrap_or_else(|| "an unknown holder".into()),
+                h.map(|h| h.describe()).unwrap_or_else(|| {
+                    dir.kernel_holder(&g.uuid)
+                        .unwrap_or_else(|| "an unknown holder".into())
+                }),
             )),
             Ok(LeaseState::Free) => None,
             Err(e) => Some((g.index, format!("unreadable lock file: {e}"))),

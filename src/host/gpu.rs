@@ -49,14 +49,14 @@ pub fn settle(policy: &HostPolicy, gpu: &mut GpuConfig) -> Result<(), PolicyErro
         gpu.allow_network_lock_dir.to_string(),
         network.to_string(),
     )?;
-    if let Some(idle) = &pinned.idle {
-        conflict(
-            "idle",
-            serde_json::to_string(&gpu.idle).unwrap_or_default(),
-            serde_json::to_string(idle).unwrap_or_default(),
-        )?;
-        gpu.idle = idle.clone();
-    }
+    // Like the others: a policy that does not name it pins the default.
+    let idle = pinned.idle.clone().unwrap_or(defaults.idle);
+    conflict(
+        "idle",
+        serde_json::to_string(&gpu.idle).unwrap_or_default(),
+        serde_json::to_string(&idle).unwrap_or_default(),
+    )?;
+    gpu.idle = idle;
     gpu.lock_dir = lock_dir;
     gpu.probe = probe;
     gpu.allow_network_lock_dir = network;
@@ -156,6 +156,55 @@ mod tests {
         settle(&p, &mut gpu).unwrap();
         assert_eq!(gpu.pool, PoolSpec::Devices(vec!["1".into()]));
         assert!(gpu.host_pool.is_some());
+    }
+
+    #[test]
+    fn a_policy_that_names_no_gpu_fact_pins_each_to_its_default() {
+        // The policy names none of them (only a pool): a manifest's own lock dir, probe,
+        // network lock dir or idle policy is refused all the same, and its defaults are
+        // fine.
+        let p = policy("version: 1\ngpu: {pool: [0, 1]}\n");
+        let base = "version: 1\nproject: p\nimage: {locks: [x]}\ngpu: {GPU}\nbatches:\n  b: {gpus: 1, timeout: 1m, run: [x]}\n";
+        let manifest = |gpu: &str| {
+            crate::manifest::Manifest::parse(
+                &base.replace("GPU", gpu),
+                std::path::Path::new("cibox.yaml"),
+            )
+            .unwrap()
+        };
+        for (gpu, want) in [
+            (
+                "idle: {max_memory_mib: 81920, max_utilization: 100}",
+                "pins gpu.idle to {\"max_memory_mib\":256,\"max_utilization\":0}, and gpu.idle in cibox.yaml says {\"max_memory_mib\":81920,\"max_utilization\":100}",
+            ),
+            (
+                "lock_dir: /tmp/pr-locks",
+                "pins gpu.lock_dir to /run/lock/cibox, and gpu.lock_dir in cibox.yaml says /tmp/pr-locks",
+            ),
+            (
+                "probe: nvidia-smi",
+                "pins gpu.probe to auto, and gpu.probe in cibox.yaml says nvidia-smi",
+            ),
+            (
+                "allow_network_lock_dir: true",
+                "pins gpu.allow_network_lock_dir to false, and gpu.allow_network_lock_dir in cibox.yaml says true",
+            ),
+        ] {
+            let mut m = manifest(gpu);
+            let e = settle(&p, &mut m.gpu).unwrap_err().to_string();
+            assert!(e.contains(want), "{gpu}: {e}");
+        }
+        for same in [
+            "idle: {max_memory_mib: 256}",
+            "lock_dir: /run/lock/cibox",
+            "probe: auto",
+            "allow_network_lock_dir: false",
+            "pool: [1]",
+        ] {
+            let mut m = manifest(same);
+            settle(&p, &mut m.gpu).unwrap();
+            assert_eq!(m.gpu.idle, crate::manifest::IdlePolicy::default(), "{same}");
+        }
     }
 
     #[test]

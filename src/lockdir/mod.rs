@@ -11,7 +11,8 @@
 //! Sharing between users of one host: the directory (and its `queue/` and `runs/`) is
 //! created with mode 1777 (world-writable, sticky, like /tmp) and every lock file with
 //! mode 0666, so any user can open and lock any file while nobody can delete or replace
-//! another user's file. Files are opened without `O_CREAT` first, because Linux's
+//! another user's file; `cibox host setup` makes `select.lock` root's alone
+//! ([`LockDir::open_select_lock`]). Files are opened without `O_CREAT` first, because Linux's
 //! `fs.protected_regular` refuses `O_CREAT` on another user's file in a sticky folder.
 
 pub mod runs;
@@ -161,6 +162,12 @@ const SAFE_FLAGS: i32 = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::lib
 /// Accepts only a regular file: a FIFO, device or socket planted under a lock file's
 /// name would block or mislead; and a file of root's only with one name.
 fn regular(file: File, path: &Path) -> std::io::Result<File> {
+    regular_with(file, path, false)
+}
+
+/// [`regular`]; `any_names`: a root file with other names is fine too, for a file cibox
+/// neither writes nor reads (`select.lock`: only its lock counts).
+fn regular_with(file: File, path: &Path, any_names: bool) -> std::io::Result<File> {
     use std::os::unix::fs::MetadataExt;
     let md = file.metadata()?;
     // A hard link could name a file outside the lock dir; only one owned by root can do
@@ -168,7 +175,7 @@ fn regular(file: File, path: &Path) -> std::io::Result<File> {
     // theirs to spoil. A root file anyone may write already (mode 0666, as `host setup`
     // makes lock files) is no such harm: anyone may link it anywhere, and a second name
     // of it must not stop every lease.
-    let shared = md.mode() & 0o777 == 0o666;
+    let shared = md.mode() & 0o777 == 0o666 || any_names;
     if !md.file_type().is_file() || (md.nlink() != 1 && md.uid() == 0 && !shared) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -286,45 +293,152 @@ pub fn still_at(file: &File, path: &Path) -> bool {
     }
 }
 
-/// Who holds a lock on `file`, as the kernel's `/proc/locks` says: "pid 123 (uid 1001
-/// mallory)", or `None` when it cannot tell.
-pub fn lock_holder(file: &File) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let md = file.metadata().ok()?;
-    let dev = md.dev();
-    let want = format!(
-        "{:02x}:{:02x}:{}",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev),
-        md.ino()
-    );
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    let pid: u32 = locks.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`; a waiter's line has `->`.
-        let fields: Vec<&str> = fields.into_iter().filter(|f| *f != "->").collect();
-        (fields.get(5) == Some(&want.as_str()))
-            .then(|| fields.get(4)?.parse().ok())
-            .flatten()
-    })?;
-    // The kernel names the process that took the lock; it may since have exited and
-    // left the lock with a descriptor it passed on (a child, a fork).
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Some(format!(
-            "a process that inherited it from pid {pid} (which has exited; look for its children)"
-        ));
+/// A file as the kernel's lock table names it: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileKey {
+    pub fn of(md: &std::fs::Metadata) -> FileKey {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: md.dev(),
+            ino: md.ino(),
+        }
+    }
+
+    /// `08:01:1234`, as `/proc/locks` and `/proc/PID/fdinfo` write it.
+    fn proc_text(&self) -> String {
+        format!(
+            "{:02x}:{:02x}:{}",
+            nix::sys::stat::major(self.dev),
+            nix::sys::stat::minor(self.dev),
+            self.ino
+        )
+    }
+}
+
+/// The kernel's table of locks held now (`/proc/locks`), read once: which process took
+/// the lock on each file. That process may since have exited and left the lock with a
+/// descriptor it passed on (a child, a fork).
+pub struct Locks {
+    taken_by: std::collections::HashMap<String, u32>,
+}
+
+impl Locks {
+    pub fn read() -> Locks {
+        let text = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+        let mut taken_by = std::collections::HashMap::new();
+        for line in text.lines() {
+            // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`; a blocked waiter's line
+            // has `->` and holds nothing.
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.contains(&"->") {
+                continue;
+            }
+            if let (Some(pid), Some(file)) = (fields.get(4), fields.get(5))
+                && let Ok(pid) = pid.parse::<u32>()
+            {
+                taken_by.entry(file.to_string()).or_insert(pid);
+            }
+        }
+        Locks { taken_by }
+    }
+
+    /// The process that took the lock held on `file`, if one is held.
+    pub fn taken_by(&self, file: FileKey) -> Option<u32> {
+        self.taken_by.get(&file.proc_text()).copied()
+    }
+}
+
+/// A process's user and session, as the kernel says; `None` once it has exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: u32,
+    pub session: u32,
+}
+
+pub fn identity(pid: u32) -> Option<Identity> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .and_then(|u| u.parse::<u32>().ok())?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `PID (COMMAND) STATE PPID PGRP SESSION …`; the command may hold spaces and `)`.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let session = after.split_whitespace().nth(3)?.parse().ok()?;
+    Some(Identity { uid, session })
+}
+
+/// The processes that hold a lock on the file `key` names, found through their open
+/// descriptors (`/proc/PID/fdinfo`, which names the locks each holds): every process
+/// for root, a user's own for anyone else. At most a few.
+fn lock_holders_by_fd(key: FileKey) -> Vec<u32> {
+    let want = key.proc_text();
+    let ino = format!("ino:\t{}", key.ino);
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
     };
-    let status = Some(status);
-    let uid = status.as_deref().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|u| u.parse::<u32>().ok())
-    });
-    Some(match uid {
-        Some(uid) => format!("pid {pid} ({})", ownership::user_name(uid)),
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_to_string(fd.path()).is_ok_and(|info| {
+                info.lines().any(|l| l == ino)
+                    && info
+                        .lines()
+                        .any(|l| l.starts_with("lock:") && !l.contains("->") && l.contains(&want))
+            })
+        });
+        if holds {
+            found.push(pid);
+            if found.len() == 3 {
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// "pid 123 (uid 1001 (mallory))".
+fn named(pid: u32) -> String {
+    match identity(pid) {
+        Some(id) => format!("pid {pid} ({})", ownership::user_name(id.uid)),
         None => format!("pid {pid}"),
-    })
+    }
+}
+
+/// Who holds a lock on `file`, as the kernel says: "pid 123 (uid 1001 (mallory))"; when
+/// the process that took it has exited and left it to another (a child, a fork), that
+/// one, found through its descriptors: "pid 125 (uid 1001 (mallory)), which inherited
+/// it from pid 123". `None` when nobody holds it, or the kernel's table cannot be read.
+pub fn lock_holder(file: &File) -> Option<String> {
+    let key = FileKey::of(&file.metadata().ok()?);
+    let pid = Locks::read().taken_by(key)?;
+    if identity(pid).is_some() {
+        return Some(named(pid));
+    }
+    let holders = lock_holders_by_fd(key);
+    if holders.is_empty() {
+        // Only root may read another user's descriptors.
+        return Some(format!(
+            "a process of another user that inherited it from pid {pid}, which has exited (only root may see whose: run this as root to have it named, or look for what pid {pid} started)"
+        ));
+    }
+    let names: Vec<String> = holders.into_iter().map(named).collect();
+    Some(format!(
+        "{}, which inherited it from pid {pid} (exited)",
+        names.join(" and ")
+    ))
 }
 
 /// Why a bounded wait for a lock ended without it.
@@ -497,6 +611,68 @@ impl LockDir {
     fn owner(&self) -> std::io::Result<u32> {
         use std::os::unix::fs::MetadataExt;
         Ok(std::fs::symlink_metadata(&self.path)?.uid())
+    }
+
+    /// Opens `select.lock`, the lock a waiter holds while it decides a hand-out.
+    /// Whoever can open it can hold it and stop every hand-out for as long as they
+    /// like, so `cibox host setup` makes it root's alone (mode 0600). Then only cibox
+    /// running as root opens it; anyone else gets `None` and decides without it: a
+    /// hand-out stays safe without it (each GPU's lock is taken all or none, a waiter
+    /// behind the head checks again once it holds its GPUs), and what the decision
+    /// lock adds, that deciders do not interleave, is not worth letting every user
+    /// stop all hand-outs. In a lock dir not set up (mode 0666) everyone opens it.
+    pub fn open_select_lock(&self) -> std::io::Result<Option<File>> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.path.join("select.lock");
+        let owner = self.owner()?;
+        let me = nix::unistd::geteuid().as_raw();
+        let opened = if me == 0 || me == owner {
+            // Read-only is enough to lock it; it is made when missing, as ever.
+            match OpenOptions::new()
+                .read(true)
+                .custom_flags(SAFE_FLAGS)
+                .open(&path)
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return self.open_lock_file("select.lock").map(Some);
+                }
+                other => other,
+            }
+        } else {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(SAFE_FLAGS)
+                .open(&path)
+        };
+        let file = match opened {
+            Ok(f) => regular_with(f, &path, true)?,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // Root's alone, as `host setup` makes it: decide without it.
+                let md = std::fs::symlink_metadata(&path)?;
+                if md.is_file() && md.uid() == 0 && md.mode() & 0o077 == 0 {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // As for the other files a lease depends on.
+                return self.open_lock_file("select.lock").map(Some);
+            }
+            Err(e) => return Err(refused_link(e, &path)),
+        };
+        let uid = file.metadata()?.uid();
+        if uid != 0 && uid != owner {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is {}, not by root or the lock dir's owner ({}): its owner could remove it while a waiter holds it; remove it (as root), or run `cibox host setup`",
+                    path.display(),
+                    ownership::owner_of(uid),
+                    ownership::user_name(owner)
+                ),
+            ));
+        }
+        Ok(Some(file))
     }
 
     /// Opens a file every lease depends on (a GPU's lock file, `select.lock`,

@@ -1,8 +1,9 @@
 //! `cibox host setup`: the lock dir made once, by root, so that nobody else owns
 //! anything a lease depends on. The folder, `queue/` and `runs/` are root's (mode 1777,
 //! sticky: anyone may add a ticket or a run's record, nobody may remove another's), and
-//! so are `select.lock`, `queue.seq`, `probe.lock` and each GPU's lock file (mode 0666:
-//! anyone may lock them, only root may remove or replace them).
+//! so are `queue.seq`, `probe.lock` and each GPU's lock file (mode 0666: anyone may lock
+//! them, only root may remove or replace them) and `select.lock` (mode 0600: only root
+//! may hold it; anyone else decides without it, see `LockDir::open_select_lock`).
 //!
 //! Root works here in folders others may write, so nothing is done through a path that
 //! someone could swap for a link between a check and a change: a folder another user
@@ -65,13 +66,19 @@ pub fn setup(dir: &Path, gpu_uuids: &[String]) -> Result<Setup, LockDirError> {
             return Ok(report);
         }
     }
-    let names = ["select.lock", "queue.seq", "probe.lock"]
+    // `select.lock` is root's alone: whoever can open it can hold it, and every
+    // hand-out waits for it. The others anyone may lock (mode 0666).
+    let names = [("select.lock".to_string(), SELECT_MODE)]
         .into_iter()
-        .map(str::to_string)
-        .chain(gpu_uuids.iter().map(|u| format!("{u}.lock")));
-    for name in names {
+        .chain(
+            ["queue.seq", "probe.lock"]
+                .into_iter()
+                .map(|n| (n.to_string(), 0o666)),
+        )
+        .chain(gpu_uuids.iter().map(|u| (format!("{u}.lock"), 0o666)));
+    for (name, mode) in names {
         let path = dir.join(&name);
-        root_file(&path, &mut report).map_err(|e| err(&name, e))?;
+        root_file(&path, mode, &mut report).map_err(|e| err(&name, e))?;
     }
     Ok(report)
 }
@@ -163,17 +170,39 @@ fn held_inside(dir: &Path) -> Option<String> {
     None
 }
 
-/// A plain file of root's with mode 0666. Another's, a link or a special file is
+/// The mode of `select.lock` once set up: root's alone (see [`super::LockDir::open_select_lock`]).
+pub const SELECT_MODE: u32 = 0o600;
+
+/// A plain file of root's with `mode`. Another's, a link or a special file is
 /// replaced, unless someone holds a lock on it now.
-fn root_file(path: &Path, report: &mut Setup) -> std::io::Result<()> {
+fn root_file(path: &Path, mode: u32, report: &mut Setup) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(md) if md.is_file() && md.uid() == 0 => {
             let file = std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(SAFE_FLAGS)
                 .open(path)?;
-            file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
-            return Ok(());
+            // Narrowed, a file another user opened before keeps their descriptor (and
+            // may be held through it): such a one is set aside like another's.
+            if md.mode() & 0o777 != mode
+                && mode & 0o077 == 0
+                && matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+            {
+                report.left.push(format!(
+                    "{} is held by {}: run setup again once it is released",
+                    path.display(),
+                    lock_holder(&file).unwrap_or_else(|| "a process".into())
+                ));
+                return Ok(());
+            }
+            if md.mode() & 0o777 == mode || mode & 0o077 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+                return Ok(());
+            }
+            drop(file);
+            // Made anew rather than narrowed: a descriptor someone opened on the old
+            // file while anyone could would let them hold it still.
+            std::fs::remove_file(path)?;
         }
         Ok(md) => {
             if md.is_file() {
@@ -207,9 +236,9 @@ fn root_file(path: &Path, report: &mut Setup) -> std::io::Result<()> {
         .write(true)
         .create_new(true)
         .custom_flags(SAFE_FLAGS)
-        .mode(0o666)
+        .mode(mode)
         .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
     report.done.push(format!("made {}", path.display()));
     Ok(())
 }

@@ -187,6 +187,8 @@ pub(super) fn prepare(root: Node) -> Result<Node, (Mark, String)> {
         .iter()
         .find(|(k, _)| k.scalar_text() == Some("container"))
         .map(|(_, v)| v.clone());
+    // Before anything is laid in: what laying it in would come to.
+    expanded_weight(&kept, defaults.as_ref(), container.as_ref())?;
     for (k, v) in &mut kept {
         if k.scalar_text() != Some("batches") {
             continue;
@@ -220,6 +222,133 @@ pub(super) fn prepare(root: Node) -> Result<Node, (Mark, String)> {
     };
     drop_nulls(&mut root, &mut Vec::new());
     Ok(root)
+}
+
+/// The most values a manifest may hold once `defaults`, the top-level `container` and
+/// test lists are laid into its batches (and its layers name the batches they stand
+/// for): each batch is a copy of what is laid into it, so a large default under many
+/// batches, or a large family under many entries, would otherwise multiply.
+pub(super) const MAX_EXPANDED_VALUES: usize = 1_000_000;
+/// The most text (bytes) it may hold then.
+pub(super) const MAX_EXPANDED_BYTES: usize = 64 << 20;
+
+/// A size as the bounds' messages say it.
+pub(super) fn shown_bytes(bytes: usize) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+    }
+}
+
+/// What one batch (or test list) comes to once laid out: where it is, its key path,
+/// its values and bytes, and its entries when it is a test list.
+struct Share {
+    mark: Mark,
+    name: String,
+    weight: (usize, usize),
+    entries: Option<usize>,
+}
+
+/// Refuses a manifest whose batches would come to more than [`MAX_EXPANDED_VALUES`] or
+/// [`MAX_EXPANDED_BYTES`] once `defaults` and the top-level `container` are laid under
+/// each batch (and `changed.run`) and a test list's family under each entry: counted
+/// from the tree as written, before anything is copied. Each batch is counted as all
+/// of its own keys, the defaults and the container (what laying them in can come to at
+/// most); a test list as that many times its entries, plus the entries. The error
+/// points at the batch that comes to the most.
+fn expanded_weight(
+    top: &[(Node, Node)],
+    defaults: Option<&Node>,
+    container: Option<&Node>,
+) -> Result<(), (Mark, String)> {
+    let add =
+        |a: (usize, usize), b: (usize, usize)| (a.0.saturating_add(b.0), a.1.saturating_add(b.1));
+    let times = |a: (usize, usize), n: usize| (a.0.saturating_mul(n), a.1.saturating_mul(n));
+    let weight = |n: Option<&Node>| n.map_or((0, 0), Node::weight);
+    let laid = add(weight(defaults), weight(container));
+    // The document as written, each batch once more below with what is laid into it.
+    let mut total = top
+        .iter()
+        .fold((1, 0), |w, (k, v)| add(w, add(k.weight(), v.weight())));
+    // The batch that comes to the most.
+    let mut largest: Option<Share> = None;
+    let mut count = |mark: Mark, name: String, w: (usize, usize), entries: Option<usize>| {
+        total = add(total, w);
+        if largest
+            .as_ref()
+            .is_none_or(|l| w.1 > l.weight.1 || (w.1 == l.weight.1 && w.0 > l.weight.0))
+        {
+            largest = Some(Share {
+                mark,
+                name,
+                weight: w,
+                entries,
+            });
+        }
+    };
+    for (k, v) in top {
+        match k.scalar_text() {
+            Some("batches") => {
+                let yaml::NodeValue::Map(batches) = &v.value else {
+                    continue;
+                };
+                for (name, batch) in batches {
+                    let own = batch.weight();
+                    let name_text = format!("batches.{}", name.scalar_text().unwrap_or_default());
+                    let each = batch.get("each").and_then(|e| match &e.value {
+                        yaml::NodeValue::Seq(items) => Some((e.weight(), items.len())),
+                        _ => None,
+                    });
+                    match each {
+                        Some((each_w, n)) if n > 0 => {
+                            // Each entry: the family without its list, with the defaults
+                            // and container laid in; its own keys (and the variables
+                            // and `meta` naming its file) once more.
+                            let family = (own.0 - each_w.0, own.1 - each_w.1);
+                            let w = add(times(add(family, laid), n), times(each_w, 3));
+                            count(name.mark, name_text, w, Some(n));
+                        }
+                        _ => count(name.mark, name_text, add(own, laid), None),
+                    }
+                }
+            }
+            Some("changed") => {
+                if let Some(run) = v.get("run") {
+                    count(k.mark, "changed.run".into(), add(run.weight(), laid), None);
+                }
+            }
+            _ => {}
+        }
+    }
+    if total.0 <= MAX_EXPANDED_VALUES && total.1 <= MAX_EXPANDED_BYTES {
+        return Ok(());
+    }
+    let Some(Share {
+        mark,
+        name,
+        weight: w,
+        entries,
+    }) = largest
+    else {
+        return Ok(());
+    };
+    let this = match entries {
+        Some(n) => format!(
+            "this test list {}: its {n} entries each a copy of the family",
+            shown_bytes(w.1)
+        ),
+        None => format!("this batch {}", shown_bytes(w.1)),
+    };
+    Err((
+        mark,
+        format!(
+            "{name}: laid into its batches, the manifest comes to {} of text and {} values ({this}); a manifest may come to at most {} MiB and {MAX_EXPANDED_VALUES} values once `defaults`, the top-level `container` and test lists are laid in: keep large values out of what many batches share (a test can read them from a file of the source)",
+            shown_bytes(total.1),
+            total.0,
+            MAX_EXPANDED_BYTES >> 20,
+        ),
+    ))
 }
 
 /// Takes `node` out of its place, leaving an empty list (at the same position) there.
@@ -472,5 +601,64 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    #[test]
+    fn what_defaults_and_test_lists_lay_into_batches_is_bounded() {
+        // A test list of 3,000 entries under a default of `size` bytes, or 10,000 batches.
+        let family = |size: usize| {
+            let entries: String = (0..3000)
+                .map(|i| format!("      - {{file: tests/t{i}.py}}\n"))
+                .collect();
+            format!(
+                "version: 1\nproject: p\nimage: {{locks: [x]}}\ndefaults:\n  timeout: 1m\n  env: {{BIG: \"{}\"}}\nbatches:\n  unit: {{gpus: 0, run: [x]}}\n  fam:\n    gpus: 0\n    run: [x]\n    each:\n{entries}",
+                "x".repeat(size)
+            )
+        };
+        let m = parse(&family(4 << 10)).unwrap();
+        assert_eq!(m.batches.len(), 3001);
+        let e = parse(&family(32 << 10)).unwrap_err();
+        assert!(
+            e.starts_with(
+                "cibox.yaml:9:3: batches.fam: laid into its batches, the manifest comes to 94."
+            ),
+            "{e}"
+        );
+        assert!(
+            e.contains("(this test list 94.0 MiB: its 3000 entries each a copy of the family); a manifest may come to at most 64 MiB and 1000000 values"),
+            "{e}"
+        );
+        // Plain batches, each with the defaults and the top-level container laid in.
+        let batches = |size: usize| {
+            let mut t = format!(
+                "version: 1\nproject: p\nimage: {{locks: [x]}}\ncontainer: {{env: {{C: \"{}\"}}}}\ndefaults: {{timeout: 1m, gpus: 0, run: [x]}}\nbatches:\n",
+                "y".repeat(size)
+            );
+            for i in 0..10_000 {
+                t.push_str(&format!("  b{i}: {{}}\n"));
+            }
+            t
+        };
+        assert_eq!(parse(&batches(1 << 10)).unwrap().batches.len(), 10_000);
+        let e = parse(&batches(16 << 10)).unwrap_err();
+        assert!(
+            e.starts_with(
+                "cibox.yaml:7:3: batches.b0: laid into its batches, the manifest comes to 156."
+            ),
+            "{e}"
+        );
+        // Values count as well as text: many small defaults under many batches.
+        let mut many = String::from(
+            "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults:\n  timeout: 1m\n  gpus: 0\n  run: [x]\n  meta:\n",
+        );
+        for i in 0..200 {
+            many.push_str(&format!("    k{i}: {i}\n"));
+        }
+        many.push_str("batches:\n");
+        for i in 0..5000 {
+            many.push_str(&format!("  b{i}: {{}}\n"));
+        }
+        let e = parse(&many).unwrap_err();
+        assert!(e.contains("MiB of text and 20"), "{e}");
     }
 }

@@ -20,6 +20,7 @@ use super::error::ManifestError;
 use super::gpu::validate_gpu;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image, validate_images};
 use super::raw::{RawBatch, RawLayer, RawLayerBatches, RawManifest};
+use super::tree::{MAX_EXPANDED_BYTES, MAX_EXPANDED_VALUES, shown_bytes};
 use super::types::{Batch, Layer};
 use super::values::{env_map, is_name, plain_meta};
 
@@ -302,6 +303,9 @@ fn validate_layers(
 ) -> Result<IndexMap<String, Layer>, ManifestError> {
     let known: Vec<String> = batches.keys().cloned().collect();
     let mut layers = IndexMap::new();
+    // Each layer holds the names of the batches it stands for (`all`: every one): many
+    // layers of many batches would multiply them, as defaults under batches would.
+    let (mut named, mut named_bytes) = (0usize, 0usize);
     for (name, l) in raw {
         if !is_name(&name, true) {
             return Err(check.at_key(
@@ -310,6 +314,18 @@ fn validate_layers(
             ));
         }
         let (list, all) = layer_batches(check, batches, families, &known, &name, l.batches)?;
+        named += list.len();
+        named_bytes += list.iter().map(String::len).sum::<usize>();
+        if named > MAX_EXPANDED_VALUES || named_bytes > MAX_EXPANDED_BYTES {
+            return Err(check.at(
+                &["layers", &name, "batches"],
+                format!(
+                    "the layers up to this one name {named} batches ({} of names; `all` and a test list count each batch they stand for), more than the {} MiB and {MAX_EXPANDED_VALUES} values a manifest may: fewer layers of `all`",
+                    shown_bytes(named_bytes),
+                    MAX_EXPANDED_BYTES >> 20
+                ),
+            ));
+        }
         if let Some(img) = &l.image {
             known_image(check, images, &["layers", &name, "image"], img)?;
             if let Some(b) = list

@@ -270,10 +270,27 @@ impl RunRecord {
     /// Reads a `result.json` (a user names it: `cibox reproduce`).
     pub fn read(path: &Path) -> Result<RunRecord, RecordError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| RecordError::Read {
+        let read_err = |source| RecordError::Read {
             path: shown.clone(),
             source,
-        })?;
+        };
+        // Downloaded, so anyone's: a plain file (a FIFO would block), read only as far as
+        // a record can go (1,000 failing tests of 1 KiB, the rest small).
+        let (file, _) = crate::util::open_plain(path, true).map_err(read_err)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, MAX_RECORD_BYTES + 1),
+            &mut bytes,
+        )
+        .map_err(read_err)?;
+        if bytes.len() as u64 > MAX_RECORD_BYTES {
+            return Err(read_err(std::io::Error::other(format!(
+                "larger than {} MiB: no record cibox writes is",
+                MAX_RECORD_BYTES >> 20
+            ))));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| read_err(std::io::Error::other("not UTF-8 text: no cibox record")))?;
         let record: RunRecord =
             serde_json::from_str(&text).map_err(|source| RecordError::Parse {
                 path: shown.clone(),
@@ -315,9 +332,28 @@ impl RunRecord {
         {
             return Err(bad("layer", "a layer name"));
         }
+        // Replayed as the commit it names: a name (`HEAD`, a branch) would replay
+        // whatever it points at now, and an option (`--…`) would reach git.
+        if let Some(sha) = &record.source.sha
+            && !is_commit_id(sha)
+        {
+            return Err(bad(
+                "source.sha",
+                "a full commit ID: 40 lowercase hex digits, 64 in a SHA-256 repository",
+            ));
+        }
         Ok(record)
     }
 }
+
+/// Whether `sha` is a full commit ID as git writes one (`rev-parse HEAD`): 40 lowercase
+/// hex digits, or 64 in a SHA-256 repository.
+fn is_commit_id(sha: &str) -> bool {
+    matches!(sha.len(), 40 | 64) && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The largest record read: what cibox writes is far smaller.
+const MAX_RECORD_BYTES: u64 = 16 << 20;
 
 /// The one line that replays a batch locally.
 pub fn reproduce_line(result: &Path) -> String {
@@ -405,6 +441,23 @@ impl RunRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_downloaded_record_is_read_only_as_far_as_a_record_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("result.json");
+        std::fs::write(&big, " ".repeat(17 << 20)).unwrap();
+        let e = RunRecord::read(&big).unwrap_err().to_string();
+        assert!(
+            e.ends_with("larger than 16 MiB: no record cibox writes is"),
+            "{e}"
+        );
+        // A FIFO in its place would block a plain read for ever.
+        let fifo = dir.path().join("fifo.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = RunRecord::read(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a plain file"), "{e}");
+    }
 
     fn gpu(index: u32, name: &str, cc: &str) -> GpuHardware {
         GpuHardware {

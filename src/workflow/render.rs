@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use indexmap::IndexMap;
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value as TemplateValue};
 use serde_json::{Value, json};
@@ -23,28 +24,46 @@ pub struct Rendered {
     pub text: String,
 }
 
-/// The template context: the manifest, with layers resolved to batch lists.
-pub fn context(m: &Manifest) -> Value {
-    let batch = |name: &str| {
-        let b = &m.batches[name];
-        json!({
-            "name": name,
-            "description": b.description,
-            "gpus": b.gpus,
-            "timeout": b.timeout.to_string(),
-            "timeout_minutes": b.timeout.0.as_secs().div_ceil(60),
-            "env": b.env,
-            "fast_env": b.fast_env,
-            "allow_empty": b.allow_empty,
-            "tests": b.tests,
-            "meta": b.meta,
-            "image": b.image,
-            "family": b.family,
-            "test_file": b.env.get("CIBOX_TEST_FILE").filter(|_| b.family.is_some()),
+/// The template context: the manifest, with layers resolved to batch lists. Each
+/// batch's value is made once and shared by every list that holds it (`batches`, each
+/// layer's and family's `batch_list`), so many layers of `all` cost a reference per
+/// batch, not a copy.
+pub fn context(m: &Manifest) -> TemplateValue {
+    let batch_values: IndexMap<&str, TemplateValue> = m
+        .batches
+        .iter()
+        .map(|(name, b)| {
+            let v = json!({
+                "name": name,
+                "description": b.description,
+                "gpus": b.gpus,
+                "timeout": b.timeout.to_string(),
+                "timeout_minutes": b.timeout.0.as_secs().div_ceil(60),
+                "env": b.env,
+                "fast_env": b.fast_env,
+                "allow_empty": b.allow_empty,
+                "tests": b.tests,
+                "meta": b.meta,
+                "image": b.image,
+                "family": b.family,
+                "test_file": b.env.get("CIBOX_TEST_FILE").filter(|_| b.family.is_some()),
+            });
+            (
+                name.as_str(),
+                TemplateValue::from(minijinja::value::Serde(&v)),
+            )
         })
+        .collect();
+    let batch_list = |names: &[String]| -> TemplateValue {
+        names
+            .iter()
+            .filter_map(|n| batch_values.get(n.as_str()).cloned())
+            .collect()
     };
-    let batches: Vec<Value> = m.batches.keys().map(|n| batch(n)).collect();
-    let layers: serde_json::Map<String, Value> = m
+    let map = |pairs: Vec<(&str, TemplateValue)>| TemplateValue::from_pairs(pairs);
+    let plain = |v: Value| TemplateValue::from(minijinja::value::Serde(&v));
+    let batches: TemplateValue = batch_values.values().cloned().collect();
+    let layers = map(m
         .layers
         .iter()
         .map(|(name, l)| {
@@ -61,21 +80,21 @@ pub fn context(m: &Manifest) -> Value {
                 .max()
                 .unwrap_or(0);
             (
-                name.clone(),
-                json!({
-                    "name": name,
-                    "description": l.description,
-                    "fast": l.fast,
-                    "batches": l.batches,
-                    "batch_list": l.batches.iter().map(|b| batch(b)).collect::<Vec<_>>(),
-                    "max_gpus": max_gpus,
-                    "max_timeout_minutes": max_minutes,
-                    "meta": l.meta,
-                    "image": l.image,
-                }),
+                name.as_str(),
+                map(vec![
+                    ("name", TemplateValue::from(name.as_str())),
+                    ("description", plain(json!(l.description))),
+                    ("fast", TemplateValue::from(l.fast)),
+                    ("batches", plain(json!(l.batches))),
+                    ("batch_list", batch_list(&l.batches)),
+                    ("max_gpus", TemplateValue::from(max_gpus)),
+                    ("max_timeout_minutes", TemplateValue::from(max_minutes)),
+                    ("meta", plain(l.meta.clone())),
+                    ("image", plain(json!(l.image))),
+                ]),
             )
         })
-        .collect();
+        .collect());
     // `changed`, with its run template's timeout in whole minutes for `timeout-minutes`.
     let mut changed = serde_json::to_value(&m.changed).unwrap_or(Value::Null);
     if let Some(run) = m.changed.as_ref().and_then(|c| c.run.as_ref())
@@ -87,30 +106,39 @@ pub fn context(m: &Manifest) -> Value {
         );
     }
     // Each test list with its entries' batches, for a matrix of them.
-    let families: serde_json::Map<String, Value> = m
+    let families = map(m
         .families
         .iter()
         .map(|(name, entries)| {
             (
-                name.clone(),
-                json!({
-                    "name": name,
-                    "batches": entries,
-                    "batch_list": entries.iter().map(|b| batch(b)).collect::<Vec<_>>(),
-                }),
+                name.as_str(),
+                map(vec![
+                    ("name", TemplateValue::from(name.as_str())),
+                    ("batches", plain(json!(entries))),
+                    ("batch_list", batch_list(entries)),
+                ]),
             )
         })
-        .collect();
-    json!({
-        "project": m.project,
-        "batches": batches,
-        "families": families,
-        "layers": layers,
-        "image": m.image,
-        "images": m.images,
-        "changed": changed,
-        "cibox_version": env!("CARGO_PKG_VERSION"),
-    })
+        .collect());
+    map(vec![
+        ("project", TemplateValue::from(m.project.as_str())),
+        ("batches", batches),
+        ("families", families),
+        ("layers", layers),
+        (
+            "image",
+            plain(serde_json::to_value(&m.image).unwrap_or(Value::Null)),
+        ),
+        (
+            "images",
+            plain(serde_json::to_value(&m.images).unwrap_or(Value::Null)),
+        ),
+        ("changed", plain(changed)),
+        (
+            "cibox_version",
+            TemplateValue::from(env!("CARGO_PKG_VERSION")),
+        ),
+    ])
 }
 
 /// Why the workflows could not be rendered: a configuration error (nothing is written).
@@ -144,6 +172,32 @@ pub enum RenderError {
         undefined: Option<String>,
         detail: Option<String>,
     },
+    #[error(
+        "{}: larger than {} KiB, the most a template may be",
+        .template.display(),
+        MAX_TEMPLATE_BYTES >> 10
+    )]
+    TooLarge { template: PathBuf },
+    #[error("{}: not UTF-8 text (byte {byte})", .template.display())]
+    NotUtf8 { template: PathBuf, byte: usize },
+    #[error(
+        "template {}: ran out of its instruction budget{}: a render may take about {FUEL} steps and handle about {} MiB of data; nothing written",
+        .template.display(),
+        .line.map(|l| format!(" (at line {l})")).unwrap_or_default(),
+        (FUEL * 64) >> 20
+    )]
+    OutOfFuel {
+        template: PathBuf,
+        line: Option<usize>,
+    },
+    #[error(
+        "template {}: rendered output over {} MiB, the most a workflow file may be (what `workflow lint` reads); nothing written",
+        .template.display(),
+        MAX_OUTPUT_BYTES >> 20
+    )]
+    OutputTooLarge { template: PathBuf },
+    #[error("{}: the rendered output is not UTF-8", .template.display())]
+    OutputNotUtf8 { template: PathBuf },
     #[error(
         "{}: the rendered output is not YAML: line {line} (of the output, banner included): {message}",
         .template.display()
@@ -215,8 +269,23 @@ fn to_text(v: &TemplateValue) -> String {
     }
 }
 
+/// The fuel one render may burn (minijinja's `fuel`): about one per instruction and
+/// one per 64 bytes of data a template makes or handles (output included), so it bounds
+/// both the time a render takes and what it can allocate (about 320 MiB). The example
+/// templates use a few thousand; a template over a manifest of 10,000 batches some
+/// hundred thousand.
+pub const FUEL: u64 = 5_000_000;
+
+/// The most a rendered workflow may hold: what `workflow lint` reads (GitHub's own
+/// limit on a workflow file is lower).
+pub const MAX_OUTPUT_BYTES: usize = super::lint::MAX_FILE_BYTES as usize;
+
+/// The largest template read.
+pub const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
+
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
+    env.set_fuel(Some(FUEL));
     env.set_syntax(
         SyntaxConfig::builder()
             .block_delimiters("<%", "%>")
@@ -245,31 +314,99 @@ fn environment() -> Environment<'static> {
     env
 }
 
-/// Renders one template with the banner; checks the result is YAML.
-pub fn render(template: &Path, ctx: &Value) -> Result<Rendered, RenderError> {
+/// Collects a render's output up to [`MAX_OUTPUT_BYTES`]; past that the write fails
+/// (and the render with it), and `over` says why.
+struct Bounded {
+    text: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len() + buf.len() > MAX_OUTPUT_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("rendered output over the bound"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads a template: a plain file (no link: a template a pull request committed as one
+/// could name any file cibox, maybe root, may read; no FIFO) of at most
+/// [`MAX_TEMPLATE_BYTES`], UTF-8.
+fn read_template(template: &Path) -> Result<String, RenderError> {
+    use std::io::Read;
+    let unreadable = |source: std::io::Error| RenderError::Unreadable {
+        template: template.to_path_buf(),
+        source: crate::nofollow::said_of_links(source),
+    };
+    let (file, _) = crate::util::open_plain(template, false).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TEMPLATE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(RenderError::TooLarge {
+            template: template.to_path_buf(),
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| RenderError::NotUtf8 {
+        template: template.to_path_buf(),
+        byte: e.utf8_error().valid_up_to(),
+    })
+}
+
+/// Renders one template with the banner; checks the result is YAML. The render runs
+/// on a budget ([`FUEL`]) and its output is bounded ([`MAX_OUTPUT_BYTES`]): a template
+/// is a pull request's, and a loop of its own must not run or grow without end.
+pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderError> {
     let name = template
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("template")
         .to_string();
-    // A template a pull request committed as a link is not followed (it could name any
-    // file cibox, maybe root, may read).
-    let source = crate::util::open_plain(template, false)
-        .and_then(|(mut f, _)| {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut f, &mut text).map(|_| text)
-        })
-        .map_err(|source| RenderError::Unreadable {
-            template: template.to_path_buf(),
-            source: crate::nofollow::said_of_links(source),
-        })?;
+    let source = read_template(template)?;
     let env = environment();
     let tmpl = env
         .template_from_named_str(&name, &source)
         .map_err(|e| describe(template, &e))?;
-    let body = tmpl
-        .render(minijinja::value::Serde(ctx))
-        .map_err(|e| describe(template, &e))?;
+    let mut out = Bounded {
+        text: Vec::new(),
+        over: false,
+    };
+    let rendered = tmpl.render_captured_to(ctx.clone(), &mut out);
+    if out.over {
+        return Err(RenderError::OutputTooLarge {
+            template: template.to_path_buf(),
+        });
+    }
+    match rendered {
+        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
+            return Err(RenderError::OutOfFuel {
+                template: template.to_path_buf(),
+                line: e.line(),
+            });
+        }
+        Err(e) => return Err(describe(template, &e)),
+        Ok(captured) => {
+            if let Some((used, _)) = captured.state().fuel_levels() {
+                crate::console::debug(format!(
+                    "template {}: rendered with {used} of {FUEL} fuel",
+                    template.display()
+                ));
+            }
+        }
+    }
+    let body = String::from_utf8(std::mem::take(&mut out.text)).map_err(|_| {
+        RenderError::OutputNotUtf8 {
+            template: template.to_path_buf(),
+        }
+    })?;
     let banner = format!(
         "# Generated by cibox {} from {name}. Do not edit: edit the template and run `cibox workflow render`.\n",
         env!("CARGO_PKG_VERSION")
@@ -319,9 +456,14 @@ fn describe(template: &Path, e: &minijinja::Error) -> RenderError {
     }
 }
 
+/// How long a diff may take before it settles for a coarser one.
+const DIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A unified diff of `old` → `new`, labelled with the path.
 pub fn diff(path: &Path, old: &str, new: &str) -> String {
-    similar::TextDiff::from_lines(old, new)
+    similar::TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(old, new)
         .unified_diff()
         .header(
             &format!("a/{}", path.display()),
@@ -333,6 +475,97 @@ pub fn diff(path: &Path, old: &str, new: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Renders `source` as a template of its own over `ctx`.
+    fn render_text(source: &str, ctx: serde_json::Value) -> Result<Rendered, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bomb.yml.j2");
+        std::fs::write(&path, source).unwrap();
+        render(&path, &TemplateValue::from(minijinja::value::Serde(&ctx)))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_template_runs_on_a_budget_and_its_output_is_bounded() {
+        // 10^10 iterations: out of fuel, not on for ever.
+        let e = render_text(
+            "on: push\n<% for a in range(100000) %><% for b in range(100000) %><% endfor %><% endfor %>",
+            json!({}),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.contains("bomb.yml.j2: ran out of its instruction budget"),
+            "{e}"
+        );
+        // A 1 MB string printed a million times: the output bound, long before memory.
+        let big = "x".repeat(1 << 20);
+        let e = render_text(
+            "on: push\n<% for c in big %><< big >><% endfor %>",
+            json!({ "big": big }),
+        )
+        .err()
+        .unwrap();
+        assert!(e.contains("bomb.yml.j2: rendered output over 1 MiB"), "{e}");
+        // Doubling a value in a few steps allocates, not renders: the budget charges it.
+        let e = render_text(
+            "on: push\n<% set ns = namespace(x=big) %><% for i in range(40) %><% set ns.x = ns.x ~ ns.x %><% endfor %>",
+            json!({ "big": big }),
+        )
+        .err()
+        .unwrap();
+        assert!(e.contains("ran out of its instruction budget"), "{e}");
+        // What real templates do is far inside both.
+        let ok = render_text(
+            "on: push\njobs:\n<% for b in batches %>  j<< loop.index >>: {runs-on: ubuntu-latest, steps: [{run: << b | shell >>}]}\n<% endfor %>",
+            json!({ "batches": (0..2000).map(|i| format!("b{i}")).collect::<Vec<_>>() }),
+        )
+        .unwrap();
+        assert!(ok.text.contains("j2000:"), "{}", ok.text);
+    }
+
+    #[test]
+    fn layers_share_their_batches_values() {
+        // 200 layers of `all` over 2,000 batches: each list holds the batches' values,
+        // not copies of them.
+        let mut text = String::from(
+            "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1m, gpus: 0, run: [x], env: {E: \"some value\"}}\nbatches:\n",
+        );
+        for i in 0..2000 {
+            text.push_str(&format!("  b{i}: {{}}\n"));
+        }
+        text.push_str("layers:\n");
+        for i in 0..200 {
+            text.push_str(&format!("  l{i}: {{batches: all}}\n"));
+        }
+        let m = Manifest::parse(&text, Path::new("cibox.yaml")).unwrap();
+        let ctx = context(&m);
+        let first = ctx
+            .get_attr("batches")
+            .and_then(|b| b.get_item_by_index(0))
+            .unwrap();
+        let in_layer = ctx
+            .get_attr("layers")
+            .and_then(|l| l.get_attr("l199"))
+            .and_then(|l| l.get_attr("batch_list"))
+            .and_then(|b| b.get_item_by_index(0))
+            .unwrap();
+        type Map = IndexMap<TemplateValue, TemplateValue>;
+        let (a, b) = (
+            first.downcast_object_ref::<Map>().unwrap(),
+            in_layer.downcast_object_ref::<Map>().unwrap(),
+        );
+        assert!(std::ptr::eq(a, b), "a layer's batch is a copy");
+        assert_eq!(
+            in_layer
+                .get_attr("env")
+                .unwrap()
+                .get_attr("E")
+                .unwrap()
+                .as_str(),
+            Some("some value")
+        );
+    }
 
     #[test]
     fn quoting_filters() {

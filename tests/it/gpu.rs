@@ -454,6 +454,37 @@ fn small_requests_fill_gpus_the_head_cannot_use_without_delaying_it() {
 }
 
 #[test]
+fn a_request_waiting_on_its_own_users_gpus_holds_back_others_only_for_a_while() {
+    // One user holds a GPU and asks for all eight: its request, at the head, can never
+    // be served while its own lease lives. The seven idle GPUs go to others once it
+    // has waited 30 s (SELF_BLOCK_LIMIT), not when that user lets go.
+    let h = GpuHost::new(8);
+    let mut holder = h
+        .cmd(&["gpu", "exec", "--count", "1", "--", "sleep", "300"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || h.leased() == [0] && h.queued() == 0));
+    let mut all = h
+        .cmd(&[
+            "gpu", "exec", "--count", "8", "--wait", "300s", "--", "true",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || h.queued_with_pool() == 1));
+    let r = h.run(&["gpu", "exec", "--count", "1", "--wait", "60s", "--", "true"]);
+    let all_still_waits = all.try_wait().unwrap().is_none();
+    let _ = all.kill();
+    let _ = holder.kill();
+    all.wait().unwrap();
+    holder.wait().unwrap();
+    r.ok();
+    assert!(all_still_waits, "the 8-GPU request was served");
+}
+
+#[test]
 fn another_user_shares_the_lease_dir() {
     use std::os::unix::fs::PermissionsExt;
     assert!(

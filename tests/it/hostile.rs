@@ -177,6 +177,95 @@ fn a_held_decision_lock_bounds_the_wait_and_yields_to_signals() {
     drop(select);
 }
 
+/// `PROGRAM ARGS` as user nobody, in `h`'s work folder (made reachable for it).
+fn as_nobody(h: &GpuHost, program: &Path, args: &[&str]) -> std::process::Command {
+    for d in [h.locks.path(), h.smi.state.path(), h.work.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(program)
+        .args(args)
+        .current_dir(h.work.path());
+    c
+}
+
+#[test]
+fn a_decision_lock_held_by_another_users_orphan_names_its_holder() {
+    must_be_root();
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    // Another user locks select.lock (anyone may open it where `host setup` has not
+    // run), hands it to a child and exits: the kernel's table names only the exited pid.
+    let select = h.locks.path().join("select.lock");
+    let script = format!(
+        "import fcntl, os, time\nf = open({:?})\nfcntl.flock(f, fcntl.LOCK_EX)\npid = os.fork()\nif pid:\n    print(os.getpid(), pid, flush=True)\n    os._exit(0)\nos.close(1)\nos.close(2)\ntime.sleep(60)\n",
+        select.display().to_string()
+    );
+    let out = as_nobody(&h, Path::new("/usr/bin/python3"), &["-c", &script])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8(out.stdout).unwrap();
+    let (parent, child) = pids.trim().split_once(' ').expect("two pids");
+    let r = run_within(
+        &mut h.cmd(&["gpu", "exec", "--count", "1", "--wait", "1s", "--", "true"]),
+        20,
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.parse().unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    r.fails_with(
+        4,
+        &format!(
+            "select.lock in {} stays locked by pid {child} (uid 65534 (nobody)), which inherited it from pid {parent} (exited)",
+            h.locks.path().display()
+        ),
+    );
+}
+
+#[test]
+fn after_host_setup_only_root_can_hold_the_decision_lock_and_everyone_leases() {
+    use std::os::unix::fs::MetadataExt;
+    must_be_root();
+    let h = GpuHost::new(1);
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+    let select = h.locks.path().join("select.lock");
+    assert_eq!(std::fs::metadata(&select).unwrap().mode() & 0o777, 0o666);
+    let dir = h.locks.path().display().to_string();
+    h.run(&["host", "setup", "--lock-dir", &dir]).ok();
+    let md = std::fs::metadata(&select).unwrap();
+    assert_eq!(
+        (md.uid(), md.mode() & 0o777),
+        (0, 0o600),
+        "select.lock after setup"
+    );
+    // Nobody else can open it, so nobody else can hold it ...
+    let r = run(&mut as_nobody(
+        &h,
+        Path::new("/bin/sh"),
+        &["-c", &format!("exec 3< {}", select.display())],
+    ));
+    assert!(
+        r.code != 0 && r.stderr.contains("Permission denied"),
+        "another user opened select.lock: {}",
+        r.stderr
+    );
+    // ... and another user still leases (deciding without it), as root does with it.
+    let bin = h.work.path().join("cibox");
+    let smi = h.work.path().join("nvidia-smi");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::copy(FakeSmi::program(), &smi).unwrap();
+    let mut c = as_nobody(&h, &bin, &["gpu", "exec", "--count", "1", "--", "id", "-u"]);
+    c.env("CIBOX_NVIDIA_SMI", &smi)
+        .env("CIBOX_FAKE_SMI_STATE", h.smi.state.path())
+        .env("CIBOX_GPU_LOCK_DIR", h.locks.path());
+    let r = run(&mut c);
+    r.ok();
+    assert_eq!(r.stdout.trim(), "65534");
+    h.run(&["gpu", "exec", "--count", "1", "--", "true"]).ok();
+}
+
 #[test]
 fn manifest_aliases_and_nesting_are_bounded() {
     // A few hundred bytes that would expand to 2^30 values.
@@ -197,10 +286,155 @@ fn manifest_aliases_and_nesting_are_bounded() {
     run_within(&mut p_cmd(&p, &["batch", "list"]), 30).fails_with(2, "cibox.yaml");
 }
 
+/// Runs `cibox ARGS` in `p` with at most `mib` MiB of address space (and at most 60 s):
+/// a bomb that would need gigabytes aborts there rather than taking the host's memory.
+fn within_memory(p: &Project, args: &[&str], mib: u64) -> Run {
+    use std::os::unix::process::CommandExt;
+    let mut c = p_cmd(p, args);
+    let limit = nix::libc::rlimit {
+        rlim_cur: mib << 20,
+        rlim_max: mib << 20,
+    };
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            if nix::libc::setrlimit(nix::libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    run_within(&mut c, 60)
+}
+
+#[test]
+fn manifest_and_template_bombs_are_refused_within_bounded_memory() {
+    const MIB: u64 = 1024;
+    // A 3 MiB default under a test list of 3,000 entries: 9 GiB once laid into each.
+    let big = "x".repeat(3 << 20);
+    let entries: String = (0..3000)
+        .map(|i| format!("      - {{file: tests/t{i}.py}}\n"))
+        .collect();
+    let p = Project::new(&format!(
+        "version: 1\nproject: p\nimage: {{locks: [x]}}\ndefaults:\n  timeout: 1m\n  env: {{BIG: \"{big}\"}}\nbatches:\n  fam:\n    gpus: 0\n    run: [x]\n    each:\n{entries}"
+    ));
+    let r = within_memory(&p, &["batch", "list"], MIB);
+    r.fails_with(
+        2,
+        "cibox.yaml:8:3: batches.fam: laid into its batches, the manifest comes to 8.8 GiB of text",
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    // 2,500 layers of `all` over 10,000 batches: 25 million names.
+    let mut text = String::from(
+        "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1m, gpus: 0, run: [x]}\nbatches:\n",
+    );
+    for i in 0..10_000 {
+        text.push_str(&format!("  b{i}: {{}}\n"));
+    }
+    text.push_str("layers:\n");
+    for i in 0..2500 {
+        text.push_str(&format!("  l{i}: {{batches: all}}\n"));
+    }
+    let p = Project::new(&text);
+    within_memory(&p, &["batch", "list"], MIB).fails_with(
+        2,
+        "layers.l100.batches: the layers up to this one name 1010000 batches",
+    );
+    // A committed output beside its template of 48 million lines (96 MiB): `--check`
+    // neither reads nor diffs it all.
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\n",
+    );
+    p.write(".github/workflows/w.yml.j2", "on: push\njobs: {}\n");
+    p.write(".github/workflows/w.yml", "a\n".repeat(48 << 20));
+    let r = within_memory(&p, &["workflow", "render", "--check"], MIB);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("-(larger than 1 MiB, the most a render writes: not shown)"),
+        "{}",
+        r.stdout
+    );
+    // Templates: a loop of 10^10 steps, one printing a 1 MB string a million times, and
+    // one doubling a value forty times. Each refused, nothing written.
+    let meta = "x".repeat(1 << 20);
+    let p = Project::new(&format!(
+        "version: 1\nproject: p\nimage: {{locks: [x]}}\nbatches:\n  b: {{gpus: 0, timeout: 1m, run: [x], meta: {{big: \"{meta}\"}}}}\n"
+    ));
+    let big = "<< batches[0].meta.big >>";
+    for (template, want) in [
+        (
+            "<% for a in range(100000) %><% for b in range(100000) %><% endfor %><% endfor %>".to_string(),
+            "loop.yml.j2: ran out of its instruction budget",
+        ),
+        (
+            format!("<% for c in batches[0].meta.big %>{big}<% endfor %>"),
+            "loop.yml.j2: rendered output over 1 MiB",
+        ),
+        (
+            "<% set ns = namespace(x=batches[0].meta.big) %><% for i in range(40) %><% set ns.x = ns.x ~ ns.x %><% endfor %>".to_string(),
+            "loop.yml.j2: ran out of its instruction budget",
+        ),
+    ] {
+        p.write(".github/workflows/loop.yml.j2", format!("on: push\n{template}"));
+        let r = within_memory(&p, &["workflow", "render"], MIB);
+        r.fails_with(2, want);
+        assert!(
+            !p.path().join(".github/workflows/loop.yml").exists(),
+            "a refused render wrote its output"
+        );
+    }
+}
+
 fn p_cmd(p: &Project, args: &[&str]) -> std::process::Command {
     let mut c = cibox(p.path());
     c.args(args);
     c
+}
+
+#[test]
+fn what_a_pull_request_wrote_reaches_the_terminal_shown_not_sent() {
+    // A description, and a committed workflow beside its template, holding a title
+    // change (OSC 0), a clipboard write (OSC 52), an 8-bit CSI and an override.
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [\"true\"], description: \"d\\e]0;pwned\\a\\e]52;c;Y3VybCBldmls\\a\\x9b2J\\u202e\"}\n",
+    );
+    p.write(".github/workflows/w.yml.j2", "on: push\njobs: {}\n");
+    p.write(
+        ".github/workflows/w.yml",
+        "on: push\n# \u{1b}]52;c;Y3VybCBldmls\u{7}\u{9b}2J\u{202e}\njobs: {}\n",
+    );
+    let raw = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|c| *c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(c)))
+            .collect()
+    };
+    for args in [
+        &["batch", "list"][..],
+        &["--json", "batch", "list"],
+        &["workflow", "render", "--check"],
+        &["--json", "workflow", "render", "--check"],
+    ] {
+        let r = p.cibox(args);
+        assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+        let found = raw(&format!("{}{}", r.stdout, r.stderr));
+        assert!(found.is_empty(), "{args:?}: {found:?} in {:?}", r.stdout);
+    }
+    let r = p.cibox(&["batch", "list"]);
+    assert!(
+        r.stdout
+            .contains("d\\u{1b}]0;pwned\\u{7}\\u{1b}]52;c;Y3VybCBldmls\\u{7}\\u{9b}2J\\u{202e}"),
+        "{}",
+        r.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&p.cibox(&["--json", "batch", "list"]).stdout).unwrap();
+    assert_eq!(
+        v["batches"][0]["description"],
+        "d\u{1b}]0;pwned\u{7}\u{1b}]52;c;Y3VybCBldmls\u{7}\u{9b}2J\u{202e}",
+        "the JSON says what the manifest says"
+    );
 }
 
 #[test]

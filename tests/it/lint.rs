@@ -199,6 +199,37 @@ fn lint_needs_no_manifest() {
 }
 
 #[test]
+fn names_a_workflow_gives_reach_the_terminal_shown_not_sent() {
+    // A pull request's workflow whose step is named with a title change (OSC 0), a
+    // clipboard write (OSC 52), an 8-bit CSI and an override.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("pr.yml"),
+        "on: pull_request\njobs:\n  gpu:\n    runs-on: [self-hosted]\n    timeout-minutes: 5\n    steps:\n      - name: \"a\\e]0;pwned\\a\\e]52;c;Y3VybCBldmls\\a\\x9b2J\\u202eb\"\n        run: echo ${{ github.event.pull_request.title }}\n",
+    )
+    .unwrap();
+    for format in ["text", "json", "sarif"] {
+        let r = run(cibox(dir.path()).args(["workflow", "lint", "--format", format, "pr.yml"]));
+        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        let raw: Vec<char> = r
+            .stdout
+            .chars()
+            .chain(r.stderr.chars())
+            .filter(|c| *c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(c)))
+            .collect();
+        assert!(raw.is_empty(), "{format}: {raw:?} in {:?}", r.stdout);
+    }
+    let r = run(cibox(dir.path()).args(["workflow", "lint", "pr.yml"]));
+    assert!(
+        r.stdout.contains(
+            "step 1 (a\\u{1b}]0;pwned\\u{7}\\u{1b}]52;c;Y3VybCBldmls\\u{7}\\u{9b}2J\\u{202e}b)"
+        ),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
 fn hostile_workflow_files() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

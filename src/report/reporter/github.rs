@@ -128,6 +128,34 @@ mod tests {
     }
 
     #[test]
+    fn what_a_test_named_reaches_the_log_shown_not_sent() {
+        // A JUnit report names its case, file and message: a title change (OSC 0), a
+        // clipboard write (OSC 52), an 8-bit CSI and an override, in each.
+        let evil = "x\u{1b}]0;pwned\u{7}\u{1b}]52;c;Y3VybCBldmlsfHNo\u{7}\u{9b}2J\u{202e}";
+        let mut run = sample::run();
+        for c in &mut run.batches[1].cases {
+            c.name = format!("test_{evil}");
+            c.classname = evil.into();
+            c.message = Some(format!("failed {evil}\nsecond line"));
+            c.file = Some(format!("tests/{evil}.py"));
+        }
+        run.batches[2].record.message = Some(evil.into());
+        let out = annotations(&run);
+        assert!(
+            !out.chars()
+                .any(|c| c != '\n' && crate::util::is_unsafe_char(c)),
+            "{out:?}"
+        );
+        assert!(
+            out.contains("\\u{1b}]52;c;Y3VybCBldmlsfHNo\\u{7}"),
+            "shown as an escape: {out}"
+        );
+        // Still one command a line; a message's own lines as GitHub writes them.
+        assert_eq!(out.lines().count(), 3, "{out}");
+        assert!(out.contains("%0Asecond line"), "{out}");
+    }
+
+    #[test]
     fn groups_wrap_each_batchs_output() {
         let b = crate::plan::run_plan::tests::batch_plan("4a");
         let mut gh = GitHub::new(Vec::new()).unwrap();

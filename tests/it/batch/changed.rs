@@ -103,6 +103,80 @@ fn reproduce_replays_a_recorded_failure_side_by_side() {
 }
 
 #[test]
+fn reproduce_shows_a_forged_records_text_and_wants_a_full_commit() {
+    let junit = "echo '<testsuite><testcase classname=\"m\" name=\"flaky\"><failure message=\"x\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
+    let p = busybox_project(&batch("red", 0, "1m", &[junit], ""), "");
+    let d = p.project.path();
+    make_checkout(d);
+    assert_eq!(p.run(&["batch", "run", "red"]).code, 1);
+    let rec = p.result("red");
+    // A downloaded record is anyone's: its host, failing tests and GPU names carry a
+    // title change (OSC 0), a clipboard write (OSC 52), an 8-bit CSI and an override.
+    let evil = "x\u{1b}]0;pwned\u{7}\u{1b}]52;c;Y3VybCBldmls\u{7}\u{9b}2J\u{202e}y";
+    let mut forged = rec.clone();
+    forged["host"] = evil.into();
+    forged["failed_tests"] = serde_json::json!([format!("m::{evil}")]);
+    forged["hardware"]["gpus"] = serde_json::json!([{
+        "index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+        "name": evil, "memory_mib": 1, "driver": evil, "cuda": evil,
+        "compute_capability": "9.0",
+    }]);
+    let path = d.join("forged.json");
+    std::fs::write(&path, forged.to_string()).unwrap();
+    let raw = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|c| *c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(c)))
+            .collect()
+    };
+    for args in [
+        &["reproduce", "--dry-run"][..],
+        &["reproduce"],
+        &["reproduce", "--json"],
+    ] {
+        let r = run(cibox(d).args(args).arg(&path));
+        assert!(
+            r.code == 0 || r.code == 1,
+            "{args:?}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        let found = raw(&format!("{}{}", r.stdout, r.stderr));
+        assert!(found.is_empty(), "{args:?}: {found:?} in {:?}", r.stdout);
+        if args.contains(&"--json") {
+            let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+            assert_eq!(
+                v["recorded"]["host"], evil,
+                "the JSON says what the record says"
+            );
+        }
+    }
+    let r = run(cibox(d).arg("reproduce").arg(&path));
+    assert!(
+        r.stdout
+            .contains("host        x\\u{1b}]0;pwned\\u{7}\\u{1b}]52;c;Y3VybCBldmls\\u{7}"),
+        "shown as escapes: {}",
+        r.stdout
+    );
+    // A commit by name (`HEAD`, a branch, an option) replays whatever it names now.
+    for sha in [
+        "HEAD",
+        "main",
+        "--upload-pack=touch /tmp/x",
+        &"A".repeat(40),
+        "0123abc",
+    ] {
+        let mut forged = rec.clone();
+        forged["source"]["sha"] = sha.into();
+        std::fs::write(&path, forged.to_string()).unwrap();
+        run(cibox(d).arg("reproduce").arg(&path)).fails_with(
+            2,
+            "`source.sha` is not one cibox writes (a full commit ID: 40 lowercase hex digits, 64 in a SHA-256 repository)",
+        );
+    }
+    assert!(p.containers().is_empty());
+}
+
+#[test]
 fn reproduce_replays_a_changed_test_file_from_changed_run() {
     // The batch `changed run` made is in no manifest: the record names its file, and
     // the replay makes it again from that commit's `changed.run`.
