@@ -263,7 +263,7 @@ fn lint_refuses_untrusted_code_on_self_hosted_runners() {
     );
     assert!(
         r.stdout
-            .contains("c.yml:3:3: job s: reads `secrets.deploy`"),
+            .contains("c.yml:3:3: job s: reads `secrets.DEPLOY`"),
         "{}",
         r.stdout
     );

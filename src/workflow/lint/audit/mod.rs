@@ -11,6 +11,7 @@ mod env_file_injection;
 mod no_timeout;
 mod pr_head_checkout;
 pub(crate) mod registry;
+mod runner_secret_file;
 mod script_injection;
 mod secrets_exposed;
 mod unchecked_call;

@@ -23,6 +23,7 @@ pub(crate) const AUDITS: &[&dyn Audit] = &[
     &super::no_timeout::NoTimeout,
     &super::unchecked_call::UncheckedCall,
     &super::unpinned_image::UnpinnedImage,
+    &super::runner_secret_file::RunnerSecretFile,
 ];
 
 /// Every rule a finding can carry, in SARIF's order: the loader's `unparsable`, then the

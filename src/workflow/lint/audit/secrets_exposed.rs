@@ -73,7 +73,7 @@ mod tests {
         assert_eq!(
             lines(&f),
             [
-                "secrets-exposed 3:3 job deploy: reads `secrets.deploy_key` under pull_request_target without a guard: any fork's pull request can start it"
+                "secrets-exposed 3:3 job deploy: reads `secrets.DEPLOY_KEY` under pull_request_target without a guard: any fork's pull request can start it"
             ]
         );
     }

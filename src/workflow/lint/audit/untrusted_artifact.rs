@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(
             lines(&f),
             [
-                "untrusted-artifact 8:9 job publish: downloads what the triggering run uploaded (actions/download-artifact of the triggering run) into a job holding `secrets.pypi_token`: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets `secrets.pypi_token`: handle the files in a job without secrets or write permissions, as data"
+                "untrusted-artifact 8:9 job publish: downloads what the triggering run uploaded (actions/download-artifact of the triggering run) into a job holding `secrets.PYPI_TOKEN`: a fork's pull request made that run, and whatever the job runs from the files (a script, a file unpacked over the checkout) gets `secrets.PYPI_TOKEN`: handle the files in a job without secrets or write permissions, as data"
             ]
         );
         let f = findings(

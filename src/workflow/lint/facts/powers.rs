@@ -52,12 +52,32 @@ pub(crate) fn reads_secrets(texts: &[String]) -> Option<String> {
             };
             for p in expr::all_paths(&parsed) {
                 if expr::under(&p, "secrets") && p != "secrets.github_token" {
-                    return Some(p);
+                    return Some(as_written(e.body, &p));
                 }
             }
         }
     }
     None
+}
+
+/// `path` (lower-cased, as expressions compare names) as the expression spells it,
+/// `secrets.HF_TOKEN` rather than `secrets.hf_token`; as given where it is not there
+/// whole (`secrets['HF_TOKEN']`).
+fn as_written(body: &str, path: &str) -> String {
+    let lower = body.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(path).map(|i| i + from) {
+        let end = at + path.len();
+        let ends_there = !lower[end..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if ends_there && body.is_char_boundary(at) && body.is_char_boundary(end) {
+            return body[at..end].to_string();
+        }
+        from = end;
+    }
+    path.to_string()
 }
 
 /// The write permissions granted, as the message names them; `None` when none is.
