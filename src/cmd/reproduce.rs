@@ -36,10 +36,19 @@ pub enum ReproduceError {
     )]
     NoCommit { result: PathBuf },
     #[error(
-        "commit {sha} is not in {}; fetch it first: git fetch origin {sha}",
-        .repo.display()
+        "commit {sha} is not in {}; fetch it first: {}",
+        .repo.display(),
+        match .remote {
+            Some(r) => format!("git fetch {r} {sha}"),
+            None => "this repository has no remote: add the one the run came from (git remote add NAME URL) and fetch the commit from it (git fetch NAME COMMIT)".to_string(),
+        }
     )]
-    CommitMissing { sha: String, repo: PathBuf },
+    CommitMissing {
+        sha: String,
+        repo: PathBuf,
+        /// The remote to fetch from: `origin` when there is one, else the first.
+        remote: Option<String>,
+    },
     /// The batch ran a test file through `changed.run`, which the manifest at the
     /// recorded commit lacks.
     #[error(
@@ -140,7 +149,18 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         .into());
     };
     if git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")]).is_err() {
-        return Err(ReproduceError::CommitMissing { sha, repo }.into());
+        let remotes = git(&repo, &["remote"]).unwrap_or_default();
+        let remotes: Vec<&str> = remotes
+            .lines()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .collect();
+        let remote = remotes
+            .iter()
+            .find(|r| **r == "origin")
+            .or(remotes.first())
+            .map(|r| crate::util::escape(r).into_owned());
+        return Err(ReproduceError::CommitMissing { sha, repo, remote }.into());
     }
     let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::refused)?;
     // Where the manifest sits in the repository, to find it in the worktree.

@@ -42,7 +42,7 @@ pub(crate) fn callee_scope(
         .copied()
         .filter(|t| !here.open.contains(t) && !here.approved.contains(t))
         .collect();
-    let tainted = tainted_inputs(with, &scope.tainted_inputs);
+    let tainted = tainted_inputs(&wf.flags, with, &scope.tainted_inputs);
     let given: Vec<(String, String)> = env_text(with)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -261,7 +261,26 @@ fn reproduce_refuses_an_unknown_commit_or_a_missing_image() {
     let mut v = p.result("b");
     v["source"]["sha"] = "0123456789abcdef0123456789abcdef01234567".into();
     std::fs::write(&record, v.to_string()).unwrap();
-    run(cibox(d).arg("reproduce").arg(&record)).fails_with(2, "is not in");
+    // No remote: it says how to add one, not to fetch from an origin that is not there.
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    r.fails_with(2, "is not in");
+    assert!(
+        r.stderr.contains("this repository has no remote")
+            && !r.stderr.contains("git fetch origin 0123"),
+        "{}",
+        r.stderr
+    );
+    git(
+        d,
+        &["remote", "add", "upstream", "https://example.invalid/p.git"],
+    );
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    assert!(
+        r.stderr
+            .contains("fetch it first: git fetch upstream 0123456789abcdef"),
+        "{}",
+        r.stderr
+    );
     v["source"]["sha"] = git(d, &["rev-parse", "HEAD"]).into();
     v["image"] = format!("sha256:{}", "0".repeat(64)).into();
     std::fs::write(&record, v.to_string()).unwrap();

@@ -44,7 +44,7 @@ fn malformed_ids_are_refused_with_exit_3() {
         ("latest", "is a tag or name"),
         ("sha256:0123abcd", "short or truncated"),
         ("0123abcd", "is a short ID"),
-        (&format!("sha256:{}", "AB".repeat(32)), "uppercase"),
+        (&format!("sha256:{}", "AB".repeat(32)), "in upper case"),
         (&format!("sha256:{}", "zz".repeat(32)), "is not hex"),
         (&"ab".repeat(32), "lacks the `sha256:` prefix"),
     ] {

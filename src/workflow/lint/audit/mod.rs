@@ -18,6 +18,7 @@ mod unchecked_call;
 mod unpinned_image;
 mod untrusted_artifact;
 mod untrusted_self_hosted;
+mod wait_past_timeout;
 mod write_permissions;
 
 use super::facts::job::{CallFacts, JobFacts};

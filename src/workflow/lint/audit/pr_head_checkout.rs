@@ -104,6 +104,25 @@ mod tests {
         }
     }
 
+    /// SGLang's cancel-pr-workflows-on-close.yml: the head branch as a query field of
+    /// `gh api` lists runs, it fetches no code; an endpoint that returns code does.
+    #[test]
+    fn gh_api_with_the_head_as_a_query_field_fetches_no_code() {
+        let job = |run: &str| {
+            format!(
+                "on:\n  pull_request_target:\n    types: [closed]\njobs:\n  cancel:\n    runs-on: ubuntu-latest\n    steps:\n      - env:\n          HEAD_BRANCH: ${{{{ github.event.pull_request.head.ref }}}}\n        run: |\n          ids=$(gh api -X GET \"repos/$REPO/actions/runs\" \\\n            --paginate \\\n            -f branch=\"$HEAD_BRANCH\" \\\n            --jq '.workflow_runs[].id')\n          {run}\n"
+            )
+        };
+        let f = findings(&PrHeadCheckout, &job("gh run cancel \"$ID\""));
+        assert!(f.is_empty(), "{:#?}", lines(&f));
+        let f = findings(
+            &PrHeadCheckout,
+            &job("gh api \"repos/$REPO/tarball/$HEAD_BRANCH\" > src.tgz"),
+        );
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert!(f[0].message.contains("`$HEAD_BRANCH`"), "{:#?}", lines(&f));
+    }
+
     /// A member's comment asked for the run; the head is fetched afterwards.
     #[test]
     fn a_members_comment_does_not_vouch_for_a_later_push() {

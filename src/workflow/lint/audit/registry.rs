@@ -24,6 +24,7 @@ pub(crate) const AUDITS: &[&dyn Audit] = &[
     &super::unchecked_call::UncheckedCall,
     &super::unpinned_image::UnpinnedImage,
     &super::runner_secret_file::RunnerSecretFile,
+    &super::wait_past_timeout::WaitPastTimeout,
 ];
 
 /// Every rule a finding can carry, in SARIF's order: the loader's `unparsable`, then the

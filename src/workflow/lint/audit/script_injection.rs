@@ -160,6 +160,30 @@ mod tests {
 
     /// Through `$GITHUB_ENV` into a later `${{ env.X }}`, through a file into `bash`,
     /// through a variable into `eval`.
+    /// SGLang's check-changes pattern: dorny/paths-filter's flags and a literal word
+    /// written to `$GITHUB_OUTPUT`, carried through job outputs, a called workflow's
+    /// outputs and a typed input, are no outsider's text; file names and a script's
+    /// computed value are.
+    #[test]
+    fn flags_counts_and_typed_inputs_are_no_attacker_text() {
+        let check = "on:\n  workflow_call:\n    outputs:\n      kernel: {value: \"${{ jobs.run.outputs.kernel }}\"}\n      files: {value: \"${{ jobs.run.outputs.files }}\"}\njobs:\n  run:\n    runs-on: ubuntu-latest\n    outputs:\n      kernel: ${{ steps.filter.outputs.kernel || steps.mode.outputs.all }}\n      files: ${{ steps.filter.outputs.kernel_files }}\n    steps:\n      - id: mode\n        run: |\n          if [ -n \"$X\" ]; then echo \"all=true\" >> $GITHUB_OUTPUT; else echo all=false >> \"$GITHUB_OUTPUT\"; fi\n      - id: filter\n        uses: dorny/paths-filter@v3\n        with: {filters: \"kernel: ['k/**']\"}\n";
+        let stage = "on:\n  workflow_call:\n    inputs:\n      kernel: {type: string, required: true}\n      count: {type: number, required: true}\n      name: {type: string, required: true}\njobs:\n  t:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - run: |\n          ./install.sh ${{ inputs.kernel }} ${{ inputs.count }}\n          echo ${{ inputs.name }}\n";
+        let caller = "on: pull_request\njobs:\n  check:\n    uses: ./.github/workflows/check.yml\n  local:\n    runs-on: ubuntu-latest\n    outputs:\n      n: ${{ steps.count.outputs.n }}\n    steps:\n      - id: count\n        run: echo \"n=$(ls | wc -l)\" >> $GITHUB_OUTPUT\n  stage:\n    needs: [check, local]\n    uses: ./.github/workflows/stage.yml\n    with:\n      kernel: ${{ needs.check.outputs.kernel }}\n      count: ${{ needs.local.outputs.n }}\n      name: ${{ needs.check.outputs.files }}\n";
+        let f = findings_with(
+            &ScriptInjection,
+            caller,
+            &[("check.yml", check), ("stage.yml", stage)],
+        );
+        // Only the file names: the flag is a flag, and the count a typed number.
+        assert_eq!(f.len(), 1, "{:#?}", lines(&f));
+        assert!(
+            f[0].message.contains("`${{ inputs.name }}`")
+                && f[0].message.contains("needs.check.outputs.files"),
+            "{:#?}",
+            lines(&f)
+        );
+    }
+
     #[test]
     fn carried_between_steps_then_pasted_or_run() {
         let f = findings(

@@ -34,6 +34,17 @@ static PR_REF_IN_SCRIPT: LazyLock<Regex> = LazyLock::new(|| {
 static FETCH_COMMAND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\b(git|gh|hub|curl|wget)\s+").expect("valid regex"));
 
+/// `gh api` on an endpoint that returns no code: the head's branch or sha given as a
+/// query field (`-f branch="$HEAD_BRANCH"`, listing runs) fetches nothing of it.
+static GH_API: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\bgh\s+api\b").expect("valid regex"));
+/// What of a `gh api` line can fetch code: the endpoints that return files or commits,
+/// or another fetching command on the line.
+static CODE_ENDPOINT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"tarball|zipball|/contents\b|/git/|\.(patch|diff)\b|\b(git|hub|curl|wget)\s+|\bgh\s+(pr|repo|run)\b")
+        .expect("valid regex")
+});
+
 /// A ref an earlier step or job computed: under `issue_comment` and the like, that is
 /// how the pull request's head is usually found (`gh pr view`), and lint cannot tell.
 fn computed_ref(text: &str) -> Option<String> {
@@ -131,7 +142,7 @@ fn script_line_head(
             false,
         ));
     }
-    if !FETCH_COMMAND.is_match(line) {
+    if !FETCH_COMMAND.is_match(line) || (GH_API.is_match(line) && !CODE_ENDPOINT.is_match(line)) {
         return None;
     }
     if let Some(h) = names_pr_head(line, envs, inputs, false) {

@@ -11,6 +11,7 @@ use github_actions_models::workflow::job::{NormalJob, ReusableWorkflowCallJob};
 
 use super::actions::Actions;
 use super::checkout::{HeadCheckout, head_checkouts};
+use super::flags::FlagOutputs;
 use super::flow::{Flows, flows};
 use super::runner::self_hosted;
 use super::scope::Scope;
@@ -40,6 +41,8 @@ pub(crate) struct WorkflowFacts<'a> {
     approved: HashMap<String, Vec<Trigger>>,
     /// The local actions its steps use, read once.
     pub actions: Actions,
+    /// Its jobs' outputs that can only be flags or counts.
+    pub flags: FlagOutputs,
 }
 
 impl<'a> WorkflowFacts<'a> {
@@ -80,10 +83,13 @@ impl<'a> WorkflowFacts<'a> {
             approved.insert(id, of(Condition::Approved));
         }
         let privileged_trigger = triggers.iter().any(|t| t.privileged());
-        let actions = if triggers.is_empty() {
-            Actions::default()
+        let (actions, flags) = if triggers.is_empty() {
+            (Actions::default(), FlagOutputs::default())
         } else {
-            Actions::load(workflow, resolve)
+            (
+                Actions::load(workflow, resolve),
+                FlagOutputs::of(workflow, resolve),
+            )
         };
         WorkflowFacts {
             scope,
@@ -95,6 +101,7 @@ impl<'a> WorkflowFacts<'a> {
             open,
             approved,
             actions,
+            flags,
         }
     }
 
@@ -150,7 +157,7 @@ impl<'a> JobFacts<'a> {
             .as_ref()
             .map(|why| format!(" ({why})"))
             .unwrap_or_default();
-        let taint = Taint::new(wf.workflow, job);
+        let taint = Taint::new(wf.workflow, job, &wf.flags);
         let steps = steps_of(
             id,
             job,
@@ -158,7 +165,7 @@ impl<'a> JobFacts<'a> {
                 actions: &wf.actions,
                 taint: &taint,
                 inputs: std::rc::Rc::new(Inputs {
-                    tainted: wf.scope.tainted_inputs.clone(),
+                    tainted: text_inputs(wf.workflow, &wf.scope.tainted_inputs),
                     head: wf.scope.head_inputs.clone(),
                 }),
             },
@@ -187,6 +194,32 @@ impl<'a> JobFacts<'a> {
             head_checkouts,
         }
     }
+}
+
+/// Of the inputs a caller fills with untrusted values, those that can hold text: GitHub
+/// refuses a call whose value for a `type: boolean` or `type: number` input is not one,
+/// so such an input carries no attacker text whatever the caller fills it from.
+fn text_inputs(
+    workflow: &Workflow,
+    tainted: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    use github_actions_models::workflow::event::{OptionalBody, WorkflowCallInputType};
+    let OptionalBody::Body(call) = &workflow.on.events.workflow_call else {
+        return tainted.clone();
+    };
+    tainted
+        .iter()
+        .filter(|(name, _)| {
+            !call.inputs.iter().any(|(k, input)| {
+                k.eq_ignore_ascii_case(name)
+                    && matches!(
+                        input.r#type,
+                        WorkflowCallInputType::Boolean | WorkflowCallInputType::Number
+                    )
+            })
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// A job that calls a reusable workflow, and what reaches it.

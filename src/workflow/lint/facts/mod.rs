@@ -8,6 +8,7 @@
 //! - [`runner`]: self-hosted runners;
 //! - [`triggers`]: the untrusted triggers each job is still open to;
 //! - [`taint`]: which values an outsider writes;
+//! - [`flags`]: the outputs that can only be flags or counts (no outsider's text);
 //! - [`flow`]: attacker text carried between steps (`$GITHUB_ENV`, files);
 //! - [`head`]: where text names the pull request's head;
 //! - [`checkout`]: the steps that fetch or check it out, and which do so unsafely;
@@ -18,6 +19,7 @@
 pub(crate) mod actions;
 pub(crate) mod checkout;
 pub(crate) mod env;
+pub(crate) mod flags;
 pub(crate) mod flow;
 pub(crate) mod head;
 pub(crate) mod job;

@@ -10,6 +10,7 @@ use github_actions_models::workflow::Workflow;
 use github_actions_models::workflow::job::NormalJob;
 
 use super::env::env_text;
+use super::flags::{FlagOutputs, step_output};
 use crate::workflow::lint::expr;
 
 /// Fields of an event that whoever caused it writes freely: inlined into a script, they
@@ -65,6 +66,8 @@ const ATTACKER_TEXT: &[&str] = &[
 pub(crate) struct Taint<'a> {
     workflow: &'a Workflow,
     job: &'a NormalJob,
+    /// The job outputs of the workflow that can only be flags.
+    flags: &'a FlagOutputs,
     /// `None`: every key is dynamic (the matrix is one expression).
     dynamic_matrix: Option<BTreeSet<String>>,
 }
@@ -79,7 +82,7 @@ fn json_has_expression(v: &serde_json::Value) -> bool {
 }
 
 impl<'a> Taint<'a> {
-    pub fn new(workflow: &'a Workflow, job: &'a NormalJob) -> Taint<'a> {
+    pub fn new(workflow: &'a Workflow, job: &'a NormalJob, flags: &'a FlagOutputs) -> Taint<'a> {
         let dynamic_matrix = match job.strategy.as_ref().and_then(|s| s.matrix.as_ref()) {
             None => Some(BTreeSet::new()),
             Some(LoE::Expr(_)) => None,
@@ -123,6 +126,7 @@ impl<'a> Taint<'a> {
         Taint {
             workflow,
             job,
+            flags,
             dynamic_matrix,
         }
     }
@@ -153,10 +157,10 @@ impl<'a> Taint<'a> {
         inputs: &BTreeMap<String, String>,
         depth: u8,
     ) -> Option<String> {
-        if let Some(why) = untrusted_value(path, inputs) {
+        if let Some(why) = untrusted_value(self.flags, path, inputs) {
             return Some(why);
         }
-        if expr::under(path, "steps.*.outputs") {
+        if expr::under(path, "steps.*.outputs") && !step_output(self.job, path) {
             return Some(
                 "a step's output can carry anything its inputs held (file names, branch names)"
                     .into(),
@@ -209,11 +213,15 @@ impl<'a> Taint<'a> {
 
 /// Untrusted values any job can see: attacker text, job outputs, a caller's inputs
 /// filled from those.
-fn untrusted_value(path: &str, inputs: &BTreeMap<String, String>) -> Option<String> {
+fn untrusted_value(
+    flags: &FlagOutputs,
+    path: &str,
+    inputs: &BTreeMap<String, String>,
+) -> Option<String> {
     if let Some(p) = ATTACKER_TEXT.iter().find(|p| expr::related(path, p)) {
         return Some(format!("`{p}` is written by whoever opened the event"));
     }
-    if expr::under(path, "needs.*.outputs") {
+    if expr::under(path, "needs.*.outputs") && !flags.job_output(path) {
         return Some(
             "a job's output can carry anything its steps saw (file names, branch names)".into(),
         );
@@ -229,6 +237,7 @@ fn untrusted_value(path: &str, inputs: &BTreeMap<String, String>) -> Option<Stri
 
 /// The inputs of a reusable workflow that its caller fills with untrusted values.
 pub(crate) fn tainted_inputs(
+    flags: &FlagOutputs,
     with: &LoE<Env>,
     inputs: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
@@ -240,7 +249,7 @@ pub(crate) fn tainted_inputs(
             };
             if let Some(p) = expr::value_paths(&parsed)
                 .into_iter()
-                .find(|p| untrusted_value(p, inputs).is_some())
+                .find(|p| untrusted_value(flags, p, inputs).is_some())
             {
                 out.insert(k.to_lowercase(), format!("`{p}`"));
             }
