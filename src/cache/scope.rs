@@ -175,3 +175,161 @@ impl Cache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::path::Path;
+
+    use crate::cache::{Cache, CacheStore, Writing};
+
+    fn store() -> (tempfile::TempDir, CacheStore) {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("store");
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&root)
+            .unwrap();
+        let s = CacheStore::open(&root, Path::new("/host/store")).unwrap();
+        (t, s)
+    }
+
+    fn me() -> (u32, u32) {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    }
+
+    fn layer_write(w: &Writing, name: &str, text: &str) {
+        std::fs::write(w.dir.join("upper").join(name), text).unwrap();
+    }
+
+    /// The names in the generation `lower` (as the engine sees it) of `cache`.
+    fn names(cache: &Cache, lower: &Path) -> Vec<String> {
+        let rel = lower.strip_prefix(&cache.host_dir).unwrap();
+        let mut out: Vec<String> = std::fs::read_dir(cache.dir.join(rel))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// What a run of pull request `n` (or of the base) would see: its scope's names, then
+    /// the base's.
+    fn seen(c: &Cache, n: Option<u64>) -> (Vec<String>, Vec<String>) {
+        let base = c.read().unwrap();
+        let scope = match n {
+            Some(n) => {
+                let (s, r) = c.read_scope(n).unwrap();
+                names(&s, &r.lower)
+            }
+            None => Vec::new(),
+        };
+        (scope, names(c, &base.lower))
+    }
+
+    #[test]
+    fn a_scope_is_its_pull_requests_alone_and_never_the_bases() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "models").unwrap();
+        let w = c.write(me()).unwrap();
+        layer_write(&w, "base", "b");
+        c.promote(w, 1 << 30).unwrap();
+        let (scope, r) = c.read_scope(7).unwrap();
+        assert!(r.lower.starts_with("/host/store/proj/models/pulls/7/gens"));
+        assert_eq!(scope.label(), "proj/models (pull request 7's scope)");
+        let w = scope.write(me()).unwrap();
+        layer_write(&w, "seven", "7");
+        layer_write(&w, "base", "overwritten by 7");
+        scope.promote(w, 1 << 30).unwrap();
+        drop(r);
+        assert_eq!(
+            seen(&c, Some(7)),
+            (vec!["base".into(), "seven".into()], vec!["base".into()])
+        );
+        assert_eq!(seen(&c, Some(8)), (vec![], vec!["base".into()]));
+        assert_eq!(seen(&c, None), (vec![], vec!["base".into()]));
+        let base_gen = c.dir.join("gens").join(c.current().unwrap());
+        assert_eq!(std::fs::read_to_string(base_gen.join("base")).unwrap(), "b");
+        // No scope of a scope, no scope 0.
+        assert!(scope.read_scope(1).is_err());
+        assert!(c.read_scope(0).is_err());
+        let info = c.info_with_scopes().unwrap();
+        let numbers: Vec<u64> = info.scopes.iter().map(|s| s.pull_request).collect();
+        assert_eq!(numbers, [7, 8]);
+    }
+
+    #[test]
+    fn the_base_and_a_scope_promoted_at_once_each_land_in_their_own_place() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "ext").unwrap();
+        for round in 0..20 {
+            let (scope, _r) = c.read_scope(7).unwrap();
+            let wb = c.write(me()).unwrap();
+            let ws = scope.write(me()).unwrap();
+            layer_write(&wb, &format!("base-{round}"), "b");
+            layer_write(&ws, &format!("pr-{round}"), "p");
+            std::thread::scope(|t| {
+                t.spawn(|| c.promote(wb, 1 << 30).unwrap());
+                t.spawn(|| scope.promote(ws, 1 << 30).unwrap());
+            });
+        }
+        let (scope, base) = seen(&c, Some(7));
+        assert_eq!(base.len(), 20, "{base:?}");
+        assert!(base.iter().all(|n| n.starts_with("base-")), "{base:?}");
+        assert_eq!(scope.len(), 20, "{scope:?}");
+        assert!(scope.iter().all(|n| n.starts_with("pr-")), "{scope:?}");
+    }
+
+    #[test]
+    fn a_scope_in_use_stays_and_one_planted_as_a_link_is_refused() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        let held = c.read_scope(7).unwrap();
+        let mut problems = Vec::new();
+        assert_eq!(c.expire_scopes(None, &mut problems), 0, "{problems:?}");
+        assert!(c.dir.join("pulls/7").is_dir());
+        // A run writing (its lock held), its reading let go: still in use.
+        let w = held.0.write(me()).unwrap();
+        drop(held);
+        assert_eq!(c.expire_scopes(None, &mut problems), 0, "{problems:?}");
+        drop(w);
+        assert_eq!(c.expire_scopes(None, &mut problems), 1, "{problems:?}");
+        assert!(!c.dir.join("pulls/7").exists());
+        // A scope's folder that is a link (to the base's own folder, say) is refused,
+        // never read or removed through.
+        std::os::unix::fs::symlink(&c.dir, c.dir.join("pulls/9")).unwrap();
+        let e = c.read_scope(9).unwrap_err().to_string();
+        assert!(e.contains("is not a folder"), "{e}");
+        assert_eq!(c.expire_scopes(None, &mut problems), 0);
+        assert!(c.dir.join("gens").is_dir());
+        // Only numbers name scopes.
+        std::fs::create_dir(c.dir.join("pulls/007")).unwrap();
+        assert!(c.info_with_scopes().unwrap().scopes.is_empty());
+    }
+
+    #[test]
+    fn an_expiry_goes_by_last_use() {
+        let (_t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        drop(c.read_scope(7).unwrap());
+        drop(c.read_scope(8).unwrap());
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(c.dir.join("pulls/7/cache.lock"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let mut problems = Vec::new();
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(c.expire_scopes(Some(day), &mut problems), 0);
+        let minute = std::time::Duration::from_secs(60);
+        assert_eq!(c.expire_scopes(Some(minute), &mut problems), 1);
+        assert!(!c.dir.join("pulls/7").exists());
+        assert!(c.dir.join("pulls/8").exists());
+    }
+}

@@ -321,6 +321,55 @@ mod tests {
         .map_err(|e| e.to_string())
     }
 
+    fn scopes(text: &str) -> Result<PullRequestScopes, String> {
+        HostPolicy::parse(
+            &format!("version: 1\ncaches: {{root: /var/cache/c, {text}}}\n"),
+            "host.yaml",
+        )
+        .map(|p| p.caches.unwrap().pull_requests)
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn pull_requests_scopes_need_a_trusted_host_and_projects_bound_to_repositories() {
+        assert_eq!(
+            scopes("trusted: true").unwrap(),
+            PullRequestScopes::default()
+        );
+        let keep = scopes(
+            "trusted: true, projects: {slime: THUDM/slime}, pull_requests: keep, pull_request_size: 2g, pull_request_expiry: 3d",
+        )
+        .unwrap();
+        assert!(keep.keep);
+        assert_eq!(keep.size, Some(2 << 30));
+        assert_eq!(keep.expiry, std::time::Duration::from_secs(3 * 86_400));
+        for (bad, want) in [
+            (
+                "projects: {slime: THUDM/slime}, pull_requests: keep",
+                "`keep` needs `trusted: true`",
+            ),
+            (
+                "trusted: true, pull_requests: keep",
+                "needs `projects` as a mapping",
+            ),
+            (
+                "trusted: true, projects: [slime], pull_requests: keep",
+                "needs `projects` as a mapping",
+            ),
+            (
+                "trusted: true, pull_requests: yes",
+                "caches.pull_requests: `yes`: write `off`",
+            ),
+            (
+                "trusted: true, pull_request_expiry: soon",
+                "pull_request_expiry",
+            ),
+        ] {
+            let e = scopes(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
     #[test]
     fn a_projects_caches_are_bound_to_its_repository() {
         let bound = projects("{slime: THUDM/slime}").unwrap();

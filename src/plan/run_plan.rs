@@ -584,6 +584,16 @@ pub(crate) mod tests {
         let sent: crate::run::slurm::node::NodeJob =
             serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
         assert_eq!(sent.private_caches.as_deref(), Some("pull_request_target"));
+        assert_eq!(sent.pull_request, None);
+        // A pull request's run: the node keeps its writes in that scope, or private.
+        let mut r = request(&["a"], None);
+        r.pull_request = Some(7);
+        let p = plan(manifest(), r, &host()).unwrap();
+        let job = crate::run::slurm::node::NodeJob::of(&p, 0);
+        let sent: crate::run::slurm::node::NodeJob =
+            serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
+        assert_eq!(sent.pull_request, Some(7));
+        assert_eq!(sent.private_caches, None);
     }
 
     #[test]
