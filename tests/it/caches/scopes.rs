@@ -206,18 +206,18 @@ fn an_event_that_does_not_hold_together_is_believed_for_nothing() {
     let d = s.events.path();
     let cases: Vec<(&str, Vec<(&str, std::ffi::OsString)>)> = vec![
         (
-            "missing",
+            "No such file",
             vec![("GITHUB_EVENT_PATH", d.join("none.json").into())],
         ),
         (
-            "another number",
+            "the event file's number (7) is not its pull request's (8)",
             vec![(
                 "GITHUB_EVENT_PATH",
                 event_file(d, "8", "7", "THUDM/slime").into(),
             )],
         ),
         (
-            "another ref",
+            "GITHUB_REF (refs/pull/8/merge) names another pull request",
             vec![
                 (
                     "GITHUB_EVENT_PATH",
@@ -227,14 +227,14 @@ fn an_event_that_does_not_hold_together_is_believed_for_nothing() {
             ],
         ),
         (
-            "another repository",
+            "is not this run's repository (THUDM/slime)",
             vec![(
                 "GITHUB_EVENT_PATH",
                 event_file(d, "7", "7", "mallory/slime").into(),
             )],
         ),
         (
-            "a number as text",
+            "pull_request.number is not a pull request's number",
             vec![(
                 "GITHUB_EVENT_PATH",
                 event_file(d, "\"7/../../..\"", "\"7/../../..\"", "THUDM/slime").into(),
@@ -250,9 +250,13 @@ fn an_event_that_does_not_hold_together_is_believed_for_nothing() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
     let cases = cases.into_iter().chain([
-        ("a link", vec![("GITHUB_EVENT_PATH", link.into())]),
-        ("open to others", vec![("GITHUB_EVENT_PATH", open.into())]),
+        ("symbolic links", vec![("GITHUB_EVENT_PATH", link.into())]),
+        (
+            "has mode 666: others may write it",
+            vec![("GITHUB_EVENT_PATH", open.into())],
+        ),
     ]);
+    // Each case: why the run is not believed to be pull request 7's.
     for (what, env) in cases {
         let mut c = s.p.batch_cmd(&["batch", "run", "plant"]);
         c.env("GITHUB_REPOSITORY", "THUDM/slime")
@@ -264,7 +268,7 @@ fn an_event_that_does_not_hold_together_is_believed_for_nothing() {
         let r = run(&mut c);
         r.ok();
         assert!(
-            r.stderr.contains("not believed to be one pull request's"),
+            r.stderr.contains("not believed to be one pull request's") && r.stderr.contains(what),
             "{what}: {}",
             r.stderr
         );
@@ -277,4 +281,52 @@ fn an_event_that_does_not_hold_together_is_believed_for_nothing() {
     for n in [Some(7), Some(8), None] {
         assert_eq!(s.seen(n), "NOT-SEEN", "{n:?}");
     }
+}
+
+/// The commit tested must be the pull request's: its head (the approved-commit
+/// pattern checks out `head.sha`) or its merge commit; a checkout of anything else
+/// keeps nothing, in no scope.
+#[test]
+fn a_checkout_that_is_not_the_pull_requests_head_keeps_nothing() {
+    let s = scoped("");
+    make_checkout(s.p.project.path());
+    let sha = git(s.p.project.path(), &["rev-parse", "HEAD"])
+        .trim()
+        .to_string();
+    let as_seven = |batch: &str, head: &str| {
+        let file = s.events.path().join(format!("event-{head}.json"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"number":7,"pull_request":{{"number":7,"head":{{"sha":"{head}"}},"base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+            ),
+        )
+        .unwrap();
+        let mut c = s.p.batch_cmd(&["batch", "run", batch]);
+        c.env("GITHUB_REPOSITORY", "THUDM/slime")
+            .env("WHO", "seven")
+            .env("GITHUB_EVENT_NAME", "pull_request_target")
+            .env("GITHUB_EVENT_PATH", &file);
+        run(&mut c)
+    };
+    let r = as_seven("plant", HEAD);
+    r.ok();
+    assert!(
+        r.stderr.contains(&format!(
+            "the commit tested ({sha}) is neither the pull request's head"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(s.p.result("plant")["caches"][0]["writes"], "private");
+    let r = as_seven("look", &sha);
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
+    // The head itself: kept for 7, and read by 7's next run.
+    as_seven("plant", &sha).ok();
+    assert_eq!(s.p.result("plant")["caches"][0]["writes"], "pull-request");
+    let r = as_seven("look", &sha);
+    assert!(r.stdout.contains("SEEN: seven"), "{}", r.stdout);
+    // Read by a run of another commit as 7's: no (it writes and reads privately).
+    let r = as_seven("look", HEAD);
+    assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
 }
