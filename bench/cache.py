@@ -12,6 +12,13 @@ host, posix_fadvise DONTNEED; a virtual machine's disk may still be cached below
 these vary), then at once again (warm). Rounds alternate the sides;
 medians of the whole cibox run and of the read alone (timed in the batch),
 and their ratios to the bind. Also the one-off cost of filling the cache.
+
+Then a pull request's runs (issue 38, caches.pull_requests: keep): a batch that finds
+its 1 GB in the cache or else "downloads" it (copies it from the bind) into its pull
+request's scope. Each round a new pull request: its first run (cold: the copy, then
+the read, kept in its scope when it passes) against its second (warm: the read alone,
+from its scope over the base's generation), and another pull request's first run
+after them (cold again: a scope is its pull request's alone).
 Usage: bench/cache.py [path/to/cibox] [rounds]   (run as root, engine up: .ci/setup-host.sh)
 """
 import json, os, re, shutil, statistics, subprocess, sys, tempfile, time
@@ -26,6 +33,11 @@ FILES, FILE_MIB = 8, 128
 READ_SH = """#!/bin/sh
 time -f 'READ %e' sh -c 'for f in "$0"/f*; do dd if="$f" of=/dev/null bs=1M 2>/dev/null; done' "$1"
 """
+
+
+# A pull request's batch: warm when its scope holds the files, else it copies them in.
+PR_SH = ("if [ -d /cache/data/pr ]; then echo WARM; else echo COLD; mkdir /cache/data/pr && "
+         "cp /data/f* /cache/data/pr/; fi; sh /src/read.sh /cache/data/pr")
 
 
 def sh(*cmd, **kw):
@@ -55,10 +67,24 @@ def drop(paths):
             os.close(fd)
 
 
-def write_policy(path, store, data, trusted):
+def write_policy(path, store, data, trusted, scoped=False):
     with open(path, "w") as f:
         f.write(f"version: 1\ngrants:\n  mounts: [{data}]\n"
                 f"caches:\n  root: {store}\n  trusted: {str(trusted).lower()}\n  size: 4g\n  private_size: 64m\n")
+        if scoped:
+            f.write(f"  projects: {{bench: {REPO}}}\n  pull_requests: keep\n")
+    os.chmod(path, 0o644)
+
+
+REPO = "bench/cibox"
+
+
+def event_file(path, number):
+    """A `pull_request_target` event of pull request `number`, as the runner writes it."""
+    with open(path, "w") as f:
+        json.dump({"action": "labeled", "number": number,
+                   "pull_request": {"number": number, "base": {"repo": {"full_name": REPO}}},
+                   "repository": {"full_name": REPO}}, f)
     os.chmod(path, 0o644)
 
 
@@ -82,6 +108,8 @@ def project(work, data):
         "fill": f"{bind}, run: [{json.dumps('cp /data/f* /cache/data/')}]",
         "bind": f"caches: [], {bind}, run: [\"sh /src/read.sh /data\"]",
         "cached": f"caches: [data], run: [\"sh /src/read.sh /cache/data\"]",
+        # A pull request's tests: what they need from the cache, or else fetched.
+        "pr": f"{bind}, run: [{json.dumps(PR_SH)}]",
     }
     with open(manifest, "w") as f:
         f.write("version: 1\nproject: bench\nimage: {locks: [image/Dockerfile], dockerfile: image/Dockerfile}\n"
@@ -169,11 +197,39 @@ def main():
             m = med[s]
             print(f"{s:18} first: whole {m['first']/b['first']:.2f}, read {m['first_read']/b['first_read']:.2f}   "
                   f"second: whole {m['second']/b['second']:.2f}, read {m['second_read']/b['second_read']:.2f}")
+        pull_requests(cmd, base, store, data)
     finally:
         if image:
             subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def pull_requests(cmd, base, store, data):
+    """A pull request's first run (cold) against its second (warm), and another's first."""
+    policy = os.path.join(base, "policy-scoped.yaml")
+    write_policy(policy, store, data, True, scoped=True)
+    got = {"first": [], "second": [], "other": []}
+    for r in range(ROUNDS):
+        number = 1000 + 2 * r
+        for key, n in (("first", number), ("second", number), ("other", number + 1)):
+            event = os.path.join(base, f"event-{n}.json")
+            event_file(event, n)
+            env = dict(os.environ, CIBOX_LOG="error", CIBOX_HOST_POLICY=policy,
+                       GITHUB_EVENT_NAME="pull_request_target", GITHUB_EVENT_PATH=event,
+                       GITHUB_REPOSITORY=REPO)
+            took, _, out = run(cmd("pr"), env)
+            want = "WARM" if key == "second" else "COLD"
+            if want not in out.split():
+                sys.exit(f"pull request {n}'s {key} run: expected {want}:\n{out}")
+            got[key].append(took)
+        for n in (number, number + 1):
+            shutil.rmtree(os.path.join(store, "bench", "data", "pulls", str(n)), ignore_errors=True)
+    m = {k: statistics.median(v) for k, v in got.items()}
+    print(f"\na pull request's runs ({ROUNDS} pull requests, medians of the whole run):")
+    print(f"  first (cold: copies 1 GB in, kept in its scope)  {m['first']:8.2f} s")
+    print(f"  second (warm: reads it from its scope)           {m['second']:8.2f} s   ({m['first']/m['second']:.1f}x faster)")
+    print(f"  another pull request's first (cold again)        {m['other']:8.2f} s")
 
 
 if __name__ == "__main__":

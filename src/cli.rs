@@ -209,17 +209,23 @@ pub enum CacheCommand {
         #[arg(long)]
         all_projects: bool,
     },
-    /// One cache: its generations (which are read now), layers being written, size.
+    /// One cache: its generations (which are read now), layers being written, size,
+    /// and its pull requests' scopes.
     Inspect {
         /// The cache's name (a key of the manifest's `caches:`).
         name: String,
+        /// Say how warm a run of this pull request will be: the base's generation and
+        /// what the pull request's own scope adds over it.
+        #[arg(long, value_name = "N")]
+        pull_request: Option<u64>,
     },
-    /// Remove what no batch uses: old generations, layers of dead runs.
+    /// Remove what no batch uses: old generations, layers of dead runs, pull requests'
+    /// scopes unused for the policy's `pull_request_expiry`.
     Prune {
         /// The caches to prune (default: every cache of this project).
         names: Vec<String>,
-        /// Start the caches again empty (generations in use stay until their batches
-        /// end).
+        /// Start the caches again empty, and remove every pull request's scope no run
+        /// uses now (generations in use stay until their batches end).
         #[arg(long)]
         all: bool,
     },

@@ -20,6 +20,155 @@ pub fn untrusted_event() -> Option<String> {
     (!MERGED_CODE.contains(&event.as_str())).then_some(event)
 }
 
+/// The most an event file may hold: GitHub's payloads are far smaller.
+const MAX_EVENT_BYTES: u64 = 32 << 20;
+
+/// The pull request this workflow run is for, as its event file says it
+/// (`GITHUB_EVENT_PATH`), checked against what else the runner says of the run
+/// (`GITHUB_EVENT_NAME`, `GITHUB_REF`, `GITHUB_REPOSITORY`) and against the commit
+/// tested (`sha`, when the source is a git checkout). Only a workflow of the base
+/// branch's can be believed: on a host whose policy says only such workflows reach it,
+/// the runner wrote the file. `Err` says why this run is not one pull request's (and
+/// so writes privately).
+pub fn pull_request(sha: Option<&str>) -> Result<u64, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let event = var("GITHUB_EVENT_NAME").ok_or("GITHUB_EVENT_NAME is not set")?;
+    let path = var("GITHUB_EVENT_PATH").ok_or("GITHUB_EVENT_PATH is not set")?;
+    let text = read_event(std::path::Path::new(&path))
+        .map_err(|why| format!("its event file {}: {why}", crate::util::escape(&path)))?;
+    pull_request_of(
+        &event,
+        &text,
+        var("GITHUB_REF").as_deref(),
+        var("GITHUB_REPOSITORY").as_deref(),
+        sha,
+    )
+}
+
+/// The event file: a plain file (never through a link), nobody else may write, of
+/// bounded size.
+fn read_event(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    if !path.is_absolute() {
+        return Err("is not an absolute path".into());
+    }
+    let (file, md) = crate::util::open_plain(path, false).map_err(|e| e.to_string())?;
+    if md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "has mode {:o}: others may write it",
+            md.mode() & 0o7777
+        ));
+    }
+    if md.len() > MAX_EVENT_BYTES {
+        return Err(format!("holds {} bytes, more than an event's", md.len()));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_EVENT_BYTES), &mut text)
+        .map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// See [`pull_request`]: the event `name`'s payload `text`.
+pub fn pull_request_of(
+    name: &str,
+    text: &str,
+    git_ref: Option<&str>,
+    repository: Option<&str>,
+    sha: Option<&str>,
+) -> Result<u64, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("the event file is not JSON: {e}"))?;
+    let number_at = |at: &serde_json::Value, what: &str| -> Result<u64, String> {
+        match at.as_u64() {
+            Some(n) if (1..=MAX_PULL_REQUEST).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "the event file's {what} is not a pull request's number"
+            )),
+        }
+    };
+    let number = match name {
+        "pull_request_target" | "pull_request_review" | "pull_request_review_comment" => {
+            let pr = &v["pull_request"];
+            let n = number_at(&pr["number"], "pull_request.number")?;
+            if name == "pull_request_target" && v["number"] != pr["number"] {
+                return Err(format!(
+                    "the event file's number ({}) is not its pull request's ({n})",
+                    crate::util::escape(&v["number"].to_string())
+                ));
+            }
+            same_repository(
+                &pr["base"]["repo"]["full_name"],
+                repository,
+                "pull_request.base.repo",
+            )?;
+            if let (Some(sha), Some(head)) = (sha, pr["head"]["sha"].as_str())
+                && !sha.eq_ignore_ascii_case(head)
+                && pr["merge_commit_sha"]
+                    .as_str()
+                    .is_none_or(|m| !sha.eq_ignore_ascii_case(m))
+            {
+                return Err(format!(
+                    "the commit tested ({sha}) is neither the pull request's head ({}) nor its merge commit",
+                    crate::util::escape(head)
+                ));
+            }
+            n
+        }
+        "issue_comment" => {
+            if !v["issue"]["pull_request"].is_object() {
+                return Err("the comment is on an issue, not a pull request".into());
+            }
+            number_at(&v["issue"]["number"], "issue.number")?
+        }
+        "pull_request" => {
+            return Err(
+                "a pull_request run's workflow is the pull request's own: so is its event file"
+                    .into(),
+            );
+        }
+        other => {
+            return Err(format!(
+                "a {} event is no pull request's",
+                crate::util::escape(other)
+            ));
+        }
+    };
+    same_repository(&v["repository"]["full_name"], repository, "repository")?;
+    // `refs/pull/N/merge` (or `/head`): the same N.
+    if let Some(r) = git_ref
+        && let Some(rest) = r.strip_prefix("refs/pull/")
+        && rest.split('/').next() != Some(number.to_string().as_str())
+    {
+        return Err(format!(
+            "GITHUB_REF ({}) names another pull request than the event's ({number})",
+            crate::util::escape(r)
+        ));
+    }
+    Ok(number)
+}
+
+/// The largest pull request number believed (GitHub's are far below it).
+pub const MAX_PULL_REQUEST: u64 = 1 << 31;
+
+/// The event's repository (`at`, `full_name`) is the run's (`GITHUB_REPOSITORY`).
+fn same_repository(
+    at: &serde_json::Value,
+    repository: Option<&str>,
+    what: &str,
+) -> Result<(), String> {
+    let Some(repository) = repository else {
+        return Err("GITHUB_REPOSITORY is not set".into());
+    };
+    match at.as_str() {
+        Some(r) if r.eq_ignore_ascii_case(repository) => Ok(()),
+        _ => Err(format!(
+            "the event file's {what} ({}) is not this run's repository ({})",
+            crate::util::escape(&at.to_string()),
+            crate::util::escape(repository)
+        )),
+    }
+}
+
 /// Escapes workflow-command data (`%`, CR, LF); properties also `:` and `,`. Any
 /// other control character but a tab, and a bidirectional override, is written as
 /// [`crate::util::escape`] writes it (`\u{1b}`): what a test named itself must not
@@ -156,6 +305,170 @@ impl Outputs {
 
 #[cfg(test)]
 mod tests {
+    use super::pull_request_of;
+
+    const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn target(number: &str, pr_number: &str, repo: &str) -> String {
+        format!(
+            r#"{{"action":"labeled","number":{number},"pull_request":{{"number":{pr_number},"head":{{"sha":"{HEAD}"}},"base":{{"repo":{{"full_name":"{repo}"}}}}}},"repository":{{"full_name":"{repo}"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_pull_requests_number_is_believed_only_where_the_event_agrees_with_itself() {
+        let ok = target("7", "7", "THUDM/slime");
+        let of = |name, text: &str, r, repo, sha| pull_request_of(name, text, r, repo, sha);
+        let repo = Some("thudm/slime");
+        assert_eq!(
+            of(
+                "pull_request_target",
+                &ok,
+                Some("refs/heads/main"),
+                repo,
+                Some(HEAD)
+            ),
+            Ok(7)
+        );
+        assert_eq!(of("pull_request_target", &ok, None, repo, None), Ok(7));
+        for (name, text, git_ref, repository, sha, want) in [
+            (
+                "pull_request_target",
+                target("8", "7", "THUDM/slime"),
+                None,
+                repo,
+                None,
+                "number (8) is not its pull request's (7)",
+            ),
+            (
+                "pull_request_target",
+                ok.clone(),
+                Some("refs/pull/8/merge"),
+                repo,
+                None,
+                "names another pull request",
+            ),
+            (
+                "pull_request_target",
+                ok.clone(),
+                None,
+                Some("mallory/slime"),
+                None,
+                "is not this run's repository",
+            ),
+            (
+                "pull_request_target",
+                target("7", "7", "mallory/slime"),
+                None,
+                repo,
+                None,
+                "is not this run's repository",
+            ),
+            (
+                "pull_request_target",
+                ok.clone(),
+                None,
+                None,
+                None,
+                "GITHUB_REPOSITORY is not set",
+            ),
+            (
+                "pull_request_target",
+                ok.clone(),
+                None,
+                repo,
+                Some("ffffffffffffffffffffffffffffffffffffffff"),
+                "neither the pull request's head",
+            ),
+            (
+                "pull_request_target",
+                target("\"7\"", "\"7\"", "THUDM/slime"),
+                None,
+                repo,
+                None,
+                "not a pull request's number",
+            ),
+            (
+                "pull_request_target",
+                target("0", "0", "THUDM/slime"),
+                None,
+                repo,
+                None,
+                "not a pull request's number",
+            ),
+            (
+                "pull_request_target",
+                target("-7", "-7", "THUDM/slime"),
+                None,
+                repo,
+                None,
+                "not a pull request's number",
+            ),
+            (
+                "pull_request_target",
+                target("99999999999", "99999999999", "THUDM/slime"),
+                None,
+                repo,
+                None,
+                "not a pull request's number",
+            ),
+            (
+                "pull_request_target",
+                target("7.5", "7.5", "THUDM/slime"),
+                None,
+                repo,
+                None,
+                "not a pull request's number",
+            ),
+            (
+                "pull_request_target",
+                "{}".to_string(),
+                None,
+                repo,
+                None,
+                "not a pull request's number",
+            ),
+            (
+                "pull_request_target",
+                "not json".to_string(),
+                None,
+                repo,
+                None,
+                "not JSON",
+            ),
+            (
+                "pull_request",
+                ok.clone(),
+                None,
+                repo,
+                None,
+                "the pull request's own",
+            ),
+            (
+                "workflow_dispatch",
+                ok.clone(),
+                None,
+                repo,
+                None,
+                "no pull request's",
+            ),
+            (
+                "issue_comment",
+                r#"{"issue":{"number":7},"repository":{"full_name":"THUDM/slime"}}"#.to_string(),
+                None,
+                repo,
+                None,
+                "not a pull request",
+            ),
+        ] {
+            let e = of(name, &text, git_ref, repository, sha).unwrap_err();
+            assert!(e.contains(want), "{name} {text}: {e}");
+        }
+        let comment =
+            r#"{"issue":{"number":9,"pull_request":{}},"repository":{"full_name":"THUDM/slime"}}"#;
+        assert_eq!(of("issue_comment", comment, None, repo, None), Ok(9));
+    }
+
     #[test]
     fn escapes() {
         assert_eq!(super::escape_data("a%b\nc"), "a%25b%0Ac");

@@ -23,6 +23,7 @@
 //! `work/ID/{upper,work}` with `work/ID.lock` for trusted runs under way.
 
 mod merge;
+mod scope;
 mod store;
 mod walk;
 

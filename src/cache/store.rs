@@ -33,9 +33,11 @@ pub struct CacheStore {
 pub struct Cache {
     pub project: String,
     pub name: String,
-    dir: PathBuf,
-    host_dir: PathBuf,
-    me: u32,
+    /// The pull request whose scope of the cache this is; `None`: the base branch's.
+    pub pull_request: Option<u64>,
+    pub(super) dir: PathBuf,
+    pub(super) host_dir: PathBuf,
+    pub(super) me: u32,
 }
 
 /// A generation held for reading: it stays until this is dropped.
@@ -73,6 +75,21 @@ pub struct CacheInfo {
     /// Trusted runs writing now, and layers their dead runs left.
     pub writing: usize,
     pub left_behind: usize,
+    /// The pull requests' scopes of the cache ([`Cache::info_with_scopes`]).
+    pub scopes: Vec<ScopeInfo>,
+}
+
+/// What `cibox cache list` and `inspect` show of one pull request's scope.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScopeInfo {
+    pub pull_request: u64,
+    pub current: String,
+    /// Bytes on disk of what the pull request's runs kept (each file once): what its
+    /// next run finds over the base's generation.
+    pub bytes: u64,
+    pub files: u64,
+    pub last_used: Option<String>,
+    pub writing: usize,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -88,6 +105,8 @@ pub struct GenerationInfo {
 pub struct Pruned {
     pub generations: usize,
     pub layers: usize,
+    /// Pull requests' scopes removed (unused past their expiry).
+    pub scopes: usize,
     /// Entries it could not remove (another user's files, written by a batch that ran
     /// as root, say): each named in `problems`.
     pub problems: Vec<String>,
@@ -151,6 +170,7 @@ impl CacheStore {
         let cache = Cache {
             project: project.into(),
             name: name.into(),
+            pull_request: None,
             dir: self.root.join(project).join(name),
             host_dir: self.host_root.join(project).join(name),
             me: self.me,
@@ -183,7 +203,7 @@ impl CacheStore {
 }
 
 /// Sorted names of the folders in `dir` that could be projects or caches.
-fn folder_names(dir: &Path) -> Vec<String> {
+pub(super) fn folder_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|d| {
             d.flatten()
@@ -219,9 +239,12 @@ fn check_ours(md: &std::fs::Metadata, me: u32) -> Result<(), String> {
 }
 
 impl Cache {
-    /// `PROJECT/NAME`.
+    /// `PROJECT/NAME`, and the pull request of a scope.
     pub fn label(&self) -> String {
-        format!("{}/{}", self.project, self.name)
+        match self.pull_request {
+            None => format!("{}/{}", self.project, self.name),
+            Some(n) => format!("{}/{} (pull request {n}'s scope)", self.project, self.name),
+        }
     }
 
     pub(super) fn dir(&self) -> &Path {
@@ -237,7 +260,7 @@ impl Cache {
         }
     }
 
-    fn refuse(&self, message: String) -> CacheError {
+    pub(super) fn refuse(&self, message: String) -> CacheError {
         CacheError::Cache {
             cache: self.label(),
             message,
@@ -245,7 +268,7 @@ impl Cache {
     }
 
     /// Makes `dir` (mode 0755) or checks the one there.
-    fn ensure_dir(&self, dir: &Path) -> Result<(), CacheError> {
+    pub(super) fn ensure_dir(&self, dir: &Path) -> Result<(), CacheError> {
         match std::fs::DirBuilder::new().mode(0o755).create(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -261,7 +284,7 @@ impl Cache {
     /// is what every later batch loads: nobody else may reach it. Nor may anyone else
     /// open the cache's lock files: a lock needs no more than that, and one held
     /// forever would stop every batch. The engine, root, still reaches the layers.
-    fn ensure_private_dir(&self, dir: &Path) -> Result<(), CacheError> {
+    pub(super) fn ensure_private_dir(&self, dir: &Path) -> Result<(), CacheError> {
         match std::fs::DirBuilder::new().mode(0o700).create(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -360,7 +383,7 @@ impl Cache {
     }
 
     /// A new cache starts with one empty generation.
-    fn ensure_current(&self) -> Result<(), CacheError> {
+    pub(super) fn ensure_current(&self) -> Result<(), CacheError> {
         if self.dir.join("current").exists() {
             return Ok(());
         }
@@ -535,7 +558,7 @@ impl Cache {
     }
 
     /// `(id, lock path)` of each trusted layer, live or left behind.
-    fn layer_locks(&self) -> Vec<(String, PathBuf)> {
+    pub(super) fn layer_locks(&self) -> Vec<(String, PathBuf)> {
         let work = self.dir.join("work");
         let mut ids: Vec<String> = folder_names(&work);
         ids.sort();
@@ -588,13 +611,14 @@ impl Cache {
             generations,
             writing,
             left_behind,
+            scopes: Vec::new(),
         })
     }
 }
 
 /// Removes a generation or a layer; what cannot be removed is named in `problems`.
 /// Whether it is gone.
-fn remove_layer(dir: &Path, problems: &mut Vec<String>) -> bool {
+pub(super) fn remove_layer(dir: &Path, problems: &mut Vec<String>) -> bool {
     match crate::nofollow::remove_tree(dir) {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,

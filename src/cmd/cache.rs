@@ -10,6 +10,7 @@ use crate::cache::{Cache, CacheInfo, CacheStore};
 use crate::console::{self, Table};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
+use crate::host::caches::CachePolicy;
 use crate::units::Size;
 
 /// What `cache` commands refuse.
@@ -41,8 +42,8 @@ impl ErrorKind for CacheCommandError {
     }
 }
 
-/// The store the host policy names.
-fn store(ctx: &Context) -> Result<CacheStore> {
+/// The store the host policy names, and the policy's caches section.
+fn store_and_policy(ctx: &Context) -> Result<(CacheStore, CachePolicy)> {
     let policy = ctx.host_policy()?;
     let Some(c) = policy.caches else {
         return Err(CacheCommandError::NoCaches {
@@ -51,7 +52,13 @@ fn store(ctx: &Context) -> Result<CacheStore> {
         .into());
     };
     let host_root = c.host_root.as_deref().unwrap_or(&c.root);
-    Ok(CacheStore::open(&c.root, host_root)?)
+    let store = CacheStore::open(&c.root, host_root)?;
+    Ok((store, c))
+}
+
+/// The store the host policy names.
+fn store(ctx: &Context) -> Result<CacheStore> {
+    Ok(store_and_policy(ctx)?.0)
 }
 
 /// The caches of this manifest's project that exist, by name (all of them, or `names`).
@@ -84,7 +91,7 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
     };
     let infos = caches
         .iter()
-        .map(Cache::info)
+        .map(Cache::info_with_scopes)
         .collect::<Result<Vec<CacheInfo>, _>>()?;
     if ctx.json {
         console::json(&json!({ "root": store.root(), "caches": infos }));
@@ -97,6 +104,7 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
         "GENERATION",
         "LAST USED",
         "WRITING",
+        "PR SCOPES",
     ]);
     for i in &infos {
         t.row(vec![
@@ -106,6 +114,7 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
             i.current.clone(),
             i.last_used.clone().unwrap_or_else(|| "never".into()),
             i.writing.to_string(),
+            i.scopes.len().to_string(),
         ]);
     }
     if infos.is_empty() {
@@ -117,8 +126,8 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
 }
 
 /// `cibox cache inspect NAME`.
-pub fn inspect(ctx: &Context, name: &str) -> Result<u8> {
-    let store = store(ctx)?;
+pub fn inspect(ctx: &Context, name: &str, pull_request: Option<u64>) -> Result<u8> {
+    let (store, policy) = store_and_policy(ctx)?;
     let Some(cache) = project_caches(ctx, &store, &[name.to_string()])?.pop() else {
         return Err(CacheCommandError::NotUsedYet {
             name: name.to_string(),
@@ -126,9 +135,13 @@ pub fn inspect(ctx: &Context, name: &str) -> Result<u8> {
         }
         .into());
     };
-    let info = cache.info()?;
+    let info = cache.info_with_scopes()?;
     if ctx.json {
         console::json(&info);
+        return Ok(exit::SUCCESS);
+    }
+    if let Some(n) = pull_request {
+        print_warmth(&info, n, &policy);
         return Ok(exit::SUCCESS);
     }
     println!(
@@ -164,17 +177,64 @@ pub fn inspect(ctx: &Context, name: &str) -> Result<u8> {
         "layers: {} being written, {} left by dead runs (`cibox cache prune` removes them)",
         info.writing, info.left_behind
     );
+    for s in &info.scopes {
+        println!(
+            "pull request {}: its scope holds {} in {} files over the base's (generation {}, last used {}{})",
+            s.pull_request,
+            Size(s.bytes),
+            s.files,
+            s.current,
+            s.last_used.as_deref().unwrap_or("never"),
+            if s.writing > 0 {
+                format!(", {} run(s) writing", s.writing)
+            } else {
+                String::new()
+            }
+        );
+    }
     Ok(exit::SUCCESS)
+}
+
+/// How warm a run of pull request `n` will be: what it reads of the base's, and what
+/// its own scope adds.
+fn print_warmth(info: &CacheInfo, n: u64, policy: &CachePolicy) {
+    let base = format!(
+        "the base's generation {} ({} in {} files)",
+        info.current,
+        Size(info.bytes),
+        info.files
+    );
+    match info.scopes.iter().find(|s| s.pull_request == n) {
+        Some(s) => println!(
+            "cache {}/{}: pull request {n}'s next run reads {base}, with its own scope over it ({} in {} files, generation {})",
+            info.project,
+            info.name,
+            Size(s.bytes),
+            s.files,
+            s.current
+        ),
+        None => println!(
+            "cache {}/{}: pull request {n} has no scope yet: its next run reads {base} alone",
+            info.project, info.name
+        ),
+    }
+    if !(policy.trusted && policy.pull_requests.keep) {
+        println!(
+            "this host keeps no pull request's writes (caches.pull_requests is not `keep`): what its runs write is thrown away"
+        );
+    }
 }
 
 /// `cibox cache prune [NAME…] [--all]`.
 pub fn prune(ctx: &Context, names: &[String], all: bool) -> Result<u8> {
-    let store = store(ctx)?;
+    let (store, policy) = store_and_policy(ctx)?;
     let caches = project_caches(ctx, &store, names)?;
     let mut results = Vec::new();
     let mut problems = 0;
     for c in &caches {
-        let p = c.prune(all)?;
+        let mut p = c.prune(all)?;
+        let expiry = (!all).then_some(policy.pull_requests.expiry);
+        p.scopes = c.expire_scopes(expiry, &mut p.problems);
         problems += p.problems.len();
         for line in &p.problems {
             console::warn(format!("cache {}: {line}", c.label()));
@@ -184,15 +244,16 @@ pub fn prune(ctx: &Context, names: &[String], all: bool) -> Result<u8> {
     if ctx.json {
         let out: Vec<_> = results
             .iter()
-            .map(|(label, p)| json!({"cache": label, "generations": p.generations, "layers": p.layers, "problems": p.problems}))
+            .map(|(label, p)| json!({"cache": label, "generations": p.generations, "layers": p.layers, "scopes": p.scopes, "problems": p.problems}))
             .collect();
         console::json(&json!({ "pruned": out }));
     } else {
         for (label, p) in &results {
             println!(
-                "cache {label}: removed {} generation(s) and {} layer(s) of dead runs{}",
+                "cache {label}: removed {} generation(s), {} layer(s) of dead runs and {} pull request scope(s){}",
                 p.generations,
                 p.layers,
+                p.scopes,
                 if all { "; starts again empty" } else { "" }
             );
         }

@@ -76,7 +76,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Reproduce(a) => reproduce::run(&ctx, &a.result, a.dry_run),
         Command::Cache(CacheCommand::List { all_projects }) => cache::list(&ctx, all_projects),
-        Command::Cache(CacheCommand::Inspect { name }) => cache::inspect(&ctx, &name),
+        Command::Cache(CacheCommand::Inspect { name, pull_request }) => {
+            cache::inspect(&ctx, &name, pull_request)
+        }
         Command::Cache(CacheCommand::Prune { names, all }) => cache::prune(&ctx, &names, all),
         Command::Host(HostCommand::Setup { lock_dir }) => host::setup(&ctx, lock_dir),
         Command::Host(HostCommand::Policy) => host::policy(&ctx),

@@ -30,6 +30,38 @@ pub struct CachePolicy {
     pub trusted: bool,
     /// Projects whose manifests may use caches here, and whose repository each is.
     pub projects: CacheProjects,
+    /// Whether a pull request's passing run keeps its writes, in a scope of its own.
+    pub pull_requests: PullRequestScopes,
+}
+
+/// `caches.pull_requests` (with `pull_request_size` and `pull_request_expiry`): a
+/// pull request's run reads the base branch's generation with its own scope laid over
+/// it, and, when it passes, keeps what it wrote in that scope only: never in the base,
+/// never where another pull request or a base run reads. Only a host whose workflows
+/// are all the base branch's (`trusted: true`) can believe an event's pull request
+/// number, and a number means something only within its repository (`projects` as a
+/// mapping): the policy is refused otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestScopes {
+    /// `keep`: kept in the pull request's scope; `off` (default): private, as before.
+    pub keep: bool,
+    /// The most a scope holds of one cache; `None`: the cache's own cap.
+    pub size: Option<u64>,
+    /// A scope no run used for this long goes (at a promotion or a prune).
+    pub expiry: std::time::Duration,
+}
+
+/// A scope unused for two weeks goes.
+pub const DEFAULT_SCOPE_EXPIRY: std::time::Duration = std::time::Duration::from_secs(14 * 86_400);
+
+impl Default for PullRequestScopes {
+    fn default() -> Self {
+        PullRequestScopes {
+            keep: false,
+            size: None,
+            expiry: DEFAULT_SCOPE_EXPIRY,
+        }
+    }
 }
 
 /// `caches.projects`: which projects may use caches here. A manifest names its own
@@ -84,6 +116,13 @@ impl CachePolicy {
             .unwrap_or(self.size)
     }
 
+    /// The cap of pull request scopes of `project`'s cache `name`.
+    pub fn scope_cap(&self, project: &str, name: &str) -> u64 {
+        self.pull_requests
+            .size
+            .unwrap_or_else(|| self.cap(project, name))
+    }
+
     /// One line for `cibox host policy` and `doctor`.
     pub fn summary(&self) -> String {
         format!(
@@ -91,10 +130,11 @@ impl CachePolicy {
             self.root.display(),
             Size(self.size),
             Size(self.private_size),
-            if self.trusted {
-                "runs here write through"
-            } else {
-                "no run here writes through"
+            match (self.trusted, self.pull_requests.keep) {
+                (true, true) =>
+                    "base-branch runs here write through; a pull request's into its own scope",
+                (true, false) => "runs here write through",
+                _ => "no run here writes through",
             }
         )
     }
@@ -114,6 +154,10 @@ pub(super) struct RawCaches {
     /// A list of projects, or a mapping of project to repository: read in
     /// [`cache_projects`].
     projects: Option<serde_json::Value>,
+    /// `off` or `keep`.
+    pull_requests: Option<String>,
+    pull_request_size: Option<Size>,
+    pull_request_expiry: Option<crate::units::Span>,
 }
 
 /// Reads `caches:`; `here` places an error at a key.
@@ -154,6 +198,42 @@ pub(super) fn cache_policy(
             ));
         }
     }
+    let keep = match raw.pull_requests.as_deref() {
+        None | Some("off") => false,
+        Some("keep") => true,
+        Some(other) => {
+            return Err(here(
+                &["caches", "pull_requests"],
+                format!(
+                    "`{}`: write `off` (a pull request's writes are private) or `keep` (kept in its own scope)",
+                    crate::util::escape(other)
+                ),
+            ));
+        }
+    };
+    let projects = match raw.projects {
+        None => CacheProjects::Any,
+        Some(v) => cache_projects(v, here)?,
+    };
+    if keep && !raw.trusted {
+        return Err(here(
+            &["caches", "pull_requests"],
+            "`keep` needs `trusted: true`: a pull request's number is believed only where every workflow that reaches this host is the base branch's (a workflow a pull request controls can write any event file)".into(),
+        ));
+    }
+    if keep && !matches!(projects, CacheProjects::Bound(_)) {
+        return Err(here(
+            &["caches", "pull_requests"],
+            "`keep` needs `projects` as a mapping of each project to its repository (`{slime: THUDM/slime}`): a pull request's number means something only within its repository".into(),
+        ));
+    }
+    let pull_requests = PullRequestScopes {
+        keep,
+        size: raw.pull_request_size.map(|s| s.0),
+        expiry: raw
+            .pull_request_expiry
+            .map_or(DEFAULT_SCOPE_EXPIRY, |s| s.0),
+    };
     Ok(CachePolicy {
         root: raw.root,
         host_root: raw.host_root,
@@ -161,10 +241,8 @@ pub(super) fn cache_policy(
         sizes: raw.sizes.into_iter().map(|(k, v)| (k, v.0)).collect(),
         private_size: raw.private_size.map_or(1 << 30, |s| s.0),
         trusted: raw.trusted,
-        projects: match raw.projects {
-            None => CacheProjects::Any,
-            Some(v) => cache_projects(v, here)?,
-        },
+        projects,
+        pull_requests,
     })
 }
 
@@ -241,6 +319,55 @@ mod tests {
         )
         .map(|p| p.caches.unwrap().projects)
         .map_err(|e| e.to_string())
+    }
+
+    fn scopes(text: &str) -> Result<PullRequestScopes, String> {
+        HostPolicy::parse(
+            &format!("version: 1\ncaches: {{root: /var/cache/c, {text}}}\n"),
+            "host.yaml",
+        )
+        .map(|p| p.caches.unwrap().pull_requests)
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn pull_requests_scopes_need_a_trusted_host_and_projects_bound_to_repositories() {
+        assert_eq!(
+            scopes("trusted: true").unwrap(),
+            PullRequestScopes::default()
+        );
+        let keep = scopes(
+            "trusted: true, projects: {slime: THUDM/slime}, pull_requests: keep, pull_request_size: 2g, pull_request_expiry: 3d",
+        )
+        .unwrap();
+        assert!(keep.keep);
+        assert_eq!(keep.size, Some(2 << 30));
+        assert_eq!(keep.expiry, std::time::Duration::from_secs(3 * 86_400));
+        for (bad, want) in [
+            (
+                "projects: {slime: THUDM/slime}, pull_requests: keep",
+                "`keep` needs `trusted: true`",
+            ),
+            (
+                "trusted: true, pull_requests: keep",
+                "needs `projects` as a mapping",
+            ),
+            (
+                "trusted: true, projects: [slime], pull_requests: keep",
+                "needs `projects` as a mapping",
+            ),
+            (
+                "trusted: true, pull_requests: yes",
+                "caches.pull_requests: `yes`: write `off`",
+            ),
+            (
+                "trusted: true, pull_request_expiry: soon",
+                "pull_request_expiry",
+            ),
+        ] {
+            let e = scopes(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
     }
 
     #[test]

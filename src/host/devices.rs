@@ -82,12 +82,18 @@ pub fn device_granted(granted: &[String], asked: &str) -> bool {
 /// (links followed) to a character or block device under `/dev` that a granted pattern
 /// still covers, in folders only root (or the invoking user) can change, and none a
 /// GPU's by its device numbers (see [`gpu_device`]), whatever its name says. A pattern
-/// that matches nothing is refused: the batch would run without what it needs.
-pub fn expand_devices(granted: &[String], asked: &[String]) -> Result<Vec<PathBuf>, String> {
+/// that matches nothing is refused (the batch would run without what it needs) unless
+/// it is one of `optional`: those are returned second, as absent here.
+pub fn expand_devices(
+    granted: &[String],
+    asked: &[String],
+    optional: &[String],
+) -> Result<(Vec<PathBuf>, Vec<String>), String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let gpus = GpuNumbers::of_this_host();
     let me = nix::unistd::geteuid().as_raw();
     let mut out = Vec::new();
+    let mut absent = Vec::new();
     for pattern in asked {
         let paths = glob::glob(pattern).map_err(|e| format!("device `{pattern}`: {e}"))?;
         let mut found = 0;
@@ -133,10 +139,16 @@ pub fn expand_devices(granted: &[String], asked: &[String]) -> Result<Vec<PathBu
             found += 1;
         }
         if found == 0 {
-            return Err(format!("device `{pattern}` matches no device on this host"));
+            if optional.contains(pattern) {
+                absent.push(pattern.clone());
+                continue;
+            }
+            return Err(format!(
+                "device `{pattern}` matches no device on this host (`{{path: {pattern}, optional: true}}` runs without it where a host lacks it)"
+            ));
         }
     }
-    Ok(out)
+    Ok((out, absent))
 }
 
 /// NVIDIA's fixed character major (`/dev/nvidia0…`, `nvidiactl`, `nvidia-modeset`).

@@ -64,6 +64,10 @@ pub struct ContainerConfig {
     pub user: ContainerUser,
     /// Host devices beyond GPUs, by path or pattern (expanded on the host at run time).
     pub devices: Vec<String>,
+    /// Those of `devices` a host may lack (`{path, optional: true}`): a batch runs
+    /// without them there, and its record says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub optional_devices: Vec<String>,
     /// A seccomp profile the host policy names; `None`: the engine's default.
     pub seccomp: Option<String>,
     /// Where the manifest asks for each loosening it asks for (`network`, `pass_env`,
@@ -180,8 +184,9 @@ pub(super) struct RawContainer {
     #[serde(default)]
     cap_add: Vec<String>,
     user: Option<String>,
+    /// Paths or patterns, or `{path, optional}`: read in [`validate_devices`].
     #[serde(default)]
-    devices: Vec<String>,
+    devices: Vec<serde_json::Value>,
     seccomp: Option<String>,
 }
 
@@ -204,7 +209,7 @@ pub(super) fn validate_container(
     let cap_add = validate_cap_add(check, at, &c.cap_add)?;
     let user = validate_user(check, at, c.user.as_deref())?;
     let at_owned: Vec<String> = at.iter().map(|s| s.to_string()).collect();
-    let devices = validate_devices(check, &at_owned, &c.devices)?;
+    let (devices, optional_devices) = validate_devices(check, &at_owned, &c.devices)?;
     let seccomp = validate_seccomp(check, &at_owned, c.seccomp.as_deref())?;
     // Capabilities reach only a root process: without ambient capabilities (which
     // no-new-privileges keeps out) any other user's are cleared when it starts.
@@ -257,6 +262,7 @@ pub(super) fn validate_container(
         cap_add,
         user,
         devices,
+        optional_devices,
         seccomp,
         marks,
     })

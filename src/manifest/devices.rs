@@ -10,16 +10,44 @@ use super::error::ManifestError;
 /// Device paths a batch never gets this way: GPUs are cibox's to hand out, by lease.
 const GPU_DEVICES: [&str; 4] = ["/dev/nvidia", "/dev/dri", "/dev/dxg", "/dev/kfd"];
 
-/// Reads `devices`: paths (or glob patterns) under `/dev`, none a GPU's.
+/// Reads `devices`: paths (or glob patterns) under `/dev`, none a GPU's, each written as
+/// the path alone or as `{path: PATH, optional: true}` (one a host may lack: a mixed
+/// fleet's InfiniBand). The paths, and those of them that are optional.
 pub(super) fn validate_devices(
     check: &Checker<'_>,
     at: &[String],
-    raw: &[String],
-) -> Result<Vec<String>, ManifestError> {
+    raw: &[serde_json::Value],
+) -> Result<(Vec<String>, Vec<String>), ManifestError> {
     let mut out: Vec<String> = Vec::new();
-    for (i, d) in raw.iter().enumerate() {
+    let mut optional: Vec<String> = Vec::new();
+    for (i, item) in raw.iter().enumerate() {
         let mut here = at.to_vec();
         here.extend(["devices".to_string(), i.to_string()]);
+        let (d, is_optional) = match item {
+            serde_json::Value::String(d) => (d.clone(), false),
+            serde_json::Value::Object(map)
+                if map.keys().all(|k| k == "path" || k == "optional")
+                    && map.get("path").is_some_and(|p| p.is_string())
+                    && map.get("optional").is_none_or(|o| o.is_boolean()) =>
+            {
+                (
+                    map["path"].as_str().unwrap_or_default().to_string(),
+                    map.get("optional")
+                        .and_then(|o| o.as_bool())
+                        .unwrap_or(false),
+                )
+            }
+            other => {
+                return Err(check.at(
+                    &here,
+                    format!(
+                        "`{}` is not a device: write a path under /dev, or `{{path: PATH, optional: true}}` for one a host may lack",
+                        crate::util::escape(&other.to_string())
+                    ),
+                ));
+            }
+        };
+        let d = &d;
         let refuse = |why: &str| check.at(&here, format!("device `{d}` {why}"));
         let Some(rest) = d.strip_prefix("/dev/") else {
             return Err(refuse("must be a path under /dev"));
@@ -47,8 +75,11 @@ pub(super) fn validate_devices(
             return Err(refuse("is named twice"));
         }
         out.push(d.clone());
+        if is_optional {
+            optional.push(d.clone());
+        }
     }
-    Ok(out)
+    Ok((out, optional))
 }
 
 /// Reads `seccomp`: `default` (the engine's profile), or the name of a profile the host

@@ -59,6 +59,10 @@ pub struct RunRequest {
     /// Why this run's cache writes stay private whatever the host trusts: the
     /// workflow event that may run code nobody merged, or [`REPLAY`].
     pub private_caches: Option<String>,
+    /// The pull request whose scope this run's caches read over the base's and keep its
+    /// writes in (the host keeps pull requests' writes, and the run's event names
+    /// one); `None`: the base's, or private.
+    pub pull_request: Option<u64>,
 }
 
 /// [`RunRequest::private_caches`] of a replay (`cibox reproduce`): the record it
@@ -215,6 +219,8 @@ pub struct RunPlan {
     pub layer: Option<String>,
     /// See [`RunRequest::private_caches`].
     pub private_caches: Option<String>,
+    /// See [`RunRequest::pull_request`].
+    pub pull_request: Option<u64>,
 }
 
 impl RunPlan {
@@ -508,6 +514,7 @@ pub fn plan(
         node: request.node,
         layer: request.layer,
         private_caches: request.private_caches,
+        pull_request: request.pull_request,
         manifest,
     })
 }
@@ -577,6 +584,16 @@ pub(crate) mod tests {
         let sent: crate::run::slurm::node::NodeJob =
             serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
         assert_eq!(sent.private_caches.as_deref(), Some("pull_request_target"));
+        assert_eq!(sent.pull_request, None);
+        // A pull request's run: the node keeps its writes in that scope, or private.
+        let mut r = request(&["a"], None);
+        r.pull_request = Some(7);
+        let p = plan(manifest(), r, &host()).unwrap();
+        let job = crate::run::slurm::node::NodeJob::of(&p, 0);
+        let sent: crate::run::slurm::node::NodeJob =
+            serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
+        assert_eq!(sent.pull_request, Some(7));
+        assert_eq!(sent.private_caches, None);
     }
 
     #[test]

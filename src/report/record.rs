@@ -242,9 +242,16 @@ pub struct CacheRecord {
     pub path: String,
     /// The generation it read.
     pub generation: String,
-    /// `through` (the host trusts its runs: kept if the batch passed) or `private`
-    /// (thrown away with the batch).
+    /// `through` (the host trusts its runs: kept if the batch passed), `pull-request`
+    /// (kept, if it passed, in its pull request's scope only) or `private` (thrown away
+    /// with the batch).
     pub writes: String,
+    /// The pull request whose scope it read over `generation` and kept into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<u64>,
+    /// The scope's generation it read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_generation: Option<String>,
     /// Bytes it wrote into its layer.
     pub wrote_bytes: u64,
     /// The generation its writes became, when they were kept.

@@ -47,7 +47,8 @@ pub fn run(
         .private_caches
         .take()
         .or_else(crate::github::untrusted_event);
-    warn_private_caches(&manifest, policy, &request, &names);
+    let not_scoped = pull_request_scope(policy, &mut request);
+    warn_private_caches(&manifest, policy, &request, &names, not_scoped.as_deref());
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
         return submit(manifest, policy, slurm, request, json);
     }
@@ -55,30 +56,67 @@ pub fn run(
     run_here(manifest, policy, request, &names, &mut reporters)
 }
 
+/// Where the host keeps pull requests' cache writes (`caches.pull_requests: keep`), a
+/// run of a workflow event that names one pull request keeps them in that pull
+/// request's scope: the event's number is taken from its event file, checked against
+/// the run (section 13). Why a run of such an event is not one pull request's, when it
+/// is not (its writes then stay private).
+fn pull_request_scope(policy: &HostPolicy, request: &mut RunRequest) -> Option<String> {
+    let caches = policy.caches.as_ref()?;
+    let event = request.private_caches.as_deref()?;
+    if !(caches.trusted && caches.pull_requests.keep)
+        || event == crate::plan::run_plan::REPLAY
+        || request.node.is_some()
+    {
+        return None;
+    }
+    match crate::github::pull_request(request.source_info.sha.as_deref()) {
+        Ok(n) => {
+            request.pull_request = Some(n);
+            request.private_caches = None;
+            None
+        }
+        Err(why) => Some(why),
+    }
+}
+
 /// A host that trusts its runs' cache writes trusts the code they run; a run of code
 /// nobody merged (a pull request's, even one the approved-commit pattern started from
-/// the base branch) writes privately: said when it matters.
+/// the base branch) writes privately, or, where the host keeps pull requests' writes,
+/// into its pull request's scope: said when it matters.
 fn warn_private_caches(
     manifest: &Manifest,
     policy: &HostPolicy,
     request: &RunRequest,
     names: &[String],
+    not_scoped: Option<&str>,
 ) {
-    let (Some(event), Some(caches)) = (&request.private_caches, &policy.caches) else {
-        return;
-    };
     let used = names.iter().any(|n| {
         manifest
             .batches
             .get(n)
             .is_some_and(|b| !b.caches.is_empty())
     });
+    if let Some(n) = request.pull_request
+        && used
+    {
+        console::info(format!(
+            "cache writes of this run are kept for pull request {n} only (the host's caches.pull_requests: keep): its later runs read them over the base branch's; no other pull request's run or base run does"
+        ));
+    }
+    let (Some(event), Some(caches)) = (&request.private_caches, &policy.caches) else {
+        return;
+    };
     if caches.trusted && used {
         let what = if event == crate::plan::run_plan::REPLAY {
             "a replay of a recorded run (cibox reproduce), whose record anyone may have written"
                 .to_string()
         } else {
             format!("a {event} run, whose code may not be merged")
+        };
+        let what = match not_scoped {
+            Some(why) => format!("{what}, and it is not believed to be one pull request's ({why})"),
+            None => what,
         };
         console::warn(format!(
             "this host keeps what its runs write to caches (caches.trusted), but this is {what}: its cache writes stay private and are thrown away"
@@ -235,8 +273,10 @@ fn run_here(
     let host_mounts = mounts::check_host(&manifest, names, &folders, policy)?;
     let mut host = HostFacts::current(&manifest, host_mounts, policy).map_err(no_run_id)?;
     if let Some(caches) = host.caches.as_mut()
-        && request.private_caches.is_some()
+        && (request.private_caches.is_some()
+            || (request.pull_request.is_some() && !caches.pull_requests.keep))
     {
+        // A pull request's writes go to its scope only where this host keeps them.
         caches.trusted = false;
     }
     host.devices = crate::plan::container::devices::check_devices(&manifest, names, policy)?;

@@ -12,6 +12,8 @@ use crate::manifest::{Manifest, ManifestError};
 #[derive(Debug, Clone, Default)]
 pub struct BatchDevices {
     pub devices: Vec<PathBuf>,
+    /// Optional device patterns that match nothing on this host.
+    pub absent: Vec<String>,
     /// The profile's name and the engine's security option for it.
     pub seccomp: Option<(String, String)>,
 }
@@ -40,8 +42,9 @@ pub fn check_devices(
             mark: c.marks.get(key).copied().unwrap_or_default(),
             message: format!("batches.{name}.container.{key}: {message}"),
         };
-        let devices =
-            expand_devices(&policy.grants.devices, &c.devices).map_err(|why| at("devices", why))?;
+        let (devices, absent) =
+            expand_devices(&policy.grants.devices, &c.devices, &c.optional_devices)
+                .map_err(|why| at("devices", why))?;
         let seccomp = match &c.seccomp {
             None => None,
             Some(profile) => {
@@ -55,7 +58,14 @@ pub fn check_devices(
                 Some((profile.clone(), option))
             }
         };
-        out.insert(name.clone(), BatchDevices { devices, seccomp });
+        out.insert(
+            name.clone(),
+            BatchDevices {
+                devices,
+                absent,
+                seccomp,
+            },
+        );
     }
     Ok(out)
 }

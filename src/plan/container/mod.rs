@@ -117,6 +117,10 @@ impl ContainerPlan {
             if !granted.devices.is_empty() {
                 map.insert("devices".into(), serde_json::json!(granted.devices));
             }
+            if !granted.absent.is_empty() {
+                // Optional devices this host lacks: the batch ran without them.
+                map.insert("devices_absent".into(), serde_json::json!(granted.absent));
+            }
             if let Some((name, _)) = &granted.seccomp {
                 map.insert("seccomp".into(), name.clone().into());
             }

@@ -35,6 +35,9 @@ struct CacheUse {
     target: String,
     cache: Cache,
     reading: Reading,
+    /// A pull request's run: its scope, whose generation lies over the base's, and
+    /// which a passing run's layer is laid over (never the base).
+    scope: Option<(Cache, Reading)>,
     layer: Layer,
 }
 
@@ -51,7 +54,16 @@ impl BatchCaches {
         self.uses
             .iter()
             .map(|u| {
-                let lower = u.reading.lower.to_string_lossy();
+                // The scope's generation over the base's (the overlay's leftmost lower
+                // folder is the top one).
+                let lower = match &u.scope {
+                    Some((_, r)) => format!(
+                        "{}:{}",
+                        r.lower.to_string_lossy(),
+                        u.reading.lower.to_string_lossy()
+                    ),
+                    None => u.reading.lower.to_string_lossy().into_owned(),
+                };
                 match &u.layer {
                     Layer::Through(w) => overlay_mount(
                         &u.target,
@@ -75,6 +87,9 @@ impl BatchCaches {
             .iter()
             .flat_map(|u| {
                 let mut fds = vec![u.reading.fd()];
+                if let Some((_, r)) = &u.scope {
+                    fds.push(r.fd());
+                }
                 if let Layer::Through(w) = &u.layer {
                     fds.push(w.fd());
                 }
@@ -96,23 +111,35 @@ impl Execution<'_> {
                 message: "this host grants no caches".into(),
             }));
         };
+        // A pull request's run keeps its writes in its own scope, where the host keeps
+        // them; never in the base.
+        let scoped = match self.plan.pull_request {
+            Some(n) if policy.trusted && policy.pull_requests.keep => Some(n),
+            _ => None,
+        };
+        let through = policy.trusted && (self.plan.pull_request.is_none() || scoped.is_some());
         let mut uses = Vec::new();
         for (name, target) in &b.caches {
             let cache = store.cache(&self.plan.manifest.project, name)?;
             let reading = cache.read()?;
-            let layer = if policy.trusted {
-                Layer::Through(cache.write(b.user)?)
-            } else {
-                Layer::Private {
+            let scope = match scoped {
+                Some(n) => Some(cache.read_scope(n)?),
+                None => None,
+            };
+            let layer = match (&scope, through) {
+                (Some((s, _)), true) => Layer::Through(s.write(b.user)?),
+                (None, true) => Layer::Through(cache.write(b.user)?),
+                _ => Layer::Private {
                     upper: String::new(),
                     work: String::new(),
-                }
+                },
             };
             uses.push(CacheUse {
                 name: name.clone(),
                 target: target.clone(),
                 cache,
                 reading,
+                scope,
                 layer,
             });
         }
@@ -121,7 +148,7 @@ impl Execution<'_> {
             holder: None,
             private_size: policy.private_size,
         };
-        if !policy.trusted {
+        if !through {
             self.start_holder(b, &mut caches)?;
         }
         Ok(Some(caches))
@@ -190,21 +217,41 @@ impl Execution<'_> {
                 writes: "private".into(),
                 ..Default::default()
             };
-            match u.layer {
-                Layer::Through(w) => {
-                    r.writes = "through".into();
-                    r.wrote_bytes = u.cache.layer_bytes(&w);
-                    let cap = self
-                        .plan
+            if let Some((scope, reading)) = &u.scope {
+                r.pull_request = scope.pull_request;
+                r.scope_generation = Some(reading.generation.clone());
+            }
+            // Where a kept layer goes: the pull request's scope, or the base.
+            let (target, cap) = match &u.scope {
+                Some((scope, _)) => (
+                    scope,
+                    self.plan
                         .caches
                         .as_ref()
-                        .map_or(0, |p| p.cap(&u.cache.project, &u.name));
+                        .map_or(0, |p| p.scope_cap(&u.cache.project, &u.name)),
+                ),
+                None => (
+                    &u.cache,
+                    self.plan
+                        .caches
+                        .as_ref()
+                        .map_or(0, |p| p.cap(&u.cache.project, &u.name)),
+                ),
+            };
+            match u.layer {
+                Layer::Through(w) => {
+                    r.writes = if u.scope.is_some() {
+                        "pull-request".into()
+                    } else {
+                        "through".into()
+                    };
+                    r.wrote_bytes = target.layer_bytes(&w);
                     if container_left {
                         r.problem = Some(
                             "not kept: the batch's container could not be removed; its layer is left until it is (`cibox cache prune`)".into(),
                         );
                     } else if passed {
-                        match u.cache.promote(w, cap) {
+                        match target.promote(w, cap) {
                             Ok(p) => {
                                 r.kept = Some(p.generation);
                                 r.evicted = p.evicted;
@@ -213,7 +260,7 @@ impl Execution<'_> {
                             Err(e) => r.problem = Some(format!("not kept: {e}")),
                         }
                     } else {
-                        let problems = u.cache.discard(w);
+                        let problems = target.discard(w);
                         r.problem = (!problems.is_empty()).then(|| problems.join("; "));
                     }
                 }
@@ -230,6 +277,14 @@ impl Execution<'_> {
                         }
                     }
                 }
+            }
+            if u.scope.is_some()
+                && let Some(p) = self.plan.caches.as_ref()
+            {
+                // Scopes nobody used for the policy's expiry go.
+                let mut problems = Vec::new();
+                u.cache
+                    .expire_scopes(Some(p.pull_requests.expiry), &mut problems);
             }
             records.push(r);
         }

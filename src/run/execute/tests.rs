@@ -327,6 +327,7 @@ fn project_with(store: Option<&std::path::Path>) -> Project {
             private_size: 1 << 20,
             trusted: true,
             projects: Default::default(),
+            pull_requests: Default::default(),
         }),
         devices: Default::default(),
     };

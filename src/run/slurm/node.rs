@@ -44,6 +44,10 @@ pub struct NodeJob {
     /// Why the batch's cache writes stay private (the submitter's workflow event).
     #[serde(default)]
     pub private_caches: Option<String>,
+    /// The pull request whose cache scope the batch uses (the submitter read it from
+    /// its workflow's event).
+    #[serde(default)]
+    pub pull_request: Option<u64>,
 }
 
 impl NodeJob {
@@ -69,6 +73,7 @@ impl NodeJob {
             changed_file: b.changed_file.clone(),
             gpus: b.gpus,
             private_caches: plan.private_caches.clone(),
+            pull_request: plan.pull_request,
         }
     }
 
@@ -138,10 +143,15 @@ impl NodeJob {
                 rendezvous,
             }),
             // The submitter's word, or the node's own environment's.
-            private_caches: self
-                .private_caches
-                .clone()
-                .or_else(crate::github::untrusted_event),
+            // A pull request's run: the submitter read its number from its event.
+            private_caches: match self.pull_request {
+                Some(_) => self.private_caches.clone(),
+                None => self
+                    .private_caches
+                    .clone()
+                    .or_else(crate::github::untrusted_event),
+            },
+            pull_request: self.pull_request,
         })
     }
 }

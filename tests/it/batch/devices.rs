@@ -96,6 +96,60 @@ fn devices_are_refused_unless_granted_and_present() {
         .fails_with(2, "GPUs are leased by cibox");
 }
 
+/// Issue 38: one manifest for a mixed fleet. A device a host may lack
+/// (`{path, optional: true}`): where it is, the batch gets it; where the pattern
+/// matches nothing, the batch runs without it and its record says so; where a match is
+/// not granted, it is refused as any device is.
+#[test]
+fn an_optional_device_is_given_where_present_and_recorded_where_absent() {
+    let dev = TestDevice::new();
+    let path = dev.0.display().to_string();
+    let optional_batch = |pattern: &str| {
+        batch(
+            "d",
+            0,
+            "1m",
+            &[
+                &format!(
+                    "if test -c {path}; then echo data > {path} && echo DEVICE-OK; else echo NO-DEVICE; fi"
+                ),
+                JUNIT_OK,
+            ],
+            &format!("    container: {{devices: [{{path: \"{pattern}\", optional: true}}]}}\n"),
+        )
+    };
+    let policy = "version: 1\ngrants:\n  devices: [\"/dev/cibox-test-*\"]\n";
+    // Present.
+    let p = busybox_project(&optional_batch(&path), "").with_policy(policy);
+    let r = p.run(&["batch", "run", "d"]);
+    r.ok();
+    assert!(r.stdout.contains("DEVICE-OK"), "{}", r.stdout);
+    let rec = p.result("d");
+    assert_eq!(rec["loosened"]["devices"][0], path.as_str(), "{rec}");
+    assert!(rec["loosened"]["devices_absent"].is_null(), "{rec}");
+    // Absent: it runs, without it, and says so.
+    let absent = "/dev/cibox-test-absent-*";
+    let p = busybox_project(&optional_batch(absent), "").with_policy(policy);
+    let r = p.run(&["batch", "run", "d"]);
+    r.ok();
+    assert!(r.stdout.contains("NO-DEVICE"), "{}", r.stdout);
+    let rec = p.result("d");
+    assert_eq!(rec["loosened"]["devices_absent"][0], absent, "{rec}");
+    assert!(rec["loosened"]["devices"].is_null(), "{rec}");
+    // Optional is no grant: a pattern the policy does not cover is refused.
+    let p = busybox_project(&optional_batch("/dev/infiniband/*"), "").with_policy(policy);
+    p.run(&["batch", "run", "d"])
+        .fails_with(2, "batches.d.container.devices");
+    // Nor does it take other keys or shapes.
+    let p = Project::new(
+        "version: 1\nproject: p\nimage: {locks: [cibox.yaml]}\nbatches:\n  d: {gpus: 0, timeout: 1m, run: [x], container: {devices: [{path: /dev/x, optional: maybe}]}}\n",
+    );
+    p.cibox(&["batch", "list"]).fails_with(
+        2,
+        "is not a device: write a path under /dev, or `{path: PATH, optional: true}`",
+    );
+}
+
 /// Issue 33: a GPU is told by its device numbers, never by its name. `/dev/*` granted,
 /// a pattern that names NVIDIA's device by another spelling, a node of NVIDIA's (or
 /// the DRM's, AMD's) major under a name that says nothing, and a link to one are all

@@ -6,6 +6,7 @@
 use crate::common::*;
 
 mod attacks;
+mod scopes;
 
 /// A store only root (the tests' user) can change, in a folder everyone may pass as a
 /// host's would be (`/var/lib/...`), removed with its folder.
