@@ -39,7 +39,9 @@ fn error(dir: &Path, what: &'static str) -> impl Fn(std::io::Error) -> RunError 
 /// root and the invoking user can change, so that nobody else can plant a link where
 /// cibox writes, or swap a folder it writes in.
 pub fn reports_folder(path: &Path) -> Result<Folder, crate::error::Error> {
-    let mut at = path.to_path_buf();
+    // Judged from `/` down: a relative name (`cibox-qualify`) has no folders above it
+    // to check, and `""` cannot be read.
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let mut missing: Vec<std::ffi::OsString> = Vec::new();
     while std::fs::symlink_metadata(&at).is_err() {
         let (Some(parent), Some(name)) = (at.parent().map(PathBuf::from), at.file_name()) else {

@@ -132,9 +132,8 @@ pub(crate) fn step_output(job: &NormalJob, path: &str) -> bool {
                 .as_deref()
                 .is_some_and(|s| s.eq_ignore_ascii_case(id))
                 && !name.ends_with("_files")
-                && FLAG_ACTIONS
-                    .iter()
-                    .any(|a| super::steps::is_action(&u.uses, a))
+                && matches!(&u.uses, Uses::Repository(r)
+                    if FLAG_ACTIONS.iter().any(|a| r.slug().eq_ignore_ascii_case(a)))
         }
         Step::Run(r) => {
             r.shared
