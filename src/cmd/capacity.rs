@@ -86,6 +86,7 @@ pub fn run(
                     ready: v.ready,
                     largest: v.largest,
                     reason: v.reason,
+                    by_model: false,
                 })
                 .collect();
             (rows, summary)
@@ -100,7 +101,7 @@ pub fn run(
     let required = require.map(|req| {
         rows.iter()
             .find(|r| r.layer == req)
-            .map(|r| (r.ready, r.largest, r.reason.clone()))
+            .map(|r| (r.ready, r.largest, r.reason.clone(), r.by_model))
     });
     let rows: Vec<Row> = rows
         .into_iter()
@@ -129,10 +130,10 @@ pub fn run(
         print!("{}", t.render());
     }
     // The required layer is judged whether or not --layer listed it.
-    if let (Some(req), Some(Some((false, largest, reason)))) = (require, required) {
+    if let (Some(req), Some(Some((false, largest, reason, by_model)))) = (require, required) {
         let layer = req.to_string();
         return Err(match summary["available"].as_u64() {
-            Some(available) if matches!(policy.scheduler, Scheduler::Local) => {
+            Some(available) if matches!(policy.scheduler, Scheduler::Local) && !by_model => {
                 CapacityError::NotAdmitted {
                     layer,
                     needs: largest,
@@ -168,6 +169,9 @@ struct Row {
     ready: bool,
     largest: u32,
     reason: Option<String>,
+    /// Judged model by model (its batches name GPU models): the pool's count of
+    /// available GPUs does not say why.
+    by_model: bool,
 }
 
 impl PoolCounts {
@@ -244,6 +248,7 @@ impl PoolCounts {
             ready,
             largest,
             reason,
+            by_model: false,
         }
     }
 }
@@ -300,6 +305,7 @@ impl PoolCounts {
             ready: reason.is_none(),
             largest,
             reason,
+            by_model: true,
         })
     }
 }

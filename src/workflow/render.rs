@@ -576,7 +576,7 @@ mod tests {
             .and_then(|l| l.get_attr("gpu"))
             .and_then(|l| l.get_attr("gpu_models"))
             .unwrap();
-        assert_eq!(models.to_string(), r#"["*H100*", "NVIDIA A100*"]"#);
+        assert_eq!(models.to_string(), "['*H100*', 'NVIDIA A100*']");
         assert_eq!(model_label("*RTX 5090*"), "rtx-5090");
         assert_eq!(model_label("?"), "");
     }

@@ -234,3 +234,96 @@ fn a_mixed_host_serves_both_models_at_once_without_overlap() {
     assert!(overlaps.is_empty(), "GPUs shared: {overlaps:?}");
     assert!(h.leased().is_empty());
 }
+
+const MODELS_MANIFEST: &str = r#"version: 1
+project: models
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 10m, run: [x]}
+batches:
+  h100-pair: {gpus: 2, gpu_model: "*H100*"}
+  a100-one: {gpus: 1, gpu_model: "*A100*"}
+  b200-one: {gpus: 1, gpu_model: "*B200*"}
+  cpu: {gpus: 0}
+layers:
+  h: {batches: [h100-pair, cpu]}
+  a: {batches: [a100-one]}
+  b: {batches: [b200-one]}
+"#;
+
+#[test]
+fn capacity_and_doctor_judge_each_model_on_its_own() {
+    let h = mixed_host();
+    let p = Project::new(MODELS_MANIFEST);
+    let cmd = |args: &[&str]| {
+        let mut c = cibox(p.path());
+        h.smi.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", h.locks.path()).args(args);
+        c
+    };
+    // One H100 leased: two GPUs are free, but only one H100.
+    let mut holder = h
+        .cmd(&[
+            "gpu", "exec", "--model", "*H100*", "--count", "1", "--", "sleep", "60",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || h.leased() == [0]));
+    let r = run(&mut cmd(&["capacity"]));
+    r.ok();
+    let rows = r.rows();
+    assert!(
+        rows.contains(
+            &"h no 2 batch h100-pair needs 2 GPUs of model `*H100*`; 1 of 2 are idle and unleased"
+                .to_string()
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        rows.iter().any(|l| l.starts_with("a yes 1")),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        rows.iter()
+            .any(|l| l.starts_with("b no 1 batch b200-one: no GPU of model `*B200*`")),
+        "{}",
+        r.stdout
+    );
+    run(&mut cmd(&["capacity", "--require", "h"])).fails_with(
+        4,
+        "layer h cannot be admitted now: batch h100-pair needs 2 GPUs of model",
+    );
+    run(&mut cmd(&["capacity", "--require", "a"])).ok();
+    unsafe { nix::libc::kill(holder.id() as i32, nix::libc::SIGTERM) };
+    holder.wait().unwrap();
+    // doctor names the host's models and warns of the one it lacks.
+    let r = run(&mut cmd(&["doctor", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let finding = |check: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == check)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {check} finding: {v}"))
+    };
+    let probe = finding("gpu probe");
+    assert!(
+        probe["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("4 GPUs (2 × {H100}, 2 × {A100})")),
+        "{probe}"
+    );
+    let models = finding("gpu models");
+    assert_eq!(models["status"], "warn", "{models}");
+    let detail = models["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no GPU here of model `*B200*` (batches b200-one)"),
+        "{detail}"
+    );
+}
