@@ -270,6 +270,20 @@ fn capacity_and_doctor_judge_each_model_on_its_own() {
         .spawn()
         .unwrap();
     assert!(wait_until(20, || h.leased() == [0]));
+    // batch list names each batch's model.
+    let r = run(&mut cmd(&["batch", "list"]));
+    r.ok();
+    assert!(
+        r.rows()
+            .iter()
+            .any(|l| l.starts_with("h100-pair 2 (*H100*) 10m")),
+        "{}",
+        r.stdout
+    );
+    let r = run(&mut cmd(&["batch", "list", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["batches"][1]["gpu_model"], "*A100*", "{v}");
+    assert!(v["batches"][3]["gpu_model"].is_null(), "{v}");
     let r = run(&mut cmd(&["capacity"]));
     r.ok();
     let rows = r.rows();
