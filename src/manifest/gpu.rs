@@ -58,6 +58,12 @@ impl PoolSpec {
         for item in &items {
             let index_ok = !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit());
             let uuid_ok = is_gpu_uuid(item);
+            if item.starts_with("MIG-") {
+                return Err(format!(
+                    "`{}` is a MIG instance's UUID: cibox leases whole GPUs only (MIG slices are not leasable units yet); name the GPU, with MIG mode off",
+                    crate::util::escape(item)
+                ));
+            }
             if !index_ok && !uuid_ok {
                 return Err(format!(
                     "`{item}` is neither a GPU index (0, 1, …) nor a GPU UUID (GPU-xxxxxxxx-…)"
@@ -358,6 +364,11 @@ mod tests {
         assert!(PoolSpec::parse_list("0,x").is_err());
         assert!(PoolSpec::parse_list("0,0").is_err());
         assert!(PoolSpec::parse_list("").is_err());
+        let mig = PoolSpec::parse_list("0,MIG-4f1c3e2a-0000-5b6c-8d7e-000000000001").unwrap_err();
+        assert!(
+            mig.contains("is a MIG instance's UUID: cibox leases whole GPUs only"),
+            "{mig}"
+        );
         let m = parse(&GOOD.replace("batches:\n  cpu", "gpu: {pool: [0, 3]}\nbatches:\n  cpu"))
             .unwrap();
         assert_eq!(m.gpu.pool, PoolSpec::Devices(vec!["0".into(), "3".into()]));
