@@ -356,6 +356,17 @@ mod tests {
         assert!(err.contains("each.1.gpu_model: is empty"), "{err}");
         let err = parse(&text.replace("gpu_model: \"*A100*\"", "gpu_model: [x]")).unwrap_err();
         assert!(err.contains("gpu_model"), "{err}");
+        // `changed.run` takes it from `defaults` too, and gives it to a file's batch.
+        let m = parse(&format!(
+            "{text}changed: {{patterns: [\"t/**/*.py\"], run: {{command: x}}}}\n"
+        ))
+        .unwrap();
+        let run = m.changed.as_ref().and_then(|c| c.run.as_ref()).unwrap();
+        assert_eq!(run.gpu_model.as_deref(), Some("*H100*"));
+        assert_eq!(
+            run.batch_for("t/x.py", 2).gpu_model.as_deref(),
+            Some("*H100*")
+        );
     }
 
     #[test]
