@@ -15,12 +15,21 @@ Prints makespan against the ideal (sum of size x 2 s / 8 = 12.5 s), the overlaps
 held by two jobs at once: must be 0) and the driver calls made. Each cibox backend runs
 twice: spawned back to back (arrival order is whatever order the 16 processes reach the
 queue) and spawned 20 ms apart (arrival in the listed order).
-Usage: bench/contention.py [path/to/cibox] [SMI_LATENCY] [NVML_INIT] [NVML_CALL]
+With --mixed (issue 34), a mixed host instead: GPUs 0-3 H100s and 4-7 A100s (the
+doubles' `gpu_name.<index>`), the same 16 jobs (sizes capped at 4) asking
+`--model '*H100*'` and `--model '*A100*'` in turn; ideal is the larger model's share
+(each model's GPU-seconds over its 4 GPUs), and a job holding a GPU of the other model
+counts as a wrong model (must be 0).
+Usage: bench/contention.py [--mixed] [path/to/cibox] [SMI_LATENCY] [NVML_INIT] [NVML_CALL]
        (defaults: target/release/cibox, 0.3, 0.3, 0)
 """
 import os, subprocess, sys, tempfile, time
 
 from doubles import ROOT, build_double, env_for, state, take_calls
+
+MIXED = "--mixed" in sys.argv
+if MIXED:
+    sys.argv.remove("--mixed")
 
 CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
 SMI_LATENCY = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
@@ -30,6 +39,12 @@ SIZES = [8, 1, 1, 2, 4, 1, 2, 8, 1, 4, 2, 1, 1, 2, 4, 8]
 HOLD = 2.0
 GPUS = 8
 IDEAL = sum(SIZES) * HOLD / GPUS
+# The mixed host: which model each job asks (in turn), its size capped at a model's 4 GPUs.
+MODELS = ["*H100*", "*A100*"]
+MIXED_JOBS = [(MODELS[i % 2], min(size, 4)) for i, size in enumerate(SIZES)]
+OWN = {"*H100*": {f"GPU-11111111-2222-3333-4444-{i:012}" for i in range(4)},
+       "*A100*": {f"GPU-11111111-2222-3333-4444-{i:012}" for i in range(4, 8)}}
+MIXED_IDEAL = max(sum(s for m, s in MIXED_JOBS if m == model) * HOLD / 4 for model in MODELS)
 
 NAIVE = r'''
 import fcntl, os, random, sys, time
@@ -64,12 +79,14 @@ def run(kind, work, double, stagger):
     take_calls(work)
     t0 = time.time()
     procs = []
-    for i, size in enumerate(SIZES):
+    jobs_asked = MIXED_JOBS if MIXED else [(None, s) for s in SIZES]
+    for i, (model, size) in enumerate(jobs_asked):
         if kind == "naive":
             cmd = [sys.executable, "-c", NAIVE, locks, str(size), str(HOLD), log, f"job{i}"]
         else:
             script = f'python3 -c "import time; s=time.time(); time.sleep({HOLD}); e=time.time(); open(\'{log}\',\'a\').write(f\'job{i} {{s}} {{e}} $CUDA_VISIBLE_DEVICES\\n\')"'
-            cmd = [CIBOX, "gpu", "exec", "--count", str(size), "--wait", "300s", "--", "sh", "-c", script]
+            model_args = ["--model", model] if model else []
+            cmd = [CIBOX, "gpu", "exec", *model_args, "--count", str(size), "--wait", "300s", "--", "sh", "-c", script]
         procs.append(subprocess.Popen(cmd, env=env))
         time.sleep(stagger)
     for p in procs:
@@ -82,7 +99,30 @@ def run(kind, work, double, stagger):
     makespan = max(e for _, _, e, _ in jobs) - t0
     overlaps = sum(1 for i, a in enumerate(jobs) for b in jobs[i + 1:]
                    if a[1] < b[2] and b[1] < a[2] and a[3] & b[3])
+    if MIXED:
+        wrong = sum(1 for tag, _, _, gpus in jobs
+                    if not gpus <= OWN[MIXED_JOBS[int(tag[3:])][0]])
+        overlaps = (overlaps, wrong)
     return makespan, overlaps, take_calls(work)
+
+
+def main_mixed():
+    with tempfile.TemporaryDirectory() as work:
+        double = build_double(work)
+        state(work, GPUS, SMI_LATENCY, NVML_INIT, NVML_CALL)
+        for i in range(4, 8):
+            with open(os.path.join(work, f"gpu_name.{i}"), "w") as f:
+                f.write("NVIDIA A100-SXM4-80GB\n")
+        print(f"mixed host: GPUs 0-3 H100, 4-7 A100; 16 jobs {MIXED_JOBS}, {HOLD:.0f} s each; "
+              f"ideal makespan {MIXED_IDEAL:.1f} s; nvidia-smi {SMI_LATENCY:g} s per call; "
+              f"NVML init {NVML_INIT:g} s, {NVML_CALL:g} s per call")
+        for kind, stagger, how in (("nvidia-smi", 0, "together"), ("nvidia-smi", 0.02, "in order"),
+                                   ("nvml", 0, "together"), ("nvml", 0.02, "in order")):
+            makespan, (overlaps, wrong), (smi, inits, probes) = run(kind, work, double, stagger)
+            calls = {"nvidia-smi": f"{smi} nvidia-smi calls",
+                     "nvml": f"{inits} NVML inits, {probes} NVML probes"}[kind]
+            print(f"{kind:10s} {how:8s} makespan {makespan:5.1f} s = {makespan / MIXED_IDEAL:.2f} x ideal, "
+                  f"overlaps {overlaps}, wrong model {wrong}, {calls}")
 
 
 def main():
@@ -107,4 +147,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main_mixed() if MIXED else main()

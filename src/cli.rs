@@ -260,6 +260,10 @@ pub struct GpuExecArgs {
     /// Which GPUs to lease (indices or UUIDs, comma-separated).
     #[arg(long, value_name = "LIST")]
     pub devices: Option<String>,
+    /// Only GPUs of this model: a glob matched, case ignored, against the whole model
+    /// name the probe reports (`*H100*`).
+    #[arg(long, value_name = "GLOB", conflicts_with = "devices")]
+    pub model: Option<String>,
     /// How long to wait for the GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
     pub wait: Option<String>,

@@ -37,6 +37,7 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
                 json!({
                     "name": name,
                     "gpus": b.gpus,
+                    "gpu_model": b.gpu_model.as_ref().filter(|_| b.gpus > 0),
                     "timeout": b.timeout.to_string(),
                     "timeout_s": b.timeout.0.as_secs(),
                     "description": b.description,
@@ -59,7 +60,10 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
     for (name, b) in &shown {
         t.row(vec![
             name.to_string(),
-            b.gpus.to_string(),
+            match b.gpu_model.as_ref().filter(|_| b.gpus > 0) {
+                Some(glob) => format!("{} ({})", b.gpus, crate::util::escape(glob)),
+                None => b.gpus.to_string(),
+            },
             b.timeout.to_string(),
             b.description.clone().unwrap_or_default(),
         ]);

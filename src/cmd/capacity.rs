@@ -9,8 +9,9 @@ use crate::console::{self, Table};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::gpu::lease::LeaseState;
-use crate::gpu::pool;
-use crate::gpu::probe::Prober;
+use crate::gpu::model;
+use crate::gpu::pool::{self, PoolGpu};
+use crate::gpu::probe::{GpuHardware, Prober};
 use crate::host::Scheduler;
 use crate::lockdir::LockDir;
 
@@ -85,6 +86,7 @@ pub fn run(
                     ready: v.ready,
                     largest: v.largest,
                     reason: v.reason,
+                    by_model: false,
                 })
                 .collect();
             (rows, summary)
@@ -99,7 +101,7 @@ pub fn run(
     let required = require.map(|req| {
         rows.iter()
             .find(|r| r.layer == req)
-            .map(|r| (r.ready, r.largest, r.reason.clone()))
+            .map(|r| (r.ready, r.largest, r.reason.clone(), r.by_model))
     });
     let rows: Vec<Row> = rows
         .into_iter()
@@ -128,10 +130,10 @@ pub fn run(
         print!("{}", t.render());
     }
     // The required layer is judged whether or not --layer listed it.
-    if let (Some(req), Some(Some((false, largest, reason)))) = (require, required) {
+    if let (Some(req), Some(Some((false, largest, reason, by_model)))) = (require, required) {
         let layer = req.to_string();
         return Err(match summary["available"].as_u64() {
-            Some(available) if matches!(policy.scheduler, Scheduler::Local) => {
+            Some(available) if matches!(policy.scheduler, Scheduler::Local) && !by_model => {
                 CapacityError::NotAdmitted {
                     layer,
                     needs: largest,
@@ -154,6 +156,11 @@ struct PoolCounts {
     leased: usize,
     busy: usize,
     available: usize,
+    /// Each GPU of the pool, and whether it is available.
+    gpus: Vec<(PoolGpu, bool)>,
+    /// What the GPUs are, read only when a batch asks for a model (or why it could not
+    /// be read).
+    hardware: std::result::Result<Vec<GpuHardware>, String>,
 }
 
 /// One layer's verdict.
@@ -162,6 +169,9 @@ struct Row {
     ready: bool,
     largest: u32,
     reason: Option<String>,
+    /// Judged model by model (its batches name GPU models): the pool's count of
+    /// available GPUs does not say why.
+    by_model: bool,
 }
 
 impl PoolCounts {
@@ -169,24 +179,35 @@ impl PoolCounts {
     /// blocking.
     fn now(m: &crate::manifest::Manifest) -> Result<PoolCounts> {
         let prober = Prober::new(m.gpu.probe);
-        let snap = ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober).probe()?;
+        let snap =
+            ContainerClaims::new(LockDir::existing(&m.gpu.lock_dir), prober.clone()).probe()?;
         let pool = pool::resolve_for(&m.gpu, &snap)?;
         let dir = LockDir::existing(&m.gpu.lock_dir);
+        let models_asked = m.batches.values().any(|b| b.gpu_model.is_some());
         let mut counts = PoolCounts {
             pool: pool.len(),
             leased: 0,
             busy: 0,
             available: 0,
+            gpus: Vec::new(),
+            hardware: match models_asked {
+                true => prober.hardware().map_err(|e| e.to_string()),
+                false => Ok(Vec::new()),
+            },
         };
         for g in &pool {
             let held = !matches!(dir.state(&g.uuid), Ok(LeaseState::Free));
-            if held {
+            let available = if held {
                 counts.leased += 1;
+                false
             } else if pool::busy_reason(&g.uuid, &snap, &m.gpu.idle).is_some() {
                 counts.busy += 1;
+                false
             } else {
                 counts.available += 1;
-            }
+                true
+            };
+            counts.gpus.push((g.clone(), available));
         }
         Ok(counts)
     }
@@ -200,6 +221,9 @@ impl PoolCounts {
             .map(|b| m.batches[b].gpus)
             .max()
             .unwrap_or(0);
+        if let Some(row) = self.judge_models(m, name, largest) {
+            return row;
+        }
         let ready = largest as usize <= self.available;
         let reason = if ready {
             None
@@ -224,7 +248,65 @@ impl PoolCounts {
             ready,
             largest,
             reason,
+            by_model: false,
         }
+    }
+}
+
+impl PoolCounts {
+    /// A layer whose batches ask for GPU models: each such batch must fit in the
+    /// available GPUs of its model (the others in the available GPUs of any). `None`
+    /// when no batch of the layer names a model (the plain verdict then).
+    fn judge_models(&self, m: &crate::manifest::Manifest, name: &str, largest: u32) -> Option<Row> {
+        let batches = &m.layers[name].batches;
+        if !batches
+            .iter()
+            .any(|b| m.batches[b].gpu_model.is_some() && m.batches[b].gpus > 0)
+        {
+            return None;
+        }
+        let pool: Vec<PoolGpu> = self.gpus.iter().map(|(g, _)| g.clone()).collect();
+        let mut reason = None;
+        for b in batches {
+            let batch = &m.batches[b];
+            let need = batch.gpus as usize;
+            if need == 0 {
+                continue;
+            }
+            let hardware = self.hardware.as_deref().map_err(String::as_str);
+            let fits = match model::narrow(&pool, hardware, batch.gpu_model.as_deref(), need) {
+                Err(e) => Err(format!("batch {b}: {e}")),
+                Ok(of_model) => {
+                    let free = self
+                        .gpus
+                        .iter()
+                        .filter(|(g, avail)| *avail && of_model.contains(g))
+                        .count();
+                    let what = match &batch.gpu_model {
+                        Some(glob) => format!(" of model `{}`", crate::util::escape(glob)),
+                        None => String::new(),
+                    };
+                    (need <= free).then_some(()).ok_or_else(|| {
+                        format!(
+                            "batch {b} needs {}{what}; {free} of {} are idle and unleased",
+                            crate::util::count(need as u64, "GPU"),
+                            of_model.len()
+                        )
+                    })
+                }
+            };
+            if let Err(why) = fits {
+                reason = Some(why);
+                break;
+            }
+        }
+        Some(Row {
+            layer: name.to_string(),
+            ready: reason.is_none(),
+            largest,
+            reason,
+            by_model: true,
+        })
     }
 }
 

@@ -9,6 +9,8 @@ use crate::console::{self, Table};
 use crate::engine::{Engine, EngineInfo};
 use crate::error::Result;
 use crate::exit;
+use crate::gpu::model;
+use crate::gpu::pool::PoolGpu;
 use crate::gpu::probe::{self, Snapshot};
 use crate::lockdir;
 use crate::manifest::{GpuConfig, GpuDriver, Manifest, PoolSpec};
@@ -229,12 +231,13 @@ pub fn run(ctx: &Context) -> Result<u8> {
     let driver = manifest
         .as_ref()
         .map_or(GpuDriver::Nvidia, |m| m.container.gpu_driver);
+    let models_asked = manifest.as_ref().map(models_asked).unwrap_or_default();
     let gpu_cfg = match manifest {
         Some(m) => Ok(m.gpu),
         None => ctx.gpu_without_manifest(),
     };
     engine_findings(driver, &mut findings);
-    let snapshot = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
+    let (snapshot, hardware) = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
     match gpu_cfg {
         Ok(g) => {
             findings.push(
@@ -248,6 +251,11 @@ pub fn run(ctx: &Context) -> Result<u8> {
                 },
             );
             findings.push(pool_finding(&g.pool, snapshot.as_ref()));
+            if let Some(s) = &snapshot
+                && !models_asked.is_empty()
+            {
+                findings.push(models_finding(&models_asked, s, &hardware));
+            }
         }
         Err(e) => findings.push(finding("gpu settings", Status::Fail, e.to_string(), true)),
     }
@@ -434,25 +442,103 @@ fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
 }
 
 /// The GPU probe, and what it saw.
-fn probe_finding(gpu_cfg: Option<&GpuConfig>, findings: &mut Vec<Finding>) -> Option<Snapshot> {
+/// The probe's finding, with the models of the GPUs (what the GPUs are, when the
+/// probe can say: an empty list when not).
+fn probe_finding(
+    gpu_cfg: Option<&GpuConfig>,
+    findings: &mut Vec<Finding>,
+) -> (Option<Snapshot>, Vec<probe::GpuHardware>) {
     let prober = probe::Prober::new(gpu_cfg.map_or(probe::ProbeChoice::Auto, |g| g.probe));
     match prober.probe() {
         Ok(s) => {
             let busy = s.apps.len();
             // Decided by the probe above: this only names it.
             let backend = prober.backend().unwrap_or_else(|e| e.to_string());
+            let hardware = prober.hardware().unwrap_or_default();
+            let models = match s.gpus.len() {
+                0 => String::new(),
+                _ => format!(" ({})", model::describe(&all_gpus(&s), &hardware)),
+            };
             findings.push(finding(
                 "gpu probe",
                 Status::Ok,
-                format!("{backend}: {} GPUs, {busy} compute processes", s.gpus.len()),
+                format!(
+                    "{backend}: {} GPUs{models}, {busy} compute processes",
+                    s.gpus.len()
+                ),
                 true,
             ));
-            Some(s)
+            (Some(s), hardware)
         }
         Err(e) => {
             findings.push(finding("gpu probe", Status::Fail, e.to_string(), true));
-            None
+            (None, Vec::new())
         }
+    }
+}
+
+/// Every GPU the probe shows, as pool entries.
+fn all_gpus(s: &Snapshot) -> Vec<PoolGpu> {
+    s.gpus
+        .iter()
+        .map(|g| PoolGpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+        })
+        .collect()
+}
+
+/// The GPU models the manifest's batches ask for (`gpu_model`), each with the batches
+/// that ask it.
+fn models_asked(m: &Manifest) -> Vec<(String, Vec<String>)> {
+    let mut asked: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, b) in &m.batches {
+        let Some(glob) = b.gpu_model.as_ref().filter(|_| b.gpus > 0) else {
+            continue;
+        };
+        match asked.iter_mut().find(|(g, _)| g == glob) {
+            Some((_, batches)) => batches.push(name.clone()),
+            None => asked.push((glob.clone(), vec![name.clone()])),
+        }
+    }
+    asked
+}
+
+/// Whether this host has GPUs of each model the batches ask for: one it lacks is a
+/// warning (those batches are capacity here, exit 4; another host may serve them).
+fn models_finding(
+    asked: &[(String, Vec<String>)],
+    s: &Snapshot,
+    hw: &[probe::GpuHardware],
+) -> Finding {
+    let gpus = all_gpus(s);
+    let mut lacking = Vec::new();
+    let mut have = Vec::new();
+    for (glob, batches) in asked {
+        let n = gpus
+            .iter()
+            .filter(|g| model::model_of(hw, &g.uuid).is_some_and(|m| model::matches(glob, m)))
+            .count();
+        let glob = crate::util::escape(glob);
+        if n == 0 {
+            lacking.push(format!("`{glob}` (batches {})", batches.join(", ")));
+        } else {
+            have.push(format!("`{glob}`: {n}"));
+        }
+    }
+    if lacking.is_empty() {
+        finding("gpu models", Status::Ok, have.join(", "), false)
+    } else {
+        finding(
+            "gpu models",
+            Status::Warn,
+            format!(
+                "no GPU here of model {}: those batches are exit 4 on this host; it has {}",
+                lacking.join("; "),
+                model::describe(&gpus, hw)
+            ),
+            false,
+        )
     }
 }
 

@@ -108,6 +108,10 @@ pub fn status(ctx: &Context) -> Result<u8> {
     let (snap, pool) = probe_pool(&cfg, &mut claims, None)?;
     // Decided by the probe above: this only names it.
     let backend = prober.backend()?;
+    // What each GPU is, for the MODEL column: this only describes (a request for a
+    // model reads it afresh), so a probe that cannot say leaves it blank.
+    let hardware = prober.hardware().unwrap_or_default();
+    let model = |uuid: &str| gpu::model::model_of(&hardware, uuid).map(str::to_string);
     let dir = LockDir::existing(&cfg.lock_dir);
     let mut rows = Vec::new();
     for g in &snap.gpus {
@@ -146,7 +150,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
             .iter()
             .map(|(g, in_pool, holder, busy, verdict, procs)| {
                 json!({
-                    "index": g.index, "uuid": g.uuid,
+                    "index": g.index, "uuid": g.uuid, "model": model(&g.uuid),
                     "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib,
                     "utilization": g.utilization, "processes": procs, "in_pool": in_pool,
                     "lease_holder": holder, "idle": busy.is_none(), "verdict": verdict,
@@ -160,6 +164,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
     let mut t = Table::new(&[
         "INDEX",
         "UUID",
+        "MODEL",
         "MEMORY",
         "UTIL",
         "PROCESSES",
@@ -172,6 +177,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
         t.row(vec![
             g.index.to_string(),
             g.uuid.clone(),
+            model(&g.uuid).map_or_else(|| "-".into(), |m| crate::util::escape(&m).into_owned()),
             format!("{}/{} MiB", g.memory_used_mib, g.memory_total_mib),
             format!("{}%", g.utilization),
             if procs.is_empty() {
@@ -252,8 +258,18 @@ fn lease_for_exec(
     holder.command = Some(args.command.join(" "));
     let waiter = Waiter::arrive(dir, &holder, need, std::time::Instant::now() + wait)?;
     let prober = Prober::shared_through(cfg.probe, dir.path());
-    let mut claims = ContainerClaims::new(dir.clone(), prober);
+    let mut claims = ContainerClaims::new(dir.clone(), prober.clone());
     let (snap, pool) = probe_pool(cfg, &mut claims, arrived)?;
+    // A model narrows the pool to its GPUs; what the GPUs are is read only when asked.
+    let pool = match &args.model {
+        None => pool,
+        Some(glob) => {
+            let hardware = prober.hardware().map_err(|e| e.to_string());
+            let hardware = hardware.as_deref().map_err(String::as_str);
+            let need = args.count.map_or(1, |n| n as usize);
+            gpu::model::narrow(&pool, hardware, Some(glob), need)?
+        }
+    };
     let want = match (&args.count, &args.devices) {
         (Some(n), _) => {
             let n = *n as usize;

@@ -116,6 +116,9 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
     let mut outputs = Vec::new();
     for r in &rendered {
         let name = output_name(&r.output);
+        for w in crate::workflow::models::label_warnings(&m, name, &r.text) {
+            console::warn(w);
+        }
         // The banner comes on top of what a render may write.
         let current = match folder.read_text(name, render::MAX_OUTPUT_BYTES as u64 + 4096) {
             Ok(current) => current,

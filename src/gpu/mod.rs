@@ -1,11 +1,12 @@
-//! GPUs: probing what they do ([`probe`]), which ones CI may use ([`pool`]), and
-//! leasing them ([`lease`]) through one sequence ([`waiter`]) behind the fair
+//! GPUs: probing what they do ([`probe`]), which ones CI may use ([`pool`]) and which
+//! of those a request for a model may have ([`model`]), and leasing them ([`lease`]) through one sequence ([`waiter`]) behind the fair
 //! [`queue`], where waiters may overtake only as `overtake` allows.
 //!
 //! A GPU is handed out only when it is in the pool, not leased, and idle by a probe that
 //! started after it was locked for the hand-out. Anything uncertain fails closed.
 
 pub mod lease;
+pub mod model;
 mod overtake;
 pub mod pool;
 pub mod probe;

@@ -66,6 +66,56 @@ pub struct SlurmPolicy {
     /// The cibox the nodes run (the same build, at a path every node has); `None`:
     /// this cibox's own path.
     pub cibox: Option<PathBuf>,
+    /// The GRES type of each GPU model a batch may ask (`gpu_model` as written → the
+    /// type the cluster's `gres.conf` names, `h100`): its job asks `--gres=gpu:TYPE:N`.
+    pub gres_types: Vec<(String, String)>,
+}
+
+/// A batch asks for a GPU model that the policy gives no GRES type: submitted untyped,
+/// Slurm could allocate GPUs of any model.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "batch {batch} asks for GPU model `{}`, and the host policy's slurm.gres_types gives it no GRES type{}: add `\"{}\": TYPE` (the type the cluster's gres.conf names)",
+    crate::util::escape(.glob),
+    typed_list(.known),
+    crate::util::escape(.glob)
+)]
+pub struct NoGresType {
+    pub batch: String,
+    pub glob: String,
+    /// The models the policy does type.
+    pub known: Vec<String>,
+}
+
+fn typed_list(models: &[String]) -> String {
+    match models.is_empty() {
+        true => String::new(),
+        false => format!(" (it types {})", models.join(", ")),
+    }
+}
+
+impl crate::error::ErrorKind for NoGresType {
+    fn failure(&self) -> crate::exit::Failure {
+        crate::exit::Failure::Usage
+    }
+}
+
+impl SlurmPolicy {
+    /// The GRES type a job of `batch` asks for: none without a model, the policy's type
+    /// for its model, and a refusal for a model the policy does not type.
+    pub fn gres_type(&self, batch: &str, model: Option<&str>) -> Result<Option<&str>, NoGresType> {
+        let Some(glob) = model else {
+            return Ok(None);
+        };
+        match self.gres_types.iter().find(|(g, _)| g == glob) {
+            Some((_, t)) => Ok(Some(t.as_str())),
+            None => Err(NoGresType {
+                batch: batch.to_string(),
+                glob: glob.to_string(),
+                known: self.gres_types.iter().map(|(g, _)| g.clone()).collect(),
+            }),
+        }
+    }
 }
 
 impl Scheduler {
@@ -90,6 +140,14 @@ impl Scheduler {
         if let Some(c) = &p.cibox {
             parts.push(format!("nodes run {}", c.display()));
         }
+        if !p.gres_types.is_empty() {
+            let types: Vec<String> = p
+                .gres_types
+                .iter()
+                .map(|(g, t)| format!("{g} → gpu:{t}"))
+                .collect();
+            parts.push(format!("GRES types {}", types.join(", ")));
+        }
         format!("slurm ({})", parts.join(", "))
     }
 }
@@ -112,6 +170,8 @@ pub struct RawSlurm {
     options: Vec<String>,
     grace: Option<Span>,
     cibox: Option<PathBuf>,
+    #[serde(default)]
+    gres_types: indexmap::IndexMap<String, String>,
 }
 
 /// The scheduler a policy's `scheduler` and `slurm` keys describe; an error is the key
@@ -155,6 +215,20 @@ pub fn scheduler(
             return at(&["slurm", "options", &i.to_string()], why);
         }
     }
+    for (glob, kind) in &raw.gres_types {
+        if let Err(why) = crate::manifest::check_model_glob(glob) {
+            return at(&["slurm", "gres_types"], format!("a model {why}"));
+        }
+        if !is_slurm_name(kind) {
+            return at(
+                &["slurm", "gres_types", glob],
+                format!(
+                    "`{}` is not a GRES type (letters, digits, `_`, `.`, `-`)",
+                    crate::util::escape(kind)
+                ),
+            );
+        }
+    }
     let grace = raw.grace.map_or(DEFAULT_GRACE, |g| g.0);
     if let Some(path) = &raw.cibox
         && !path.is_absolute()
@@ -168,6 +242,7 @@ pub fn scheduler(
         options: raw.options,
         grace,
         cibox: raw.cibox,
+        gres_types: raw.gres_types.into_iter().collect(),
     }))
 }
 
@@ -237,5 +312,41 @@ mod tests {
         };
         let (path, _) = scheduler(Some(RawScheduler::Slurm), Some(bad_name)).unwrap_err();
         assert_eq!(path, ["slurm", "partition"]);
+    }
+
+    #[test]
+    fn a_gpu_model_gets_the_gres_type_the_policy_gives_it_or_is_refused() {
+        let typed = |types: &[(&str, &str)]| {
+            scheduler(
+                Some(RawScheduler::Slurm),
+                Some(RawSlurm {
+                    gres_types: types
+                        .iter()
+                        .map(|(g, t)| (g.to_string(), t.to_string()))
+                        .collect(),
+                    ..RawSlurm::default()
+                }),
+            )
+        };
+        let Scheduler::Slurm(p) = typed(&[("*H100*", "h100"), ("*MI300X*", "mi300x")]).unwrap()
+        else {
+            panic!("a Slurm scheduler");
+        };
+        assert_eq!(p.gres_type("b", None).unwrap(), None);
+        assert_eq!(p.gres_type("b", Some("*H100*")).unwrap(), Some("h100"));
+        let err = p.gres_type("b", Some("*A100*")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "batch b asks for GPU model `*A100*`, and the host policy's slurm.gres_types gives it no GRES type (it types *H100*, *MI300X*): add `\"*A100*\": TYPE` (the type the cluster's gres.conf names)"
+        );
+        assert_eq!(
+            crate::error::Error::from(err).exit_code(),
+            crate::exit::USAGE
+        );
+        assert!(Scheduler::Slurm(p).describe().contains("*H100* → gpu:h100"));
+        let (path, _) = typed(&[("*H100*", "h100:2")]).unwrap_err();
+        assert_eq!(path, ["slurm", "gres_types", "*H100*"]);
+        let (path, _) = typed(&[("", "h100")]).unwrap_err();
+        assert_eq!(path, ["slurm", "gres_types"]);
     }
 }

@@ -93,6 +93,9 @@ pub struct ChangedRun {
     pub allow_empty: bool,
     pub container: ContainerConfig,
     pub verdict: BatchVerdict,
+    /// The model the GPUs of a test file's batch must be (a glob), as a batch's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
     /// The image test files run in.
     pub image: String,
     /// The caches test files use.
@@ -112,6 +115,7 @@ impl ChangedRun {
             nodes: 1,
             description: Some(format!("changed test file {file}")),
             gpus,
+            gpu_model: self.gpu_model.clone(),
             timeout: self.timeout,
             preflight: self.preflight.clone(),
             run: vec![self.command.clone()],
@@ -161,14 +165,16 @@ pub(super) struct RawChangedRun {
     allow_empty: bool,
     container: Option<RawContainer>,
     verdict: Option<BatchVerdict>,
+    gpu_model: Option<String>,
     image: Option<String>,
     install: Option<Vec<String>>,
     caches: Option<Vec<String>>,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-pub(super) const CHANGED_RUN_DEFAULTS: [&str; 10] = [
+pub(super) const CHANGED_RUN_DEFAULTS: [&str; 11] = [
     "caches",
+    "gpu_model",
     "image",
     "install",
     "verdict",
@@ -291,7 +297,12 @@ fn validate_changed_run(
         None => validate_container(check, &["container"], top_container.clone())?,
     };
     let caches = batch_caches(check, &["changed", "run"], caches, r.caches, &container)?;
+    if let Some(glob) = &r.gpu_model {
+        crate::manifest::check_model_glob(glob)
+            .map_err(|why| check.at(&["changed", "run", "gpu_model"], why))?;
+    }
     Ok(ChangedRun {
+        gpu_model: r.gpu_model,
         caches,
         install: r.install,
         command: r.command,

@@ -32,6 +32,9 @@ pub(super) struct RawEntry {
     name: Option<String>,
     #[serde(default, deserialize_with = "written")]
     gpus: Option<Option<i64>>,
+    /// `null`: any model, removing the family's.
+    #[serde(default, deserialize_with = "written")]
+    gpu_model: Option<Option<String>>,
     #[serde(default, deserialize_with = "written")]
     timeout: Option<Option<Span>>,
     /// `null`: no arguments, as when not written.
@@ -170,6 +173,15 @@ fn entry_batch(
                 return Err(check.at(&key("gpus"), format!("must be 0 or more, got {gpus}")));
             }
             b.gpus = gpus as u32;
+        }
+    }
+    match e.gpu_model {
+        None => {}
+        Some(None) => b.gpu_model = None,
+        Some(Some(glob)) => {
+            crate::manifest::check_model_glob(&glob)
+                .map_err(|why| check.at(&key("gpu_model"), why))?;
+            b.gpu_model = Some(glob);
         }
     }
     match e.timeout {

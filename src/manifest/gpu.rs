@@ -58,6 +58,12 @@ impl PoolSpec {
         for item in &items {
             let index_ok = !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit());
             let uuid_ok = is_gpu_uuid(item);
+            if item.starts_with("MIG-") {
+                return Err(format!(
+                    "`{}` is a MIG instance's UUID: cibox leases whole GPUs only (MIG slices are not leasable units yet); name the GPU, with MIG mode off",
+                    crate::util::escape(item)
+                ));
+            }
             if !index_ok && !uuid_ok {
                 return Err(format!(
                     "`{item}` is neither a GPU index (0, 1, …) nor a GPU UUID (GPU-xxxxxxxx-…)"
@@ -253,6 +259,26 @@ pub fn is_gpu_uuid(s: &str) -> bool {
             .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// The longest `gpu_model` glob: model names are a few dozen characters.
+const MAX_MODEL_GLOB: usize = 200;
+
+/// Checks a `gpu_model` glob (`*H100*`): text a model name could match, `*` and `?`
+/// its wildcards; why not, when it is not.
+pub fn check_model_glob(glob: &str) -> Result<(), String> {
+    if glob.trim().is_empty() {
+        return Err(
+            "is empty: write a glob over the model name the probe reports, such as `*H100*`".into(),
+        );
+    }
+    if glob.len() > MAX_MODEL_GLOB {
+        return Err(format!("is longer than {MAX_MODEL_GLOB} characters"));
+    }
+    if glob.chars().any(char::is_control) {
+        return Err("holds a control character".into());
+    }
+    Ok(())
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawGpu {
@@ -307,11 +333,53 @@ mod tests {
     use crate::manifest::tests::{GOOD, parse};
 
     #[test]
+    fn a_batch_a_default_and_a_test_list_entry_may_ask_for_a_gpu_model() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1m, run: [x], gpu_model: \"*H100*\"}\nbatches:\n  h: {gpus: 1}\n  a: {gpus: 1, gpu_model: \"*A100*\"}\n  fam:\n    gpus: 1\n    each:\n      - {file: t/one.py}\n      - {file: t/two.py, gpu_model: \"*B200*\"}\n      - {file: t/any.py, gpu_model: null}\n";
+        let m = parse(text).unwrap();
+        let model = |b: &str| m.batches[b].gpu_model.clone();
+        assert_eq!(model("h").as_deref(), Some("*H100*"));
+        assert_eq!(model("a").as_deref(), Some("*A100*"));
+        assert_eq!(model("fam-one").as_deref(), Some("*H100*"));
+        assert_eq!(model("fam-two").as_deref(), Some("*B200*"));
+        assert_eq!(model("fam-any"), None);
+        for (bad, says) in [
+            ("gpu_model: \"\"", "batches.a.gpu_model: is empty"),
+            (
+                "gpu_model: \"a\\u0007b\"",
+                "batches.a.gpu_model: holds a control character",
+            ),
+        ] {
+            let err = parse(&text.replace("gpu_model: \"*A100*\"", bad)).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let err = parse(&text.replace("gpu_model: \"*B200*\"", "gpu_model: \" \"")).unwrap_err();
+        assert!(err.contains("each.1.gpu_model: is empty"), "{err}");
+        let err = parse(&text.replace("gpu_model: \"*A100*\"", "gpu_model: [x]")).unwrap_err();
+        assert!(err.contains("gpu_model"), "{err}");
+        // `changed.run` takes it from `defaults` too, and gives it to a file's batch.
+        let m = parse(&format!(
+            "{text}changed: {{patterns: [\"t/**/*.py\"], run: {{command: x}}}}\n"
+        ))
+        .unwrap();
+        let run = m.changed.as_ref().and_then(|c| c.run.as_ref()).unwrap();
+        assert_eq!(run.gpu_model.as_deref(), Some("*H100*"));
+        assert_eq!(
+            run.batch_for("t/x.py", 2).gpu_model.as_deref(),
+            Some("*H100*")
+        );
+    }
+
+    #[test]
     fn pool_forms() {
         assert_eq!(PoolSpec::parse_list("all").unwrap(), PoolSpec::All);
         assert!(PoolSpec::parse_list("0,x").is_err());
         assert!(PoolSpec::parse_list("0,0").is_err());
         assert!(PoolSpec::parse_list("").is_err());
+        let mig = PoolSpec::parse_list("0,MIG-4f1c3e2a-0000-5b6c-8d7e-000000000001").unwrap_err();
+        assert!(
+            mig.contains("is a MIG instance's UUID: cibox leases whole GPUs only"),
+            "{mig}"
+        );
         let m = parse(&GOOD.replace("batches:\n  cpu", "gpu: {pool: [0, 3]}\nbatches:\n  cpu"))
             .unwrap();
         assert_eq!(m.gpu.pool, PoolSpec::Devices(vec!["0".into(), "3".into()]));

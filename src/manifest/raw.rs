@@ -55,6 +55,7 @@ pub(super) struct RawManifest {
 pub(super) struct RawDefaults {
     description: Option<String>,
     gpus: Option<u32>,
+    gpu_model: Option<String>,
     nodes: Option<u32>,
     timeout: Option<Span>,
     preflight: Option<Vec<String>>,
@@ -77,6 +78,8 @@ pub(super) struct RawDefaults {
 pub(super) struct RawBatch {
     pub(super) description: Option<String>,
     pub(super) gpus: i64,
+    /// The model its GPUs must be (a glob).
+    pub(super) gpu_model: Option<String>,
     /// Nodes of a Slurm cluster the batch spans (one container on each).
     pub(super) nodes: Option<i64>,
     /// Required; an `Option` so that its absence is named (serde would complain about

@@ -34,6 +34,10 @@ pub enum BatchVerdict {
 pub struct Batch {
     pub description: Option<String>,
     pub gpus: u32,
+    /// The model its GPUs must be (a glob over the model name the probe reports,
+    /// `*H100*`): only the pool's GPUs of that model are leased to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
     /// How many nodes it spans under Slurm, `gpus` on each (1: one node; more need
     /// `container.network: host` for the ranks to meet).
     pub nodes: u32,

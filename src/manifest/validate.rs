@@ -221,6 +221,10 @@ fn validate_batch(
     if b.gpus > u32::MAX as i64 {
         return Err(check.at(&["batches", name, "gpus"], "is too large"));
     }
+    if let Some(glob) = &b.gpu_model {
+        crate::manifest::check_model_glob(glob)
+            .map_err(|why| check.at(&["batches", name, "gpu_model"], why))?;
+    }
     let nodes = match b.nodes {
         None => 1,
         Some(n) if (1..=MAX_NODES).contains(&n) => n as u32,
@@ -266,6 +270,7 @@ fn validate_batch(
         caches,
         description: b.description,
         gpus: b.gpus as u32,
+        gpu_model: b.gpu_model,
         nodes,
         timeout,
         preflight: b.preflight,

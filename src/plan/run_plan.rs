@@ -171,6 +171,8 @@ impl HostFacts {
 pub struct BatchPlan {
     pub name: String,
     pub gpus: u32,
+    /// The model its GPUs must be (a glob over the probe's model names), if any.
+    pub gpu_model: Option<String>,
     /// The nodes it spans under Slurm.
     pub nodes: u32,
     pub timeout: Span,
@@ -478,6 +480,7 @@ pub fn plan(
             Ok(BatchPlan {
                 name: name.clone(),
                 gpus: batch.gpus,
+                gpu_model: batch.gpu_model.clone().filter(|_| batch.gpus > 0),
                 nodes: batch.nodes,
                 timeout: batch.timeout,
                 allow_empty: batch.allow_empty,

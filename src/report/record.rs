@@ -186,6 +186,9 @@ pub struct RunRecord {
     // Past the first contract's fields (docs/interface.md §7): what a replay and a reader need.
     /// How many GPUs the batch asked for.
     pub gpu_count: u32,
+    /// The model the batch's GPUs had to be (its `gpu_model` glob), when it asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
     /// The variables the manifest set in the container (never `pass_env` values).
     pub env: BTreeMap<String, String>,
     /// Failing and erroring test cases (`classname::name`).
@@ -428,6 +431,7 @@ impl RunRecord {
             cibox_version: env!("CARGO_PKG_VERSION").to_string(),
             manifest_digest: plan.manifest.digest.clone(),
             gpu_count: b.gpus,
+            gpu_model: b.gpu_model.clone(),
             env: b.container.manifest_env.clone(),
             failed_tests: Vec::new(),
             message: None,

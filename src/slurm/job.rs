@@ -21,6 +21,8 @@ pub struct JobSpec {
     pub nodes: u32,
     /// GPUs on each node (`--gres=gpu:N`; none when 0).
     pub gpus_per_node: u32,
+    /// Their GRES type, for a batch that asks for a GPU model (`--gres=gpu:TYPE:N`).
+    pub gpu_type: Option<String>,
     /// The time limit: the batch's timeout plus the policy's grace.
     pub time_limit: Duration,
     pub partition: Option<String>,
@@ -47,8 +49,10 @@ impl JobSpec {
             "--label".to_string(),
             "--kill-on-bad-exit=1".to_string(),
         ];
-        if self.gpus_per_node > 0 {
-            args.push(format!("--gres=gpu:{}", self.gpus_per_node));
+        match (&self.gpu_type, self.gpus_per_node) {
+            (_, 0) => {}
+            (Some(t), n) => args.push(format!("--gres=gpu:{t}:{n}")),
+            (None, n) => args.push(format!("--gres=gpu:{n}")),
         }
         for (flag, value) in [
             ("--partition", &self.partition),
@@ -180,6 +184,7 @@ mod tests {
             name: job_name("my proj", "train", "0123abcd"),
             nodes: 2,
             gpus_per_node: 4,
+            gpu_type: None,
             time_limit: Duration::from_secs(61),
             partition: Some("gpu".into()),
             account: None,
@@ -205,6 +210,19 @@ mod tests {
             &args[args.len() - 3..],
             ["--", "/opt/cibox", "__slurm-node"]
         );
+        // A batch of a GPU model asks for its GRES type.
+        let typed = JobSpec {
+            gpu_type: Some("h100".into()),
+            ..spec.clone()
+        };
+        let args = typed.srun_args();
+        assert!(args.iter().any(|a| a == "--gres=gpu:h100:4"), "{args:?}");
+        assert!(!args.iter().any(|a| a == "--gres=gpu:4"), "{args:?}");
+        let cpu = JobSpec {
+            gpus_per_node: 0,
+            ..typed
+        };
+        assert!(!cpu.srun_args().iter().any(|a| a.starts_with("--gres")));
     }
 
     #[test]

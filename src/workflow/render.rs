@@ -24,6 +24,26 @@ pub struct Rendered {
     pub text: String,
 }
 
+/// The model a batch's GPUs must be, when it has GPUs and names one.
+fn gpu_model(b: &crate::manifest::Batch) -> Option<&str> {
+    b.gpu_model.as_deref().filter(|_| b.gpus > 0)
+}
+
+/// A model glob as a runner label: its wildcards dropped, lower case, each run of
+/// anything but letters, digits, `.` and `_` one `-` (`*H100*` → `h100`, `NVIDIA A100*`
+/// → `nvidia-a100`).
+pub fn model_label(glob: &str) -> String {
+    let mut out = String::new();
+    for c in glob.chars().filter(|c| !matches!(c, '*' | '?')) {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_') {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').to_string()
+}
+
 /// The template context: the manifest, with layers resolved to batch lists. Each
 /// batch's value is made once and shared by every list that holds it (`batches`, each
 /// layer's and family's `batch_list`), so many layers of `all` cost a reference per
@@ -37,6 +57,8 @@ pub fn context(m: &Manifest) -> TemplateValue {
                 "name": name,
                 "description": b.description,
                 "gpus": b.gpus,
+                "gpu_model": gpu_model(b),
+                "gpu_model_label": gpu_model(b).map(model_label),
                 "timeout": b.timeout.to_string(),
                 "timeout_minutes": b.timeout.0.as_secs().div_ceil(60),
                 "env": b.env,
@@ -73,6 +95,12 @@ pub fn context(m: &Manifest) -> TemplateValue {
                 .map(|b| m.batches[b].gpus)
                 .max()
                 .unwrap_or(0);
+            let mut gpu_models: Vec<&str> = Vec::new();
+            for glob in l.batches.iter().filter_map(|b| gpu_model(&m.batches[b])) {
+                if !gpu_models.contains(&glob) {
+                    gpu_models.push(glob);
+                }
+            }
             let max_minutes = l
                 .batches
                 .iter()
@@ -88,6 +116,7 @@ pub fn context(m: &Manifest) -> TemplateValue {
                     ("batches", plain(json!(l.batches))),
                     ("batch_list", batch_list(&l.batches)),
                     ("max_gpus", TemplateValue::from(max_gpus)),
+                    ("gpu_models", plain(json!(gpu_models))),
                     ("max_timeout_minutes", TemplateValue::from(max_minutes)),
                     ("meta", plain(l.meta.clone())),
                     ("image", plain(json!(l.image))),
@@ -522,6 +551,34 @@ mod tests {
         )
         .unwrap();
         assert!(ok.text.contains("j2000:"), "{}", ok.text);
+    }
+
+    #[test]
+    fn templates_get_each_batchs_gpu_model_and_a_runner_label_for_it() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1m, run: [x], gpu_model: \"*H100*\"}\nbatches:\n  h: {gpus: 2}\n  a: {gpus: 1, gpu_model: \"NVIDIA A100*\"}\n  cpu: {gpus: 0}\nlayers:\n  gpu: {batches: all}\n";
+        let m = Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        let ctx = context(&m);
+        let value = |i: usize, key: &str| {
+            ctx.get_attr("batches")
+                .and_then(|b| b.get_item_by_index(i))
+                .and_then(|b| b.get_attr(key))
+                .unwrap()
+        };
+        let batch = |i: usize, key: &str| value(i, key).to_string();
+        assert_eq!(batch(0, "gpu_model"), "*H100*");
+        assert_eq!(batch(0, "gpu_model_label"), "h100");
+        assert_eq!(batch(1, "gpu_model_label"), "nvidia-a100");
+        // A CPU batch asks no model, whatever `defaults` says.
+        assert!(value(2, "gpu_model").is_none());
+        assert!(!value(1, "gpu_model").is_none());
+        let models = ctx
+            .get_attr("layers")
+            .and_then(|l| l.get_attr("gpu"))
+            .and_then(|l| l.get_attr("gpu_models"))
+            .unwrap();
+        assert_eq!(models.to_string(), "['*H100*', 'NVIDIA A100*']");
+        assert_eq!(model_label("*RTX 5090*"), "rtx-5090");
+        assert_eq!(model_label("?"), "");
     }
 
     #[test]

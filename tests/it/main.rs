@@ -12,6 +12,7 @@ mod cli;
 mod confine;
 mod doctor;
 mod gpu;
+mod gpu_models;
 mod hostile;
 mod image;
 mod layers;

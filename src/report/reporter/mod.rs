@@ -118,6 +118,7 @@ pub(crate) mod sample {
             cibox_version: "0.1.0".into(),
             manifest_digest: format!("sha256:{}", "d".repeat(64)),
             gpu_count: 1,
+            gpu_model: None,
             env: BTreeMap::new(),
             failed_tests: Vec::new(),
             message: message.map(str::to_string),

@@ -265,16 +265,24 @@ impl Execution<'_> {
     /// Slurm job exactly those Slurm allocated.
     fn lease(&self, b: &BatchPlan) -> Result<Lease> {
         let need = b.gpus as usize;
-        if need > self.pool.len() {
+        // A model narrows the pool to its GPUs (read once, at the run's start): a
+        // host without enough of them is capacity, naming the models it has.
+        let pool = crate::gpu::model::narrow(
+            &self.pool,
+            self.hardware.gpus.as_deref().map_err(String::as_str),
+            b.gpu_model.as_deref(),
+            need,
+        )?;
+        if need > pool.len() {
             return Err(RunError::PoolTooSmall {
                 batch: b.name.clone(),
                 need,
-                pool: self.pool.len(),
+                pool: pool.len(),
             }
             .into());
         }
         let want = match &self.plan.node {
-            Some(node) => Want::Devices(self.allocated(b, node)?),
+            Some(node) => Want::Devices(self.allocated(b, node, &pool)?),
             None => Want::Count(need),
         };
         let mut holder = Holder::this_process();
@@ -290,7 +298,7 @@ impl Execution<'_> {
         )?;
         let request = LeaseRequest {
             want,
-            pool: &self.pool,
+            pool: &pool,
             policy: &self.plan.manifest.gpu.idle,
             holder: &holder,
             wait: self.plan.wait,
@@ -321,8 +329,9 @@ impl Execution<'_> {
         }
     }
 
-    /// The pool's GPUs Slurm allocated to the batch on this node.
-    fn allocated(&self, b: &BatchPlan, node: &NodeRole) -> Result<Vec<PoolGpu>> {
+    /// The GPUs of `pool` (the batch's: of its model, if it names one) Slurm allocated
+    /// to the batch on this node.
+    fn allocated(&self, b: &BatchPlan, node: &NodeRole, pool: &[PoolGpu]) -> Result<Vec<PoolGpu>> {
         if node.gpus.len() != b.gpus as usize {
             return Err(RunError::SlurmGpuCount {
                 allocated: node.gpus.len(),
@@ -335,19 +344,15 @@ impl Execution<'_> {
         node.gpus
             .iter()
             .map(|i| {
-                self.pool
-                    .iter()
-                    .find(|g| g.index == *i)
-                    .cloned()
-                    .ok_or_else(|| {
-                        RunError::SlurmGpuOutsidePool {
-                            index: *i,
-                            node: node.node.clone(),
-                            batch: b.name.clone(),
-                            pool: self.pool.iter().map(|g| g.index).collect(),
-                        }
-                        .into()
-                    })
+                pool.iter().find(|g| g.index == *i).cloned().ok_or_else(|| {
+                    RunError::SlurmGpuOutsidePool {
+                        index: *i,
+                        node: node.node.clone(),
+                        batch: b.name.clone(),
+                        pool: pool.iter().map(|g| g.index).collect(),
+                    }
+                    .into()
+                })
             })
             .collect()
     }

@@ -94,6 +94,11 @@ impl Submission<'_> {
             name: slurm_job::job_name(&self.plan.manifest.project, &b.name, &self.plan.run_id),
             nodes: b.nodes,
             gpus_per_node: b.gpus,
+            // Checked before anything was submitted (`execute`).
+            gpu_type: self
+                .policy
+                .gres_type(&b.name, b.gpu_model.as_deref())?
+                .map(str::to_string),
             time_limit: b.timeout.0 + self.policy.grace,
             partition: Some(self.partition.clone()),
             account: self.policy.account.clone(),

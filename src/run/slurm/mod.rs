@@ -49,6 +49,8 @@ pub fn execute(
     let cluster = Cluster::query()?;
     let partition = cluster.partition(policy.partition.as_deref())?.clone();
     for b in &plan.batches {
+        // A model Slurm cannot be asked for is refused before anything is submitted.
+        policy.gres_type(&b.name, b.gpu_model.as_deref())?;
         cluster.check(
             &partition,
             Ask {

@@ -248,6 +248,7 @@ mod tests {
             options: Vec::new(),
             grace: Duration::from_secs(60),
             cibox: None,
+            gres_types: Vec::new(),
         };
         let mut steps = Steps::default();
         let reports = tempfile::tempdir().unwrap();

@@ -304,3 +304,59 @@ fn the_summary_and_timeline_svg_picture_which_batch_ran_on_which_gpu_when() {
     }
     assert!(!svg.contains("<script") && !svg.contains("href"), "{svg}");
 }
+
+#[test]
+fn a_batch_asking_a_gpu_model_leases_only_that_model_and_records_it() {
+    // A mixed host: GPUs 1 and 3 are A100s, 0 and 2 H100s. `defaults` asks the
+    // H100, one batch the A100, one a model the host lacks.
+    let p = busybox_project(
+        &format!(
+            "{}{}{}",
+            batch("h", 1, "1m", &[JUNIT_OK], ""),
+            batch("a", 1, "1m", &[JUNIT_OK], "    gpu_model: \"*A100*\"\n"),
+            batch("b", 1, "1m", &[JUNIT_OK], "    gpu_model: \"*B200*\"\n"),
+        ),
+        "defaults:\n  gpu_model: \"*H100*\"\n",
+    );
+    let smi = FakeSmi::with_gpus(4);
+    smi.set("gpu_name.1", "NVIDIA A100-SXM4-80GB");
+    smi.set("gpu_name.3", "NVIDIA A100-SXM4-80GB");
+    let locks = tempfile::tempdir().unwrap();
+    let batch_run = |name: &str| {
+        let mut c = p.batch_cmd(&["batch", "run", name, "--wait", "0s"]);
+        smi.apply(&mut c);
+        c.env("CIBOX_GPU_LOCK_DIR", locks.path());
+        run(&mut c)
+    };
+    for (name, own, model) in [
+        ("a", [uuid(1), uuid(3)], "NVIDIA A100-SXM4-80GB"),
+        ("h", [uuid(0), uuid(2)], "NVIDIA H100 80GB HBM3"),
+    ] {
+        // No host here can start a container on the fixture's GPUs: exit 5, after the
+        // lease (another test's container may hold one of the two just now).
+        let r = batch_run(name);
+        assert_eq!(r.code, 5, "{name}: {}", r.stderr);
+        let v = p.result(name);
+        let leased = v["gpus"][0]["uuid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(own.contains(&leased), "{name} leased {v}");
+        assert_eq!(v["hardware"]["gpus"][0]["name"], model, "{v}");
+        assert_eq!(
+            v["gpu_model"],
+            if name == "a" { "*A100*" } else { "*H100*" }
+        );
+    }
+    let r = batch_run("b");
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let v = p.result("b");
+    assert_eq!(v["status"], "capacity");
+    assert!(
+        v["message"].as_str().unwrap().contains(
+            "no GPU of model `*B200*` in the pool; it has 2 × NVIDIA H100 80GB HBM3, 2 × NVIDIA A100-SXM4-80GB"
+        ),
+        "{v}"
+    );
+    assert!(p.containers().is_empty());
+}

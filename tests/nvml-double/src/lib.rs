@@ -11,7 +11,7 @@
 //! - `nvml_init_latency`, `nvml_latency`: seconds that init, and every other query, take.
 //! - `calls.log`: when present, gets `nvml init` and `nvml count` lines as those calls start.
 //! - What the GPUs are, as the nvidia-smi fixture reads them: `gpu_name` (default `NVIDIA
-//!   H100 80GB HBM3`), `compute_cap` (`9.0`; `old` answers Not Supported), `driver_version`
+//!   H100 80GB HBM3`; `gpu_name.<index>` names one GPU's, for a mixed host), `compute_cap` (`9.0`; `old` answers Not Supported), `driver_version`
 //!   (`550.54.15`), `cuda_version` (`12.4`).
 //!
 //! Under an emulated Slurm node (`SLURMD_NODENAME` set), `nodes/<node>/` in the folder,
@@ -289,8 +289,11 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: Device, buf: *mut c_char, len: c_uint) -> Ret {
-    query(device, |dir, _| unsafe {
-        put_str(buf, len, &fact(dir, "gpu_name", "NVIDIA H100 80GB HBM3"))
+    query(device, |dir, gpu| unsafe {
+        // A mixed host: `gpu_name.<index>` names that GPU's model.
+        let all = fact(dir, "gpu_name", "NVIDIA H100 80GB HBM3");
+        let own = gpu.index.map(|i| fact(dir, &format!("gpu_name.{i}"), &all));
+        put_str(buf, len, &own.unwrap_or(all))
     })
 }
 
