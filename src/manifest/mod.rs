@@ -16,7 +16,8 @@
 //! - `validate.rs`: the top level, batches and layers, and the order of the checks;
 //! - one file per section, its types, raw form and checks: `images.rs`, `container.rs`
 //!   (with `mounts.rs`, the mount policy), `gpu.rs` (with the `CIBOX_GPU_*`
-//!   overrides), `changed.rs`;
+//!   overrides), `changed.rs`, `schedule.rs` (a batch's expected time, retries and
+//!   soft failure);
 //! - `types.rs`: batches, layers, `source:` and `workflows:` as read;
 //! - `values.rs`: environment values, names, `meta`, serialising helpers.
 
@@ -40,6 +41,7 @@ mod gpu;
 mod images;
 mod mounts;
 mod raw;
+mod schedule;
 mod tree;
 mod types;
 mod validate;
@@ -55,7 +57,9 @@ pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
-pub use types::{Batch, BatchVerdict};
+#[cfg(test)]
+pub use types::RetryOn;
+pub use types::{Batch, BatchVerdict, Retries};
 pub use values::is_batch_name;
 
 use check::{Checker, serde_error};
