@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::manifest::Manifest;
 use crate::plan::{self, RunRequest};
 use crate::run::launch::{self, Whereabouts};
+use crate::timing::{PartitionSpec, Recorded};
 use crate::units::Span;
 
 /// Runs batches of a manifest (which `changed run` extends with its own); with `--json`
@@ -46,9 +47,37 @@ pub fn run_manifest(
             })
             .collect(),
         parallel: opts.parallel,
+        partition: opts
+            .partition
+            .as_deref()
+            .map(str::parse::<PartitionSpec>)
+            .transpose()?,
+        recorded: Recorded::read(&opts.timings)?,
+        retries: opts.retries,
+        fail_fast: opts.fail_fast,
         ..RunRequest::default()
     };
-    plan::check_request(&m, &request)?;
+    if let Some(n) = opts.retries
+        && i64::from(n) > crate::manifest::MAX_RETRIES
+    {
+        return Err(CommandError::BadRetries(n).into());
+    }
+    let names = plan::check_request(&m, &request)?;
+    if let (Some(part), true) = (request.partition, names.is_empty()) {
+        // A part may be empty (fewer batches than parts): nothing to run is success.
+        console::info(format!(
+            "partition {part}: no batch falls to this part; nothing to run"
+        ));
+        if ctx.json {
+            console::json(&serde_json::json!({
+                "status": "passed",
+                "exit_code": 0,
+                "partition": part.to_string(),
+                "batches": [],
+            }));
+        }
+        return Ok(crate::exit::SUCCESS);
+    }
     if let Some(w) = &opts.wait {
         let wait = w.parse::<Span>().map_err(CommandError::BadWait)?;
         request.wait = Some(wait.0);

@@ -57,9 +57,8 @@ pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
-#[cfg(test)]
-pub use types::RetryOn;
-pub use types::{Batch, BatchVerdict, Retries};
+pub use schedule::MAX_RETRIES;
+pub use types::{Batch, BatchVerdict, Retries, RetryOn};
 pub use values::is_batch_name;
 
 use check::{Checker, serde_error};

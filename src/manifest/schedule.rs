@@ -12,7 +12,7 @@ use super::error::ManifestError;
 use super::types::{Retries, RetryOn};
 
 /// The most retries a batch may ask: each attempt may cost its whole timeout.
-const MAX_RETRIES: i64 = 10;
+pub const MAX_RETRIES: i64 = 10;
 
 /// The longest expected time: a batch is expected within its timeout, and a timeout is
 /// at most a year.

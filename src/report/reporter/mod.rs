@@ -130,10 +130,16 @@ pub(crate) mod sample {
             changed_file: None,
             caches: Vec::new(),
             slurm: None,
+            attempts: 1,
+            flaky: false,
+            earlier_attempts: Vec::new(),
+            soft_fail: false,
+            ran_s: 12.25,
         };
         BatchResult {
             record,
             cases,
+            earlier: Vec::new(),
             record_path: PathBuf::from(format!("/r/{batch}/result.json")),
             container_left: false,
         }

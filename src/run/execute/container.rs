@@ -30,6 +30,7 @@ impl Execution<'_> {
         gpus: &[PoolGpu],
         lease_fds: &[RawFd],
         watched: &Watched,
+        attempt: u32,
     ) -> Result<ContainerEnd> {
         // Kept with what is watched, so that the batch's end finishes them whatever
         // happens here.
@@ -37,6 +38,10 @@ impl Execution<'_> {
         let mut body = b
             .container
             .body(gpus, self.git_masks, self.engine.recursive_read_only());
+        // Which attempt this is (1 unless the batch runs again): the batch may say so.
+        body.env
+            .get_or_insert_with(Vec::new)
+            .push(format!("CIBOX_ATTEMPT={attempt}"));
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
             && let Some(hc) = body.host_config.as_mut()

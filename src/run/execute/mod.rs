@@ -32,7 +32,7 @@ use crate::run::cleanup::sweep;
 use crate::run::cleanup::watchdog::Watchdog;
 use crate::run::error::RunError;
 use crate::run::git_mask;
-use crate::run::order::each_batch;
+use crate::run::order::{FirstFailure, each_batch};
 use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
 use crate::signals;
 
@@ -133,14 +133,19 @@ fn execute_with(
         },
         source: &source,
         hardware,
+        first: FirstFailure::new(plan.fail_fast),
     };
     run.emit(EventKind::RunStarted {
         plan,
         reports: &run.reports,
     })?;
-    let batches = each_batch(plan.batches.len(), plan.parallel, |i| {
-        run.batch(&plan.batches[i])
-    })?;
+    let batches = each_batch(
+        plan.batches.len(),
+        plan.parallel,
+        &run.first,
+        |i| run.batch(&plan.batches[i]),
+        |i, why| run.not_run(&plan.batches[i], why),
+    )?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
@@ -283,6 +288,8 @@ struct Execution<'a> {
     cache_store: Option<&'a CacheStore>,
     /// What the run's batches run on.
     hardware: RunHardware,
+    /// The stop at the run's first failure, when it has one.
+    first: FirstFailure,
 }
 
 /// What the run's batches run on, read once: the pool's GPUs (or why the probe could

@@ -261,6 +261,7 @@ impl Reporter for Recorder {
             EventKind::TimedOut { .. } => "timed out",
             EventKind::OutputBroke { .. } => "output broke",
             EventKind::BatchFailed { .. } => "batch failed",
+            EventKind::AttemptEnded { .. } => "attempt ended",
             EventKind::BatchEnded { .. } => "batch ended",
             EventKind::RunEnded { .. } => "run ended",
         });
