@@ -766,6 +766,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_parallel_run_starts_the_longest_first_and_a_part_holds_its_share() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1h, run: [x], gpus: 0}\nbatches:\n  short: {est_time: 1m}\n  long: {est_time: 30m}\n  mid: {est_time: 10m}\n  unknown: {}\nlayers:\n  l: {batches: all, fail_fast: true}\n";
+        let m = Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();
+        let order = |parallel: bool, partition: Option<&str>| {
+            let r = RunRequest {
+                parallel,
+                partition: partition.map(|p| p.parse().unwrap()),
+                ..request(&[], Some("l"))
+            };
+            let p = plan(m.clone(), r, &host()).unwrap();
+            assert!(p.fail_fast, "the layer's fail_fast");
+            p.batches.iter().map(|b| b.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(order(false, None), ["short", "long", "mid", "unknown"]);
+        // `unknown` is expected to take the mean of the others: 13m 40s.
+        assert_eq!(order(true, None), ["long", "unknown", "mid", "short"]);
+        assert_eq!(order(false, Some("1/2")), ["long"]);
+        assert_eq!(order(false, Some("2/2")), ["short", "mid", "unknown"]);
+        assert_eq!(order(true, Some("2/2")), ["unknown", "mid", "short"]);
+        let p = plan(
+            m.clone(),
+            RunRequest {
+                partition: Some("2/2".parse().unwrap()),
+                retries: Some(3),
+                ..request(&[], Some("l"))
+            },
+            &host(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.partition.map(|(s, n)| (s.to_string(), n)),
+            Some(("2/2".into(), 4))
+        );
+        assert!(p.batches.iter().all(|b| b.retries.count == 3));
+    }
+
+    #[test]
     fn a_batch_run_as_part_of_a_layer_takes_that_layers_image_and_no_other() {
         let text = "version: 1\nproject: p\nimages:\n  default: {locks: [x], id: \"sha256:0000000000000000000000000000000000000000000000000000000000000000\", install: [\"pip install -e .\"]}\n  slime-test: {locks: [y], id: \"sha256:1111111111111111111111111111111111111111111111111111111111111111\", install: [\"pip install --no-deps -e .\"]}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n  b: {gpus: 0, timeout: 1m, run: [\"true\"], install: [\"make\"]}\nlayers:\n  megatron: {batches: [a, b]}\n  image: {batches: [a, b], image: slime-test}\n";
         let m = Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();

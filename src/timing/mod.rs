@@ -37,6 +37,7 @@ pub enum Source {
     /// An earlier run's `timings.json`.
     Recorded,
     /// Its `est_time`.
+    #[serde(rename = "est_time")]
     Estimated,
     /// Neither: the mean of those that have one.
     Default,
