@@ -155,6 +155,13 @@ mod tests {
     }
 
     #[test]
+    fn what_fails_nothing_is_a_warning_and_only_what_fails_the_run_is_failed() {
+        let run = sample::shaped_run();
+        insta::assert_snapshot!(annotations(&run));
+        assert_eq!(step_outputs(&run), ("failed", "e2e".to_string()));
+    }
+
+    #[test]
     fn what_a_test_named_reaches_the_log_shown_not_sent() {
         // A JUnit report names its case, file and message: a title change (OSC 0), a
         // clipboard write (OSC 52), an 8-bit CSI and an override, in each.

@@ -118,15 +118,15 @@ fn summary_uncut(results: &[BatchResult]) -> String {
 /// as a plain pass or failure.
 fn status_text(r: &crate::report::record::RunRecord) -> String {
     match r.status {
-        Status::Passed if r.flaky => format!("flaky (passed on attempt {})", r.attempts),
+        Status::Passed if r.flaky => format!("flaky, passed on attempt {}", r.attempts),
         s if r.soft_fail
             && !r.counts_against_run()
             && s != Status::Passed
             && s != Status::NotRun =>
         {
-            format!("{} (soft_fail)", s.as_str())
+            format!("{}, soft_fail", s.as_str())
         }
-        s if r.attempts > 1 => format!("{} ({} attempts)", s.as_str(), r.attempts),
+        s if r.attempts > 1 => format!("{}, {} attempts", s.as_str(), r.attempts),
         s => s.as_str().to_string(),
     }
 }
@@ -137,6 +137,13 @@ mod tests {
     fn summary_markdown_of_a_mixed_run() {
         insta::assert_snapshot!(super::summary_markdown(
             &crate::report::reporter::sample::run().batches
+        ));
+    }
+
+    #[test]
+    fn summary_markdown_of_a_run_shaped_by_time() {
+        insta::assert_snapshot!(super::summary_markdown(
+            &crate::report::reporter::sample::shaped_run().batches
         ));
     }
 

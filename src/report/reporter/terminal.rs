@@ -9,7 +9,7 @@ use crate::console::{self, Level, WaitLine};
 use crate::gpu::WaitReport;
 use crate::plan::BatchPlan;
 use crate::report::event::{Event, EventKind};
-use crate::report::outcome::RunResult;
+use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::record::{RunRecord, reproduce_line};
 use crate::report::reporter::pump::Sink;
 use crate::report::reporter::{Reporter, ReporterError};
@@ -257,7 +257,7 @@ fn status_note(r: &RunRecord) -> String {
         let first = first
             .map(|a| format!("; attempt 1 {}", a.status.as_str()))
             .unwrap_or_default();
-        return format!(" (flaky: passed on attempt {}{first})", r.attempts);
+        return format!(" (passed on attempt {}{first})", r.attempts);
     }
     let mut note = Vec::new();
     if r.attempts > 1 {
@@ -351,32 +351,27 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         Status::Capacity,
         Status::NotRun,
     ] {
-        let n = run.batches.iter().filter(|b| b.status() == status).count();
-        if n > 0 {
-            by_status.push(format!("{n} {}", status.as_str()));
+        let of: Vec<&BatchResult> = run
+            .batches
+            .iter()
+            .filter(|b| b.status() == status)
+            .collect();
+        if of.is_empty() {
+            continue;
         }
-    }
-    let flaky = run.batches.iter().filter(|b| b.record.flaky).count();
-    let soft = run
-        .batches
-        .iter()
-        .filter(|b| b.record.soft_fail && !b.passed() && !b.record.counts_against_run())
-        .count();
-    let mut extra: Vec<String> = Vec::new();
-    if flaky > 0 {
-        extra.push(format!("{flaky} of them flaky"));
-    }
-    if soft > 0 {
-        extra.push(format!(
-            "{soft} soft failure{}",
-            if soft == 1 { "" } else { "s" }
-        ));
-    }
-    if !extra.is_empty()
-        && let Some(last) = by_status.last_mut()
-    {
-        // Said after the counts: `3 passed, 1 failed (1 of them flaky, 1 soft failure)`.
-        last.push_str(&format!(" ({})", extra.join(", ")));
+        // `3 passed (1 flaky), 2 failed (1 soft_fail)`: what the counts hold that does
+        // not read as a plain pass or failure.
+        let flaky = of.iter().filter(|b| b.record.flaky).count();
+        let soft = of
+            .iter()
+            .filter(|b| b.record.soft_fail && !b.record.counts_against_run())
+            .count();
+        let note = match (flaky, soft) {
+            (0, 0) => String::new(),
+            (f, 0) => format!(" ({f} flaky)"),
+            (_, s) => format!(" ({s} soft_fail)"),
+        };
+        by_status.push(format!("{} {}{note}", of.len(), status.as_str()));
     }
     let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
     for t in run.batches.iter().map(|b| &b.record.tests) {
@@ -683,6 +678,19 @@ mod line_tests {
     #[test]
     fn verdict_and_replay_lines_of_a_mixed_run() {
         let run = sample::run();
+        let mut lines: Vec<String> = run
+            .batches
+            .iter()
+            .map(|b| verdict_line(&b.record, false).to_string())
+            .collect();
+        lines.extend(closing_lines(&run, None));
+        lines.extend(replay_lines(&run));
+        insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn verdict_and_closing_lines_of_a_run_shaped_by_time() {
+        let run = sample::shaped_run();
         let mut lines: Vec<String> = run
             .batches
             .iter()

@@ -41,14 +41,14 @@ fn a_batch_that_passes_on_its_second_attempt_is_flaky_never_simply_green() {
     );
     assert!(
         r.stderr
-            .contains("batch shaky: flaky (flaky: passed on attempt 2"),
+            .contains("batch shaky: flaky (passed on attempt 2; attempt 1 failed)"),
         "{}",
         r.stderr
     );
     assert!(r.stderr.contains("FLAKY"), "{}", r.stderr);
     let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
     assert!(
-        summary.contains("| shaky | flaky (passed on attempt 2) |"),
+        summary.contains("| shaky | flaky, passed on attempt 2 |"),
         "{summary}"
     );
     let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
@@ -193,7 +193,7 @@ fn a_soft_failure_is_shown_and_fails_nothing() {
         "{}",
         r.stderr
     );
-    assert!(r.stderr.contains("1 soft failure"), "{}", r.stderr);
+    assert!(r.stderr.contains("1 failed (1 soft_fail)"), "{}", r.stderr);
     // Beside a hard failure, the run fails for that one.
     let p2 = busybox_project(
         &format!(
