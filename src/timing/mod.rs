@@ -30,6 +30,12 @@ pub use partition::PartitionSpec;
 /// The expected time of a batch nobody estimated, when no batch of the request has one.
 pub const UNKNOWN: Duration = Duration::from_secs(60);
 
+/// The slots a batch holds while it runs: its GPUs on each of its nodes (a CPU batch
+/// counts as one).
+pub fn slots(gpus: u32, nodes: u32) -> u32 {
+    gpus.max(1).saturating_mul(nodes.max(1))
+}
+
 /// Where a batch's expected time comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -81,18 +87,29 @@ impl Expected {
     /// The expected time of each of `names` (batches of `m`): recorded, else
     /// `est_time`, else the mean of the others.
     pub fn of(m: &Manifest, names: &[String], recorded: &Recorded) -> Expected {
-        let known: Vec<Option<(Duration, Source)>> = names
-            .iter()
-            .map(|n| {
-                recorded.get(n).map(|t| (t, Source::Recorded)).or_else(|| {
-                    m.batches
+        Expected::from_known(
+            names
+                .iter()
+                .map(|n| {
+                    let b = m.batches.get(n);
+                    let known = recorded
                         .get(n)
-                        .and_then(|b| b.est_time)
-                        .map(|e| (e.0, Source::Estimated))
+                        .map(|t| (t, Source::Recorded))
+                        .or_else(|| b.and_then(|b| b.est_time).map(|e| (e.0, Source::Estimated)));
+                    let slots = b.map_or(1, |b| slots(b.gpus, b.nodes));
+                    (n.clone(), known, slots)
                 })
-            })
+                .collect(),
+        )
+    }
+
+    /// The expected times of batches whose time is known or not (`None`: the mean of
+    /// the known), each with the slots it holds.
+    pub fn from_known(items: Vec<(String, Option<(Duration, Source)>, u32)>) -> Expected {
+        let with: Vec<Duration> = items
+            .iter()
+            .filter_map(|(_, k, _)| k.map(|(t, _)| t))
             .collect();
-        let with: Vec<Duration> = known.iter().flatten().map(|(t, _)| *t).collect();
         // Whole milliseconds: the same on every runner, whatever the order of addition.
         let default = if with.is_empty() {
             UNKNOWN
@@ -100,17 +117,12 @@ impl Expected {
             let ms: u128 = with.iter().map(Duration::as_millis).sum();
             Duration::from_millis((ms / with.len() as u128) as u64)
         };
-        let batches = names
-            .iter()
-            .zip(known)
-            .map(|(n, k)| {
+        let batches = items
+            .into_iter()
+            .map(|(name, k, slots)| {
                 let (time, source) = k.unwrap_or((default, Source::Default));
-                let slots = m
-                    .batches
-                    .get(n)
-                    .map_or(1, |b| b.gpus.max(1).saturating_mul(b.nodes.max(1)));
                 Expectation {
-                    name: n.clone(),
+                    name,
                     time,
                     source,
                     slots,
