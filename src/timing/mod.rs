@@ -30,6 +30,9 @@ pub use partition::PartitionSpec;
 /// The expected time of a batch nobody estimated, when no batch of the request has one.
 pub const UNKNOWN: Duration = Duration::from_secs(60);
 
+/// A batch's name, its time when one is known (and where from), and its slots.
+pub type Known = (String, Option<(Duration, Source)>, u32);
+
 /// The slots a batch holds while it runs: its GPUs on each of its nodes (a CPU batch
 /// counts as one).
 pub fn slots(gpus: u32, nodes: u32) -> u32 {
@@ -105,7 +108,7 @@ impl Expected {
 
     /// The expected times of batches whose time is known or not (`None`: the mean of
     /// the known), each with the slots it holds.
-    pub fn from_known(items: Vec<(String, Option<(Duration, Source)>, u32)>) -> Expected {
+    pub fn from_known(items: Vec<Known>) -> Expected {
         let with: Vec<Duration> = items
             .iter()
             .filter_map(|(_, k, _)| k.map(|(t, _)| t))
