@@ -8,6 +8,7 @@
 mod batch;
 mod caches;
 mod container;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +36,7 @@ use crate::run::git_mask;
 use crate::run::order::{FirstFailure, each_batch};
 use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
 use crate::signals;
+use snapshot::Snapshots;
 
 use crate::error::Result;
 
@@ -109,6 +111,7 @@ fn execute_with(
     let cache_store = open_cache_store(plan)?;
     // Made now, when nothing refused the run: refused input leaves nothing behind.
     let reports = batch_dir::reports_folder(&plan.reports)?;
+    let no_snapshots = Snapshots::default();
     let run = Execution {
         clock,
         reports,
@@ -134,11 +137,25 @@ fn execute_with(
         source: &source,
         hardware,
         first: FirstFailure::new(plan.fail_fast),
+        snapshots: &no_snapshots,
     };
     run.emit(EventKind::RunStarted {
         plan,
         reports: &run.reports,
     })?;
+    let snapshots = Snapshots::make(engine, plan, &source, &mut |detail| {
+        // A reporter that fails here fails again, and counts, at the first batch.
+        let _ = run.emit(EventKind::Phase {
+            batch: None,
+            phase: Phase::Copy,
+            at: run.clock.elapsed(),
+            detail,
+        });
+    });
+    let run = Execution {
+        snapshots: &snapshots,
+        ..run
+    };
     let batches = each_batch(
         plan.batches.len(),
         plan.parallel,
@@ -150,6 +167,8 @@ fn execute_with(
         .iter()
         .find_map(BatchResult::cancelled_by)
         .or_else(signals::received);
+    // Every batch's container is gone (or left, holding its snapshot for a sweep).
+    snapshots.remove(engine);
     if batches.iter().any(|b| b.container_left) {
         run_lock.leave_record();
     }
@@ -290,6 +309,8 @@ struct Execution<'a> {
     hardware: RunHardware,
     /// The stop at the run's first failure, when it has one.
     first: FirstFailure,
+    /// The source shipped once for the batches that share a user.
+    snapshots: &'a Snapshots,
 }
 
 /// What the run's batches run on, read once: the pool's GPUs (or why the probe could
