@@ -40,9 +40,9 @@ impl Execution<'_> {
             .container
             .body(gpus, self.git_masks, self.engine.recursive_read_only());
         // Which attempt this is (1 unless the batch runs again): the batch may say so.
-        body.env
-            .get_or_insert_with(Vec::new)
-            .push(format!("CIBOX_ATTEMPT={attempt}"));
+        let env = body.env.get_or_insert_with(Vec::new);
+        env.retain(|e| !e.starts_with("CIBOX_ATTEMPT="));
+        env.push(format!("CIBOX_ATTEMPT={attempt}"));
         if let Some(volume) = self.snapshots.of(b.user) {
             mount_snapshot(&mut body, volume);
         }
