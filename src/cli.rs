@@ -355,7 +355,8 @@ pub struct RunOptions {
     /// How long to wait for GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
     pub wait: Option<String>,
-    /// Run batches whose GPU needs fit at the same time (the longest expected first).
+    /// Run batches whose GPU needs fit at the same time (the widest, then the longest
+    /// expected first).
     #[arg(long)]
     pub parallel: bool,
     /// Run only part K of N, the batches split by expected time so that every part

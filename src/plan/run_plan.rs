@@ -481,11 +481,10 @@ pub fn plan(
     let (all, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
     let requested = all.len();
     let (mut names, expected) = part_of(&manifest, &request, all);
-    let expected = expected.times();
     if request.parallel {
-        // Longest first: the longest batch is never the one left to start last.
-        names.sort_by(|a, b| expected[b].cmp(&expected[a]));
+        names = expected.start_order(&names);
     }
+    let expected = expected.times();
     let fail_fast = request.fail_fast
         || request
             .layer
@@ -766,8 +765,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_parallel_run_starts_the_longest_first_and_a_part_holds_its_share() {
-        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1h, run: [x], gpus: 0}\nbatches:\n  short: {est_time: 1m}\n  long: {est_time: 30m}\n  mid: {est_time: 10m}\n  unknown: {}\nlayers:\n  l: {batches: all, fail_fast: true}\n";
+    fn a_parallel_run_starts_the_widest_then_the_longest_and_a_part_holds_its_share() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1h, run: [x], gpus: 0}\nbatches:\n  short: {est_time: 1m}\n  long: {est_time: 30m}\n  mid: {est_time: 10m, gpus: 2}\n  unknown: {}\nlayers:\n  l: {batches: all, fail_fast: true}\n";
         let m = Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();
         let order = |parallel: bool, partition: Option<&str>| {
             let r = RunRequest {
@@ -780,11 +779,13 @@ pub(crate) mod tests {
             p.batches.iter().map(|b| b.name.clone()).collect::<Vec<_>>()
         };
         assert_eq!(order(false, None), ["short", "long", "mid", "unknown"]);
-        // `unknown` is expected to take the mean of the others: 13m 40s.
-        assert_eq!(order(true, None), ["long", "unknown", "mid", "short"]);
-        assert_eq!(order(false, Some("1/2")), ["long"]);
-        assert_eq!(order(false, Some("2/2")), ["short", "mid", "unknown"]);
-        assert_eq!(order(true, Some("2/2")), ["unknown", "mid", "short"]);
+        // `unknown` is expected to take the mean of the others: 13m 40s. The widest
+        // first (`mid` holds two GPUs), then the longest.
+        assert_eq!(order(true, None), ["mid", "long", "unknown", "short"]);
+        // Work: long 1800, mid 1200 (two GPUs), unknown 820, short 60 GPU-seconds.
+        assert_eq!(order(false, Some("1/2")), ["short", "long"]);
+        assert_eq!(order(false, Some("2/2")), ["mid", "unknown"]);
+        assert_eq!(order(true, Some("1/2")), ["long", "short"]);
         let p = plan(
             m.clone(),
             RunRequest {
