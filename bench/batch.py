@@ -7,15 +7,19 @@
   4. fault runs, 10 each              :   SIGKILL mid-batch (left within 5 s, then after
                                           cleanup); SIGTERM mid-batch;
                                           timeout with workers that ignore SIGTERM
+  5. a run of 50 trivial batches over a 12,000-file source (vLLM's tree is 12,699
+     entries)                         vs  50 x docker run --rm -v SRC:/work:ro IMAGE true
+     and where a trivial batch's time goes (its phases under -v)
 Paired runs alternate the two sides; medians and ratios are printed.
-Usage: bench/batch.py [--trivial] [path/to/cibox] [rounds]   (run as root, engine up: .ci/setup-host.sh)
-  --trivial: part 1 only
+Usage: bench/batch.py [--trivial|--many] [path/to/cibox] [rounds]   (run as root, engine up: .ci/setup-host.sh)
+  --trivial: part 1 only; --many: part 5 only
 """
 import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIVIAL_ONLY = "--trivial" in sys.argv[1:]
-ARGS = [a for a in sys.argv[1:] if a != "--trivial"]
+MANY_ONLY = "--many" in sys.argv[1:]
+ARGS = [a for a in sys.argv[1:] if a not in ("--trivial", "--many")]
 CIBOX = ARGS[0] if ARGS else os.path.join(ROOT, "target/release/cibox")
 ROUNDS = int(ARGS[1]) if len(ARGS) > 1 else 10
 DEMO = os.path.join(ROOT, "examples/demo/images/demo")
@@ -79,6 +83,11 @@ def main():
         os.makedirs(small)
         open(os.path.join(small, "f"), "w").write("x")
         print(f"image {image}; {ROUNDS} paired rounds each\n")
+
+        if MANY_ONLY:
+            many(manifest, image, work, env)
+            subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
+            return
 
         # 1. Trivial batch.
         a, b = [], []
@@ -160,6 +169,60 @@ def main():
               f"{statistics.median(term_times)*1000:.0f} ms, max {max(term_times)*1000:.0f} ms); "
               f"timeout with stubborn workers exit 124, nothing left {timeout_ok}/{ROUNDS}")
         subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
+
+
+def phases(manifest, image, work, source, env, rounds):
+    """Where a trivial batch's time goes: the median of each `-v` phase line's offset
+    (time since the batch started), and of the whole command."""
+    marks = {}
+    totals = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        out = subprocess.run(batch_cmd(manifest, image, work, "trivial", source, "bench") + ["-v"],
+                             env=dict(env, CIBOX_LOG="info"), capture_output=True, text=True).stderr
+        totals.append(time.perf_counter() - t)
+        for line in out.splitlines():
+            # `cibox: batch trivial:    create [   0.1s] …`
+            if "batch trivial:" in line and "[" in line and "s]" in line:
+                head = line.split("batch trivial:", 1)[1]
+                name = head.split("[", 1)[0].strip()
+                at = float(head.split("[", 1)[1].split("s]", 1)[0])
+                marks.setdefault(name, []).append(at)
+    shown = ", ".join(f"{k} {statistics.median(v) * 1000:.0f}" for k, v in marks.items())
+    print(f"  a trivial batch's phases (ms since the batch started, medians): {shown}; "
+          f"the whole command {statistics.median(totals) * 1000:.0f} ms")
+
+
+def many(manifest, image, work, env):
+    """50 trivial batches over a 12,000-file source: one cibox run against 50 docker runs
+    that bind the source read-only."""
+    src = os.path.join(work, "tree-src")
+    for i in range(12000):
+        d = os.path.join(src, f"pkg{i % 120}", f"mod{i % 9}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i}.py"), "w") as f:
+            f.write("x = 1\n" * (1 + i % 60))
+    names = [f"t{i:02d}" for i in range(50)]
+    with open(manifest, "a") as f:
+        for n in names:
+            f.write(f"  {n}: {{gpus: 0, timeout: 1m, run: [\"true\"], allow_empty: true}}\n")
+    rounds = max(1, ROUNDS // 5)
+    a, b = [], []
+    for _ in range(rounds):
+        t, code, _ = timed([CIBOX, "--manifest", manifest, "batch", "run", *names, "--image", image,
+                            "--source", src, "--reports", os.path.join(work, "reports"),
+                            "--scope", "bench"], env=env)
+        assert code == 0, f"cibox exited {code}"
+        a.append(t)
+        t = time.perf_counter()
+        for _ in names:
+            subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{src}:/work:ro", image, "true"],
+                           check=True, capture_output=True)
+        b.append(time.perf_counter() - t)
+    ma, mb = statistics.median(a), statistics.median(b)
+    print(f"50 batches, 12,000-file source: cibox {ma:6.1f} s ({ma / 50 * 1000:.0f} ms a batch)   "
+          f"50 x docker run -v SRC:/work:ro {mb:6.1f} s ({mb / 50 * 1000:.0f} ms a run)   ratio {ma / mb:.2f} (target <= 1.2)")
+    phases(manifest, image, work, src, env, 5)
 
 
 if __name__ == "__main__":

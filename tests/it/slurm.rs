@@ -256,6 +256,53 @@ fn a_layer_runs_through_slurm_with_its_github_outputs() {
 }
 
 #[test]
+fn a_batch_runs_again_as_a_new_job_and_a_failure_cancels_what_waits_under_fail_fast() {
+    let host = SlurmHost::new();
+    let shaky = "if [ \"$CIBOX_ATTEMPT\" = 1 ]; then echo attempt-one; exit 3; fi; echo attempt-$CIBOX_ATTEMPT";
+    let batches = batch(
+        "shaky",
+        0,
+        "2m",
+        &[shaky],
+        "    verdict: exit-code\n    retries: 1\n",
+    ) + &batch("red", 0, "2m", &["false"], "    verdict: exit-code\n")
+        + &batch("after", 0, "2m", &[JUNIT_OK], "")
+        + "layers:\n  ff: {batches: [shaky, red, after], fail_fast: true}\n";
+    let p = project(&host, &batches, "", "");
+    let r = host.run(&p, &["layer", "run", "ff", "--wait", "120s"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    // Its second attempt was a job of its own, and it passed: flaky.
+    let v = p.result("shaky");
+    assert_eq!(
+        (v["status"].as_str(), v["flaky"].as_bool()),
+        (Some("passed"), Some(true)),
+        "{v}"
+    );
+    assert_eq!(v["attempts"], 2, "{v}");
+    let first: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(p.reports().join("shaky/attempt-1/result.json")).unwrap(),
+    )
+    .unwrap();
+    assert_ne!(
+        first["slurm"]["job_id"], v["slurm"]["job_id"],
+        "{first} {v}"
+    );
+    assert!(
+        v["slurm"]["name"].as_str().unwrap().ends_with(":2"),
+        "the second attempt's job says so in its name: {v}"
+    );
+    let log = std::fs::read_to_string(p.reports().join("shaky/attempt-1/log.txt")).unwrap();
+    assert!(log.contains("attempt-one"), "{log}");
+    let log = std::fs::read_to_string(p.reports().join("shaky/log.txt")).unwrap();
+    assert!(log.contains("attempt-2"), "{log}");
+    // The hard failure stops the layer: the rest never reach Slurm.
+    assert_eq!(p.result("red")["status"], "failed");
+    let after = p.result("after");
+    assert_eq!(after["status"], "not_run", "{after}");
+    assert!(p.containers().is_empty());
+}
+
+#[test]
 fn a_batch_past_its_timeout_ends_its_job() {
     let host = SlurmHost::new();
     let p = project(

@@ -138,7 +138,15 @@ impl Submission<'_> {
         let job = serde_json::to_string(&NodeJob::of(self.plan, index, attempt))
             .map_err(RunError::NodeJob)?;
         Ok(JobSpec {
-            name: slurm_job::job_name(&self.plan.manifest.project, &b.name, &self.plan.run_id),
+            // A later attempt is a job of its own, and its name says which: the queue
+            // and a cancel find jobs by name.
+            name: match attempt {
+                1 => slurm_job::job_name(&self.plan.manifest.project, &b.name, &self.plan.run_id),
+                n => format!(
+                    "{}:{n}",
+                    slurm_job::job_name(&self.plan.manifest.project, &b.name, &self.plan.run_id)
+                ),
+            },
             nodes: b.nodes,
             gpus_per_node: b.gpus,
             // Checked before anything was submitted (`execute`).
