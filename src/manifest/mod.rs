@@ -16,7 +16,7 @@
 //! - `validate.rs`: the top level, batches and layers, and the order of the checks;
 //! - one file per section, its types, raw form and checks: `images.rs`, `container.rs`
 //!   (with `mounts.rs`, the mount policy), `gpu.rs` (with the `CIBOX_GPU_*`
-//!   overrides), `changed.rs`;
+//!   overrides), `changed.rs` (with `patterns.rs`: globs and path prefixes);
 //! - `types.rs`: batches, layers, `source:` and `workflows:` as read;
 //! - `values.rs`: environment values, names, `meta`, serialising helpers.
 
@@ -39,13 +39,14 @@ mod error;
 mod gpu;
 mod images;
 mod mounts;
+mod patterns;
 mod raw;
 mod tree;
 mod types;
 mod validate;
 mod values;
 
-pub use changed::{ChangedConfig, GroupKind};
+pub use changed::{ChangedConfig, GroupKind, PatternKind};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
@@ -55,6 +56,7 @@ pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
+pub use patterns::{Selector, compile_glob, under_prefix};
 pub use types::{Batch, BatchVerdict};
 pub use values::is_batch_name;
 

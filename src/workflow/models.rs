@@ -50,12 +50,7 @@ pub fn label_warnings(m: &Manifest, file: &str, text: &str) -> Vec<String> {
             let Some(glob) = b.gpu_model.as_deref().filter(|_| b.gpus > 0) else {
                 continue;
             };
-            let label = model_label(glob);
-            let key = label
-                .split('-')
-                .find(|w| w.bytes().any(|b| b.is_ascii_digit()))
-                .unwrap_or(&label)
-                .to_string();
+            let key = model_key(glob);
             if key.is_empty() || lower.iter().any(|l| l.contains(&key)) {
                 continue;
             }
@@ -69,9 +64,20 @@ pub fn label_warnings(m: &Manifest, file: &str, text: &str) -> Vec<String> {
     out
 }
 
+/// The key a runner label (or a Buildkite queue) must hold for a GPU model glob: the
+/// first word with a digit of its label (`h100` of `*H100*`), else the whole label.
+pub fn model_key(glob: &str) -> String {
+    let label = model_label(glob);
+    label
+        .split('-')
+        .find(|w| w.bytes().any(|b| b.is_ascii_digit()))
+        .unwrap_or(&label)
+        .to_string()
+}
+
 /// The manifest's batches a script runs by name: the words after `cibox batch run`
 /// (up to an option or a shell operator) and the batches of a `cibox layer run`'s layer.
-fn batches_run<'m>(m: &'m Manifest, script: &str) -> Vec<&'m str> {
+pub fn batches_run<'m>(m: &'m Manifest, script: &str) -> Vec<&'m str> {
     let words: Vec<&str> = script.split_whitespace().collect();
     let mut out = Vec::new();
     for (i, w) in words.iter().enumerate() {

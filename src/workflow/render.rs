@@ -22,6 +22,24 @@ pub struct Rendered {
     pub template: PathBuf,
     pub output: PathBuf,
     pub text: String,
+    pub flavor: Flavor,
+}
+
+/// What a template renders: a GitHub Actions workflow (checked by `workflow lint`) or
+/// a Buildkite pipeline (checked against Buildkite's schema).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    GitHub,
+    Buildkite,
+}
+
+impl Flavor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavor::GitHub => "github",
+            Flavor::Buildkite => "buildkite",
+        }
+    }
 }
 
 /// The model a batch's GPUs must be, when it has GPUs and names one.
@@ -237,6 +255,17 @@ pub enum RenderError {
         message: String,
     },
     #[error(
+        "{}: the rendered pipeline fails Buildkite's pipeline schema at {at} (line {line} of the output): {message}; nothing written",
+        .template.display()
+    )]
+    FailsSchema {
+        template: PathBuf,
+        /// Where in the pipeline: `steps.2.key`.
+        at: String,
+        line: usize,
+        message: String,
+    },
+    #[error(
         "{}: the rendered output fails `workflow lint` (nothing written): {}",
         .template.display(),
         .errors.join("; ")
@@ -393,7 +422,11 @@ fn read_template(template: &Path) -> Result<String, RenderError> {
 /// Renders one template with the banner; checks the result is YAML. The render runs
 /// on a budget ([`FUEL`]) and its output is bounded ([`MAX_OUTPUT_BYTES`]): a template
 /// is a pull request's, and a loop of its own must not run or grow without end.
-pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderError> {
+pub fn render(
+    template: &Path,
+    ctx: &TemplateValue,
+    flavor: Flavor,
+) -> Result<Rendered, RenderError> {
     let name = template
         .file_name()
         .and_then(|n| n.to_str())
@@ -441,12 +474,31 @@ pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderEr
         env!("CARGO_PKG_VERSION")
     );
     let text = banner + &body;
-    crate::yaml::parse(&text).map_err(|e| RenderError::NotYaml {
+    let tree = crate::yaml::parse(&text).map_err(|e| RenderError::NotYaml {
         template: template.to_path_buf(),
         line: e.mark.line,
         message: e.message,
     })?;
     let output = template.with_file_name(name.trim_end_matches(".j2"));
+    if flavor == Flavor::Buildkite {
+        // What `buildkite-agent pipeline upload` would take: Buildkite's own schema.
+        let json = tree.as_ref().map(|t| t.to_json()).unwrap_or(Value::Null);
+        if let Err(e) = super::buildkite::schema::check(&json) {
+            let line = tree.as_ref().map_or(1, |t| t.locate(&e.path).mark.line);
+            return Err(RenderError::FailsSchema {
+                template: template.to_path_buf(),
+                at: e.at(),
+                line,
+                message: e.message,
+            });
+        }
+        return Ok(Rendered {
+            template: template.to_path_buf(),
+            output,
+            text,
+            flavor,
+        });
+    }
     // What we write must be a workflow our own lint accepts: a value can change what a
     // condition means or what a script runs.
     let out_name = name.trim_end_matches(".j2");
@@ -465,6 +517,7 @@ pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderEr
         template: template.to_path_buf(),
         output,
         text,
+        flavor,
     })
 }
 
@@ -510,8 +563,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bomb.yml.j2");
         std::fs::write(&path, source).unwrap();
-        render(&path, &TemplateValue::from(minijinja::value::Serde(&ctx)))
-            .map_err(|e| e.to_string())
+        render(
+            &path,
+            &TemplateValue::from(minijinja::value::Serde(&ctx)),
+            Flavor::GitHub,
+        )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
