@@ -6,6 +6,7 @@
 mod common;
 
 mod batch;
+mod buildkite;
 mod caches;
 mod ci;
 mod cli;

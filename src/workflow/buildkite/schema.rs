@@ -1,7 +1,7 @@
 //! Buildkite's published pipeline schema (`schema.json` beside this file, vendored from
 //! `buildkite/pipeline-schema`, MIT: `schema.NOTICE.md`), compiled once, and what a
-//! pipeline that fails it is told: the deepest place in the pipeline the schema refused,
-//! as a key path (`steps.2.key`) with the reason.
+//! pipeline that fails it is told: the place in the pipeline the schema refused, as a
+//! key path (`steps.2.key`) with the reason.
 
 use std::sync::OnceLock;
 
@@ -43,25 +43,57 @@ impl SchemaError {
 /// The longest message quoted from the schema check: it may quote the value refused.
 const MAX_MESSAGE: usize = 300;
 
-/// Checks `pipeline` (the YAML as JSON) against the schema. Of the failures, the one
-/// deepest in the pipeline is told: under an `anyOf` of step kinds each kind fails in
-/// its own way, and the deepest is where the pipeline went wrong (`steps.0.key` whose
-/// pattern fails, rather than `steps.0` matching no kind of step).
+/// Checks `pipeline` (the YAML as JSON) against the schema. Of the failures, one is
+/// told: the one that says most (`steps.0.key` whose pattern fails, rather than
+/// `steps.0` matching no kind of step).
 pub fn check(pipeline: &Value) -> Result<(), SchemaError> {
     let v = validator();
     if v.is_valid(pipeline) {
         return Ok(());
     }
     let evaluation = v.evaluate(pipeline);
+    // Under an `anyOf` of step kinds each kind fails its own way (`additionalProperties`,
+    // `type`, `required`): what says most is a failure of a value itself (a `pattern`,
+    // a bound), then the first step's, then the deepest in it.
+    const GENERIC: [&str; 11] = [
+        "type",
+        "enum",
+        "const",
+        "required",
+        "additionalProperties",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "$ref",
+        "false",
+    ];
+    type Rank = (bool, Vec<(usize, String)>, std::cmp::Reverse<usize>, String);
+    let rank = |at: &str, schema_at: &str| -> Rank {
+        let parts: Vec<(usize, String)> = at
+            .split('/')
+            .skip(1)
+            .map(|p| match p.parse::<usize>() {
+                Ok(n) => (n, String::new()),
+                Err(_) => (usize::MAX, p.to_string()),
+            })
+            .collect();
+        let keyword = schema_at.rsplit('/').next().unwrap_or_default();
+        (
+            GENERIC.contains(&keyword),
+            parts.iter().take(2).cloned().collect(),
+            std::cmp::Reverse(parts.len()),
+            at.to_string(),
+        )
+    };
     let deepest = evaluation
         .iter_errors()
         .map(|e| {
-            (
-                e.instance_location.as_str().to_string(),
-                e.error.to_string(),
-            )
+            let at = e.instance_location.as_str().to_string();
+            (rank(&at, e.schema_location), at, e.error.to_string())
         })
-        .max_by_key(|(at, _)| at.matches('/').count());
+        .min_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, at, message)| (at, message));
     let (pointer, message) = match deepest {
         Some(found) => found,
         None => match v.validate(pipeline) {
