@@ -26,4 +26,5 @@ mod probe;
 mod python;
 mod readme;
 mod runner_container;
+mod selection;
 mod slurm;
