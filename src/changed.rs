@@ -451,7 +451,9 @@ pub fn matching_nothing(
     if open.is_empty() {
         return Ok(Vec::new());
     }
-    let tree = git(dir, &["ls-tree", "-r", "-z", "--name-only", head])?;
+    // By its commit: `head` is the user's text, never an option to git.
+    let sha = commit(dir, head)?;
+    let tree = git(dir, &["ls-tree", "-r", "-z", "--name-only", &sha])?;
     for f in tree.split(|b| *b == 0).filter(|f| !f.is_empty()) {
         let f = String::from_utf8_lossy(f);
         open.retain(|(_, m)| !m(&f));

@@ -333,3 +333,52 @@ fn under_the_agent_a_run_heads_its_batches_and_annotates_the_build() {
     r.ok();
     assert!(!r.stdout.contains("--- batch"), "{}", r.stdout);
 }
+
+/// The ```yaml block of the README that starts with `# FILE`.
+fn readme_block(readme: &str, file: &str) -> String {
+    let start = readme
+        .find(&format!("```yaml\n  # {file}\n"))
+        .unwrap_or_else(|| panic!("no README block for {file}"));
+    let block = &readme[start + "```yaml\n".len()..];
+    let block = &block[..block.find("\n  ```").unwrap()];
+    block
+        .lines()
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[test]
+fn the_readmes_github_and_buildkite_setups_render_side_by_side() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let p = Project::new(
+        "version: 1\nproject: rm\nimage: {locks: [cibox.yaml]}\ndefaults: {timeout: 30m, run: [x]}\nbatches:\n  dist: {gpus: 2, gpu_model: \"*H100*\"}\n  any: {gpus: 1}\nlayers:\n  gpu: {batches: all}\nworkflows:\n  dir: .github/workflows\n  buildkite: .buildkite\n",
+    );
+    p.write(
+        ".github/workflows/gpu.yml.j2",
+        readme_block(&readme, ".github/workflows/gpu.yml.j2"),
+    );
+    p.write(
+        ".buildkite/pipeline.yml.j2",
+        readme_block(&readme, ".buildkite/pipeline.yml.j2"),
+    );
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    assert!(!r.stderr.contains("warning"), "{}", r.stderr);
+    let bk = p.cibox(&["workflow", "render", "--print", "pipeline.yml"]);
+    assert!(
+        bk.stdout.contains("agents: {queue: \"gpu-h100\"}"),
+        "{}",
+        bk.stdout
+    );
+    assert!(
+        bk.stdout.contains("agents: {queue: \"gpu-any\"}"),
+        "{}",
+        bk.stdout
+    );
+    let gh = std::fs::read_to_string(p.path().join(".github/workflows/gpu.yml")).unwrap();
+    assert!(gh.contains("runs-on: [self-hosted, h100]"), "{gh}");
+    p.cibox(&["workflow", "lint"]).ok();
+}
