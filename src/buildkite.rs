@@ -106,3 +106,56 @@ pub fn annotate(context: &str, style: &str, body: &str) -> Result<(), AnnotateEr
         })
     }
 }
+
+/// The part of a parallel step this job is, `(K, N)` counted from 1, from
+/// `BUILDKITE_PARALLEL_JOB` (from 0) and `BUILDKITE_PARALLEL_JOB_COUNT`, as the agent
+/// sets them for a step with `parallelism: N`; `None` where they are not set.
+pub fn parallel_job() -> Result<Option<(u32, u32)>, String> {
+    parallel_job_of(
+        std::env::var("BUILDKITE_PARALLEL_JOB").ok().as_deref(),
+        std::env::var("BUILDKITE_PARALLEL_JOB_COUNT").ok().as_deref(),
+    )
+}
+
+fn parallel_job_of(job: Option<&str>, count: Option<&str>) -> Result<Option<(u32, u32)>, String> {
+    let number = |name: &str, v: &str| -> Result<u32, String> {
+        v.trim().parse::<u32>().map_err(|_| {
+            format!(
+                "{name}={} is not a whole number",
+                crate::util::escape(v)
+            )
+        })
+    };
+    match (job, count) {
+        (None, None) => Ok(None),
+        (Some(j), Some(c)) => {
+            let (j, c) = (
+                number("BUILDKITE_PARALLEL_JOB", j)?,
+                number("BUILDKITE_PARALLEL_JOB_COUNT", c)?,
+            );
+            if j >= c {
+                return Err(format!(
+                    "BUILDKITE_PARALLEL_JOB={j} is not below BUILDKITE_PARALLEL_JOB_COUNT={c}"
+                ));
+            }
+            Ok(Some((j + 1, c)))
+        }
+        (Some(_), None) => Err("BUILDKITE_PARALLEL_JOB is set without BUILDKITE_PARALLEL_JOB_COUNT".into()),
+        (None, Some(_)) => Err("BUILDKITE_PARALLEL_JOB_COUNT is set without BUILDKITE_PARALLEL_JOB".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parallel_jobs_part_counts_from_one() {
+        assert_eq!(parallel_job_of(None, None), Ok(None));
+        assert_eq!(parallel_job_of(Some("0"), Some("4")), Ok(Some((1, 4))));
+        assert_eq!(parallel_job_of(Some("3"), Some("4")), Ok(Some((4, 4))));
+        assert!(parallel_job_of(Some("4"), Some("4")).unwrap_err().contains("not below"));
+        assert!(parallel_job_of(Some("x"), Some("4")).unwrap_err().contains("not a whole number"));
+        assert!(parallel_job_of(Some("1"), None).is_err());
+    }
+}
