@@ -113,18 +113,17 @@ pub fn annotate(context: &str, style: &str, body: &str) -> Result<(), AnnotateEr
 pub fn parallel_job() -> Result<Option<(u32, u32)>, String> {
     parallel_job_of(
         std::env::var("BUILDKITE_PARALLEL_JOB").ok().as_deref(),
-        std::env::var("BUILDKITE_PARALLEL_JOB_COUNT").ok().as_deref(),
+        std::env::var("BUILDKITE_PARALLEL_JOB_COUNT")
+            .ok()
+            .as_deref(),
     )
 }
 
 fn parallel_job_of(job: Option<&str>, count: Option<&str>) -> Result<Option<(u32, u32)>, String> {
     let number = |name: &str, v: &str| -> Result<u32, String> {
-        v.trim().parse::<u32>().map_err(|_| {
-            format!(
-                "{name}={} is not a whole number",
-                crate::util::escape(v)
-            )
-        })
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{name}={} is not a whole number", crate::util::escape(v)))
     };
     match (job, count) {
         (None, None) => Ok(None),
@@ -140,8 +139,12 @@ fn parallel_job_of(job: Option<&str>, count: Option<&str>) -> Result<Option<(u32
             }
             Ok(Some((j + 1, c)))
         }
-        (Some(_), None) => Err("BUILDKITE_PARALLEL_JOB is set without BUILDKITE_PARALLEL_JOB_COUNT".into()),
-        (None, Some(_)) => Err("BUILDKITE_PARALLEL_JOB_COUNT is set without BUILDKITE_PARALLEL_JOB".into()),
+        (Some(_), None) => {
+            Err("BUILDKITE_PARALLEL_JOB is set without BUILDKITE_PARALLEL_JOB_COUNT".into())
+        }
+        (None, Some(_)) => {
+            Err("BUILDKITE_PARALLEL_JOB_COUNT is set without BUILDKITE_PARALLEL_JOB".into())
+        }
     }
 }
 
@@ -154,8 +157,16 @@ mod tests {
         assert_eq!(parallel_job_of(None, None), Ok(None));
         assert_eq!(parallel_job_of(Some("0"), Some("4")), Ok(Some((1, 4))));
         assert_eq!(parallel_job_of(Some("3"), Some("4")), Ok(Some((4, 4))));
-        assert!(parallel_job_of(Some("4"), Some("4")).unwrap_err().contains("not below"));
-        assert!(parallel_job_of(Some("x"), Some("4")).unwrap_err().contains("not a whole number"));
+        assert!(
+            parallel_job_of(Some("4"), Some("4"))
+                .unwrap_err()
+                .contains("not below")
+        );
+        assert!(
+            parallel_job_of(Some("x"), Some("4"))
+                .unwrap_err()
+                .contains("not a whole number")
+        );
         assert!(parallel_job_of(Some("1"), None).is_err());
     }
 }

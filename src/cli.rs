@@ -306,6 +306,17 @@ pub enum BatchCommand {
 pub struct BatchListArgs {
     /// Only these batches (a test list's name: all its entries), without the layers.
     pub names: Vec<String>,
+    /// Only the batches of this layer, without the layers.
+    #[arg(long)]
+    pub layer: Option<String>,
+    /// Show part K of N of the batches (or of the layer), as `--partition K/N` splits
+    /// them, with each part's expected time.
+    #[arg(long, value_name = "K/N")]
+    pub partition: Option<String>,
+    /// An earlier run's timings.json (or a folder of them), as `batch run` takes it.
+    /// Repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub timings: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -344,9 +355,26 @@ pub struct RunOptions {
     /// How long to wait for GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
     pub wait: Option<String>,
-    /// Run batches whose GPU needs fit at the same time.
+    /// Run batches whose GPU needs fit at the same time (the widest, then the longest
+    /// expected first).
     #[arg(long)]
     pub parallel: bool,
+    /// Run only part K of N, the batches split by expected time so that every part
+    /// takes about as long (`--partition 2/4`; one runner per part).
+    #[arg(long, value_name = "K/N")]
+    pub partition: Option<String>,
+    /// An earlier run's timings.json (or a folder of downloaded ones): its times win
+    /// over est_time in --partition and --parallel. Repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub timings: Vec<PathBuf>,
+    /// Run each batch that did not pass again, up to N more times (default: each
+    /// batch's `retries`, else 0).
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
+    /// After the first batch that fails the run, start no more (the rest are recorded
+    /// as not run); a layer's `fail_fast` says so too.
+    #[arg(long)]
+    pub fail_fast: bool,
 }
 
 #[derive(Debug, Subcommand)]

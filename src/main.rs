@@ -13,16 +13,18 @@
 //! 5. [`host`] (the host policy: what the host grants, its GPU facts), [`gpu`] (probe,
 //!    pool, queue, the lease sequence), [`changed`] (change selection), [`workflow`]
 //!    (render and lint);
-//! 6. [`manifest`]: what `cibox.yaml` says;
-//! 7. [`image`]: IDs, lockset, verification, build recipes;
-//! 8. [`engine`] (the container engine, synchronous, owning the async runtime),
+//! 6. [`timing`]: how long batches are expected to run (recorded, estimated), and
+//!    runs split by it into partitions;
+//! 7. [`manifest`]: what `cibox.yaml` says;
+//! 8. [`image`]: IDs, lockset, verification, build recipes;
+//! 9. [`engine`] (the container engine, synchronous, owning the async runtime),
 //!    [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
 //!    [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`],
 //!    [`buildkite`];
-//! 9. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
-//!    YAML tree with positions), [`error`] (what kind of failure an error is),
-//!    [`nofollow`] (writing where a link must never be followed: folders held open);
-//! 10. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
+//! 10. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
+//!     YAML tree with positions), [`error`] (what kind of failure an error is),
+//!     [`nofollow`] (writing where a link must never be followed: folders held open);
+//! 11. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
 //!     (who can change a path), [`signals`], [`units`], [`util`].
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
@@ -54,6 +56,7 @@ mod report;
 mod run;
 mod signals;
 mod slurm;
+mod timing;
 mod units;
 mod util;
 mod workflow;

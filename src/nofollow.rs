@@ -230,6 +230,12 @@ impl Folder {
         }
     }
 
+    /// Moves `name` (whatever it is, a link as itself) into `to`, keeping its name.
+    pub fn move_into(&self, name: &str, to: &Folder) -> std::io::Result<()> {
+        let name = plain(name)?;
+        Ok(rustix::fs::renameat(&self.fd, name, &to.fd, name)?)
+    }
+
     /// The names in the folder, sorted (`.` and `..` left out).
     pub fn names(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::context::Context;
-use crate::cli::RunOptions;
+use crate::cli::{BatchListArgs, RunOptions};
 use crate::console::{self, Table};
 use crate::engine::Engine;
 use crate::error::Result;
@@ -12,20 +12,45 @@ use crate::lockdir::LockDir;
 use crate::plan::{self};
 use crate::report::reporter::terminal::print_sweep_notes;
 use crate::run::sweep;
+use crate::timing::{Expected, PartitionSpec, Recorded, partition};
+use crate::units::human;
 
-/// `cibox batch list [NAME…]`: batches (name, GPUs, timeout, description) and layers;
-/// with names, only those batches (a test list's name: all its entries), no layers.
-pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
+/// `cibox batch list [NAME…] [--layer L] [--partition K/N] [--timings PATH]…`: batches
+/// (name, GPUs, timeout, expected time when any is known, description) and layers;
+/// with names or a layer, only those batches, no layers; with a partition, the part's
+/// batches and every part's expected time.
+pub fn list(ctx: &Context, args: &BatchListArgs) -> Result<u8> {
     let m = ctx.manifest()?;
-    let shown: Vec<(&String, &crate::manifest::Batch)> = if names.is_empty() {
-        m.batches.iter().collect()
-    } else {
-        plan::named_batches(&m, names)?
-            .into_iter()
-            .filter_map(|n| m.batches.get_key_value(&n))
-            .collect()
+    let partition = args
+        .partition
+        .as_deref()
+        .map(str::parse::<PartitionSpec>)
+        .transpose()?;
+    let recorded = Recorded::read(&args.timings)?;
+    let selected: Vec<String> = match (&args.layer, args.names.is_empty()) {
+        (None, true) => m.batches.keys().cloned().collect(),
+        (None, false) => plan::named_batches(&m, &args.names)?,
+        (Some(layer), _) => {
+            let request = plan::RunRequest {
+                names: args.names.clone(),
+                layer: Some(layer.clone()),
+                ..plan::RunRequest::default()
+            };
+            plan::selected(&m, &request)?
+        }
     };
-    let layers = if names.is_empty() {
+    let expected = Expected::of(&m, &selected, &recorded);
+    let parts = partition.map(|p| (p, partition::split(&expected, p.count)));
+    let shown_names: Vec<String> = match &parts {
+        Some((p, parts)) => parts[p.index as usize - 1].batches.clone(),
+        None => selected.clone(),
+    };
+    let shown: Vec<(&String, &crate::manifest::Batch)> = shown_names
+        .iter()
+        .filter_map(|n| m.batches.get_key_value(n))
+        .collect();
+    let expect = |name: &str| expected.batches.iter().find(|e| e.name == name);
+    let layers = if args.names.is_empty() && args.layer.is_none() {
         m.layers.iter().collect()
     } else {
         Vec::new()
@@ -34,12 +59,17 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
         let batches: Vec<_> = shown
             .iter()
             .map(|(name, b)| {
+                let e = expect(name);
                 json!({
                     "name": name,
                     "gpus": b.gpus,
                     "gpu_model": b.gpu_model.as_ref().filter(|_| b.gpus > 0),
                     "timeout": b.timeout.to_string(),
                     "timeout_s": b.timeout.0.as_secs(),
+                    "expected_s": e.map(|e| e.time.as_secs_f64()),
+                    "expected_from": e.map(|e| e.source),
+                    "retries": b.retries.count,
+                    "soft_fail": b.soft_fail,
                     "description": b.description,
                     "allow_empty": b.allow_empty,
                     "family": b.family,
@@ -50,25 +80,69 @@ pub fn list(ctx: &Context, names: &[String]) -> Result<u8> {
         let layers: Vec<_> = layers
             .iter()
             .map(|(name, l)| {
-                json!({"name": name, "fast": l.fast, "batches": l.batches, "description": l.description})
+                json!({"name": name, "fast": l.fast, "fail_fast": l.fail_fast, "batches": l.batches, "description": l.description})
             })
             .collect();
-        console::json(&json!({"project": m.project, "batches": batches, "layers": layers}));
+        let mut out = json!({"project": m.project, "batches": batches, "layers": layers});
+        if let Some((p, parts)) = &parts {
+            out["partition"] = json!(p.to_string());
+            out["parts"] = parts
+                .iter()
+                .map(|part| {
+                    json!({
+                        "part": part.index,
+                        "batches": part.batches,
+                        "serial_s": part.serial.as_secs_f64(),
+                        "work_s": part.work,
+                    })
+                })
+                .collect();
+        }
+        console::json(&out);
         return Ok(exit::SUCCESS);
     }
-    let mut t = Table::new(&["BATCH", "GPUS", "TIMEOUT", "DESCRIPTION"]);
+    // The expected time is shown where one is known (or asked for through a split).
+    let with_expected = parts.is_some()
+        || !recorded.files.is_empty()
+        || shown.iter().any(|(_, b)| b.est_time.is_some());
+    let mut header = vec!["BATCH", "GPUS", "TIMEOUT"];
+    if with_expected {
+        header.push("EXPECTED");
+    }
+    header.push("DESCRIPTION");
+    let mut t = Table::new(&header);
     for (name, b) in &shown {
-        t.row(vec![
+        let mut row = vec![
             name.to_string(),
             match b.gpu_model.as_ref().filter(|_| b.gpus > 0) {
                 Some(glob) => format!("{} ({})", b.gpus, crate::util::escape(glob)),
                 None => b.gpus.to_string(),
             },
             b.timeout.to_string(),
-            b.description.clone().unwrap_or_default(),
-        ]);
+        ];
+        if with_expected {
+            row.push(expect(name).map_or_else(String::new, |e| {
+                format!("{} ({})", human(e.time), e.source.as_str())
+            }));
+        }
+        row.push(b.description.clone().unwrap_or_default());
+        t.row(row);
     }
     print!("{}", t.render());
+    if let Some((p, parts)) = &parts {
+        println!();
+        let mut t = Table::new(&["PART", "BATCHES", "SERIAL", "GPU TIME"]);
+        for part in parts {
+            let mark = if part.index == p.index { " <" } else { "" };
+            t.row(vec![
+                format!("{}/{}{mark}", part.index, p.count),
+                part.batches.len().to_string(),
+                human(part.serial),
+                human(std::time::Duration::from_secs_f64(part.work)),
+            ]);
+        }
+        print!("{}", t.render());
+    }
     if !layers.is_empty() {
         println!();
         let mut t = Table::new(&["LAYER", "FAST", "BATCHES"]);

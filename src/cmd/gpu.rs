@@ -293,6 +293,7 @@ fn lease_for_exec(
         policy: &cfg.idle,
         holder: &holder,
         wait,
+        give_up: None,
     };
     let lease = waiter.lease(
         &request,

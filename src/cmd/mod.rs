@@ -58,7 +58,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }) => image::qualify(&ctx, &id, reports, source, scope),
         Command::Doctor => doctor::run(&ctx),
         Command::Init => init::init(&ctx),
-        Command::Batch(BatchCommand::List(a)) => batch::list(&ctx, &a.names),
+        Command::Batch(BatchCommand::List(a)) => batch::list(&ctx, &a),
         Command::Batch(BatchCommand::Run(a)) => {
             batch::run(&ctx, &a.names, a.layer.as_deref(), &a.options)
         }

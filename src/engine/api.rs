@@ -3,12 +3,14 @@
 //! implementation that talks to Docker; the run loop's unit tests drive a fake that
 //! plays out timeouts, cancels, kills from outside, lost reports and images gone.
 
+use std::collections::HashMap;
 use std::io::Read;
 
 use bollard::models::ContainerCreateBody;
 
 use super::{
-    ContainerInfo, EndCause, Engine, EngineError, FollowEnd, Followed, ImageDetails, Removal, Steps,
+    ContainerInfo, EndCause, Engine, EngineError, FollowEnd, Followed, ImageDetails, Removal,
+    Steps, VolumeInfo,
 };
 
 /// The engine as the runner, the sweep and the GPU claims use it.
@@ -45,13 +47,13 @@ pub trait ContainerEngine: Sync {
     ) -> Result<(), EngineError>;
 
     /// Runs a batch's steps in a running container and follows them to their end; they
-    /// go on once `prepare`, run while their process starts, returns true (see
-    /// [`Engine::follow_exec`]).
+    /// go on once `prepare`, run while their process starts, returns the word they are
+    /// told (see [`Engine::follow_exec`]).
     fn follow_exec(
         &self,
         id: &str,
         steps: Steps<'_>,
-        prepare: &mut dyn FnMut() -> bool,
+        prepare: &mut dyn FnMut() -> Option<&'static str>,
         interrupted: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError>;
@@ -62,6 +64,13 @@ pub trait ContainerEngine: Sync {
     fn volume_at(&self, id: &str, target: &str) -> Option<String>;
 
     fn remove_volume(&self, name: &str) -> Result<(), EngineError>;
+
+    /// Creates a named volume with `labels`.
+    fn create_volume(&self, name: &str, labels: HashMap<String, String>)
+    -> Result<(), EngineError>;
+
+    /// Volumes carrying all of `labels` (`key=value`).
+    fn volumes_with_labels(&self, labels: &[String]) -> Result<Vec<VolumeInfo>, EngineError>;
 
     /// Where on the engine's host the mount at `target` comes from (a volume's folder).
     fn mount_source(&self, id: &str, target: &str) -> Option<String>;
@@ -129,7 +138,7 @@ impl ContainerEngine for Engine {
         &self,
         id: &str,
         steps: Steps<'_>,
-        prepare: &mut dyn FnMut() -> bool,
+        prepare: &mut dyn FnMut() -> Option<&'static str>,
         interrupted: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
@@ -146,6 +155,18 @@ impl ContainerEngine for Engine {
 
     fn remove_volume(&self, name: &str) -> Result<(), EngineError> {
         Engine::remove_volume(self, name)
+    }
+
+    fn create_volume(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), EngineError> {
+        Engine::create_volume(self, name, labels)
+    }
+
+    fn volumes_with_labels(&self, labels: &[String]) -> Result<Vec<VolumeInfo>, EngineError> {
+        Engine::volumes_with_labels(self, labels)
     }
 
     fn mount_source(&self, id: &str, target: &str) -> Option<String> {

@@ -141,6 +141,13 @@ impl Read for Download<'_> {
     }
 }
 
+/// A volume cibox created, as listed by the engine.
+#[derive(Debug, Clone)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub labels: HashMap<String, String>,
+}
+
 /// A container cibox created, as listed by the engine.
 #[derive(Debug, Clone)]
 pub struct ContainerInfo {
@@ -186,9 +193,9 @@ impl Engine {
 
     /// Runs a batch's steps in a running container and follows them to their end. The
     /// steps' process is started first, and `prepare` runs while it starts (outside the
-    /// runtime, so it may call the engine): only when it returns true, and `interrupted`
-    /// does not say otherwise then, does the process's standard input get one line,
-    /// then its end; otherwise nothing more is done. A script whose first command reads
+    /// runtime, so it may call the engine): only when it returns a word, and
+    /// `interrupted` does not say otherwise then, does the process's standard input get
+    /// that word on a line, then its end; otherwise nothing more is done. A script whose first command reads
     /// that line runs nothing before `prepare` is done. From then on: their output goes
     /// to `on`, their `timeout` is enforced (SIGTERM to every process of `user` in the
     /// container, then SIGKILL after `grace`), and `interrupted` is asked every 100 ms
@@ -203,17 +210,17 @@ impl Engine {
         &self,
         id: &str,
         run: Steps<'_>,
-        mut prepare: impl FnMut() -> bool,
+        mut prepare: impl FnMut() -> Option<&'static str>,
         mut interrupted: impl FnMut() -> bool,
         on: impl FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
         let (exec, output, mut input) = self.rt.block_on(self.start_exec(id, &run))?;
-        if !prepare() {
+        let Some(word) = prepare() else {
             return Err(EngineError::Api {
                 action: "starting the batch in its container".into(),
                 reason: "what it needs first could not be made ready".into(),
             });
-        }
+        };
         // Interrupted meanwhile: the steps never go on (their input just ends).
         if interrupted() {
             return Ok(FollowEnd {
@@ -226,7 +233,7 @@ impl Engine {
             // A process that ended already (an image without a shell) reads nothing:
             // what it printed and its exit code say why.
             let _ = async {
-                input.write_all(b"\n").await?;
+                input.write_all(format!("{word}\n").as_bytes()).await?;
                 input.shutdown().await
             }
             .await;
@@ -406,7 +413,7 @@ impl Engine {
                 Err(bollard::errors::Error::DockerResponseServerError {
                     status_code: 409, ..
                 }) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
-                Err(e) => return Err(Self::api("removing the reports volume", e)),
+                Err(e) => return Err(Self::api(&format!("removing volume {name}"), e)),
             }
         }
     }
@@ -599,6 +606,44 @@ impl Engine {
     }
 
     /// Containers (running or not) carrying all of `labels` (`key=value`).
+    /// Creates a named volume of the engine's `local` driver with `labels`.
+    pub fn create_volume(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let body = bollard::models::VolumeCreateRequest {
+            name: Some(name.to_string()),
+            driver: Some("local".into()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        self.rt
+            .block_on(self.docker.create_volume(body))
+            .map(|_| ())
+            .map_err(|e| Self::api("creating the source's volume", e))
+    }
+
+    /// Volumes carrying all of `labels` (`key=value`).
+    pub fn volumes_with_labels(&self, labels: &[String]) -> Result<Vec<VolumeInfo>, EngineError> {
+        let opts = bollard::query_parameters::ListVolumesOptions {
+            filters: Some(HashMap::from([("label".to_string(), labels.to_vec())])),
+        };
+        let list = self
+            .rt
+            .block_on(self.docker.list_volumes(Some(opts)))
+            .map_err(|e| Self::api("listing volumes", e))?;
+        Ok(list
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| VolumeInfo {
+                name: v.name,
+                labels: v.labels,
+            })
+            .collect())
+    }
+
     pub fn containers_with_labels(
         &self,
         labels: &[String],

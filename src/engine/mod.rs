@@ -10,7 +10,9 @@ mod host_view;
 mod images;
 
 pub use api::ContainerEngine;
-pub use containers::{ContainerInfo, EndCause, FollowEnd, Followed, Removal, Steps, Stop};
+pub use containers::{
+    ContainerInfo, EndCause, FollowEnd, Followed, Removal, Steps, Stop, VolumeInfo,
+};
 pub use host_view::{HostFolder, HostView, report_host_folders};
 pub use images::BuildSpec;
 

@@ -65,6 +65,10 @@ pub enum LeaseError {
     /// cibox was asked to stop while it waited.
     #[error("stopped by {0}")]
     Interrupted(nix::sys::signal::Signal),
+    /// The asker gave up waiting (another batch of its run failed, and the run stops
+    /// at its first failure).
+    #[error("gave up waiting: {0}")]
+    GaveUp(String),
     /// The lock directory could not be used.
     #[error("lease dir {dir}: {what}: {source}")]
     Locks {
@@ -100,6 +104,8 @@ impl crate::error::ErrorKind for LeaseError {
         match self {
             LeaseError::QueueTimedOut { .. } | LeaseError::TimedOut { .. } => Failure::Capacity,
             LeaseError::Interrupted(sig) => Failure::Signal(*sig),
+            // The run that gave up says why; nothing failed here.
+            LeaseError::GaveUp(_) => Failure::Infra,
             // A lock dir cibox may not write is configuration, like a bad gpu.lock_dir.
             LeaseError::Locks { source, .. }
                 if source.kind() == std::io::ErrorKind::PermissionDenied =>

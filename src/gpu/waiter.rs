@@ -47,6 +47,8 @@ pub struct LeaseRequest<'a> {
     pub holder: &'a Holder,
     /// How long to wait, from the start of [`Waiter::lease`].
     pub wait: Duration,
+    /// Asked at every poll: `Some(why)` gives up the wait (and the place in the queue).
+    pub give_up: Option<&'a (dyn Fn() -> Option<String> + Sync)>,
 }
 
 /// A place in the queue, taken on arrival.
@@ -105,6 +107,9 @@ impl<'d> Waiter<'d> {
         let mut verdicts = 0;
         loop {
             a.stop_if_signalled()?;
+            if let Some(why) = request.give_up.and_then(|g| g()) {
+                return Err(LeaseError::GaveUp(why));
+            }
             let head = a
                 .ticket
                 .is_head()

@@ -16,6 +16,7 @@ use super::container::{ContainerConfig, RawContainer, validate_container};
 use super::error::ManifestError;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image};
 use super::patterns::{Selector, check_prefix, compile_glob};
+use super::schedule::RawRetries;
 use super::types::{Batch, BatchVerdict};
 use super::values::{EnvValue, env_map, ser_display};
 use crate::util::is_env_name;
@@ -159,6 +160,13 @@ pub struct ChangedRun {
     /// How the source is installed for them, instead of their image's `install` (or
     /// `source.install`), as a batch's `install`.
     pub install: Option<Vec<String>>,
+    /// How long a test file's batch is expected to run, as a batch's `est_time`.
+    #[serde(skip)]
+    pub est_time: Option<Span>,
+    /// How often a test file's batch runs again when it did not pass.
+    pub retries: crate::manifest::Retries,
+    /// Whether a test file's failure fails the run.
+    pub soft_fail: bool,
 }
 
 impl ChangedRun {
@@ -186,6 +194,9 @@ impl ChangedRun {
             image_named: true,
             install: self.install.clone(),
             caches: self.caches.clone(),
+            est_time: self.est_time,
+            retries: self.retries.clone(),
+            soft_fail: self.soft_fail,
             family: None,
             changed_file: Some(file.to_string()),
         }
@@ -229,10 +240,17 @@ pub(super) struct RawChangedRun {
     image: Option<String>,
     install: Option<Vec<String>>,
     caches: Option<Vec<String>>,
+    est_time: Option<Span>,
+    retries: Option<RawRetries>,
+    #[serde(default)]
+    soft_fail: bool,
 }
 
 /// The `defaults` keys that `changed.run` takes (the rest describe named batches).
-pub(super) const CHANGED_RUN_DEFAULTS: [&str; 11] = [
+pub(super) const CHANGED_RUN_DEFAULTS: [&str; 14] = [
+    "est_time",
+    "retries",
+    "soft_fail",
     "caches",
     "gpu_model",
     "image",
@@ -404,6 +422,9 @@ fn validate_changed_run(
             .map_err(|why| check.at(&["changed", "run", "gpu_model"], why))?;
     }
     Ok(ChangedRun {
+        est_time: super::schedule::est_time(check, &["changed", "run", "est_time"], r.est_time)?,
+        retries: super::schedule::retries(check, &["changed", "run", "retries"], r.retries)?,
+        soft_fail: r.soft_fail,
         gpu_model: r.gpu_model,
         caches,
         install: r.install,

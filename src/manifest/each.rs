@@ -14,6 +14,8 @@ use crate::units::Span;
 
 use super::check::Checker;
 use super::error::ManifestError;
+use super::schedule;
+use super::schedule::RawRetries;
 use super::types::Batch;
 use super::values::{EnvValue, env_map, is_name, plain_meta};
 
@@ -45,6 +47,15 @@ pub(super) struct RawEntry {
     description: Option<Option<String>>,
     #[serde(default, deserialize_with = "written")]
     meta: Option<Option<serde_json::Value>>,
+    /// `null`: no expected time, removing the family's.
+    #[serde(default, deserialize_with = "written")]
+    est_time: Option<Option<Span>>,
+    /// `null`: no retries, removing the family's.
+    #[serde(default, deserialize_with = "written")]
+    retries: Option<Option<RawRetries>>,
+    /// `null`: its failure fails the run, as the default.
+    #[serde(default, deserialize_with = "written")]
+    soft_fail: Option<Option<bool>>,
 }
 
 /// A key that is written, `null` included (`Some(None)`); with `#[serde(default)]` a
@@ -215,6 +226,18 @@ fn entry_batch(
             }
             b.env.extend(env_map(check, &env_at, set)?);
         }
+    }
+    match e.est_time {
+        None => {}
+        Some(est) => b.est_time = schedule::est_time(check, &key("est_time"), est)?,
+    }
+    match e.retries {
+        None => {}
+        Some(raw) => b.retries = schedule::retries(check, &key("retries"), raw)?,
+    }
+    match e.soft_fail {
+        None => {}
+        Some(soft) => b.soft_fail = soft.unwrap_or(false),
     }
     b.env.insert("CIBOX_TEST_FILE".into(), e.file.clone());
     b.env

@@ -16,7 +16,8 @@
 //! - `validate.rs`: the top level, batches and layers, and the order of the checks;
 //! - one file per section, its types, raw form and checks: `images.rs`, `container.rs`
 //!   (with `mounts.rs`, the mount policy), `gpu.rs` (with the `CIBOX_GPU_*`
-//!   overrides), `changed.rs` (with `patterns.rs`: globs and path prefixes);
+//!   overrides), `changed.rs` (with `patterns.rs`: globs and path prefixes),
+//!   `schedule.rs` (a batch's expected time, retries and soft failure);
 //! - `types.rs`: batches, layers, `source:` and `workflows:` as read;
 //! - `values.rs`: environment values, names, `meta`, serialising helpers.
 
@@ -41,6 +42,7 @@ mod images;
 mod mounts;
 mod patterns;
 mod raw;
+mod schedule;
 mod tree;
 mod types;
 mod validate;
@@ -57,7 +59,8 @@ pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
 pub use patterns::{Selector, compile_glob, under_prefix};
-pub use types::{Batch, BatchVerdict};
+pub use schedule::MAX_RETRIES;
+pub use types::{Batch, BatchVerdict, Retries, RetryOn};
 pub use values::is_batch_name;
 
 use check::{Checker, serde_error};

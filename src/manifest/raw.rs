@@ -16,6 +16,7 @@ use super::container::RawContainer;
 use super::each::RawEntry;
 use super::gpu::RawGpu;
 use super::images::ImageConfig;
+use super::schedule::RawRetries;
 use super::types::{BatchVerdict, SourceConfig, WorkflowsConfig};
 use super::values::EnvValue;
 
@@ -70,6 +71,9 @@ pub(super) struct RawDefaults {
     image: Option<String>,
     install: Option<Vec<String>>,
     caches: Option<Vec<String>>,
+    est_time: Option<Span>,
+    retries: Option<RawRetries>,
+    soft_fail: Option<bool>,
 }
 
 /// A batch, with `defaults:` laid under it.
@@ -104,6 +108,13 @@ pub(super) struct RawBatch {
     pub(super) install: Option<Vec<String>>,
     /// The caches it uses (none given: every cache of the manifest).
     pub(super) caches: Option<Vec<String>>,
+    /// How long it is expected to run.
+    pub(super) est_time: Option<Span>,
+    /// How often it runs again when it did not pass.
+    pub(super) retries: Option<RawRetries>,
+    /// Its failure does not fail the run.
+    #[serde(default)]
+    pub(super) soft_fail: bool,
     /// A test list: one batch per entry (see `each`).
     pub(super) each: Option<Vec<RawEntry>>,
 }
@@ -123,6 +134,9 @@ pub(super) struct RawLayer {
     pub(super) batches: RawLayerBatches,
     #[serde(default)]
     pub(super) fast: bool,
+    /// Once one of its batches failed, none of the rest starts.
+    #[serde(default)]
+    pub(super) fail_fast: bool,
     pub(super) meta: Option<serde_json::Value>,
     /// The image of its batches that name none.
     pub(super) image: Option<String>,

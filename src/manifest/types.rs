@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::units::Span;
 
 use super::container::ContainerConfig;
-use super::values::ser_display;
+use super::values::{ser_display, ser_display_opt};
 
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +30,39 @@ pub enum BatchVerdict {
     ExitCode,
 }
 
+/// Which endings of a batch run it again, under `retries:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOn {
+    /// Its tests or steps failed: the default.
+    Failed,
+    /// It hit its timeout: retried only when asked (a batch that hangs once tends to
+    /// hang again, and each attempt costs the whole timeout).
+    Timeout,
+    /// The engine or the host failed it: retried only when asked (a broken host
+    /// stays broken; the next attempt may get other GPUs).
+    InfraError,
+}
+
+/// How often a batch that did not pass runs again (`retries:`), each attempt in a
+/// fresh container with GPUs leased anew.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Retries {
+    /// How many more times it may run: 0 runs it once.
+    pub count: u32,
+    /// Which endings run it again.
+    pub on: Vec<RetryOn>,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            count: 0,
+            on: vec![RetryOn::Failed],
+        }
+    }
+}
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Batch {
     pub description: Option<String>,
@@ -48,6 +81,17 @@ pub struct Batch {
     pub env: BTreeMap<String, String>,
     pub fast_env: BTreeMap<String, String>,
     pub allow_empty: bool,
+    /// How long it is expected to run (`est_time`), for partitions and the order of a
+    /// parallel run; a recorded time (`--timings`) wins over it.
+    #[serde(
+        serialize_with = "ser_display_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub est_time: Option<Span>,
+    /// How often it runs again when it did not pass.
+    pub retries: Retries,
+    /// Its failure is recorded and shown but does not fail the run (`soft_fail`).
+    pub soft_fail: bool,
     /// The test files this batch runs (globs), for `cibox changed --unregistered`.
     pub tests: Vec<String>,
     /// The top-level `container` with this batch's own keys laid over it.
@@ -83,6 +127,8 @@ pub struct Layer {
     /// Whether the layer ran with `batches: all`.
     pub all: bool,
     pub fast: bool,
+    /// Once one of its batches failed, none of the rest starts (`fail_fast`).
+    pub fail_fast: bool,
     /// Free data for templates (a mapping of plain values).
     pub meta: serde_json::Value,
     /// The image its batches run in when run as part of it.

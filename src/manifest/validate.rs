@@ -20,6 +20,7 @@ use super::error::ManifestError;
 use super::gpu::validate_gpu;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image, validate_images};
 use super::raw::{RawBatch, RawLayer, RawLayerBatches, RawManifest};
+use super::schedule;
 use super::tree::{MAX_EXPANDED_BYTES, MAX_EXPANDED_VALUES, shown_bytes};
 use super::types::{Batch, Layer};
 use super::values::{env_map, is_name, plain_meta};
@@ -278,6 +279,9 @@ fn validate_batch(
         env: env_map(check, &["batches", name, "env"], b.env)?,
         fast_env: env_map(check, &["batches", name, "fast_env"], b.fast_env)?,
         allow_empty: b.allow_empty,
+        est_time: schedule::est_time(check, &["batches", name, "est_time"], b.est_time)?,
+        retries: schedule::retries(check, &["batches", name, "retries"], b.retries)?,
+        soft_fail: b.soft_fail,
         tests: b.tests,
         container: batch_container,
         meta: plain_meta(check, &["batches", name, "meta"], b.meta, false)?,
@@ -354,6 +358,7 @@ fn validate_layers(
                 batches: list,
                 all,
                 fast: l.fast,
+                fail_fast: l.fail_fast,
                 meta,
                 image: l.image,
             },

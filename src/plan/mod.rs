@@ -15,4 +15,5 @@ pub mod run_plan;
 
 pub use run_plan::{
     BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, named_batches, plan,
+    selected,
 };

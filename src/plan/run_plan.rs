@@ -12,11 +12,13 @@ use std::time::Duration;
 use crate::host::HostPolicy;
 use crate::host::caches::CachePolicy;
 use crate::image::ImageId;
-use crate::manifest::{BatchVerdict, ContainerUser, Manifest, image_variable};
+use crate::manifest::{BatchVerdict, ContainerUser, Manifest, Retries, image_variable};
 use crate::plan::container::ContainerPlan;
 use crate::plan::container::devices::HostDevices;
 use crate::plan::container::mounts::HostMounts;
 use crate::plan::error::PlanError;
+use crate::timing::partition::{self, PartitionSpec};
+use crate::timing::{Expected, Recorded};
 use crate::units::Span;
 use crate::util::did_you_mean;
 
@@ -63,6 +65,15 @@ pub struct RunRequest {
     /// writes in (the host keeps pull requests' writes, and the run's event names
     /// one); `None`: the base's, or private.
     pub pull_request: Option<u64>,
+    /// Run only this part of the batches, split by expected time (`--partition K/N`).
+    pub partition: Option<PartitionSpec>,
+    /// Times earlier runs recorded (`--timings`), winning over `est_time`.
+    pub recorded: Recorded,
+    /// Every batch's retries, whatever the manifest says (`--retries N`).
+    pub retries: Option<u32>,
+    /// After the first failed batch, start no more (`--fail-fast`; a layer's
+    /// `fail_fast` says so too).
+    pub fail_fast: bool,
 }
 
 /// [`RunRequest::private_caches`] of a replay (`cibox reproduce`): the record it
@@ -85,6 +96,9 @@ pub struct NodeRole {
     pub gpus: Vec<u32>,
     /// The rendezvous variables of a job on several nodes (none for one).
     pub rendezvous: BTreeMap<String, String>,
+    /// Which attempt at the batch this job is (1-based; the submitter counts them).
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 impl NodeRole {
@@ -193,6 +207,12 @@ pub struct BatchPlan {
     pub changed_file: Option<String>,
     /// Its caches: name and where the batch sees each.
     pub caches: Vec<(String, String)>,
+    /// How often it runs again when it did not pass.
+    pub retries: Retries,
+    /// Its failure does not fail the run.
+    pub soft_fail: bool,
+    /// How long it is expected to run (recorded, estimated, or the default).
+    pub expected: Duration,
 }
 
 /// A whole run, ready to execute.
@@ -223,6 +243,10 @@ pub struct RunPlan {
     pub private_caches: Option<String>,
     /// See [`RunRequest::pull_request`].
     pub pull_request: Option<u64>,
+    /// After the first failed batch, start no more.
+    pub fail_fast: bool,
+    /// The part of the request's batches this run is, and how many the request had.
+    pub partition: Option<(PartitionSpec, usize)>,
 }
 
 impl RunPlan {
@@ -332,10 +356,37 @@ pub fn named_batches(m: &Manifest, names: &[String]) -> Result<Vec<String>, Plan
 /// image ID), for a front end to make before it creates the reports folder: bad input
 /// must leave nothing behind.
 /// Returns the batches the run will have.
+/// The batches a request selects, before any split: its names (a test list's name
+/// standing for its entries), else its layer's.
+pub fn selected(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
+    Ok(select(manifest, &request.names, request.layer.as_deref())?.0)
+}
+
+/// With `--partition`, only this part's batches (which may be none).
 pub fn check_request(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
     let (names, _) = select(manifest, &request.names, request.layer.as_deref())?;
+    let (names, _) = part_of(manifest, request, names);
     image_ids(manifest, request, &names)?;
     Ok(names)
+}
+
+/// The batches of this run's part, in the request's order (all of them without
+/// `--partition`), and their expected times; the split is over all the request's
+/// batches, so every part sees the same one.
+fn part_of(
+    manifest: &Manifest,
+    request: &RunRequest,
+    names: Vec<String>,
+) -> (Vec<String>, Expected) {
+    let expected = Expected::of(manifest, &names, &request.recorded);
+    let Some(spec) = request.partition else {
+        return (names, expected);
+    };
+    let part = partition::split(&expected, spec.count)
+        .into_iter()
+        .nth(spec.index as usize - 1)
+        .unwrap_or_default();
+    (part.batches, expected)
 }
 
 /// The image batch `name` runs in: the layer's, when it runs as part of a layer that
@@ -427,7 +478,19 @@ pub fn plan(
     request: RunRequest,
     host: &HostFacts,
 ) -> Result<RunPlan, PlanError> {
-    let (names, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
+    let (all, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
+    let requested = all.len();
+    let (mut names, expected) = part_of(&manifest, &request, all);
+    if request.parallel {
+        names = expected.start_order(&names);
+    }
+    let expected = expected.times();
+    let fail_fast = request.fail_fast
+        || request
+            .layer
+            .as_deref()
+            .and_then(|l| manifest.layers.get(l))
+            .is_some_and(|l| l.fail_fast);
     let fast = request.fast.unwrap_or(layer_fast);
     let images = image_ids(&manifest, &request, &names)?;
     let wait = request.wait.unwrap_or(manifest.gpu.wait.0);
@@ -497,6 +560,15 @@ pub fn plan(
                     .iter()
                     .map(|c| (c.clone(), manifest.caches[c].path.clone()))
                     .collect(),
+                retries: match request.retries {
+                    Some(count) => Retries {
+                        count,
+                        ..batch.retries.clone()
+                    },
+                    None => batch.retries.clone(),
+                },
+                soft_fail: batch.soft_fail,
+                expected: expected[name],
             })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
@@ -518,6 +590,8 @@ pub fn plan(
         layer: request.layer,
         private_caches: request.private_caches,
         pull_request: request.pull_request,
+        fail_fast,
+        partition: request.partition.map(|p| (p, requested)),
         manifest,
     })
 }
@@ -583,7 +657,7 @@ pub(crate) mod tests {
         let mut r = request(&["a"], None);
         r.private_caches = Some("pull_request_target".into());
         let p = plan(manifest(), r, &host()).unwrap();
-        let job = crate::run::slurm::node::NodeJob::of(&p, 0);
+        let job = crate::run::slurm::node::NodeJob::of(&p, 0, 1);
         let sent: crate::run::slurm::node::NodeJob =
             serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
         assert_eq!(sent.private_caches.as_deref(), Some("pull_request_target"));
@@ -592,7 +666,7 @@ pub(crate) mod tests {
         let mut r = request(&["a"], None);
         r.pull_request = Some(7);
         let p = plan(manifest(), r, &host()).unwrap();
-        let job = crate::run::slurm::node::NodeJob::of(&p, 0);
+        let job = crate::run::slurm::node::NodeJob::of(&p, 0, 1);
         let sent: crate::run::slurm::node::NodeJob =
             serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
         assert_eq!(sent.pull_request, Some(7));
@@ -688,6 +762,45 @@ pub(crate) mod tests {
         assert_eq!(as_root.batches[0].container.user(), "65534:65534");
         assert_eq!(p.wait, Duration::from_secs(7));
         assert!(!p.batches[0].container.manifest_env.contains_key("F"));
+    }
+
+    #[test]
+    fn a_parallel_run_starts_the_widest_then_the_longest_and_a_part_holds_its_share() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1h, run: [x], gpus: 0}\nbatches:\n  short: {est_time: 1m}\n  long: {est_time: 30m}\n  mid: {est_time: 10m, gpus: 2}\n  unknown: {}\nlayers:\n  l: {batches: all, fail_fast: true}\n";
+        let m = Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();
+        let order = |parallel: bool, partition: Option<&str>| {
+            let r = RunRequest {
+                parallel,
+                partition: partition.map(|p| p.parse().unwrap()),
+                ..request(&[], Some("l"))
+            };
+            let p = plan(m.clone(), r, &host()).unwrap();
+            assert!(p.fail_fast, "the layer's fail_fast");
+            p.batches.iter().map(|b| b.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(order(false, None), ["short", "long", "mid", "unknown"]);
+        // `unknown` is expected to take the mean of the others: 13m 40s. The widest
+        // first (`mid` holds two GPUs), then the longest.
+        assert_eq!(order(true, None), ["mid", "long", "unknown", "short"]);
+        // Work: long 1800, mid 1200 (two GPUs), unknown 820, short 60 GPU-seconds.
+        assert_eq!(order(false, Some("1/2")), ["short", "long"]);
+        assert_eq!(order(false, Some("2/2")), ["mid", "unknown"]);
+        assert_eq!(order(true, Some("1/2")), ["long", "short"]);
+        let p = plan(
+            m.clone(),
+            RunRequest {
+                partition: Some("2/2".parse().unwrap()),
+                retries: Some(3),
+                ..request(&[], Some("l"))
+            },
+            &host(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.partition.map(|(s, n)| (s.to_string(), n)),
+            Some(("2/2".into(), 4))
+        );
+        assert!(p.batches.iter().all(|b| b.retries.count == 3));
     }
 
     #[test]

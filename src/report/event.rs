@@ -182,6 +182,13 @@ pub enum EventKind<'a> {
         batch: &'a BatchPlan,
         error: &'a crate::error::Error,
     },
+    /// An attempt at the batch ended without passing, and it runs again (attempt
+    /// `next`, 1-based): what the attempt left is set aside before the next begins.
+    AttemptEnded {
+        batch: &'a BatchPlan,
+        result: &'a BatchResult,
+        next: u32,
+    },
     /// The batch's status and record.
     BatchEnded { result: &'a BatchResult },
     /// Every batch has ended (or a signal stopped the run).

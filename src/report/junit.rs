@@ -250,8 +250,21 @@ pub fn read(path: &Path) -> std::io::Result<String> {
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
+/// The folder in a batch's folder that holds what attempt `n` (1-based) left, when
+/// the batch ran again.
+pub fn attempt_folder(n: u32) -> String {
+    format!("attempt-{n}")
+}
+
+/// Whether `name` is an attempt's folder ([`attempt_folder`]): cibox's name, which no
+/// batch's `/reports` may take.
+pub fn is_attempt_folder(name: &str) -> bool {
+    name.strip_prefix("attempt-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Every `*.xml` under `dir` (recursively), sorted; symlinks are neither followed nor
-/// listed.
+/// listed; attempt folders ([`is_attempt_folder`]) at its top are left out.
 pub fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -262,6 +275,10 @@ pub fn files(dir: &Path) -> Vec<PathBuf> {
         for e in entries.flatten() {
             let p = e.path();
             let Ok(ft) = e.file_type() else { continue };
+            // What earlier attempts of the batch left is theirs, not this attempt's.
+            if ft.is_dir() && d == dir && is_attempt_folder(&e.file_name().to_string_lossy()) {
+                continue;
+            }
             if ft.is_dir() {
                 stack.push(p);
             } else if ft.is_file() && p.extension().is_some_and(|x| x == "xml") {

@@ -90,6 +90,8 @@ impl Status {
             Status::InfraError => exit::INFRA,
             Status::ImageRefused => exit::IMAGE_REFUSED,
             Status::Capacity => exit::CAPACITY,
+            // Another batch's failure stopped it: that one says what happened.
+            Status::NotRun => exit::SUCCESS,
         }
     }
 }
@@ -149,6 +151,8 @@ pub fn judge(
 pub struct BatchResult {
     pub record: RunRecord,
     pub cases: Vec<Case>,
+    /// The attempts before the last, when it ran again (`retries`).
+    pub earlier: Vec<EarlierAttempt>,
     /// Where its `result.json` is.
     pub record_path: PathBuf,
     /// Its container could not be removed.
@@ -179,6 +183,16 @@ impl BatchResult {
     }
 }
 
+/// What an attempt before the last left for the reports: how it ended and its failing
+/// cases (JUnit's reruns of them).
+#[derive(Debug, Clone)]
+pub struct EarlierAttempt {
+    pub attempt: u32,
+    pub status: Status,
+    pub message: Option<String>,
+    pub failing: Vec<Case>,
+}
+
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -194,15 +208,22 @@ pub struct RunResult {
 impl RunResult {
     /// The run's exit code: the signal's when one stopped it, else the most severe of
     /// its batches' (docs/interface.md §2).
+    /// A soft failure (`soft_fail`) is left out: it is shown, and fails nothing.
     pub fn exit_code(&self) -> u8 {
         match self.stopped_by {
             Some(sig) => exit::signal(sig as i32),
-            None => exit::most_severe(self.batches.iter().map(|b| b.record.exit_code)),
+            None => exit::most_severe(
+                self.batches
+                    .iter()
+                    .filter(|b| b.record.counts_against_run())
+                    .map(|b| b.record.exit_code),
+            ),
         }
     }
 
+    /// No signal stopped it and no batch failed it (soft failures fail nothing).
     pub fn passed(&self) -> bool {
-        self.stopped_by.is_none() && self.batches.iter().all(BatchResult::passed)
+        self.stopped_by.is_none() && !self.batches.iter().any(|b| b.record.counts_against_run())
     }
 
     /// The run's outcome as `--json` prints it (docs/interface.md §3): the run, its

@@ -25,11 +25,15 @@ pub enum Status {
     InfraError,
     ImageRefused,
     Capacity,
+    /// It never started: a batch before it failed, and the run stops at the first
+    /// failure (`fail_fast`).
+    NotRun,
 }
 
 impl Status {
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::NotRun => "not_run",
             Status::Passed => "passed",
             Status::Failed => "failed",
             Status::Timeout => "timeout",
@@ -235,6 +239,59 @@ pub struct RunRecord {
     /// The layer it ran as part of (whose image and fast mode it took), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<String>,
+    /// How many times it ran (its `retries`); this record is the last attempt's, its
+    /// `started_at` and `duration_s` those of all of them.
+    #[serde(default = "one_attempt")]
+    pub attempts: u32,
+    /// It passed after an earlier attempt did not: flaky, not simply green.
+    #[serde(default)]
+    pub flaky: bool,
+    /// The attempts before the last, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_attempts: Vec<AttemptRecord>,
+    /// Its failure does not fail the run (`soft_fail`): the run's exit code leaves it
+    /// out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub soft_fail: bool,
+    /// Seconds its last attempt ran, from its container's start to its end: what
+    /// `timings.json` records (0 when it never ran).
+    #[serde(default)]
+    pub ran_s: f64,
+}
+
+fn one_attempt() -> u32 {
+    1
+}
+
+/// An attempt at a batch that was run again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// 1-based.
+    pub attempt: u32,
+    pub status: Status,
+    pub exit_code: u8,
+    pub message: Option<String>,
+    pub started_at: String,
+    pub duration_s: f64,
+    /// Its failing test cases (the first 100).
+    #[serde(default)]
+    pub failed_tests: Vec<String>,
+    /// The GPUs it ran on, by UUID.
+    #[serde(default)]
+    pub gpus: Vec<String>,
+}
+
+impl RunRecord {
+    /// Whether its failure fails the run: not when it passed, never ran because of
+    /// another's, or failed softly (`soft_fail` on a failure or a timeout; an error of
+    /// the host still counts).
+    pub fn counts_against_run(&self) -> bool {
+        match self.status {
+            Status::Passed | Status::NotRun => false,
+            Status::Failed | Status::Timeout => !self.soft_fail,
+            _ => true,
+        }
+    }
 }
 
 /// One cache as a batch used it.
@@ -445,6 +502,11 @@ impl RunRecord {
             caches: Vec::new(),
             gpu_wait_s: 0.0,
             hardware: None,
+            attempts: 1,
+            flaky: false,
+            earlier_attempts: Vec::new(),
+            soft_fail: b.soft_fail,
+            ran_s: 0.0,
         }
     }
 }

@@ -156,6 +156,8 @@ pub fn of_event(event: &Event<'_>) -> Option<Remote> {
         | EventKind::Output { .. }
         | EventKind::RunEnded { .. }
         | EventKind::Queued { .. }
+        // A node runs one attempt: the submitter decides whether another follows.
+        | EventKind::AttemptEnded { .. }
         // The submitter ticks for itself; the run's own steps are the submitter's.
         | EventKind::Tick { .. }
         | EventKind::Phase { batch: None, .. } => return None,

@@ -11,6 +11,8 @@ pub struct Swept {
     /// Containers made from another host, which only that host can judge: name and
     /// host.
     pub elsewhere: Vec<(String, String)>,
+    /// Volumes of dead runs (their snapshots of the source), removed: name.
+    pub volumes_removed: Vec<String>,
 }
 
 /// How much a note about a sweep matters.
@@ -39,6 +41,9 @@ impl Swept {
                     &id[..12.min(id.len())]
                 ),
             ));
+        }
+        for name in &self.volumes_removed {
+            notes.push((Note::Info, format!("removing leftover volume {name}")));
         }
         for (name, other) in &self.elsewhere {
             notes.push((

@@ -105,6 +105,7 @@ fn reserved(first: &str) -> bool {
         first,
         "log.txt" | "result.json" | crate::run::batch_dir::MARKER
     ) || first.starts_with(".result.json")
+        || crate::report::junit::is_attempt_folder(first)
 }
 
 /// The path of an entry below the archive's top folder (`reports/…`), or why it has

@@ -19,12 +19,15 @@
 //! - [`batch_dir`], [`copy`], [`source`], [`git_mask`]: a batch's folder, its
 //!   `/reports` copied out, the source shipped in, git credentials masked;
 //! - [`cleanup`]: the watchdog and the sweep;
-//! - [`order`]: running a run's batches at once or one by one;
+//! - [`attempts`]: a batch run again while its retries allow, and its flaky record;
+//! - [`order`]: running a run's batches at once or one by one, and the stop at the
+//!   first failure;
 //! - [`execute`]: the run loop on this host;
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
 //! - [`launch`]: one run's setup for every front end;
 //! - [`qualify`]: the `qualify` layer on one image, and its record.
 
+pub mod attempts;
 pub mod batch_dir;
 pub mod cleanup;
 pub mod copy;

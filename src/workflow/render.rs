@@ -87,6 +87,11 @@ pub fn context(m: &Manifest) -> TemplateValue {
                 "image": b.image,
                 "family": b.family,
                 "test_file": b.env.get("CIBOX_TEST_FILE").filter(|_| b.family.is_some()),
+                "nodes": b.nodes,
+                "est_time": b.est_time.map(|e| e.to_string()),
+                "est_seconds": b.est_time.map(|e| e.0.as_secs_f64()),
+                "retries": b.retries.count,
+                "soft_fail": b.soft_fail,
             });
             (
                 name.as_str(),
@@ -131,6 +136,7 @@ pub fn context(m: &Manifest) -> TemplateValue {
                     ("name", TemplateValue::from(name.as_str())),
                     ("description", plain(json!(l.description))),
                     ("fast", TemplateValue::from(l.fast)),
+                    ("fail_fast", TemplateValue::from(l.fail_fast)),
                     ("batches", plain(json!(l.batches))),
                     ("batch_list", batch_list(&l.batches)),
                     ("max_gpus", TemplateValue::from(max_gpus)),
@@ -357,6 +363,7 @@ fn environment() -> Environment<'static> {
     );
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.add_filter("partitions", partitions);
     env.add_filter("ghstr", |v: TemplateValue| gh_string(&to_text(&v)));
     env.add_filter("shell", |v: TemplateValue| shell_word(&to_text(&v)));
     // JSON is YAML (1.2) in flow style: strings double-quoted and escaped, lists and maps
@@ -370,6 +377,64 @@ fn environment() -> Environment<'static> {
         },
     );
     env
+}
+
+/// The most parts a template may split batches into.
+const MAX_TEMPLATE_PARTS: u32 = 256;
+
+/// `batch_list | partitions(N)`: the batches split into N parts as `--partition K/N`
+/// splits them by their `est_time` (a run's `--timings` may move batches between
+/// parts; the parts stay N): each part's `index`, `count`, `arg` (`K/N`), `batches`
+/// (names) and expected `serial_seconds` and `work_seconds`, for a matrix of N jobs.
+fn partitions(list: TemplateValue, count: u32) -> Result<TemplateValue, minijinja::Error> {
+    let bad = |why: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, why);
+    if !(1..=MAX_TEMPLATE_PARTS).contains(&count) {
+        return Err(bad(format!(
+            "partitions({count}): give 1 to {MAX_TEMPLATE_PARTS} parts"
+        )));
+    }
+    let mut items = Vec::new();
+    for b in list.try_iter()? {
+        let field = |k: &str| {
+            b.get_attr(k)
+                .ok()
+                .filter(|v| !v.is_undefined() && !v.is_none())
+        };
+        let name = field("name")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .ok_or_else(|| {
+                bad("partitions: give it a list of batches (a layer's `batch_list`)".into())
+            })?;
+        let number = |k: &str| field(k).and_then(|v| f64::try_from(v).ok());
+        let est = number("est_seconds")
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| {
+                (
+                    std::time::Duration::from_secs_f64(s),
+                    crate::timing::Source::Estimated,
+                )
+            });
+        let slots = crate::timing::slots(
+            number("gpus").unwrap_or(0.0) as u32,
+            number("nodes").unwrap_or(1.0) as u32,
+        );
+        items.push((name, est, slots));
+    }
+    let expected = crate::timing::Expected::from_known(items);
+    let parts: Vec<Value> = crate::timing::partition::split(&expected, count)
+        .into_iter()
+        .map(|p| {
+            json!({
+                "index": p.index,
+                "count": count,
+                "arg": format!("{}/{count}", p.index),
+                "batches": p.batches,
+                "serial_seconds": p.serial.as_secs_f64(),
+                "work_seconds": p.work,
+            })
+        })
+        .collect();
+    Ok(TemplateValue::from(minijinja::value::Serde(&parts)))
 }
 
 /// Collects a render's output up to [`MAX_OUTPUT_BYTES`]; past that the write fails
@@ -636,6 +701,41 @@ mod tests {
         assert_eq!(models.to_string(), "['*H100*', 'NVIDIA A100*']");
         assert_eq!(model_label("*RTX 5090*"), "rtx-5090");
         assert_eq!(model_label("?"), "");
+    }
+
+    #[test]
+    fn a_layer_splits_into_as_many_matrix_entries_as_a_template_asks() {
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1h, run: [x]}\nbatches:\n  a: {gpus: 8, est_time: 10m}\n  b: {gpus: 1, est_time: 30m}\n  c: {gpus: 2, est_time: 20m}\n  d: {gpus: 1}\nlayers:\n  gpu: {batches: all, fail_fast: true}\n";
+        let m = Manifest::parse(text, Path::new("cibox.yaml")).unwrap();
+        let ctx = context(&m);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.yml.j2");
+        std::fs::write(
+            &path,
+            "on: push\njobs:\n  gpu:\n    runs-on: ubuntu-latest\n    timeout-minutes: 120\n    strategy:\n      matrix:\n        include:\n<% for p in layers.gpu.batch_list | partitions(3) %>\n          - {part: << p.arg | yaml >>, batches: << p.batches | yaml >>, minutes: << (p.serial_seconds / 60) | round | int >>}\n<% endfor %>\n    steps:\n      - run: cibox layer run gpu --partition ${{ matrix.part }} # << layers.gpu.fail_fast >>\n",
+        )
+        .unwrap();
+        let out = render(&path, &ctx).unwrap().text;
+        // Work: a 4800, c 2400, b 1800, d (the mean, 20m) 1200 GPU-seconds.
+        assert!(
+            out.contains(r#"- {part: "1/3", batches: ["a"], minutes: 10}"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"- {part: "2/3", batches: ["c"], minutes: 20}"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"- {part: "3/3", batches: ["b","d"], minutes: 50}"#),
+            "{out}"
+        );
+        assert!(out.contains("# True"), "{out}");
+        std::fs::write(&path, "on: push\n<< batches | partitions(0) >>\n").unwrap();
+        let e = render(&path, &ctx).err().unwrap().to_string();
+        assert!(e.contains("give 1 to 256 parts"), "{e}");
+        std::fs::write(&path, "on: push\n<< [1, 2] | partitions(2) >>\n").unwrap();
+        let e = render(&path, &ctx).err().unwrap().to_string();
+        assert!(e.contains("a layer's `batch_list`"), "{e}");
     }
 
     #[test]

@@ -382,3 +382,88 @@ fn the_readmes_github_and_buildkite_setups_render_side_by_side() {
     assert!(gh.contains("runs-on: [self-hosted, h100]"), "{gh}");
     p.cibox(&["workflow", "lint"]).ok();
 }
+
+#[test]
+fn a_parallel_steps_jobs_each_run_their_part_and_a_soft_failure_warns() {
+    let step = |name: &str| {
+        format!(
+            "  {name}:\n    gpus: 0\n    timeout: 1m\n    est_time: 1m\n    run: [{:?}]\n",
+            JUNIT_OK
+        )
+    };
+    let p = busybox_project(
+        &format!(
+            "{}{}{}  soft:\n    gpus: 0\n    timeout: 1m\n    est_time: 30s\n    soft_fail: true\n    run: [\"exit 1\"]\n",
+            step("a"),
+            step("b"),
+            step("c")
+        ),
+        "layers:\n  all: {batches: all}\n",
+    );
+    let agent = tempfile::tempdir().unwrap();
+    let bin = agent_double(agent.path(), 0);
+    // Job 0 and job 1 of a step with `parallelism: 2`: parts 1/2 and 2/2, together
+    // every batch once.
+    let mut ran: Vec<String> = Vec::new();
+    for job in ["0", "1"] {
+        let r = run(p
+            .batch_cmd(&["--json", "layer", "run", "all"])
+            .env("BUILDKITE", "true")
+            .env("BUILDKITE_PARALLEL_JOB", job)
+            .env("BUILDKITE_PARALLEL_JOB_COUNT", "2")
+            .env("PATH", path_with(&bin)));
+        assert!(
+            r.stderr.contains(&format!(
+                "running part {}/2 of the batches: this Buildkite job's of its parallel step",
+                job.parse::<u32>().unwrap() + 1
+            )),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(r.code, 0, "a soft failure fails nothing: {}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        let names: Vec<String> = v["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["batch"].as_str().unwrap().to_string())
+            .collect();
+        assert!(!names.is_empty(), "part {job} ran nothing: {v}");
+        ran.extend(names);
+    }
+    ran.sort();
+    assert_eq!(ran, ["a", "b", "c", "soft"]);
+    // The part that held the soft failure annotated the build as a warning.
+    let log = std::fs::read_to_string(agent.path().join("agent.log")).unwrap();
+    let styles: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("ARGS: annotate"))
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(styles.len(), 2, "{log}");
+    assert!(styles.contains(&"warning"), "{log}");
+    assert!(styles.contains(&"success"), "{log}");
+    // --partition wins, said; variables that say no part are refused.
+    let r = run(p
+        .batch_cmd(&["layer", "run", "all", "--partition", "2/2"])
+        .env("BUILDKITE", "true")
+        .env("BUILDKITE_PARALLEL_JOB", "0")
+        .env("BUILDKITE_PARALLEL_JOB_COUNT", "2")
+        .env("PATH", path_with(&bin)));
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("--partition 2/2 given; this Buildkite job is part 1/2"),
+        "{}",
+        r.stderr
+    );
+    run(p
+        .batch_cmd(&["layer", "run", "all"])
+        .env("BUILDKITE", "true")
+        .env("BUILDKITE_PARALLEL_JOB", "2")
+        .env("BUILDKITE_PARALLEL_JOB_COUNT", "2"))
+    .fails_with(
+        2,
+        "BUILDKITE_PARALLEL_JOB=2 is not below BUILDKITE_PARALLEL_JOB_COUNT=2",
+    );
+}

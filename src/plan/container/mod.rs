@@ -16,7 +16,8 @@ pub mod devices;
 
 pub mod mounts;
 pub mod phases;
-mod script;
+pub(crate) mod script;
+pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -86,6 +87,10 @@ pub struct ContainerPlan {
     policy_digest: Option<String>,
     /// What the container allows beyond the locked-down default, for the record.
     loosened: serde_json::Value,
+    /// What starts the name of every container and volume of the run
+    /// (`cibox-<project>-<scope>-`), and the run ID's first eight digits.
+    run_prefix: String,
+    run8: String,
 }
 
 impl ContainerPlan {
@@ -170,13 +175,9 @@ impl ContainerPlan {
         mounts: Vec<ResolvedMount>,
     ) -> ContainerPlan {
         let c = &batch.container;
-        let name = format!(
-            "cibox-{}-{}-{}-{}",
-            sanitize(id.project),
-            sanitize(id.scope),
-            sanitize(batch_name),
-            &id.run_id[..8.min(id.run_id.len())]
-        );
+        let run_prefix = format!("cibox-{}-{}-", sanitize(id.project), sanitize(id.scope));
+        let run8 = id.run_id[..8.min(id.run_id.len())].to_string();
+        let name = format!("{run_prefix}{}-{run8}", sanitize(batch_name));
         let manifest_env = manifest_env(batch, id.fast);
         let env = environment(&manifest_env, batch_name, batch, id);
         let labels = HashMap::from([
@@ -230,6 +231,8 @@ impl ContainerPlan {
             devices: Vec::new(),
             seccomp: None,
             policy_digest: id.policy_digest.map(str::to_string),
+            run_prefix,
+            run8,
         }
     }
 

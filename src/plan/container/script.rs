@@ -4,6 +4,16 @@
 use crate::manifest::Batch;
 use crate::plan::container::phases::REPORTS_EMPTY;
 
+/// Where a batch's container sees the run's snapshot (read-only).
+pub const SNAPSHOT_PATH: &str = "/.cibox-source";
+
+/// What the script is told on its standard input when the source waits at
+/// [`SNAPSHOT_PATH`] (else it is in `/work` already).
+pub const FROM_SNAPSHOT: &str = "snapshot";
+
+/// What the script is told when the source was put in `/work` for it.
+pub const IN_WORK: &str = "work";
+
 /// Quotes a string for `sh` (single quotes, `'` as `'\''`).
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -23,11 +33,25 @@ pub(super) fn script(install: &[String], batch: &Batch) -> String {
     let mut s = String::from(
         "exec 2>&1\n\
          set -e\n\
-         if ! read -r _; then echo 'cibox: the source never reached /work' >&2; exit 125; fi\n\
+         if ! read -r __cibox_source; then echo 'cibox: the source never reached /work' >&2; exit 125; fi\n\
          exec </dev/null\n\
-         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n\
-         cd /work\n",
+         if ! [ -d /work ] || ! [ -w /work ]; then echo \"cibox: /work is missing or not writable by uid $(id -u); cibox puts the source there before the batch starts\" >&2; exit 125; fi\n",
     );
+    // The run's snapshot of the source, copied in by the batch itself: each top-level
+    // entry (not the snapshot's own folder, whose owner and mode are not the batch's to
+    // give `/work`), links as links.
+    s.push_str(&format!(
+        "if [ \"$__cibox_source\" = {from} ]; then\n\
+         for __cibox_f in {at}/* {at}/.[!.]* {at}/..?*; do\n\
+         if [ -e \"$__cibox_f\" ] || [ -L \"$__cibox_f\" ]; then set -- \"$@\" \"$__cibox_f\"; fi\n\
+         done\n\
+         if [ $# -gt 0 ] && ! cp -a \"$@\" /work/; then echo 'cibox: could not copy the source from the run'\\''s snapshot ({at}) into /work (cp -a)' >&2; exit 125; fi\n\
+         set --\n\
+         fi\n\
+         cd /work\n",
+        from = FROM_SNAPSHOT,
+        at = SNAPSHOT_PATH
+    ));
     let steps = install
         .iter()
         .map(|c| ("install", c))

@@ -38,11 +38,7 @@ impl<S: Sink> Reporter for Buildkite<S> {
             }
             EventKind::RunEnded { run } => {
                 self.out.settle();
-                let style = if run.batches.iter().all(|b| b.passed()) {
-                    "success"
-                } else {
-                    "error"
-                };
+                let style = annotation_style(run);
                 let cwd = std::env::current_dir().unwrap_or_default();
                 let body = annotation(run, &cwd);
                 if let Err(e) =
@@ -54,6 +50,18 @@ impl<S: Sink> Reporter for Buildkite<S> {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// `error` when the run failed; `warning` when it passed with something to see (a soft
+/// failure, a flaky pass, a batch not run); else `success`.
+pub fn annotation_style(run: &RunResult) -> &'static str {
+    if !run.passed() {
+        "error"
+    } else if run.batches.iter().any(|b| !b.passed() || b.record.flaky) {
+        "warning"
+    } else {
+        "success"
     }
 }
 
@@ -140,5 +148,14 @@ mod tests {
         );
         assert!(text.contains("artifact_paths: \"r/**/*\""), "{text}");
         assert!(!text.contains("mermaid"), "{text}");
+        assert_eq!(annotation_style(&run), "error");
+        // Only soft failures: the build passes, the annotation warns.
+        let mut soft = sample::run();
+        for b in &mut soft.batches {
+            b.record.soft_fail = b.record.status != crate::report::outcome::Status::Passed;
+        }
+        assert_eq!(annotation_style(&soft), "warning");
+        soft.batches.retain(|b| b.passed());
+        assert_eq!(annotation_style(&soft), "success");
     }
 }

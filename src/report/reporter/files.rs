@@ -16,6 +16,7 @@ use crate::nofollow::Folder;
 use crate::report::event::{Event, EventKind};
 use crate::report::junit::CaseStatus;
 use crate::report::outcome::{BatchResult, Status};
+use crate::timing::file::{BatchTiming, TimingsFile};
 
 /// The most of a batch's output `log.txt` keeps; past it the log ends with a marker
 /// (the terminal still shows everything). The record says how much there was.
@@ -37,6 +38,8 @@ pub struct Files {
     dirs: HashMap<String, Folder>,
     /// Each running batch's `log.txt`.
     logs: HashMap<String, Log>,
+    /// The run's project, for `timings.json`.
+    project: String,
 }
 
 impl Files {
@@ -48,8 +51,9 @@ impl Files {
 impl Reporter for Files {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         match &event.kind {
-            EventKind::RunStarted { reports, .. } => {
+            EventKind::RunStarted { reports, plan } => {
                 self.reports = Some(held(reports)?);
+                self.project = plan.manifest.project.clone();
             }
             EventKind::BatchStarted { batch, dir } => {
                 self.dirs.insert(batch.name.clone(), held(dir)?);
@@ -91,6 +95,28 @@ impl Reporter for Files {
                     }
                 }
             }
+            EventKind::AttemptEnded {
+                batch,
+                result,
+                next,
+            } => {
+                // Its log closes; what the attempt left goes into its own folder, so
+                // the next attempt starts in an empty one.
+                self.logs.remove(&batch.name);
+                let Some(dir) = self.dirs.get(&batch.name) else {
+                    return Ok(());
+                };
+                set_aside(dir, *next - 1, result).map_err(|e| {
+                    ReporterError::new(
+                        format!(
+                            "setting attempt {} aside in {}",
+                            *next - 1,
+                            dir.path().display()
+                        ),
+                        e,
+                    )
+                })?;
+            }
             EventKind::BatchEnded { result } => {
                 self.logs.remove(&result.record.batch);
                 let Some(dir) = self.dirs.remove(&result.record.batch) else {
@@ -112,6 +138,11 @@ impl Reporter for Files {
                     .map_err(io)?;
                 root.write_replacing("junit.xml", merged_junit(&run.batches).as_bytes())
                     .map_err(io)?;
+                root.write_replacing(
+                    crate::timing::file::FILE_NAME,
+                    timings(&self.project, run).to_json().as_bytes(),
+                )
+                .map_err(io)?;
                 let picture = crate::report::reporter::summary::TIMELINE_FILE;
                 match crate::report::reporter::timeline::svg(&run.batches) {
                     Some(svg) => root.write_replacing(picture, svg.as_bytes()).map_err(io)?,
@@ -155,6 +186,53 @@ fn earlier_runs(root: &Folder, run: &crate::report::outcome::RunResult) -> Strin
     )
 }
 
+/// Moves what attempt `n` left in the batch's folder (its log, its reports, a node's
+/// folders) into `attempt-<n>/`, with the attempt's record; the folder's marker and the
+/// earlier attempts' folders stay.
+fn set_aside(dir: &Folder, n: u32, result: &BatchResult) -> std::io::Result<()> {
+    let name = crate::report::junit::attempt_folder(n);
+    dir.remove(&name)?;
+    let into = dir.make_dir(&name, 0o755)?;
+    for entry in dir.names()? {
+        if entry == crate::report::record::BATCH_MARKER
+            || crate::report::junit::is_attempt_folder(&entry)
+        {
+            continue;
+        }
+        dir.move_into(&entry, &into)?;
+    }
+    result.record.write(&into)
+}
+
+/// `timings.json`: how long each batch that ran took (its last attempt), for a later
+/// run's `--timings`.
+fn timings(project: &str, run: &crate::report::outcome::RunResult) -> TimingsFile {
+    let batches = run
+        .batches
+        .iter()
+        .map(|b| &b.record)
+        // Only a batch that ran to an end says how long it takes.
+        .filter(|r| matches!(r.status, Status::Passed | Status::Failed | Status::Timeout))
+        .map(|r| {
+            (
+                r.batch.clone(),
+                BatchTiming {
+                    seconds: (r.ran_s * 1000.0).round() / 1000.0,
+                    gpus: r.gpu_count,
+                    status: r.status.as_str().to_string(),
+                    attempts: r.attempts,
+                },
+            )
+        })
+        .collect();
+    TimingsFile {
+        schema: crate::timing::file::SCHEMA,
+        project: project.to_string(),
+        run: run.run.clone(),
+        batches,
+    }
+}
+
 /// A second hold of a folder the runner holds.
 fn held(dir: &Folder) -> Result<Folder, ReporterError> {
     dir.try_clone()
@@ -163,13 +241,36 @@ fn held(dir: &Folder) -> Result<Folder, ReporterError> {
 
 /// The merged `junit.xml`: one suite per batch with its cases.
 fn merged_junit(results: &[BatchResult]) -> String {
-    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
     let mut report = Report::new("cibox");
     for BatchResult {
-        record: r, cases, ..
+        record: r,
+        cases,
+        earlier,
+        ..
     } in results
     {
         let mut suite = TestSuite::new(r.batch.clone());
+        // Earlier attempts' failures of a case: JUnit's reruns of it (`flakyFailure`
+        // when it passed at last, `rerunFailure` when it did not), as nextest writes.
+        let reruns_of = |id: &str| -> Vec<TestRerun> {
+            earlier
+                .iter()
+                .flat_map(|a| a.failing.iter())
+                .filter(|f| f.id() == id)
+                .map(|f| {
+                    let mut rerun = TestRerun::new(match f.status {
+                        CaseStatus::Error => NonSuccessKind::Error,
+                        _ => NonSuccessKind::Failure,
+                    });
+                    if let Some(m) = &f.message {
+                        rerun.set_message(m.clone());
+                    }
+                    rerun
+                })
+                .collect()
+        };
+        let mut rerun_named = false;
         for c in cases {
             let mut status = match c.status {
                 CaseStatus::Passed => TestCaseStatus::success(),
@@ -180,6 +281,9 @@ fn merged_junit(results: &[BatchResult]) -> String {
             if let Some(m) = &c.message {
                 status.set_message(m.clone());
             }
+            let reruns = reruns_of(&c.id());
+            rerun_named |= !reruns.is_empty();
+            status.add_reruns(reruns);
             let mut tc = TestCase::new(c.name.clone(), status);
             tc.set_classname(c.classname.clone());
             if let Some(t) = c.time_s.filter(|t| t.is_finite() && *t >= 0.0) {
@@ -187,7 +291,12 @@ fn merged_junit(results: &[BatchResult]) -> String {
             }
             suite.add_test_case(tc);
         }
-        if r.status != Status::Passed && r.status != Status::Failed {
+        if r.status == Status::NotRun {
+            // Kept from starting by another batch's failure: skipped, saying why.
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(r.message.clone().unwrap_or_default());
+            suite.add_test_case(TestCase::new("cibox: batch not_run", status));
+        } else if r.status != Status::Passed && r.status != Status::Failed {
             // A batch that did not get to report still shows up as an error.
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
             status.set_message(
@@ -199,6 +308,24 @@ fn merged_junit(results: &[BatchResult]) -> String {
                 format!("cibox: batch {}", r.status.as_str()),
                 status,
             ));
+        } else if r.flaky && !rerun_named {
+            // Flaky, and no test case of its own says so (an earlier attempt timed
+            // out, or failed a step): the batch itself carries its earlier attempts.
+            let mut status = TestCaseStatus::success();
+            status.add_reruns(earlier.iter().map(|a| {
+                let mut rerun = TestRerun::new(NonSuccessKind::Failure);
+                rerun.set_message(format!(
+                    "attempt {} {}{}",
+                    a.attempt,
+                    a.status.as_str(),
+                    a.message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                ));
+                rerun
+            }));
+            suite.add_test_case(TestCase::new("cibox: batch flaky", status));
         }
         report.add_test_suite(suite);
     }

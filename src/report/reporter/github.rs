@@ -60,18 +60,16 @@ impl<S: Sink> Reporter for GitHub<S> {
 }
 
 /// The step's `status` and `failed_batches` outputs.
+/// A soft failure (`soft_fail`) and a batch kept from starting are not among the
+/// failed batches: what failed the run is.
 pub fn step_outputs(run: &RunResult) -> (&'static str, String) {
     let failed: Vec<&str> = run
         .batches
         .iter()
-        .filter(|b| !b.passed())
+        .filter(|b| b.record.counts_against_run())
         .map(|b| b.record.batch.as_str())
         .collect();
-    let status = if failed.is_empty() {
-        "passed"
-    } else {
-        "failed"
-    };
+    let status = if run.passed() { "passed" } else { "failed" };
     (status, failed.join(","))
 }
 
@@ -86,6 +84,35 @@ pub fn annotations(run: &RunResult) -> String {
     let mut written = 0;
     for b in &run.batches {
         let r = &b.record;
+        // What does not fail the run is a warning: a soft failure, a flaky pass.
+        let level = if r.counts_against_run() {
+            "error"
+        } else {
+            "warning"
+        };
+        if r.flaky {
+            out.push_str(&format!(
+                "::warning title={}::{}\n",
+                escape_property(&format!("batch {} flaky", r.batch)),
+                escape_data(&format!(
+                    "passed on attempt {}; {}",
+                    r.attempts,
+                    r.earlier_attempts
+                        .iter()
+                        .map(|a| format!(
+                            "attempt {} {}{}",
+                            a.attempt,
+                            a.status.as_str(),
+                            a.message
+                                .as_deref()
+                                .map(|m| format!(": {m}"))
+                                .unwrap_or_default()
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ))
+            ));
+        }
         for c in b.failing() {
             written += 1;
             if written > MAX_ANNOTATIONS {
@@ -102,11 +129,11 @@ pub fn annotations(run: &RunResult) -> String {
                 }
             }
             let msg = c.message.as_deref().unwrap_or("failed");
-            out.push_str(&format!("::error {props}::{}\n", escape_data(msg)));
+            out.push_str(&format!("::{level} {props}::{}\n", escape_data(msg)));
         }
-        if r.status != Status::Passed && r.status != Status::Failed {
+        if !matches!(r.status, Status::Passed | Status::Failed | Status::NotRun) {
             out.push_str(&format!(
-                "::error title={}::{}\n",
+                "::{level} title={}::{}\n",
                 escape_property(&format!("batch {} {}", r.batch, r.status.as_str())),
                 escape_data(r.message.as_deref().unwrap_or(""))
             ));
@@ -125,6 +152,13 @@ mod tests {
         let run = sample::run();
         insta::assert_snapshot!(annotations(&run));
         assert_eq!(step_outputs(&run), ("failed", "4a,8b".to_string()));
+    }
+
+    #[test]
+    fn what_fails_nothing_is_a_warning_and_only_what_fails_the_run_is_failed() {
+        let run = sample::shaped_run();
+        insta::assert_snapshot!(annotations(&run));
+        assert_eq!(step_outputs(&run), ("failed", "e2e".to_string()));
     }
 
     #[test]

@@ -132,12 +132,83 @@ pub(crate) mod sample {
             changed_file: None,
             caches: Vec::new(),
             slurm: None,
+            attempts: 1,
+            flaky: false,
+            earlier_attempts: Vec::new(),
+            soft_fail: false,
+            ran_s: 12.25,
         };
         BatchResult {
             record,
             cases,
+            earlier: Vec::new(),
             record_path: PathBuf::from(format!("/r/{batch}/result.json")),
             container_left: false,
+        }
+    }
+
+    /// A run shaped by time: a flaky batch, a soft failure, a hard one, and one the
+    /// stop at the first failure kept from starting.
+    pub fn shaped_run() -> RunResult {
+        use crate::report::outcome::EarlierAttempt;
+        use crate::report::record::AttemptRecord;
+        let mut flaky = result(
+            "shaky",
+            Status::Passed,
+            None,
+            vec![case("test_net", CaseStatus::Passed, None, None)],
+        );
+        flaky.record.attempts = 2;
+        flaky.record.flaky = true;
+        flaky.record.earlier_attempts = vec![AttemptRecord {
+            attempt: 1,
+            status: Status::Failed,
+            exit_code: 1,
+            message: Some("1 failed, 0 errors".into()),
+            started_at: "2026-11-30T03:00:00Z".into(),
+            duration_s: 3.5,
+            failed_tests: vec!["tests.test_model::test_net".into()],
+            gpus: vec!["GPU-00000000-0000-0000-0000-000000000000".into()],
+        }];
+        flaky.earlier = vec![EarlierAttempt {
+            attempt: 1,
+            status: Status::Failed,
+            message: Some("1 failed, 0 errors".into()),
+            failing: vec![case(
+                "test_net",
+                CaseStatus::Failed,
+                Some("connection reset"),
+                None,
+            )],
+        }];
+        let mut soft = result(
+            "experimental",
+            Status::Failed,
+            Some("1 failed, 0 errors"),
+            vec![case("test_fp4", CaseStatus::Failed, Some("nan loss"), None)],
+        );
+        soft.record.soft_fail = true;
+        let hard = result(
+            "e2e",
+            Status::Failed,
+            Some("1 failed, 0 errors"),
+            vec![case("test_e2e", CaseStatus::Failed, Some("diverged"), None)],
+        );
+        let mut not_run = result(
+            "nightly",
+            Status::NotRun,
+            Some("batch e2e failed first, and this run stops at its first failure (fail_fast)"),
+            Vec::new(),
+        );
+        not_run.record.exit_code = 0;
+        not_run.record.gpus.clear();
+        not_run.record.hardware = None;
+        not_run.record.duration_s = 0.0;
+        RunResult {
+            run: "0123456789abcdef".into(),
+            batches: vec![flaky, soft, hard, not_run],
+            stopped_by: None,
+            reports: PathBuf::from("/r"),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::markdown::{code_span, markdown_text};
 use super::{hardware, timeline};
-use crate::report::outcome::BatchResult;
+use crate::report::outcome::{BatchResult, Status};
 use crate::report::record::reproduce_line;
 
 /// The picture of the run beside `summary.md` (see [`timeline`]).
@@ -33,7 +33,7 @@ fn summary_uncut(results: &[BatchResult]) -> String {
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |\n",
             r.batch,
-            r.status.as_str(),
+            status_text(r),
             r.tests.total,
             r.tests.passed,
             r.tests.failed,
@@ -51,11 +51,35 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             "\nPer GPU, each batch's wait for its GPUs, then its run (red: it did not pass). The same picture without GitHub: `{TIMELINE_FILE}` beside `summary.md`.\n"
         ));
     }
-    for b in results.iter().filter(|b| !b.passed()) {
+    for b in results
+        .iter()
+        .filter(|b| b.record.flaky || !b.passed() && b.status() != Status::NotRun)
+    {
         let r = &b.record;
-        s.push_str(&format!("\n### {} ({})\n\n", r.batch, r.status.as_str()));
+        s.push_str(&format!("\n### {} ({})\n\n", r.batch, status_text(r)));
         if let Some(m) = &r.message {
             s.push_str(&format!("{}\n\n", markdown_text(m)));
+        }
+        for a in &r.earlier_attempts {
+            s.push_str(&format!(
+                "- attempt {}: {}{}\n",
+                a.attempt,
+                a.status.as_str(),
+                a.message
+                    .as_deref()
+                    .map(|m| format!(": {}", markdown_text(m)))
+                    .unwrap_or_default()
+            ));
+        }
+        if !r.earlier_attempts.is_empty() {
+            s.push_str(&format!(
+                "- attempt {}: {}\n\n",
+                r.attempts,
+                r.status.as_str()
+            ));
+        }
+        if b.passed() {
+            continue;
         }
         let failing: Vec<_> = b.failing().collect();
         for c in failing.iter().take(MAX_FAILING_LISTED) {
@@ -74,8 +98,37 @@ fn summary_uncut(results: &[BatchResult]) -> String {
             reproduce_line(&b.record_path)
         ));
     }
+    let not_run: Vec<&BatchResult> = results
+        .iter()
+        .filter(|b| b.status() == Status::NotRun)
+        .collect();
+    if let Some(first) = not_run.first() {
+        let names: Vec<String> = not_run.iter().map(|b| code_span(&b.record.batch)).collect();
+        s.push_str(&format!(
+            "\n### Not run\n\n{}: {}\n",
+            markdown_text(first.record.message.as_deref().unwrap_or("not started")),
+            names.join(", ")
+        ));
+    }
     s.push_str(&hardware::summary_section(results));
     s
+}
+
+/// A batch's status as the table shows it: a flaky pass and a soft failure never read
+/// as a plain pass or failure.
+fn status_text(r: &crate::report::record::RunRecord) -> String {
+    match r.status {
+        Status::Passed if r.flaky => format!("flaky, passed on attempt {}", r.attempts),
+        s if r.soft_fail
+            && !r.counts_against_run()
+            && s != Status::Passed
+            && s != Status::NotRun =>
+        {
+            format!("{}, soft_fail", s.as_str())
+        }
+        s if r.attempts > 1 => format!("{}, {} attempts", s.as_str(), r.attempts),
+        s => s.as_str().to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -84,6 +137,13 @@ mod tests {
     fn summary_markdown_of_a_mixed_run() {
         insta::assert_snapshot!(super::summary_markdown(
             &crate::report::reporter::sample::run().batches
+        ));
+    }
+
+    #[test]
+    fn summary_markdown_of_a_run_shaped_by_time() {
+        insta::assert_snapshot!(super::summary_markdown(
+            &crate::report::reporter::sample::shaped_run().batches
         ));
     }
 

@@ -9,7 +9,7 @@ use crate::console::{self, Level, WaitLine};
 use crate::gpu::WaitReport;
 use crate::plan::BatchPlan;
 use crate::report::event::{Event, EventKind};
-use crate::report::outcome::RunResult;
+use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::record::{RunRecord, reproduce_line};
 use crate::report::reporter::pump::Sink;
 use crate::report::reporter::{Reporter, ReporterError};
@@ -240,12 +240,38 @@ fn sweep_lines(swept: &Swept) -> Vec<String> {
 /// its container's start, so it has no tests to count and nothing to replay.
 fn never_ran(r: &RunRecord) -> bool {
     use crate::report::outcome::Status;
-    matches!(
-        r.status,
-        Status::Capacity | Status::ImageRefused | Status::InfraError | Status::Cancelled
-    ) && r.container_exit_code.is_none()
-        && r.tests.total == 0
-        && r.output_bytes == 0
+    r.status == Status::NotRun
+        || matches!(
+            r.status,
+            Status::Capacity | Status::ImageRefused | Status::InfraError | Status::Cancelled
+        ) && r.container_exit_code.is_none()
+            && r.tests.total == 0
+            && r.output_bytes == 0
+}
+
+/// What a batch's record adds to its status word: how many attempts a flaky batch took
+/// (and how the first ended), or that a failure is soft.
+fn status_note(r: &RunRecord) -> String {
+    if r.flaky {
+        let first = r.earlier_attempts.first();
+        let first = first
+            .map(|a| format!("; attempt 1 {}", a.status.as_str()))
+            .unwrap_or_default();
+        return format!(" (passed on attempt {}{first})", r.attempts);
+    }
+    let mut note = Vec::new();
+    if r.attempts > 1 {
+        note.push(format!("after {} attempts", r.attempts));
+    }
+    if r.soft_fail && !r.counts_against_run() && r.status != crate::report::outcome::Status::Passed
+    {
+        note.push("soft_fail: it does not fail the run".to_string());
+    }
+    if note.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", note.join("; "))
+    }
 }
 
 /// `batch B: STATUS: MESSAGE (N tests: …) in S`: the message left out when the error
@@ -266,15 +292,39 @@ pub fn verdict_line(r: &RunRecord, said: bool) -> console::Styled {
             t.total, t.passed, t.failed, t.errors, t.skipped
         )
     };
-    let colour = match r.status {
-        crate::report::outcome::Status::Passed => console::Colour::Green,
-        crate::report::outcome::Status::Failed => console::Colour::Red,
-        _ => console::Colour::Yellow,
+    use crate::report::outcome::Status;
+    // A flaky batch passed, but is never shown simply green; a soft failure is shown,
+    // in the colour of a warning.
+    let (word, colour) = match r.status {
+        Status::Passed if r.flaky => ("flaky", console::Colour::Yellow),
+        Status::Passed => ("passed", console::Colour::Green),
+        Status::Failed | Status::Timeout if !r.counts_against_run() => {
+            (r.status.as_str(), console::Colour::Yellow)
+        }
+        Status::Failed => ("failed", console::Colour::Red),
+        other => (other.as_str(), console::Colour::Yellow),
     };
     console::Styled::new()
         .text(format!("batch {}: ", r.batch))
-        .paint(r.status.as_str(), colour)
-        .text(format!("{why}{tests} in {:.1}s", r.duration_s))
+        .paint(word, colour)
+        .text(format!(
+            "{}{why}{tests} in {:.1}s",
+            status_note(r),
+            r.duration_s
+        ))
+}
+
+/// The line of an attempt that did not pass, when another follows.
+fn attempt_line(r: &RunRecord, next: u32, of: u32) -> console::Styled {
+    let why = r
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    console::Styled::new()
+        .text(format!("batch {}: attempt {} of {of} ", r.batch, next - 1))
+        .paint(r.status.as_str(), console::Colour::Yellow)
+        .text(format!("{why}; running it again (attempt {next})"))
 }
 
 /// The most failing tests the closing lines name (the rest are in `summary.md`).
@@ -299,11 +349,29 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         Status::InfraError,
         Status::ImageRefused,
         Status::Capacity,
+        Status::NotRun,
     ] {
-        let n = run.batches.iter().filter(|b| b.status() == status).count();
-        if n > 0 {
-            by_status.push(format!("{n} {}", status.as_str()));
+        let of: Vec<&BatchResult> = run
+            .batches
+            .iter()
+            .filter(|b| b.status() == status)
+            .collect();
+        if of.is_empty() {
+            continue;
         }
+        // `3 passed (1 flaky), 2 failed (1 soft_fail)`: what the counts hold that does
+        // not read as a plain pass or failure.
+        let flaky = of.iter().filter(|b| b.record.flaky).count();
+        let soft = of
+            .iter()
+            .filter(|b| b.record.soft_fail && !b.record.counts_against_run())
+            .count();
+        let note = match (flaky, soft) {
+            (0, 0) => String::new(),
+            (f, 0) => format!(" ({f} flaky)"),
+            (_, s) => format!(" ({s} soft_fail)"),
+        };
+        by_status.push(format!("{} {}{note}", of.len(), status.as_str()));
     }
     let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
     for t in run.batches.iter().map(|b| &b.record.tests) {
@@ -325,8 +393,24 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
     )];
     let mut listed = 0;
     let mut unlisted = 0;
+    let mut not_run: Vec<&str> = Vec::new();
     for b in &run.batches {
         let r = &b.record;
+        if r.status == Status::NotRun {
+            not_run.push(&r.batch);
+            continue;
+        }
+        if r.flaky {
+            lines.push(format!(
+                "{:>8} [{:>7.1}s] {} (passed on attempt {})",
+                "FLAKY", r.duration_s, r.batch, r.attempts
+            ));
+        }
+        let soft = if r.soft_fail && !r.counts_against_run() {
+            " (soft_fail)"
+        } else {
+            ""
+        };
         for c in b.failing() {
             if listed == MAX_CLOSING_FAILURES {
                 unlisted += 1;
@@ -339,7 +423,7 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
                 "FAIL"
             };
             lines.push(format!(
-                "{word:>8} [{:>7.1}s] {} {}",
+                "{word:>8} [{:>7.1}s] {} {}{soft}",
                 c.time_s.unwrap_or(0.0),
                 r.batch,
                 c.id()
@@ -347,7 +431,7 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         }
         if !matches!(r.status, Status::Passed | Status::Failed) {
             lines.push(format!(
-                "{:>8} [{:>7.1}s] {}{}",
+                "{:>8} [{:>7.1}s] {}{soft}{}",
                 r.status.as_str().to_uppercase(),
                 r.duration_s,
                 r.batch,
@@ -359,7 +443,7 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         } else if r.status == Status::Failed && b.failing().next().is_none() {
             // Failed without a failing test case: a step, a missing or broken report.
             lines.push(format!(
-                "{:>8} [{:>7.1}s] {}{}",
+                "{:>8} [{:>7.1}s] {}{soft}{}",
                 "FAIL",
                 r.duration_s,
                 r.batch,
@@ -369,6 +453,25 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
                     .unwrap_or_default()
             ));
         }
+    }
+    if let (Some(first), n) = (
+        run.batches.iter().find(|b| b.status() == Status::NotRun),
+        not_run.len(),
+    ) && n > 0
+    {
+        // One line however many: a layer of hundreds stopped at its first failure.
+        let shown: Vec<&str> = not_run.iter().take(10).copied().collect();
+        let more = if n > shown.len() {
+            format!(", … ({n} in all)")
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "{:>8} {}{more}: {}",
+            "NOT RUN",
+            shown.join(", "),
+            first.record.message.as_deref().unwrap_or("not started")
+        ));
     }
     if unlisted > 0 {
         lines.push(format!(
@@ -430,6 +533,14 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
             EventKind::RunStarted { plan, .. } => {
                 self.prefixed = plan.batches.len() > 1;
                 self.started = Some(event.elapsed);
+                if let Some((part, of)) = plan.partition {
+                    let serial: Duration = plan.batches.iter().map(|b| b.expected).sum();
+                    self.info(&format!(
+                        "partition {part}: {} of {of} batches, expected to take {} one after another",
+                        plan.batches.len(),
+                        human(serial)
+                    ));
+                }
             }
             EventKind::Waiting { batch, report } => self.waiting(batch, *report),
             EventKind::LeaseGranted { batch, gpus } => {
@@ -508,6 +619,15 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 self.say(console::error_lines(error, error.details()).as_bytes());
                 self.failed_said.insert(batch.name.clone());
             }
+            EventKind::AttemptEnded {
+                batch,
+                result,
+                next,
+            } => {
+                self.failed_said.remove(&batch.name);
+                let line = attempt_line(&result.record, *next, 1 + batch.retries.count);
+                self.info_styled(&line);
+            }
             EventKind::BatchEnded { result } => {
                 let said = self.failed_said.remove(&result.record.batch);
                 self.info_styled(&verdict_line(&result.record, said));
@@ -558,6 +678,19 @@ mod line_tests {
     #[test]
     fn verdict_and_replay_lines_of_a_mixed_run() {
         let run = sample::run();
+        let mut lines: Vec<String> = run
+            .batches
+            .iter()
+            .map(|b| verdict_line(&b.record, false).to_string())
+            .collect();
+        lines.extend(closing_lines(&run, None));
+        lines.extend(replay_lines(&run));
+        insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn verdict_and_closing_lines_of_a_run_shaped_by_time() {
+        let run = sample::shaped_run();
         let mut lines: Vec<String> = run
             .batches
             .iter()

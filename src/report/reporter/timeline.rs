@@ -69,6 +69,10 @@ impl Picture {
         let (mut start, mut end) = (u64::MAX, 0);
         for (n, b) in results.iter().enumerate() {
             let r = &b.record;
+            // A batch kept from starting has nothing to draw.
+            if r.status == Status::NotRun {
+                continue;
+            }
             let Some(began) = parse_rfc3339_ms(&r.started_at) else {
                 continue;
             };
@@ -301,6 +305,7 @@ fn colour(status: Status) -> &'static str {
         Status::Cancelled => "#6e7781",
         Status::InfraError | Status::ImageRefused => "#8250df",
         Status::Capacity => "#9a6700",
+        Status::NotRun => "#d0d7de",
     }
 }
 

@@ -32,7 +32,17 @@ pub enum Candidate {
 
 /// Judges one listed container for a sweep of `scope` (every scope: `None`) on `host`.
 pub fn candidate(c: &ContainerInfo, scope: Option<&str>, host: &str) -> Candidate {
-    let label = |k: &str| c.labels.get(k).map(String::as_str);
+    candidate_named(&c.name, &c.labels, scope, host)
+}
+
+/// Judges a container or volume by its name and labels (see [`candidate`]).
+fn candidate_named(
+    name: &str,
+    labels: &std::collections::HashMap<String, String>,
+    scope: Option<&str>,
+    host: &str,
+) -> Candidate {
+    let label = |k: &str| labels.get(k).map(String::as_str);
     let Some(its_scope) = label(LABEL_SCOPE) else {
         return Candidate::NotOurs;
     };
@@ -43,7 +53,7 @@ pub fn candidate(c: &ContainerInfo, scope: Option<&str>, host: &str) -> Candidat
     );
     if label(LABEL_OWNER) != Some("cibox")
         || scope.is_some_and(|s| s != its_scope)
-        || !c.name.starts_with(&prefix)
+        || !name.starts_with(&prefix)
     {
         return Candidate::NotOurs;
     }
@@ -126,6 +136,26 @@ pub fn sweep(
             && let Some(run) = c.labels.get(LABEL_RUN)
         {
             kept.insert(run.clone());
+        }
+    }
+    // A dead run's snapshot of its source (a volume its batches shared), now that its
+    // containers are gone.
+    for v in engine.volumes_with_labels(&labels)? {
+        let Candidate::Run { run, lock_dir } = candidate_named(&v.name, &v.labels, scope, host)
+        else {
+            continue;
+        };
+        let dir = match &lock_dir {
+            Some(d) if d != runs.path() => LockDir::existing(d),
+            _ => runs.clone(),
+        };
+        let liveness = run_lock::liveness(&dir, &run).map_err(|source| RunError::RunLocks {
+            dir: dir.path().display().to_string(),
+            what: format!("cannot tell whether run {run} is alive"),
+            source,
+        })?;
+        if liveness == Liveness::Dead && engine.remove_volume(&v.name).is_ok() {
+            swept.volumes_removed.push(v.name);
         }
     }
     // Every container of the swept dead runs is gone now: their records can go too,

@@ -108,24 +108,88 @@ impl Cases {
 }
 
 impl Execution<'_> {
-    /// Runs one batch to its status. An error here ends the run (a bad lock dir, an
-    /// unwritable reports folder); everything else ends only the batch.
+    /// Runs one batch to its status, running it again while its retries allow. An
+    /// error here ends the run (a bad lock dir, an unwritable reports folder);
+    /// everything else ends only the batch.
     pub(super) fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
+        let dir = self.batch_dir(b)?;
+        let result = crate::run::attempts::run(
+            b,
+            |n| self.attempt(b, &dir, n),
+            |failed, next| {
+                self.emit(EventKind::AttemptEnded {
+                    batch: b,
+                    result: failed,
+                    next,
+                })
+            },
+        )?;
+        self.emit(EventKind::BatchEnded { result: &result })?;
+        Ok(result)
+    }
+
+    /// The batch's folder, fresh (on a Slurm node, the submitter's), and said.
+    fn batch_dir(&self, b: &BatchPlan) -> Result<Folder> {
         let dir = if self.plan.node.is_some() {
             batch_dir::prepare_on_node(&self.reports, &self.plan.reports, &b.dir)?
         } else {
             batch_dir::prepare(&self.reports, &self.plan.reports, &b.dir)?
         };
-        let started = SystemTime::now();
-        let clock = Instant::now();
         self.emit(EventKind::BatchStarted {
             batch: b,
             dir: &dir,
         })?;
-        // The batch's GPUs, leased for its whole life.
+        Ok(dir)
+    }
+
+    /// The record of a batch the stop at the run's first failure kept from starting.
+    pub(super) fn not_run(&self, b: &BatchPlan, why: &str) -> Result<BatchResult> {
+        let dir = self.batch_dir(b)?;
+        drop(dir);
+        let result = self.never_ran(b, why, SystemTime::now(), Instant::now());
+        self.emit(EventKind::BatchEnded { result: &result })?;
+        Ok(result)
+    }
+
+    /// A batch that did not start, and why.
+    fn never_ran(
+        &self,
+        b: &BatchPlan,
+        why: &str,
+        started: SystemTime,
+        clock: Instant,
+    ) -> BatchResult {
+        let lockset = self
+            .locksets
+            .get(&b.image_name)
+            .cloned()
+            .unwrap_or_default();
+        let mut record =
+            RunRecord::planned(self.plan, b, lockset, Status::NotRun, 0, started, clock);
+        record.message = Some(why.to_string());
+        BatchResult {
+            record,
+            cases: Vec::new(),
+            earlier: Vec::new(),
+            record_path: b.dir.join("result.json"),
+            container_left: false,
+        }
+    }
+
+    /// Attempt `n` (1-based) at the batch: lease its GPUs, run its container, judge how
+    /// it ended with what it left, release its GPUs.
+    fn attempt(&self, b: &BatchPlan, dir: &Folder, n: u32) -> Result<BatchResult> {
+        let dir = dir.try_clone().map_err(|source| RunError::BatchDir {
+            dir: b.dir.display().to_string(),
+            what: "hold",
+            source,
+        })?;
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        // The batch's GPUs, leased for this attempt's whole life.
         let waiting = Instant::now();
         let (lease, refused) = if b.gpus > 0 {
-            match self.lease(b) {
+            match self.lease(b, n) {
                 Ok(l) => {
                     self.emit(EventKind::LeaseGranted {
                         batch: b,
@@ -148,12 +212,26 @@ impl Execution<'_> {
                     )?;
                     (Some(l), None)
                 }
+                // Another batch failed while this one waited, and the run stops at its
+                // first failure.
+                Err(e) if matches!(e.downcast_ref::<LeaseError>(), Some(LeaseError::GaveUp(_))) => {
+                    let why = self.first.why_not().unwrap_or_else(|| e.to_string());
+                    return Ok(self.never_ran(b, &why, started, clock));
+                }
                 Err(e) => (None, Some(self.failed(b, e)?)),
             }
         } else {
             self.phase(b, Phase::Lease, clock, "no GPU asked".into())?;
             (None, None)
         };
+        // It got its GPUs as another batch failed: it does not start.
+        if n == 1
+            && refused.is_none()
+            && let Some(why) = self.first.why_not()
+        {
+            drop(lease);
+            return Ok(self.never_ran(b, &why, started, clock));
+        }
         let gpu_wait = waiting.elapsed();
         let leased: Vec<PoolGpu> = lease
             .as_ref()
@@ -165,7 +243,7 @@ impl Execution<'_> {
         }
         let ended = match refused {
             Some(e) => e,
-            None => self.launch(b, lease.as_ref(), &leased, &watched)?,
+            None => self.launch(b, lease.as_ref(), &leased, &watched, n)?,
         };
         // The container is gone (or, if the engine failed to remove it, still named
         // busy by its GPU label, see `claims`): only now may the GPUs go to someone else.
@@ -216,14 +294,13 @@ impl Execution<'_> {
                 }
             }
         }
-        let result = BatchResult {
+        Ok(BatchResult {
             record,
             cases: cases.cases,
+            earlier: Vec::new(),
             record_path: b.dir.join("result.json"),
             container_left: watched.container_left.get(),
-        };
-        self.emit(EventKind::BatchEnded { result: &result })?;
-        Ok(result)
+        })
     }
 
     /// Says that a step of the batch is done or under way (what `-v` shows).
@@ -250,10 +327,17 @@ impl Execution<'_> {
         lease: Option<&Lease>,
         leased: &[PoolGpu],
         watched: &Watched,
+        attempt: u32,
     ) -> Result<ContainerEnd> {
         let ran = self.emit(EventKind::Launching { batch: b }).and_then(|()| {
             let fds = lease.map(|l| l.fds()).unwrap_or_default();
-            self.container(b, leased, &fds, watched)
+            // On a Slurm node the submitter counts the attempts.
+            let attempt = self
+                .plan
+                .node
+                .as_ref()
+                .map_or(attempt, |n| n.attempt.max(1));
+            self.container(b, leased, &fds, watched, attempt)
         });
         match ran {
             Ok(end) => Ok(end),
@@ -263,7 +347,9 @@ impl Execution<'_> {
 
     /// Waits in the queue for the batch's GPUs: any of the pool, or on a node of a
     /// Slurm job exactly those Slurm allocated.
-    fn lease(&self, b: &BatchPlan) -> Result<Lease> {
+    /// Only a batch's first attempt gives up when another batch failed a run that
+    /// stops at its first failure: a batch already under way ends its attempts.
+    fn lease(&self, b: &BatchPlan, attempt: u32) -> Result<Lease> {
         let need = b.gpus as usize;
         // A model narrows the pool to its GPUs (read once, at the run's start): a
         // host without enough of them is capacity, naming the models it has.
@@ -296,12 +382,14 @@ impl Execution<'_> {
             need,
             Instant::now() + self.plan.wait,
         )?;
+        let give_up = || self.first.why_not();
         let request = LeaseRequest {
             want,
             pool: &pool,
             policy: &self.plan.manifest.gpu.idle,
             holder: &holder,
             wait: self.plan.wait,
+            give_up: (attempt == 1).then_some(&give_up as &(dyn Fn() -> Option<String> + Sync)),
         };
         let mut claims =
             ContainerClaims::asking(self.lock_dir.clone(), self.prober.clone(), self.engine);

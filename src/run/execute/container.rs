@@ -10,6 +10,7 @@ use crate::gpu::pool::PoolGpu;
 use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
 use crate::plan::container::phases::Phase as ScriptPhase;
+use crate::plan::container::snapshot::{FROM_SNAPSHOT, IN_WORK, mount_snapshot};
 use crate::report::event::{EventKind, Phase};
 use crate::report::outcome::{ContainerEnd, Status};
 use crate::run::copy;
@@ -30,6 +31,7 @@ impl Execution<'_> {
         gpus: &[PoolGpu],
         lease_fds: &[RawFd],
         watched: &Watched,
+        attempt: u32,
     ) -> Result<ContainerEnd> {
         // Kept with what is watched, so that the batch's end finishes them whatever
         // happens here.
@@ -37,6 +39,13 @@ impl Execution<'_> {
         let mut body = b
             .container
             .body(gpus, self.git_masks, self.engine.recursive_read_only());
+        // Which attempt this is (1 unless the batch runs again): the batch may say so.
+        let env = body.env.get_or_insert_with(Vec::new);
+        env.retain(|e| !e.starts_with("CIBOX_ATTEMPT="));
+        env.push(format!("CIBOX_ATTEMPT={attempt}"));
+        if let Some(volume) = self.snapshots.of(b.user) {
+            mount_snapshot(&mut body, volume);
+        }
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
             && let Some(hc) = body.host_config.as_mut()
@@ -174,6 +183,19 @@ impl Execution<'_> {
             // While the steps' process starts: its script runs nothing before the
             // source is in.
             &mut || {
+                if self.snapshots.of(b.user).is_some() {
+                    // The batch copies the run's snapshot in itself, first thing.
+                    let _ = self.phase(
+                        b,
+                        Phase::Copy,
+                        watched.started,
+                        format!(
+                            "{} files and folders of the source from the run's snapshot, copied into /work by the batch",
+                            self.source.count()
+                        ),
+                    );
+                    return Some(FROM_SNAPSHOT);
+                }
                 let copying = Instant::now();
                 let archive = self.source.archive(b.user.0, b.user.1);
                 let copied = self.engine.upload(id, "/work", archive);
@@ -191,7 +213,7 @@ impl Execution<'_> {
                         ),
                     );
                 }
-                copy_failed.is_none()
+                copy_failed.is_none().then_some(IN_WORK)
             },
             &mut || {
                 signal = signal.or_else(signals::received);

@@ -8,6 +8,7 @@
 mod batch;
 mod caches;
 mod container;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -32,9 +33,10 @@ use crate::run::cleanup::sweep;
 use crate::run::cleanup::watchdog::Watchdog;
 use crate::run::error::RunError;
 use crate::run::git_mask;
-use crate::run::order::each_batch;
+use crate::run::order::{FirstFailure, each_batch};
 use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
 use crate::signals;
+use snapshot::Snapshots;
 
 use crate::error::Result;
 
@@ -109,6 +111,7 @@ fn execute_with(
     let cache_store = open_cache_store(plan)?;
     // Made now, when nothing refused the run: refused input leaves nothing behind.
     let reports = batch_dir::reports_folder(&plan.reports)?;
+    let no_snapshots = Snapshots::default();
     let run = Execution {
         clock,
         reports,
@@ -133,18 +136,39 @@ fn execute_with(
         },
         source: &source,
         hardware,
+        first: FirstFailure::new(plan.fail_fast),
+        snapshots: &no_snapshots,
     };
     run.emit(EventKind::RunStarted {
         plan,
         reports: &run.reports,
     })?;
-    let batches = each_batch(plan.batches.len(), plan.parallel, |i| {
-        run.batch(&plan.batches[i])
-    })?;
+    let snapshots = Snapshots::make(engine, plan, &source, &mut |detail| {
+        // A reporter that fails here fails again, and counts, at the first batch.
+        let _ = run.emit(EventKind::Phase {
+            batch: None,
+            phase: Phase::Copy,
+            at: run.clock.elapsed(),
+            detail,
+        });
+    });
+    let run = Execution {
+        snapshots: &snapshots,
+        ..run
+    };
+    let batches = each_batch(
+        plan.batches.len(),
+        plan.parallel,
+        &run.first,
+        |i| run.batch(&plan.batches[i]),
+        |i, why| run.not_run(&plan.batches[i], why),
+    )?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
         .or_else(signals::received);
+    // Every batch's container is gone (or left, holding its snapshot for a sweep).
+    snapshots.remove(engine);
     if batches.iter().any(|b| b.container_left) {
         run_lock.leave_record();
     }
@@ -283,6 +307,10 @@ struct Execution<'a> {
     cache_store: Option<&'a CacheStore>,
     /// What the run's batches run on.
     hardware: RunHardware,
+    /// The stop at the run's first failure, when it has one.
+    first: FirstFailure,
+    /// The source shipped once for the batches that share a user.
+    snapshots: &'a Snapshots,
 }
 
 /// What the run's batches run on, read once: the pool's GPUs (or why the probe could

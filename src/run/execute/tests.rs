@@ -159,11 +159,11 @@ impl ContainerEngine for FakeEngine {
         &self,
         _: &str,
         _: Steps<'_>,
-        prepare: &mut dyn FnMut() -> bool,
+        prepare: &mut dyn FnMut() -> Option<&'static str>,
         _: &mut dyn FnMut() -> bool,
         on: &mut dyn FnMut(Followed<'_>),
     ) -> Result<FollowEnd, EngineError> {
-        if !prepare() {
+        if prepare().is_none() {
             return Err(EngineError::Api {
                 action: "starting the batch".into(),
                 reason: "not made ready".into(),
@@ -191,6 +191,21 @@ impl ContainerEngine for FakeEngine {
 
     fn remove_volume(&self, _: &str) -> Result<(), EngineError> {
         Ok(())
+    }
+
+    fn create_volume(
+        &self,
+        _: &str,
+        _: std::collections::HashMap<String, String>,
+    ) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn volumes_with_labels(
+        &self,
+        _: &[String],
+    ) -> Result<Vec<crate::engine::VolumeInfo>, EngineError> {
+        Ok(Vec::new())
     }
 
     fn mount_source(&self, _: &str, target: &str) -> Option<String> {
@@ -261,6 +276,7 @@ impl Reporter for Recorder {
             EventKind::TimedOut { .. } => "timed out",
             EventKind::OutputBroke { .. } => "output broke",
             EventKind::BatchFailed { .. } => "batch failed",
+            EventKind::AttemptEnded { .. } => "attempt ended",
             EventKind::BatchEnded { .. } => "batch ended",
             EventKind::RunEnded { .. } => "run ended",
         });

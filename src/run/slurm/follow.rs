@@ -53,18 +53,67 @@ enum Out {
 }
 
 impl Submission<'_> {
-    /// Runs batch `index` as a Slurm job, to its status.
+    /// Runs batch `index` as a Slurm job, to its status; while its retries allow, as a
+    /// new job each time (on whatever nodes Slurm gives it then).
     pub(super) fn batch(&self, index: usize) -> Result<BatchResult> {
         let b = &self.plan.batches[index];
+        let dir = self.batch_dir(b)?;
+        let result = crate::run::attempts::run(
+            b,
+            |n| self.attempt(index, &dir, n),
+            |failed, next| {
+                self.emit(EventKind::AttemptEnded {
+                    batch: b,
+                    result: failed,
+                    next,
+                })
+            },
+        )?;
+        self.emit(EventKind::BatchEnded { result: &result })?;
+        Ok(result)
+    }
+
+    /// The batch's folder, fresh, and said.
+    fn batch_dir(&self, b: &BatchPlan) -> Result<crate::nofollow::Folder> {
         let dir = batch_dir::prepare(&self.reports, &self.plan.reports, &b.dir)?;
-        let started = SystemTime::now();
-        let clock = Instant::now();
         self.emit(EventKind::BatchStarted {
             batch: b,
             dir: &dir,
         })?;
-        let spec = self.spec(index)?;
-        let end = match self.follow(b, &spec, clock) {
+        Ok(dir)
+    }
+
+    /// The record of batch `index`, which the stop at the run's first failure kept from
+    /// being submitted.
+    pub(super) fn not_run(&self, index: usize, why: &str) -> Result<BatchResult> {
+        let b = &self.plan.batches[index];
+        drop(self.batch_dir(b)?);
+        let mut record = self.bare_record(
+            b,
+            Status::NotRun,
+            why.to_string(),
+            SystemTime::now(),
+            Instant::now(),
+        );
+        record.exit_code = 0;
+        let result = BatchResult {
+            record,
+            cases: Vec::new(),
+            earlier: Vec::new(),
+            record_path: b.dir.join("result.json"),
+            container_left: false,
+        };
+        self.emit(EventKind::BatchEnded { result: &result })?;
+        Ok(result)
+    }
+
+    /// Attempt `n` at batch `index`: one job, from its submission to its record.
+    fn attempt(&self, index: usize, dir: &crate::nofollow::Folder, n: u32) -> Result<BatchResult> {
+        let b = &self.plan.batches[index];
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        let spec = self.spec(index, n)?;
+        let end = match self.follow(b, &spec, clock, n == 1) {
             Ok(end) => end,
             Err(e) => {
                 let Some(stopped) = ContainerEnd::of_error(&e) else {
@@ -80,16 +129,14 @@ impl Submission<'_> {
                 }
             }
         };
-        let result = self.result(b, &dir, &spec, end, started, clock)?;
-        self.emit(EventKind::BatchEnded { result: &result })?;
-        Ok(result)
+        self.result(b, dir, &spec, end, started, clock)
     }
 
-    /// The job of batch `index`.
-    fn spec(&self, index: usize) -> Result<JobSpec> {
+    /// The job of attempt `attempt` at batch `index`.
+    fn spec(&self, index: usize, attempt: u32) -> Result<JobSpec> {
         let b = &self.plan.batches[index];
-        let job =
-            serde_json::to_string(&NodeJob::of(self.plan, index)).map_err(RunError::NodeJob)?;
+        let job = serde_json::to_string(&NodeJob::of(self.plan, index, attempt))
+            .map_err(RunError::NodeJob)?;
         Ok(JobSpec {
             name: slurm_job::job_name(&self.plan.manifest.project, &b.name, &self.plan.run_id),
             nodes: b.nodes,
@@ -114,7 +161,15 @@ impl Submission<'_> {
     }
 
     /// Submits the job and follows it until its `srun` is gone; `clock` is the batch's.
-    fn follow(&self, b: &BatchPlan, spec: &JobSpec, clock: Instant) -> Result<JobEnd> {
+    /// A first attempt still in Slurm's queue when another batch fails a run that stops
+    /// at its first failure is cancelled there.
+    fn follow(
+        &self,
+        b: &BatchPlan,
+        spec: &JobSpec,
+        clock: Instant,
+        first_attempt: bool,
+    ) -> Result<JobEnd> {
         let mut child = spawn_srun(spec)?;
         let watchdog = match JobWatchdog::start(&spec.name, child.id()) {
             Ok(w) => w,
@@ -126,6 +181,7 @@ impl Submission<'_> {
         };
         let lines = read_lines(&mut child);
         let mut job = Following::new(b, spec, self.plan.wait, child.id(), clock);
+        job.give_up = first_attempt;
         let followed = loop {
             let step = match lines.recv_timeout(TICK) {
                 Ok(Out::Stdout(line)) => job.stdout(self, &line),
@@ -252,6 +308,9 @@ struct Following<'b> {
     signalled: Option<Instant>,
     cancelled: Option<Instant>,
     end: JobEnd,
+    /// Cancelled while it waits in the queue once another batch failed a run that
+    /// stops at its first failure (a first attempt only).
+    give_up: bool,
 }
 
 impl<'b> Following<'b> {
@@ -278,6 +337,7 @@ impl<'b> Following<'b> {
             signalled: None,
             cancelled: None,
             end: JobEnd::default(),
+            give_up: false,
         }
     }
 
@@ -396,6 +456,19 @@ impl<'b> Following<'b> {
                 nix::unistd::Pid::from_raw(self.srun as i32),
                 Signal::SIGKILL,
             );
+        }
+        if !self.running
+            && self.give_up
+            && self.cancelled.is_none()
+            && self.signalled.is_none()
+            && let Some(why) = run.first.why_not()
+        {
+            self.stop(ContainerEnd::Stopped {
+                status: Status::NotRun,
+                message: why,
+                exit: None,
+            });
+            self.cancel(None);
         }
         if !self.running
             && now >= self.next_poll

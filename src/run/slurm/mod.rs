@@ -32,7 +32,7 @@ use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::reporter::Reporter;
 use crate::run::batch_dir;
 use crate::run::error::RunError;
-use crate::run::order::each_batch;
+use crate::run::order::{FirstFailure, each_batch};
 use crate::signals;
 use crate::slurm::cluster::{Ask, Cluster};
 
@@ -78,12 +78,19 @@ pub fn execute(
             .map(|(name, l)| (name.clone(), l.digest.clone()))
             .collect(),
         reporter: Mutex::new(reporter),
+        first: FirstFailure::new(plan.fail_fast),
     };
     run.emit(EventKind::RunStarted {
         plan,
         reports: &run.reports,
     })?;
-    let batches = each_batch(plan.batches.len(), plan.parallel, |i| run.batch(i))?;
+    let batches = each_batch(
+        plan.batches.len(),
+        plan.parallel,
+        &run.first,
+        |i| run.batch(i),
+        |i, why| run.not_run(i, why),
+    )?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
@@ -113,6 +120,8 @@ struct Submission<'a> {
     /// Each image's lockset digest, by image name.
     locksets: std::collections::HashMap<String, String>,
     reporter: Mutex<&'a mut dyn Reporter>,
+    /// The stop at the run's first failure, when it has one.
+    pub(super) first: FirstFailure,
 }
 
 impl Submission<'_> {

@@ -48,11 +48,19 @@ pub struct NodeJob {
     /// its workflow's event).
     #[serde(default)]
     pub pull_request: Option<u64>,
+    /// Which attempt at the batch this job is (1-based): the submitter runs a batch
+    /// again, as a new job, when its retries say so.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 impl NodeJob {
-    /// The node job of batch `index` of `plan`.
-    pub fn of(plan: &RunPlan, index: usize) -> NodeJob {
+    /// The node job of attempt `attempt` at batch `index` of `plan`.
+    pub fn of(plan: &RunPlan, index: usize, attempt: u32) -> NodeJob {
         let b = &plan.batches[index];
         NodeJob {
             manifest: plan.manifest.path.clone(),
@@ -74,6 +82,7 @@ impl NodeJob {
             gpus: b.gpus,
             private_caches: plan.private_caches.clone(),
             pull_request: plan.pull_request,
+            attempt,
         }
     }
 
@@ -141,6 +150,7 @@ impl NodeJob {
                 nodes: alloc.nodes,
                 gpus: alloc.gpus.clone(),
                 rendezvous,
+                attempt: self.attempt,
             }),
             // The submitter's word, or the node's own environment's.
             // A pull request's run: the submitter read its number from its event.
@@ -152,6 +162,10 @@ impl NodeJob {
                     .or_else(crate::github::untrusted_event),
             },
             pull_request: self.pull_request,
+            // The submitter decides whether a batch runs again (a new job, maybe on
+            // other nodes): the node runs this one attempt.
+            retries: Some(0),
+            ..RunRequest::default()
         })
     }
 }

@@ -55,7 +55,7 @@ fn weight(s: Status) -> u8 {
         Status::Failed => 3,
         Status::Capacity => 2,
         Status::Cancelled => 1,
-        Status::Passed => 0,
+        Status::Passed | Status::NotRun => 0,
     }
 }
 
@@ -124,6 +124,7 @@ impl Submission<'_> {
         Ok(BatchResult {
             record,
             cases,
+            earlier: Vec::new(),
             record_path,
             container_left,
         })
@@ -196,7 +197,7 @@ impl Submission<'_> {
     }
 
     /// The record of a batch no node sent one for.
-    fn bare_record(
+    pub(super) fn bare_record(
         &self,
         b: &BatchPlan,
         status: Status,

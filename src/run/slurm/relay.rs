@@ -261,6 +261,7 @@ mod tests {
             cibox: "/usr/bin/cibox".into(),
             locksets: Default::default(),
             reporter: Mutex::new(&mut steps),
+            first: Default::default(),
         };
         let b = &plan.batches[0];
         let mut relay = Relay::new(false, Instant::now());

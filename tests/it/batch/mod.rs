@@ -8,6 +8,7 @@ mod gpus;
 mod mounts;
 mod reports;
 mod running;
+mod shaped;
 mod verdicts;
 
 use crate::common::*;
