@@ -416,6 +416,9 @@ fn matching(selector: &Selector, paths: &[Changed]) -> Vec<String> {
     out
 }
 
+/// Whether one written pattern takes a path.
+type PathTest = Box<dyn Fn(&str) -> bool>;
+
 /// One warning line per pattern, path or exclusion of `changed` that matches no
 /// changed path and no file of `head`'s tree: a typo, a folder since moved, or a glob
 /// written in another tool's syntax would otherwise select nothing, silently. The tree
@@ -427,7 +430,7 @@ pub fn matching_nothing(
     head: &str,
 ) -> Result<Vec<String>, ChangedError> {
     let written = cfg.written();
-    let matcher = |kind: PatternKind, p: &str| -> Box<dyn Fn(&str) -> bool> {
+    let matcher = |kind: PatternKind, p: &str| -> PathTest {
         match kind {
             PatternKind::Glob => match crate::manifest::compile_glob(p) {
                 Ok(g) => {
@@ -442,7 +445,7 @@ pub fn matching_nothing(
             }
         }
     };
-    let mut open: Vec<(usize, Box<dyn Fn(&str) -> bool>)> = written
+    let mut open: Vec<(usize, PathTest)> = written
         .iter()
         .enumerate()
         .map(|(i, (_, kind, p))| (i, matcher(*kind, p)))

@@ -149,7 +149,7 @@ impl Expected {
                 .map_or((0, Duration::ZERO), |e| (e.slots, e.time))
         };
         let mut order = names.to_vec();
-        order.sort_by(|a, b| key(b).cmp(&key(a)));
+        order.sort_by_key(|n| std::cmp::Reverse(key(n)));
         order
     }
 

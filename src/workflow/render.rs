@@ -715,7 +715,7 @@ mod tests {
             "on: push\njobs:\n  gpu:\n    runs-on: ubuntu-latest\n    timeout-minutes: 120\n    strategy:\n      matrix:\n        include:\n<% for p in layers.gpu.batch_list | partitions(3) %>\n          - {part: << p.arg | yaml >>, batches: << p.batches | yaml >>, minutes: << (p.serial_seconds / 60) | round | int >>}\n<% endfor %>\n    steps:\n      - run: cibox layer run gpu --partition ${{ matrix.part }} # << layers.gpu.fail_fast >>\n",
         )
         .unwrap();
-        let out = render(&path, &ctx).unwrap().text;
+        let out = render(&path, &ctx, Flavor::GitHub).unwrap().text;
         // Work: a 4800, c 2400, b 1800, d (the mean, 20m) 1200 GPU-seconds.
         assert!(
             out.contains(r#"- {part: "1/3", batches: ["a"], minutes: 10}"#),
@@ -731,10 +731,16 @@ mod tests {
         );
         assert!(out.contains("# True"), "{out}");
         std::fs::write(&path, "on: push\n<< batches | partitions(0) >>\n").unwrap();
-        let e = render(&path, &ctx).err().unwrap().to_string();
+        let e = render(&path, &ctx, Flavor::GitHub)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("give 1 to 256 parts"), "{e}");
         std::fs::write(&path, "on: push\n<< [1, 2] | partitions(2) >>\n").unwrap();
-        let e = render(&path, &ctx).err().unwrap().to_string();
+        let e = render(&path, &ctx, Flavor::GitHub)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("a layer's `batch_list`"), "{e}");
     }
 
