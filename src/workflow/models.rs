@@ -8,7 +8,6 @@
 
 use serde_json::Value;
 
-use super::render::model_label;
 use crate::manifest::Manifest;
 
 /// The warnings for workflow `file` (its rendered `text`), one line each.
@@ -62,6 +61,21 @@ pub fn label_warnings(m: &Manifest, file: &str, text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A model glob as a runner label: its wildcards dropped, lower case, each run of
+/// anything but letters, digits, `.` and `_` one `-` (`*H100*` → `h100`, `NVIDIA A100*`
+/// → `nvidia-a100`).
+pub fn model_label(glob: &str) -> String {
+    let mut out = String::new();
+    for c in glob.chars().filter(|c| !matches!(c, '*' | '?')) {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_') {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').to_string()
 }
 
 /// The key a runner label (or a Buildkite queue) must hold for a GPU model glob: the

@@ -15,6 +15,7 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value as TemplateValue};
 use serde_json::{Value, json};
 
+use super::models::model_label;
 use crate::manifest::Manifest;
 
 /// One rendered template.
@@ -45,21 +46,6 @@ impl Flavor {
 /// The model a batch's GPUs must be, when it has GPUs and names one.
 fn gpu_model(b: &crate::manifest::Batch) -> Option<&str> {
     b.gpu_model.as_deref().filter(|_| b.gpus > 0)
-}
-
-/// A model glob as a runner label: its wildcards dropped, lower case, each run of
-/// anything but letters, digits, `.` and `_` one `-` (`*H100*` → `h100`, `NVIDIA A100*`
-/// → `nvidia-a100`).
-pub fn model_label(glob: &str) -> String {
-    let mut out = String::new();
-    for c in glob.chars().filter(|c| !matches!(c, '*' | '?')) {
-        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_') {
-            out.push(c.to_ascii_lowercase());
-        } else if !out.is_empty() && !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    out.trim_end_matches('-').to_string()
 }
 
 /// The template context: the manifest, with layers resolved to batch lists. Each
