@@ -1,22 +1,14 @@
 //! Changed test files between two revisions, and how many GPUs each needs.
 //!
-//! Replaces `git diff --name-only --diff-filter=AM … | grep -oP '^NUM_GPUS…'`: renames
-//! count, a missing marker falls back to the default with a warning instead of aborting,
-//! an annotated `NUM_GPUS: int = 4` is read, and file names stay data (the matrix is
-//! written by a JSON serializer, never pasted into code).
+//! Replaces `git diff --name-only --diff-filter=AM … | grep -oP '^NUM_GPUS…'`: every
+//! change counts (added, copied, modified, type-changed, deleted, and a rename both as
+//! its old and its new name, as vLLM's `--diff-filter=ACMDR` and SGLang's paths filter
+//! count them), a missing marker falls back to the default with a warning instead of
+//! aborting, an annotated `NUM_GPUS: int = 4` is read, and file names stay data (the
+//! matrix is written by a JSON serializer, never pasted into code).
 
 use std::path::Path;
 use std::process::Command;
-
-/// `*` stays within a folder, `**` crosses folders.
-pub fn glob_matches(pattern: &str, path: &str) -> bool {
-    let opts = glob::MatchOptions {
-        case_sensitive: true,
-        require_literal_separator: true,
-        require_literal_leading_dot: false,
-    };
-    glob::Pattern::new(pattern).is_ok_and(|p| p.matches_with(path, opts))
-}
 
 /// What a test file's GPU marker says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +80,7 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<GpuMarker> {
 
 use crate::exit::Failure;
 use crate::git::{GitError, run as git};
-use crate::manifest::{ChangedConfig, GroupKind, Manifest};
+use crate::manifest::{ChangedConfig, GroupKind, Manifest, PatternKind, Selector};
 
 /// Why the changed files cannot be told.
 #[derive(Debug, thiserror::Error)]
@@ -141,15 +133,25 @@ pub fn commit(dir: &Path, rev: &str) -> Result<String, ChangedError> {
         })
 }
 
-/// A changed file: its path (the new name for a rename) and its blob at head.
+/// A changed path: a file at head with its blob there, or a path head no longer has (a
+/// deleted file, a renamed file's old name).
 #[derive(Debug, Clone)]
 pub struct Changed {
     pub path: String,
-    pub blob: String,
+    /// Its blob at head; `None` for a path gone at head.
+    pub blob: Option<String>,
 }
 
-/// Files added, modified or renamed (new name) between the merge base of `base` and
-/// `head`, relative to `dir`.
+impl Changed {
+    /// Whether head has the file (a test that can run).
+    pub fn at_head(&self) -> bool {
+        self.blob.is_some()
+    }
+}
+
+/// The paths changed between the merge base of `base` and `head`, relative to `dir`:
+/// files added, copied, modified or changed in type, files deleted, and each rename
+/// twice, as its old name (gone at head) and its new one.
 pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, ChangedError> {
     checkout(dir)?;
     // `base...head` diffs from their merge base, in one git process.
@@ -161,7 +163,7 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>,
         "--no-abbrev",
         "-z",
         "-M",
-        "--diff-filter=AMR",
+        "--diff-filter=ACDMRT",
         &range,
         "--",
     ];
@@ -196,10 +198,19 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>,
             )));
         };
         let two_paths = status.starts_with('R') || status.starts_with('C');
+        // A rename's old name changed too (its file is gone); a copy's source did not.
+        if status.starts_with('R')
+            && let Some(old) = fields.get(i + 1)
+        {
+            changed.push(Changed {
+                path: old.clone(),
+                blob: None,
+            });
+        }
         if let Some(path) = fields.get(if two_paths { i + 2 } else { i + 1 }) {
             changed.push(Changed {
                 path: path.clone(),
-                blob: blob.to_string(),
+                blob: (!status.starts_with('D')).then(|| blob.to_string()),
             });
         }
         i += if two_paths { 3 } else { 2 };
@@ -223,13 +234,17 @@ pub fn texts(dir: &Path, files: &[&Changed]) -> Result<Vec<String>, ChangedError
     let mut out: Vec<Option<String>> = files
         .iter()
         .map(|c| {
+            let blob = c.blob.as_deref()?;
             let bytes = std::fs::read(dir.join(&c.path)).ok()?;
-            (c.blob.len() == 40 && blob_id(&bytes) == c.blob)
+            (blob.len() == 40 && blob_id(&bytes) == blob)
                 .then(|| String::from_utf8_lossy(&bytes).into_owned())
         })
         .collect();
     let missing: Vec<usize> = (0..files.len()).filter(|&i| out[i].is_none()).collect();
-    let ids: Vec<&str> = missing.iter().map(|&i| files[i].blob.as_str()).collect();
+    let ids: Vec<&str> = missing
+        .iter()
+        .map(|&i| files[i].blob.as_deref().unwrap_or_default())
+        .collect();
     for (i, text) in missing.into_iter().zip(blobs(dir, &ids)?) {
         out[i] = Some(text);
     }
@@ -306,26 +321,31 @@ pub fn tracked(dir: &Path) -> Result<Vec<String>, ChangedError> {
 
 /// What each change group found among `paths`: the unnamed group (`changed.patterns`),
 /// then each named one, as (its name, what it found). `warn` hears about test files
-/// whose GPU count is a guess.
+/// whose GPU count is a guess, and about patterns that match no file in `head`'s tree
+/// nor any changed path.
 pub fn groups<'m>(
     m: &Manifest,
     cfg: &'m ChangedConfig,
     paths: &[Changed],
+    head: &str,
     mut warn: impl FnMut(String),
 ) -> Result<Vec<(Option<&'m str>, Found)>, ChangedError> {
     let mut found = Vec::new();
-    if !cfg.patterns.is_empty() {
-        let include = test_matrix(m, cfg, &cfg.patterns, paths, &mut warn)?;
+    if !(cfg.patterns.is_empty() && cfg.paths.is_empty()) {
+        let include = test_matrix(m, cfg, &cfg.selector, paths, &mut warn)?;
         found.push((None, Found::Tests(include)));
     }
     for (name, group) in &cfg.groups {
         let f = match group.kind {
             GroupKind::Tests => {
-                Found::Tests(test_matrix(m, cfg, &group.patterns, paths, &mut warn)?)
+                Found::Tests(test_matrix(m, cfg, &group.selector, paths, &mut warn)?)
             }
-            GroupKind::Files => Found::Files(matching(&group.patterns, paths)),
+            GroupKind::Files => Found::Files(matching(&group.selector, paths)),
         };
         found.push((Some(name.as_str()), f));
+    }
+    for line in matching_nothing(&m.dir, cfg, paths, head)? {
+        warn(line);
     }
     Ok(found)
 }
@@ -385,13 +405,76 @@ impl Found {
     }
 }
 
-/// The changed paths that `patterns` match.
-fn matching(patterns: &[String], paths: &[Changed]) -> Vec<String> {
-    paths
+/// The changed paths (gone at head or not) that a files group takes, each once.
+fn matching(selector: &Selector, paths: &[Changed]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in paths.iter().filter(|c| selector.matches(&c.path)) {
+        if !out.contains(&c.path) {
+            out.push(c.path.clone());
+        }
+    }
+    out
+}
+
+/// Whether one written pattern takes a path.
+type PathTest = Box<dyn Fn(&str) -> bool>;
+
+/// One warning line per pattern, path or exclusion of `changed` that matches no
+/// changed path and no file of `head`'s tree: a typo, a folder since moved, or a glob
+/// written in another tool's syntax would otherwise select nothing, silently. The tree
+/// is listed only when some pattern matched no changed path.
+pub fn matching_nothing(
+    dir: &Path,
+    cfg: &ChangedConfig,
+    paths: &[Changed],
+    head: &str,
+) -> Result<Vec<String>, ChangedError> {
+    let written = cfg.written();
+    let matcher = |kind: PatternKind, p: &str| -> PathTest {
+        match kind {
+            PatternKind::Glob => match crate::manifest::compile_glob(p) {
+                Ok(g) => {
+                    let m = g.compile_matcher();
+                    Box::new(move |path: &str| m.is_match(path))
+                }
+                Err(_) => Box::new(|_: &str| false),
+            },
+            PatternKind::Prefix => {
+                let prefix = p.strip_suffix('/').unwrap_or(p).to_string();
+                Box::new(move |path: &str| crate::manifest::under_prefix(&prefix, path))
+            }
+        }
+    };
+    let mut open: Vec<(usize, PathTest)> = written
         .iter()
-        .filter(|c| patterns.iter().any(|pat| glob_matches(pat, &c.path)))
-        .map(|c| c.path.clone())
-        .collect()
+        .enumerate()
+        .map(|(i, (_, kind, p))| (i, matcher(*kind, p)))
+        .filter(|(_, m)| !paths.iter().any(|c| m(&c.path)))
+        .collect();
+    if open.is_empty() {
+        return Ok(Vec::new());
+    }
+    // By its commit: `head` is the user's text, never an option to git.
+    let sha = commit(dir, head)?;
+    let tree = git(dir, &["ls-tree", "-r", "-z", "--name-only", &sha])?;
+    for f in tree.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+        let f = String::from_utf8_lossy(f);
+        open.retain(|(_, m)| !m(&f));
+        if open.is_empty() {
+            break;
+        }
+    }
+    Ok(open
+        .into_iter()
+        .map(|(i, _)| {
+            let (at, _, p) = &written[i];
+            format!(
+                "{at}: `{}` matches no file in the tree of {} nor any changed path",
+                crate::util::escape(p),
+                crate::util::escape(head)
+            )
+        })
+        .collect())
 }
 
 /// The matrix of the changed test files `patterns` match: a file a test list names is
@@ -400,29 +483,27 @@ fn matching(patterns: &[String], paths: &[Changed]) -> Vec<String> {
 fn test_matrix(
     m: &Manifest,
     cfg: &ChangedConfig,
-    patterns: &[String],
+    selector: &Selector,
     paths: &[Changed],
     warn: &mut dyn FnMut(String),
 ) -> Result<Vec<serde_json::Value>, ChangedError> {
+    // A test gone at head (deleted, or renamed away) has nothing to run.
     let tests: Vec<&Changed> = paths
         .iter()
-        .filter(|c| patterns.iter().any(|pat| glob_matches(pat, &c.path)))
+        .filter(|c| c.at_head() && selector.matches(&c.path))
         .collect();
     let texts = texts(&m.dir, &tests)?;
     let mut include = Vec::new();
     for (c, text) in tests.iter().zip(&texts) {
         let path = &c.path;
-        let entries: Vec<(&String, u32)> = m
+        let entries: Vec<serde_json::Value> = m
             .batches
             .iter()
             .filter(|(_, b)| b.family.is_some() && b.tests.first() == Some(path))
-            .map(|(name, b)| (name, b.gpus))
+            .map(|(name, b)| entry_row(name, b))
             .collect();
         if !entries.is_empty() {
-            for (name, gpus) in entries {
-                include
-                    .push(serde_json::json!({"test_file": path, "num_gpus": gpus, "batch": name}));
-            }
+            include.extend(entries);
             continue;
         }
         let gpus = match gpus_marker(text, &cfg.gpus_marker) {
@@ -451,12 +532,25 @@ fn test_matrix(
     Ok(include)
 }
 
+/// The matrix row of a test list's entry: its file, GPUs and batch, and what its batch
+/// runs with (its arguments, image and GPU model), for a workflow to show or route on.
+/// `changed run` runs the manifest's batch by name: its arguments, image and container
+/// are the manifest's, whatever else a row says.
+pub fn entry_row(name: &str, b: &crate::manifest::Batch) -> serde_json::Value {
+    serde_json::json!({
+        "test_file": b.tests.first(),
+        "num_gpus": b.gpus,
+        "batch": name,
+        "args": b.env.get("CIBOX_TEST_ARGS"),
+        "image": b.image,
+        "gpu_model": b.gpu_model.as_deref().filter(|_| b.gpus > 0),
+    })
+}
+
 /// Whether a test file named by data from elsewhere (a matrix, a run record) is one
 /// `changed` itself would list: written as git writes it, matched by `patterns`.
 pub fn check_test_file(cfg: &ChangedConfig, path: &str) -> Result<(), NotATestFile> {
-    if crate::util::is_plain_relative(path)
-        && cfg.test_patterns().any(|pat| glob_matches(pat, path))
-    {
+    if crate::util::is_plain_relative(path) && cfg.takes_test_file(path) {
         return Ok(());
     }
     Err(NotATestFile {
@@ -497,16 +591,5 @@ mod tests {
         assert_eq!(m.expression.as_deref(), Some("2 if FEW_GPU else 4"));
         assert_eq!(n("NUM_GPUS = int(os.environ.get('N', 8))\n"), Some(8));
         assert_eq!(n("NUM_GPUS = 1 if GPU2 else 2\n"), Some(2));
-    }
-
-    #[test]
-    fn globs() {
-        assert!(glob_matches("tests/test_*.py", "tests/test_a.py"));
-        assert!(!glob_matches("tests/test_*.py", "tests/sub/test_a.py"));
-        assert!(glob_matches(
-            "tests/**/test_*.py",
-            "tests/sub/deep/test_a.py"
-        ));
-        assert!(glob_matches("tests/**/test_*.py", "tests/test_a.py"));
     }
 }

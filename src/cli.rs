@@ -469,11 +469,17 @@ pub struct ChangedRunArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum WorkflowCommand {
-    /// Render `*.yml.j2` templates with the manifest as context.
+    /// Render `*.yml.j2` templates (GitHub workflows and Buildkite pipelines) with the
+    /// manifest as context.
     Render {
         /// Write nothing; show a diff and exit 1 if any output is stale.
         #[arg(long)]
         check: bool,
+        /// Write nothing; print the one rendered output named (its file name, or its
+        /// path from the manifest's folder) on stdout, as `buildkite-agent pipeline
+        /// upload` reads it.
+        #[arg(long, value_name = "OUTPUT", conflicts_with = "check")]
+        print: Option<String>,
     },
     /// Refuse workflows that let outsiders' code or text onto self-hosted runners.
     Lint(LintArgs),

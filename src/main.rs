@@ -19,7 +19,8 @@
 //! 8. [`image`]: IDs, lockset, verification, build recipes;
 //! 9. [`engine`] (the container engine, synchronous, owning the async runtime),
 //!    [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
-//!    [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`];
+//!    [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`],
+//!    [`buildkite`];
 //! 10. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
 //!     YAML tree with positions), [`error`] (what kind of failure an error is),
 //!     [`nofollow`] (writing where a link must never be followed: folders held open);
@@ -29,6 +30,7 @@
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
 
+mod buildkite;
 mod cache;
 mod changed;
 mod claims;

@@ -84,6 +84,33 @@ pub enum ChangedError {
     },
     #[error("batch `{name}` exists in the manifest; `changed run` names its batches changed-N-…")]
     BatchExists { name: String },
+    #[error("{from}: entry {entry}'s `batch` is not a string")]
+    BatchNotAName { from: String, entry: usize },
+    /// A row names a batch that is no test list entry of this manifest, or not the
+    /// file's.
+    #[error("{from}: `{}` is no test list entry's batch for `{}` in this manifest: make the matrix again with `cibox changed`", util::escape(.batch), util::escape(.path))]
+    NotAnEntry {
+        from: String,
+        batch: String,
+        path: String,
+    },
+    /// A row of an entry says something its batch does not.
+    #[error("{from}: the row of batch `{batch}` says {what} {}, the manifest {}: make the matrix again with `cibox changed`", util::escape(.row), util::escape(.manifest))]
+    RowDisagrees {
+        from: String,
+        batch: String,
+        what: &'static str,
+        row: String,
+        manifest: String,
+    },
+    /// A row without `batch` for a file that test lists run, each with its own
+    /// arguments, image and container.
+    #[error("{from}: `{}` is run by test list entries ({}): give each row the entry's `batch`, as `cibox changed` prints it", util::escape(.path), .batches.join(", "))]
+    EntryWithoutBatch {
+        from: String,
+        path: String,
+        batches: Vec<String>,
+    },
 }
 
 impl ErrorKind for ChangedError {
@@ -104,8 +131,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         .into());
     };
     if args.unregistered {
-        let patterns: Vec<String> = cfg.test_patterns().cloned().collect();
-        return unregistered(&m, &patterns);
+        return unregistered(&m, cfg, ctx.json);
     }
     let Some(base) = &args.base else {
         return Err(ChangedError::NoBase.into());
@@ -116,7 +142,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
     let paths = changed::changed_paths(&m.dir, base, head)?;
-    let found = changed::groups(&m, cfg, &paths, console::warn)?;
+    let found = changed::groups(&m, cfg, &paths, head, console::warn)?;
     if let Some(out) = &mut outputs {
         let pairs: Vec<(String, String)> = found.iter().flat_map(|(g, f)| f.outputs(*g)).collect();
         let pairs: Vec<(&str, &str)> = pairs
@@ -156,20 +182,33 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
 }
 
 /// Test files that no batch's `tests` globs cover; exit 1 when there are any.
-fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8> {
-    let globs: Vec<&String> = m.batches.values().flat_map(|b| b.tests.iter()).collect();
+fn unregistered(
+    m: &crate::manifest::Manifest,
+    cfg: &crate::manifest::ChangedConfig,
+    json: bool,
+) -> Result<u8> {
+    let globs: Vec<String> = m
+        .batches
+        .values()
+        .flat_map(|b| b.tests.iter().cloned())
+        .collect();
     if globs.is_empty() {
         return Err(ChangedError::NoTestGlobs.into());
     }
+    let run_by_some = crate::manifest::Selector::globs(&globs);
     let files = changed::tracked(&m.dir)?;
     let orphans: Vec<&String> = files
         .iter()
-        .filter(|f| patterns.iter().any(|p| changed::glob_matches(p, f)))
-        .filter(|f| !globs.iter().any(|g| changed::glob_matches(g, f)))
+        .filter(|f| cfg.takes_test_file(f))
+        .filter(|f| !run_by_some.matches(f))
         .collect();
-    // File names are the checkout's: one line each, escaped.
-    for f in &orphans {
-        println!("{}", crate::util::escape(f));
+    if json {
+        console::json(&serde_json::json!({ "unregistered": orphans }));
+    } else {
+        // File names are the checkout's: one line each, escaped.
+        for f in &orphans {
+            println!("{}", crate::util::escape(f));
+        }
     }
     if orphans.is_empty() {
         console::info("every test file is run by some batch");
@@ -187,11 +226,17 @@ fn unregistered(m: &crate::manifest::Manifest, patterns: &[String]) -> Result<u8
 const MAX_FILES: usize = 256;
 const MAX_MATRIX_BYTES: u64 = 1 << 20;
 
-/// One test file to run and its GPUs, from the matrix.
+/// One test file to run and its GPUs, from the matrix; for a test list's entry, the
+/// entry's batch and what the row says it runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct TestFile {
     path: String,
     gpus: u32,
+    /// The test list entry's batch (`batch`), as `changed` prints it.
+    batch: Option<String>,
+    /// The row's `args` and `image`, when it has them: checked against the batch's.
+    args: Option<serde_json::Value>,
+    image: Option<serde_json::Value>,
 }
 
 /// Reads the matrix: `{"include": [...]}`, a list of entries, or one entry, each
@@ -236,15 +281,31 @@ fn parse_matrix(text: &str, from: &str) -> std::result::Result<Vec<TestFile>, Ch
                 entry: i,
                 path: path.to_string(),
             })?;
-        if out.iter().any(|t| t.path == path) {
+        let batch = match e.get("batch") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(b)) => Some(b.clone()),
+            Some(_) => {
+                return Err(ChangedError::BatchNotAName {
+                    from: from(),
+                    entry: i,
+                });
+            }
+        };
+        if out.iter().any(|t| t.path == path && t.batch == batch) {
             return Err(ChangedError::MatrixTwice {
                 from: from(),
-                path: path.to_string(),
+                path: match &batch {
+                    Some(b) => format!("{path}` (batch `{b}"),
+                    None => path.to_string(),
+                },
             });
         }
         out.push(TestFile {
             path: path.to_string(),
             gpus,
+            batch,
+            args: e.get("args").cloned(),
+            image: e.get("image").cloned(),
         });
     }
     Ok(out)
@@ -271,23 +332,9 @@ fn batch_name(n: usize, path: &str) -> String {
     format!("changed-{n}-{clean}")
 }
 
-/// `cibox changed run`: each test file of the matrix as a batch made from
-/// `changed.run`, with the file's GPU count and `CIBOX_TEST_FILE` naming it.
-fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
-    let mut m: Manifest = ctx.manifest()?;
-    let Some(cfg) = m.changed.clone() else {
-        return Err(ChangedError::NothingToRun {
-            manifest: m.path.clone(),
-        }
-        .into());
-    };
-    let Some(template) = cfg.run.clone() else {
-        return Err(ChangedError::NoChangedRun {
-            manifest: m.path.clone(),
-        }
-        .into());
-    };
-    let (text, from) = match (&args.matrix_file, &args.matrix_env) {
+/// The matrix's text and where it came from.
+fn read_matrix(args: &ChangedRunArgs) -> Result<(String, String)> {
+    match (&args.matrix_file, &args.matrix_env) {
         (Some(path), _) => {
             use std::io::Read;
             let unreadable = |source| ChangedError::MatrixFile {
@@ -299,38 +346,98 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
             f.take(MAX_MATRIX_BYTES + 1)
                 .read_to_string(&mut text)
                 .map_err(unreadable)?;
-            (text, format!("--matrix-file {}", path.display()))
+            Ok((text, format!("--matrix-file {}", path.display())))
         }
         (None, Some(var)) => {
             let text = std::env::var(var)
                 .map_err(|_| ChangedError::MatrixEnvUnset { var: var.clone() })?;
-            (text, format!("--matrix-env {var}"))
+            Ok((text, format!("--matrix-env {var}")))
         }
-        (None, None) => {
-            return Err(ChangedError::NoMatrix.into());
+        (None, None) => Err(ChangedError::NoMatrix.into()),
+    }
+}
+
+/// Checks a row that names a test list entry's batch against the manifest: the batch
+/// is an entry of this file, with the row's GPUs, arguments and image.
+fn check_entry_row(m: &Manifest, f: &TestFile, batch: &str, from: &str) -> Result<()> {
+    let Some(b) = m
+        .batches
+        .get(batch)
+        .filter(|b| b.family.is_some() && b.tests.first() == Some(&f.path))
+    else {
+        return Err(ChangedError::NotAnEntry {
+            from: from.to_string(),
+            batch: batch.to_string(),
+            path: f.path.clone(),
         }
+        .into());
     };
+    let row = changed::entry_row(batch, b);
+    let disagrees = |what: &'static str, said: String, has: String| ChangedError::RowDisagrees {
+        from: from.to_string(),
+        batch: batch.to_string(),
+        what,
+        row: said,
+        manifest: has,
+    };
+    if f.gpus != b.gpus {
+        return Err(disagrees("num_gpus", f.gpus.to_string(), b.gpus.to_string()).into());
+    }
+    for (what, said) in [("args", &f.args), ("image", &f.image)] {
+        if let Some(said) = said
+            && *said != row[what]
+        {
+            return Err(disagrees(what, said.to_string(), row[what].to_string()).into());
+        }
+    }
+    Ok(())
+}
+
+/// `cibox changed run`: each row of the matrix as a batch: a test list entry's row
+/// (`batch`) runs that entry's batch of the manifest, with its arguments, image and
+/// container; any other test file runs in a batch made from `changed.run`, with the
+/// row's GPU count and `CIBOX_TEST_FILE` naming it.
+fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
+    let mut m: Manifest = ctx.manifest()?;
+    let Some(cfg) = m.changed.clone() else {
+        return Err(ChangedError::NothingToRun {
+            manifest: m.path.clone(),
+        }
+        .into());
+    };
+    let (text, from) = read_matrix(args)?;
     if text.len() as u64 > MAX_MATRIX_BYTES {
         return Err(ChangedError::MatrixTooLarge { from }.into());
     }
     let files = parse_matrix(&text, &from)?;
     // A matrix is data someone else made: run only what `changed` itself would list,
-    // each file once.
-    let mut seen = std::collections::BTreeSet::new();
+    // each row once.
     for f in &files {
-        if !seen.insert(f.path.as_str()) {
-            return Err(ChangedError::MatrixTwice {
-                from,
-                path: f.path.clone(),
+        match &f.batch {
+            Some(batch) => check_entry_row(&m, f, batch, &from)?,
+            None => {
+                let entries: Vec<String> = m
+                    .batches
+                    .iter()
+                    .filter(|(_, b)| b.family.is_some() && b.tests.first() == Some(&f.path))
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                if !entries.is_empty() {
+                    return Err(ChangedError::EntryWithoutBatch {
+                        from,
+                        path: f.path.clone(),
+                        batches: entries,
+                    }
+                    .into());
+                }
+                crate::changed::check_test_file(&cfg, &f.path).map_err(|why| {
+                    ChangedError::NotATestFile {
+                        from: from.clone(),
+                        why,
+                    }
+                })?;
             }
-            .into());
         }
-        crate::changed::check_test_file(&cfg, &f.path).map_err(|why| {
-            ChangedError::NotATestFile {
-                from: from.clone(),
-                why,
-            }
-        })?;
     }
     if files.is_empty() {
         console::info("no changed test file to run");
@@ -342,8 +449,20 @@ fn run_files(ctx: &Context, args: &ChangedRunArgs) -> Result<u8> {
         }
         return Ok(exit::SUCCESS);
     }
-    let mut names = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for (i, f) in files.iter().enumerate() {
+        if let Some(batch) = &f.batch {
+            if !names.contains(batch) {
+                names.push(batch.clone());
+            }
+            continue;
+        }
+        let Some(template) = &cfg.run else {
+            return Err(ChangedError::NoChangedRun {
+                manifest: m.path.clone(),
+            }
+            .into());
+        };
         let name = batch_name(i + 1, &f.path);
         if m.batches.contains_key(&name) {
             return Err(ChangedError::BatchExists { name }.into());
@@ -364,6 +483,9 @@ mod tests {
         let one = TestFile {
             path: "tests/test_a.py".into(),
             gpus: 2,
+            batch: None,
+            args: None,
+            image: None,
         };
         for text in [
             r#"{"include": [{"test_file": "tests/test_a.py", "num_gpus": 2}]}"#,
@@ -382,6 +504,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("listed twice")
+        );
+        // One file, two entries of a test list: two rows.
+        let two = parse_matrix(
+            r#"[{"test_file": "a", "num_gpus": 1, "batch": "x"}, {"test_file": "a", "num_gpus": 1, "batch": "y", "args": null}]"#,
+            "m",
+        )
+        .unwrap();
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[1].args, Some(serde_json::Value::Null));
+        assert!(
+            parse_matrix(
+                r#"[{"test_file": "a", "num_gpus": 1, "batch": "x"}, {"test_file": "a", "num_gpus": 1, "batch": "x"}]"#,
+                "m"
+            )
+            .is_err()
         );
         assert_eq!(
             batch_name(3, "tests/x/test_$(id).py"),

@@ -15,6 +15,11 @@ pub enum CommandError {
     ManPage(#[source] std::io::Error),
     #[error("--retries {0}: give 0 to {max} (how many more times a batch that did not pass runs)", max = crate::manifest::MAX_RETRIES)]
     BadRetries(u32),
+    /// The Buildkite agent's parallel-job variables do not say a part.
+    #[error(
+        "{0}: the Buildkite agent sets both for a step with `parallelism`; or give --partition K/N"
+    )]
+    BuildkiteParallel(String),
 }
 
 impl ErrorKind for CommandError {
@@ -22,7 +27,8 @@ impl ErrorKind for CommandError {
         match self {
             CommandError::BadWait(_)
             | CommandError::CurrentFolder(_)
-            | CommandError::BadRetries(_) => Failure::Usage,
+            | CommandError::BadRetries(_)
+            | CommandError::BuildkiteParallel(_) => Failure::Usage,
             CommandError::ManPage(_) => Failure::Infra,
         }
     }

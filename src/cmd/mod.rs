@@ -70,7 +70,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output)
         }
         Command::Changed(a) => changed::run(&ctx, &a),
-        Command::Workflow(WorkflowCommand::Render { check }) => workflow::render(&ctx, check),
+        Command::Workflow(WorkflowCommand::Render { check, print }) => {
+            workflow::render(&ctx, check, print.as_deref())
+        }
         Command::Workflow(WorkflowCommand::Lint(args)) => {
             workflow::lint(&ctx, &args.paths, args.format)
         }

@@ -14,6 +14,39 @@ use crate::units::Span;
 
 /// Runs batches of a manifest (which `changed run` extends with its own); with `--json`
 /// the run's outcome is printed on stdout.
+/// The part of the run's batches to run: `--partition K/N`, else, in a Buildkite job of
+/// a step with `parallelism: N`, the job's part (`BUILDKITE_PARALLEL_JOB` counts from
+/// 0, K from 1).
+fn partition(opts: &RunOptions) -> Result<Option<PartitionSpec>> {
+    let given = opts
+        .partition
+        .as_deref()
+        .map(str::parse::<PartitionSpec>)
+        .transpose()?;
+    if !crate::buildkite::active() {
+        return Ok(given);
+    }
+    let job = crate::buildkite::parallel_job().map_err(CommandError::BuildkiteParallel)?;
+    match (given, job) {
+        (Some(p), Some((k, n))) if (p.index, p.count) != (k, n) => {
+            console::warn(format!(
+                "--partition {p} given; this Buildkite job is part {k}/{n} of its step (BUILDKITE_PARALLEL_JOB): running part {p}, as asked"
+            ));
+            Ok(Some(p))
+        }
+        (Some(p), _) => Ok(Some(p)),
+        (None, Some((k, n))) => {
+            let p = format!("{k}/{n}").parse::<PartitionSpec>()?;
+            console::info(format!(
+                "running part {p} of the batches: this Buildkite job's of its parallel step (BUILDKITE_PARALLEL_JOB={}, BUILDKITE_PARALLEL_JOB_COUNT={n})",
+                k - 1
+            ));
+            Ok(Some(p))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 pub fn run_manifest(
     ctx: &Context,
     m: Manifest,
@@ -47,11 +80,7 @@ pub fn run_manifest(
             })
             .collect(),
         parallel: opts.parallel,
-        partition: opts
-            .partition
-            .as_deref()
-            .map(str::parse::<PartitionSpec>)
-            .transpose()?,
+        partition: partition(opts)?,
         recorded: Recorded::read(&opts.timings)?,
         retries: opts.retries,
         fail_fast: opts.fail_fast,

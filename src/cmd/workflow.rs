@@ -18,11 +18,20 @@ use crate::workflow::{lint, render};
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowCommandError {
     #[error(
-        "workflows dir {} does not exist (workflows.dir in {}); `cibox init` writes a start",
+        "workflows dir {} does not exist ({key} in {}); `cibox init` writes a start",
         .dir.display(),
         .manifest.display()
     )]
-    NoWorkflowsDir { dir: PathBuf, manifest: PathBuf },
+    NoWorkflowsDir {
+        dir: PathBuf,
+        manifest: PathBuf,
+        key: &'static str,
+    },
+    #[error("--print {wanted}: no template renders it; the outputs are {}", .outputs.join(", "))]
+    NoSuchOutput {
+        wanted: String,
+        outputs: Vec<String>,
+    },
     #[error("no *.yml.j2 template in {}", .dir.display())]
     NoTemplates { dir: PathBuf },
     /// A rendered workflow could not be written.
@@ -66,6 +75,7 @@ impl ErrorKind for WorkflowCommandError {
             WorkflowCommandError::Write { .. } => Failure::Infra,
             WorkflowCommandError::NoWorkflowsDir { .. }
             | WorkflowCommandError::NoTemplates { .. }
+            | WorkflowCommandError::NoSuchOutput { .. }
             | WorkflowCommandError::Folder { .. }
             | WorkflowCommandError::NoSuchTarget { .. }
             | WorkflowCommandError::Output { .. }
@@ -83,40 +93,136 @@ fn output_name(output: &std::path::Path) -> &str {
         .unwrap_or_default()
 }
 
-pub fn render(ctx: &Context, check: bool) -> Result<u8> {
-    let m = ctx.manifest()?;
-    let dir = m.resolve(&m.workflows.dir.to_string_lossy());
-    if !dir.is_dir() {
-        return Err(WorkflowCommandError::NoWorkflowsDir {
+/// One folder of templates: GitHub's workflows or Buildkite's pipelines, held open.
+struct TemplateFolder {
+    /// As the manifest names it, from its folder.
+    rel: PathBuf,
+    dir: PathBuf,
+    folder: Folder,
+    flavor: render::Flavor,
+    templates: Vec<PathBuf>,
+}
+
+/// The template folders of the manifest: `workflows.dir` (GitHub) and, when set,
+/// `workflows.buildkite`. A missing GitHub folder is an error only where there is no
+/// Buildkite one.
+fn template_folders(m: &manifest::Manifest) -> Result<Vec<TemplateFolder>> {
+    let mut wanted = vec![(m.workflows.dir.clone(), render::Flavor::GitHub)];
+    if let Some(bk) = &m.workflows.buildkite {
+        wanted.push((bk.clone(), render::Flavor::Buildkite));
+    }
+    let mut out = Vec::new();
+    for (rel, flavor) in wanted {
+        let dir = m.resolve(&rel.to_string_lossy());
+        if !dir.is_dir() {
+            if flavor == render::Flavor::GitHub && m.workflows.buildkite.is_some() {
+                continue;
+            }
+            return Err(WorkflowCommandError::NoWorkflowsDir {
+                dir,
+                manifest: m.path.clone(),
+                key: match flavor {
+                    render::Flavor::GitHub => "workflows.dir",
+                    render::Flavor::Buildkite => "workflows.buildkite",
+                },
+            }
+            .into());
+        }
+        // Held open from the manifest's folder down, no name a link: a pull request that
+        // commits a link where a workflow is rendered (or a folder on the way) gets it
+        // neither read for `--check` nor written through.
+        let folder = Folder::open(&m.dir)
+            .and_then(|f| f.open_path(&rel))
+            .map_err(|source| WorkflowCommandError::Folder {
+                dir: dir.clone(),
+                source: crate::nofollow::said_of_links(source),
+            })?;
+        let templates = render::templates(&dir)?;
+        out.push(TemplateFolder {
+            rel,
             dir,
-            manifest: m.path.clone(),
+            folder,
+            flavor,
+            templates,
+        });
+    }
+    if out.iter().all(|f| f.templates.is_empty()) {
+        let dirs: Vec<String> = out.iter().map(|f| f.dir.display().to_string()).collect();
+        return Err(WorkflowCommandError::NoTemplates {
+            dir: PathBuf::from(dirs.join(" or ")),
         }
         .into());
     }
-    // Held open from the manifest's folder down, no name a link: a pull request that
-    // commits a link where a workflow is rendered (or a folder on the way) gets it
-    // neither read for `--check` nor written through.
-    let folder = Folder::open(&m.dir)
-        .and_then(|f| f.open_path(&m.workflows.dir))
-        .map_err(|source| WorkflowCommandError::Folder {
-            dir: dir.clone(),
-            source: crate::nofollow::said_of_links(source),
-        })?;
-    let templates = render::templates(&dir)?;
-    if templates.is_empty() {
-        return Err(WorkflowCommandError::NoTemplates { dir }.into());
+    Ok(out)
+}
+
+/// What a rendered output warns about: runner labels that miss a batch's GPU model
+/// (GitHub), a GPU step a fork's build reaches unblocked (Buildkite).
+fn render_warnings(m: &manifest::Manifest, r: &render::Rendered) -> Vec<String> {
+    let name = output_name(&r.output);
+    match r.flavor {
+        render::Flavor::GitHub => crate::workflow::models::label_warnings(m, name, &r.text),
+        render::Flavor::Buildkite => {
+            let shown = r.output.strip_prefix(&m.dir).unwrap_or(&r.output);
+            crate::workflow::buildkite::lint::warnings(m, &shown.to_string_lossy(), &r.text)
+        }
+    }
+}
+
+/// `workflow render --print OUTPUT`: that one output on stdout, nothing written.
+fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -> Result<u8> {
+    let context = render::context(m);
+    let mut names = Vec::new();
+    for f in folders {
+        for t in &f.templates {
+            let out_name = output_name(t).trim_end_matches(".j2").to_string();
+            let rel = f.rel.join(&out_name);
+            if wanted == out_name || Path::new(wanted) == rel {
+                let r = render::render(t, &context, f.flavor)?;
+                for w in render_warnings(m, &r) {
+                    console::warn(w);
+                }
+                use std::io::Write;
+                let mut stdout = std::io::stdout().lock();
+                stdout
+                    .write_all(r.text.as_bytes())
+                    .and_then(|()| stdout.flush())
+                    .map_err(|source| WorkflowCommandError::Write {
+                        path: PathBuf::from("(standard output)"),
+                        source,
+                    })?;
+                return Ok(exit::SUCCESS);
+            }
+            names.push(rel.display().to_string());
+        }
+    }
+    Err(WorkflowCommandError::NoSuchOutput {
+        wanted: crate::util::escape(wanted).into_owned(),
+        outputs: names,
+    }
+    .into())
+}
+
+pub fn render(ctx: &Context, check: bool, print: Option<&str>) -> Result<u8> {
+    let m = ctx.manifest()?;
+    let folders = template_folders(&m)?;
+    if let Some(wanted) = print {
+        return print_one(&m, &folders, wanted);
     }
     let context = render::context(&m);
     // Render everything first: a bad template writes nothing at all.
-    let rendered: Vec<render::Rendered> = templates
-        .iter()
-        .map(|t| render::render(t, &context))
-        .collect::<std::result::Result<_, _>>()?;
+    let mut rendered: Vec<(usize, render::Rendered)> = Vec::new();
+    for (i, f) in folders.iter().enumerate() {
+        for t in &f.templates {
+            rendered.push((i, render::render(t, &context, f.flavor)?));
+        }
+    }
     let mut stale = 0;
     let mut outputs = Vec::new();
-    for r in &rendered {
+    for (i, r) in &rendered {
+        let folder = &folders[*i].folder;
         let name = output_name(&r.output);
-        for w in crate::workflow::models::label_warnings(&m, name, &r.text) {
+        for w in render_warnings(&m, r) {
             console::warn(w);
         }
         // The banner comes on top of what a render may write.
@@ -146,8 +252,10 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
                 &r.text,
             );
             if ctx.json {
-                outputs.push(json!({"template": r.template, "output": r.output,
-                    "state": if current.is_some() { "stale" } else { "missing" }, "diff": diff}));
+                outputs.push(
+                    json!({"template": r.template, "output": r.output, "ci": r.flavor.as_str(),
+                    "state": if current.is_some() { "stale" } else { "missing" }, "diff": diff}),
+                );
                 continue;
             }
             // The template and the file beside it are a pull request's.
@@ -180,7 +288,7 @@ pub fn render(ctx: &Context, check: bool) -> Result<u8> {
             ));
             "written"
         };
-        outputs.push(json!({"template": r.template, "output": r.output, "state": state}));
+        outputs.push(json!({"template": r.template, "output": r.output, "ci": r.flavor.as_str(), "state": state}));
     }
     if ctx.json {
         console::json(&json!({"check": check, "stale": stale, "outputs": outputs}));

@@ -15,6 +15,7 @@ use super::check::Checker;
 use super::container::{ContainerConfig, RawContainer, validate_container};
 use super::error::ManifestError;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image};
+use super::patterns::{Selector, check_prefix, compile_glob};
 use super::schedule::RawRetries;
 use super::types::{Batch, BatchVerdict};
 use super::values::{EnvValue, env_map, ser_display};
@@ -24,6 +25,13 @@ use crate::util::is_env_name;
 pub struct ChangedConfig {
     /// The test files (the unnamed group; may be empty when `groups` say it all).
     pub patterns: Vec<String>,
+    /// The unnamed group's path prefixes (vLLM's `source_file_dependencies`).
+    pub paths: Vec<String>,
+    /// What the unnamed group leaves out, though its patterns match it.
+    pub exclude: Vec<String>,
+    /// The unnamed group's patterns, paths and exclusions, compiled.
+    #[serde(skip)]
+    pub selector: Selector,
     pub gpus_marker: String,
     pub default_gpus: u32,
     /// Named pattern sets, each test files or plain files, each with outputs of its own.
@@ -35,22 +43,70 @@ pub struct ChangedConfig {
 impl ChangedConfig {
     /// Every pattern that names test files: the unnamed group's and the test groups'.
     pub fn test_patterns(&self) -> impl Iterator<Item = &String> {
-        self.patterns.iter().chain(
+        self.patterns.iter().chain(self.paths.iter()).chain(
             self.groups
                 .values()
                 .filter(|g| g.kind == GroupKind::Tests)
-                .flat_map(|g| g.patterns.iter()),
+                .flat_map(|g| g.patterns.iter().chain(g.paths.iter())),
         )
     }
+
+    /// Whether a test file is one some test group takes (the unnamed one with patterns
+    /// or paths, or a group of kind `tests`), its exclusions heeded.
+    pub fn takes_test_file(&self, path: &str) -> bool {
+        let unnamed = !(self.patterns.is_empty() && self.paths.is_empty());
+        (unnamed && self.selector.matches(path))
+            || self
+                .groups
+                .values()
+                .any(|g| g.kind == GroupKind::Tests && g.selector.matches(path))
+    }
+
+    /// Every pattern, path and exclusion with where it is written
+    /// (`changed.groups.docs.exclude`), for the warning about those that match nothing.
+    pub fn written(&self) -> Vec<(String, PatternKind, String)> {
+        let mut out = Vec::new();
+        let mut push = |at: String, patterns: &[String], kind: PatternKind| {
+            out.extend(patterns.iter().map(|p| (at.clone(), kind, p.clone())));
+        };
+        push("changed.patterns".into(), &self.patterns, PatternKind::Glob);
+        push("changed.paths".into(), &self.paths, PatternKind::Prefix);
+        push("changed.exclude".into(), &self.exclude, PatternKind::Glob);
+        for (name, g) in &self.groups {
+            let at = |key: &str| format!("changed.groups.{name}.{key}");
+            push(at("patterns"), &g.patterns, PatternKind::Glob);
+            push(at("paths"), &g.paths, PatternKind::Prefix);
+            push(at("exclude"), &g.exclude, PatternKind::Glob);
+        }
+        out
+    }
+}
+
+/// How a written pattern matches: a glob, or a path prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatternKind {
+    Glob,
+    Prefix,
 }
 
 /// One named set of `changed` patterns.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChangeGroup {
+    /// Globs (`*`, `**`, `?`, `[…]`, `{a,b}`).
+    #[serde(default)]
     pub patterns: Vec<String>,
+    /// Path prefixes: a file, or a folder and everything below it.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Globs of what the group leaves out, though `patterns` or `paths` take it.
+    #[serde(default)]
+    pub exclude: Vec<String>,
     #[serde(default)]
     pub kind: GroupKind,
+    /// The above, compiled when the manifest is read.
+    #[serde(skip)]
+    pub selector: Selector,
 }
 
 impl GroupKind {
@@ -153,6 +209,10 @@ pub(super) struct RawChanged {
     #[serde(default)]
     patterns: Vec<String>,
     #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+    #[serde(default)]
     groups: IndexMap<String, ChangeGroup>,
     #[serde(default = "default_marker")]
     gpus_marker: String,
@@ -221,12 +281,25 @@ pub(super) fn validate_changed(
     top_container: &RawContainer,
     ch: RawChanged,
 ) -> Result<ChangedConfig, ManifestError> {
-    if ch.patterns.is_empty() && ch.groups.is_empty() {
+    if ch.patterns.is_empty() && ch.paths.is_empty() && ch.groups.is_empty() {
         return Err(check.at(
             &["changed", "patterns"],
             "lists no pattern (and `groups` names none)",
         ));
     }
+    let mut ch = ch;
+    check_patterns(check, &["changed"], &ch.patterns, &ch.paths, &ch.exclude)?;
+    for (name, g) in &mut ch.groups {
+        check_patterns(
+            check,
+            &["changed", "groups", name.as_str()],
+            &g.patterns,
+            &g.paths,
+            &g.exclude,
+        )?;
+        g.selector = Selector::new(&g.patterns, &g.paths, &g.exclude);
+    }
+    let selector = Selector::new(&ch.patterns, &ch.paths, &ch.exclude);
     for (name, g) in &ch.groups {
         let at = ["changed", "groups", name.as_str()];
         // A group's outputs are named after it: `NAME_matrix`, or `NAME` and `NAME_files`.
@@ -240,16 +313,16 @@ pub(super) fn validate_changed(
                 format!("`{name}` cannot name a change group: its outputs are named after it, so use letters, digits, `_` and `-`, starting with a letter, and not `matrix` or `has_tests`"),
             ));
         }
-        if g.patterns.is_empty() {
+        if g.patterns.is_empty() && g.paths.is_empty() {
             return Err(check.at(
                 &["changed", "groups", name.as_str(), "patterns"],
-                "lists no pattern",
+                "lists no pattern (and `paths` names none)",
             ));
         }
     }
     // Each step output is one group's: GitHub keeps one value of a name written twice.
     let mut outputs: HashMap<String, Option<&str>> = HashMap::new();
-    if !ch.patterns.is_empty() {
+    if !(ch.patterns.is_empty() && ch.paths.is_empty()) {
         for o in GroupKind::Tests.outputs(None) {
             outputs.insert(o, None);
         }
@@ -286,11 +359,40 @@ pub(super) fn validate_changed(
     };
     Ok(ChangedConfig {
         patterns: ch.patterns,
+        paths: ch.paths,
+        exclude: ch.exclude,
+        selector,
         gpus_marker: ch.gpus_marker,
         default_gpus: ch.default_gpus,
         groups: ch.groups,
         run,
     })
+}
+
+/// Checks a group's `patterns` and `exclude` (globs) and `paths` (path prefixes),
+/// naming the first that cannot be one by its position (`changed.groups.g.exclude.1`).
+fn check_patterns(
+    check: &Checker<'_>,
+    at: &[&str],
+    patterns: &[String],
+    paths: &[String],
+    exclude: &[String],
+) -> Result<(), ManifestError> {
+    let place = |key: &str, i: usize| -> Vec<String> {
+        let mut p: Vec<String> = at.iter().map(|s| s.to_string()).collect();
+        p.push(key.to_string());
+        p.push(i.to_string());
+        p
+    };
+    for (key, globs) in [("patterns", patterns), ("exclude", exclude)] {
+        for (i, g) in globs.iter().enumerate() {
+            compile_glob(g).map_err(|why| check.at(&place(key, i), why))?;
+        }
+    }
+    for (i, p) in paths.iter().enumerate() {
+        check_prefix(p).map_err(|why| check.at(&place("paths", i), why))?;
+    }
+    Ok(())
 }
 
 /// Reads `changed.run`.

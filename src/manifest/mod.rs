@@ -16,8 +16,8 @@
 //! - `validate.rs`: the top level, batches and layers, and the order of the checks;
 //! - one file per section, its types, raw form and checks: `images.rs`, `container.rs`
 //!   (with `mounts.rs`, the mount policy), `gpu.rs` (with the `CIBOX_GPU_*`
-//!   overrides), `changed.rs`, `schedule.rs` (a batch's expected time, retries and
-//!   soft failure);
+//!   overrides), `changed.rs` (with `patterns.rs`: globs and path prefixes),
+//!   `schedule.rs` (a batch's expected time, retries and soft failure);
 //! - `types.rs`: batches, layers, `source:` and `workflows:` as read;
 //! - `values.rs`: environment values, names, `meta`, serialising helpers.
 
@@ -40,6 +40,7 @@ mod error;
 mod gpu;
 mod images;
 mod mounts;
+mod patterns;
 mod raw;
 mod schedule;
 mod tree;
@@ -47,7 +48,7 @@ mod types;
 mod validate;
 mod values;
 
-pub use changed::{ChangedConfig, GroupKind};
+pub use changed::{ChangedConfig, GroupKind, PatternKind};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
@@ -57,6 +58,7 @@ pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_gpu_uuid};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
+pub use patterns::{Selector, compile_glob, under_prefix};
 pub use schedule::MAX_RETRIES;
 pub use types::{Batch, BatchVerdict, Retries, RetryOn};
 pub use values::is_batch_name;

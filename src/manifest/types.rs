@@ -141,6 +141,9 @@ pub struct Layer {
 pub struct WorkflowsConfig {
     #[serde(default = "default_workflows_dir")]
     pub dir: PathBuf,
+    /// Where Buildkite pipeline templates are (`*.yml.j2`), when the project has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buildkite: Option<PathBuf>,
 }
 
 fn default_workflows_dir() -> PathBuf {
@@ -151,6 +154,7 @@ impl Default for WorkflowsConfig {
     fn default() -> Self {
         WorkflowsConfig {
             dir: default_workflows_dir(),
+            buildkite: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::plan::container::mounts::{self, EngineFacts, RunFolders};
 use crate::plan::run_plan::SourceInfo;
 use crate::plan::{self, HostFacts, RunPlan, RunRequest};
 use crate::report::outcome::RunResult;
+use crate::report::reporter::buildkite::Buildkite;
 use crate::report::reporter::files::Files;
 use crate::report::reporter::github::GitHub;
 use crate::report::reporter::pump::Pump;
@@ -147,8 +148,11 @@ fn standard_reporters(json: bool) -> Result<Fanout> {
     // Files first: a batch's status is printed once its result.json is written.
     let mut reporters = Fanout::new().with(Files::new()).with(terminal);
     if crate::github::active() {
-        let github = GitHub::new(out).map_err(RunError::NoStopToken)?;
+        let github = GitHub::new(out.clone()).map_err(RunError::NoStopToken)?;
         reporters = reporters.with(github);
+    }
+    if crate::buildkite::active() {
+        reporters = reporters.with(Buildkite::new(out));
     }
     Ok(reporters)
 }

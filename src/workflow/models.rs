@@ -8,7 +8,6 @@
 
 use serde_json::Value;
 
-use super::render::model_label;
 use crate::manifest::Manifest;
 
 /// The warnings for workflow `file` (its rendered `text`), one line each.
@@ -50,12 +49,7 @@ pub fn label_warnings(m: &Manifest, file: &str, text: &str) -> Vec<String> {
             let Some(glob) = b.gpu_model.as_deref().filter(|_| b.gpus > 0) else {
                 continue;
             };
-            let label = model_label(glob);
-            let key = label
-                .split('-')
-                .find(|w| w.bytes().any(|b| b.is_ascii_digit()))
-                .unwrap_or(&label)
-                .to_string();
+            let key = model_key(glob);
             if key.is_empty() || lower.iter().any(|l| l.contains(&key)) {
                 continue;
             }
@@ -69,9 +63,35 @@ pub fn label_warnings(m: &Manifest, file: &str, text: &str) -> Vec<String> {
     out
 }
 
+/// A model glob as a runner label: its wildcards dropped, lower case, each run of
+/// anything but letters, digits, `.` and `_` one `-` (`*H100*` → `h100`, `NVIDIA A100*`
+/// → `nvidia-a100`).
+pub fn model_label(glob: &str) -> String {
+    let mut out = String::new();
+    for c in glob.chars().filter(|c| !matches!(c, '*' | '?')) {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_') {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').to_string()
+}
+
+/// The key a runner label (or a Buildkite queue) must hold for a GPU model glob: the
+/// first word with a digit of its label (`h100` of `*H100*`), else the whole label.
+pub fn model_key(glob: &str) -> String {
+    let label = model_label(glob);
+    label
+        .split('-')
+        .find(|w| w.bytes().any(|b| b.is_ascii_digit()))
+        .unwrap_or(&label)
+        .to_string()
+}
+
 /// The manifest's batches a script runs by name: the words after `cibox batch run`
 /// (up to an option or a shell operator) and the batches of a `cibox layer run`'s layer.
-fn batches_run<'m>(m: &'m Manifest, script: &str) -> Vec<&'m str> {
+pub fn batches_run<'m>(m: &'m Manifest, script: &str) -> Vec<&'m str> {
     let words: Vec<&str> = script.split_whitespace().collect();
     let mut out = Vec::new();
     for (i, w) in words.iter().enumerate() {

@@ -15,6 +15,7 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value as TemplateValue};
 use serde_json::{Value, json};
 
+use super::models::model_label;
 use crate::manifest::Manifest;
 
 /// One rendered template.
@@ -22,26 +23,29 @@ pub struct Rendered {
     pub template: PathBuf,
     pub output: PathBuf,
     pub text: String,
+    pub flavor: Flavor,
+}
+
+/// What a template renders: a GitHub Actions workflow (checked by `workflow lint`) or
+/// a Buildkite pipeline (checked against Buildkite's schema).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    GitHub,
+    Buildkite,
+}
+
+impl Flavor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavor::GitHub => "github",
+            Flavor::Buildkite => "buildkite",
+        }
+    }
 }
 
 /// The model a batch's GPUs must be, when it has GPUs and names one.
 fn gpu_model(b: &crate::manifest::Batch) -> Option<&str> {
     b.gpu_model.as_deref().filter(|_| b.gpus > 0)
-}
-
-/// A model glob as a runner label: its wildcards dropped, lower case, each run of
-/// anything but letters, digits, `.` and `_` one `-` (`*H100*` → `h100`, `NVIDIA A100*`
-/// → `nvidia-a100`).
-pub fn model_label(glob: &str) -> String {
-    let mut out = String::new();
-    for c in glob.chars().filter(|c| !matches!(c, '*' | '?')) {
-        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_') {
-            out.push(c.to_ascii_lowercase());
-        } else if !out.is_empty() && !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    out.trim_end_matches('-').to_string()
 }
 
 /// The template context: the manifest, with layers resolved to batch lists. Each
@@ -239,6 +243,17 @@ pub enum RenderError {
     )]
     NotYaml {
         template: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error(
+        "{}: the rendered pipeline fails Buildkite's pipeline schema at {at} (line {line} of the output): {message}; nothing written",
+        .template.display()
+    )]
+    FailsSchema {
+        template: PathBuf,
+        /// Where in the pipeline: `steps.2.key`.
+        at: String,
         line: usize,
         message: String,
     },
@@ -458,7 +473,11 @@ fn read_template(template: &Path) -> Result<String, RenderError> {
 /// Renders one template with the banner; checks the result is YAML. The render runs
 /// on a budget ([`FUEL`]) and its output is bounded ([`MAX_OUTPUT_BYTES`]): a template
 /// is a pull request's, and a loop of its own must not run or grow without end.
-pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderError> {
+pub fn render(
+    template: &Path,
+    ctx: &TemplateValue,
+    flavor: Flavor,
+) -> Result<Rendered, RenderError> {
     let name = template
         .file_name()
         .and_then(|n| n.to_str())
@@ -506,12 +525,31 @@ pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderEr
         env!("CARGO_PKG_VERSION")
     );
     let text = banner + &body;
-    crate::yaml::parse(&text).map_err(|e| RenderError::NotYaml {
+    let tree = crate::yaml::parse(&text).map_err(|e| RenderError::NotYaml {
         template: template.to_path_buf(),
         line: e.mark.line,
         message: e.message,
     })?;
     let output = template.with_file_name(name.trim_end_matches(".j2"));
+    if flavor == Flavor::Buildkite {
+        // What `buildkite-agent pipeline upload` would take: Buildkite's own schema.
+        let json = tree.as_ref().map(|t| t.to_json()).unwrap_or(Value::Null);
+        if let Err(e) = super::buildkite::schema::check(&json) {
+            let line = tree.as_ref().map_or(1, |t| t.locate(&e.path).mark.line);
+            return Err(RenderError::FailsSchema {
+                template: template.to_path_buf(),
+                at: e.at(),
+                line,
+                message: e.message,
+            });
+        }
+        return Ok(Rendered {
+            template: template.to_path_buf(),
+            output,
+            text,
+            flavor,
+        });
+    }
     // What we write must be a workflow our own lint accepts: a value can change what a
     // condition means or what a script runs.
     let out_name = name.trim_end_matches(".j2");
@@ -530,6 +568,7 @@ pub fn render(template: &Path, ctx: &TemplateValue) -> Result<Rendered, RenderEr
         template: template.to_path_buf(),
         output,
         text,
+        flavor,
     })
 }
 
@@ -575,8 +614,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bomb.yml.j2");
         std::fs::write(&path, source).unwrap();
-        render(&path, &TemplateValue::from(minijinja::value::Serde(&ctx)))
-            .map_err(|e| e.to_string())
+        render(
+            &path,
+            &TemplateValue::from(minijinja::value::Serde(&ctx)),
+            Flavor::GitHub,
+        )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -658,7 +701,7 @@ mod tests {
             "on: push\njobs:\n  gpu:\n    runs-on: ubuntu-latest\n    timeout-minutes: 120\n    strategy:\n      matrix:\n        include:\n<% for p in layers.gpu.batch_list | partitions(3) %>\n          - {part: << p.arg | yaml >>, batches: << p.batches | yaml >>, minutes: << (p.serial_seconds / 60) | round | int >>}\n<% endfor %>\n    steps:\n      - run: cibox layer run gpu --partition ${{ matrix.part }} # << layers.gpu.fail_fast >>\n",
         )
         .unwrap();
-        let out = render(&path, &ctx).unwrap().text;
+        let out = render(&path, &ctx, Flavor::GitHub).unwrap().text;
         // Work: a 4800, c 2400, b 1800, d (the mean, 20m) 1200 GPU-seconds.
         assert!(
             out.contains(r#"- {part: "1/3", batches: ["a"], minutes: 10}"#),
@@ -674,10 +717,16 @@ mod tests {
         );
         assert!(out.contains("# True"), "{out}");
         std::fs::write(&path, "on: push\n<< batches | partitions(0) >>\n").unwrap();
-        let e = render(&path, &ctx).err().unwrap().to_string();
+        let e = render(&path, &ctx, Flavor::GitHub)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("give 1 to 256 parts"), "{e}");
         std::fs::write(&path, "on: push\n<< [1, 2] | partitions(2) >>\n").unwrap();
-        let e = render(&path, &ctx).err().unwrap().to_string();
+        let e = render(&path, &ctx, Flavor::GitHub)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("a layer's `batch_list`"), "{e}");
     }
 

@@ -6,6 +6,7 @@
 mod common;
 
 mod batch;
+mod buildkite;
 mod caches;
 mod ci;
 mod cli;
@@ -25,4 +26,5 @@ mod probe;
 mod python;
 mod readme;
 mod runner_container;
+mod selection;
 mod slurm;

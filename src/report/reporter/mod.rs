@@ -1,8 +1,10 @@
 //! Reporters render the runner's [`Event`]s: the terminal (output with batch prefixes,
 //! wait lines, verdict lines), GitHub Actions (log groups, annotations, step outputs,
-//! step summary) and the reports folder (`log.txt`, `result.json`, `summary.md`,
+//! step summary), the Buildkite agent (log headings, the build's annotation) and the
+//! reports folder (`log.txt`, `result.json`, `summary.md`,
 //! merged `junit.xml`). The runner knows none of them; a front end picks its set.
 
+pub mod buildkite;
 pub mod files;
 pub mod github;
 mod hardware;

@@ -383,3 +383,44 @@ fn changed_test_files_run_in_containers_with_their_gpu_counts() {
     .fails_with(2, "--matrix-env NO_SUCH_VAR: the variable is not set");
     assert!(p.containers().is_empty());
 }
+
+#[test]
+fn a_test_lists_rows_from_changed_run_each_entry_with_its_own_arguments() {
+    // slime's test_qwen3_4B_ckpt.py: one file, entries with their own arguments. What
+    // `changed` prints goes to `changed run` as it is, and each entry runs its batch.
+    let step = format!("echo \"ran $CIBOX_TEST_FILE with $CIBOX_TEST_ARGS\" && {JUNIT_OK}");
+    let family = format!(
+        "  ckpt:\n    gpus: 0\n    timeout: 1m\n    run: [{}]\n    each:\n      - {{file: tests/test_ckpt.py, args: --save}}\n      - {{file: tests/test_ckpt.py, name: ckpt-load, args: --load}}\n",
+        serde_json::to_string(&step).unwrap()
+    );
+    let p = busybox_project(&family, "changed:\n  patterns: [\"tests/test_*.py\"]\n");
+    let d = p.project.path();
+    std::fs::remove_dir(d.join(".git")).unwrap();
+    p.project.write("tests/test_ckpt.py", "NUM_GPUS = 0\n");
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "base"]);
+    let base = git(d, &["rev-parse", "HEAD"]);
+    p.project
+        .write("tests/test_ckpt.py", "NUM_GPUS = 0\n# changed\n");
+    git(d, &["commit", "-qam", "change"]);
+    let r = run(cibox(d).args(["changed", "--base", &base]));
+    r.ok();
+    let matrix = r.stdout.trim().to_string();
+    let r = run(p
+        .batch_cmd(&["changed", "run", "--matrix-env", "CIBOX_MATRIX"])
+        .env("CIBOX_MATRIX", &matrix));
+    r.ok();
+    assert!(
+        r.stdout.contains("ran tests/test_ckpt.py with --save"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("ran tests/test_ckpt.py with --load"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(p.result("ckpt-test_ckpt")["status"], "passed");
+    assert_eq!(p.result("ckpt-load")["env"]["CIBOX_TEST_ARGS"], "--load");
+}

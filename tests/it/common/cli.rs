@@ -80,9 +80,13 @@ pub fn cibox(dir: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.current_dir(dir);
     for (k, _) in std::env::vars() {
-        // Nor the workflow's own GitHub Actions context, when the tests run in one: a
+        // Nor the workflow's own GitHub Actions (or Buildkite) context, when the tests run in one: a
         // test that wants it sets it.
-        if k.starts_with("CIBOX_") || k == "DOCKER_HOST" || k.starts_with("GITHUB_") {
+        if k.starts_with("CIBOX_")
+            || k == "DOCKER_HOST"
+            || k.starts_with("GITHUB_")
+            || k.starts_with("BUILDKITE")
+        {
             c.env_remove(k);
         }
     }

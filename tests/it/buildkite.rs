@@ -1,0 +1,469 @@
+//! Buildkite: pipelines rendered from `workflows.buildkite` and judged by Buildkite's own
+//! schema (its valid and invalid example pipelines, vendored under
+//! `tests/fixtures/buildkite-pipeline-schema/`), a vLLM-shaped pipeline (block steps,
+//! soft_fail, parallelism, a queue per GPU model), `render --print` for `buildkite-agent
+//! pipeline upload`, the fork lint, and a run under the agent (a `buildkite-agent`
+//! double on PATH records what it is asked).
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+const MANIFEST: &str = r#"version: 1
+project: bk
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 30m, run: ["pytest $CIBOX_TEST_FILE"]}
+batches:
+  cpu: {gpus: 0, meta: {queue: cpu_queue}}
+  dist: {gpus: 2, gpu_model: "*H100*", meta: {queue: gpu_h100_queue, parallelism: 2}}
+  lora: {gpus: 1, gpu_model: "*H100*", timeout: 45m, meta: {queue: gpu_h100_queue, soft_fail: true}}
+layers:
+  pr: {batches: all}
+workflows:
+  buildkite: .buildkite
+"#;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/buildkite-pipeline-schema")
+}
+
+/// The example pipelines in one folder of the fixtures, by name.
+fn examples(kind: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = std::fs::read_dir(fixtures().join(kind))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn project() -> Project {
+    let p = Project::new(MANIFEST);
+    std::fs::create_dir_all(p.path().join(".buildkite")).unwrap();
+    p
+}
+
+#[test]
+fn buildkites_own_valid_examples_render_and_its_invalid_ones_are_refused() {
+    let valid = examples("valid");
+    assert!(valid.len() >= 14, "{valid:?}");
+    let p = project();
+    for (name, text) in &valid {
+        // As they are: `<<` (a YAML merge key in one of them) is no template's.
+        p.write(
+            &format!(".buildkite/{name}.j2"),
+            format!("<% raw %>{text}<% endraw %>"),
+        );
+    }
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    for (name, _) in &valid {
+        assert!(
+            p.path().join(".buildkite").join(name).is_file(),
+            "{name} not written: {}",
+            r.stderr
+        );
+    }
+    p.cibox(&["workflow", "render", "--check"]).ok();
+    let invalid = examples("invalid");
+    assert_eq!(invalid.len(), 2);
+    for (name, text) in &invalid {
+        let p = project();
+        p.write(".buildkite/fine.yml.j2", "steps:\n  - command: echo fine\n");
+        p.write(&format!(".buildkite/{name}.j2"), text);
+        let r = p.cibox(&["workflow", "render"]);
+        r.fails_with(
+            2,
+            &format!("{name}.j2: the rendered pipeline fails Buildkite's pipeline schema at steps.0.key (line 5 of the output)"),
+        );
+        // One line, and nothing written, the good pipeline neither.
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert!(!p.path().join(".buildkite/fine.yml").exists());
+        assert!(!p.path().join(".buildkite").join(name).exists());
+    }
+}
+
+/// vLLM's shape, as `vllm-project/ci-infra`'s `buildkite_step.py` writes it: a group
+/// per area, a block step per GPU step that the step depends on, a queue per device,
+/// `soft_fail` on test failures only, `parallelism` for sharded steps.
+const VLLM_SHAPED: &str = r#"steps:
+  - label: ":docker: build image"
+    key: image-build
+    command: cibox image build
+    agents: {queue: cpu_queue}
+  - group: "<< project >> GPU tests"
+    key: gpu-tests
+    steps:
+<% for b in layers.pr.batch_list if b.gpus > 0 %>
+      - block: "Run << b.name >>"
+        key: block-<< b.name >>
+        depends_on: image-build
+      - label: "<< b.name >> (<< b.gpus >> GPUs)"
+        key: << b.name >>
+        depends_on: [image-build, block-<< b.name >>]
+        agents: {queue: << b.meta.queue | yaml >>}
+        command: cibox batch run << b.name | shell >> --wait 10m
+        timeout_in_minutes: << b.timeout_minutes >>
+        artifact_paths: "cibox-reports/**/*"
+<% if b.meta.parallelism is defined %>
+        parallelism: << b.meta.parallelism >>
+<% endif %>
+<% if b.meta.soft_fail is defined %>
+        soft_fail: [{exit_status: 1}]
+<% endif %>
+<% endfor %>
+  - label: cpu
+    key: cpu
+    depends_on: image-build
+    agents: {queue: cpu_queue}
+    command: cibox batch run cpu
+"#;
+
+#[test]
+fn a_vllm_shaped_pipeline_renders_with_blocks_soft_fail_parallelism_and_queues() {
+    let p = project();
+    p.write(".buildkite/pipeline.yml.j2", VLLM_SHAPED);
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    assert!(!r.stderr.contains("warning"), "{}", r.stderr);
+    let text = std::fs::read_to_string(p.path().join(".buildkite/pipeline.yml")).unwrap();
+    assert!(text.starts_with("# Generated by cibox"), "{text}");
+    for want in [
+        "      - block: \"Run dist\"",
+        "        key: block-dist",
+        "        depends_on: [image-build, block-lora]",
+        "        agents: {queue: \"gpu_h100_queue\"}",
+        "        parallelism: 2",
+        "        soft_fail: [{exit_status: 1}]",
+        "        timeout_in_minutes: 45",
+        "        command: cibox batch run lora --wait 10m",
+    ] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    // Up to date; and one pipeline on stdout for `buildkite-agent pipeline upload`,
+    // byte for byte what is written, by file name or by path.
+    p.cibox(&["workflow", "render", "--check"]).ok();
+    let printed = p.cibox(&["workflow", "render", "--print", "pipeline.yml"]);
+    printed.ok();
+    assert_eq!(printed.stdout, text);
+    let printed = p.cibox(&["workflow", "render", "--print", ".buildkite/pipeline.yml"]);
+    assert_eq!(printed.stdout, text);
+    p.cibox(&["workflow", "render", "--print", "nope.yml"])
+        .fails_with(
+            2,
+            "--print nope.yml: no template renders it; the outputs are .buildkite/pipeline.yml",
+        );
+    // `--json` says which CI each output is for.
+    let r = p.cibox(&["--json", "workflow", "render", "--check"]);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(v["outputs"][0]["ci"], "buildkite", "{v}");
+
+    // Without the block steps, a fork's pull request would reach the GPU queue: a
+    // warning per step, naming it and its line; the render still writes.
+    let unblocked = VLLM_SHAPED
+        .replace(
+            "      - block: \"Run << b.name >>\"\n        key: block-<< b.name >>\n        depends_on: image-build\n",
+            "",
+        )
+        .replace("[image-build, block-<< b.name >>]", "[image-build]");
+    p.write(".buildkite/pipeline.yml.j2", &unblocked);
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    let warnings: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("[fork-gpu-unblocked]"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{}", r.stderr);
+    assert!(
+        warnings[0].contains(".buildkite/pipeline.yml:10: step bk GPU tests › dist (2 GPUs): runs on the GPU queue `gpu_h100_queue`, and a build of a fork's pull request reaches it with no block step"),
+        "{}",
+        r.stderr
+    );
+    // Guarded by its own `if:`, it is fine again.
+    p.write(
+        ".buildkite/pipeline.yml.j2",
+        unblocked.replace(
+            "        agents: {queue:",
+            "        if: build.pull_request.repository.fork == false\n        agents: {queue:",
+        ),
+    );
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    assert!(!r.stderr.contains("fork-gpu-unblocked"), "{}", r.stderr);
+
+    // A value that breaks the schema names where, and writes nothing.
+    p.write(
+        ".buildkite/pipeline.yml.j2",
+        VLLM_SHAPED.replace("key: << b.name >>\n", "key: \"<< b.name >> x\"\n"),
+    );
+    std::fs::remove_file(p.path().join(".buildkite/pipeline.yml")).unwrap();
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "pipeline.yml.j2: the rendered pipeline fails Buildkite's pipeline schema at steps.1.steps.1.key (line 14 of the output): \"dist x\" does not match",
+    );
+    assert!(!p.path().join(".buildkite/pipeline.yml").exists());
+}
+
+#[test]
+fn github_and_buildkite_templates_render_side_by_side() {
+    let p = Project::new(&MANIFEST.replace("workflows:\n", "workflows:\n  dir: wf\n"));
+    p.write(
+        "wf/ci.yml.j2",
+        "on: push\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo << project >>\n",
+    );
+    p.write(
+        ".buildkite/pipeline.yml.j2",
+        "steps:\n  - command: echo << project >>\n",
+    );
+    p.cibox(&["workflow", "render"]).ok();
+    assert!(p.path().join("wf/ci.yml").is_file());
+    assert!(p.path().join(".buildkite/pipeline.yml").is_file());
+    // A GitHub template that is a Buildkite pipeline fails GitHub's lint, and the other
+    // way round Buildkite's schema: each folder is judged by its own CI.
+    p.write("wf/bk.yml.j2", "steps:\n  - command: x\n");
+    p.cibox(&["workflow", "render"])
+        .fails_with(2, "bk.yml.j2: the rendered output fails `workflow lint`");
+    std::fs::remove_file(p.path().join("wf/bk.yml.j2")).unwrap();
+    p.write(".buildkite/gh.yml.j2", "on: push\njobs: {}\n");
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "gh.yml.j2: the rendered pipeline fails Buildkite's pipeline schema at (top level)",
+    );
+}
+
+/// A `buildkite-agent` that records each call's arguments and standard input in `log`,
+/// and exits with `code`.
+fn agent_double(dir: &Path, code: i32) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("agent.log");
+    let script = format!(
+        "#!/bin/sh\necho \"ARGS: $*\" >> {log}\ncat >> {log}\necho END >> {log}\nexit {code}\n",
+        log = log.display()
+    );
+    let path = bin.join("buildkite-agent");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+fn path_with(bin: &Path) -> String {
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())
+}
+
+#[test]
+fn under_the_agent_a_run_heads_its_batches_and_annotates_the_build() {
+    let p = busybox_project(
+        &format!(
+            "  unit:\n    gpus: 0\n    timeout: 1m\n    run: [{:?}]\n  broken:\n    gpus: 0\n    timeout: 1m\n    run: [\"echo 'no <b>report</b>'; exit 3\"]\n",
+            JUNIT_OK
+        ),
+        "",
+    );
+    let agent = tempfile::tempdir().unwrap();
+    let bin = agent_double(agent.path(), 0);
+    let r = run(p
+        .batch_cmd(&["batch", "run", "unit"])
+        .env("BUILDKITE", "true")
+        .env("PATH", path_with(&bin)));
+    r.ok();
+    assert!(r.stdout.contains("--- batch unit\n"), "{}", r.stdout);
+    let log = std::fs::read_to_string(agent.path().join("agent.log")).unwrap();
+    let args = log.lines().next().unwrap();
+    assert!(args.starts_with("ARGS: annotate --context cibox-"), "{log}");
+    assert!(args.ends_with("--style success"), "{log}");
+    assert!(log.contains("| unit | passed |"), "{log}");
+    assert!(
+        log.contains("[log.txt](artifact://reports/unit/log.txt)"),
+        "the reports' paths as the job's artifacts: {log}"
+    );
+
+    // A batch that fails: its heading opened, the annotation an error, the exit code
+    // cibox's own (what `soft_fail: [{exit_status: 1}]` tells from an infrastructure
+    // failure).
+    std::fs::remove_file(agent.path().join("agent.log")).unwrap();
+    let r = run(p
+        .batch_cmd(&["batch", "run", "broken"])
+        .env("BUILDKITE", "true")
+        .env("PATH", path_with(&bin)));
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("--- batch broken\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("\n^^^ +++\n"), "{}", r.stdout);
+    let log = std::fs::read_to_string(agent.path().join("agent.log")).unwrap();
+    assert!(
+        log.lines().next().unwrap().ends_with("--style error"),
+        "{log}"
+    );
+    assert!(log.contains("### broken (failed)"), "{log}");
+
+    // An agent that fails, or none on PATH: said, and the run's outcome is the same.
+    let failing = tempfile::tempdir().unwrap();
+    let bin = agent_double(failing.path(), 7);
+    let r = run(p
+        .batch_cmd(&["batch", "run", "unit"])
+        .env("BUILDKITE", "true")
+        .env("PATH", path_with(&bin)));
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("`buildkite-agent annotate` failed (exit status: 7)"),
+        "{}",
+        r.stderr
+    );
+    let r = run(p
+        .batch_cmd(&["batch", "run", "unit"])
+        .env("BUILDKITE", "true")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin"));
+    r.ok();
+    assert!(
+        r.stderr.contains("`buildkite-agent` is not on PATH"),
+        "{}",
+        r.stderr
+    );
+    // Outside Buildkite, none of it.
+    let r = p.run(&["batch", "run", "unit"]);
+    r.ok();
+    assert!(!r.stdout.contains("--- batch"), "{}", r.stdout);
+}
+
+/// The ```yaml block of the README that starts with `# FILE`.
+fn readme_block(readme: &str, file: &str) -> String {
+    let start = readme
+        .find(&format!("```yaml\n  # {file}\n"))
+        .unwrap_or_else(|| panic!("no README block for {file}"));
+    let block = &readme[start + "```yaml\n".len()..];
+    let block = &block[..block.find("\n  ```").unwrap()];
+    block
+        .lines()
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[test]
+fn the_readmes_github_and_buildkite_setups_render_side_by_side() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let p = Project::new(
+        "version: 1\nproject: rm\nimage: {locks: [cibox.yaml]}\ndefaults: {timeout: 30m, run: [x]}\nbatches:\n  dist: {gpus: 2, gpu_model: \"*H100*\"}\n  any: {gpus: 1}\nlayers:\n  gpu: {batches: all}\nworkflows:\n  dir: .github/workflows\n  buildkite: .buildkite\n",
+    );
+    p.write(
+        ".github/workflows/gpu.yml.j2",
+        readme_block(&readme, ".github/workflows/gpu.yml.j2"),
+    );
+    p.write(
+        ".buildkite/pipeline.yml.j2",
+        readme_block(&readme, ".buildkite/pipeline.yml.j2"),
+    );
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    assert!(!r.stderr.contains("warning"), "{}", r.stderr);
+    let bk = p.cibox(&["workflow", "render", "--print", "pipeline.yml"]);
+    assert!(
+        bk.stdout.contains("agents: {queue: \"gpu-h100\"}"),
+        "{}",
+        bk.stdout
+    );
+    assert!(
+        bk.stdout.contains("agents: {queue: \"gpu-any\"}"),
+        "{}",
+        bk.stdout
+    );
+    let gh = std::fs::read_to_string(p.path().join(".github/workflows/gpu.yml")).unwrap();
+    assert!(gh.contains("runs-on: [self-hosted, h100]"), "{gh}");
+    p.cibox(&["workflow", "lint"]).ok();
+}
+
+#[test]
+fn a_parallel_steps_jobs_each_run_their_part_and_a_soft_failure_warns() {
+    let step = |name: &str| {
+        format!(
+            "  {name}:\n    gpus: 0\n    timeout: 1m\n    est_time: 1m\n    run: [{:?}]\n",
+            JUNIT_OK
+        )
+    };
+    let p = busybox_project(
+        &format!(
+            "{}{}{}  soft:\n    gpus: 0\n    timeout: 1m\n    est_time: 30s\n    soft_fail: true\n    run: [\"exit 1\"]\n",
+            step("a"),
+            step("b"),
+            step("c")
+        ),
+        "layers:\n  all: {batches: all}\n",
+    );
+    let agent = tempfile::tempdir().unwrap();
+    let bin = agent_double(agent.path(), 0);
+    // Job 0 and job 1 of a step with `parallelism: 2`: parts 1/2 and 2/2, together
+    // every batch once.
+    let mut ran: Vec<String> = Vec::new();
+    for job in ["0", "1"] {
+        let r = run(p
+            .batch_cmd(&["--json", "layer", "run", "all"])
+            .env("BUILDKITE", "true")
+            .env("BUILDKITE_PARALLEL_JOB", job)
+            .env("BUILDKITE_PARALLEL_JOB_COUNT", "2")
+            .env("PATH", path_with(&bin)));
+        assert!(
+            r.stderr.contains(&format!(
+                "running part {}/2 of the batches: this Buildkite job's of its parallel step",
+                job.parse::<u32>().unwrap() + 1
+            )),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(r.code, 0, "a soft failure fails nothing: {}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        let names: Vec<String> = v["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["batch"].as_str().unwrap().to_string())
+            .collect();
+        assert!(!names.is_empty(), "part {job} ran nothing: {v}");
+        ran.extend(names);
+    }
+    ran.sort();
+    assert_eq!(ran, ["a", "b", "c", "soft"]);
+    // The part that held the soft failure annotated the build as a warning.
+    let log = std::fs::read_to_string(agent.path().join("agent.log")).unwrap();
+    let styles: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("ARGS: annotate"))
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(styles.len(), 2, "{log}");
+    assert!(styles.contains(&"warning"), "{log}");
+    assert!(styles.contains(&"success"), "{log}");
+    // --partition wins, said; variables that say no part are refused.
+    let r = run(p
+        .batch_cmd(&["layer", "run", "all", "--partition", "2/2"])
+        .env("BUILDKITE", "true")
+        .env("BUILDKITE_PARALLEL_JOB", "0")
+        .env("BUILDKITE_PARALLEL_JOB_COUNT", "2")
+        .env("PATH", path_with(&bin)));
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("--partition 2/2 given; this Buildkite job is part 1/2"),
+        "{}",
+        r.stderr
+    );
+    run(p
+        .batch_cmd(&["layer", "run", "all"])
+        .env("BUILDKITE", "true")
+        .env("BUILDKITE_PARALLEL_JOB", "2")
+        .env("BUILDKITE_PARALLEL_JOB_COUNT", "2"))
+    .fails_with(
+        2,
+        "BUILDKITE_PARALLEL_JOB=2 is not below BUILDKITE_PARALLEL_JOB_COUNT=2",
+    );
+}
