@@ -146,7 +146,9 @@ fn a_multi_stage_recipe_with_a_cache_mount_builds_its_target_from_above_to_one_i
 #[test]
 fn a_secret_is_mounted_for_its_step_and_is_nowhere_in_the_image_or_the_log() {
     let (p, nonce) = project(
-        "RUN --mount=type=secret,id=tok,required=true sha256sum < /run/secrets/tok | cut -c1-16 | sed 's/^/SECRET-HASH /'\nCOPY nonce /nonce\n",
+        // NONCE: the step is this test's own, never taken from another's cache (a
+        // secret's value is not in BuildKit's cache keys).
+        "RUN --mount=type=secret,id=tok,required=true sha256sum < /run/secrets/tok | cut -c1-16 | sed 's/^/SECRET-HASH /' && : NONCE\nCOPY nonce /nonce\n",
         "",
     );
     let value = format!("s3cret-value-{nonce}");
@@ -186,7 +188,7 @@ fn a_secret_is_mounted_for_its_step_and_is_nowhere_in_the_image_or_the_log() {
     p.write(
         "docker/Dockerfile",
         format!(
-            "{BASE}RUN --mount=type=secret,id=tok cat /run/secrets/tok; echo; cp /run/secrets/tok /leak\n"
+            "{BASE}RUN --mount=type=secret,id=tok cat /run/secrets/tok; echo; cp /run/secrets/tok /leak; : NONCE\n"
         )
         .replace("NONCE", &nonce),
     );
@@ -431,6 +433,14 @@ fn a_build_context_stays_inside_the_repository() {
         p.write("cibox.yaml", with(context));
         no_engine(&p).fails_with(2, why);
     }
+    // A .dockerignore that is a link (to any file of the host) is not read.
+    p.write("cibox.yaml", &manifest);
+    std::os::unix::fs::symlink("/etc/passwd", p.path().join(".dockerignore")).unwrap();
+    no_engine(&p).fails_with(
+        2,
+        ".dockerignore: a link; a .dockerignore must be a plain file",
+    );
+    std::fs::remove_file(p.path().join(".dockerignore")).unwrap();
     // A link that leads out.
     let outside = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(outside.path(), p.path().join("out")).unwrap();
