@@ -23,7 +23,7 @@ Removes only the images it names (its own tags).
 import os, shutil, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
+CIBOX = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 DOCKER = "/usr/bin/docker"
 SRC_FILES, SRC_KIB = 500, 100

@@ -685,7 +685,12 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
     engine.tag(id.as_str(), to, push_tag)?;
     console::info(format!("pushing {id} to {to}:{push_tag}"));
     let pushed = engine.push(to, push_tag, credentials);
-    let untagged = engine.untag(&format!("{to}:{push_tag}"));
+    // The push's name goes again (unless it is the image's own).
+    let untagged = if to == repository {
+        Ok(())
+    } else {
+        engine.untag(&format!("{to}:{push_tag}"))
+    };
     let digest = pushed?;
     untagged?;
     let reference = PinnedRef::parse(&format!("{to}@{digest}"))?;
