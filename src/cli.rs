@@ -166,6 +166,23 @@ pub enum ImageCommand {
         /// differ) unless both give the same ID.
         #[arg(long)]
         check: bool,
+        /// A secret a `RUN --mount=type=secret,id=ID` step reads: from a variable
+        /// (`id=ID,env=VARIABLE`; `id=ID` alone reads `ID`) or a file (`id=ID,src=FILE`).
+        /// Never in the image, the log or the manifest. Repeatable.
+        #[arg(long = "secret", value_name = "id=ID,env=VAR|src=FILE")]
+        secrets: Vec<String>,
+    },
+    /// Push a verified image to a registry and print `REPOSITORY@sha256:…` (for image.ref).
+    Push {
+        /// Full `sha256:` image ID.
+        id: String,
+        /// The repository to push to (`[registry[:port]/]path`, no tag); credentials
+        /// come from the docker client's configuration.
+        #[arg(long, value_name = "REPOSITORY")]
+        to: String,
+        /// Which of the manifest's `images` it is (default: `default`).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Print the image ID of a docker-archive, read from the archive alone (no engine).
     Id {

@@ -12,7 +12,7 @@ use crate::console;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
-use crate::image::build::Stage;
+use crate::image::build::{Builder, Stage};
 use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
@@ -62,6 +62,12 @@ pub enum ImageCommandError {
         .manifest.display()
     )]
     NoRecipe { manifest: PathBuf, name: String },
+    #[error(
+        "--secret: image `{name}` is a Nix recipe, which takes its inputs from the flake; secrets are for a Dockerfile's RUN --mount=type=secret"
+    )]
+    SecretsForNix { name: String },
+    #[error("--to {to}: {why}")]
+    BadRepository { to: String, why: String },
 }
 
 impl ErrorKind for ImageCommandError {
@@ -261,8 +267,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     for v in &verified {
         // Named as `image build` names it: a loaded archive may carry no name (`image
         // save` of an ID), and an unnamed image is the first an engine prunes.
-        let (repo, tag) = image::recipe::tag_parts(&m.project, &source.digest);
-        engine.tag(&v.id.to_string(), &repo, &tag)?;
+        name_image(&engine, &m.project, &source.digest, &v.id)?;
         print_result(ctx, v, &info, "verified");
     }
     Ok(exit::SUCCESS)
@@ -363,12 +368,31 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
     let id = ImageId::parse(&found.id).map_err(crate::image::ImageError::refused)?;
     pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
+    // A pull by digest leaves no name, and an unnamed image is the first pruned.
+    name_image(&engine, &m.project, &source.digest, &id)?;
     print_result(ctx, &v, &info, "verified");
     Ok(exit::SUCCESS)
 }
 
+/// Names a verified image as `image build` names what it builds: by its ID
+/// (`cibox/PROJECT:id-<hex>`, a name no other image takes) and by its lockset
+/// (`cibox/PROJECT:lockset-<12 hex>`, the newest image of those locks).
+fn name_image(
+    engine: &Engine,
+    project: &str,
+    lockset: &str,
+    id: &ImageId,
+) -> std::result::Result<(), crate::engine::EngineError> {
+    let (repository, lockset_tag) = image::recipe::tag_parts(project, lockset);
+    let own = image::normalize::id_tag(&repository, id.as_str());
+    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
+    engine.tag(id.as_str(), &repository, own_tag)?;
+    engine.tag(id.as_str(), &repository, &lockset_tag)
+}
+
 /// `cibox image build`: the manifest's Dockerfile or Nix recipe.
-pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
+pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String]) -> Result<u8> {
+    let secrets = image::secrets::read(secrets)?;
     let m = ctx.manifest()?;
     let (name, img) = named(&m, name)?;
     let source = m.lockset(name)?;
@@ -384,7 +408,14 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
             .into());
         }
     };
+    if !secrets.is_empty() && dockerfile.is_none() {
+        return Err(ImageCommandError::SecretsForNix {
+            name: name.to_string(),
+        }
+        .into());
+    }
     let args_path = img.build_args.as_deref().map(|a| m.resolve(a));
+    let context_path = img.context.as_deref().map(|c| m.resolve(c));
     let request = BuildRequest {
         name,
         recipe,
@@ -394,6 +425,9 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool) -> Result<u8> {
         dir: &m.dir,
         check,
         build_args: args_path.as_deref().zip(img.build_args.as_deref()),
+        context: context_path.as_deref().zip(img.context.as_deref()),
+        target: img.target.as_deref(),
+        secrets: &secrets,
     };
     let verbose = console::enabled(console::Level::Debug);
     // A large build can be quiet for a while: say that it goes on.
@@ -424,11 +458,31 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
     };
     match progress {
         Progress::Engine(info) => describe_engine(info),
-        Progress::BaseNotChecked(base) => console::warn(format!(
-            "FROM {base}: uses a build argument; cannot check it is local"
+        Progress::Builder {
+            builder: Builder::BuildKit,
+            ..
+        } => console::debug("the engine's BuildKit builds"),
+        Progress::Builder {
+            builder: Builder::Classic,
+            why_classic,
+        } => console::warn(format!(
+            "the classic builder builds: {}; RUN --mount, secrets and building only what a target needs take BuildKit",
+            why_classic.unwrap_or("BuildKit is missing")
         )),
-        Progress::BaseByTag(base) => console::warn(format!(
-            "FROM {base}: a tag; the image ID pins what was used, but the lockset does not cover it"
+        Progress::BaseByTag { base, id } => console::warn(format!(
+            "FROM {} (line {}): a tag, which names {id} here; the image ID pins what was used, but the lockset does not cover it",
+            base.image, base.line
+        )),
+        Progress::BasePull(image) => say(
+            format!("pulling base {image} by its digest"),
+            Some(format!("pulling {image}")),
+        ),
+        Progress::Proxies(names) => console::info(format!(
+            "proxy arguments from the environment: {} (in neither the lockset nor the image)",
+            names.join(", ")
+        )),
+        Progress::SecretUnused(id) => console::warn(format!(
+            "secret `{id}` is given, but no step the build runs mounts it"
         )),
         Progress::Building {
             dockerfile,
@@ -452,11 +506,21 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
             format!("sending the build context to the engine: {}", mib(bytes)),
             Some(format!("sending the build context ({})", mib(bytes))),
         ),
+        Progress::Stage(Stage::Step { name, cached }) => {
+            let line = format!("building: {name}{}", if cached { " (cached)" } else { "" });
+            if verbose {
+                eprintln!("{line}");
+                ticker.doing(line);
+            } else {
+                say(line.clone(), Some(line));
+            }
+        }
         Progress::Stage(Stage::Output(out)) => {
             if verbose {
                 eprint!("{out}");
                 ticker.said();
             }
+            // The classic builder's steps are in its output.
             for step in out
                 .lines()
                 .map(str::trim)
@@ -592,4 +656,57 @@ pub fn qualify(
             Ok(q.run.exit_code())
         }
     }
+}
+
+/// `cibox image push ID --to REPOSITORY`: the image, verified against the source's
+/// lockset (and its pin), pushed as `REPOSITORY:id-<hex>`; prints
+/// `REPOSITORY@sha256:<digest>`, the value for `image.ref` that `image fetch` takes.
+pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8> {
+    let id = ImageId::parse(id).map_err(crate::image::ImageError::refused)?;
+    image::pinned::check_repository(to).map_err(|e| ImageCommandError::BadRepository {
+        to: to.to_string(),
+        why: e.to_string(),
+    })?;
+    let m = ctx.manifest()?;
+    let (name, _) = named(&m, name)?;
+    pin_of(&m, name).check(&id)?;
+    let source = m.lockset(name)?;
+    let credentials = crate::engine::auth::credentials(&crate::engine::auth::registry_of(to))?;
+    let engine = Engine::connect()?;
+    let info = engine.info()?;
+    describe_engine(&info);
+    let v = image::verify(&engine, &id, &source)?;
+    // Its own name first, so that taking the push's name away never leaves it nameless.
+    let (repository, _) = image::recipe::tag_parts(&m.project, &source.digest);
+    let own = image::normalize::id_tag(&repository, id.as_str());
+    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
+    engine.tag(id.as_str(), &repository, own_tag)?;
+    let push_tag = own_tag;
+    engine.tag(id.as_str(), to, push_tag)?;
+    console::info(format!("pushing {id} to {to}:{push_tag}"));
+    let pushed = engine.push(to, push_tag, credentials);
+    // The push's name goes again (unless it is the image's own).
+    let untagged = if to == repository {
+        Ok(())
+    } else {
+        engine.untag(&format!("{to}:{push_tag}"))
+    };
+    let digest = pushed?;
+    untagged?;
+    let reference = PinnedRef::parse(&format!("{to}@{digest}"))?;
+    if ctx.json {
+        console::json(&json!({
+            "image": v.id,
+            "reference": reference.to_string(),
+            "digest": digest,
+            "lockset": v.lockset,
+        }));
+    } else {
+        println!("{reference}");
+        console::info(format!(
+            "pushed {id} (lockset {}); set image.ref to it, and `cibox image fetch` gives back this ID",
+            v.lockset
+        ));
+    }
+    Ok(exit::SUCCESS)
 }

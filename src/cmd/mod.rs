@@ -42,8 +42,13 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             no_verify,
             name,
         }) => image::load(&ctx, &from, !no_verify, name.as_deref()),
-        Command::Image(ImageCommand::Build { name, check }) => {
-            image::build(&ctx, name.as_deref(), check)
+        Command::Image(ImageCommand::Build {
+            name,
+            check,
+            secrets,
+        }) => image::build(&ctx, name.as_deref(), check, &secrets),
+        Command::Image(ImageCommand::Push { id, to, name }) => {
+            image::push(&ctx, &id, &to, name.as_deref())
         }
         Command::Image(ImageCommand::Id { from, name }) => image::id(&ctx, &from, name.as_deref()),
         Command::Image(ImageCommand::Fetch { reference, name }) => {

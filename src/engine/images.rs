@@ -22,6 +22,8 @@ pub struct BuildSpec<'a> {
     pub build_args: &'a HashMap<String, String>,
     pub tag: &'a str,
     pub no_cache: bool,
+    /// The stage to build (`--target`); the last one when `None`.
+    pub target: Option<&'a str>,
 }
 
 impl Engine {
@@ -131,6 +133,7 @@ impl Engine {
             .rm(true)
             .forcerm(true)
             .nocache(spec.no_cache)
+            .target(spec.target.unwrap_or_default())
             .build();
         let id = self.rt.block_on(async {
             // Streamed from disk: a rootfs context can be hundreds of megabytes.
@@ -178,6 +181,88 @@ impl Engine {
                 reason: format!("built image {id} is not present afterwards"),
             }),
         }
+    }
+
+    /// Pushes `repository:tag` (a name of a local image) to its registry with
+    /// `credentials`, and returns the digest the registry gave it (`sha256:…`). A
+    /// registry that refuses is `Rejected`; one that cannot be reached, `Api`.
+    pub fn push(
+        &self,
+        repository: &str,
+        tag: &str,
+        credentials: Option<bollard::auth::DockerCredentials>,
+    ) -> Result<String, EngineError> {
+        let action = format!("pushing {repository}:{tag}");
+        let opts = bollard::query_parameters::PushImageOptionsBuilder::default()
+            .tag(tag)
+            .build();
+        self.rt.block_on(async {
+            let mut progress = self.docker.push_image(repository, Some(opts), credentials);
+            let mut digest = None;
+            while let Some(item) = progress.next().await {
+                let info = item.map_err(|e| {
+                    let text = reason(&e);
+                    if matches!(e, bollard::errors::Error::DockerStreamError { .. })
+                        || text.contains("denied")
+                        || text.contains("unauthorized")
+                    {
+                        EngineError::Rejected {
+                            action: action.clone(),
+                            reason: text,
+                        }
+                    } else {
+                        EngineError::Api {
+                            action: action.clone(),
+                            reason: text,
+                        }
+                    }
+                })?;
+                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                    return Err(EngineError::Rejected {
+                        action: action.clone(),
+                        reason: detail,
+                    });
+                }
+                // `TAG: digest: sha256:… size: N`, the push's last line.
+                if let Some(status) = info.status.as_deref()
+                    && let Some((_, rest)) = status.split_once("digest: ")
+                {
+                    digest = rest.split_whitespace().next().map(str::to_string);
+                }
+            }
+            digest.ok_or_else(|| EngineError::Rejected {
+                action: action.clone(),
+                reason: "the registry named no digest for what was pushed".into(),
+            })
+        })
+    }
+
+    /// Takes the name `repo:tag` away from its image. Never removes the image: it is
+    /// refused unless the image has another name (the engine would remove an image
+    /// with no name left).
+    pub fn untag(&self, name: &str) -> Result<(), EngineError> {
+        let Some(found) = self.inspect(name)? else {
+            return Ok(());
+        };
+        if !found
+            .repo_tags
+            .iter()
+            .any(|t| t != name && t != "<none>:<none>")
+        {
+            return Err(EngineError::Rejected {
+                action: format!("removing the name {name}"),
+                reason: "it is the image's only name".into(),
+            });
+        }
+        let opts = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: true,
+            platforms: None,
+        };
+        self.rt
+            .block_on(self.docker.remove_image(name, Some(opts), None))
+            .map(|_| ())
+            .map_err(|e| Self::api("removing a name", e))
     }
 
     /// Names image `id` `repo:tag` (moving the tag from whatever image had it).

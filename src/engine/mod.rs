@@ -5,11 +5,14 @@
 //! streams, a deadline racing a log stream) stays in here.
 
 mod api;
+pub mod auth;
+mod buildkit;
 mod containers;
 mod host_view;
 mod images;
 
 pub use api::ContainerEngine;
+pub use buildkit::{BuildEvent, BuildSecret};
 pub use containers::{
     ContainerInfo, EndCause, FollowEnd, Followed, Removal, Steps, Stop, VolumeInfo,
 };

@@ -1,5 +1,6 @@
-//! `cibox image build` for a Dockerfile: the engine builds, cibox normalises what it
-//! built ([`super::normalize`]) and loads that, so the ID follows from the inputs; and
+//! `cibox image build` for a Dockerfile: the engine builds (with its BuildKit, or the
+//! classic builder where BuildKit is missing), cibox normalises what it built
+//! ([`super::normalize`]) and loads that, so the ID follows from the inputs; and
 //! `--check` builds twice without the cache to prove it.
 
 use std::collections::HashMap;
@@ -8,17 +9,33 @@ use std::path::Path;
 use super::normalize::{self, Normalised};
 use super::scratch::{BuildScratch, LABEL_RAW_BUILD, RAW_TAG, StepImages};
 use super::{ImageError, ImageId};
-use crate::engine::Engine;
+use crate::engine::{BuildEvent, BuildSecret, Engine};
+
+/// Which of the engine's builders builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builder {
+    /// The engine's BuildKit (`RUN --mount`, stages built only as the target needs).
+    BuildKit,
+    /// The classic builder, where BuildKit is missing.
+    Classic,
+}
 
 /// What a Dockerfile build needs, the same for each build of a check.
 pub struct BuildInputs<'a> {
     /// Packs the build context afresh (a tar file) for each build.
     pub context: &'a dyn Fn() -> Result<std::fs::File, ImageError>,
+    /// The Dockerfile's path in the context.
     pub dockerfile: &'a str,
     pub labels: &'a HashMap<String, String>,
-    /// `ARG` values, from the image's build arguments file.
+    /// `ARG` values, from the image's build arguments file, and proxy arguments.
     pub build_args: &'a HashMap<String, String>,
-    pub tag: &'a str,
+    /// Where the image's name goes: it is named `REPOSITORY:id-<hex of its ID>`.
+    pub repository: &'a str,
+    /// The stage to build; the last one when `None`.
+    pub target: Option<&'a str>,
+    /// What `RUN --mount=type=secret` steps may mount (BuildKit only).
+    pub secrets: &'a [BuildSecret],
+    pub builder: Builder,
     /// Every file time of the layers the build adds is set to this (seconds since 1970).
     pub epoch: u64,
     /// The layers of the base images (`sha256:` diff IDs), kept as they are.
@@ -27,7 +44,10 @@ pub struct BuildInputs<'a> {
 
 /// What a build goes through after the engine's builder, for the command to show.
 pub enum Stage<'a> {
-    /// Output of the engine's builder, as it comes.
+    /// A step of the build started (BuildKit's name for it), or was taken from the
+    /// cache.
+    Step { name: &'a str, cached: bool },
+    /// Output of the engine's builder, as it comes (secrets' values masked).
     Output(&'a str),
     /// The engine's build is being saved, to be written again.
     Saving,
@@ -68,28 +88,70 @@ fn build_once(
     // (normalising drops it: the image's ID does not depend on it).
     let mut labels = inputs.labels.clone();
     labels.insert(LABEL_RAW_BUILD.to_string(), scratch.label());
-    let mut steps = StepImages::default();
     let spec = crate::engine::BuildSpec {
         dockerfile: inputs.dockerfile,
         labels: &labels,
         build_args: inputs.build_args,
         tag: &raw_tag,
         no_cache,
+        target: inputs.target,
     };
-    let raw = engine.build(context, &spec, |out| {
-        steps.feed(out, &mut |id| scratch.made(id));
-        on(Stage::Output(out))
-    })?;
+    let secrets = inputs.secrets;
+    let raw = match inputs.builder {
+        Builder::BuildKit => engine.build_kit(context, &spec, secrets, |event| match event {
+            BuildEvent::Step { name, cached } => on(Stage::Step {
+                name: &mask(name, secrets),
+                cached,
+            }),
+            BuildEvent::Output(text) => on(Stage::Output(&mask(text, secrets))),
+        }),
+        Builder::Classic => {
+            let mut steps = StepImages::default();
+            engine.build(context, &spec, |out| {
+                steps.feed(out, &mut |id| scratch.made(id));
+                on(Stage::Output(out))
+            })
+        }
+    }
+    .map_err(|e| mask_error(e, inputs.secrets))?;
     scratch.made(&raw);
     let saved = into.join("built.tar");
     on(Stage::Saving);
+    let secrets: Vec<(&str, &[u8])> = inputs
+        .secrets
+        .iter()
+        .map(|s| (s.id.as_str(), s.value.as_slice()))
+        .collect();
     let result = engine
         .save(&raw, &saved)
         .map_err(ImageError::from)
         .and_then(|bytes| {
             on(Stage::Normalising { bytes });
-            normalize::normalise(&saved, inputs.epoch, inputs.tag, &inputs.base_layers, into)
-                .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
+            normalize::normalise(
+                &saved,
+                inputs.epoch,
+                inputs.repository,
+                &inputs.base_layers,
+                &secrets,
+                into,
+            )
+            .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
+        })
+        .and_then(|n| {
+            if n.secrets_found.is_empty() {
+                return Ok(n);
+            }
+            Err(ImageError::Refused {
+                message: "a secret's value is in the built image; it was not kept".into(),
+                details: n
+                    .secrets_found
+                    .iter()
+                    .cloned()
+                    .chain([
+                        "a secret is for a step to read where it is mounted (RUN --mount=type=secret), never to write into the image".into(),
+                    ])
+                    .collect(),
+            })
         });
     let _ = std::fs::remove_file(&saved);
     // The raw build goes whatever happened: only the normalised image is kept. By its
@@ -180,6 +242,38 @@ pub fn check(
         });
     }
     load(engine, &first, on)
+}
+
+/// `text` with each secret's value (of [`normalize::SHORTEST_SECRET`] bytes or more)
+/// replaced by `***`, as CI logs mask secrets.
+fn mask<'t>(text: &'t str, secrets: &[BuildSecret]) -> std::borrow::Cow<'t, str> {
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for s in secrets {
+        let Ok(value) = std::str::from_utf8(s.value.trim_ascii()) else {
+            continue;
+        };
+        if value.len() >= normalize::SHORTEST_SECRET && out.contains(value) {
+            out = std::borrow::Cow::Owned(out.replace(value, "***"));
+        }
+    }
+    out
+}
+
+/// An engine's error with the secrets' values masked (it may quote a step's output).
+fn mask_error(e: crate::engine::EngineError, secrets: &[BuildSecret]) -> ImageError {
+    use crate::engine::EngineError as E;
+    let e = match e {
+        E::Rejected { action, reason } => E::Rejected {
+            action,
+            reason: mask(&reason, secrets).into_owned(),
+        },
+        E::Api { action, reason } => E::Api {
+            action,
+            reason: mask(&reason, secrets).into_owned(),
+        },
+        other => other,
+    };
+    ImageError::Engine(e)
 }
 
 /// The latest epoch an image's `created` can carry (9999-12-31T23:59:59Z).

@@ -3,7 +3,10 @@
 //! in the lockset and the image's ID still follows from the locks (slime's CUDA 13
 //! variant is the same Dockerfile with other arguments). Each name must be one the
 //! Dockerfile declares with `ARG`: the builder ignores others with a warning, and a
-//! mistyped name would build an image that only looks configured.
+//! mistyped name would build an image that only looks configured. Docker's proxy
+//! arguments (`HTTP_PROXY`, … [`dockerfile::PROXY_ARGS`]) need no `ARG`: the builder
+//! takes them as they are and keeps them out of the image; set in cibox's environment
+//! ([`proxies_from_env`]) they reach the build without being in the lockset.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -74,7 +77,7 @@ pub fn read(
         if !crate::util::is_env_name(name) {
             return Err(at(format!("`{name}` is not an argument name")));
         }
-        if !declared.iter().any(|d| d == name) {
+        if !declared.iter().any(|d| d == name) && !dockerfile::is_proxy_arg(name) {
             return Err(at(format!(
                 "`{name}` is not declared by an `ARG` of the Dockerfile (it declares {})",
                 if declared.is_empty() {
@@ -89,4 +92,17 @@ pub fn read(
         }
     }
     Ok(args)
+}
+
+/// The proxy arguments set (and not empty) in cibox's environment, by name.
+pub fn proxies_from_env() -> Vec<(String, String)> {
+    dockerfile::PROXY_ARGS
+        .iter()
+        .filter_map(|name| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| (name.to_string(), v))
+        })
+        .collect()
 }

@@ -34,15 +34,28 @@ pub struct IgnoreRules {
 }
 
 impl IgnoreRules {
-    /// Reads `<dir>/.dockerignore`; no file means no rules. Errors name the file and
-    /// line.
+    /// Reads `<dir>/.dockerignore`, a plain file (not a link: the context is a pull
+    /// request's, and a link could name any file of the host), at most 1 MiB; no file
+    /// means no rules. Errors name the file and line.
     pub fn read(dir: &Path) -> Result<IgnoreRules, String> {
+        const MAX: u64 = 1 << 20;
         let path = dir.join(".dockerignore");
-        let text = match std::fs::read(&path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        let file = match crate::util::open_plain(&path, false) {
+            Ok((file, md)) if md.len() <= MAX => file,
+            Ok(_) => return Err(format!("{}: over 1 MiB", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+                return Err(format!(
+                    "{}: a link; a .dockerignore must be a plain file",
+                    path.display()
+                ));
+            }
             Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
         };
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX), &mut bytes)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         Self::parse(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))
     }
 

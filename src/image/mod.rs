@@ -16,6 +16,7 @@ pub mod normalize;
 pub mod pinned;
 pub mod recipe;
 pub mod scratch;
+pub mod secrets;
 
 pub use id::ImageId;
 pub use lockset::Lockset;

@@ -50,6 +50,88 @@ pub struct Normalised {
     pub layers: Vec<BTreeMap<String, EntrySummary>>,
     /// The normalised config, for naming what differs outside the layers.
     pub config: serde_json::Value,
+    /// Where a secret's value was found, one line each (`secret `ID`: layer 2, path`),
+    /// never the value.
+    pub secrets_found: Vec<String>,
+}
+
+/// The shortest secret value searched for: a shorter one would be found by chance.
+pub const SHORTEST_SECRET: usize = 8;
+
+/// Searches what a build wrote for the values of its secrets (each without the white
+/// space around it; values shorter than [`SHORTEST_SECRET`] are not searched for).
+struct SecretScan<'a> {
+    needles: Vec<(&'a str, memchr::memmem::Finder<'a>)>,
+    /// The longest needle, less one: what a chunk keeps of the one before.
+    overlap: usize,
+    /// The layer being written (1-based), for what is found.
+    layer: usize,
+    found: Vec<String>,
+}
+
+impl<'a> SecretScan<'a> {
+    fn new(secrets: &[(&'a str, &'a [u8])]) -> SecretScan<'a> {
+        let needles: Vec<(&str, memchr::memmem::Finder<'_>)> = secrets
+            .iter()
+            .map(|(id, value)| (*id, value.trim_ascii()))
+            .filter(|(_, v)| v.len() >= SHORTEST_SECRET)
+            .map(|(id, v)| (id, memchr::memmem::Finder::new(v)))
+            .collect();
+        let overlap = needles
+            .iter()
+            .map(|(_, f)| f.needle().len() - 1)
+            .max()
+            .unwrap_or(0);
+        SecretScan {
+            needles,
+            overlap,
+            layer: 0,
+            found: Vec::new(),
+        }
+    }
+
+    /// The IDs of the secrets `data` holds.
+    fn ids_in(&self, data: &[u8]) -> Vec<&'a str> {
+        self.needles
+            .iter()
+            .filter(|(_, f)| f.find(data).is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn config(&mut self, config: &[u8]) {
+        for id in self.ids_in(config) {
+            self.found
+                .push(format!("secret `{id}`: the image's config"));
+        }
+    }
+}
+
+/// Reads a file of a layer through a [`SecretScan`], noting which secrets it holds
+/// (also across the chunks it is read in).
+struct ScanningReader<'s, 'a, R> {
+    inner: R,
+    scan: &'s SecretScan<'a>,
+    /// The end of what was read so far, as long as a needle less one byte.
+    tail: Vec<u8>,
+    hits: Vec<&'a str>,
+}
+
+impl<R: Read> Read for ScanningReader<'_, '_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if !self.scan.needles.is_empty() && n > 0 {
+            self.tail.extend_from_slice(&buf[..n]);
+            for id in self.scan.ids_in(&self.tail) {
+                if !self.hits.contains(&id) {
+                    self.hits.push(id);
+                }
+            }
+            let keep = self.scan.overlap.min(self.tail.len());
+            self.tail.drain(..self.tail.len() - keep);
+        }
+        Ok(n)
+    }
 }
 
 /// Writes and hashes at once.
@@ -96,14 +178,19 @@ struct Indexed {
 }
 
 /// Rewrites the saved archive at `saved` (one image, as `docker save` writes it) with
-/// times at `epoch`, tagged `tag`, in a temporary file under `tmp`.
+/// times at `epoch`, named `REPOSITORY:id-<its ID's hex>` (a name of its own, which no
+/// other image takes), in a temporary file under `tmp`. The layers of `keep` (a base
+/// image's diff IDs) are kept as they are; every file the build added and the config
+/// are searched for the values of `secrets` ([`Normalised::secrets_found`]).
 pub fn normalise(
     saved: &Path,
     epoch: u64,
-    tag: &str,
+    repository: &str,
     keep: &std::collections::HashSet<String>,
+    secrets: &[(&str, &[u8])],
     tmp: &Path,
 ) -> Result<Normalised, ArchiveError> {
+    let mut scan = SecretScan::new(secrets);
     let mut saved = SavedArchive::open(saved)?;
     let (mut config, layer_paths) = saved.image()?;
     let out_file =
@@ -121,13 +208,15 @@ pub fn normalise(
         let base = old_ids
             .get(i)
             .filter(|id| keep.contains(*id) && id.len() == 71);
+        scan.layer = i + 1;
         let (digest, summary) =
-            saved.write_layer(&mut out, layer, base, &mut written, epoch, tmp)?;
+            saved.write_layer(&mut out, layer, base, &mut written, (epoch, tmp), &mut scan)?;
         diff_ids.push(format!("sha256:{digest}"));
         summaries.push(summary);
     }
     normalise_config(&mut config, &diff_ids, epoch);
-    let config_digest = write_config_and_manifest(&mut out, &config, &diff_ids, tag, epoch)
+    scan.config(&serde_json::to_vec(&config).expect("JSON values serialise"));
+    let config_digest = write_config_and_manifest(&mut out, &config, &diff_ids, repository, epoch)
         .map_err(|e| saved.io("writing the archive", e))?;
     out.into_inner()
         .and_then(|mut w| w.flush())
@@ -139,6 +228,7 @@ pub fn normalise(
         id,
         layers: summaries,
         config,
+        secrets_found: scan.found,
     })
 }
 
@@ -238,7 +328,8 @@ impl SavedArchive {
     }
 
     /// Writes the archive's layer `layer` into `out`, once per digest (`written`): a
-    /// base image's layer (`base`, its diff ID) as it was, any other normalised.
+    /// base image's layer (`base`, its diff ID) as it was, any other normalised (times
+    /// at the epoch, through a temporary file under `tmp`, searched by `scan`).
     /// Returns its digest (hex) and its files (none named for a base layer).
     fn write_layer(
         &mut self,
@@ -246,8 +337,8 @@ impl SavedArchive {
         layer: &str,
         base: Option<&String>,
         written: &mut std::collections::BTreeSet<String>,
-        epoch: u64,
-        tmp: &Path,
+        (epoch, tmp): (u64, &Path),
+        scan: &mut SecretScan<'_>,
     ) -> Result<(String, BTreeMap<String, EntrySummary>), ArchiveError> {
         let Some(&(at, size)) = self.places.get(layer) else {
             return Err(ArchiveError::Incomplete(
@@ -263,7 +354,7 @@ impl SavedArchive {
                 let copy = copy_layer(&mut self.file, at, size, tmp).map_err(io)?;
                 (copy, id[7..].to_string(), BTreeMap::new())
             }
-            None => normalise_layer(&mut self.file, at, size, epoch, tmp).map_err(io)?,
+            None => normalise_layer(&mut self.file, at, size, epoch, scan, tmp).map_err(io)?,
         };
         let name = format!("{digest}/layer.tar");
         if written.insert(digest.clone()) {
@@ -279,17 +370,26 @@ impl SavedArchive {
     }
 }
 
+/// The name an image of ID `sha256:<hex>` gets in `repository`: `REPOSITORY:id-<hex>`.
+pub fn id_tag(repository: &str, hex: &str) -> String {
+    format!(
+        "{repository}:id-{}",
+        hex.strip_prefix("sha256:").unwrap_or(hex)
+    )
+}
+
 /// Writes the normalised config and the `manifest.json` naming it, its layers and
-/// `tag`; returns the config's digest (hex).
+/// its name ([`id_tag`]); returns the config's digest (hex).
 fn write_config_and_manifest(
     out: &mut tar::Builder<BufWriter<File>>,
     config: &serde_json::Value,
     diff_ids: &[String],
-    tag: &str,
+    repository: &str,
     epoch: u64,
 ) -> std::io::Result<String> {
     let config_bytes = serde_json::to_vec(config).expect("JSON values serialise");
     let config_digest = hex(&Sha256::digest(&config_bytes));
+    let tag = id_tag(repository, &config_digest);
     let config_name = format!("{config_digest}.json");
     let mut add = |path: &str, data: &[u8]| {
         let mut h = tar::Header::new_gnu();
@@ -381,6 +481,7 @@ fn normalise_layer(
     at: u64,
     size: u64,
     epoch: u64,
+    scan: &mut SecretScan<'_>,
     tmp: &Path,
 ) -> std::io::Result<(
     tempfile::NamedTempFile,
@@ -401,7 +502,11 @@ fn normalise_layer(
     let mut out = tar::Builder::new(writer);
     let mut files = BTreeMap::new();
     for e in &indexed {
-        let (shown, summary) = write_entry(&mut out, e, saved, epoch)?;
+        let (shown, summary, hits) = write_entry(&mut out, e, saved, epoch, scan)?;
+        for id in hits {
+            scan.found
+                .push(format!("secret `{id}`: layer {}, {shown}", scan.layer));
+        }
         files.insert(shown, summary);
     }
     let mut writer = out.into_inner()?;
@@ -462,13 +567,15 @@ fn index_layer(saved: &mut File, at: u64, size: u64) -> std::io::Result<Vec<Inde
 }
 
 /// Writes one entry of a layer again, its data read from `saved`, with its time at
-/// `epoch`; returns its path as shown and what it is.
-fn write_entry<W: Write>(
+/// `epoch`; returns its path as shown, what it is, and the secrets `scan` found in it.
+fn write_entry<'a, W: Write>(
     out: &mut tar::Builder<W>,
     e: &Indexed,
     saved: &mut File,
     epoch: u64,
-) -> std::io::Result<(String, EntrySummary)> {
+    scan: &SecretScan<'a>,
+) -> std::io::Result<(String, EntrySummary, Vec<&'a str>)> {
+    let mut hits = Vec::new();
     let kind = e.header.entry_type();
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(kind);
@@ -498,10 +605,16 @@ fn write_entry<W: Write>(
             h.set_size(e.size);
             saved.seek(SeekFrom::Start(e.data_at))?;
             let mut data = HashingReader {
-                inner: Read::by_ref(saved).take(e.size),
+                inner: ScanningReader {
+                    inner: Read::by_ref(saved).take(e.size),
+                    scan,
+                    tail: Vec::new(),
+                    hits: Vec::new(),
+                },
                 hasher: Sha256::new(),
             };
             out.append_data(&mut h, path, &mut data)?;
+            hits = std::mem::take(&mut data.inner.hits);
             hex(&data.hasher.finalize())
         }
         _ => {
@@ -517,7 +630,7 @@ fn write_entry<W: Write>(
         size: e.size,
         digest,
     };
-    Ok((shown, summary))
+    Ok((shown, summary, hits))
 }
 
 fn kind_char(kind: tar::EntryType) -> char {

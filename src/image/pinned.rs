@@ -58,35 +58,42 @@ impl PinnedRef {
                 digest: digest.into(),
             });
         }
-        if repository.is_empty() || repository.len() > 255 {
-            return Err(PinnedRefError::RepositoryLength);
-        }
-        let components: Vec<&str> = repository.split('/').collect();
-        let last = components.last().copied().unwrap_or("");
-        if last.contains(':') {
-            return Err(PinnedRefError::Tagged {
-                repository: repository.into(),
-                tag: last.split_once(':').map(|(_, t)| t).unwrap_or("").into(),
-            });
-        }
-        let registry = components.len() > 1 && looks_like_registry(components[0]);
-        let named = components.iter().enumerate().all(|(i, c)| {
-            if i == 0 && registry {
-                is_registry(c)
-            } else {
-                is_path_component(c)
-            }
-        });
-        if !named {
-            return Err(PinnedRefError::NotARepository {
-                repository: repository.into(),
-            });
-        }
+        check_repository(repository)?;
         Ok(PinnedRef {
             repository: repository.to_string(),
             digest: digest.to_string(),
         })
     }
+}
+
+/// Checks that `repository` is a repository name (`[registry[:port]/]path`, without a
+/// tag or digest), as docker's reference grammar has it.
+pub fn check_repository(repository: &str) -> Result<(), PinnedRefError> {
+    if repository.is_empty() || repository.len() > 255 {
+        return Err(PinnedRefError::RepositoryLength);
+    }
+    let components: Vec<&str> = repository.split('/').collect();
+    let last = components.last().copied().unwrap_or("");
+    if last.contains(':') {
+        return Err(PinnedRefError::Tagged {
+            repository: repository.into(),
+            tag: last.split_once(':').map(|(_, t)| t).unwrap_or("").into(),
+        });
+    }
+    let registry = components.len() > 1 && looks_like_registry(components[0]);
+    let named = components.iter().enumerate().all(|(i, c)| {
+        if i == 0 && registry {
+            is_registry(c)
+        } else {
+            is_path_component(c)
+        }
+    });
+    if !named {
+        return Err(PinnedRefError::NotARepository {
+            repository: repository.into(),
+        });
+    }
+    Ok(())
 }
 
 /// Docker's rule: the first of several components names a registry when it has a `.`

@@ -1,8 +1,12 @@
 //! `image build`: from an image's recipe to a verified image in the engine.
 //!
-//! A Dockerfile's base images must already be local; its folder is packed as the build
-//! context, and the engine's build is labelled with the lockset, normalised and loaded
-//! ([`super::build`]), twice without the cache under `--check`. A Nix flake attribute is
+//! A Dockerfile's bases (read with the build arguments put in, for the stages its
+//! target needs) must be local or named by digest, never pulled by tag; its context (a
+//! folder inside the manifest's, by default the Dockerfile's) is packed, and the
+//! engine's build (BuildKit, or the classic builder where BuildKit is missing) is
+//! labelled with the lockset, normalised and loaded ([`super::build`]), twice without
+//! the cache under `--check`. The image is named by its ID, and, once held to its pin
+//! and verified, by its lockset. A Nix flake attribute is
 //! built by `nix build` and the archive it makes loaded ([`super::load`]). Either way
 //! the image is held to the manifest's pin and verified against the source's lockset.
 //!
@@ -12,17 +16,18 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::build::BuildInputs;
+use super::build::{BuildInputs, Builder};
 use super::build_context::{self, BuildContextError};
+use super::dockerfile::ImageUse;
 use super::lockset::{self, Lockset};
 use super::{ImageError, ImageId, PinnedId, Verified};
-use crate::engine::{Engine, EngineError, EngineInfo};
+use crate::engine::{BuildSecret, Engine, EngineError, EngineInfo};
 use crate::exit::Failure;
 
 /// How an image is made.
 #[derive(Debug, Clone, Copy)]
 pub enum Recipe<'a> {
-    /// A Dockerfile; its folder is the build context.
+    /// A Dockerfile.
     Dockerfile(&'a Path),
     /// A flake attribute for `nix build`, which makes a docker-archive (or a script
     /// that streams one).
@@ -47,16 +52,34 @@ pub struct BuildRequest<'a> {
     pub check: bool,
     /// A Dockerfile's build arguments file: its path, and as the manifest names it.
     pub build_args: Option<(&'a Path, &'a str)>,
+    /// A Dockerfile's build context: a folder, and as the manifest names it (`None`:
+    /// the Dockerfile's folder).
+    pub context: Option<(&'a Path, &'a str)>,
+    /// The Dockerfile's stage to build (`None`: its last).
+    pub target: Option<&'a str>,
+    /// What the Dockerfile's `RUN --mount=type=secret` steps mount.
+    pub secrets: &'a [BuildSecret],
 }
 
 /// What happens while an image is built, in order, for the command to show.
 pub enum Progress<'a> {
     /// The engine answered, and is this one.
     Engine(&'a EngineInfo),
-    /// A base image named through a build argument: whether it is local is not checked.
-    BaseNotChecked(&'a str),
-    /// A base image named by a tag: the lockset does not cover what it names.
-    BaseByTag(&'a str),
+    /// Which builder builds; with the classic builder, why BuildKit does not.
+    Builder {
+        builder: Builder,
+        why_classic: Option<&'a str>,
+    },
+    /// A base image named by a tag, local as this ID: the lockset does not cover what
+    /// the tag names.
+    BaseByTag { base: &'a ImageUse, id: &'a str },
+    /// A base image named by digest is not local: it is pulled by that digest.
+    BasePull(&'a str),
+    /// These proxy arguments are taken from the environment (names only: a proxy's
+    /// address may carry credentials).
+    Proxies(&'a [String]),
+    /// A secret was given that no step of the build mounts.
+    SecretUnused(&'a str),
     /// The engine is about to build the Dockerfile (twice, under `--check`).
     Building {
         dockerfile: &'a Path,
@@ -154,6 +177,9 @@ pub enum RecipeError {
     },
     #[error(transparent)]
     BuildArgs(#[from] super::build_args::BuildArgsError),
+    /// The Dockerfile or its context, as the manifest names them, cannot be used.
+    #[error("image `{image}`: {why}")]
+    Recipe { image: String, why: String },
     #[error(transparent)]
     BuildContext(#[from] BuildContextError),
     #[error(transparent)]
@@ -177,6 +203,7 @@ impl crate::error::ErrorKind for RecipeError {
             | RecipeError::OutputLost { .. }
             | RecipeError::OutputFailed { .. } => Failure::Infra,
             RecipeError::BuildArgs(e) => e.failure(),
+            RecipeError::Recipe { .. } => Failure::Usage,
             RecipeError::BuildContext(e) => e.failure(),
             RecipeError::Image(e) => e.failure(),
             RecipeError::Engine(e) => e.failure(),
@@ -215,37 +242,146 @@ fn connect(progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Engine, EngineInfo
     Ok((engine, info))
 }
 
+/// The most a Dockerfile may hold.
+const MAX_DOCKERFILE: u64 = 4 << 20;
+
+/// Where a Dockerfile build's context is, and the Dockerfile in it.
+struct Context {
+    dir: PathBuf,
+    /// The Dockerfile's path in the context, `/`-separated.
+    dockerfile: String,
+}
+
+/// The build context and the Dockerfile's place in it. Both come from the manifest,
+/// which a pull request writes: the context must be a folder inside the manifest's
+/// (no link leads out), and the Dockerfile a plain file (not a link) inside it.
+fn context(request: &BuildRequest<'_>, dockerfile: &Path) -> Result<Context, RecipeError> {
+    let fail = |why: String| RecipeError::Recipe {
+        image: request.name.to_string(),
+        why,
+    };
+    let root = request
+        .dir
+        .canonicalize()
+        .map_err(|e| fail(format!("{}: {e}", request.dir.display())))?;
+    let (dir, shown) = match request.context {
+        Some((dir, shown)) => (dir.to_path_buf(), format!("context `{shown}`")),
+        None => (
+            dockerfile.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            format!("the folder of dockerfile {}", dockerfile.display()),
+        ),
+    };
+    let real = dir
+        .canonicalize()
+        .map_err(|e| fail(format!("{shown} ({}): {e}", dir.display())))?;
+    if !real.starts_with(&root) {
+        return Err(fail(format!(
+            "{shown} leads out of the manifest's folder (to {}); a build context must lie inside it",
+            real.display()
+        )));
+    }
+    if !real.is_dir() {
+        return Err(fail(format!("{shown} is not a folder")));
+    }
+    let parent = dockerfile
+        .parent()
+        .unwrap_or(Path::new("."))
+        .canonicalize()
+        .map_err(|e| fail(format!("dockerfile {}: {e}", dockerfile.display())))?;
+    let name = dockerfile.file_name().unwrap_or_default();
+    let inside = parent.join(name);
+    let Ok(rel) = inside.strip_prefix(&real) else {
+        return Err(fail(format!(
+            "dockerfile {} is not inside the build {shown}; the builder reads it from there",
+            dockerfile.display()
+        )));
+    };
+    let rel: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
+    Ok(Context {
+        dir: real,
+        dockerfile: rel.join("/"),
+    })
+}
+
+/// Reads the Dockerfile: a plain file (not a link), at most [`MAX_DOCKERFILE`].
+fn read_dockerfile(path: &Path) -> Result<String, RecipeError> {
+    let unreadable = |source| RecipeError::DockerfileUnreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (file, md) = crate::util::open_plain(path, false).map_err(|e| {
+        unreadable(if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            std::io::Error::other("a link; the Dockerfile must be a plain file")
+        } else {
+            e
+        })
+    })?;
+    if md.len() > MAX_DOCKERFILE {
+        return Err(unreadable(std::io::Error::other(format!(
+            "over {} MiB",
+            MAX_DOCKERFILE >> 20
+        ))));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_DOCKERFILE), &mut text)
+        .map_err(unreadable)?;
+    Ok(text)
+}
+
 fn build_dockerfile(
     request: &BuildRequest<'_>,
     dockerfile: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<BuildOutcome, RecipeError> {
-    let text = std::fs::read_to_string(dockerfile).map_err(|source| {
-        RecipeError::DockerfileUnreadable {
-            path: dockerfile.to_path_buf(),
-            source,
-        }
-    })?;
-    let context_dir = dockerfile.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let name = dockerfile
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("Dockerfile")
-        .to_string();
-    let bases = super::dockerfile::bases(&text);
-    let build_args = match request.build_args {
+    let text = read_dockerfile(dockerfile)?;
+    let ctx = context(request, dockerfile)?;
+    let fail = |why: String| RecipeError::Recipe {
+        image: request.name.to_string(),
+        why,
+    };
+    let at = |line: usize| format!("{}:{line}", dockerfile.display());
+    let file_args = match request.build_args {
         Some((path, rel)) => super::build_args::read(path, rel, request.source, &text)?,
         None => HashMap::new(),
     };
+    let needs = super::dockerfile::stages(&text, &file_args)
+        .needs(request.target)
+        .map_err(|why| fail(format!("target `{}`: {why}", request.target.unwrap_or(""))))?;
+    // Proxies from the environment: not in the lockset, and never in the image, which
+    // a declared `ARG` would put them in (its history, so its ID).
+    let env_proxies = super::build_args::proxies_from_env();
+    let declared = super::dockerfile::arg_lines(&text);
+    if let Some((name, line)) = declared
+        .iter()
+        .find(|(n, _)| env_proxies.iter().any(|(p, _)| p == n))
+    {
+        return Err(fail(format!(
+            "{}: the Dockerfile declares `ARG {name}`, and {name} is set in the environment: its value would be in the image's history and so its ID; drop the ARG (the builder takes proxy arguments without one) or unset {name}",
+            at(*line)
+        )));
+    }
+    let mut build_args = file_args;
+    build_args.extend(env_proxies.iter().cloned());
+    // Secrets: every one a step needs is given, and the classic builder takes none.
+    for need in needs.secrets.iter().filter(|s| s.required) {
+        if !request.secrets.iter().any(|s| s.id == need.id) {
+            return Err(fail(format!(
+                "{}: a step mounts secret `{}` (required); give it: cibox image build --secret id={},env=VARIABLE (or src=FILE)",
+                at(need.line),
+                need.id,
+                need.id
+            )));
+        }
+    }
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
-    let packed = build_context::pack(&context_dir, &name)?;
+    let packed = build_context::pack(&ctx.dir, &ctx.dockerfile)?;
     let context_bytes = packed.metadata().map_or(0, |m| m.len());
     let first_context = std::cell::RefCell::new(Some(packed));
     let context = || -> Result<std::fs::File, ImageError> {
         match first_context.borrow_mut().take() {
             Some(f) => Ok(f),
-            None => build_context::pack(&context_dir, &name)
+            None => build_context::pack(&ctx.dir, &ctx.dockerfile)
                 .map_err(|e| ImageError::refused(e.to_string())),
         }
     };
@@ -256,6 +392,30 @@ fn build_dockerfile(
     ]);
     let (epoch, epoch_from) = super::build::source_date_epoch()?;
     let (engine, info) = connect(progress)?;
+    let why_classic = engine.buildkit_missing();
+    let builder = match why_classic {
+        None => Builder::BuildKit,
+        Some(_) => Builder::Classic,
+    };
+    progress(Progress::Builder {
+        builder,
+        why_classic: why_classic.as_deref(),
+    });
+    if builder == Builder::Classic && !request.secrets.is_empty() {
+        return Err(fail(format!(
+            "secrets are mounted by BuildKit only, and the classic builder builds here ({})",
+            why_classic.unwrap_or_default()
+        )));
+    }
+    for secret in request.secrets {
+        if !needs.secrets.iter().any(|s| s.id == secret.id) {
+            progress(Progress::SecretUnused(&secret.id));
+        }
+    }
+    if !env_proxies.is_empty() {
+        let names: Vec<String> = env_proxies.iter().map(|(n, _)| n.clone()).collect();
+        progress(Progress::Proxies(&names));
+    }
     let left = super::scratch::sweep_dead(&engine);
     if left.images + left.folders > 0 {
         progress(Progress::LeftoversRemoved {
@@ -263,7 +423,7 @@ fn build_dockerfile(
             folders: left.folders,
         });
     }
-    let base_layers = local_base_layers(&engine, &bases, dockerfile, progress)?;
+    let base_layers = local_bases(&engine, &needs.images, builder, dockerfile, progress)?;
     progress(Progress::Building {
         dockerfile,
         twice: request.check,
@@ -274,13 +434,16 @@ fn build_dockerfile(
     progress(Progress::Context {
         bytes: context_bytes,
     });
-    let tag = tag_for(request.project, source);
+    let (repository, lockset_tag) = tag_parts(request.project, &source.digest);
     let inputs = BuildInputs {
         context: &context,
-        dockerfile: &name,
+        dockerfile: &ctx.dockerfile,
         labels: &labels,
         build_args: &build_args,
-        tag: &tag,
+        repository: &repository,
+        target: request.target,
+        secrets: request.secrets,
+        builder,
         epoch,
         base_layers,
     };
@@ -298,51 +461,88 @@ fn build_dockerfile(
     }
     request.pin.check(&built.id)?;
     let verified = super::verify(&engine, &built.engine_id, source)?;
+    // Only now the lockset's name: a build refused above keeps its own name, and the
+    // image that had this one keeps it.
+    engine.tag(built.engine_id.as_str(), &repository, &lockset_tag)?;
     Ok(BuildOutcome {
         engine: info,
         images: vec![verified],
     })
 }
 
-/// The layers of a Dockerfile's base images, each of which must be local: the classic
-/// builder pulls a missing base image; cibox never pulls.
-fn local_base_layers(
+/// The layers of the images a Dockerfile build takes, each of which must be local or
+/// named by digest (then pulled by that digest): never pulled by tag. BuildKit reads
+/// an image ID (`FROM sha256:…`) as a Docker Hub name, so with BuildKit a base must
+/// be named (by a tag that names a local image, or by digest).
+fn local_bases(
     engine: &Engine,
-    bases: &[String],
+    images: &[ImageUse],
+    builder: Builder,
     dockerfile: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<HashSet<String>, RecipeError> {
     let mut base_layers = HashSet::new();
-    for base in bases {
-        if base.eq_ignore_ascii_case("scratch") {
+    for base in images {
+        let image = base.image.as_str();
+        if image.eq_ignore_ascii_case("scratch") {
             continue;
         }
-        if base.contains('$') {
-            progress(Progress::BaseNotChecked(base));
-            continue;
+        let written = if base.written == base.image {
+            format!("`{image}`")
+        } else {
+            format!("`{image}` (written `{}`)", base.written)
+        };
+        let at = format!("{}:{}", dockerfile.display(), base.line);
+        let refused = |message: String, details: Vec<String>| -> RecipeError {
+            ImageError::Refused { message, details }.into()
+        };
+        let by_id = ImageId::parse(image).is_ok();
+        if by_id && builder == Builder::BuildKit {
+            return Err(refused(
+                format!(
+                    "{at}: base {written} is an image ID, which BuildKit reads as the Docker Hub image `sha256` and would pull"
+                ),
+                vec![
+                    "name the local image instead: each image cibox builds is named cibox/PROJECT:id-<its ID's hex>, and FROM takes that name (cibox checks it names a local image)".into(),
+                    "or pin it by digest: REPOSITORY@sha256:…".into(),
+                ],
+            ));
         }
-        match engine.inspect(base)? {
-            Some(found) => base_layers.extend(found.layers),
-            None => {
-                return Err(ImageError::refused(format!(
-                    "{}: base image `{base}` is not present locally and cibox never pulls; load it first (docker load) or build FROM scratch",
-                    dockerfile.display()
-                ))
-                .into());
-            }
+        if let Some((named, digest)) = image.split_once('@')
+            && engine.inspect(image)?.is_none()
+        {
+            progress(Progress::BasePull(image));
+            // `name:tag@digest` pulls as `name@digest`.
+            let repository = match named.rsplit_once(':') {
+                Some((r, tag)) if !tag.contains('/') => r,
+                _ => named,
+            };
+            engine.pull(repository, digest)?;
         }
-        if !base.starts_with("sha256:") {
-            progress(Progress::BaseByTag(base));
+        let Some(found) = engine.inspect(image)? else {
+            let by_tag = !image.contains('@') && !by_id;
+            return Err(refused(
+                format!(
+                    "{at}: base {written} is not present locally, and cibox never pulls{}",
+                    if by_tag { " by tag" } else { "" }
+                ),
+                vec![
+                    "pin it by digest (REPOSITORY@sha256:…), which cibox pulls by that digest"
+                        .into(),
+                    "or load it first (cibox image load, docker load), or build FROM scratch"
+                        .into(),
+                ],
+            ));
+        };
+        if !image.contains('@') && !by_id {
+            progress(Progress::BaseByTag {
+                base,
+                id: &found.id,
+            });
         }
+        base_layers.extend(found.layers);
     }
     Ok(base_layers)
-}
-
-/// A tag keeps the image from being "dangling" (and so from `docker image prune`);
-/// cibox itself never selects images by it.
-fn tag_for(project: &str, source: &Lockset) -> String {
-    let (repo, tag) = tag_parts(project, &source.digest);
-    format!("{repo}:{tag}")
 }
 
 /// The name cibox gives an image of `project` built from the lockset `digest`

@@ -34,6 +34,13 @@ pub struct ImageConfig {
     /// manifest; one of the image's lock files, so the ID still follows from the locks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_args: Option<String>,
+    /// A Dockerfile recipe's build context: a folder relative to the manifest (inside
+    /// it), by default the Dockerfile's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// The Dockerfile's stage to build (`docker build --target`); by default its last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// The variable that names the ID of image `name` for a run (`CIBOX_IMAGE_<NAME>`, the
@@ -127,6 +134,48 @@ fn check_image<'a>(
         && let Err(why) = crate::image::ImageId::parse(id.trim())
     {
         return Err(check.at(&at_key("id"), why));
+    }
+    let inside =
+        |p: &str| !p.is_empty() && !Path::new(p).is_absolute() && !p.split('/').any(|c| c == "..");
+    if let Some(df) = &img.dockerfile
+        && !inside(df)
+    {
+        return Err(check.at(
+            &at_key("dockerfile"),
+            format!("`{df}` must be a relative path inside the manifest's folder"),
+        ));
+    }
+    if let Some(context) = &img.context {
+        if img.dockerfile.is_none() {
+            return Err(check.at(
+                &at_key("context"),
+                "a build context is for a `dockerfile` recipe (a Nix recipe takes its inputs from the flake)",
+            ));
+        }
+        if !inside(context) {
+            return Err(check.at(
+                &at_key("context"),
+                format!("`{context}` must be a folder inside the manifest's folder (a relative path without `..`)"),
+            ));
+        }
+    }
+    if let Some(target) = &img.target {
+        if img.dockerfile.is_none() {
+            return Err(check.at(
+                &at_key("target"),
+                "a target is a stage of a `dockerfile` recipe",
+            ));
+        }
+        if target.is_empty()
+            || !target
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(check.at(
+                &at_key("target"),
+                format!("`{target}` is not a stage name (letters, digits, `_`, `-` and `.`)"),
+            ));
+        }
     }
     if let Some(args) = &img.build_args {
         if img.dockerfile.is_none() {

@@ -171,7 +171,10 @@ fn batches_run_in_their_named_images_each_verified_by_its_own_locks() {
     // A second image on top of the first, with lock files of its own.
     p.project.write(
         "image2/Dockerfile",
-        format!("FROM {}\nCOPY marker /which-second\n", p.image.0),
+        format!(
+            "FROM {}\nCOPY marker /which-second\n",
+            own_name("bt", &p.image.0)
+        ),
     );
     p.project.write("image2/marker", nonce());
     let manifest = std::fs::read_to_string(p.project.path().join("cibox.yaml")).unwrap();

@@ -82,10 +82,14 @@ pub fn cibox(dir: &Path) -> Command {
     for (k, _) in std::env::vars() {
         // Nor the workflow's own GitHub Actions (or Buildkite) context, when the tests run in one: a
         // test that wants it sets it.
+        // Nor how the host builds images (its builder, its proxies): a test that
+        // wants them sets them.
+        let builds = k == "DOCKER_BUILDKIT" || k.to_ascii_uppercase().ends_with("_PROXY");
         if k.starts_with("CIBOX_")
             || k == "DOCKER_HOST"
             || k.starts_with("GITHUB_")
             || k.starts_with("BUILDKITE")
+            || builds
         {
             c.env_remove(k);
         }

@@ -154,6 +154,33 @@ pub fn docker_build_dir(dir: &Path, labels: &[(&str, &str)]) -> ImageGuard {
     ImageGuard(id)
 }
 
+/// `DOCKER_BUILDKIT=1 docker build` of a folder (no cache), with the engine's BuildKit:
+/// the engine's own client (`/usr/bin/docker`, Debian's 20.10), as a newer client
+/// first on PATH wants the buildx plugin for BuildKit.
+pub fn docker_buildkit_dir(dir: &Path) -> ImageGuard {
+    require_engine();
+    let client = Path::new("/usr/bin/docker");
+    assert!(
+        client.exists(),
+        "this test needs Debian's docker client at /usr/bin/docker (docker.io): run `bash .ci/setup-host.sh`"
+    );
+    let _store = image_store_lock(false);
+    let out = Command::new(client)
+        .env("DOCKER_BUILDKIT", "1")
+        .args(["build", "-q", "--no-cache"])
+        .arg(dir)
+        .output()
+        .expect("docker build");
+    assert!(
+        out.status.success(),
+        "docker build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(id.starts_with("sha256:"), "{id}");
+    ImageGuard(id)
+}
+
 /// Whether the engine knows an image.
 pub fn image_exists(id: &str) -> bool {
     Command::new("docker")
@@ -162,4 +189,10 @@ pub fn image_exists(id: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The name `cibox image build` gives an image of `project` by its ID
+/// (`cibox/PROJECT:id-<hex>`), which a `FROM` takes.
+pub fn own_name(project: &str, id: &str) -> String {
+    format!("cibox/{project}:id-{}", id.trim_start_matches("sha256:"))
 }

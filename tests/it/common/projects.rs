@@ -90,7 +90,27 @@ pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
         ),
     );
     p.write("image/nonce", &nonce);
-    let root = p.path().join("image/rootfs");
+    busybox_rootfs(&p.path().join("image/rootfs"));
+    let r = {
+        let _store = image_store_lock(false);
+        p.cibox(&["image", "build"])
+    };
+    r.ok();
+    let image = ImageGuard(r.stdout.trim().to_string());
+    BusyboxProject {
+        project: p,
+        image,
+        policy: None,
+    }
+}
+
+/// A root file system at `root` with Debian's busybox-static and its applets in `/bin`,
+/// and the folders a batch needs (`/tmp` and `/work` sticky, as in a rootfs).
+pub fn busybox_rootfs(root: &Path) {
+    assert!(
+        Path::new("/bin/busybox").exists(),
+        "this test needs Debian's busybox-static at /bin/busybox: run `bash .ci/run` or apt-get install busybox-static"
+    );
     for d in ["bin", "tmp", "work", "src", "reports"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
@@ -104,17 +124,6 @@ pub fn busybox_project(batches: &str, extra: &str) -> BusyboxProject {
         if a != "busybox" {
             std::os::unix::fs::symlink("busybox", root.join("bin").join(a)).unwrap();
         }
-    }
-    let r = {
-        let _store = image_store_lock(false);
-        p.cibox(&["image", "build"])
-    };
-    r.ok();
-    let image = ImageGuard(r.stdout.trim().to_string());
-    BusyboxProject {
-        project: p,
-        image,
-        policy: None,
     }
 }
 

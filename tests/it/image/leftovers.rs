@@ -1,7 +1,8 @@
 //! What `image build` makes besides its image (scratch folders, the raw build, the
 //! images of each step) is gone when it ends, and what a killed build left is removed
 //! by the next one. Each build here gets a temporary folder of its own (`TMPDIR`), so
-//! what is left there is its own.
+//! what is left there is its own. These are the classic builder's (`DOCKER_BUILDKIT=0`),
+//! whose steps leave images; BuildKit's leave none ([`super::buildkit`]).
 
 use std::io::BufRead;
 use std::process::Stdio;
@@ -51,6 +52,7 @@ fn project(dockerfile: &str) -> Project {
 fn build_cmd(p: &Project, tmp: &std::path::Path) -> std::process::Command {
     let mut c = cibox(p.path());
     c.args(["image", "build"])
+        .env("DOCKER_BUILDKIT", "0")
         .env("CIBOX_LOG", "debug")
         .env("TMPDIR", tmp);
     c
