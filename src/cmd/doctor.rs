@@ -481,10 +481,7 @@ fn probe_finding(
 fn all_gpus(s: &Snapshot) -> Vec<PoolGpu> {
     s.gpus
         .iter()
-        .map(|g| PoolGpu {
-            index: g.index,
-            uuid: g.uuid.clone(),
-        })
+        .map(PoolGpu::of)
         .collect()
 }
 

@@ -179,7 +179,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
             g.uuid.clone(),
             model(&g.uuid).map_or_else(|| "-".into(), |m| crate::util::escape(&m).into_owned()),
             format!("{}/{} MiB", g.memory_used_mib, g.memory_total_mib),
-            format!("{}%", g.utilization),
+            g.utilization.map_or_else(|| "-".into(), |u| format!("{u}%")),
             if procs.is_empty() {
                 "-".into()
             } else {
@@ -324,10 +324,15 @@ fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wante
         visible.join(","),
         args.command.join(" ")
     ));
-    let env = vec![
-        (env_name, visible.join(",")),
-        ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
-    ];
+    // By default the variables the units' vendor reads (CUDA_VISIBLE_DEVICES for
+    // NVIDIA's, ROCR_/HIP_VISIBLE_DEVICES for AMD's); `--env-name` or `--index` asks for
+    // one variable of the caller's choosing instead.
+    let mut env = if args.env_name.is_some() || args.index {
+        vec![(env_name, visible.join(","))]
+    } else {
+        gpu::vendor::host_env(lease.gpus())?
+    };
+    env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()));
     let supervisor = Supervisor::start(&args.command, &env, &lease.fds(), GRACE, confine)
         .map_err(GpuError::NotStarted)?;
     console::debug(format!(

@@ -661,7 +661,9 @@ pub(crate) mod tests {
                 ("F".to_string(), "1".to_string()),
             ])
         );
-        let body = b.container.body(&[], &[], true);
+        let body = b
+            .container
+            .body(&crate::gpu::vendor::Handover::default(), &[], true);
         let env = body.env.unwrap();
         assert!(env.contains(&"TOKEN=secret".to_string()), "{env:?}");
         assert!(env.contains(&"CIBOX_FAST=1".to_string()), "{env:?}");

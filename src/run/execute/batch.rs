@@ -134,7 +134,10 @@ impl Execution<'_> {
                     let gpus: Vec<String> = l
                         .gpus()
                         .iter()
-                        .map(|g| format!("GPU {} ({})", g.index, g.uuid))
+                        .map(|g| match &g.parent {
+                            None => format!("GPU {} ({})", g.index, g.uuid),
+                            Some(_) => g.label(),
+                        })
                         .collect();
                     self.phase(
                         b,

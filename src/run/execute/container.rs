@@ -34,9 +34,12 @@ impl Execution<'_> {
         // Kept with what is watched, so that the batch's end finishes them whatever
         // happens here.
         *watched.caches.borrow_mut() = self.prepare_caches(b)?;
-        let mut body = b
-            .container
-            .body(gpus, self.git_masks, self.engine.recursive_read_only());
+        // What the leased units' vendor hands the container (device request, device
+        // files, variables); one that cannot be told is handed to nobody.
+        let handover = crate::gpu::vendor::handover(gpus, b.container.gpu_driver())?;
+        let mut body =
+            b.container
+                .body(&handover, self.git_masks, self.engine.recursive_read_only());
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
             && let Some(hc) = body.host_config.as_mut()
