@@ -479,10 +479,7 @@ fn probe_finding(
 
 /// Every GPU the probe shows, as pool entries.
 fn all_gpus(s: &Snapshot) -> Vec<PoolGpu> {
-    s.gpus
-        .iter()
-        .map(PoolGpu::of)
-        .collect()
+    s.gpus.iter().map(PoolGpu::of).collect()
 }
 
 /// The GPU models the manifest's batches ask for (`gpu_model`), each with the batches

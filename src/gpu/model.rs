@@ -130,7 +130,11 @@ pub fn narrow(
     need: usize,
 ) -> Result<Vec<PoolGpu>, ModelError> {
     let Some(glob) = glob else {
-        let whole: Vec<PoolGpu> = pool.iter().filter(|g| g.parent.is_none()).cloned().collect();
+        let whole: Vec<PoolGpu> = pool
+            .iter()
+            .filter(|g| g.parent.is_none())
+            .cloned()
+            .collect();
         if whole.len() < need && whole.len() < pool.len() {
             return Err(ModelError::TooFewWhole {
                 need,
@@ -283,7 +287,11 @@ mod tests {
         // Nor does a request without a model.
         assert_eq!(narrow(&pool, Ok(&hw), None, 4).unwrap().len(), 4);
         let err = narrow(&pool, Ok(&hw), None, 5).unwrap_err();
-        assert!(err.to_string().contains("3 × NVIDIA H100 80GB HBM3 MIG 1g.10gb"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("3 × NVIDIA H100 80GB HBM3 MIG 1g.10gb"),
+            "{err}"
+        );
         assert_eq!(
             crate::error::Error::from(err).exit_code(),
             crate::exit::CAPACITY

@@ -170,10 +170,9 @@ pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Opti
         ));
     }
     match g.utilization {
-        Some(u) if u > policy.max_utilization => Some(format!(
-            "utilization {u}% > {}%",
-            policy.max_utilization
-        )),
+        Some(u) if u > policy.max_utilization => {
+            Some(format!("utilization {u}% > {}%", policy.max_utilization))
+        }
         Some(_) => None,
         // Only a MIG slice has none: the driver reports none in MIG mode, and its
         // processes and memory judged it above. Anything else cannot be told idle.

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod amd;
 mod batch;
 mod caches;
 mod ci;
@@ -18,6 +19,7 @@ mod image;
 mod layers;
 mod lint;
 mod lockset;
+mod mig;
 mod nix;
 mod orphans;
 mod policy;

@@ -353,12 +353,14 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
             if utilization > 100 {
                 return Err(strange(format!("utilization {utilization} is over 100")));
             }
-            gpus.push(unit(&d, index, uuid, None, Some(utilization), &mut apps).map_err(
-                |(call, message)| Refusal {
-                    call: at(&call),
-                    message,
-                },
-            )?);
+            gpus.push(
+                unit(&d, index, uuid, None, Some(utilization), &mut apps).map_err(
+                    |(call, message)| Refusal {
+                        call: at(&call),
+                        message,
+                    },
+                )?,
+            );
             continue;
         }
         // In MIG mode each slice is a unit, judged by its own processes and memory (the

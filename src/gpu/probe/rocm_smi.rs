@@ -231,7 +231,10 @@ pub fn parse_state(program: &str, out: &str) -> Result<BTreeMap<u32, GpuState>, 
                 program: program.into(),
                 query: q,
                 line: 1,
-                reason: format!("GPU {index}: unique ID {uuid} is also GPU {}'s", other.index),
+                reason: format!(
+                    "GPU {index}: unique ID {uuid} is also GPU {}'s",
+                    other.index
+                ),
             });
         }
         gpus.insert(
@@ -291,7 +294,10 @@ pub fn parse_pids(
                     .parse()
                     .map_err(|_| err(n, format!("`{word}` is not a GPU index (for PID {pid})")))?;
                 let gpu = gpus.get(&index).ok_or_else(|| {
-                    err(n, format!("PID {pid} uses GPU {index}, which the GPU list does not show"))
+                    err(
+                        n,
+                        format!("PID {pid} uses GPU {index}, which the GPU list does not show"),
+                    )
                 })?;
                 if left == 0 {
                     return Err(err(n, format!("PID {pid}: more GPUs listed than it said")));
@@ -310,14 +316,20 @@ pub fn parse_pids(
             continue;
         }
         let Some((pid, count)) = pid_line(t) else {
-            return Err(err(n, format!("unexpected line `{}`", crate::util::escape(t))));
+            return Err(err(
+                n,
+                format!("unexpected line `{}`", crate::util::escape(t)),
+            ));
         };
         if count > 0 {
             open = Some((pid, count, n));
         }
     }
     if let Some((pid, _, at)) = open {
-        return Err(err(at, format!("PID {pid}: fewer GPUs listed than it said")));
+        return Err(err(
+            at,
+            format!("PID {pid}: fewer GPUs listed than it said"),
+        ));
     }
     Ok(apps)
 }
@@ -376,11 +388,26 @@ mod tests {
     #[test]
     fn refuses_what_cannot_be_told() {
         for (bad, says) in [
-            (STATE.replace("0x18f68e602b8a790f", "N/A"), "Unique ID is `N/A`"),
-            (STATE.replace(r#""GPU use (%)": "0", "#, ""), "GPU use (%) is `missing`"),
-            (STATE.replace(r#""GPU use (%)": "37""#, r#""GPU use (%)": "137""#), "over 100"),
-            (STATE.replace("0xa1b2c3d4e5f60718", "0x18f68e602b8a790f"), "is also GPU 0's"),
-            (STATE.replace("\"11239424\"", "\"9999999999999\""), "bytes of VRAM used"),
+            (
+                STATE.replace("0x18f68e602b8a790f", "N/A"),
+                "Unique ID is `N/A`",
+            ),
+            (
+                STATE.replace(r#""GPU use (%)": "0", "#, ""),
+                "GPU use (%) is `missing`",
+            ),
+            (
+                STATE.replace(r#""GPU use (%)": "37""#, r#""GPU use (%)": "137""#),
+                "over 100",
+            ),
+            (
+                STATE.replace("0xa1b2c3d4e5f60718", "0x18f68e602b8a790f"),
+                "is also GPU 0's",
+            ),
+            (
+                STATE.replace("\"11239424\"", "\"9999999999999\""),
+                "bytes of VRAM used",
+            ),
             (STATE.replace("card1", "gpu1"), "unexpected key `gpu1`"),
             ("WARNING: no".to_string(), "not JSON"),
         ] {

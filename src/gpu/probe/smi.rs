@@ -69,7 +69,10 @@ pub fn probe(
     let read = parse_gpu_lines(program, &gpus_out?)?;
     // Only a host with a GPU in MIG mode pays for the list.
     let slices = if read.iter().any(|g| g.utilization.is_none()) {
-        parse_list(program, &start(program, QUERY_LIST)?.finish(deadline, timeout)?)?
+        parse_list(
+            program,
+            &start(program, QUERY_LIST)?.finish(deadline, timeout)?,
+        )?
     } else {
         Vec::new()
     };
@@ -170,7 +173,9 @@ pub fn parse_list(program: &str, out: &str) -> Result<Vec<ListedSlice>, ProbeErr
             if !is_mig_uuid(&uuid) {
                 return Err(err(
                     n,
-                    format!("`{uuid}` is not a MIG UUID (MIG-xxxxxxxx-…: a driver of R470 or later)"),
+                    format!(
+                        "`{uuid}` is not a MIG UUID (MIG-xxxxxxxx-…: a driver of R470 or later)"
+                    ),
                 ));
             }
             let profile_ok = !profile.is_empty()
@@ -479,6 +484,54 @@ mod tests {
         let version = "NVIDIA-SMI version  : 550.54.15\nNVML version        : 550.54\nDRIVER version      : 550.54.15\nCUDA Version        : 12.4\n";
         assert_eq!(cuda_version(version).as_deref(), Some("12.4"));
         assert_eq!(cuda_version("nvidia-smi: unknown option"), None);
+    }
+
+    #[test]
+    fn a_gpu_in_mig_mode_is_its_slices() {
+        let m0 = "MIG-aaaaaaaa-0000-5b6c-8d7e-000000000000";
+        let m1 = "MIG-aaaaaaaa-0000-5b6c-8d7e-000000000001";
+        let list = format!(
+            "GPU 0: NVIDIA H200 (UUID: {U0})\n  MIG 1g.18gb     Device  0: (UUID: {m0})\n  MIG 3g.71gb     Device  1: (UUID: {m1})\nGPU 1: NVIDIA H200 (UUID: {U1})\n"
+        );
+        let slices = parse_list("x", &list).unwrap();
+        assert_eq!(slices.len(), 2);
+        assert_eq!(
+            (slices[1].profile.as_str(), slices[1].parent.as_str()),
+            ("3g.71gb", U0)
+        );
+        let read = parse_gpu_lines(
+            "x",
+            &format!("0, {U0}, 40, 143771, [N/A]\n1, {U1}, 0, 143771, 0\n"),
+        )
+        .unwrap();
+        let units = with_slices("x", read.clone(), &slices).unwrap();
+        let ids: Vec<(&str, Option<&str>)> = units
+            .iter()
+            .map(|g| (g.uuid.as_str(), g.parent.as_deref()))
+            .collect();
+        assert_eq!(ids, [(m0, Some(U0)), (m1, Some(U0)), (U1, None)]);
+        // Judged by the GPU's memory; no utilisation.
+        assert_eq!((units[0].memory_used_mib, units[0].utilization), (40, None));
+        // A process named by the GPU is the GPU's (and so its slices').
+        let apps = parse_apps("x", &format!("{U0}, 7, 30\n"), &units).unwrap();
+        assert_eq!(apps[0].gpu_uuid, U0);
+        // No utilisation and no slice: nothing can judge it.
+        let err = with_slices("x", read, &[]).unwrap_err().to_string();
+        assert!(err.contains("lists no MIG slice of it"), "{err}");
+        for bad in [
+            format!("  MIG 1g.18gb Device 0: (UUID: {m0})"),
+            format!(
+                "GPU 0: X (UUID: {U0})\n  MIG 1g.18gb Device 0: (UUID: MIG-GPU-{}/1/0)",
+                &U0[4..]
+            ),
+            format!("GPU 0: X (UUID: {U0})\n  MIG 1g/18gb Device 0: (UUID: {m0})"),
+            format!(
+                "GPU 0: X (UUID: {U0})\n  MIG 1g.18gb Device 0: (UUID: {m0})\n  MIG 1g.18gb Device 1: (UUID: {m0})"
+            ),
+            "something else".to_string(),
+        ] {
+            assert!(parse_list("x", &bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

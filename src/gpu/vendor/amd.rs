@@ -129,8 +129,8 @@ impl Machine {
         }];
         let pci = pci_of(&class.join(&render)).map_err(fail)?;
         // Its card node, when it has one (a compute-only GPU's render node is enough).
-        let entries = std::fs::read_dir(&class)
-            .map_err(|e| fail(format!("{}: {e}", class.display())))?;
+        let entries =
+            std::fs::read_dir(&class).map_err(|e| fail(format!("{}: {e}", class.display())))?;
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let is_card = name
@@ -162,7 +162,10 @@ impl Machine {
             };
             if property(&props, "unique_id") == Some(unique_id) {
                 let minor = property(&props, "drm_render_minor").ok_or_else(|| {
-                    format!("{} has no drm_render_minor", e.path().join("properties").display())
+                    format!(
+                        "{} has no drm_render_minor",
+                        e.path().join("properties").display()
+                    )
                 })?;
                 found.push(minor);
             }

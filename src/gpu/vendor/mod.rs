@@ -123,9 +123,7 @@ fn by_vendor(units: &[PoolGpu]) -> Result<Vec<(&'static dyn Vendor, Vec<PoolGpu>
     let mut out: Vec<(&'static dyn Vendor, Vec<PoolGpu>)> = Vec::new();
     for u in units {
         let Some(v) = VENDORS.iter().find(|v| v.owns(&u.uuid)) else {
-            return Err(HandoverError::Unknown {
-                id: u.uuid.clone(),
-            });
+            return Err(HandoverError::Unknown { id: u.uuid.clone() });
         };
         match out.iter_mut().find(|(o, _)| o.name() == v.name()) {
             Some((_, mine)) => mine.push(u.clone()),
@@ -190,6 +188,9 @@ mod tests {
             crate::error::Error::from(err).exit_code(),
             crate::exit::INFRA
         );
-        assert_eq!(handover(&[], GpuDriver::Nvidia).unwrap(), Handover::default());
+        assert_eq!(
+            handover(&[], GpuDriver::Nvidia).unwrap(),
+            Handover::default()
+        );
     }
 }

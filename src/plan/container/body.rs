@@ -146,8 +146,7 @@ impl ContainerPlan {
                     .map(|r| DeviceRequest {
                         driver: Some(r.driver.clone()),
                         device_ids: Some(r.device_ids.clone()),
-                        capabilities: (!r.capabilities.is_empty())
-                            .then(|| r.capabilities.clone()),
+                        capabilities: (!r.capabilities.is_empty()).then(|| r.capabilities.clone()),
                         ..Default::default()
                     })
                     .collect()
