@@ -11,7 +11,7 @@
 //! - [`model`]: the units a request for a model may have;
 //! - [`queue`]: the fair queue's tickets;
 //! - [`lease`]: the lock files;
-//! - `overtake`: when a waiter may go ahead;
+//! - [`overtake`]: when a waiter may go ahead;
 //! - [`waiter`]: the lease sequence;
 //! - [`vendor`]: how each vendor's leased units reach a container or a command.
 //!

@@ -29,17 +29,27 @@ fn visible(h: &MigHost, backend: Backend, model: Option<&str>, count: usize) -> 
     run(&mut cmd)
 }
 
-/// Holds what `args` (after `gpu exec`) leases, running `sleep 60`.
+/// Holds what `args` (after `gpu exec`) leases, running `sleep 60`; returns once the
+/// lease is granted (its command has started).
 fn hold(h: &MigHost, backend: Backend, args: &[&str]) -> Child {
+    let ready = h.host.work.path().join(format!("ready-{}", nonce()));
+    let script = format!("touch {}; exec sleep 60", ready.display());
     let mut all = vec!["gpu", "exec"];
     all.extend(args);
-    all.extend(["--", "sleep", "60"]);
+    all.extend(["--", "sh", "-c", &script]);
     let mut cmd = h.host.cmd(&all);
     backend.apply(&mut cmd);
-    cmd.stdout(Stdio::null())
+    let mut child = cmd
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    assert!(
+        wait_until(30, || ready.exists() || child.try_wait().unwrap().is_some()),
+        "no lease within 30s"
+    );
+    assert!(ready.exists(), "the holder ended without its lease");
+    child
 }
 
 fn stop(mut child: Child) {
@@ -147,7 +157,7 @@ fn a_gpu_leased_whole_keeps_its_slices_from_being_leased() {
     for backend in Backend::BOTH {
         // GPU 1 is leased whole; then MIG mode is turned on for it.
         let holder = hold(&h, backend, &["--devices", "1"]);
-        assert!(wait_until(20, || held(&h) == [uuid(1)]));
+        assert_eq!(held(&h), [uuid(1)], "{}", h.host.status());
         h.set_slices(1, &["1g.18gb"]);
         // Four 1g.18gb slices asked: three of GPU 0 and GPU 1's, which its GPU's lease
         // holds.
@@ -168,7 +178,7 @@ fn a_leased_slice_keeps_its_gpu_from_being_leased_whole() {
     let h = mig_host();
     for backend in Backend::BOTH {
         let holder = hold(&h, backend, &["--model", "*MIG 3g.71gb", "--count", "1"]);
-        assert!(wait_until(20, || held(&h) == [MigHost::slice(0, 3)]));
+        assert_eq!(held(&h), [MigHost::slice(0, 3)]);
         // MIG mode is turned off: GPU 0 is a whole GPU to the probe now.
         h.set_slices(0, &[]);
         let mut c = h.host.cmd(&[

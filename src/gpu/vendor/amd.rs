@@ -17,7 +17,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::{DeviceNode, Handover, HandoverError, Vendor};
+use super::handover::{DeviceNode, Handover, HandoverError, Vendor};
 use crate::gpu::pool::PoolGpu;
 use crate::gpu::probe::rocm_smi::property;
 use crate::manifest::{GpuDriver, is_amd_gpu_id};

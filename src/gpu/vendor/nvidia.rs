@@ -3,7 +3,7 @@
 //! request, or CDI names), and named to CUDA by the same UUIDs in
 //! `CUDA_VISIBLE_DEVICES` (CUDA takes `MIG-…` UUIDs as it takes GPUs').
 
-use super::{DeviceRequest, Handover, HandoverError, Vendor};
+use super::handover::{DeviceRequest, Handover, HandoverError, Vendor};
 use crate::gpu::pool::PoolGpu;
 use crate::manifest::{GpuDriver, is_gpu_uuid, is_mig_uuid};
 
