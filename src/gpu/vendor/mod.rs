@@ -26,10 +26,13 @@ use crate::manifest::GpuDriver;
 /// Every vendor cibox hands units of over.
 pub const VENDORS: [&dyn Vendor; 2] = [&nvidia::Nvidia, &amd::Amd];
 
+/// A vendor and its units of a lease.
+type Share = (&'static dyn Vendor, Vec<PoolGpu>);
+
 /// Each vendor's share of `units`, in the order of `units`; an identity no vendor owns
 /// is refused.
-fn by_vendor(units: &[PoolGpu]) -> Result<Vec<(&'static dyn Vendor, Vec<PoolGpu>)>, HandoverError> {
-    let mut out: Vec<(&'static dyn Vendor, Vec<PoolGpu>)> = Vec::new();
+fn by_vendor(units: &[PoolGpu]) -> Result<Vec<Share>, HandoverError> {
+    let mut out: Vec<Share> = Vec::new();
     for u in units {
         let Some(v) = VENDORS.iter().find(|v| v.owns(&u.uuid)) else {
             return Err(HandoverError::Unknown { id: u.uuid.clone() });
