@@ -83,6 +83,9 @@ pub struct NodeRole {
     pub nodes: u32,
     /// The GPUs Slurm allocated here, by index: exactly these are leased.
     pub gpus: Vec<u32>,
+    /// The same by identity, where Slurm names them so (MIG slices' UUIDs in
+    /// `CUDA_VISIBLE_DEVICES`): then these are leased.
+    pub gpu_ids: Vec<String>,
     /// The rendezvous variables of a job on several nodes (none for one).
     pub rendezvous: BTreeMap<String, String>,
 }

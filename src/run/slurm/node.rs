@@ -140,6 +140,7 @@ impl NodeJob {
                 rank: alloc.rank,
                 nodes: alloc.nodes,
                 gpus: alloc.gpus.clone(),
+                gpu_ids: alloc.gpu_ids.clone(),
                 rendezvous,
             }),
             // The submitter's word, or the node's own environment's.
