@@ -314,7 +314,10 @@ mod tests {
             ("CUDA_VISIBLE_DEVICES", m),
         ]))
         .unwrap();
-        assert_eq!((a.gpus.as_slice(), a.gpu_ids.as_slice()), ([3].as_slice(), [m.to_string()].as_slice()));
+        assert_eq!(
+            (a.gpus.as_slice(), a.gpu_ids.as_slice()),
+            ([3].as_slice(), [m.to_string()].as_slice())
+        );
         // Without Slurm's own list, the UUIDs alone.
         let a = Allocation::from_vars(vars(&[("CUDA_VISIBLE_DEVICES", m)])).unwrap();
         assert!(a.gpus.is_empty() && a.gpu_ids == [m]);

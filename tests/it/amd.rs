@@ -274,3 +274,52 @@ fn a_manifest_still_cannot_map_amd_device_files_itself() {
         );
     }
 }
+
+#[test]
+fn doctor_on_an_amd_host_needs_no_runtime_and_checks_the_device_files() {
+    let h = AmdHost::new(8);
+    let finding = |v: &serde_json::Value, check: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == check)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {check} finding: {v}"))
+    };
+    let r = h.run(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(finding(&v, "gpu runtime")["status"], "ok", "{v}");
+    let devices = finding(&v, "gpu devices");
+    assert_eq!(devices["status"], "ok", "{v}");
+    assert!(
+        devices["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("17 device files of 8 GPUs"),
+        "{devices}"
+    );
+    let probe = finding(&v, "gpu probe");
+    assert!(
+        probe["detail"]
+            .as_str()
+            .unwrap()
+            .contains("8 GPUs (8 × AMD Instinct MI300X)"),
+        "{probe}"
+    );
+    // A render node gone: doctor says which GPU cannot be handed over.
+    let [_, render] = h.nodes(5);
+    std::fs::remove_file(h.dev.path().join("dri").join(&render)).unwrap();
+    let r = h.run(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let devices = finding(&v, "gpu devices");
+    assert_eq!(devices["status"], "fail", "{v}");
+    assert!(
+        devices["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&AmdHost::id(5)),
+        "{devices}"
+    );
+    assert_eq!(r.code, 5, "{}", r.stdout);
+}
