@@ -50,6 +50,9 @@ enum Backend {
         program: String,
         /// Why NVML was not used, when `auto` fell back.
         fallback: Option<String>,
+        /// A GPU in MIG mode was seen: later probes ask `-L` at once with the other
+        /// queries rather than after them.
+        mig: std::sync::atomic::AtomicBool,
     },
     Nvml(nvml::Session),
     /// AMD's GPUs, through rocm-smi.
@@ -63,7 +66,9 @@ enum Backend {
 impl Backend {
     fn describe(&self) -> String {
         match self {
-            Backend::Smi { program, fallback } => match fallback {
+            Backend::Smi {
+                program, fallback, ..
+            } => match fallback {
                 Some(why) => format!("nvidia-smi ({program}); NVML not loaded: {why}"),
                 None => format!("nvidia-smi ({program})"),
             },
@@ -87,7 +92,13 @@ impl Backend {
 
     fn hardware(&self, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
         match self {
-            Backend::Smi { program, .. } => smi::hardware(program, timeout),
+            Backend::Smi { program, mig, .. } => {
+                let gpus = smi::hardware(program, timeout)?;
+                if gpus.iter().any(|g| crate::manifest::is_mig_uuid(&g.uuid)) {
+                    mig.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(gpus)
+            }
             Backend::Nvml(s) => s.hardware(timeout),
             Backend::Rocm { program, .. } => rocm_smi::hardware(program, timeout),
         }
@@ -95,8 +106,19 @@ impl Backend {
 
     fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
         match self {
-            Backend::Smi { program, fallback } => {
-                smi::probe(program, timeout).map_err(|e| match (e, fallback) {
+            Backend::Smi {
+                program,
+                fallback,
+                mig,
+            } => {
+                use std::sync::atomic::Ordering::Relaxed;
+                let read = smi::probe(program, timeout, mig.load(Relaxed));
+                if let Ok((gpus, _)) = &read
+                    && gpus.iter().any(|g| g.parent.is_some())
+                {
+                    mig.store(true, Relaxed);
+                }
+                read.map_err(|e| match (e, fallback) {
                     // Neither backend is there: say both.
                     (
                         ProbeError::Spawn {
@@ -216,6 +238,7 @@ impl Prober {
         let smi = |fallback| Backend::Smi {
             program: smi::program(),
             fallback,
+            mig: std::sync::atomic::AtomicBool::new(false),
         };
         let rocm = |fallback| Backend::Rocm {
             program: rocm_smi::program(),

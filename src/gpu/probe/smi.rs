@@ -48,13 +48,14 @@ fn start(program: &str, query: &'static str) -> Result<Query, ProbeError> {
 }
 
 /// Runs both queries of `program` and parses them (and `-L`, when a GPU is in MIG
-/// mode).
+/// mode: at once with the others where `mig_seen`, a GPU in MIG mode seen before).
 pub fn probe(
     program: &str,
     timeout: Duration,
+    mig_seen: bool,
 ) -> Result<(Vec<GpuState>, Vec<ComputeApp>), ProbeError> {
     let deadline = Instant::now() + timeout;
-    // Both queries at once: a real nvidia-smi spends most of a call starting up and
+    // The queries at once: a real nvidia-smi spends most of a call starting up and
     // initialising the driver's view, so two in a row cost twice that.
     let gpus_query = start(program, QUERY_GPUS)?;
     let apps_query = match start(program, QUERY_APPS) {
@@ -64,15 +65,18 @@ pub fn probe(
             return Err(e);
         }
     };
+    let list_query = mig_seen.then(|| start(program, QUERY_LIST));
     let gpus_out = gpus_query.finish(deadline, timeout);
     let apps_out = apps_query.finish(deadline, timeout);
+    let list_out = list_query.map(|q| q.and_then(|q| q.finish(deadline, timeout)));
     let read = parse_gpu_lines(program, &gpus_out?)?;
     // Only a host with a GPU in MIG mode pays for the list.
     let slices = if read.iter().any(|g| g.utilization.is_none()) {
-        parse_list(
-            program,
-            &start(program, QUERY_LIST)?.finish(deadline, timeout)?,
-        )?
+        let out = match list_out {
+            Some(out) => out?,
+            None => start(program, QUERY_LIST)?.finish(deadline, timeout)?,
+        };
+        parse_list(program, &out)?
     } else {
         Vec::new()
     };
