@@ -20,16 +20,22 @@ doubles' `gpu_name.<index>`), the same 16 jobs (sizes capped at 4) asking
 `--model '*H100*'` and `--model '*A100*'` in turn; ideal is the larger model's share
 (each model's GPU-seconds over its 4 GPUs), and a job holding a GPU of the other model
 counts as a wrong model (must be 0).
-Usage: bench/contention.py [--mixed] [path/to/cibox] [SMI_LATENCY] [NVML_INIT] [NVML_CALL]
+With --amd (issue 34), an AMD host: 8 GPUs behind the rocm-smi double (each call sleeps
+SMI_LATENCY, as a real rocm-smi's Python start-up), the same 16 jobs, ideal 12.5 s.
+With --mig (issue 34), a MIG pool: two H200s in MIG mode, four 1g.18gb slices each (8
+units), the same 16 jobs asking `--model '*MIG 1g.18gb'`, through both NVIDIA backends;
+ideal 12.5 s; a slice held by two jobs at once is an overlap.
+Usage: bench/contention.py [--mixed|--amd|--mig] [path/to/cibox] [SMI_LATENCY] [NVML_INIT] [NVML_CALL]
        (defaults: target/release/cibox, 0.3, 0.3, 0)
 """
 import os, subprocess, sys, tempfile, time
 
-from doubles import ROOT, build_double, env_for, state, take_calls
+from doubles import ROOT, amd_state, build_double, env_for, mig_state, state, take_calls
 
-MIXED = "--mixed" in sys.argv
-if MIXED:
-    sys.argv.remove("--mixed")
+MODE = next((m for m in ("--mixed", "--amd", "--mig") if m in sys.argv), None)
+if MODE:
+    sys.argv.remove(MODE)
+MIXED = MODE == "--mixed"
 
 CIBOX = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/cibox")
 SMI_LATENCY = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
@@ -71,7 +77,7 @@ with open(log, "a") as out:
 '''
 
 
-def run(kind, work, double, stagger):
+def run(kind, work, double, stagger, jobs_asked=None, visible="CUDA_VISIBLE_DEVICES"):
     log = os.path.join(work, f"{kind}-{stagger}.log")
     locks = os.path.join(work, f"{kind}-{stagger}-locks")
     os.makedirs(locks)
@@ -79,12 +85,12 @@ def run(kind, work, double, stagger):
     take_calls(work)
     t0 = time.time()
     procs = []
-    jobs_asked = MIXED_JOBS if MIXED else [(None, s) for s in SIZES]
+    jobs_asked = jobs_asked or (MIXED_JOBS if MIXED else [(None, s) for s in SIZES])
     for i, (model, size) in enumerate(jobs_asked):
         if kind == "naive":
             cmd = [sys.executable, "-c", NAIVE, locks, str(size), str(HOLD), log, f"job{i}"]
         else:
-            script = f'python3 -c "import time; s=time.time(); time.sleep({HOLD}); e=time.time(); open(\'{log}\',\'a\').write(f\'job{i} {{s}} {{e}} $CUDA_VISIBLE_DEVICES\\n\')"'
+            script = f'python3 -c "import time; s=time.time(); time.sleep({HOLD}); e=time.time(); open(\'{log}\',\'a\').write(f\'job{i} {{s}} {{e}} ${visible}\\n\')"'
             model_args = ["--model", model] if model else []
             cmd = [CIBOX, "gpu", "exec", *model_args, "--count", str(size), "--wait", "300s", "--", "sh", "-c", script]
         procs.append(subprocess.Popen(cmd, env=env))
@@ -146,5 +152,38 @@ def main():
             print(f"{kind:10s} together: {naive / results[(kind, 'together')]:.2f} x faster than naive")
 
 
+def main_amd():
+    with tempfile.TemporaryDirectory() as work:
+        state(work, 0, 0, 0)
+        amd_state(work, GPUS, SMI_LATENCY)
+        print(f"AMD host: {GPUS} GPUs behind the rocm-smi double; 16 jobs, sizes {SIZES}, "
+              f"{HOLD:.0f} s each; ideal makespan {IDEAL:.1f} s; rocm-smi {SMI_LATENCY:g} s per call")
+        for stagger, how in ((0, "together"), (0.02, "in order")):
+            makespan, overlaps, (smi, _, _) = run("rocm-smi", work, None, stagger,
+                                                  visible="ROCR_VISIBLE_DEVICES")
+            print(f"rocm-smi   {how:8s} makespan {makespan:5.1f} s = {makespan / IDEAL:.2f} x ideal, "
+                  f"overlaps {overlaps}, {smi} rocm-smi calls")
+
+
+def main_mig():
+    with tempfile.TemporaryDirectory() as work:
+        double = build_double(work)
+        state(work, 2, SMI_LATENCY, NVML_INIT, NVML_CALL)
+        with open(os.path.join(work, "gpu_name"), "w") as f:
+            f.write("NVIDIA H200\n")
+        mig_state(work, [(g, "1g.18gb") for g in (0, 1) for _ in range(4)])
+        jobs = [("*MIG 1g.18gb", s) for s in SIZES]
+        print(f"MIG pool: 2 H200s, 4 x 1g.18gb slices each (8 units); 16 jobs, sizes {SIZES}, "
+              f"{HOLD:.0f} s each; ideal makespan {IDEAL:.1f} s; nvidia-smi {SMI_LATENCY:g} s per call; "
+              f"NVML init {NVML_INIT:g} s, {NVML_CALL:g} s per call")
+        for kind, stagger, how in (("nvidia-smi", 0, "together"), ("nvidia-smi", 0.02, "in order"),
+                                   ("nvml", 0, "together"), ("nvml", 0.02, "in order")):
+            makespan, overlaps, (smi, inits, probes) = run(kind, work, double, stagger, jobs)
+            calls = {"nvidia-smi": f"{smi} nvidia-smi calls",
+                     "nvml": f"{inits} NVML inits, {probes} NVML probes"}[kind]
+            print(f"{kind:10s} {how:8s} makespan {makespan:5.1f} s = {makespan / IDEAL:.2f} x ideal, "
+                  f"overlaps {overlaps}, {calls}")
+
+
 if __name__ == "__main__":
-    main_mixed() if MIXED else main()
+    {"--mixed": main_mixed, "--amd": main_amd, "--mig": main_mig}.get(MODE, main)()

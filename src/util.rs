@@ -181,6 +181,25 @@ pub fn is_plain_relative(path: &str) -> bool {
             .is_some_and(|parts| parts.join("/") == path)
 }
 
+/// Where the kernel's sysfs is read (the GPUs' device links, AMD's KFD topology):
+/// `/sys`, or the folder `CIBOX_SYSFS_ROOT` names. Like `CIBOX_NVIDIA_SMI` for the
+/// probe, it lets tests point cibox at a fake machine; the invoker's to set, as those.
+pub fn sysfs_root() -> PathBuf {
+    root_from("CIBOX_SYSFS_ROOT", "/sys")
+}
+
+/// Where the GPUs' device files are (`kfd`, `dri/renderD*`): `/dev`, or the folder
+/// `CIBOX_DEV_ROOT` names (for tests, as [`sysfs_root`]).
+pub fn dev_root() -> PathBuf {
+    root_from("CIBOX_DEV_ROOT", "/dev")
+}
+
+fn root_from(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(default), PathBuf::from)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

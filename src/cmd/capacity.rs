@@ -196,7 +196,7 @@ impl PoolCounts {
             },
         };
         for g in &pool {
-            let held = !matches!(dir.state(&g.uuid), Ok(LeaseState::Free));
+            let held = !matches!(dir.state_of(g), Ok(LeaseState::Free));
             let available = if held {
                 counts.leased += 1;
                 false

@@ -238,6 +238,9 @@ pub fn run(ctx: &Context) -> Result<u8> {
     };
     engine_findings(driver, &mut findings);
     let (snapshot, hardware) = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
+    if let Some(s) = &snapshot {
+        amd_findings(s, driver, &mut findings);
+    }
     match gpu_cfg {
         Ok(g) => {
             findings.push(
@@ -289,7 +292,7 @@ pub fn run(ctx: &Context) -> Result<u8> {
 }
 
 /// The checks of this host's own GPUs.
-const LOCAL_GPU_CHECKS: [&str; 3] = ["gpu runtime", "gpu probe", "gpu pool"];
+const LOCAL_GPU_CHECKS: [&str; 4] = ["gpu runtime", "gpu probe", "gpu pool", "gpu devices"];
 
 /// Whether this host is one of the cluster's nodes: inside a job, or named as a node by
 /// the controller (by its short host name).
@@ -441,6 +444,41 @@ fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
     }
 }
 
+/// On a host of AMD GPUs: no engine runtime is needed (the "gpu runtime" finding says
+/// so instead of asking for NVIDIA's), and each GPU's device files must be found
+/// through sysfs as a lease's hand-over finds them ("gpu devices").
+fn amd_findings(s: &Snapshot, driver: GpuDriver, findings: &mut Vec<Finding>) {
+    if s.gpus.is_empty()
+        || !s
+            .gpus
+            .iter()
+            .all(|g| crate::manifest::is_amd_gpu_id(&g.uuid))
+    {
+        return;
+    }
+    if let Some(f) = findings.iter_mut().find(|f| f.check == "gpu runtime") {
+        *f = finding(
+            "gpu runtime",
+            Status::Ok,
+            "AMD GPUs need no engine runtime: a lease maps /dev/kfd and each GPU's own /dev/dri nodes",
+            true,
+        );
+    }
+    findings.push(match crate::gpu::vendor::handover(&all_gpus(s), driver) {
+        Ok(h) => finding(
+            "gpu devices",
+            Status::Ok,
+            format!(
+                "{} device files of {} GPUs found through sysfs and checked",
+                h.devices.len(),
+                s.gpus.len()
+            ),
+            true,
+        ),
+        Err(e) => finding("gpu devices", Status::Fail, e.to_string(), true),
+    });
+}
+
 /// The GPU probe, and what it saw.
 /// The probe's finding, with the models of the GPUs (what the GPUs are, when the
 /// probe can say: an empty list when not).
@@ -479,13 +517,7 @@ fn probe_finding(
 
 /// Every GPU the probe shows, as pool entries.
 fn all_gpus(s: &Snapshot) -> Vec<PoolGpu> {
-    s.gpus
-        .iter()
-        .map(|g| PoolGpu {
-            index: g.index,
-            uuid: g.uuid.clone(),
-        })
-        .collect()
+    s.gpus.iter().map(PoolGpu::of).collect()
 }
 
 /// The GPU models the manifest's batches ask for (`gpu_model`), each with the batches

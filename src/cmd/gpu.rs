@@ -116,10 +116,13 @@ pub fn status(ctx: &Context) -> Result<u8> {
     let mut rows = Vec::new();
     for g in &snap.gpus {
         let in_pool = pool.iter().any(|p| p.uuid == g.uuid);
-        let lease = dir.state(&g.uuid).map_err(|source| GpuError::LockDir {
-            dir: cfg.lock_dir.clone(),
-            source,
-        })?;
+        // A slice of a GPU leased whole reads as leased by the GPU's holder.
+        let lease = dir
+            .state_of(&PoolGpu::of(g))
+            .map_err(|source| GpuError::LockDir {
+                dir: cfg.lock_dir.clone(),
+                source,
+            })?;
         let holder = match &lease {
             LeaseState::Free => None,
             LeaseState::Held(h) => Some(h.as_ref().map(|h| h.describe()).unwrap_or_else(|| {
@@ -179,7 +182,8 @@ pub fn status(ctx: &Context) -> Result<u8> {
             g.uuid.clone(),
             model(&g.uuid).map_or_else(|| "-".into(), |m| crate::util::escape(&m).into_owned()),
             format!("{}/{} MiB", g.memory_used_mib, g.memory_total_mib),
-            format!("{}%", g.utilization),
+            g.utilization
+                .map_or_else(|| "-".into(), |u| format!("{u}%")),
             if procs.is_empty() {
                 "-".into()
             } else {
@@ -260,14 +264,16 @@ fn lease_for_exec(
     let prober = Prober::shared_through(cfg.probe, dir.path());
     let mut claims = ContainerClaims::new(dir.clone(), prober.clone());
     let (snap, pool) = probe_pool(cfg, &mut claims, arrived)?;
-    // A model narrows the pool to its GPUs; what the GPUs are is read only when asked.
+    // A model narrows the pool to its units, and no model to its whole GPUs (MIG slices
+    // go only to a request for their model); what the GPUs are is read only when asked,
+    // or to say what a pool of slices has.
     let pool = match &args.model {
-        None => pool,
-        Some(glob) => {
+        None if pool.iter().all(|g| g.parent.is_none()) => pool,
+        glob => {
             let hardware = prober.hardware().map_err(|e| e.to_string());
             let hardware = hardware.as_deref().map_err(String::as_str);
             let need = args.count.map_or(1, |n| n as usize);
-            gpu::model::narrow(&pool, hardware, Some(glob), need)?
+            gpu::model::narrow(&pool, hardware, glob.as_deref(), need)?
         }
     };
     let want = match (&args.count, &args.devices) {
@@ -325,10 +331,15 @@ fn run_leased(args: &GpuExecArgs, env_name: String, lease: Lease, confine: Wante
         visible.join(","),
         args.command.join(" ")
     ));
-    let env = vec![
-        (env_name, visible.join(",")),
-        ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
-    ];
+    // By default the variables the units' vendor reads (CUDA_VISIBLE_DEVICES for
+    // NVIDIA's, ROCR_/HIP_VISIBLE_DEVICES for AMD's); `--env-name` or `--index` asks for
+    // one variable of the caller's choosing instead.
+    let mut env = if args.env_name.is_some() || args.index {
+        vec![(env_name, visible.join(","))]
+    } else {
+        gpu::vendor::host_env(lease.gpus())?
+    };
+    env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()));
     let supervisor = Supervisor::start(&args.command, &env, &lease.fds(), GRACE, confine)
         .map_err(GpuError::NotStarted)?;
     console::debug(format!(

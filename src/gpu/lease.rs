@@ -1,7 +1,13 @@
-//! Leases: one lock file per GPU in the lock directory ([`crate::lockdir`]), named by
-//! UUID, held with `flock` for as long as the lease lives and holding a JSON
+//! Leases: one lock file per unit in the lock directory ([`crate::lockdir`]), named by
+//! its UUID, held with `flock` for as long as the lease lives and holding a JSON
 //! description of the holder. Lock files are never deleted: deleting a file someone has
 //! open would let two processes lock two different files for one GPU.
+//!
+//! A MIG slice is a unit of its own, and its GPU too: a lease of a slice holds the
+//! slice's file exclusively and its GPU's file shared; a lease of the whole GPU holds
+//! the GPU's file exclusively. So the kernel never grants a GPU whole while one of its
+//! slices is leased, nor a slice while its GPU is, whatever each leaser's probe said
+//! (MIG mode switched between two probes, `--devices` naming the GPU).
 
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
@@ -84,15 +90,47 @@ impl LockDir {
 
     /// Takes one GPU's lock without waiting; `None` when someone holds it.
     pub fn try_take(&self, uuid: &str) -> std::io::Result<Option<File>> {
+        self.try_lock_file(uuid, true)
+    }
+
+    /// Takes a unit's locks without waiting: a GPU's file exclusively, or a slice's
+    /// exclusively and its GPU's shared (the second file). `None` when either is held.
+    pub fn try_take_unit(&self, g: &PoolGpu) -> std::io::Result<Option<(File, Option<File>)>> {
+        let guard = match &g.parent {
+            None => None,
+            Some(parent) => match self.try_lock_file(parent, false)? {
+                Some(f) => Some(f),
+                None => return Ok(None),
+            },
+        };
+        Ok(self.try_take(&g.uuid)?.map(|own| (own, guard)))
+    }
+
+    fn try_lock_file(&self, uuid: &str, exclusive: bool) -> std::io::Result<Option<File>> {
         let name = format!("{uuid}.lock");
         let f = self.open_lock_file(&name)?;
-        match f.try_lock() {
+        let locked = if exclusive {
+            f.try_lock()
+        } else {
+            f.try_lock_shared()
+        };
+        match locked {
             // Still the file at its path once locked: a lock on one removed or replaced
             // meanwhile would exclude nobody.
             Ok(()) if crate::lockdir::still_at(&f, &self.path().join(&name)) => Ok(Some(f)),
             Ok(()) => Ok(None),
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    /// A unit's lease state: its own, or, for a slice whose GPU is leased whole, the
+    /// GPU's. (A GPU whose slices are leased reads free here; its exclusive lock is
+    /// refused all the same.)
+    pub fn state_of(&self, g: &PoolGpu) -> std::io::Result<LeaseState> {
+        match (self.state(&g.uuid)?, &g.parent) {
+            (LeaseState::Free, Some(parent)) => self.state(parent),
+            (own, _) => Ok(own),
         }
     }
 
@@ -130,12 +168,29 @@ impl LockDir {
 #[derive(Debug)]
 pub struct Lease {
     gpus: Vec<PoolGpu>,
+    /// Each unit's own lock, held exclusively, naming the holder.
     files: Vec<File>,
+    /// The shared locks on the GPUs of leased slices: they name nobody.
+    guards: Vec<File>,
 }
 
 impl Lease {
+    #[cfg(test)]
     pub(crate) fn new(gpus: Vec<PoolGpu>, files: Vec<File>) -> Lease {
-        Lease { gpus, files }
+        Lease {
+            gpus,
+            files,
+            guards: Vec::new(),
+        }
+    }
+
+    /// A lease whose slices also hold their GPUs' files shared (`guards`).
+    pub(crate) fn with_guards(gpus: Vec<PoolGpu>, files: Vec<File>, guards: Vec<File>) -> Lease {
+        Lease {
+            gpus,
+            files,
+            guards,
+        }
     }
 
     pub fn gpus(&self) -> &[PoolGpu] {
@@ -161,7 +216,11 @@ impl Lease {
     /// The lock files' descriptors, for a child that must keep the lease alive as long
     /// as any of its processes lives (flock belongs to the open file description).
     pub fn fds(&self) -> Vec<RawFd> {
-        self.files.iter().map(|f| f.as_raw_fd()).collect()
+        self.files
+            .iter()
+            .chain(&self.guards)
+            .map(|f| f.as_raw_fd())
+            .collect()
     }
 
     /// Releases the lease now.

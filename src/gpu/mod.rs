@@ -1,6 +1,19 @@
 //! GPUs: probing what they do ([`probe`]), which ones CI may use ([`pool`]) and which
-//! of those a request for a model may have ([`model`]), and leasing them ([`lease`]) through one sequence ([`waiter`]) behind the fair
-//! [`queue`], where waiters may overtake only as `overtake` allows.
+//! of those a request for a model may have ([`model`]), leasing them ([`lease`])
+//! through one sequence ([`waiter`]) behind the fair [`queue`], where waiters may
+//! overtake only as `overtake` allows, and handing leased ones to a container as their
+//! vendor does it ([`vendor`]).
+//!
+//! The rooms, from the bottom up; each imports only those below it:
+//!
+//! - [`probe`]: what the driver says, each vendor's backend giving one reading;
+//! - [`pool`]: the units CI may use, and the idle verdict;
+//! - [`model`]: the units a request for a model may have;
+//! - [`queue`]: the fair queue's tickets;
+//! - [`lease`]: the lock files;
+//! - [`overtake`]: when a waiter may go ahead;
+//! - [`waiter`]: the lease sequence;
+//! - [`vendor`]: how each vendor's leased units reach a container or a command.
 //!
 //! A GPU is handed out only when it is in the pool, not leased, and idle by a probe that
 //! started after it was locked for the hand-out. Anything uncertain fails closed.
@@ -11,6 +24,7 @@ mod overtake;
 pub mod pool;
 pub mod probe;
 pub mod queue;
+pub mod vendor;
 pub mod waiter;
 
 use std::time::Duration;
@@ -177,10 +191,11 @@ pub fn parse_devices(
         if item.is_empty() {
             return Err(DevicesError::EmptyEntry { list: list.into() });
         }
+        // An index names a whole GPU; a MIG slice is named by its UUID.
         let Some(g) = snapshot
             .gpus
             .iter()
-            .find(|g| g.uuid == item || g.index.to_string() == item)
+            .find(|g| g.uuid == item || (g.parent.is_none() && g.index.to_string() == item))
         else {
             return Err(DevicesError::NotOnHost { item: item.into() });
         };

@@ -6,6 +6,11 @@
 //! manifest (a pull request writes it) gains nothing by asking. Fail closed: a GPU whose
 //! model the probe could not name matches no model, and a host whose models cannot be
 //! read leases nothing to a request for one.
+//!
+//! MIG slices: a slice's model is its GPU's and its profile, as NVML names it (`NVIDIA
+//! H200 MIG 1g.18gb`). Slices go only to a request whose glob says `MIG` (case
+//! ignored: `*MIG 1g.18gb`, `*H200 MIG*`), and whole GPUs only to the others (no model
+//! among them): a batch that asked for an H200 never gets an 18 GB slice of one.
 
 use super::pool::PoolGpu;
 use super::probe::GpuHardware;
@@ -30,12 +35,23 @@ pub enum ModelError {
     /// be.
     #[error("GPU model `{glob}` asked for, and the GPUs' models could not be read: {why}")]
     Unreadable { glob: String, why: String },
+    /// A request without a model (whole GPUs) on a pool of MIG slices.
+    #[error(
+        "{need} whole GPU(s) asked for; the pool has {whole}, and MIG slices, which go only to a request for their model (gpu_model / --model `*MIG 1g.18gb`); it has {have}"
+    )]
+    TooFewWhole {
+        need: usize,
+        whole: usize,
+        have: String,
+    },
 }
 
 impl crate::error::ErrorKind for ModelError {
     fn failure(&self) -> Failure {
         match self {
-            ModelError::NoneMatch { .. } | ModelError::TooFew { .. } => Failure::Capacity,
+            ModelError::NoneMatch { .. }
+            | ModelError::TooFew { .. }
+            | ModelError::TooFewWhole { .. } => Failure::Capacity,
             ModelError::Unreadable { .. } => Failure::Infra,
         }
     }
@@ -98,9 +114,15 @@ pub fn describe(pool: &[PoolGpu], hardware: &[GpuHardware]) -> String {
         .join(", ")
 }
 
-/// The GPUs of `pool` a request for `need` GPUs of model `glob` may have (the whole pool
-/// without a model): those the probe named a model `glob` matches. `hardware` is what
-/// the probe said the GPUs are, or why it could not.
+/// Whether a request for model `glob` asks for MIG slices (the glob says `MIG`).
+pub fn asks_for_slices(glob: &str) -> bool {
+    glob.to_ascii_lowercase().contains("mig")
+}
+
+/// The units of `pool` a request for `need` of model `glob` may have (without a model,
+/// the pool's whole GPUs): those the probe named a model `glob` matches, slices only for
+/// a glob that asks for them. `hardware` is what the probe said the GPUs are, or why it
+/// could not.
 pub fn narrow(
     pool: &[PoolGpu],
     hardware: Result<&[GpuHardware], &str>,
@@ -108,14 +130,28 @@ pub fn narrow(
     need: usize,
 ) -> Result<Vec<PoolGpu>, ModelError> {
     let Some(glob) = glob else {
-        return Ok(pool.to_vec());
+        let whole: Vec<PoolGpu> = pool
+            .iter()
+            .filter(|g| g.parent.is_none())
+            .cloned()
+            .collect();
+        if whole.len() < need && whole.len() < pool.len() {
+            return Err(ModelError::TooFewWhole {
+                need,
+                whole: whole.len(),
+                have: hardware.map_or_else(|_| "no model read".into(), |h| describe(pool, h)),
+            });
+        }
+        return Ok(whole);
     };
+    let slices = asks_for_slices(glob);
     let hardware = hardware.map_err(|why| ModelError::Unreadable {
         glob: glob.to_string(),
         why: why.to_string(),
     })?;
     let matching: Vec<PoolGpu> = pool
         .iter()
+        .filter(|g| g.parent.is_some() == slices)
         .filter(|g| model_of(hardware, &g.uuid).is_some_and(|name| matches(glob, name)))
         .cloned()
         .collect();
@@ -146,6 +182,7 @@ mod tests {
             PoolGpu {
                 index: i,
                 uuid: uuid.clone(),
+                parent: None,
             },
             GpuHardware {
                 index: i,
@@ -228,6 +265,39 @@ mod tests {
             crate::error::Error::from(err).exit_code(),
             crate::exit::CAPACITY
         );
+    }
+
+    #[test]
+    fn slices_go_only_to_requests_that_ask_for_them() {
+        let (mut pool, mut hw) = host();
+        for j in 0..3 {
+            let (mut g, mut h) = gpu(4, Some("NVIDIA H100 80GB HBM3 MIG 1g.10gb"));
+            g.uuid = format!("MIG-00000000-0000-0000-0000-00000000000{j}");
+            g.parent = Some("GPU-00000000-0000-0000-0000-000000000004".into());
+            h.uuid = g.uuid.clone();
+            pool.push(g);
+            hw.push(h);
+        }
+        let slices = narrow(&pool, Ok(&hw), Some("*MIG 1g.10gb"), 2).unwrap();
+        assert_eq!(slices.len(), 3);
+        assert!(slices.iter().all(|g| g.parent.is_some()));
+        // A glob that does not say MIG never gets a slice, though it would match.
+        let whole = narrow(&pool, Ok(&hw), Some("*H100*"), 1).unwrap();
+        assert_eq!(whole.iter().map(|g| g.index).collect::<Vec<_>>(), [0, 2]);
+        // Nor does a request without a model.
+        assert_eq!(narrow(&pool, Ok(&hw), None, 4).unwrap().len(), 4);
+        let err = narrow(&pool, Ok(&hw), None, 5).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("3 × NVIDIA H100 80GB HBM3 MIG 1g.10gb"),
+            "{err}"
+        );
+        assert_eq!(
+            crate::error::Error::from(err).exit_code(),
+            crate::exit::CAPACITY
+        );
+        let err = narrow(&pool, Ok(&hw), Some("*MIG 3g*"), 1).unwrap_err();
+        assert!(err.to_string().starts_with("no GPU of model"), "{err}");
     }
 
     #[test]

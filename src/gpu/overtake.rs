@@ -185,11 +185,14 @@ pub(super) enum Overtake {
     NotWhileServable(queue::Place),
 }
 
+/// A unit the last probe showed busy outside cibox, and why.
+pub(super) type Busy = (PoolGpu, String);
+
 /// The GPUs of `free` not known to be busy.
-pub(super) fn idle_among<'a>(free: &[&'a PoolGpu], busy: &[(u32, String)]) -> Vec<&'a PoolGpu> {
+pub(super) fn idle_among<'a>(free: &[&'a PoolGpu], busy: &[Busy]) -> Vec<&'a PoolGpu> {
     free.iter()
         .copied()
-        .filter(|g| !busy.iter().any(|(i, _)| *i == g.index))
+        .filter(|g| !busy.iter().any(|(b, _)| b.uuid == g.uuid))
         .collect()
 }
 
@@ -199,7 +202,7 @@ pub(super) fn overtake_allowed(
     dir: &LockDir,
     ahead: &[Ahead],
     free: &[&PoolGpu],
-    busy: &[(u32, String)],
+    busy: &[Busy],
     need: usize,
 ) -> Overtake {
     let idle = idle_among(free, busy);
@@ -220,6 +223,7 @@ mod tests {
             .map(|i| PoolGpu {
                 index: i,
                 uuid: format!("GPU-{i:08x}-0000-0000-0000-000000000000"),
+                parent: None,
             })
             .collect()
     }

@@ -4,11 +4,35 @@ use super::probe::{GpuState, Snapshot};
 use crate::exit::Failure;
 use crate::manifest::{GpuConfig, IdlePolicy, PoolSpec};
 
-/// A GPU of the pool, as the probe numbers it.
+/// A unit of the pool, as the probe names it: a GPU, or a MIG slice of one.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolGpu {
+    /// The GPU's index (a slice has its GPU's).
     pub index: u32,
     pub uuid: String,
+    /// For a MIG slice, its GPU's UUID: a lease of the slice keeps the GPU from being
+    /// leased whole, and the reverse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+}
+
+impl PoolGpu {
+    /// The unit a probe shows.
+    pub fn of(g: &GpuState) -> PoolGpu {
+        PoolGpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            parent: g.parent.clone(),
+        }
+    }
+
+    /// How messages name it: `GPU 3`, or `GPU 3 slice MIG-…` for a MIG slice.
+    pub fn label(&self) -> String {
+        match self.parent {
+            None => format!("GPU {}", self.index),
+            Some(_) => format!("GPU {} slice {}", self.index, self.uuid),
+        }
+    }
 }
 
 /// Why a pool (the project's, or the host policy's) cannot be resolved against a probe:
@@ -45,37 +69,46 @@ impl crate::error::ErrorKind for PoolError {
     }
 }
 
-/// Resolves the pool against a probe: `all`, or each index/UUID to a GPU the probe
-/// knows. An entry the probe does not know is a configuration error.
+/// Resolves the pool against a probe: `all`, or each index/UUID to the units the probe
+/// shows (an index names a GPU, or, in MIG mode, all its slices; a UUID one GPU or one
+/// slice). An entry the probe does not know is a configuration error.
 pub fn resolve(spec: &PoolSpec, snapshot: &Snapshot) -> Result<Vec<PoolGpu>, PoolError> {
-    let of = |g: &GpuState| PoolGpu {
-        index: g.index,
-        uuid: g.uuid.clone(),
-    };
     let mut gpus: Vec<PoolGpu> = match spec {
-        PoolSpec::All => snapshot.gpus.iter().map(of).collect(),
+        PoolSpec::All => snapshot.gpus.iter().map(PoolGpu::of).collect(),
         PoolSpec::Devices(items) => {
             let mut out = Vec::new();
             for item in items {
-                let g = snapshot
+                let named: Vec<&GpuState> = snapshot
                     .gpus
                     .iter()
-                    .find(|g| g.uuid == *item || g.index.to_string() == *item)
-                    .ok_or_else(|| PoolError::NotOnHost {
+                    .filter(|g| {
+                        g.uuid == *item
+                            || g.parent.as_deref() == Some(item.as_str())
+                            || g.index.to_string() == *item
+                    })
+                    .collect();
+                if named.is_empty() {
+                    let mut probed: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
+                    probed.dedup();
+                    return Err(PoolError::NotOnHost {
                         item: item.clone(),
-                        probed: snapshot.gpus.iter().map(|g| g.index).collect(),
-                    })?;
-                if out.iter().any(|p: &PoolGpu| p.uuid == g.uuid) {
-                    return Err(PoolError::Twice {
-                        uuid: g.uuid.clone(),
-                        item: item.clone(),
+                        probed,
                     });
                 }
-                out.push(of(g));
+                for g in named {
+                    if out.iter().any(|p: &PoolGpu| p.uuid == g.uuid) {
+                        return Err(PoolError::Twice {
+                            uuid: g.uuid.clone(),
+                            item: item.clone(),
+                        });
+                    }
+                    out.push(PoolGpu::of(g));
+                }
             }
             out
         }
     };
+    // Stable: a GPU's slices keep the driver's order.
     gpus.sort_by_key(|g| g.index);
     Ok(gpus)
 }
@@ -119,10 +152,12 @@ pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Opti
     if let Some((_, by)) = snapshot.claimed.iter().find(|(u, _)| u == uuid) {
         return Some(format!("used by {by}"));
     }
+    // A process named by a slice's GPU (nvidia-smi cannot tell which slice it runs
+    // in) keeps every slice of it busy.
     let procs: Vec<String> = snapshot
         .apps
         .iter()
-        .filter(|a| a.gpu_uuid == uuid)
+        .filter(|a| a.gpu_uuid == uuid || g.parent.as_ref() == Some(&a.gpu_uuid))
         .map(|a| a.pid.to_string())
         .collect();
     if !procs.is_empty() {
@@ -134,13 +169,16 @@ pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Opti
             g.memory_used_mib, policy.max_memory_mib
         ));
     }
-    if g.utilization > policy.max_utilization {
-        return Some(format!(
-            "utilization {}% > {}%",
-            g.utilization, policy.max_utilization
-        ));
+    match g.utilization {
+        Some(u) if u > policy.max_utilization => {
+            Some(format!("utilization {u}% > {}%", policy.max_utilization))
+        }
+        Some(_) => None,
+        // Only a MIG slice has none: the driver reports none in MIG mode, and its
+        // processes and memory judged it above. Anything else cannot be told idle.
+        None if g.parent.is_some() => None,
+        None => Some("utilization not reported".into()),
     }
-    None
 }
 
 #[cfg(test)]
@@ -152,9 +190,10 @@ mod tests {
         let g = |i: u32, used, util| GpuState {
             index: i,
             uuid: format!("GPU-00000000-0000-0000-0000-00000000000{i}"),
+            parent: None,
             memory_used_mib: used,
             memory_total_mib: 81559,
-            utilization: util,
+            utilization: Some(util),
         };
         Snapshot {
             gpus: vec![g(0, 0, 0), g(1, 1024, 0), g(2, 0, 40), g(3, 3, 0)],

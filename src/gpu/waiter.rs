@@ -13,7 +13,7 @@ use std::fs::File;
 use std::time::{Duration, Instant};
 
 use super::lease::{Holder, Lease, LeaseState};
-use super::overtake::{Overtake, TicketRequest, idle_among, may_overtake, overtake_allowed};
+use super::overtake::{Busy, Overtake, TicketRequest, idle_among, may_overtake, overtake_allowed};
 use super::pool::{self, PoolGpu};
 use super::probe::{HostInstant, Snapshot};
 use super::queue::{self, Place, Ticket};
@@ -190,7 +190,7 @@ struct Acquisition<'a, P> {
 
 /// The GPUs a probe showed busy outside cibox, and when.
 struct BusyView {
-    gpus: Vec<(u32, String)>,
+    gpus: Vec<Busy>,
     /// When `gpus` was last seen; older than [`BUSY_RECHECK`] it is not trusted to rule a
     /// GPU out (the hand-out's own probe still rules).
     seen: Option<Instant>,
@@ -278,7 +278,7 @@ where
     fn free_candidates(&self) -> Result<Vec<PoolGpu>, LeaseError> {
         let mut free = Vec::with_capacity(self.candidates.len());
         for g in &self.candidates {
-            match self.dir.state(&g.uuid) {
+            match self.dir.state_of(g) {
                 Ok(LeaseState::Free) => free.push(g.clone()),
                 Ok(LeaseState::Held(_)) => {}
                 Err(e) if crate::lockdir::is_planted(&e) => return Err(LeaseError::Planted(e)),
@@ -416,7 +416,7 @@ where
     fn choosable<'f>(&self, free: &[&'f PoolGpu]) -> Vec<&'f PoolGpu> {
         if self.busy.seen.is_none_or(|t| t.elapsed() > BUSY_RECHECK) {
             let mut all = free.to_vec();
-            all.sort_by_key(|g| self.busy.gpus.iter().any(|(i, _)| *i == g.index));
+            all.sort_by_key(|g| self.busy.gpus.iter().any(|(b, _)| b.uuid == g.uuid));
             all
         } else {
             idle_among(free, &self.busy.gpus)
@@ -435,7 +435,7 @@ where
     fn remember_busy(&mut self, free: &[PoolGpu], snap: &Snapshot) {
         self.busy.gpus = free
             .iter()
-            .filter_map(|g| pool::busy_reason(&g.uuid, snap, self.policy).map(|r| (g.index, r)))
+            .filter_map(|g| pool::busy_reason(&g.uuid, snap, self.policy).map(|r| (g.clone(), r)))
             .collect();
         self.busy.seen = Some(Instant::now());
     }
@@ -490,7 +490,7 @@ where
             position: if head { 0 } else { self.ticket.position() },
             first_ahead: None,
             leased: leased_now(self.dir, &self.candidates),
-            busy: self.busy.gpus.clone(),
+            busy: self.busy.gpus.iter().map(said_of).collect(),
             waited: self.start.elapsed(),
             left: self.deadline.saturating_duration_since(Instant::now()),
         }
@@ -525,35 +525,50 @@ where
     }
 }
 
+/// A unit as wait lines say it: its GPU's index, and what it is busy with (naming the
+/// slice, for a MIG slice).
+fn said_of((g, why): &Busy) -> (u32, String) {
+    match &g.parent {
+        None => (g.index, why.clone()),
+        Some(_) => (g.index, format!("slice {}: {why}", g.uuid)),
+    }
+}
+
 /// Each candidate that is leased now, with its holder.
 fn leased_now(dir: &LockDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
     gpus.iter()
-        .filter_map(|g| match dir.state(&g.uuid) {
-            Ok(LeaseState::Held(h)) => Some((
-                g.index,
-                h.map(|h| h.describe()).unwrap_or_else(|| {
+        .filter_map(|g| match dir.state_of(g) {
+            Ok(LeaseState::Held(h)) => {
+                let by = h.map(|h| h.describe()).unwrap_or_else(|| {
                     dir.kernel_holder(&g.uuid)
                         .unwrap_or_else(|| "an unknown holder".into())
-                }),
-            )),
+                });
+                Some(match &g.parent {
+                    None => (g.index, by),
+                    Some(_) => (g.index, format!("(slice {}) {by}", g.uuid)),
+                })
+            }
             Ok(LeaseState::Free) => None,
             Err(e) => Some((g.index, format!("unreadable lock file: {e}"))),
         })
         .collect()
 }
 
-/// Locks `need` of `idle` in order; all or nothing (no hold-and-wait).
+/// Locks `need` of `idle` in order; all or nothing (no hold-and-wait). A slice whose
+/// GPU is leased whole (or a GPU one of whose slices is) is passed over.
 fn take(dir: &LockDir, idle: &[&PoolGpu], need: usize) -> std::io::Result<Option<Lease>> {
     let mut gpus = Vec::new();
     let mut files = Vec::new();
+    let mut guards = Vec::new();
     for g in idle {
         if gpus.len() == need {
             break;
         }
-        if let Some(f) = dir.try_take(&g.uuid)? {
+        if let Some((own, guard)) = dir.try_take_unit(g)? {
             gpus.push((*g).clone());
-            files.push(f);
+            files.push(own);
+            guards.extend(guard);
         }
     }
-    Ok((gpus.len() == need).then(|| Lease::new(gpus, files)))
+    Ok((gpus.len() == need).then(|| Lease::with_guards(gpus, files, guards)))
 }

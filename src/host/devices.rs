@@ -171,10 +171,21 @@ pub struct GpuNumbers {
 
 impl GpuNumbers {
     /// From this host's `/proc/devices` and `/proc/misc` (either unreadable: the fixed
-    /// majors alone).
+    /// majors alone), and the major sysfs gives AMD's compute driver
+    /// (`class/kfd/kfd/dev`: the one cibox checks `/dev/kfd` against when it hands AMD
+    /// GPUs over).
     pub fn of_this_host() -> GpuNumbers {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        GpuNumbers::from_lists(&read("/proc/devices"), &read("/proc/misc"))
+        let mut numbers = GpuNumbers::from_lists(&read("/proc/devices"), &read("/proc/misc"));
+        let kfd = crate::util::sysfs_root().join("class/kfd/kfd/dev");
+        if let Some(major) = std::fs::read_to_string(kfd)
+            .ok()
+            .and_then(|t| t.trim().split_once(':')?.0.parse::<u64>().ok())
+            && !numbers.majors.iter().any(|(m, _)| *m == major)
+        {
+            numbers.majors.push((major, "kfd".into()));
+        }
+        numbers
     }
 
     /// From the text of `/proc/devices` and `/proc/misc`.

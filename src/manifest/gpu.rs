@@ -57,16 +57,10 @@ impl PoolSpec {
         let mut seen = std::collections::HashSet::new();
         for item in &items {
             let index_ok = !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit());
-            let uuid_ok = is_gpu_uuid(item);
-            if item.starts_with("MIG-") {
-                return Err(format!(
-                    "`{}` is a MIG instance's UUID: cibox leases whole GPUs only (MIG slices are not leasable units yet); name the GPU, with MIG mode off",
-                    crate::util::escape(item)
-                ));
-            }
+            let uuid_ok = is_gpu_id(item);
             if !index_ok && !uuid_ok {
                 return Err(format!(
-                    "`{item}` is neither a GPU index (0, 1, …) nor a GPU UUID (GPU-xxxxxxxx-…)"
+                    "`{item}` is neither a GPU index (0, 1, …) nor a GPU's UUID as its probe prints it (GPU-xxxxxxxx-…, a MIG slice's MIG-xxxxxxxx-…, an AMD GPU's GPU-<16 hex digits>)"
                 ));
             }
             if !seen.insert(item.as_str()) {
@@ -112,13 +106,16 @@ impl<'de> Deserialize<'de> for PoolSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProbeChoice {
-    /// NVML when `libnvidia-ml.so.1` can be loaded, else nvidia-smi; nvidia-smi when
-    /// `CIBOX_NVIDIA_SMI` names one.
+    /// The vendor present: nvidia-smi when `CIBOX_NVIDIA_SMI` names one, rocm-smi when
+    /// `CIBOX_ROCM_SMI` does; else NVML when `libnvidia-ml.so.1` can be loaded, else
+    /// rocm-smi when AMD's compute driver (KFD) shows a GPU, else nvidia-smi.
     Auto,
     /// NVML only: a library that cannot be loaded fails closed.
     Nvml,
     /// nvidia-smi only.
     NvidiaSmi,
+    /// AMD's GPUs through `rocm-smi` (ROCm SMI) only.
+    RocmSmi,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -211,10 +208,11 @@ impl GpuConfig {
                 "auto" => ProbeChoice::Auto,
                 "nvml" => ProbeChoice::Nvml,
                 "nvidia-smi" => ProbeChoice::NvidiaSmi,
+                "rocm-smi" => ProbeChoice::RocmSmi,
                 _ => {
                     return Err(env_err(
                         "CIBOX_GPU_PROBE",
-                        format!("`{v}`: use auto, nvml or nvidia-smi"),
+                        format!("`{v}`: use auto, nvml, nvidia-smi or rocm-smi"),
                     ));
                 }
             };
@@ -246,11 +244,31 @@ impl GpuConfig {
         Ok(())
     }
 }
-/// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints.
+/// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints: an NVIDIA GPU's UUID.
 pub fn is_gpu_uuid(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("GPU-") else {
-        return false;
-    };
+    s.strip_prefix("GPU-").is_some_and(is_uuid_groups)
+}
+
+/// `MIG-` and the 8-4-4-4-12 hex groups: a MIG slice's UUID as drivers since R470 print
+/// it (the older `MIG-GPU-…/GI/CI` form names no file and is not one).
+pub fn is_mig_uuid(s: &str) -> bool {
+    s.strip_prefix("MIG-").is_some_and(is_uuid_groups)
+}
+
+/// `GPU-` and 16 hex digits: an AMD GPU's unique ID as ROCm names it (`rocminfo`'s
+/// `Uuid`, what `ROCR_VISIBLE_DEVICES` takes).
+pub fn is_amd_gpu_id(s: &str) -> bool {
+    s.strip_prefix("GPU-")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Any of the identities a GPU probe gives a leasable unit: an NVIDIA GPU's UUID, a MIG
+/// slice's, an AMD GPU's unique ID. Each is also a safe file name (the lock files).
+pub fn is_gpu_id(s: &str) -> bool {
+    is_gpu_uuid(s) || is_mig_uuid(s) || is_amd_gpu_id(s)
+}
+
+fn is_uuid_groups(rest: &str) -> bool {
     let groups: Vec<&str> = rest.split('-').collect();
     groups.len() == 5
         && groups
@@ -375,11 +393,12 @@ mod tests {
         assert!(PoolSpec::parse_list("0,x").is_err());
         assert!(PoolSpec::parse_list("0,0").is_err());
         assert!(PoolSpec::parse_list("").is_err());
-        let mig = PoolSpec::parse_list("0,MIG-4f1c3e2a-0000-5b6c-8d7e-000000000001").unwrap_err();
-        assert!(
-            mig.contains("is a MIG instance's UUID: cibox leases whole GPUs only"),
-            "{mig}"
-        );
+        // A MIG slice's UUID and an AMD GPU's unique ID are units of their own.
+        let units = "0,MIG-4f1c3e2a-0000-5b6c-8d7e-000000000001,GPU-18f68e602b8a790f";
+        assert_eq!(PoolSpec::parse_list(units).unwrap().to_string(), units);
+        // The old MIG form names no file.
+        assert!(PoolSpec::parse_list("MIG-GPU-4f1c3e2a-0000-5b6c-8d7e-000000000001/1/0").is_err());
+        assert!(PoolSpec::parse_list("GPU-18f68e602b8a790").is_err());
         let m = parse(&GOOD.replace("batches:\n  cpu", "gpu: {pool: [0, 3]}\nbatches:\n  cpu"))
             .unwrap();
         assert_eq!(m.gpu.pool, PoolSpec::Devices(vec!["0".into(), "3".into()]));

@@ -55,7 +55,10 @@ pub use container::{
 };
 pub use document::Manifest;
 pub use error::{FILE_NAME, ManifestError};
-pub use gpu::{GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_gpu_uuid};
+pub use gpu::{
+    GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_amd_gpu_id, is_gpu_uuid,
+    is_mig_uuid,
+};
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
 pub use patterns::{Selector, compile_glob, under_prefix};

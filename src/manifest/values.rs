@@ -58,8 +58,15 @@ pub(super) fn is_name(s: &str, upper_ok: bool) -> bool {
 }
 
 /// The variables that say which GPUs a batch sees: cibox's to set (its leased UUIDs, or
-/// none), never a manifest's, which could widen what the runtime hands the batch.
-const CIBOX_GPU_VARIABLES: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"];
+/// none), never a manifest's, which could widen what the runtime hands the batch;
+/// NVIDIA's and AMD's (ROCm's) alike.
+const CIBOX_GPU_VARIABLES: [&str; 5] = [
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+];
 
 /// Why a manifest may not set or pass `name`, if it may not.
 pub(super) fn reserved_env(name: &str) -> Option<&'static str> {

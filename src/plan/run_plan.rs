@@ -94,6 +94,9 @@ pub struct NodeRole {
     pub nodes: u32,
     /// The GPUs Slurm allocated here, by index: exactly these are leased.
     pub gpus: Vec<u32>,
+    /// The same by identity, where Slurm names them so (MIG slices' UUIDs in
+    /// `CUDA_VISIBLE_DEVICES`): then these are leased.
+    pub gpu_ids: Vec<String>,
     /// The rendezvous variables of a job on several nodes (none for one).
     pub rendezvous: BTreeMap<String, String>,
     /// Which attempt at the batch this job is (1-based; the submitter counts them).
@@ -735,7 +738,9 @@ pub(crate) mod tests {
                 ("F".to_string(), "1".to_string()),
             ])
         );
-        let body = b.container.body(&[], &[], true);
+        let body = b
+            .container
+            .body(&crate::gpu::vendor::Handover::default(), &[], true);
         let env = body.env.unwrap();
         assert!(env.contains(&"TOKEN=secret".to_string()), "{env:?}");
         assert!(env.contains(&"CIBOX_FAST=1".to_string()), "{env:?}");

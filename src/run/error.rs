@@ -205,6 +205,16 @@ pub enum RunError {
         /// The pool's GPUs, by index.
         pool: Vec<u32>,
     },
+    /// Slurm named a unit (a MIG slice's UUID) that is not among the batch's units on
+    /// the node.
+    #[error(
+        "Slurm allocated {id} on node {node} to batch {batch}, which is not among the units of its pool and model here; the node's gres.conf and cibox's probe must name the same slices"
+    )]
+    SlurmUnitOutsidePool {
+        id: String,
+        node: String,
+        batch: String,
+    },
     /// What kept a batch from running on its node, as the node said it (exit `code`).
     #[error("{message}")]
     OnNode {
@@ -265,7 +275,8 @@ impl ErrorKind for RunError {
             RunError::PoolTooSmall { .. } => Failure::Capacity,
             RunError::SlurmGpusHeld { .. }
             | RunError::SlurmGpuCount { .. }
-            | RunError::SlurmGpuOutsidePool { .. } => Failure::Infra,
+            | RunError::SlurmGpuOutsidePool { .. }
+            | RunError::SlurmUnitOutsidePool { .. } => Failure::Infra,
             RunError::OnNode { code, .. } => failure_of_code(*code),
             RunError::RunLocks { .. }
             | RunError::BatchDir { .. }

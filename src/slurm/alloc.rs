@@ -6,6 +6,11 @@
 //! device cgroup renumbers them). With the node's GPUs listed in NVML order (what
 //! `AutoDetect=nvml` does, and `/dev/nvidia[0-N]` files do), the index is the GPU's
 //! NVML index, which is how cibox names them.
+//!
+//! MIG slices: a node whose `gres.conf` names each slice (`AutoDetect=nvml`, one GRES
+//! type per profile) has Slurm set `CUDA_VISIBLE_DEVICES` to the slices' `MIG-…` UUIDs
+//! (their `UniqueId`); a list of UUIDs there names the units by identity, which is
+//! what cibox leases. A slice is never taken from an index alone.
 
 use std::collections::BTreeMap;
 
@@ -112,6 +117,9 @@ pub struct Allocation {
     pub node_list: String,
     /// This node's GPUs, by index in its GRES list.
     pub gpus: Vec<u32>,
+    /// The same units by identity, when `CUDA_VISIBLE_DEVICES` names them so (MIG
+    /// slices' UUIDs, as Slurm sets them); empty otherwise.
+    pub gpu_ids: Vec<String>,
 }
 
 impl Allocation {
@@ -129,9 +137,15 @@ impl Allocation {
                 SlurmError::Refused(format!("{name} is not a number as Slurm sets it"))
             })
         };
+        // Identities, when Slurm gives them (every entry a GPU's or a slice's UUID).
+        let gpu_ids: Vec<String> = var("CUDA_VISIBLE_DEVICES")
+            .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+            .filter(|ids: &Vec<String>| ids.iter().all(|u| is_unit_uuid(u)))
+            .unwrap_or_default();
+        let cuda_indices = var("CUDA_VISIBLE_DEVICES").filter(|_| gpu_ids.is_empty());
         let gpus = match var("SLURM_STEP_GPUS")
             .or_else(|| var("SLURM_JOB_GPUS"))
-            .or_else(|| var("CUDA_VISIBLE_DEVICES"))
+            .or(cuda_indices)
             .filter(|v| !v.is_empty())
         {
             None => Vec::new(),
@@ -143,6 +157,7 @@ impl Allocation {
             })?,
         };
         Ok(Allocation {
+            gpu_ids,
             job_id: need("SLURM_JOB_ID")?,
             node: need("SLURMD_NODENAME")?,
             rank: number("SLURM_NODEID")?,
@@ -210,6 +225,19 @@ pub fn rendezvous_vars(
 }
 
 /// `0,1,3`: GPU indices. Ranges (`0-3`) are read too.
+/// `GPU-` or `MIG-` and the 8-4-4-4-12 hex groups: a GPU's or a MIG slice's UUID.
+fn is_unit_uuid(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("GPU-").or_else(|| s.strip_prefix("MIG-")) else {
+        return false;
+    };
+    let groups: Vec<&str> = rest.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 fn parse_indices(list: &str) -> Option<Vec<u32>> {
     let mut out = Vec::new();
     for item in list.split(',').map(str::trim) {
@@ -276,6 +304,26 @@ mod tests {
         assert!(Allocation::from_vars(vars(&[("SLURM_STEP_GPUS", "0,x")])).is_err());
         assert!(Allocation::from_vars(|_| None).is_err());
         assert_eq!(parse_indices("0-2,5"), Some(vec![0, 1, 2, 5]));
+    }
+
+    #[test]
+    fn mig_slices_slurm_names_by_uuid_are_taken_by_uuid() {
+        let m = "MIG-5a5a5a5a-0000-4444-8888-000000000003";
+        let a = Allocation::from_vars(vars(&[
+            ("SLURM_STEP_GPUS", "3"),
+            ("CUDA_VISIBLE_DEVICES", m),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (a.gpus.as_slice(), a.gpu_ids.as_slice()),
+            ([3].as_slice(), [m.to_string()].as_slice())
+        );
+        // Without Slurm's own list, the UUIDs alone.
+        let a = Allocation::from_vars(vars(&[("CUDA_VISIBLE_DEVICES", m)])).unwrap();
+        assert!(a.gpus.is_empty() && a.gpu_ids == [m]);
+        // Indices are no identities.
+        let a = Allocation::from_vars(vars(&[("CUDA_VISIBLE_DEVICES", "0,1")])).unwrap();
+        assert!(a.gpu_ids.is_empty() && a.gpus == [0, 1]);
     }
 
     #[test]

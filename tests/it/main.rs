@@ -5,6 +5,7 @@
 
 mod common;
 
+mod amd;
 mod batch;
 mod buildkite;
 mod caches;
@@ -19,6 +20,7 @@ mod image;
 mod layers;
 mod lint;
 mod lockset;
+mod mig;
 mod nix;
 mod orphans;
 mod policy;

@@ -4,10 +4,13 @@ use crate::exit::Failure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error(
-        "GPU probe: cannot run `{program}`: {reason} (set CIBOX_NVIDIA_SMI to the nvidia-smi to use)"
-    )]
-    Spawn { program: String, reason: String },
+    #[error("GPU probe: cannot run `{program}`: {reason} (set {knob} to the program to use)")]
+    Spawn {
+        program: String,
+        reason: String,
+        /// The variable that names the program (`CIBOX_NVIDIA_SMI`, `CIBOX_ROCM_SMI`).
+        knob: &'static str,
+    },
     #[error("GPU probe: `{program} {query}` exited with {status}: {stderr}")]
     Failed {
         program: String,

@@ -1,14 +1,19 @@
-//! Asking the driver what the GPUs are doing (docs/interface.md §6), strictly: through
-//! NVML ([`nvml`]) when it can be loaded, else through nvidia-smi ([`smi`]).
+//! Asking the driver what the GPUs are doing (docs/interface.md §6), strictly: NVIDIA's
+//! through NVML ([`nvml`]) when it can be loaded, else through nvidia-smi ([`smi`]);
+//! AMD's through rocm-smi ([`rocm_smi`]). Each backend gives the same reading (units
+//! by identity, their memory, use and compute processes), so the idle verdict
+//! (`pool::busy_reason`) is one for every vendor.
 //!
 //! Anything odd (an error, a hang, `N/A` where a number belongs, a malformed or
 //! duplicate UUID, a process on an unknown GPU, a GPU that an earlier probe showed and
 //! this one does not) is a probe failure: the caller treats every GPU as unavailable.
 //! "Could not tell" never means "idle".
 
+mod command;
 mod error;
 mod nvml;
 pub mod reading;
+pub mod rocm_smi;
 mod shared;
 pub mod smi;
 
@@ -45,18 +50,33 @@ enum Backend {
         program: String,
         /// Why NVML was not used, when `auto` fell back.
         fallback: Option<String>,
+        /// A GPU in MIG mode was seen: later probes ask `-L` at once with the other
+        /// queries rather than after them.
+        mig: std::sync::atomic::AtomicBool,
     },
     Nvml(nvml::Session),
+    /// AMD's GPUs, through rocm-smi.
+    Rocm {
+        program: String,
+        /// Why NVML was not used, when `auto` chose AMD's.
+        fallback: Option<String>,
+    },
 }
 
 impl Backend {
     fn describe(&self) -> String {
         match self {
-            Backend::Smi { program, fallback } => match fallback {
+            Backend::Smi {
+                program, fallback, ..
+            } => match fallback {
                 Some(why) => format!("nvidia-smi ({program}); NVML not loaded: {why}"),
                 None => format!("nvidia-smi ({program})"),
             },
             Backend::Nvml(s) => s.describe(),
+            Backend::Rocm { program, fallback } => match fallback {
+                Some(why) => format!("rocm-smi ({program}); NVML not loaded: {why}"),
+                None => format!("rocm-smi ({program})"),
+            },
         }
     }
 
@@ -66,29 +86,57 @@ impl Backend {
         match self {
             Backend::Smi { program, .. } => format!("nvidia-smi {program}"),
             Backend::Nvml(s) => format!("nvml {}", s.lib()),
+            Backend::Rocm { program, .. } => format!("rocm-smi {program}"),
         }
     }
 
     fn hardware(&self, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
         match self {
-            Backend::Smi { program, .. } => smi::hardware(program, timeout),
+            Backend::Smi { program, mig, .. } => {
+                let gpus = smi::hardware(program, timeout)?;
+                if gpus.iter().any(|g| crate::manifest::is_mig_uuid(&g.uuid)) {
+                    mig.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(gpus)
+            }
             Backend::Nvml(s) => s.hardware(timeout),
+            Backend::Rocm { program, .. } => rocm_smi::hardware(program, timeout),
         }
     }
 
     fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
         match self {
-            Backend::Smi { program, fallback } => {
-                smi::probe(program, timeout).map_err(|e| match (e, fallback) {
+            Backend::Smi {
+                program,
+                fallback,
+                mig,
+            } => {
+                use std::sync::atomic::Ordering::Relaxed;
+                let read = smi::probe(program, timeout, mig.load(Relaxed));
+                if let Ok((gpus, _)) = &read
+                    && gpus.iter().any(|g| g.parent.is_some())
+                {
+                    mig.store(true, Relaxed);
+                }
+                read.map_err(|e| match (e, fallback) {
                     // Neither backend is there: say both.
-                    (ProbeError::Spawn { program, reason }, Some(why)) => ProbeError::Spawn {
+                    (
+                        ProbeError::Spawn {
+                            program,
+                            reason,
+                            knob,
+                        },
+                        Some(why),
+                    ) => ProbeError::Spawn {
                         program,
                         reason: format!("{reason}; and NVML was not loaded: {why}"),
+                        knob,
                     },
                     (e, _) => e,
                 })
             }
             Backend::Nvml(s) => s.read(timeout),
+            Backend::Rocm { program, .. } => rocm_smi::probe(program, timeout),
         }
     }
 }
@@ -190,11 +238,19 @@ impl Prober {
         let smi = |fallback| Backend::Smi {
             program: smi::program(),
             fallback,
+            mig: std::sync::atomic::AtomicBool::new(false),
+        };
+        let rocm = |fallback| Backend::Rocm {
+            program: rocm_smi::program(),
+            fallback,
         };
         let explicit_smi = smi::program_named().is_some();
+        let explicit_rocm = rocm_smi::program_named().is_some();
         let backend = match self.inner.choice {
             ProbeChoice::NvidiaSmi => smi(None),
+            ProbeChoice::RocmSmi => rocm(None),
             ProbeChoice::Auto if explicit_smi => smi(None),
+            ProbeChoice::Auto if explicit_rocm => rocm(None),
             ProbeChoice::Nvml => {
                 Backend::Nvml(nvml::Session::open(timeout()).map_err(ProbeError::from)?)
             }
@@ -203,7 +259,12 @@ impl Prober {
                 // Only the default library may be missing: a host without the driver's
                 // NVML still has nvidia-smi's answer (or its failure).
                 Err(nvml::OpenError::NotLoadable(why)) if nvml::library_named().is_none() => {
-                    smi(Some(why))
+                    // The vendor present: AMD's, when its compute driver shows a GPU.
+                    if rocm_smi::amd_gpu_present() {
+                        rocm(Some(why))
+                    } else {
+                        smi(Some(why))
+                    }
                 }
                 Err(e) => return Err(e.into()),
             },

@@ -18,7 +18,7 @@ use nvml_wrapper::error::NvmlError;
 
 use super::error::ProbeError;
 use super::reading::{ComputeApp, GpuHardware, GpuState, Reading};
-use crate::manifest::is_gpu_uuid;
+use crate::manifest::{is_gpu_uuid, is_mig_uuid};
 
 /// The library NVML ships as with the driver (the unversioned name comes only with
 /// development packages).
@@ -237,7 +237,7 @@ fn hardware(nvml: &Nvml) -> Result<Vec<GpuHardware>, Refusal> {
         let d = nvml
             .device_by_index(i)
             .map_err(refused(at("nvmlDeviceGetHandleByIndex")))?;
-        gpus.push(GpuHardware {
+        let gpu = GpuHardware {
             index: d.index().map_err(refused(at("nvmlDeviceGetIndex")))?,
             uuid: d.uuid().map_err(refused(at("nvmlDeviceGetUUID")))?,
             name: d.name().ok(),
@@ -248,9 +248,47 @@ fn hardware(nvml: &Nvml) -> Result<Vec<GpuHardware>, Refusal> {
                 .cuda_compute_capability()
                 .ok()
                 .map(|c| format!("{}.{}", c.major, c.minor)),
-        });
+        };
+        // A slice is named as NVML names it: its GPU's model and its profile
+        // (`NVIDIA H200 MIG 1g.18gb`).
+        for s in slices(&d).map_err(|(call, e)| refused(at(call))(e))? {
+            gpus.push(GpuHardware {
+                uuid: s.uuid().map_err(refused(at("MIG: nvmlDeviceGetUUID")))?,
+                name: s.name().ok(),
+                memory_mib: s.memory_info().ok().map(|m| m.total / MIB),
+                ..gpu.clone()
+            });
+        }
+        gpus.push(gpu);
     }
     Ok(gpus)
+}
+
+/// The MIG slices of GPU `d`: none when MIG mode is off, or when the GPU or the driver
+/// does not know MIG (an old library lacks the call). On error, the call that failed.
+fn slices<'n>(
+    d: &nvml_wrapper::Device<'n>,
+) -> Result<Vec<nvml_wrapper::Device<'n>>, (&'static str, NvmlError)> {
+    match d.mig_mode() {
+        Ok(mode) if mode.current == 1 => {}
+        Ok(_) | Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(("nvmlDeviceGetMigMode", e)),
+    }
+    let max = d
+        .mig_device_count()
+        .map_err(|e| ("nvmlDeviceGetMaxMigDeviceCount", e))?;
+    let mut out = Vec::new();
+    for j in 0..max {
+        match d.mig_device_by_index(j) {
+            Ok(s) => out.push(s),
+            // A slot without a slice.
+            Err(NvmlError::NotFound) => {}
+            Err(e) => return Err(("nvmlDeviceGetMigDeviceHandleByIndex", e)),
+        }
+    }
+    Ok(out)
 }
 
 fn open_error(lib: &str, e: NvmlError) -> OpenError {
@@ -289,13 +327,6 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
             .map_err(refused(at("nvmlDeviceGetHandleByIndex")))?;
         let uuid = d.uuid().map_err(refused(at("nvmlDeviceGetUUID")))?;
         let index = d.index().map_err(refused(at("nvmlDeviceGetIndex")))?;
-        let memory = d
-            .memory_info()
-            .map_err(refused(at("nvmlDeviceGetMemoryInfo")))?;
-        let utilization = d
-            .utilization_rates()
-            .map_err(refused(at("nvmlDeviceGetUtilizationRates")))?
-            .gpu;
         let strange = |message: String| Refusal {
             call: at("its answer"),
             message,
@@ -303,47 +334,110 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
         if !is_gpu_uuid(&uuid) {
             return Err(strange(format!("`{uuid}` is not a GPU UUID")));
         }
-        if utilization > 100 {
-            return Err(strange(format!("utilization {utilization} is over 100")));
-        }
-        if memory.used > memory.total {
-            return Err(strange(format!(
-                "{} bytes used of {} in all",
-                memory.used, memory.total
-            )));
-        }
-        if let Some(other) = gpus.iter().find(|g| g.uuid == uuid || g.index == index) {
+        if let Some(other) = gpus
+            .iter()
+            .find(|g| g.uuid == uuid || (g.index == index && g.parent.is_none()))
+        {
             return Err(strange(format!(
                 "UUID {uuid} or index {index} is also GPU {}'s",
                 other.index
             )));
         }
-        for p in d
-            .running_compute_processes()
-            .map_err(refused(at("nvmlDeviceGetComputeRunningProcesses")))?
-        {
-            let used = match p.used_gpu_memory {
-                UsedGpuMemory::Used(bytes) => bytes / MIB,
-                UsedGpuMemory::Unavailable => {
-                    return Err(strange(format!(
-                        "process {} uses an amount of memory NVML cannot give",
-                        p.pid
-                    )));
-                }
-            };
-            apps.push(ComputeApp {
-                gpu_uuid: uuid.clone(),
-                pid: p.pid,
-                used_memory_mib: used,
-            });
+        let slices = slices(&d).map_err(|(call, e)| refused(at(call))(e))?;
+        if slices.is_empty() {
+            // A whole GPU: its utilisation is part of the verdict.
+            let utilization = d
+                .utilization_rates()
+                .map_err(refused(at("nvmlDeviceGetUtilizationRates")))?
+                .gpu;
+            if utilization > 100 {
+                return Err(strange(format!("utilization {utilization} is over 100")));
+            }
+            gpus.push(
+                unit(&d, index, uuid, None, Some(utilization), &mut apps).map_err(
+                    |(call, message)| Refusal {
+                        call: at(&call),
+                        message,
+                    },
+                )?,
+            );
+            continue;
         }
-        gpus.push(GpuState {
-            index,
-            uuid,
-            memory_used_mib: memory.used / MIB,
-            memory_total_mib: memory.total / MIB,
-            utilization,
-        });
+        // In MIG mode each slice is a unit, judged by its own processes and memory (the
+        // driver has no utilisation in that mode).
+        for (j, s) in slices.iter().enumerate() {
+            let mig = s
+                .uuid()
+                .map_err(refused(at(&format!("MIG slice {j}: nvmlDeviceGetUUID"))))?;
+            if !is_mig_uuid(&mig) {
+                return Err(strange(format!(
+                    "slice {j}: `{mig}` is not a MIG UUID (MIG-xxxxxxxx-…: a driver of R470 or later)"
+                )));
+            }
+            if gpus.iter().any(|g| g.uuid == mig) {
+                return Err(strange(format!("MIG UUID {mig} appears twice")));
+            }
+            gpus.push(
+                unit(s, index, mig, Some(uuid.clone()), None, &mut apps).map_err(
+                    |(call, message)| Refusal {
+                        call: at(&format!("MIG slice {j}: {call}")),
+                        message,
+                    },
+                )?,
+            );
+        }
     }
     Ok((gpus, apps))
+}
+
+/// One unit to lease, a GPU or a MIG slice of GPU `index`, with its compute processes
+/// added to `apps`. On a refusal: the call, and what it said.
+fn unit(
+    d: &nvml_wrapper::Device<'_>,
+    index: u32,
+    uuid: String,
+    parent: Option<String>,
+    utilization: Option<u32>,
+    apps: &mut Vec<ComputeApp>,
+) -> Result<GpuState, (String, String)> {
+    let refused = |call: &'static str| move |e: NvmlError| (call.to_string(), e.to_string());
+    let memory = d
+        .memory_info()
+        .map_err(refused("nvmlDeviceGetMemoryInfo"))?;
+    if memory.used > memory.total {
+        return Err((
+            "its answer".into(),
+            format!("{} bytes used of {} in all", memory.used, memory.total),
+        ));
+    }
+    for p in d
+        .running_compute_processes()
+        .map_err(refused("nvmlDeviceGetComputeRunningProcesses"))?
+    {
+        let used = match p.used_gpu_memory {
+            UsedGpuMemory::Used(bytes) => bytes / MIB,
+            UsedGpuMemory::Unavailable => {
+                return Err((
+                    "its answer".into(),
+                    format!(
+                        "process {} uses an amount of memory NVML cannot give",
+                        p.pid
+                    ),
+                ));
+            }
+        };
+        apps.push(ComputeApp {
+            gpu_uuid: uuid.clone(),
+            pid: p.pid,
+            used_memory_mib: used,
+        });
+    }
+    Ok(GpuState {
+        index,
+        uuid,
+        parent,
+        memory_used_mib: memory.used / MIB,
+        memory_total_mib: memory.total / MIB,
+        utilization,
+    })
 }

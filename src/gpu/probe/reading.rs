@@ -3,11 +3,20 @@
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GpuState {
+    /// The GPU's index as the driver numbers it; a MIG slice has its GPU's.
     pub index: u32,
+    /// What names the unit leased: a GPU's UUID (an AMD GPU's unique ID), or a MIG
+    /// slice's `MIG-…` UUID.
     pub uuid: String,
+    /// For a MIG slice, the UUID of the GPU it is a slice of: leasing one excludes
+    /// leasing the other (see `gpu::lease`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     pub memory_used_mib: u64,
     pub memory_total_mib: u64,
-    pub utilization: u32,
+    /// Percent busy; `None` where the driver reports none: only ever a MIG slice's
+    /// (the driver has no utilisation in MIG mode), whose processes and memory judge it.
+    pub utilization: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

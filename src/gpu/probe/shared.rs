@@ -217,9 +217,10 @@ mod tests {
             vec![GpuState {
                 index: 0,
                 uuid: U0.into(),
+                parent: None,
                 memory_used_mib: used,
                 memory_total_mib: 81559,
-                utilization: 0,
+                utilization: Some(0),
             }],
             Vec::new(),
         )
@@ -330,6 +331,7 @@ mod tests {
             Err(ProbeError::Spawn {
                 program: "x".into(),
                 reason: "it broke".into(),
+                knob: "CIBOX_NVIDIA_SMI",
             })
         });
         assert!(failed.is_err());

@@ -1,14 +1,18 @@
-//! The nvidia-smi backend: two CSV queries, run at once, parsed strictly.
+//! The nvidia-smi backend: two CSV queries, run at once, parsed strictly; and for a GPU
+//! in MIG mode (its utilisation reads `[N/A]`, as the driver reports none in that
+//! mode), `nvidia-smi -L` for its slices, each then a unit of its own.
+//!
+//! nvidia-smi does not say which slice a compute process runs in (its process query
+//! names the GPU): such a process keeps every slice of its GPU busy, and a slice's
+//! memory is judged by its whole GPU's. The NVML backend knows each slice's own.
 
 use std::collections::HashSet;
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::command::Query;
 use super::error::ProbeError;
 use super::reading::{ComputeApp, GpuHardware, GpuState};
-use crate::manifest::is_gpu_uuid;
+use crate::manifest::{is_gpu_uuid, is_mig_uuid};
 
 pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
@@ -18,7 +22,11 @@ pub const QUERY_HARDWARE: &str =
 const QUERY_HARDWARE_OLD: &str = "--query-gpu=index,uuid,name,memory.total,driver_version";
 /// Prints the versions, the CUDA version among them (R525 and later).
 pub const QUERY_VERSION: &str = "--version";
+/// Lists the GPUs and, under each in MIG mode, its slices with their profiles.
+pub const QUERY_LIST: &str = "-L";
 const FORMAT: &str = "--format=csv,noheader,nounits";
+/// The variable that names the program.
+const KNOB: &str = "CIBOX_NVIDIA_SMI";
 
 /// The program to run: `CIBOX_NVIDIA_SMI`, else `nvidia-smi` from `PATH`.
 pub fn program() -> String {
@@ -27,155 +35,71 @@ pub fn program() -> String {
 
 /// The program `CIBOX_NVIDIA_SMI` names, if any (under `auto` it chooses nvidia-smi).
 pub fn program_named() -> Option<String> {
-    std::env::var("CIBOX_NVIDIA_SMI")
-        .ok()
-        .filter(|s| !s.is_empty())
+    std::env::var(KNOB).ok().filter(|s| !s.is_empty())
 }
 
-/// Runs both queries of `program` and parses them.
+/// Starts one query: the CSV ones with their format, `--version` and `-L` bare.
+fn start(program: &str, query: &'static str) -> Result<Query, ProbeError> {
+    if query.starts_with("--query") {
+        Query::start(program, query, &[query, FORMAT], KNOB)
+    } else {
+        Query::start(program, query, &[query], KNOB)
+    }
+}
+
+/// Runs both queries of `program` and parses them (and `-L`, when a GPU is in MIG
+/// mode: at once with the others where `mig_seen`, a GPU in MIG mode seen before).
 pub fn probe(
     program: &str,
     timeout: Duration,
+    mig_seen: bool,
 ) -> Result<(Vec<GpuState>, Vec<ComputeApp>), ProbeError> {
     let deadline = Instant::now() + timeout;
-    // Both queries at once: a real nvidia-smi spends most of a call starting up and
+    // The queries at once: a real nvidia-smi spends most of a call starting up and
     // initialising the driver's view, so two in a row cost twice that.
-    let gpus_query = Query::start(program, QUERY_GPUS)?;
-    let apps_query = match Query::start(program, QUERY_APPS) {
+    let gpus_query = start(program, QUERY_GPUS)?;
+    let apps_query = match start(program, QUERY_APPS) {
         Ok(q) => q,
         Err(e) => {
             gpus_query.kill();
             return Err(e);
         }
     };
+    let list_query = mig_seen.then(|| start(program, QUERY_LIST));
     let gpus_out = gpus_query.finish(deadline, timeout);
     let apps_out = apps_query.finish(deadline, timeout);
-    let gpus = parse_gpus(program, &gpus_out?)?;
+    let list_out = list_query.map(|q| q.and_then(|q| q.finish(deadline, timeout)));
+    let read = parse_gpu_lines(program, &gpus_out?)?;
+    // Only a host with a GPU in MIG mode pays for the list.
+    let slices = if read.iter().any(|g| g.utilization.is_none()) {
+        let out = match list_out {
+            Some(out) => out?,
+            None => start(program, QUERY_LIST)?.finish(deadline, timeout)?,
+        };
+        parse_list(program, &out)?
+    } else {
+        Vec::new()
+    };
+    let gpus = with_slices(program, read, &slices)?;
     let apps = parse_apps(program, &apps_out?, &gpus)?;
     Ok((gpus, apps))
 }
 
-/// One nvidia-smi query, running.
-struct Query {
-    program: String,
-    query: &'static str,
-    child: std::process::Child,
-    out_reader: std::thread::JoinHandle<Vec<u8>>,
-    err_reader: std::thread::JoinHandle<Vec<u8>>,
-}
-
-impl Query {
-    fn start(program: &str, query: &'static str) -> Result<Query, ProbeError> {
-        let args: &[&str] = if query == QUERY_VERSION {
-            &[query]
-        } else {
-            &[query, FORMAT]
-        };
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so a timeout kills a wrapper script and its children.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| ProbeError::Spawn {
-                program: program.into(),
-                reason: e.to_string(),
-            })?;
-        // Read both pipes on threads so a chatty child cannot block on a full pipe.
-        let mut stdout = child.stdout.take().expect("piped");
-        let mut stderr = child.stderr.take().expect("piped");
-        let out_reader = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stdout.read_to_end(&mut s);
-            s
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stderr.read_to_end(&mut s);
-            s
-        });
-        Ok(Query {
-            program: program.into(),
-            query,
-            child,
-            out_reader,
-            err_reader,
-        })
-    }
-
-    /// Kills the query's whole process group and reaps it.
-    fn kill(mut self) {
-        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-
-    /// Waits for the query until `deadline`; its output, or why there is none.
-    fn finish(mut self, deadline: Instant, timeout: Duration) -> Result<String, ProbeError> {
-        let (program, query) = (self.program.clone(), self.query);
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    self.kill();
-                    return Err(ProbeError::Timeout {
-                        program,
-                        query,
-                        secs: timeout.as_secs().max(1),
-                    });
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => {
-                    self.kill();
-                    return Err(ProbeError::Spawn {
-                        program,
-                        reason: e.to_string(),
-                    });
-                }
-            }
-        };
-        let stdout = self.out_reader.join().unwrap_or_default();
-        let stderr = self.err_reader.join().unwrap_or_default();
-        if !status.success() {
-            let stderr = String::from_utf8_lossy(&stderr);
-            let first = stderr
-                .lines()
-                .chain(std::str::from_utf8(&stdout).unwrap_or("").lines())
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no output")
-                .trim()
-                .to_string();
-            return Err(ProbeError::Failed {
-                program,
-                query,
-                status: status.to_string(),
-                stderr: first,
-            });
-        }
-        String::from_utf8(stdout).map_err(|_| ProbeError::Parse {
-            program,
-            query,
-            line: 0,
-            reason: "output is not UTF-8".into(),
-        })
-    }
-}
-
 /// What each GPU is: one query for the GPUs (without `compute_cap` when the driver is
-/// too old to know it) and `--version` for the CUDA version, both at once. A value
-/// nvidia-smi cannot give (`[N/A]`) is `None`; a GPU list that does not parse, or a
-/// program that fails both ways, is an error.
+/// too old to know it), `--version` for the CUDA version and `-L` for MIG slices, all
+/// at once. A value nvidia-smi cannot give (`[N/A]`) is `None`; a GPU list that does
+/// not parse, or a program that fails both ways, is an error. A slice is named by its
+/// GPU's model and its profile (`NVIDIA H200 MIG 1g.18gb`), as NVML names it.
 pub fn hardware(program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
     let deadline = Instant::now() + timeout;
-    let gpus_query = Query::start(program, QUERY_HARDWARE)?;
-    let version_query = Query::start(program, QUERY_VERSION);
+    let gpus_query = start(program, QUERY_HARDWARE)?;
+    let version_query = start(program, QUERY_VERSION);
+    let list_query = start(program, QUERY_LIST);
     let (out, with_cap) = match gpus_query.finish(deadline, timeout) {
         Ok(out) => (out, true),
         Err(_) => {
             let deadline = Instant::now() + timeout;
-            let old = Query::start(program, QUERY_HARDWARE_OLD)?.finish(deadline, timeout);
+            let old = start(program, QUERY_HARDWARE_OLD)?.finish(deadline, timeout);
             (old?, false)
         }
     };
@@ -183,7 +107,141 @@ pub fn hardware(program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, Pr
         .ok()
         .and_then(|q| q.finish(deadline, timeout).ok())
         .and_then(|v| cuda_version(&v));
-    parse_hardware(program, &out, with_cap, cuda.as_deref())
+    let mut gpus = parse_hardware(program, &out, with_cap, cuda.as_deref())?;
+    // Slices only describe here: a list that cannot be read leaves them unnamed, and a
+    // request for a slice's model then finds none (fail closed).
+    let slices = list_query
+        .ok()
+        .and_then(|q| q.finish(deadline, timeout).ok())
+        .and_then(|out| parse_list(program, &out).ok())
+        .unwrap_or_default();
+    for slice in slices {
+        let Some(parent) = gpus.iter().find(|g| g.uuid == slice.parent).cloned() else {
+            continue;
+        };
+        gpus.push(GpuHardware {
+            uuid: slice.uuid,
+            name: parent
+                .name
+                .as_ref()
+                .map(|n| format!("{n} MIG {}", slice.profile)),
+            memory_mib: None,
+            ..parent
+        });
+    }
+    Ok(gpus)
+}
+
+/// A MIG slice as `nvidia-smi -L` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedSlice {
+    /// The UUID of the GPU it is a slice of.
+    pub parent: String,
+    pub uuid: String,
+    /// Its profile (`1g.18gb`).
+    pub profile: String,
+}
+
+/// The slices `nvidia-smi -L` lists, each under its GPU:
+///
+/// ```text
+/// GPU 0: NVIDIA H200 (UUID: GPU-…)
+///   MIG 1g.18gb     Device  0: (UUID: MIG-…)
+/// ```
+pub fn parse_list(program: &str, out: &str) -> Result<Vec<ListedSlice>, ProbeError> {
+    let err = |line: usize, reason: String| ProbeError::Parse {
+        program: program.into(),
+        query: QUERY_LIST,
+        line,
+        reason,
+    };
+    let uuid_in = |l: &str| {
+        l.split_once("(UUID: ")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(u, _)| u.trim().to_string())
+    };
+    let mut parent: Option<String> = None;
+    let mut slices: Vec<ListedSlice> = Vec::new();
+    for (i, line) in out.lines().enumerate() {
+        let n = i + 1;
+        let t = line.trim();
+        if t.starts_with("GPU ") {
+            let uuid = uuid_in(t).ok_or_else(|| err(n, format!("no UUID in `{t}`")))?;
+            if !is_gpu_uuid(&uuid) {
+                return Err(err(n, format!("`{uuid}` is not a GPU UUID")));
+            }
+            parent = Some(uuid);
+        } else if let Some(rest) = t.strip_prefix("MIG ") {
+            let profile = rest.split_whitespace().next().unwrap_or_default();
+            let uuid = uuid_in(t).ok_or_else(|| err(n, format!("no UUID in `{t}`")))?;
+            if !is_mig_uuid(&uuid) {
+                return Err(err(
+                    n,
+                    format!(
+                        "`{uuid}` is not a MIG UUID (MIG-xxxxxxxx-…: a driver of R470 or later)"
+                    ),
+                ));
+            }
+            let profile_ok = !profile.is_empty()
+                && profile.len() <= 32
+                && profile
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'_' | b'-'));
+            if !profile_ok {
+                return Err(err(n, format!("`{profile}` is not a MIG profile")));
+            }
+            let Some(parent) = parent.clone() else {
+                return Err(err(n, "a MIG slice before any GPU".into()));
+            };
+            if slices.iter().any(|s| s.uuid == uuid) {
+                return Err(err(n, format!("UUID {uuid} appears twice")));
+            }
+            slices.push(ListedSlice {
+                parent,
+                uuid,
+                profile: profile.to_string(),
+            });
+        } else if !t.is_empty() {
+            return Err(err(n, format!("unexpected line `{t}`")));
+        }
+    }
+    Ok(slices)
+}
+
+/// The units to lease: each GPU as read, but a GPU in MIG mode (no utilisation) as its
+/// slices, each judged by its GPU's memory. A GPU without utilisation and without
+/// slices cannot be judged: the probe fails.
+fn with_slices(
+    program: &str,
+    read: Vec<GpuState>,
+    slices: &[ListedSlice],
+) -> Result<Vec<GpuState>, ProbeError> {
+    let mut units = Vec::with_capacity(read.len());
+    for gpu in read {
+        if gpu.utilization.is_some() {
+            units.push(gpu);
+            continue;
+        }
+        let own: Vec<&ListedSlice> = slices.iter().filter(|s| s.parent == gpu.uuid).collect();
+        if own.is_empty() {
+            return Err(ProbeError::Parse {
+                program: program.into(),
+                query: QUERY_GPUS,
+                line: 0,
+                reason: format!(
+                    "GPU {} ({}) reports no utilization.gpu, and `{program} -L` lists no MIG slice of it",
+                    gpu.index, gpu.uuid
+                ),
+            });
+        }
+        units.extend(own.into_iter().map(|s| GpuState {
+            uuid: s.uuid.clone(),
+            parent: Some(gpu.uuid.clone()),
+            utilization: None,
+            ..gpu.clone()
+        }));
+    }
+    Ok(units)
 }
 
 /// The CUDA version `nvidia-smi --version` names (`CUDA Version        : 12.4`).
@@ -282,7 +340,16 @@ fn number<T: std::str::FromStr>(
     })
 }
 
+/// The answer of [`QUERY_GPUS`] on a host without MIG: every GPU reports its
+/// utilisation.
+#[cfg(test)]
 pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError> {
+    with_slices(program, parse_gpu_lines(program, out)?, &[])
+}
+
+/// The answer of [`QUERY_GPUS`]: a GPU's utilisation is `None` where it reads `[N/A]`
+/// (a GPU in MIG mode: [`with_slices`] decides).
+fn parse_gpu_lines(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError> {
     let q = QUERY_GPUS;
     let mut gpus = Vec::new();
     let mut uuids = HashSet::new();
@@ -303,18 +370,20 @@ pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError>
         if !is_gpu_uuid(f[1]) {
             return Err(err(format!("`{}` is not a GPU UUID", f[1])));
         }
+        let utilization = match f[4] {
+            "[N/A]" => None,
+            u => Some(number(program, q, n, "utilization.gpu", u)?),
+        };
         let gpu = GpuState {
             index: number(program, q, n, "index", f[0])?,
             uuid: f[1].to_string(),
+            parent: None,
             memory_used_mib: number(program, q, n, "memory.used", f[2])?,
             memory_total_mib: number(program, q, n, "memory.total", f[3])?,
-            utilization: number(program, q, n, "utilization.gpu", f[4])?,
+            utilization,
         };
-        if gpu.utilization > 100 {
-            return Err(err(format!(
-                "utilization.gpu {} is over 100",
-                gpu.utilization
-            )));
+        if let Some(u) = gpu.utilization.filter(|u| *u > 100) {
+            return Err(err(format!("utilization.gpu {u} is over 100")));
         }
         if !uuids.insert(gpu.uuid.clone()) {
             return Err(err(format!("UUID {} appears twice", gpu.uuid)));
@@ -351,10 +420,15 @@ pub fn parse_apps(
             line: n,
             reason,
         };
-        if !is_gpu_uuid(f[0]) {
+        if !is_gpu_uuid(f[0]) && !is_mig_uuid(f[0]) {
             return Err(err(format!("`{}` is not a GPU UUID", f[0])));
         }
-        if !gpus.iter().any(|g| g.uuid == f[0]) {
+        // A process on a GPU in MIG mode is named by the GPU: it keeps the GPU's
+        // slices busy (see `pool::busy_reason`).
+        if !gpus
+            .iter()
+            .any(|g| g.uuid == f[0] || g.parent.as_deref() == Some(f[0]))
+        {
             return Err(err(format!(
                 "process on GPU {} that the GPU list does not show",
                 f[0]
@@ -414,6 +488,54 @@ mod tests {
         let version = "NVIDIA-SMI version  : 550.54.15\nNVML version        : 550.54\nDRIVER version      : 550.54.15\nCUDA Version        : 12.4\n";
         assert_eq!(cuda_version(version).as_deref(), Some("12.4"));
         assert_eq!(cuda_version("nvidia-smi: unknown option"), None);
+    }
+
+    #[test]
+    fn a_gpu_in_mig_mode_is_its_slices() {
+        let m0 = "MIG-aaaaaaaa-0000-5b6c-8d7e-000000000000";
+        let m1 = "MIG-aaaaaaaa-0000-5b6c-8d7e-000000000001";
+        let list = format!(
+            "GPU 0: NVIDIA H200 (UUID: {U0})\n  MIG 1g.18gb     Device  0: (UUID: {m0})\n  MIG 3g.71gb     Device  1: (UUID: {m1})\nGPU 1: NVIDIA H200 (UUID: {U1})\n"
+        );
+        let slices = parse_list("x", &list).unwrap();
+        assert_eq!(slices.len(), 2);
+        assert_eq!(
+            (slices[1].profile.as_str(), slices[1].parent.as_str()),
+            ("3g.71gb", U0)
+        );
+        let read = parse_gpu_lines(
+            "x",
+            &format!("0, {U0}, 40, 143771, [N/A]\n1, {U1}, 0, 143771, 0\n"),
+        )
+        .unwrap();
+        let units = with_slices("x", read.clone(), &slices).unwrap();
+        let ids: Vec<(&str, Option<&str>)> = units
+            .iter()
+            .map(|g| (g.uuid.as_str(), g.parent.as_deref()))
+            .collect();
+        assert_eq!(ids, [(m0, Some(U0)), (m1, Some(U0)), (U1, None)]);
+        // Judged by the GPU's memory; no utilisation.
+        assert_eq!((units[0].memory_used_mib, units[0].utilization), (40, None));
+        // A process named by the GPU is the GPU's (and so its slices').
+        let apps = parse_apps("x", &format!("{U0}, 7, 30\n"), &units).unwrap();
+        assert_eq!(apps[0].gpu_uuid, U0);
+        // No utilisation and no slice: nothing can judge it.
+        let err = with_slices("x", read, &[]).unwrap_err().to_string();
+        assert!(err.contains("lists no MIG slice of it"), "{err}");
+        for bad in [
+            format!("  MIG 1g.18gb Device 0: (UUID: {m0})"),
+            format!(
+                "GPU 0: X (UUID: {U0})\n  MIG 1g.18gb Device 0: (UUID: MIG-GPU-{}/1/0)",
+                &U0[4..]
+            ),
+            format!("GPU 0: X (UUID: {U0})\n  MIG 1g/18gb Device 0: (UUID: {m0})"),
+            format!(
+                "GPU 0: X (UUID: {U0})\n  MIG 1g.18gb Device 0: (UUID: {m0})\n  MIG 1g.18gb Device 1: (UUID: {m0})"
+            ),
+            "something else".to_string(),
+        ] {
+            assert!(parse_list("x", &bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

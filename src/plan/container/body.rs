@@ -8,30 +8,34 @@ use bollard::models::{
     MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig, ResourcesUlimits,
 };
 
-use crate::gpu::pool::PoolGpu;
+use crate::gpu::vendor::{self, Handover};
 use crate::labels::LABEL_GPUS;
-use crate::manifest::{GpuDriver, Ipc, Network};
+use crate::manifest::{Ipc, Network};
 use crate::plan::container::ContainerPlan;
 use crate::plan::container::script::KEEPER;
 
 impl ContainerPlan {
-    /// The engine's create request, with a device request for exactly `gpus` and
-    /// `masks` (read-only binds over files of the source) after the source's bind;
-    /// `recursive_read_only` when the engine can make a bind read-only all the way down.
+    /// The engine's create request, with exactly the leased units `gpus` hands over
+    /// (see [`crate::gpu::vendor`]), and `masks` (read-only binds over files of the
+    /// source) after the source's bind; `recursive_read_only` when the engine can make
+    /// a bind read-only all the way down.
     pub fn body(
         &self,
-        gpus: &[PoolGpu],
+        gpus: &Handover,
         masks: &[String],
         recursive_read_only: bool,
     ) -> ContainerCreateBody {
         let mut labels = self.labels.clone();
-        let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
-        labels.insert(LABEL_GPUS.to_string(), uuids.join(","));
+        labels.insert(LABEL_GPUS.to_string(), gpus.ids.join(","));
         let mut env = self.env.clone();
-        if !gpus.is_empty() {
-            // The lease's UUIDs, once: nothing else decides which GPUs a batch sees.
-            env.retain(|e| !e.starts_with("CUDA_VISIBLE_DEVICES="));
-            env.push(format!("CUDA_VISIBLE_DEVICES={}", uuids.join(",")));
+        if !gpus.ids.is_empty() {
+            // The lease's units, once: nothing else decides which GPUs a batch sees.
+            env.retain(|e| {
+                !vendor::VISIBILITY_VARIABLES
+                    .iter()
+                    .any(|v| e.split_once('=').is_some_and(|(k, _)| k == *v))
+            });
+            env.extend(gpus.env.iter().map(|(k, v)| format!("{k}={v}")));
         }
         ContainerCreateBody {
             image: Some(self.image.clone()),
@@ -46,7 +50,7 @@ impl ContainerPlan {
             open_stdin: Some(true),
             working_dir: Some("/".into()),
             labels: Some(labels),
-            host_config: Some(self.host_config(&uuids, masks, recursive_read_only)),
+            host_config: Some(self.host_config(gpus, masks, recursive_read_only)),
             ..Default::default()
         }
     }
@@ -54,7 +58,7 @@ impl ContainerPlan {
     /// Limits, mounts, capabilities, namespaces and devices.
     fn host_config(
         &self,
-        uuids: &[String],
+        gpus: &Handover,
         masks: &[String],
         recursive_read_only: bool,
     ) -> HostConfig {
@@ -101,16 +105,26 @@ impl ContainerPlan {
                     .chain(self.seccomp.clone())
                     .collect(),
             ),
-            devices: (!self.devices.is_empty()).then(|| {
+            // The batch's own devices, then its GPUs' (a vendor's that go by device
+            // file, exactly those of the leased units).
+            devices: (!self.devices.is_empty() || !gpus.devices.is_empty()).then(|| {
                 self.devices
                     .iter()
-                    .map(|d| DeviceMapping {
-                        path_on_host: Some(d.display().to_string()),
-                        path_in_container: Some(d.display().to_string()),
+                    .map(|d| (d.display().to_string(), d.display().to_string()))
+                    .chain(
+                        gpus.devices
+                            .iter()
+                            .map(|d| (d.host.display().to_string(), d.container.clone())),
+                    )
+                    .map(|(host, container)| DeviceMapping {
+                        path_on_host: Some(host),
+                        path_in_container: Some(container),
                         cgroup_permissions: Some("rwm".into()),
                     })
                     .collect()
             }),
+            group_add: (!gpus.groups.is_empty())
+                .then(|| gpus.groups.iter().map(u32::to_string).collect()),
             init: Some(true),
             pids_limit: Some(self.pids),
             nano_cpus: self.m_cpus.map(|c| (c * 1e9) as i64),
@@ -126,33 +140,19 @@ impl ContainerPlan {
                 }
                 .into(),
             ),
-            device_requests: self.device_requests(uuids),
+            device_requests: (!gpus.requests.is_empty()).then(|| {
+                gpus.requests
+                    .iter()
+                    .map(|r| DeviceRequest {
+                        driver: Some(r.driver.clone()),
+                        device_ids: Some(r.device_ids.clone()),
+                        capabilities: (!r.capabilities.is_empty()).then(|| r.capabilities.clone()),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
             ..Default::default()
         }
-    }
-
-    /// A request for exactly these GPUs, by UUID, through the batch's GPU driver.
-    fn device_requests(&self, uuids: &[String]) -> Option<Vec<DeviceRequest>> {
-        (!uuids.is_empty()).then(|| {
-            vec![match self.driver {
-                GpuDriver::Nvidia => DeviceRequest {
-                    driver: Some("nvidia".into()),
-                    device_ids: Some(uuids.to_vec()),
-                    capabilities: Some(vec![vec!["gpu".into()]]),
-                    ..Default::default()
-                },
-                GpuDriver::Cdi => DeviceRequest {
-                    driver: Some("cdi".into()),
-                    device_ids: Some(
-                        uuids
-                            .iter()
-                            .map(|u| format!("nvidia.com/gpu={u}"))
-                            .collect(),
-                    ),
-                    ..Default::default()
-                },
-            }]
-        })
     }
 
     /// A memory-backed volume of `size` bytes at `target`, the batch's, of `mode`.

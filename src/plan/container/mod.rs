@@ -150,6 +150,11 @@ impl ContainerPlan {
             .extend(rendezvous.iter().map(|(k, v)| format!("{k}={v}")));
     }
 
+    /// Through which runtime the batch's GPUs go, where their vendor's use one.
+    pub fn gpu_driver(&self) -> GpuDriver {
+        self.driver
+    }
+
     /// Who the batch runs as, `uid:gid`.
     pub fn user(&self) -> &str {
         &self.user
@@ -480,8 +485,10 @@ mod tests {
         let gpu = crate::gpu::pool::PoolGpu {
             index: 1,
             uuid: "GPU-11111111-2222-3333-4444-000000000001".into(),
+            parent: None,
         };
-        let env = plan.body(&[gpu], &[], true).env.unwrap();
+        let handover = crate::gpu::vendor::handover(&[gpu], GpuDriver::Nvidia).unwrap();
+        let env = plan.body(&handover, &[], true).env.unwrap();
         let set: Vec<&String> = env
             .iter()
             .filter(|e| e.starts_with("CUDA_VISIBLE_DEVICES="))

@@ -742,6 +742,7 @@ mod line_tests {
         let gpus = [crate::gpu::pool::PoolGpu {
             index: 3,
             uuid: "GPU-3".into(),
+            parent: None,
         }];
         let mut t = Terminal::new(Vec::new(), Vec::new());
         t.handle(&at(

@@ -198,7 +198,10 @@ impl Execution<'_> {
                     let gpus: Vec<String> = l
                         .gpus()
                         .iter()
-                        .map(|g| format!("GPU {} ({})", g.index, g.uuid))
+                        .map(|g| match &g.parent {
+                            None => format!("GPU {} ({})", g.index, g.uuid),
+                            Some(_) => g.label(),
+                        })
                         .collect();
                     self.phase(
                         b,
@@ -418,29 +421,54 @@ impl Execution<'_> {
     }
 
     /// The GPUs of `pool` (the batch's: of its model, if it names one) Slurm allocated
-    /// to the batch on this node.
+    /// to the batch on this node: by identity where Slurm names them so (MIG slices),
+    /// else by index, which names only whole GPUs.
     fn allocated(&self, b: &BatchPlan, node: &NodeRole, pool: &[PoolGpu]) -> Result<Vec<PoolGpu>> {
-        if node.gpus.len() != b.gpus as usize {
+        let allocated = if node.gpu_ids.is_empty() {
+            node.gpus.len()
+        } else {
+            node.gpu_ids.len()
+        };
+        if allocated != b.gpus as usize {
             return Err(RunError::SlurmGpuCount {
-                allocated: node.gpus.len(),
+                allocated,
                 node: node.node.clone(),
                 batch: b.name.clone(),
                 asks: b.gpus,
             }
             .into());
         }
+        if !node.gpu_ids.is_empty() {
+            return node
+                .gpu_ids
+                .iter()
+                .map(|id| {
+                    pool.iter().find(|g| g.uuid == *id).cloned().ok_or_else(|| {
+                        RunError::SlurmUnitOutsidePool {
+                            id: id.clone(),
+                            node: node.node.clone(),
+                            batch: b.name.clone(),
+                        }
+                        .into()
+                    })
+                })
+                .collect();
+        }
         node.gpus
             .iter()
             .map(|i| {
-                pool.iter().find(|g| g.index == *i).cloned().ok_or_else(|| {
-                    RunError::SlurmGpuOutsidePool {
-                        index: *i,
-                        node: node.node.clone(),
-                        batch: b.name.clone(),
-                        pool: pool.iter().map(|g| g.index).collect(),
-                    }
-                    .into()
-                })
+                pool.iter()
+                    .find(|g| g.index == *i && g.parent.is_none())
+                    .cloned()
+                    .ok_or_else(|| {
+                        RunError::SlurmGpuOutsidePool {
+                            index: *i,
+                            node: node.node.clone(),
+                            batch: b.name.clone(),
+                            pool: pool.iter().map(|g| g.index).collect(),
+                        }
+                        .into()
+                    })
             })
             .collect()
     }

@@ -36,9 +36,12 @@ impl Execution<'_> {
         // Kept with what is watched, so that the batch's end finishes them whatever
         // happens here.
         *watched.caches.borrow_mut() = self.prepare_caches(b)?;
-        let mut body = b
-            .container
-            .body(gpus, self.git_masks, self.engine.recursive_read_only());
+        // What the leased units' vendor hands the container (device request, device
+        // files, variables); one that cannot be told is handed to nobody.
+        let handover = crate::gpu::vendor::handover(gpus, b.container.gpu_driver())?;
+        let mut body =
+            b.container
+                .body(&handover, self.git_masks, self.engine.recursive_read_only());
         // Which attempt this is (1 unless the batch runs again): the batch may say so.
         let env = body.env.get_or_insert_with(Vec::new);
         env.retain(|e| !e.starts_with("CIBOX_ATTEMPT="));

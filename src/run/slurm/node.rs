@@ -149,6 +149,7 @@ impl NodeJob {
                 rank: alloc.rank,
                 nodes: alloc.nodes,
                 gpus: alloc.gpus.clone(),
+                gpu_ids: alloc.gpu_ids.clone(),
                 rendezvous,
                 attempt: self.attempt,
             }),

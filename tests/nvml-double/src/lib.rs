@@ -14,6 +14,12 @@
 //!   H100 80GB HBM3`; `gpu_name.<index>` names one GPU's, for a mixed host), `compute_cap` (`9.0`; `old` answers Not Supported), `driver_version`
 //!   (`550.54.15`), `cuda_version` (`12.4`).
 //!
+//! - MIG: `mig.csv`, as the nvidia-smi fixture reads it (`gpu_index, uuid, profile,
+//!   memory.used, memory.total`, one line a slice): a GPU with slices there is in MIG
+//!   mode, its slices reached through `nvmlDeviceGetMigDeviceHandleByIndex`, each named
+//!   `<its GPU's name> MIG <profile>`, with its own memory and processes (`apps.csv`
+//!   rows naming its UUID); neither a slice nor a GPU in MIG mode has a utilisation.
+//!
 //! Under an emulated Slurm node (`SLURMD_NODENAME` set), `nodes/<node>/` in the folder,
 //! when it exists, is that node's own state folder.
 //!
@@ -38,6 +44,7 @@ const SUCCESS: Ret = 0;
 const UNINITIALIZED: Ret = 1;
 const INVALID_ARGUMENT: Ret = 2;
 const NOT_SUPPORTED: Ret = 3;
+const NOT_FOUND: Ret = 6;
 const INSUFFICIENT_SIZE: Ret = 7;
 const DRIVER_NOT_LOADED: Ret = 9;
 const GPU_IS_LOST: Ret = 15;
@@ -82,13 +89,30 @@ pub struct ProcessInfoV1 {
 /// Successful inits not yet matched by a shutdown, as NVML counts them.
 static INITS: AtomicU32 = AtomicU32::new(0);
 
-/// One line of gpus.csv; a `None` field is one nvidia-smi could not report.
+/// One line of gpus.csv, or of mig.csv for a slice; a `None` field is one nvidia-smi
+/// could not report.
 struct Gpu {
     index: Option<c_uint>,
     uuid: String,
     used: Option<u64>,
     total: Option<u64>,
     util: Option<c_uint>,
+    /// A slice's profile; `None` for a whole GPU.
+    profile: Option<String>,
+}
+
+/// A handle: the GPU's line in gpus.csv + 1 in the low 16 bits, and for a MIG slice its
+/// place among its GPU's slices + 1 above them.
+fn handle(gpu: usize, slice: Option<usize>) -> Device {
+    ((gpu + 1) | slice.map_or(0, |s| (s + 1) << 16)) as Device
+}
+
+/// The slices of the GPU whose index (gpus.csv's first field) is `index`.
+fn slices_of(dir: &Path, index: &str) -> Vec<Vec<String>> {
+    rows(dir, "mig.csv")
+        .into_iter()
+        .filter(|r| r.len() == 5 && r[0] == index)
+        .collect()
 }
 
 /// The state folder; on an emulated Slurm node (`SLURMD_NODENAME` set), its own
@@ -159,23 +183,44 @@ fn enter(log_line: Option<&str>) -> Result<(PathBuf, bool), Ret> {
     Ok((dir, lost))
 }
 
-/// The GPU behind a handle (index + 1), read from gpus.csv now.
+/// The GPU or slice behind a handle (see [`handle`]), read from the files now.
 fn gpu(dir: &Path, lost: bool, device: Device) -> Result<Gpu, Ret> {
-    let index = (device as usize).checked_sub(1).ok_or(INVALID_ARGUMENT)?;
+    let raw = device as usize;
+    let line = (raw & 0xffff).checked_sub(1).ok_or(INVALID_ARGUMENT)?;
     let row = rows(dir, "gpus.csv")
         .into_iter()
-        .nth(index)
+        .nth(line)
         .ok_or(INVALID_ARGUMENT)?;
     if lost {
         return Err(GPU_IS_LOST);
     }
     let [index, uuid, used, total, util] = <[String; 5]>::try_from(row).map_err(|_| UNKNOWN)?;
+    let slices = slices_of(dir, &index);
+    if let Some(slice) = (raw >> 16).checked_sub(1) {
+        let [_, uuid, profile, used, total] =
+            <[String; 5]>::try_from(slices.into_iter().nth(slice).ok_or(INVALID_ARGUMENT)?)
+                .map_err(|_| UNKNOWN)?;
+        return Ok(Gpu {
+            index: index.parse().ok(),
+            uuid,
+            used: used.parse().ok(),
+            total: total.parse().ok(),
+            util: None,
+            profile: Some(profile),
+        });
+    }
     Ok(Gpu {
         index: index.parse().ok(),
         uuid,
         used: used.parse().ok(),
         total: total.parse().ok(),
-        util: util.parse().ok(),
+        // In MIG mode the driver has no utilisation.
+        util: if slices.is_empty() {
+            util.parse().ok()
+        } else {
+            None
+        },
+        profile: None,
     })
 }
 
@@ -246,6 +291,7 @@ pub unsafe extern "C" fn nvmlErrorString(code: Ret) -> *const c_char {
         UNINITIALIZED => c"Uninitialized",
         INVALID_ARGUMENT => c"Invalid Argument",
         NOT_SUPPORTED => c"Not Supported",
+        NOT_FOUND => c"Not Found",
         INSUFFICIENT_SIZE => c"Insufficient Size",
         DRIVER_NOT_LOADED => c"Driver Not Loaded",
         GPU_IS_LOST => c"GPU is lost",
@@ -293,7 +339,11 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: Device, buf: *mut c_char, len
         // A mixed host: `gpu_name.<index>` names that GPU's model.
         let all = fact(dir, "gpu_name", "NVIDIA H100 80GB HBM3");
         let own = gpu.index.map(|i| fact(dir, &format!("gpu_name.{i}"), &all));
-        put_str(buf, len, &own.unwrap_or(all))
+        let name = own.unwrap_or(all);
+        match &gpu.profile {
+            Some(profile) => put_str(buf, len, &format!("{name} MIG {profile}")),
+            None => put_str(buf, len, &name),
+        }
     })
 }
 
@@ -338,8 +388,58 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *m
         if lost {
             return Err(GPU_IS_LOST);
         }
-        unsafe { put(device, (index as usize + 1) as Device) }
+        unsafe { put(device, handle(index as usize, None)) }
     }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: Device,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> Ret {
+    query(device, |dir, gpu| {
+        if gpu.profile.is_some() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let index = gpu.index.map(|i| i.to_string()).unwrap_or_default();
+        let mode = c_uint::from(!slices_of(dir, &index).is_empty());
+        unsafe {
+            put(current, mode)?;
+            put(pending, mode)
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: Device, count: *mut c_uint) -> Ret {
+    query(device, |_, _| unsafe { put(count, 7) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: Device,
+    index: c_uint,
+    mig: *mut Device,
+) -> Ret {
+    query(device, |dir, gpu| {
+        if gpu.profile.is_some() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let own = gpu.index.map(|i| i.to_string()).unwrap_or_default();
+        if index as usize >= slices_of(dir, &own).len() {
+            return Err(NOT_FOUND);
+        }
+        let line = (device as usize & 0xffff) - 1;
+        unsafe { put(mig, handle(line, Some(index as usize))) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: Device, is_mig: *mut c_uint) -> Ret {
+    query(device, |_, gpu| unsafe {
+        put(is_mig, c_uint::from(gpu.profile.is_some()))
+    })
 }
 
 #[unsafe(no_mangle)]
