@@ -98,7 +98,7 @@ pub trait ContainerEngine: Sync {
 
 impl ContainerEngine for Engine {
     fn version(&self) -> String {
-        self.info().map(|i| i.server_version).unwrap_or_default()
+        Engine::server_version(self)
     }
 
     fn inspect(&self, reference: &str) -> Result<Option<ImageDetails>, EngineError> {
