@@ -330,3 +330,82 @@ fn a_checkout_that_is_not_the_pull_requests_head_keeps_nothing() {
     let r = as_seven("look", HEAD);
     assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
 }
+
+/// Issue 38, attack: a `pull_request_review` (or `_comment`) run runs the workflow of
+/// the pull request's merge commit, so its steps are the pull request's and can write
+/// the event file it is handed. Pull request 9's review run wrote an event claiming 40
+/// (with `GITHUB_REF` to match) and kept its writes in 40's scope. And with a git
+/// checkout, an event naming no head was believed without the commit check.
+#[test]
+fn a_review_run_and_an_event_naming_no_head_reach_no_scope() {
+    let s = scoped("");
+    make_checkout(s.p.project.path());
+    let sha = git(s.p.project.path(), &["rev-parse", "HEAD"])
+        .trim()
+        .to_string();
+    let event = |name: &str, text: String, git_ref: &str| {
+        let file = s.events.path().join(format!("{name}.json"));
+        std::fs::write(&file, text).unwrap();
+        let mut c = s.p.batch_cmd(&["batch", "run", "plant"]);
+        c.env("GITHUB_REPOSITORY", "THUDM/slime")
+            .env("WHO", "planted")
+            .env("GITHUB_EVENT_NAME", name)
+            .env("GITHUB_EVENT_PATH", &file)
+            .env("GITHUB_REF", git_ref);
+        let r = run(&mut c);
+        r.ok();
+        assert_eq!(
+            s.p.result("plant")["caches"][0]["writes"],
+            "private",
+            "{name}: {}",
+            r.stderr
+        );
+        r
+    };
+    let claims_40 = format!(
+        r#"{{"action":"submitted","pull_request":{{"number":40,"head":{{"sha":"{sha}"}},"base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+    );
+    for name in ["pull_request_review", "pull_request_review_comment"] {
+        let r = event(name, claims_40.clone(), "refs/pull/40/merge");
+        assert!(
+            r.stderr.contains(&format!(
+                "a {name} run's workflow is the pull request's own"
+            )),
+            "{}",
+            r.stderr
+        );
+    }
+    let no_head = r#"{"number":41,"pull_request":{"number":41,"base":{"repo":{"full_name":"THUDM/slime"}}},"repository":{"full_name":"THUDM/slime"}}"#;
+    let r = event(
+        "pull_request_target",
+        no_head.to_string(),
+        "refs/heads/main",
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "the commit tested ({sha}) is neither the pull request's head (none)"
+        )),
+        "{}",
+        r.stderr
+    );
+    // No scope was made, and neither 40's run nor 41's reads what they wrote.
+    assert!(!s.store.root.join("bt/models/pulls").exists());
+    for n in [40, 41] {
+        let file = s.events.path().join(format!("{n}.json"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"number":{n},"pull_request":{{"number":{n},"head":{{"sha":"{sha}"}},"base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+            ),
+        )
+        .unwrap();
+        let r = run(s
+            .p
+            .batch_cmd(&["batch", "run", "look"])
+            .env("GITHUB_REPOSITORY", "THUDM/slime")
+            .env("GITHUB_EVENT_NAME", "pull_request_target")
+            .env("GITHUB_EVENT_PATH", &file));
+        r.ok();
+        assert!(r.stdout.contains("NOT-SEEN"), "{n}: {}", r.stdout);
+    }
+}
