@@ -113,15 +113,12 @@ impl Cache {
         match std::fs::symlink_metadata(&pulls) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
             Err(e) => {
-                problems.push(self.io("reading", &pulls, e).to_string());
+                problems.push(format!("{}: {e}", pulls.display()));
                 return 0;
             }
             Ok(md) => {
                 if let Err(why) = check_ours(&md, self.me) {
-                    problems.push(
-                        self.refuse(format!("{}: {why}", pulls.display()))
-                            .to_string(),
-                    );
+                    problems.push(format!("{}: {why}", pulls.display()));
                     return 0;
                 }
             }
