@@ -87,10 +87,10 @@ pub fn pull_request_of(
         }
     };
     let number = match name {
-        "pull_request_target" | "pull_request_review" | "pull_request_review_comment" => {
+        "pull_request_target" => {
             let pr = &v["pull_request"];
             let n = number_at(&pr["number"], "pull_request.number")?;
-            if name == "pull_request_target" && v["number"] != pr["number"] {
+            if v["number"] != pr["number"] {
                 return Err(format!(
                     "the event file's number ({}) is not its pull request's ({n})",
                     crate::util::escape(&v["number"].to_string())
@@ -101,15 +101,19 @@ pub fn pull_request_of(
                 repository,
                 "pull_request.base.repo",
             )?;
-            if let (Some(sha), Some(head)) = (sha, pr["head"]["sha"].as_str())
-                && !sha.eq_ignore_ascii_case(head)
-                && pr["merge_commit_sha"]
-                    .as_str()
-                    .is_none_or(|m| !sha.eq_ignore_ascii_case(m))
+            // An event that names no head (nor a merge commit) vouches for no commit.
+            let names = |at: &serde_json::Value, sha: &str| {
+                at.as_str().is_some_and(|s| sha.eq_ignore_ascii_case(s))
+            };
+            if let Some(sha) = sha
+                && !names(&pr["head"]["sha"], sha)
+                && !names(&pr["merge_commit_sha"], sha)
             {
                 return Err(format!(
                     "the commit tested ({sha}) is neither the pull request's head ({}) nor its merge commit",
-                    crate::util::escape(head)
+                    pr["head"]["sha"]
+                        .as_str()
+                        .map_or_else(|| "none".into(), crate::util::escape)
                 ));
             }
             n
@@ -120,11 +124,12 @@ pub fn pull_request_of(
             }
             number_at(&v["issue"]["number"], "issue.number")?
         }
-        "pull_request" => {
-            return Err(
-                "a pull_request run's workflow is the pull request's own: so is its event file"
-                    .into(),
-            );
+        // These run the workflow of the pull request's merge commit (`refs/pull/N/merge`),
+        // as `pull_request` does: its steps can write the event file cibox reads.
+        "pull_request" | "pull_request_review" | "pull_request_review_comment" => {
+            return Err(format!(
+                "a {name} run's workflow is the pull request's own: so is its event file"
+            ));
         }
         other => {
             return Err(format!(
@@ -467,6 +472,66 @@ mod tests {
         let comment =
             r#"{"issue":{"number":9,"pull_request":{}},"repository":{"full_name":"THUDM/slime"}}"#;
         assert_eq!(of("issue_comment", comment, None, repo, None), Ok(9));
+    }
+
+    /// Issue 38, attack: a `pull_request_review(_comment)` run, like a `pull_request`
+    /// one, runs the workflow of the pull request's merge commit (`refs/pull/N/merge`):
+    /// its steps are the pull request's, and can write the event file and every
+    /// variable before cibox reads them. Pull request 9's review run claimed 7's number
+    /// and wrote into 7's scope.
+    #[test]
+    fn a_review_runs_workflow_is_the_pull_requests_own_so_is_its_event_file() {
+        let ok = target("7", "7", "THUDM/slime");
+        for name in ["pull_request_review", "pull_request_review_comment"] {
+            let e = pull_request_of(
+                name,
+                &ok,
+                Some("refs/pull/7/merge"),
+                Some("THUDM/slime"),
+                Some(HEAD),
+            )
+            .unwrap_err();
+            assert!(e.contains("the pull request's own"), "{name}: {e}");
+        }
+    }
+
+    /// Issue 38, attack: with a git checkout, the commit tested must be the event's
+    /// head or merge commit; an event that names neither (no `head.sha`, or not a
+    /// string) was believed without the check.
+    #[test]
+    fn with_a_checkout_an_event_naming_no_head_is_believed_for_nothing() {
+        let of = |text: &str| {
+            pull_request_of(
+                "pull_request_target",
+                text,
+                None,
+                Some("THUDM/slime"),
+                Some(HEAD),
+            )
+        };
+        for head in [
+            r#""#,
+            r#""head":{},"#,
+            r#""head":{"sha":null},"#,
+            r#""head":{"sha":7},"#,
+        ] {
+            let text = format!(
+                r#"{{"number":7,"pull_request":{{"number":7,{head}"base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+            );
+            let e = of(&text).unwrap_err();
+            assert!(e.contains("neither the pull request's head"), "{text}: {e}");
+        }
+        // Its merge commit alone is enough.
+        let text = format!(
+            r#"{{"number":7,"pull_request":{{"number":7,"merge_commit_sha":"{HEAD}","base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+        );
+        assert_eq!(of(&text), Ok(7));
+        // Without a checkout there is no commit to compare.
+        let text = r#"{"number":7,"pull_request":{"number":7,"base":{"repo":{"full_name":"THUDM/slime"}}},"repository":{"full_name":"THUDM/slime"}}"#;
+        assert_eq!(
+            pull_request_of("pull_request_target", text, None, Some("THUDM/slime"), None),
+            Ok(7)
+        );
     }
 
     #[test]

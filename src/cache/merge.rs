@@ -232,8 +232,9 @@ impl Linker {
 }
 
 /// Copies the plain file `from` (of metadata `md`) to the new name `to` as it was: its
-/// owner, then its mode (a copy cibox made as root keeps no setuid bit it was not
-/// given by its owner) and its times (when it was last used).
+/// data, with its holes left holes (see [`copy_data`]), its owner, then its mode (a
+/// copy cibox made as root keeps no setuid bit it was not given by its owner) and its
+/// times (when it was last used).
 fn copy_as(from: &Path, md: &std::fs::Metadata, to: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut src = std::fs::OpenOptions::new()
@@ -245,7 +246,7 @@ fn copy_as(from: &Path, md: &std::fs::Metadata, to: &Path) -> std::io::Result<()
         .create_new(true)
         .mode(0o600)
         .open(to)?;
-    std::io::copy(&mut src, &mut dst)?;
+    copy_data(&mut src, &mut dst)?;
     let _ = std::os::unix::fs::fchown(&dst, Some(md.uid()), Some(md.gid()));
     dst.set_permissions(std::fs::Permissions::from_mode(md.mode() & 0o7777))?;
     let times = std::fs::FileTimes::new();
@@ -254,6 +255,41 @@ fn copy_as(from: &Path, md: &std::fs::Metadata, to: &Path) -> std::io::Result<()
         _ => times,
     };
     dst.set_times(times)
+}
+
+/// Copies `src`'s data into the empty `dst`, region by region as the file system
+/// holds it (`SEEK_DATA`, `SEEK_HOLE`), and gives `dst` `src`'s length: a hole stays a
+/// hole. A batch decides what a layer holds: a file of a petabyte that takes no room
+/// (`truncate -s 1P`) with the most links a file may have, copied byte for byte, wrote
+/// a petabyte of zeros into the store's disk before any cap was looked at. A copy
+/// takes the room its original takes.
+fn copy_data(src: &mut std::fs::File, dst: &mut std::fs::File) -> std::io::Result<()> {
+    use nix::unistd::{Whence, lseek};
+    use std::io::{Read, Seek, SeekFrom};
+    let len = src.metadata()?.len();
+    let end = i64::try_from(len).map_err(std::io::Error::other)?;
+    let mut at: i64 = 0;
+    while at < end {
+        let data = match lseek(&*src, at, Whence::SeekData) {
+            Ok(d) => d,
+            // Nothing but a hole from `at` on.
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let hole = lseek(&*src, data, Whence::SeekHole)?.min(end);
+        let (from, count) = (data.unsigned_abs(), (hole - data).unsigned_abs());
+        src.seek(SeekFrom::Start(from))?;
+        dst.seek(SeekFrom::Start(from))?;
+        let copied = std::io::copy(&mut (&*src).take(count), dst)?;
+        if copied < count {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file shrank while it was copied",
+            ));
+        }
+        at = hole;
+    }
+    dst.set_len(len)
 }
 
 /// Drops the least recently used top-level entries of `dir` until it holds at most
@@ -383,6 +419,53 @@ mod tests {
         let one = walk::top_entries(&out).unwrap()[0].bytes;
         let (_, evicted) = evict(&out, one + 4096).unwrap();
         assert_eq!(evicted, ["a-old"]);
+    }
+
+    /// Issue 38, attack: a pull request's run decides what its layer holds, and a file
+    /// cibox cannot link (one with the most links its file system allows) is copied.
+    /// A sparse file was copied byte for byte: 2 GiB that took no room became 2 GiB of
+    /// zeros in the store (a petabyte would have filled the disk). A copy keeps its
+    /// holes, and its data where the data is.
+    #[test]
+    fn a_sparse_file_is_copied_as_sparse_as_it_was() {
+        use std::io::{Seek, SeekFrom, Write};
+        let t = tempfile::tempdir().unwrap();
+        let (from, to) = (t.path().join("sparse"), t.path().join("copy"));
+        let mut f = std::fs::File::create(&from).unwrap();
+        f.write_all(b"head").unwrap();
+        f.seek(SeekFrom::Start(1 << 30)).unwrap();
+        f.write_all(b"middle").unwrap();
+        f.set_len(2 << 30).unwrap();
+        drop(f);
+        let md = std::fs::symlink_metadata(&from).unwrap();
+        copy_as(&from, &md, &to).unwrap();
+        let copy = std::fs::metadata(&to).unwrap();
+        assert_eq!(copy.len(), 2 << 30);
+        assert!(
+            copy.blocks() * 512 <= (md.blocks() * 512).max(1 << 20),
+            "a copy of a file taking {} bytes takes {}",
+            md.blocks() * 512,
+            copy.blocks() * 512
+        );
+        let mut file = std::fs::File::open(&to).unwrap();
+        let mut read_at = |at: u64, n: usize| {
+            let mut buf = vec![0; n];
+            file.seek(SeekFrom::Start(at)).unwrap();
+            std::io::Read::read_exact(&mut file, &mut buf).unwrap();
+            buf
+        };
+        assert_eq!(read_at(0, 4), b"head");
+        assert_eq!(read_at(1 << 30, 6), b"middle");
+        assert_eq!(read_at((1 << 30) - 3, 3), [0, 0, 0]);
+        assert_eq!(read_at((2 << 30) - 1, 1), [0]);
+        // A plain file, and an empty one, as they were.
+        for text in [&b"plain"[..], b""] {
+            std::fs::write(&from, text).unwrap();
+            std::fs::remove_file(&to).unwrap();
+            let md = std::fs::symlink_metadata(&from).unwrap();
+            copy_as(&from, &md, &to).unwrap();
+            assert_eq!(std::fs::read(&to).unwrap(), text);
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::CacheError;
-use super::store::{Cache, CacheInfo, Reading, ScopeInfo, folder_names, remove_layer};
+use super::store::{Cache, CacheInfo, Reading, ScopeInfo, check_ours, folder_names, remove_layer};
 
 impl Cache {
     /// The scope of pull request `number`, made (empty) if it is new.
@@ -108,6 +108,21 @@ impl Cache {
     /// runs). How many scopes went; what could not be removed is named in `problems`.
     pub fn expire_scopes(&self, expiry: Option<Duration>, problems: &mut Vec<String>) -> usize {
         let pulls = self.dir.join("pulls");
+        // Never read, nor remove in, another folder than the store's own: a `pulls`
+        // that is a link would lead the removals below out of the store.
+        match std::fs::symlink_metadata(&pulls) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+            Err(e) => {
+                problems.push(format!("{}: {e}", pulls.display()));
+                return 0;
+            }
+            Ok(md) => {
+                if let Err(why) = check_ours(&md, self.me) {
+                    problems.push(format!("{}: {why}", pulls.display()));
+                    return 0;
+                }
+            }
+        }
         // What an earlier expiry renamed away and could not finish removing.
         for name in std::fs::read_dir(&pulls)
             .into_iter()
@@ -309,6 +324,30 @@ mod tests {
         // Only numbers name scopes.
         std::fs::create_dir(c.dir.join("pulls/007")).unwrap();
         assert!(c.info_with_scopes().unwrap().scopes.is_empty());
+    }
+
+    /// Issue 38, attack: `pulls` itself a link (to a folder holding a `.gone-…` tree):
+    /// an expiry's clean-up of what an earlier one left removed that tree, outside the
+    /// store. It is now named and nothing is removed.
+    #[test]
+    fn a_pulls_folder_planted_as_a_link_is_never_removed_in() {
+        let (t, s) = store();
+        let c = s.cache("proj", "x").unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir_all(elsewhere.join(".gone-7-0123abcd/data")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, c.dir.join("pulls")).unwrap();
+        let mut problems = Vec::new();
+        assert_eq!(c.expire_scopes(None, &mut problems), 0);
+        assert!(elsewhere.join(".gone-7-0123abcd/data").is_dir());
+        assert!(
+            problems.iter().any(|p| p.contains("is not a folder")),
+            "{problems:?}"
+        );
+        // No `pulls` at all: nothing to do, nothing to say.
+        std::fs::remove_file(c.dir.join("pulls")).unwrap();
+        let mut problems = Vec::new();
+        assert_eq!(c.expire_scopes(None, &mut problems), 0);
+        assert!(problems.is_empty(), "{problems:?}");
     }
 
     #[test]

@@ -219,7 +219,7 @@ pub(super) fn folder_names(dir: &Path) -> Vec<String> {
 
 /// A folder of the store: a folder (not a link), root's or ours, that nobody else may
 /// write.
-fn check_ours(md: &std::fs::Metadata, me: u32) -> Result<(), String> {
+pub(super) fn check_ours(md: &std::fs::Metadata, me: u32) -> Result<(), String> {
     if !md.is_dir() {
         return Err("is not a folder (a link or a file is refused)".into());
     }

@@ -330,3 +330,133 @@ fn a_checkout_that_is_not_the_pull_requests_head_keeps_nothing() {
     let r = as_seven("look", HEAD);
     assert!(r.stdout.contains("NOT-SEEN"), "{}", r.stdout);
 }
+
+/// Issue 38, attack: a `pull_request_review` (or `_comment`) run runs the workflow of
+/// the pull request's merge commit, so its steps are the pull request's and can write
+/// the event file it is handed. Pull request 9's review run wrote an event claiming 40
+/// (with `GITHUB_REF` to match) and kept its writes in 40's scope. And with a git
+/// checkout, an event naming no head was believed without the commit check.
+#[test]
+fn a_review_run_and_an_event_naming_no_head_reach_no_scope() {
+    let s = scoped("");
+    make_checkout(s.p.project.path());
+    let sha = git(s.p.project.path(), &["rev-parse", "HEAD"])
+        .trim()
+        .to_string();
+    let event = |name: &str, text: String, git_ref: &str| {
+        let file = s.events.path().join(format!("{name}.json"));
+        std::fs::write(&file, text).unwrap();
+        let mut c = s.p.batch_cmd(&["batch", "run", "plant"]);
+        c.env("GITHUB_REPOSITORY", "THUDM/slime")
+            .env("WHO", "planted")
+            .env("GITHUB_EVENT_NAME", name)
+            .env("GITHUB_EVENT_PATH", &file)
+            .env("GITHUB_REF", git_ref);
+        let r = run(&mut c);
+        r.ok();
+        assert_eq!(
+            s.p.result("plant")["caches"][0]["writes"],
+            "private",
+            "{name}: {}",
+            r.stderr
+        );
+        r
+    };
+    let claims_40 = format!(
+        r#"{{"action":"submitted","pull_request":{{"number":40,"head":{{"sha":"{sha}"}},"base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+    );
+    for name in ["pull_request_review", "pull_request_review_comment"] {
+        let r = event(name, claims_40.clone(), "refs/pull/40/merge");
+        assert!(
+            r.stderr.contains(&format!(
+                "a {name} run's workflow is the pull request's own"
+            )),
+            "{}",
+            r.stderr
+        );
+    }
+    let no_head = r#"{"number":41,"pull_request":{"number":41,"base":{"repo":{"full_name":"THUDM/slime"}}},"repository":{"full_name":"THUDM/slime"}}"#;
+    let r = event(
+        "pull_request_target",
+        no_head.to_string(),
+        "refs/heads/main",
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "the commit tested ({sha}) is neither the pull request's head (none)"
+        )),
+        "{}",
+        r.stderr
+    );
+    // No scope was made, and neither 40's run nor 41's reads what they wrote.
+    assert!(!s.store.root.join("bt/models/pulls").exists());
+    for n in [40, 41] {
+        let file = s.events.path().join(format!("{n}.json"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"number":{n},"pull_request":{{"number":{n},"head":{{"sha":"{sha}"}},"base":{{"repo":{{"full_name":"THUDM/slime"}}}}}},"repository":{{"full_name":"THUDM/slime"}}}}"#
+            ),
+        )
+        .unwrap();
+        let r = run(s
+            .p
+            .batch_cmd(&["batch", "run", "look"])
+            .env("GITHUB_REPOSITORY", "THUDM/slime")
+            .env("GITHUB_EVENT_NAME", "pull_request_target")
+            .env("GITHUB_EVENT_PATH", &file));
+        r.ok();
+        assert!(r.stdout.contains("NOT-SEEN"), "{n}: {}", r.stdout);
+    }
+}
+
+/// Issue 38, attack: a pull request's run decides what its layer holds, and a
+/// promotion copies a file it cannot link (one with as many names as ext4 allows). A
+/// file of 2 GiB that took no room (`truncate`) was copied byte for byte into the
+/// pull request's scope: 2 GiB of zeros written to the store's disk before the cap was
+/// looked at (of a petabyte, the disk filled). The copy keeps the file's holes.
+#[test]
+fn a_pull_requests_sparse_file_takes_no_more_room_kept_than_written() {
+    // On disk (ext4 here): /tmp may be a tmpfs, which has no limit on links.
+    let store = Store::new_in(std::path::Path::new("/var/tmp"));
+    let batch = "  sparse:\n    gpus: 0\n    timeout: 2m\n    verdict: exit-code\n    run: [\"set -e; cd /cache/models; mkdir -p links/a; truncate -s 2G links/a/f; cd links; for i in $(seq 254); do ln a/f a/f$i; done; for i in $(seq 255); do cp -al a d$i 2>/dev/null || true; done; stat -c 'LINKS %h' a/f\"]\n";
+    let p = busybox_project(batch, CACHES).with_policy(&scoped_policy(&store, ""));
+    let events = tempfile::tempdir().unwrap();
+    let file = event_file(events.path(), "7", "7", "THUDM/slime");
+    let r = run(p
+        .batch_cmd(&["batch", "run", "sparse"])
+        .env("GITHUB_REPOSITORY", "THUDM/slime")
+        .env("GITHUB_EVENT_NAME", "pull_request_target")
+        .env("GITHUB_EVENT_PATH", &file)
+        .env("GITHUB_REF", "refs/heads/main"));
+    r.ok();
+    assert!(
+        r.stdout.contains("LINKS 65000"),
+        "the store's file system should stop a file at 65,000 links, as ext4 does: {}",
+        r.stdout
+    );
+    let rec = p.result("sparse");
+    let c = &rec["caches"][0];
+    assert_eq!(c["writes"], "pull-request", "{rec}");
+    let kept = c["kept"].as_str().expect("kept").to_string();
+    assert!(c["problem"].is_null(), "{rec}");
+    // What the scope's new generation takes on disk: about what the run wrote.
+    let generation = store.root.join("bt/models/pulls/7/gens").join(&kept);
+    let mut bytes = 0;
+    let mut stack = vec![generation];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let md = e.as_ref().unwrap().metadata().unwrap();
+            if md.is_dir() {
+                stack.push(e.unwrap().path());
+            }
+            use std::os::unix::fs::MetadataExt;
+            bytes += md.blocks() * 512;
+        }
+    }
+    assert!(
+        bytes < 64 << 20,
+        "the scope takes {bytes} bytes for a run that wrote {}",
+        c["wrote_bytes"]
+    );
+}
