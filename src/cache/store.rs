@@ -402,6 +402,17 @@ impl Cache {
         self.set_current(&generation)
     }
 
+    /// Whether a run the host trusts has written the base: its current generation is
+    /// a promoted one, not the empty one a new cache starts with (numbered 0).
+    pub fn base_written(&self) -> bool {
+        self.current().is_ok_and(|g| {
+            g.split('-')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+        })
+    }
+
     /// Holds the current generation for reading, and notes the cache as used now.
     pub fn read(&self) -> Result<Reading, CacheError> {
         let lock = self.cache_lock()?;

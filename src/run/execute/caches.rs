@@ -121,6 +121,12 @@ impl Execution<'_> {
         let mut uses = Vec::new();
         for (name, target) in &b.caches {
             let cache = store.cache(&self.plan.manifest.project, name)?;
+            // A pull request's scope exists only for a cache the base has written: a
+            // manifest a pull request wrote names any caches it likes, and each scope
+            // has a cap of its own, so new names would multiply what one pull request
+            // may keep.
+            let scoped = scoped.filter(|_| cache.base_written());
+            let through = through && (self.plan.pull_request.is_none() || scoped.is_some());
             let reading = cache.read()?;
             let scope = match scoped {
                 Some(n) => Some(cache.read_scope(n)?),
@@ -148,7 +154,11 @@ impl Execution<'_> {
             holder: None,
             private_size: policy.private_size,
         };
-        if !through {
+        if caches
+            .uses
+            .iter()
+            .any(|u| matches!(u.layer, Layer::Private { .. }))
+        {
             self.start_holder(b, &mut caches)?;
         }
         Ok(Some(caches))
@@ -156,7 +166,13 @@ impl Execution<'_> {
 
     /// Starts the holder of `caches`' private layers and makes each layer's folders.
     fn start_holder(&self, b: &BatchPlan, caches: &mut BatchCaches) -> Result<()> {
-        let names: Vec<String> = caches.uses.iter().map(|u| u.name.clone()).collect();
+        let private = |u: &CacheUse| matches!(u.layer, Layer::Private { .. });
+        let names: Vec<String> = caches
+            .uses
+            .iter()
+            .filter(|u| private(u))
+            .map(|u| u.name.clone())
+            .collect();
         let id = self.engine.create_container(
             &b.container.holder_name(),
             b.container.holder_body(&names, caches.private_size),
@@ -173,7 +189,7 @@ impl Execution<'_> {
         if let Err(why) = self.engine.start_container(&id) {
             return Err(RunError::HolderNotStarted { why }.into());
         }
-        for u in &mut caches.uses {
+        for u in caches.uses.iter_mut().filter(|u| private(u)) {
             let dir = private_dir(&u.name);
             // Into the volume itself: the holder's root is read-only.
             self.engine.upload(&id, &dir, layer_folders(b.user))?;

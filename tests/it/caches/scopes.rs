@@ -35,7 +35,7 @@ fn event_file(dir: &std::path::Path, number: &str, top: &str, repo: &str) -> std
 
 /// Batches that read and write the cache as a pull request's tests would: `plant`
 /// writes `weights` with its argument (the environment's `WHO`).
-const SCOPE_BATCHES: &str = "  plant:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    container: {pass_env: [WHO]}\n    run: [\"echo $WHO > /cache/models/weights\", \"mkdir -p /cache/models/$WHO && echo x > /cache/models/$WHO/f\"]\n  look:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"if [ -e /cache/models/weights ]; then echo SEEN: $(cat /cache/models/weights); else echo NOT-SEEN; fi; ls /cache/models\"]\n  fail:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"echo failed > /cache/models/weights\", \"false\"]\n  fill:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    container: {pass_env: [WHO]}\n    run: [\"dd if=/dev/zero of=/cache/models/$WHO-big bs=1k count=60\"]\n";
+const SCOPE_BATCHES: &str = "  warm:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"echo base > /cache/models/.base\"]\n  plant:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    container: {pass_env: [WHO]}\n    run: [\"echo $WHO > /cache/models/weights\", \"mkdir -p /cache/models/$WHO && echo x > /cache/models/$WHO/f\"]\n  look:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"if [ -e /cache/models/weights ]; then echo SEEN: $(cat /cache/models/weights); else echo NOT-SEEN; fi; ls /cache/models\"]\n  fail:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"echo failed > /cache/models/weights\", \"false\"]\n  fill:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    container: {pass_env: [WHO]}\n    run: [\"dd if=/dev/zero of=/cache/models/$WHO-big bs=1k count=60\"]\n";
 
 struct Scoped {
     store: Store,
@@ -44,12 +44,22 @@ struct Scoped {
 }
 
 fn scoped(extra: &str) -> Scoped {
+    scoped_as(extra, true)
+}
+
+/// [`scoped`], with the base's cache written first when `warm`.
+fn scoped_as(extra: &str, warm: bool) -> Scoped {
     let store = Store::new();
     // `grants` is a top-level key: the caches block ends before it.
     let policy = scoped_policy(&store, &format!("{extra}grants: {{pass_env: [WHO]}}\n"));
     let p = busybox_project(SCOPE_BATCHES, CACHES).with_policy(&policy);
     let events = tempfile::tempdir().unwrap();
-    Scoped { store, p, events }
+    let s = Scoped { store, p, events };
+    // The base has written the cache: a pull request gets a scope only of such a one.
+    if warm {
+        s.run("warm", None, "base").ok();
+    }
+    s
 }
 
 impl Scoped {
@@ -163,6 +173,24 @@ fn a_pull_requests_writes_are_read_by_its_own_next_run_only() {
         "{}",
         r.stdout
     );
+}
+
+#[test]
+fn a_cache_the_base_never_made_keeps_no_pull_requests_writes() {
+    // A pull request's manifest may name caches of its own: each scope has a cap of
+    // its own, so new names would multiply what it keeps (issue 38, attack finding 5).
+    let s = scoped_as("", false);
+    let r = s.run("plant", Some(7), "seven");
+    r.ok();
+    let rec = s.p.result("plant");
+    assert_eq!(rec["caches"][0]["writes"], "private", "{rec}");
+    assert_eq!(s.seen(Some(7)), "NOT-SEEN");
+    assert!(!s.store.root.join("bt/models/pulls/7").exists());
+    // Once a base run has the cache, the pull request's writes are its scope's.
+    s.run("plant", None, "base").ok();
+    s.run("plant", Some(7), "seven").ok();
+    assert_eq!(s.p.result("plant")["caches"][0]["writes"], "pull-request");
+    assert_eq!(s.seen(Some(7)), "SEEN: seven");
 }
 
 #[test]
@@ -419,8 +447,14 @@ fn a_review_run_and_an_event_naming_no_head_reach_no_scope() {
 fn a_pull_requests_sparse_file_takes_no_more_room_kept_than_written() {
     // On disk (ext4 here): /tmp may be a tmpfs, which has no limit on links.
     let store = Store::new_in(std::path::Path::new("/var/tmp"));
-    let batch = "  sparse:\n    gpus: 0\n    timeout: 2m\n    verdict: exit-code\n    run: [\"set -e; cd /cache/models; mkdir -p links/a; truncate -s 2G links/a/f; cd links; for i in $(seq 254); do ln a/f a/f$i; done; for i in $(seq 255); do cp -al a d$i 2>/dev/null || true; done; stat -c 'LINKS %h' a/f\"]\n";
+    let batch = "  sparse:\n    gpus: 0\n    timeout: 2m\n    verdict: exit-code\n    run: [\"set -e; cd /cache/models; mkdir -p links/a; truncate -s 2G links/a/f; cd links; for i in $(seq 254); do ln a/f a/f$i; done; for i in $(seq 255); do cp -al a d$i 2>/dev/null || true; done; stat -c 'LINKS %h' a/f\"]\n  warm:\n    gpus: 0\n    timeout: 1m\n    verdict: exit-code\n    run: [\"echo base > /cache/models/base\"]\n";
     let p = busybox_project(batch, CACHES).with_policy(&scoped_policy(&store, ""));
+    // The base has the cache (a pull request gets a scope only of such a one).
+    run(p
+        .batch_cmd(&["batch", "run", "warm"])
+        .env("GITHUB_REPOSITORY", "THUDM/slime")
+        .env("GITHUB_EVENT_NAME", "push"))
+    .ok();
     let events = tempfile::tempdir().unwrap();
     let file = event_file(events.path(), "7", "7", "THUDM/slime");
     let r = run(p
