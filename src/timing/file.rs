@@ -23,6 +23,9 @@ const MAX_BYTES: u64 = 8 << 20;
 const MAX_BATCHES: usize = 100_000;
 /// The most files one run reads (a folder of downloaded artifacts).
 const MAX_FILES: usize = 1000;
+/// The most bytes one run reads of all its files: each file's bound alone would let
+/// 1,000 files cost minutes of parsing.
+const MAX_TOTAL_BYTES: u64 = 64 << 20;
 /// The longest time a file may record.
 const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
 
@@ -86,7 +89,7 @@ impl Recorded {
             };
             let md = std::fs::metadata(p).map_err(|e| err(e.to_string()))?;
             if md.is_dir() {
-                let found = found_in(p).map_err(|e| err(e.to_string()))?;
+                let found = found_in(p).map_err(err)?;
                 if found.is_empty() {
                     crate::console::warn(format!(
                         "--timings {}: holds no {FILE_NAME} (in it or a folder in it); batches keep their est_time",
@@ -103,12 +106,23 @@ impl Recorded {
                 )));
             }
         }
+        // Bounded in all, not only file by file: 1,000 files of 100,000 names each
+        // would hold a hundred million names (many GiB) in memory.
+        let mut budget = MAX_TOTAL_BYTES;
         let mut sums: BTreeMap<String, (f64, u32)> = BTreeMap::new();
         for f in &files {
-            for (name, t) in read_one(f)?.batches {
+            for (name, t) in read_one(f, &mut budget)?.batches {
                 let e = sums.entry(name).or_default();
                 e.0 += t.seconds;
                 e.1 += 1;
+            }
+            if sums.len() > MAX_BATCHES {
+                return Err(TimingError::File {
+                    path: f.display().to_string(),
+                    why: format!(
+                        "the timings files name more than {MAX_BATCHES} batches in all; name fewer files"
+                    ),
+                });
             }
         }
         let times = sums
@@ -137,20 +151,25 @@ impl Recorded {
 }
 
 /// The `timings.json` files in `dir` and in its folders, sorted; links not followed.
-fn found_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// A folder of more folders than files are read is refused, not cut: which folders a
+/// cut kept would follow the file system's order, and runners that read different
+/// files split the batches differently (a batch could land in no part at all).
+fn found_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut found = Vec::new();
     let direct = dir.join(FILE_NAME);
     if std::fs::symlink_metadata(&direct).is_ok_and(|m| m.is_file()) {
         found.push(direct);
     }
     let mut subs: Vec<PathBuf> = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        if e.file_type()?.is_dir() {
+    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+        let e = e.map_err(|e| e.to_string())?;
+        if e.file_type().map_err(|e| e.to_string())?.is_dir() {
             subs.push(e.path());
         }
         if subs.len() > MAX_FILES {
-            break;
+            return Err(format!(
+                "holds more than {MAX_FILES} folders; name the folders of the runs' artifacts instead"
+            ));
         }
     }
     subs.sort();
@@ -163,8 +182,9 @@ fn found_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// One file, checked whole.
-fn read_one(path: &Path) -> Result<TimingsFile, TimingError> {
+/// One file, checked whole; what it holds is taken from `budget`, the bytes left to
+/// read of all the run's files.
+fn read_one(path: &Path, budget: &mut u64) -> Result<TimingsFile, TimingError> {
     let err = |why: String| TimingError::File {
         path: path.display().to_string(),
         why,
@@ -177,10 +197,24 @@ fn read_one(path: &Path) -> Result<TimingsFile, TimingError> {
             MAX_BYTES >> 20
         )));
     }
+    let over_budget = || {
+        err(format!(
+            "the timings files hold more than {} MiB in all; name fewer files",
+            MAX_TOTAL_BYTES >> 20
+        ))
+    };
+    if md.len() > *budget {
+        return Err(over_budget());
+    }
     let mut text = String::new();
-    file.take(MAX_BYTES + 1)
+    file.take(MAX_BYTES.min(*budget) + 1)
         .read_to_string(&mut text)
         .map_err(|e| err(e.to_string()))?;
+    let read = text.len() as u64;
+    if read > *budget {
+        return Err(over_budget());
+    }
+    *budget -= read;
     let parsed: TimingsFile =
         serde_json::from_str(&text).map_err(|e| err(format!("not a cibox timings file: {e}")))?;
     if parsed.schema != SCHEMA {
@@ -293,5 +327,57 @@ mod tests {
         f.set_len(MAX_BYTES + 1).unwrap();
         let e = Recorded::read(&[big]).unwrap_err().to_string();
         assert!(e.contains("larger than 8 MiB"), "{e}");
+    }
+
+    #[test]
+    fn a_folder_of_more_folders_than_are_read_is_refused_not_cut() {
+        // The file system's order decided which folders were read: a runner could
+        // miss a file another read, and the runners' splits differ.
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..=MAX_FILES {
+            std::fs::create_dir(d.path().join(format!("part-{i:04}"))).unwrap();
+        }
+        std::fs::write(
+            d.path().join(format!("part-{MAX_FILES:04}/timings.json")),
+            file(&[("a", 1.0)]),
+        )
+        .unwrap();
+        let e = Recorded::read(&[d.path().to_path_buf()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holds more than 1000 folders"), "{e}");
+    }
+
+    #[test]
+    fn files_that_hold_too_much_in_all_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        // Names: each file within its bound, more than 100,000 batches in all.
+        let half = MAX_BATCHES / 2 + 1;
+        let mut paths = Vec::new();
+        for f in 0..2 {
+            let names: Vec<(String, f64)> =
+                (0..half).map(|i| (format!("f{f}-b{i}"), 1.0)).collect();
+            let named: Vec<(&str, f64)> = names.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            let p = d.path().join(format!("names-{f}.json"));
+            std::fs::write(&p, file(&named)).unwrap();
+            paths.push(p);
+        }
+        let e = Recorded::read(&paths).unwrap_err().to_string();
+        assert!(e.contains("more than 100000 batches in all"), "{e}");
+        // Bytes: each file within its 8 MiB, more than 64 MiB in all.
+        let padded = format!(
+            "{}{}",
+            file(&[("a", 1.0)]),
+            " ".repeat((MAX_BYTES - 1024) as usize)
+        );
+        let paths: Vec<PathBuf> = (0..(MAX_TOTAL_BYTES / MAX_BYTES + 1))
+            .map(|i| {
+                let p = d.path().join(format!("padded-{i}.json"));
+                std::fs::write(&p, &padded).unwrap();
+                p
+            })
+            .collect();
+        let e = Recorded::read(&paths).unwrap_err().to_string();
+        assert!(e.contains("more than 64 MiB in all"), "{e}");
     }
 }

@@ -1,5 +1,6 @@
 //! Nothing outlives its owner: containers of killed runs are swept host-wide, judged
-//! in the lock dir their run used; a live run's are never touched.
+//! in the lock dir their run used; a live run's are never touched; a killed run's
+//! snapshot of its source is swept too, later if it was still in use.
 
 use crate::common::*;
 
@@ -79,6 +80,88 @@ fn a_dead_run_in_another_scope_is_swept_and_a_live_one_never() {
     assert!(
         wait_until(10, || ours(&scope_a) == 0),
         "a dead run's container in another scope was left"
+    );
+}
+
+/// A container of its own that holds a volume, so the engine refuses to remove it;
+/// removed when dropped.
+struct VolumeHolder(String);
+
+impl VolumeHolder {
+    fn new(image: &str, volume: &str) -> VolumeHolder {
+        let name = format!("cibox-test-holder-{}", nonce());
+        let made = std::process::Command::new("docker")
+            .args(["create", "--name", &name, "-v"])
+            .arg(format!("{volume}:/held"))
+            .args([image, "true"])
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        VolumeHolder(name)
+    }
+}
+
+impl Drop for VolumeHolder {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn a_dead_runs_snapshot_still_in_use_is_swept_once_it_is_free() {
+    // Two batches of one user: the run ships its source once, into a volume.
+    let p = busybox_project(
+        "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n  after:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"true\"]\n",
+        "",
+    );
+    // A lock dir of its own: only this test's sweeps forget its run's record.
+    let locks = tempfile::tempdir().unwrap();
+    let volumes = || {
+        let out = std::process::Command::new("docker")
+            .args(["volume", "ls", "-q", "--filter"])
+            .arg(format!("label=org.cibox.scope={}", p.scope()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let mut cibox = p
+        .batch_cmd(&["batch", "run", "long", "after"])
+        .env("CIBOX_GPU_LOCK_DIR", locks.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The batch runs (the volume is filled: its filler container is gone).
+    assert!(wait_until(30, || p.containers().len() == 1
+        && p.containers()[0].contains("-long-")
+        && volumes().len() == 1));
+    let snapshot = volumes().remove(0);
+    assert!(snapshot.contains(".source-"), "{snapshot}");
+    // Something the engine will not remove the volume from while it exists.
+    let holder = VolumeHolder::new(&p.image.0, &snapshot);
+    cibox.kill().unwrap();
+    cibox.wait().unwrap();
+    assert!(wait_until(15, || p.containers().is_empty()));
+    let cleanup = || {
+        run(p
+            .batch_cmd_bare(&["cleanup", "--scope", &p.scope()])
+            .env("CIBOX_GPU_LOCK_DIR", locks.path()))
+    };
+    // The run is dead, its volume in use: it stays, and so must the run's record, or
+    // no later sweep could tell that the run is dead.
+    cleanup().ok();
+    assert_eq!(volumes(), std::slice::from_ref(&snapshot));
+    drop(holder);
+    cleanup().ok();
+    assert!(
+        wait_until(10, || volumes().is_empty()),
+        "the dead run's snapshot {snapshot} was left for good: {:?}",
+        volumes()
     );
 }
 

@@ -112,7 +112,8 @@ fn sweep_one(
 /// exact owner/scope labels, the name they imply, a run ID, this host, and the run's
 /// lock in the lock dir the container names (else `runs`): only a record whose lock is
 /// free is a dead run; a run that cannot be placed counts as alive. Then forgets the
-/// records in `runs` of the dead runs swept.
+/// records in `runs` of the dead runs swept, but those of a container or volume that
+/// could not be removed.
 pub fn sweep(
     engine: &dyn ContainerEngine,
     project: Option<&str>,
@@ -128,8 +129,9 @@ pub fn sweep(
         labels.push(format!("{LABEL_PROJECT}={p}"));
     }
     let mut swept = Swept::default();
-    // Runs with a container still there: their records must stay (they are what makes
-    // `gpu exec` ask the engine which GPUs such a container holds).
+    // Runs with a container (or a snapshot volume) still there: their records must
+    // stay (they are what makes `gpu exec` ask the engine which GPUs such a container
+    // holds, and what tells a later sweep that the run is dead).
     let mut kept: std::collections::HashSet<String> = std::collections::HashSet::new();
     for c in engine.containers_with_labels(&labels)? {
         if !sweep_one(engine, &c, scope, runs, host, &mut swept)?
@@ -154,12 +156,20 @@ pub fn sweep(
             what: format!("cannot tell whether run {run} is alive"),
             source,
         })?;
-        if liveness == Liveness::Dead && engine.remove_volume(&v.name).is_ok() {
-            swept.volumes_removed.push(v.name);
+        if liveness != Liveness::Dead {
+            continue;
+        }
+        match engine.remove_volume(&v.name) {
+            Ok(()) => swept.volumes_removed.push(v.name),
+            // Still in use: the run's record stays, or no later sweep could tell that
+            // its run is dead, and the volume would be left for good.
+            Err(_) => {
+                kept.insert(run);
+            }
         }
     }
-    // Every container of the swept dead runs is gone now: their records can go too,
-    // and with them the reason to ask the engine (see `claims`).
+    // Every container and volume of the swept dead runs is gone now: their records
+    // can go too, and with them the reason to ask the engine (see `claims`).
     let dead = run_lock::dead_runs(runs).map_err(|source| RunError::RunLocks {
         dir: runs.path().display().to_string(),
         what: "runs/".into(),
