@@ -111,6 +111,16 @@ pub enum Command {
         #[arg(last = true)]
         paths: Vec<std::path::PathBuf>,
     },
+    /// (Internal) renders one workflow template, for `workflow render` (which runs it
+    /// with bounded memory and time).
+    #[command(name = "__render-template", hide = true)]
+    RenderTemplate {
+        /// `github` or `buildkite`.
+        #[arg(long)]
+        flavor: String,
+        /// The template.
+        template: std::path::PathBuf,
+    },
     /// (Internal) the watchdog of a batch's Slurm job: cancels it if cibox dies.
     #[command(name = "__slurm-watchdog", hide = true)]
     SlurmWatchdog {

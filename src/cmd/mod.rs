@@ -119,6 +119,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             Ok(crate::exit::SUCCESS)
         }
         Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),
+        Command::RenderTemplate { flavor, template } => {
+            workflow::render_template(&ctx, &flavor, &template)
+        }
         Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
         Command::HostFolders { me, paths } => Ok(crate::engine::report_host_folders(me, &paths)),
         Command::SlurmWatchdog { name, srun } => Ok(crate::run::slurm::watch_job(&name, srun)),

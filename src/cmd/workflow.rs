@@ -12,7 +12,7 @@ use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::manifest;
 use crate::nofollow::Folder;
-use crate::workflow::{lint, render};
+use crate::workflow::{confined, lint, render};
 
 /// What `workflow render` and `workflow lint` refuse or cannot do.
 #[derive(Debug, thiserror::Error)]
@@ -171,14 +171,13 @@ fn render_warnings(m: &manifest::Manifest, r: &render::Rendered) -> Vec<String> 
 
 /// `workflow render --print OUTPUT`: that one output on stdout, nothing written.
 fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -> Result<u8> {
-    let context = render::context(m);
     let mut names = Vec::new();
     for f in folders {
         for t in &f.templates {
             let out_name = output_name(t).trim_end_matches(".j2").to_string();
             let rel = f.rel.join(&out_name);
             if wanted == out_name || Path::new(wanted) == rel {
-                let r = render::render(t, &context, f.flavor)?;
+                let r = confined::render(&m.path, t, f.flavor)?;
                 for w in render_warnings(m, &r) {
                     console::warn(w);
                 }
@@ -203,18 +202,39 @@ fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -
     .into())
 }
 
+/// `cibox __render-template --flavor F TEMPLATE`: one template of the manifest rendered
+/// and printed, in the bounded process `workflow render` runs it in.
+pub fn render_template(ctx: &Context, flavor: &str, template: &Path) -> Result<u8> {
+    let m = ctx.manifest()?;
+    let flavor = match flavor {
+        "buildkite" => render::Flavor::Buildkite,
+        _ => render::Flavor::GitHub,
+    };
+    let r = render::render(template, &render::context(&m), flavor)?;
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(r.text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|source| WorkflowCommandError::Write {
+            path: PathBuf::from("(standard output)"),
+            source,
+        })?;
+    Ok(exit::SUCCESS)
+}
+
 pub fn render(ctx: &Context, check: bool, print: Option<&str>) -> Result<u8> {
     let m = ctx.manifest()?;
     let folders = template_folders(&m)?;
     if let Some(wanted) = print {
         return print_one(&m, &folders, wanted);
     }
-    let context = render::context(&m);
-    // Render everything first: a bad template writes nothing at all.
+    // Render everything first: a bad template writes nothing at all. Each in a process
+    // of its own, bounded: a template is a pull request's.
     let mut rendered: Vec<(usize, render::Rendered)> = Vec::new();
     for (i, f) in folders.iter().enumerate() {
         for t in &f.templates {
-            rendered.push((i, render::render(t, &context, f.flavor)?));
+            rendered.push((i, confined::render(&m.path, t, f.flavor)?));
         }
     }
     let mut stale = 0;

@@ -215,8 +215,21 @@ fn read_one(path: &Path, budget: &mut u64) -> Result<TimingsFile, TimingError> {
         return Err(over_budget());
     }
     *budget -= read;
-    let parsed: TimingsFile =
-        serde_json::from_str(&text).map_err(|e| err(format!("not a cibox timings file: {e}")))?;
+    let parsed: TimingsFile = serde_json::from_str(&text).map_err(|e| {
+        // Said by where, never by what: serde's message quotes the value it met,
+        // and the file may be one the user may not read (a link named here).
+        err(format!(
+            "not a cibox timings file (line {}, column {}: {})",
+            e.line(),
+            e.column(),
+            match e.classify() {
+                serde_json::error::Category::Io => "unreadable",
+                serde_json::error::Category::Syntax => "not JSON",
+                serde_json::error::Category::Data => "not the fields or types of one",
+                serde_json::error::Category::Eof => "it ends early",
+            }
+        ))
+    })?;
     if parsed.schema != SCHEMA {
         return Err(err(format!(
             "schema {} is not one this cibox reads ({SCHEMA})",
@@ -312,6 +325,12 @@ mod tests {
         assert!(bad.contains("schema 9"), "{bad}");
         let bad = refused("{\"x\": 1}");
         assert!(bad.contains("not a cibox timings file"), "{bad}");
+        // What it holds is never quoted back.
+        let bad = refused(r#"{"schema": "ghp_SECRET", "project": "p", "run": "x", "batches": {}}"#);
+        assert!(
+            !bad.contains("ghp_SECRET") && bad.contains("line 1"),
+            "{bad}"
+        );
         let bad = refused(&file(&[("a", 1e300)]));
         assert!(bad.contains("no time a batch ran"), "{bad}");
         // Missing, a FIFO: said, never waited on.

@@ -183,6 +183,20 @@ pub fn context(m: &Manifest) -> TemplateValue {
 /// Why the workflows could not be rendered: a configuration error (nothing is written).
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    /// What the render's own process said (see `workflow::confined`).
+    #[error("{message}")]
+    InChild {
+        message: String,
+        details: Vec<String>,
+    },
+    /// The render's process went over its memory or CPU bound, or died.
+    #[error(
+        "{}: went over what a render may use ({} GiB of memory, {} s of CPU): {how}; a template that builds values without end cannot be rendered",
+        .template.display(),
+        super::confined::MEMORY >> 30,
+        super::confined::CPU
+    )]
+    OverBounds { template: PathBuf, how: String },
     #[error("workflows dir {}: {source}", .dir.display())]
     Dir {
         dir: PathBuf,
@@ -272,6 +286,13 @@ pub enum RenderError {
 impl crate::error::ErrorKind for RenderError {
     fn failure(&self) -> crate::exit::Failure {
         crate::exit::Failure::Usage
+    }
+
+    fn details(&self) -> &[String] {
+        match self {
+            RenderError::InChild { details, .. } => details,
+            _ => &[],
+        }
     }
 }
 

@@ -376,6 +376,12 @@ fn manifest_and_template_bombs_are_refused_within_bounded_memory() {
             "<% set ns = namespace(x=batches[0].meta.big) %><% for i in range(40) %><% set ns.x = ns.x ~ ns.x %><% endfor %>".to_string(),
             "loop.yml.j2: ran out of its instruction budget",
         ),
+        // A list doubled with `+`: minijinja charges no fuel for it; the render's own
+        // process runs out of what it may use (issue 33, second attack).
+        (
+            "<% set ns = namespace(s=[1]) %><% for i in range(40) %><% set ns.s = ns.s + ns.s %><% endfor %>".to_string(),
+            "loop.yml.j2: went over what a render may use",
+        ),
     ] {
         p.write(".github/workflows/loop.yml.j2", format!("on: push\n{template}"));
         let r = within_memory(&p, &["workflow", "render"], MIB);

@@ -1,0 +1,138 @@
+//! Each template rendered in a process of its own, with bounded memory and time: a
+//! template is a pull request's, and minijinja's fuel does not charge everything a
+//! template can make (a list doubled with `+` in a loop grows for free), so the bound
+//! that holds whatever the template does is the kernel's. The child is this cibox again
+//! (`cibox __render-template`), which loads the same manifest, renders one template as
+//! [`super::render::render`] does and prints what it rendered; its address space is
+//! capped at [`MEMORY`] and its CPU time at [`CPU`].
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use super::render::{Flavor, MAX_OUTPUT_BYTES, RenderError, Rendered};
+
+/// The most address space a render's process may map: far above what a render within
+/// its fuel needs (a few hundred MiB at most), far below what hurts a runner.
+pub const MEMORY: u64 = 2 << 30;
+/// The most CPU time a render's process may use: a render within its fuel takes a
+/// second or two.
+pub const CPU: u64 = 30;
+/// The most of the child's error output read.
+const MAX_ERROR_BYTES: u64 = 64 << 10;
+
+impl Flavor {
+    /// The flavour as the child's command line names it.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Flavor::GitHub => "github",
+            Flavor::Buildkite => "buildkite",
+        }
+    }
+}
+
+/// Renders `template` of the manifest at `manifest` in a child process (see the
+/// module's doc): what [`super::render::render`] gives, or why not.
+pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Rendered, RenderError> {
+    let exe = std::env::current_exe().map_err(|source| RenderError::Unreadable {
+        template: template.to_path_buf(),
+        source,
+    })?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--manifest")
+        .arg(manifest)
+        .args(["__render-template", "--flavor", flavor.as_arg()])
+        .arg(template)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("CIBOX_LOG", "error");
+    // SAFETY: only setrlimit between fork and exec, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+            // Only ever lowered: a bound cibox itself runs under stays.
+            let lowered = |resource, n: u64| {
+                let was = getrlimit(resource).maximum.unwrap_or(u64::MAX);
+                let n = n.min(was);
+                setrlimit(
+                    resource,
+                    Rlimit {
+                        current: Some(n),
+                        maximum: Some(n),
+                    },
+                )
+            };
+            lowered(Resource::As, MEMORY)?;
+            lowered(Resource::Cpu, CPU)?;
+            Ok(())
+        });
+    }
+    let child_failed = |source: std::io::Error| RenderError::Unreadable {
+        template: template.to_path_buf(),
+        source,
+    };
+    let mut child = cmd.spawn().map_err(child_failed)?;
+    let mut stderr = child.stderr.take().expect("piped");
+    let errors = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = (&mut stderr).take(MAX_ERROR_BYTES).read_to_end(&mut text);
+        // What is left is read and dropped, so the child never blocks on it.
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+        text
+    });
+    let mut text = Vec::new();
+    let stdout = child.stdout.take().expect("piped");
+    // The banner comes on top of what a render may write.
+    let mut bounded = stdout.take(MAX_OUTPUT_BYTES as u64 + 4096);
+    let read = bounded.read_to_end(&mut text);
+    let mut rest = bounded.into_inner();
+    let _ = std::io::copy(&mut rest, &mut std::io::sink());
+    let status = child.wait().map_err(child_failed)?;
+    let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
+    read.map_err(child_failed)?;
+    if status.success() {
+        let text = String::from_utf8(text).map_err(|_| RenderError::OutputNotUtf8 {
+            template: template.to_path_buf(),
+        })?;
+        let name = template
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("template");
+        return Ok(Rendered {
+            template: template.to_path_buf(),
+            output: template.with_file_name(name.trim_end_matches(".j2")),
+            text,
+            flavor,
+        });
+    }
+    // The child said why in its one line (`cibox: error: …`), as an error of its own.
+    if let Some(line) = errors
+        .lines()
+        .find_map(|l| l.strip_prefix("cibox: error: "))
+    {
+        let more: Vec<String> = errors
+            .lines()
+            .skip_while(|l| !l.starts_with("cibox: error: "))
+            .skip(1)
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        return Err(RenderError::InChild {
+            message: line.to_string(),
+            details: more,
+        });
+    }
+    Err(RenderError::OverBounds {
+        template: template.to_path_buf(),
+        how: match std::os::unix::process::ExitStatusExt::signal(&status) {
+            // The kernel's at the CPU bound (soft and hard are one), an allocation that
+            // failed at the memory bound aborts.
+            Some(9) => "it used all its CPU time".to_string(),
+            Some(6) => "it ran out of memory".to_string(),
+            Some(sig) => format!("its process ended by signal {sig}"),
+            None => format!("its process ended with {status}"),
+        },
+    })
+}
