@@ -11,14 +11,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use super::render::{Flavor, MAX_OUTPUT_BYTES, RenderError, Rendered};
+use super::render::{CPU, Flavor, MAX_OUTPUT_BYTES, MEMORY, RenderError, Rendered};
 
-/// The most address space a render's process may map: far above what a render within
-/// its fuel needs (a few hundred MiB at most), far below what hurts a runner.
-pub const MEMORY: u64 = 2 << 30;
-/// The most CPU time a render's process may use: a render within its fuel takes a
-/// second or two.
-pub const CPU: u64 = 30;
 /// The most of the child's error output read.
 const MAX_ERROR_BYTES: u64 = 64 << 10;
 

@@ -193,8 +193,8 @@ pub enum RenderError {
     #[error(
         "{}: went over what a render may use ({} GiB of memory, {} s of CPU): {how}; a template that builds values without end cannot be rendered",
         .template.display(),
-        super::confined::MEMORY >> 30,
-        super::confined::CPU
+        MEMORY >> 30,
+        CPU
     )]
     OverBounds { template: PathBuf, how: String },
     #[error("workflows dir {}: {source}", .dir.display())]
@@ -351,6 +351,12 @@ pub const FUEL: u64 = 5_000_000;
 /// limit on a workflow file is lower).
 pub const MAX_OUTPUT_BYTES: usize = super::lint::MAX_FILE_BYTES as usize;
 
+/// The most address space a render's process may map: far above what a render within
+/// its fuel needs (a few hundred MiB at most), far below what hurts a runner.
+pub const MEMORY: u64 = 2 << 30;
+/// The most CPU time a render's process may use: a render within its fuel takes a
+/// second or two.
+pub const CPU: u64 = 30;
 /// The largest template read.
 pub const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 

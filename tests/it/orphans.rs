@@ -137,9 +137,10 @@ fn a_dead_runs_snapshot_still_in_use_is_swept_once_it_is_free() {
         .spawn()
         .unwrap();
     // The batch runs (the volume is filled: its filler container is gone).
-    assert!(wait_until(30, || p.containers().len() == 1
-        && p.containers()[0].contains("-long-")
-        && volumes().len() == 1));
+    assert!(wait_until(30, || {
+        let running = p.containers();
+        running.len() == 1 && running[0].contains("-long-") && volumes().len() == 1
+    }));
     let snapshot = volumes().remove(0);
     assert!(snapshot.contains(".source-"), "{snapshot}");
     // Something the engine will not remove the volume from while it exists.
