@@ -22,9 +22,16 @@ pub const MAX_DRAWN: usize = 200;
 struct Row {
     batch: String,
     status: Status,
+    /// How its bar names its ending: the status, `flaky`, or `failed (soft_fail)`.
+    word: String,
+    /// Its bar's fill.
+    fill: &'static str,
     wait: (u64, u64),
     run: (u64, u64),
 }
+
+/// A flaky pass: passed (green), striped so it never reads as simply green.
+const FLAKY: &str = "url(#flaky)";
 
 /// A section of the picture: a GPU (of a Slurm node, when the record names one), the
 /// CPU batches, or the batches never granted GPUs.
@@ -83,9 +90,21 @@ impl Picture {
             let ms = |s: f64| (s.max(0.0) * 1000.0).round() as u64;
             let ended = began + ms(r.duration_s).max(1);
             let granted = (began + ms(r.gpu_wait_s)).min(ended);
+            let (word, fill) = if r.flaky {
+                ("flaky".to_string(), FLAKY)
+            } else if r.soft_fail && !r.counts_against_run() && r.status != Status::Passed {
+                (
+                    format!("{} (soft_fail)", r.status.as_str()),
+                    colour(r.status),
+                )
+            } else {
+                (r.status.as_str().to_string(), colour(r.status))
+            };
             let row = Row {
                 batch: r.batch.clone(),
                 status: r.status,
+                word,
+                fill,
                 wait: (began, granted),
                 run: (granted, ended),
             };
@@ -221,10 +240,11 @@ pub fn mermaid(results: &[BatchResult]) -> String {
         let _ = writeln!(s, "    section {}", mermaid_text(title));
         for r in rows {
             let name = task_name(&r.batch);
-            let tag = if r.status == Status::Passed {
-                "done"
-            } else {
-                "crit"
+            // Mermaid has three marks: a flaky pass is `active`, never `done`.
+            let tag = match (r.status, r.fill == FLAKY) {
+                (Status::Passed, true) => "active",
+                (Status::Passed, false) => "done",
+                _ => "crit",
             };
             if r.run.1 <= r.run.0 {
                 // It never ran (its GPUs never came): its wait is all there is.
@@ -232,7 +252,7 @@ pub fn mermaid(results: &[BatchResult]) -> String {
                 let _ = writeln!(
                     s,
                     "    {name} {} after waiting :{tag}, w{id}, {}, {}",
-                    r.status.as_str(),
+                    mermaid_text(&r.word),
                     r.wait.0,
                     r.wait.1
                 );
@@ -250,7 +270,7 @@ pub fn mermaid(results: &[BatchResult]) -> String {
             let _ = writeln!(
                 s,
                 "    {name} {} :{tag}, r{id}, {}, {}",
-                r.status.as_str(),
+                mermaid_text(&r.word),
                 r.run.0,
                 r.run.1
             );
@@ -363,7 +383,7 @@ pub fn svg(results: &[BatchResult]) -> Option<String> {
     let _ = writeln!(
         s,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">
-<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#d0d7de"/><line x1="0" y1="0" x2="0" y2="6" stroke="#8c959f" stroke-width="2"/></pattern></defs>
+<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#d0d7de"/><line x1="0" y1="0" x2="0" y2="6" stroke="#8c959f" stroke-width="2"/></pattern><pattern id="flaky" width="10" height="10" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="10" height="10" fill="#2da44e"/><line x1="0" y1="0" x2="0" y2="10" stroke="#bf8700" stroke-width="6"/></pattern></defs>
 <rect width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
     );
     let started =
@@ -371,9 +391,17 @@ pub fn svg(results: &[BatchResult]) -> Option<String> {
     let _ = writeln!(
         s,
         r##"<text x="12" y="24" font-size="16" font-weight="bold">cibox run {}</text>
-<text x="12" y="44" fill="#57606a">{} batch(es) from {} UTC, {} in all: which batch ran on which GPU, and how long it waited for it</text>"##,
+<text x="12" y="44" fill="#57606a">{} batch(es){} from {} UTC, {} in all: which batch ran on which GPU, and how long it waited for it</text>"##,
         xml(&p.run),
         results.len(),
+        match results
+            .iter()
+            .filter(|b| b.status() == Status::NotRun)
+            .count()
+        {
+            0 => String::new(),
+            n => format!(" ({n} not run)"),
+        },
         &started[..19].replace('T', " "),
         wall(&p)
     );
@@ -440,21 +468,21 @@ fn row_svg(r: &Row, y: u64, x: &dyn Fn(u64) -> u64) -> String {
             r##"<text x="{}" y="{}" fill="{}">{} after waiting</text>"##,
             x(r.wait.1) + 5,
             y + 17,
-            colour(r.status),
-            r.status.as_str()
+            r.fill,
+            xml(&r.word)
         );
         return s;
     }
     let (x0, x1) = (x(r.run.0), x(r.run.1));
     let ran = human(std::time::Duration::from_millis(r.run.1 - r.run.0));
-    let label = format!("{} {ran}", r.status.as_str());
+    let label = format!("{} {ran}", r.word);
     let _ = writeln!(
         s,
         r##"<rect x="{x0}" y="{}" width="{}" height="{}" rx="3" fill="{}"><title>{}: {label}</title></rect>"##,
         y + 4,
         (x1 - x0).max(2),
         ROW - 8,
-        colour(r.status),
+        r.fill,
         xml(&r.batch)
     );
     // The status inside a bar wide enough for it, else after it.
@@ -483,19 +511,19 @@ fn legend(s: &mut String, y: u64, left_out: usize) {
         lx + 24
     );
     lx += 150;
-    for (word, status) in [
-        ("passed", Status::Passed),
-        ("failed", Status::Failed),
-        ("timeout", Status::Timeout),
-        ("infra_error", Status::InfraError),
-        ("capacity", Status::Capacity),
-        ("cancelled", Status::Cancelled),
+    for (word, fill) in [
+        ("passed", colour(Status::Passed)),
+        ("flaky", FLAKY),
+        ("failed", colour(Status::Failed)),
+        ("timeout", colour(Status::Timeout)),
+        ("infra_error", colour(Status::InfraError)),
+        ("capacity", colour(Status::Capacity)),
+        ("cancelled", colour(Status::Cancelled)),
     ] {
         let _ = writeln!(
             s,
-            r##"<rect x="{lx}" y="{}" width="18" height="12" rx="3" fill="{}"/><text x="{}" y="{y}">{word}</text>"##,
+            r##"<rect x="{lx}" y="{}" width="18" height="12" rx="3" fill="{fill}"/><text x="{}" y="{y}">{word}</text>"##,
             y - 10,
-            colour(status),
             lx + 24
         );
         lx += 40 + word.len() as u64 * 8;
