@@ -281,6 +281,15 @@ pub struct AttemptRecord {
     pub gpus: Vec<String>,
 }
 
+/// An earlier attempt in a line: `attempt 1 failed: MESSAGE`.
+pub fn attempt_said(attempt: u32, status: Status, message: Option<&str>) -> String {
+    format!(
+        "attempt {attempt} {}{}",
+        status.as_str(),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    )
+}
+
 impl RunRecord {
     /// Whether its failure fails the run: not when it passed, never ran because of
     /// another's, or failed softly (`soft_fail` on a failure or a timeout; an error of

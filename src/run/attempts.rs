@@ -5,6 +5,7 @@
 //! never reads as simply green.
 
 use crate::plan::BatchPlan;
+use crate::report::event::EventKind;
 use crate::report::junit::CaseStatus;
 use crate::report::outcome::{BatchResult, EarlierAttempt, Status};
 use crate::report::record::AttemptRecord;
@@ -16,12 +17,12 @@ use crate::error::Result;
 const NAMED_PER_ATTEMPT: usize = 100;
 
 /// Runs `attempt(n)` (1-based) until one passes or `b`'s retries are spent, telling
-/// `retrying(result, next)` before each new attempt; the last attempt's result with
-/// the earlier ones recorded in it.
+/// `emit` of each attempt that another follows (`AttemptEnded`) and of the batch's end
+/// (`BatchEnded`); the last attempt's result with the earlier ones recorded in it.
 pub fn run(
     b: &BatchPlan,
     mut attempt: impl FnMut(u32) -> Result<BatchResult>,
-    mut retrying: impl FnMut(&BatchResult, u32) -> Result<()>,
+    emit: impl Fn(EventKind<'_>) -> Result<()>,
 ) -> Result<BatchResult> {
     let mut earlier: Vec<BatchResult> = Vec::new();
     let mut n = 1;
@@ -29,12 +30,18 @@ pub fn run(
         let mut r = attempt(n)?;
         r.record.ran_s = (r.record.duration_s - r.record.gpu_wait_s).max(0.0);
         if n <= b.retries.count && again(b, &r) {
-            retrying(&r, n + 1)?;
+            emit(EventKind::AttemptEnded {
+                batch: b,
+                result: &r,
+                next: n + 1,
+            })?;
             earlier.push(r);
             n += 1;
             continue;
         }
-        return Ok(combine(r, earlier));
+        let result = combine(r, earlier);
+        emit(EventKind::BatchEnded { result: &result })?;
+        return Ok(result);
     }
 }
 

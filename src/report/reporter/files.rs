@@ -314,14 +314,10 @@ fn merged_junit(results: &[BatchResult]) -> String {
             let mut status = TestCaseStatus::success();
             status.add_reruns(earlier.iter().map(|a| {
                 let mut rerun = TestRerun::new(NonSuccessKind::Failure);
-                rerun.set_message(format!(
-                    "attempt {} {}{}",
+                rerun.set_message(crate::report::record::attempt_said(
                     a.attempt,
-                    a.status.as_str(),
-                    a.message
-                        .as_deref()
-                        .map(|m| format!(": {m}"))
-                        .unwrap_or_default()
+                    a.status,
+                    a.message.as_deref(),
                 ));
                 rerun
             }));

@@ -99,14 +99,10 @@ pub fn annotations(run: &RunResult) -> String {
                     r.attempts,
                     r.earlier_attempts
                         .iter()
-                        .map(|a| format!(
-                            "attempt {} {}{}",
+                        .map(|a| crate::report::record::attempt_said(
                             a.attempt,
-                            a.status.as_str(),
-                            a.message
-                                .as_deref()
-                                .map(|m| format!(": {m}"))
-                                .unwrap_or_default()
+                            a.status,
+                            a.message.as_deref()
                         ))
                         .collect::<Vec<_>>()
                         .join("; ")

@@ -675,30 +675,26 @@ mod line_tests {
     use super::*;
     use crate::report::reporter::sample;
 
-    #[test]
-    fn verdict_and_replay_lines_of_a_mixed_run() {
-        let run = sample::run();
+    /// Each batch's verdict, then the run's closing and replay lines.
+    fn lines_of(run: &RunResult) -> String {
         let mut lines: Vec<String> = run
             .batches
             .iter()
             .map(|b| verdict_line(&b.record, false).to_string())
             .collect();
-        lines.extend(closing_lines(&run, None));
-        lines.extend(replay_lines(&run));
-        insta::assert_snapshot!(lines.join("\n"));
+        lines.extend(closing_lines(run, None));
+        lines.extend(replay_lines(run));
+        lines.join("\n")
+    }
+
+    #[test]
+    fn verdict_and_replay_lines_of_a_mixed_run() {
+        insta::assert_snapshot!(lines_of(&sample::run()));
     }
 
     #[test]
     fn verdict_and_closing_lines_of_a_run_shaped_by_time() {
-        let run = sample::shaped_run();
-        let mut lines: Vec<String> = run
-            .batches
-            .iter()
-            .map(|b| verdict_line(&b.record, false).to_string())
-            .collect();
-        lines.extend(closing_lines(&run, None));
-        lines.extend(replay_lines(&run));
-        insta::assert_snapshot!(lines.join("\n"));
+        insta::assert_snapshot!(lines_of(&sample::shaped_run()));
     }
 
     #[test]

@@ -72,6 +72,26 @@ fn candidate_named(
     }
 }
 
+/// Whether `run` lives, judged in the lock dir its container or volume names (else
+/// `runs`).
+fn liveness(
+    runs: &LockDir,
+    run: &str,
+    lock_dir: Option<&std::path::Path>,
+) -> Result<Liveness, crate::error::Error> {
+    let dir = match lock_dir {
+        Some(d) if d != runs.path() => LockDir::existing(d),
+        _ => runs.clone(),
+    };
+    Ok(
+        run_lock::liveness(&dir, run).map_err(|source| RunError::RunLocks {
+            dir: dir.path().display().to_string(),
+            what: format!("cannot tell whether run {run} is alive"),
+            source,
+        })?,
+    )
+}
+
 /// Judges one listed container and removes it if its run is dead; whether it did.
 fn sweep_one(
     engine: &dyn ContainerEngine,
@@ -89,16 +109,7 @@ fn sweep_one(
         }
         Candidate::Run { run, lock_dir } => (run, lock_dir),
     };
-    let dir = match &lock_dir {
-        Some(d) if d != runs.path() => LockDir::existing(d),
-        _ => runs.clone(),
-    };
-    let liveness = run_lock::liveness(&dir, &run).map_err(|source| RunError::RunLocks {
-        dir: dir.path().display().to_string(),
-        what: format!("cannot tell whether run {run} is alive"),
-        source,
-    })?;
-    if liveness != Liveness::Dead {
+    if liveness(runs, &run, lock_dir.as_deref())? != Liveness::Dead {
         swept.live.push((c.name.clone(), run));
         return Ok(false);
     }
@@ -147,16 +158,7 @@ pub fn sweep(
         else {
             continue;
         };
-        let dir = match &lock_dir {
-            Some(d) if d != runs.path() => LockDir::existing(d),
-            _ => runs.clone(),
-        };
-        let liveness = run_lock::liveness(&dir, &run).map_err(|source| RunError::RunLocks {
-            dir: dir.path().display().to_string(),
-            what: format!("cannot tell whether run {run} is alive"),
-            source,
-        })?;
-        if liveness != Liveness::Dead {
+        if liveness(runs, &run, lock_dir.as_deref())? != Liveness::Dead {
             continue;
         }
         match engine.remove_volume(&v.name) {

@@ -113,19 +113,7 @@ impl Execution<'_> {
     /// everything else ends only the batch.
     pub(super) fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
         let dir = self.batch_dir(b)?;
-        let result = crate::run::attempts::run(
-            b,
-            |n| self.attempt(b, &dir, n),
-            |failed, next| {
-                self.emit(EventKind::AttemptEnded {
-                    batch: b,
-                    result: failed,
-                    next,
-                })
-            },
-        )?;
-        self.emit(EventKind::BatchEnded { result: &result })?;
-        Ok(result)
+        crate::run::attempts::run(b, |n| self.attempt(b, &dir, n), |e| self.emit(e))
     }
 
     /// The batch's folder, fresh (on a Slurm node, the submitter's), and said.

@@ -58,19 +58,7 @@ impl Submission<'_> {
     pub(super) fn batch(&self, index: usize) -> Result<BatchResult> {
         let b = &self.plan.batches[index];
         let dir = self.batch_dir(b)?;
-        let result = crate::run::attempts::run(
-            b,
-            |n| self.attempt(index, &dir, n),
-            |failed, next| {
-                self.emit(EventKind::AttemptEnded {
-                    batch: b,
-                    result: failed,
-                    next,
-                })
-            },
-        )?;
-        self.emit(EventKind::BatchEnded { result: &result })?;
-        Ok(result)
+        crate::run::attempts::run(b, |n| self.attempt(index, &dir, n), |e| self.emit(e))
     }
 
     /// The batch's folder, fresh, and said.
