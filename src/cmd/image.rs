@@ -547,6 +547,12 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
             ),
             Some(format!("normalising the build ({})", mib(bytes))),
         ),
+        Progress::Stage(Stage::Restated { entries }) => say(
+            format!(
+                "the builder wrote {entries} file(s) again as the layers below hold them; dropped, as they change nothing"
+            ),
+            None,
+        ),
         Progress::Stage(Stage::Loading { bytes }) => say(
             format!("loading the normalised image: {}", mib(bytes)),
             Some(format!("loading the normalised image ({})", mib(bytes))),

@@ -53,6 +53,9 @@ pub enum Stage<'a> {
     Saving,
     /// The saved build (this many bytes) is being normalised.
     Normalising { bytes: u64 },
+    /// Normalising dropped this many entries that restated the layers below them
+    /// (see `normalize::restated`).
+    Restated { entries: usize },
     /// The normalised image (this many bytes) is being loaded into the engine.
     Loading { bytes: u64 },
 }
@@ -138,6 +141,11 @@ fn build_once(
             .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
         })
         .and_then(|n| {
+            if n.restated > 0 {
+                on(Stage::Restated {
+                    entries: n.restated,
+                });
+            }
             if n.secrets_found.is_empty() {
                 return Ok(n);
             }

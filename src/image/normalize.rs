@@ -7,8 +7,9 @@
 //! the intermediate parent image. cibox saves the built image and writes it again:
 //! each layer the build added has its entries sorted by path (hard links last, after
 //! what they link to), every file time set to `SOURCE_DATE_EPOCH`, owner names and
-//! access/change times dropped (numeric owners, modes, extended attributes kept); the
-//! config gets the new layer digests, `created` at the epoch, and no builder-specific
+//! access/change times dropped (numeric owners, modes, extended attributes kept), and
+//! an entry that only restates what the build's layers below hold dropped ([`restated`]:
+//! a builder may or may not write it again); the config gets the new layer digests, `created` at the epoch, and no builder-specific
 //! fields. Then the engine loads that archive, and its ID is the config's digest.
 //!
 //! Times are set, not only clamped: clamping keeps times older than the epoch, and a
@@ -31,16 +32,11 @@ use sha2::{Digest, Sha256};
 use super::ImageId;
 use super::archive::{ArchiveError, hex};
 
-/// What one file of a layer is, for naming what differs between two builds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntrySummary {
-    pub kind: char,
-    pub mode: u32,
-    pub owner: (u64, u64),
-    pub size: u64,
-    /// Of the content (regular files), or the link target.
-    pub digest: String,
-}
+mod entry;
+mod restated;
+
+pub use entry::EntrySummary;
+use entry::{Indexed, kind_char};
 
 /// A normalised image: the archive to load, its ID, and each layer's files.
 pub struct Normalised {
@@ -50,6 +46,8 @@ pub struct Normalised {
     pub layers: Vec<BTreeMap<String, EntrySummary>>,
     /// The normalised config, for naming what differs outside the layers.
     pub config: serde_json::Value,
+    /// How many entries restated the layers below them and were dropped.
+    pub restated: usize,
     /// Where a secret's value was found, one line each (`secret `ID`: layer 2, path`),
     /// never the value.
     pub secrets_found: Vec<String>,
@@ -165,18 +163,6 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
-/// One entry of a layer as read: enough to write it again from the saved archive.
-struct Indexed {
-    path: Vec<u8>,
-    header: tar::Header,
-    link: Option<Vec<u8>>,
-    /// Where its data starts in the saved archive.
-    data_at: u64,
-    size: u64,
-    /// PAX records to keep (not times).
-    pax: Vec<(String, Vec<u8>)>,
-}
-
 /// Rewrites the saved archive at `saved` (one image, as `docker save` writes it) with
 /// times at `epoch`, named `REPOSITORY:id-<its ID's hex>` (a name of its own, which no
 /// other image takes), in a temporary file under `tmp`. The layers of `keep` (a base
@@ -204,13 +190,20 @@ pub fn normalise(
     let mut diff_ids = Vec::new();
     let mut written = std::collections::BTreeSet::new();
     let mut summaries = Vec::new();
+    let mut below = restated::Below::default();
     for (i, layer) in layer_paths.iter().enumerate() {
         let base = old_ids
             .get(i)
             .filter(|id| keep.contains(*id) && id.len() == 71);
         scan.layer = i + 1;
-        let (digest, summary) =
-            saved.write_layer(&mut out, layer, base, &mut written, (epoch, tmp), &mut scan)?;
+        let (digest, summary) = saved.write_layer(
+            &mut out,
+            layer,
+            base,
+            &mut written,
+            (epoch, tmp),
+            (&mut scan, &mut below),
+        )?;
         diff_ids.push(format!("sha256:{digest}"));
         summaries.push(summary);
     }
@@ -228,6 +221,7 @@ pub fn normalise(
         id,
         layers: summaries,
         config,
+        restated: below.dropped,
         secrets_found: scan.found,
     })
 }
@@ -338,7 +332,7 @@ impl SavedArchive {
         base: Option<&String>,
         written: &mut std::collections::BTreeSet<String>,
         (epoch, tmp): (u64, &Path),
-        scan: &mut SecretScan<'_>,
+        (scan, below): (&mut SecretScan<'_>, &mut restated::Below),
     ) -> Result<(String, BTreeMap<String, EntrySummary>), ArchiveError> {
         let Some(&(at, size)) = self.places.get(layer) else {
             return Err(ArchiveError::Incomplete(
@@ -354,7 +348,9 @@ impl SavedArchive {
                 let copy = copy_layer(&mut self.file, at, size, tmp).map_err(io)?;
                 (copy, id[7..].to_string(), BTreeMap::new())
             }
-            None => normalise_layer(&mut self.file, at, size, epoch, scan, tmp).map_err(io)?,
+            None => {
+                normalise_layer(&mut self.file, at, size, epoch, (scan, below), tmp).map_err(io)?
+            }
         };
         let name = format!("{digest}/layer.tar");
         if written.insert(digest.clone()) {
@@ -474,14 +470,15 @@ fn normalise_config(config: &mut serde_json::Value, diff_ids: &[String], epoch: 
     );
 }
 
-/// One layer (`size` bytes at `at` in `saved`) rewritten into a temporary file:
-/// returns it, the hex SHA-256 of its bytes (its diff ID), and its files.
+/// One layer (`size` bytes at `at` in `saved`) rewritten into a temporary file,
+/// without what it restates of the layers `below` ([`restated`]): returns it, the hex
+/// SHA-256 of its bytes (its diff ID), and its files.
 fn normalise_layer(
     saved: &mut File,
     at: u64,
     size: u64,
     epoch: u64,
-    scan: &mut SecretScan<'_>,
+    (scan, below): (&mut SecretScan<'_>, &mut restated::Below),
     tmp: &Path,
 ) -> std::io::Result<(
     tempfile::NamedTempFile,
@@ -501,8 +498,15 @@ fn normalise_layer(
     };
     let mut out = tar::Builder::new(writer);
     let mut files = BTreeMap::new();
-    for e in &indexed {
+    below.whiteouts(&indexed);
+    let dropped = below.restated(&indexed, saved)?;
+    below.dropped += dropped.len();
+    for (i, e) in indexed.iter().enumerate() {
+        if dropped.contains(&i) {
+            continue;
+        }
         let (shown, summary, hits) = write_entry(&mut out, e, saved, epoch, scan)?;
+        below.keep(e, &summary)?;
         for id in hits {
             scan.found
                 .push(format!("secret `{id}`: layer {}, {shown}", scan.layer));
@@ -633,18 +637,6 @@ fn write_entry<'a, W: Write>(
     Ok((shown, summary, hits))
 }
 
-fn kind_char(kind: tar::EntryType) -> char {
-    match kind {
-        tar::EntryType::Directory => 'd',
-        tar::EntryType::Symlink => 'l',
-        tar::EntryType::Link => 'h',
-        tar::EntryType::Char => 'c',
-        tar::EntryType::Block => 'b',
-        tar::EntryType::Fifo => 'p',
-        _ => '-',
-    }
-}
-
 /// What differs between two normalised builds: config keys, then per layer the files
 /// added, removed or changed (at most `limit` named per layer).
 pub fn differences(a: &Normalised, b: &Normalised, limit: usize) -> Vec<String> {
@@ -715,4 +707,169 @@ fn what_differs(a: &EntrySummary, b: &EntrySummary) -> String {
         });
     }
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry of a made-up layer.
+    enum E {
+        Dir(&'static str, u32),
+        File(&'static str, u32, &'static str),
+        Hard(&'static str, &'static str),
+    }
+
+    fn layer(entries: &[E]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for e in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_mtime(1_700_000_000);
+            h.set_uid(0);
+            h.set_gid(0);
+            match e {
+                E::Dir(path, mode) => {
+                    h.set_entry_type(tar::EntryType::Directory);
+                    h.set_mode(*mode);
+                    h.set_size(0);
+                    b.append_data(&mut h, path, std::io::empty()).unwrap();
+                }
+                E::File(path, mode, text) => {
+                    h.set_mode(*mode);
+                    h.set_size(text.len() as u64);
+                    b.append_data(&mut h, path, text.as_bytes()).unwrap();
+                }
+                E::Hard(path, target) => {
+                    h.set_entry_type(tar::EntryType::Link);
+                    h.set_mode(0o644);
+                    h.set_size(0);
+                    b.append_link(&mut h, path, target).unwrap();
+                }
+            }
+        }
+        b.into_inner().unwrap()
+    }
+
+    /// Normalises an image whose layers are `layers` (as `docker save` would write it)
+    /// and returns its ID and each layer's paths.
+    fn normalised(layers: &[&[E]]) -> (String, Vec<Vec<String>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = tar::Builder::new(Vec::new());
+        let add = |b: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8]| {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_size(data.len() as u64);
+            b.append_data(&mut h, path, data).unwrap();
+        };
+        let mut names = Vec::new();
+        let mut ids = Vec::new();
+        for (i, l) in layers.iter().enumerate() {
+            let bytes = layer(l);
+            ids.push(format!("sha256:{}", hex(&Sha256::digest(&bytes))));
+            names.push(format!("l{i}/layer.tar"));
+            add(&mut b, &format!("l{i}/layer.tar"), &bytes);
+        }
+        let config = serde_json::json!({"rootfs": {"type": "layers", "diff_ids": ids}});
+        add(&mut b, "c.json", config.to_string().as_bytes());
+        let manifest = serde_json::json!([{"Config": "c.json", "Layers": names}]);
+        add(&mut b, "manifest.json", manifest.to_string().as_bytes());
+        let saved = dir.path().join("saved.tar");
+        std::fs::write(&saved, b.into_inner().unwrap()).unwrap();
+        let n = super::normalise(
+            &saved,
+            1,
+            "cibox/test",
+            &Default::default(),
+            &[],
+            dir.path(),
+        )
+        .unwrap();
+        let paths = n
+            .layers
+            .iter()
+            .map(|l| l.keys().cloned().collect())
+            .collect();
+        (n.id.to_string(), paths)
+    }
+
+    const DEPS: &[E] = &[E::Dir("deps/", 0o755), E::File("deps/size", 0o644, "21\n")];
+
+    #[test]
+    fn a_layer_restating_the_stage_it_copied_gives_the_id_of_one_that_does_not() {
+        // What Docker 20.10's BuildKit wrote under parallel builds: the nonce's layer
+        // with the files of the layer below again.
+        let (plain, _) = normalised(&[DEPS, &[E::File("nonce", 0o644, "n")]]);
+        let (restating, paths) = normalised(&[
+            DEPS,
+            &[
+                E::Dir("./deps/", 0o755),
+                E::File("./deps/size", 0o644, "21\n"),
+                E::File("nonce", 0o644, "n"),
+            ],
+        ]);
+        assert_eq!(plain, restating);
+        assert_eq!(paths[1], ["nonce"]);
+    }
+
+    #[test]
+    fn what_changes_anything_stays() {
+        let (plain, _) = normalised(&[DEPS, &[E::File("nonce", 0o644, "n")]]);
+        for (second, stays) in [
+            // Another content, another mode.
+            (
+                vec![
+                    E::File("deps/size", 0o644, "22\n"),
+                    E::File("nonce", 0o644, "n"),
+                ],
+                vec!["deps/size", "nonce"],
+            ),
+            (
+                vec![
+                    E::File("deps/size", 0o600, "21\n"),
+                    E::File("nonce", 0o644, "n"),
+                ],
+                vec!["deps/size", "nonce"],
+            ),
+            // A folder with something new in it stays, unchanged or not.
+            (
+                vec![E::Dir("deps/", 0o755), E::File("deps/more", 0o644, "m")],
+                vec!["deps/", "deps/more"],
+            ),
+            // A file that a hard link of its layer names.
+            (
+                vec![
+                    E::File("deps/size", 0o644, "21\n"),
+                    E::Hard("nonce", "deps/size"),
+                ],
+                vec!["deps/size", "nonce"],
+            ),
+            // A file a whiteout of its layer uncovers (removed, then written again).
+            (
+                vec![
+                    E::Dir("deps/", 0o755),
+                    E::File("deps/.wh..wh..opq", 0o644, ""),
+                    E::File("deps/size", 0o644, "21\n"),
+                ],
+                vec!["deps/", "deps/.wh..wh..opq", "deps/size"],
+            ),
+        ] {
+            let (id, paths) = normalised(&[DEPS, &second]);
+            assert_ne!(id, plain);
+            assert_eq!(paths[1], stays);
+        }
+    }
+
+    #[test]
+    fn a_restated_file_counts_against_what_is_below_now_not_what_was() {
+        // Layer 2 changes the file, layer 3 writes the first content again: that stays.
+        let (_, paths) = normalised(&[
+            DEPS,
+            &[E::File("deps/size", 0o644, "0\n")],
+            &[E::File("deps/size", 0o644, "21\n")],
+        ]);
+        assert_eq!(paths[2], ["deps/size"]);
+        // A whiteout of the folder in layer 2: what layer 3 writes there is new.
+        let (_, paths) = normalised(&[DEPS, &[E::File(".wh.deps", 0o644, "")], DEPS]);
+        assert_eq!(paths[2], ["deps/", "deps/size"]);
+    }
 }

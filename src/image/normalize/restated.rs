@@ -1,0 +1,286 @@
+//! Entries a layer restates: a file, link or folder exactly as the layers below it
+//! already hold it. Applying such an entry changes nothing, yet it changes the layer's
+//! digest and so the image's ID, and whether a builder writes one is not up to the
+//! recipe: Docker 20.10's BuildKit, with builds that share steps running at once,
+//! sometimes diffs a layer against the wrong parent and writes the files of the stage
+//! it copied from again (seen in this project's tests, `--check` naming them "only in
+//! the second build"). So a restated entry is dropped, and the same files give the same
+//! ID however the builder split them.
+//!
+//! What is compared: type, mode, numeric owner, device numbers, extended attributes
+//! and other PAX records kept, link target, size and content. Only the layers the build
+//! added are looked at (a base image's layers are copied, never read), and nothing is
+//! dropped that another entry needs: not a file a hard link of the same layer names,
+//! not a folder with anything kept below it (the engine would make that folder anew,
+//! owned by root, mode 755, hiding the one below), not a path the layer names twice,
+//! and nothing a whiteout of the layer uncovers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+
+use sha2::{Digest, Sha256};
+
+use super::entry::{EntrySummary, Indexed, kind_char};
+use crate::image::archive::hex;
+
+/// One entry as the merged view of the layers sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    summary: EntrySummary,
+    device: Option<(u32, u32)>,
+    /// Sorted, so that the order a builder writes them in does not count.
+    pax: Vec<(String, Vec<u8>)>,
+}
+
+/// The files the build's layers below the current one leave, by path (without a
+/// leading `./` or `/`, nor a trailing `/`).
+#[derive(Default)]
+pub(super) struct Below {
+    seen: BTreeMap<Vec<u8>, Seen>,
+    /// Entries dropped so far, over all layers.
+    pub(super) dropped: usize,
+}
+
+/// A layer's path as a key: `./usr/bin/` and `usr/bin` are one path.
+fn key(path: &[u8]) -> Vec<u8> {
+    let mut p = path;
+    loop {
+        if let Some(rest) = p.strip_prefix(b"./") {
+            p = rest;
+        } else if let Some(rest) = p.strip_prefix(b"/") {
+            p = rest;
+        } else {
+            break;
+        }
+    }
+    while let Some(rest) = p.strip_suffix(b"/") {
+        p = rest;
+    }
+    if p == b"." { Vec::new() } else { p.to_vec() }
+}
+
+/// The folder and name of a key.
+fn split(key: &[u8]) -> (&[u8], &[u8]) {
+    match key.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&key[..i], &key[i + 1..]),
+        None => (&[], key),
+    }
+}
+
+/// What lies below `dir` (a key): `dir/` as a prefix, or everything for the root.
+fn below_prefix(dir: &[u8]) -> Vec<u8> {
+    if dir.is_empty() {
+        Vec::new()
+    } else {
+        [dir, b"/"].concat()
+    }
+}
+
+fn is_whiteout(key: &[u8]) -> bool {
+    split(key).1.starts_with(b".wh.")
+}
+
+impl Below {
+    /// Forgets what the layer's whiteouts remove: a whited-out path and all below it;
+    /// below a folder made opaque, all it held.
+    pub(super) fn whiteouts(&mut self, layer: &[Indexed]) {
+        for e in layer {
+            let k = key(&e.path);
+            let (dir, name) = split(&k);
+            let Some(hidden) = name.strip_prefix(b".wh.") else {
+                continue;
+            };
+            if hidden == b".wh..opq" {
+                self.forget_below(dir);
+            } else {
+                let gone = if dir.is_empty() {
+                    hidden.to_vec()
+                } else {
+                    [dir, b"/", hidden].concat()
+                };
+                self.seen.remove(&gone);
+                self.forget_below(&gone);
+            }
+        }
+    }
+
+    fn forget_below(&mut self, dir: &[u8]) {
+        let prefix = below_prefix(dir);
+        let doomed: Vec<Vec<u8>> = self
+            .seen
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(k, _)| !k.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in doomed {
+            self.seen.remove(&k);
+        }
+    }
+
+    /// Notes an entry the layer keeps (`summary` as written).
+    pub(super) fn keep(&mut self, e: &Indexed, summary: &EntrySummary) -> std::io::Result<()> {
+        let k = key(&e.path);
+        if is_whiteout(&k) {
+            return Ok(());
+        }
+        self.seen.insert(k, seen(e, summary.clone())?);
+        Ok(())
+    }
+
+    /// The entries of `layer` (indices) that restate what is below: to be dropped.
+    /// Reads the content of a file only where all else already matches.
+    pub(super) fn restated(
+        &self,
+        layer: &[Indexed],
+        saved: &mut File,
+    ) -> std::io::Result<HashSet<usize>> {
+        let mut dropped = HashSet::new();
+        if self.seen.is_empty() {
+            return Ok(dropped);
+        }
+        let mut times: HashMap<Vec<u8>, usize> = HashMap::new();
+        for e in layer {
+            *times.entry(key(&e.path)).or_default() += 1;
+        }
+        let linked: HashSet<Vec<u8>> = layer
+            .iter()
+            .filter(|e| e.header.entry_type() == tar::EntryType::Link)
+            .filter_map(|e| e.link.as_deref().map(key))
+            .collect();
+        let mut folders = Vec::new();
+        for (i, e) in layer.iter().enumerate() {
+            let k = key(&e.path);
+            let kind = e.header.entry_type();
+            if kind == tar::EntryType::Link
+                || is_whiteout(&k)
+                || times[&k] > 1
+                || linked.contains(&k)
+            {
+                continue;
+            }
+            let Some(lower) = self.seen.get(&k) else {
+                continue;
+            };
+            if kind == tar::EntryType::Directory {
+                folders.push((k, i, lower));
+                continue;
+            }
+            let mut here = seen(
+                e,
+                EntrySummary {
+                    kind: kind_char(kind),
+                    mode: e.header.mode()?,
+                    owner: (e.header.uid()?, e.header.gid()?),
+                    size: e.size,
+                    digest: lower.summary.digest.clone(),
+                },
+            )?;
+            if here != *lower {
+                continue;
+            }
+            if kind.is_file() || kind == tar::EntryType::Continuous {
+                here.summary.digest = content_digest(saved, e)?;
+            } else if kind == tar::EntryType::Symlink {
+                here.summary.digest = e
+                    .link
+                    .as_deref()
+                    .map(|t| std::path::Path::new(std::ffi::OsStr::from_bytes(t)))
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+            }
+            if here == *lower {
+                dropped.insert(i);
+            }
+        }
+        // Folders last, deepest first: one goes only if nothing below it stays.
+        let mut kept: BTreeSet<Vec<u8>> = layer
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| {
+                !dropped.contains(i) && e.header.entry_type() != tar::EntryType::Directory
+            })
+            .map(|(_, e)| key(&e.path))
+            .collect();
+        for (i, e) in layer.iter().enumerate() {
+            if e.header.entry_type() == tar::EntryType::Directory
+                && !folders.iter().any(|(_, j, _)| *j == i)
+            {
+                kept.insert(key(&e.path));
+            }
+        }
+        folders.sort_by(|a, b| b.0.cmp(&a.0));
+        for (k, i, lower) in folders {
+            let e = &layer[i];
+            let here = seen(
+                e,
+                EntrySummary {
+                    kind: 'd',
+                    mode: e.header.mode()?,
+                    owner: (e.header.uid()?, e.header.gid()?),
+                    size: e.size,
+                    digest: lower.summary.digest.clone(),
+                },
+            )?;
+            let prefix = below_prefix(&k);
+            let holds = kept
+                .range(prefix.clone()..)
+                .take_while(|p| p.starts_with(&prefix))
+                .any(|p| *p != k);
+            if here == *lower && !holds {
+                dropped.insert(i);
+            } else {
+                kept.insert(k);
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+/// An entry as the merged view sees it, `summary` being what it is.
+fn seen(e: &Indexed, summary: EntrySummary) -> std::io::Result<Seen> {
+    let device = match (e.header.device_major(), e.header.device_minor()) {
+        (Ok(Some(major)), Ok(Some(minor))) => Some((major, minor)),
+        _ => None,
+    };
+    let mut pax = e.pax.clone();
+    pax.sort();
+    Ok(Seen {
+        summary,
+        device,
+        pax,
+    })
+}
+
+/// The SHA-256 of a file's content, read from the saved archive.
+fn content_digest(saved: &mut File, e: &Indexed) -> std::io::Result<String> {
+    saved.seek(SeekFrom::Start(e.data_at))?;
+    let mut hasher = Sha256::new();
+    let mut data = Read::by_ref(saved).take(e.size);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = data.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_forget_how_a_builder_spells_a_path() {
+        assert_eq!(key(b"./deps/"), b"deps");
+        assert_eq!(key(b"/deps/size"), b"deps/size");
+        assert_eq!(key(b"./"), b"");
+        assert_eq!(key(b"."), b"");
+        assert_eq!(split(b"a/b/.wh.c"), (&b"a/b"[..], &b".wh.c"[..]));
+        assert_eq!(split(b"c"), (&b""[..], &b"c"[..]));
+    }
+}
