@@ -27,6 +27,31 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// The SHA-256 of all `reader` gives, in lowercase hex (read in chunks, never whole).
+pub fn sha256_hex(mut reader: impl std::io::Read) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex(&hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// The 8-4-4-4-12 hex groups of a UUID (what follows `GPU-` or `MIG-` in an NVIDIA
+/// unit's UUID).
+pub fn is_uuid_groups(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// `bytes` random bytes from the kernel's random source (getrandom(2)), in hex. Fails
 /// when it cannot be read, rather than make something predictable of the time and the
 /// pid: these name commands' stop tokens, delimiters and files others must not guess.

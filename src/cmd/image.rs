@@ -448,14 +448,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
 /// What `image build` reports as it goes, on stderr: each stage, the builder's steps
 /// (its whole output when `verbose`), and through `ticker` that a quiet stage goes on.
 fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker) {
-    let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20));
-    let say = |line: String, doing: Option<String>| {
-        console::info(line);
-        match doing {
-            Some(what) => ticker.doing(what),
-            None => ticker.said(),
-        }
-    };
+    let say = |line: String, doing: Option<String>| say(ticker, line, doing);
     match progress {
         Progress::Engine(info) => describe_engine(info),
         Progress::Builder {
@@ -506,57 +499,7 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
             format!("sending the build context to the engine: {}", mib(bytes)),
             Some(format!("sending the build context ({})", mib(bytes))),
         ),
-        Progress::Stage(Stage::Step { name, cached }) => {
-            let line = format!("building: {name}{}", if cached { " (cached)" } else { "" });
-            if verbose {
-                eprintln!("{line}");
-                ticker.doing(line);
-            } else {
-                say(line.clone(), Some(line));
-            }
-        }
-        Progress::Stage(Stage::Output(out)) => {
-            if verbose {
-                eprint!("{out}");
-                ticker.said();
-            }
-            // The classic builder's steps are in its output.
-            for step in out
-                .lines()
-                .map(str::trim)
-                .filter(|l| l.starts_with("Step "))
-            {
-                if verbose {
-                    ticker.doing(format!("building: {step}"));
-                } else {
-                    say(
-                        format!("building: {step}"),
-                        Some(format!("building: {step}")),
-                    );
-                }
-            }
-        }
-        Progress::Stage(Stage::Saving) => say(
-            "saving the engine's build, to write it again reproducibly".into(),
-            Some("saving the engine's build".into()),
-        ),
-        Progress::Stage(Stage::Normalising { bytes }) => say(
-            format!(
-                "normalising the build ({}): file times, entry order, builder fields",
-                mib(bytes)
-            ),
-            Some(format!("normalising the build ({})", mib(bytes))),
-        ),
-        Progress::Stage(Stage::Restated { entries }) => say(
-            format!(
-                "the builder wrote {entries} file(s) again as the layers below hold them; dropped, as they change nothing"
-            ),
-            None,
-        ),
-        Progress::Stage(Stage::Loading { bytes }) => say(
-            format!("loading the normalised image: {}", mib(bytes)),
-            Some(format!("loading the normalised image ({})", mib(bytes))),
-        ),
+        Progress::Stage(stage) => show_stage(stage, verbose, ticker),
         Progress::EngineId {
             engine_id,
             config_digest,
@@ -578,6 +521,78 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
         ),
         Progress::Loaded(id) => say(format!("loaded {id}"), None),
     }
+}
+
+/// A stage of the build after the engine's builder: its steps (its whole output when
+/// `verbose`), saving, normalising and loading.
+fn show_stage(stage: Stage<'_>, verbose: bool, ticker: &console::Ticker) {
+    let say = |line: String, doing: Option<String>| say(ticker, line, doing);
+    match stage {
+        Stage::Step { name, cached } => {
+            let line = format!("building: {name}{}", if cached { " (cached)" } else { "" });
+            if verbose {
+                eprintln!("{line}");
+                ticker.doing(line);
+            } else {
+                say(line.clone(), Some(line));
+            }
+        }
+        Stage::Output(out) => {
+            if verbose {
+                eprint!("{out}");
+                ticker.said();
+            }
+            // The classic builder's steps are in its output.
+            for step in out
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with("Step "))
+            {
+                if verbose {
+                    ticker.doing(format!("building: {step}"));
+                } else {
+                    say(
+                        format!("building: {step}"),
+                        Some(format!("building: {step}")),
+                    );
+                }
+            }
+        }
+        Stage::Saving => say(
+            "saving the engine's build, to write it again reproducibly".into(),
+            Some("saving the engine's build".into()),
+        ),
+        Stage::Normalising { bytes } => say(
+            format!(
+                "normalising the build ({}): file times, entry order, builder fields",
+                mib(bytes)
+            ),
+            Some(format!("normalising the build ({})", mib(bytes))),
+        ),
+        Stage::Restated { entries } => say(
+            format!(
+                "the builder wrote {entries} file(s) again as the layers below hold them; dropped, as they change nothing"
+            ),
+            None,
+        ),
+        Stage::Loading { bytes } => say(
+            format!("loading the normalised image: {}", mib(bytes)),
+            Some(format!("loading the normalised image ({})", mib(bytes))),
+        ),
+    }
+}
+
+/// One line of progress, and what the ticker says goes on (`None`: nothing now).
+fn say(ticker: &console::Ticker, line: String, doing: Option<String>) {
+    console::info(line);
+    match doing {
+        Some(what) => ticker.doing(what),
+        None => ticker.said(),
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// The ID the manifest pins for its image `name`.

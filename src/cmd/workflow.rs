@@ -181,15 +181,7 @@ fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -
                 for w in render_warnings(m, &r) {
                     console::warn(w);
                 }
-                use std::io::Write;
-                let mut stdout = std::io::stdout().lock();
-                stdout
-                    .write_all(r.text.as_bytes())
-                    .and_then(|()| stdout.flush())
-                    .map_err(|source| WorkflowCommandError::Write {
-                        path: PathBuf::from("(standard output)"),
-                        source,
-                    })?;
+                print_rendered(&r.text)?;
                 return Ok(exit::SUCCESS);
             }
             names.push(rel.display().to_string());
@@ -211,16 +203,21 @@ pub fn render_template(ctx: &Context, flavor: &str, template: &Path) -> Result<u
         _ => render::Flavor::GitHub,
     };
     let r = render::render(template, &render::context(&m), flavor)?;
+    print_rendered(&r.text)?;
+    Ok(exit::SUCCESS)
+}
+
+/// A rendered workflow on standard output, flushed.
+fn print_rendered(text: &str) -> std::result::Result<(), WorkflowCommandError> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     stdout
-        .write_all(r.text.as_bytes())
+        .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
         .map_err(|source| WorkflowCommandError::Write {
             path: PathBuf::from("(standard output)"),
             source,
-        })?;
-    Ok(exit::SUCCESS)
+        })
 }
 
 pub fn render(ctx: &Context, check: bool, print: Option<&str>) -> Result<u8> {

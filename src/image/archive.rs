@@ -15,6 +15,7 @@ use std::io::Read;
 use sha2::{Digest, Sha256};
 
 use super::ImageId;
+use crate::util::hex;
 
 /// The most `manifest.json` or `index.json` may hold.
 const MAX_INDEX_BYTES: u64 = 1 << 20;
@@ -497,10 +498,6 @@ impl Contents {
                 })
             })
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -353,17 +352,7 @@ fn hash_files(root: &Path, paths: &[String]) -> Result<Vec<String>, LocksetError
 }
 
 fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut f = File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
+    crate::util::sha256_hex(File::open(path)?)
 }
 
 #[cfg(test)]

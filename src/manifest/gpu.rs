@@ -246,13 +246,15 @@ impl GpuConfig {
 }
 /// `GPU-` and the 8-4-4-4-12 hex groups nvidia-smi prints: an NVIDIA GPU's UUID.
 pub fn is_gpu_uuid(s: &str) -> bool {
-    s.strip_prefix("GPU-").is_some_and(is_uuid_groups)
+    s.strip_prefix("GPU-")
+        .is_some_and(crate::util::is_uuid_groups)
 }
 
 /// `MIG-` and the 8-4-4-4-12 hex groups: a MIG slice's UUID as drivers since R470 print
 /// it (the older `MIG-GPU-…/GI/CI` form names no file and is not one).
 pub fn is_mig_uuid(s: &str) -> bool {
-    s.strip_prefix("MIG-").is_some_and(is_uuid_groups)
+    s.strip_prefix("MIG-")
+        .is_some_and(crate::util::is_uuid_groups)
 }
 
 /// `GPU-` and 16 hex digits: an AMD GPU's unique ID as ROCm names it (`rocminfo`'s
@@ -266,15 +268,6 @@ pub fn is_amd_gpu_id(s: &str) -> bool {
 /// slice's, an AMD GPU's unique ID. Each is also a safe file name (the lock files).
 pub fn is_gpu_id(s: &str) -> bool {
     is_gpu_uuid(s) || is_mig_uuid(s) || is_amd_gpu_id(s)
-}
-
-fn is_uuid_groups(rest: &str) -> bool {
-    let groups: Vec<&str> = rest.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The longest `gpu_model` glob: model names are a few dozen characters.

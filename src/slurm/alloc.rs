@@ -227,15 +227,9 @@ pub fn rendezvous_vars(
 /// `0,1,3`: GPU indices. Ranges (`0-3`) are read too.
 /// `GPU-` or `MIG-` and the 8-4-4-4-12 hex groups: a GPU's or a MIG slice's UUID.
 fn is_unit_uuid(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("GPU-").or_else(|| s.strip_prefix("MIG-")) else {
-        return false;
-    };
-    let groups: Vec<&str> = rest.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    s.strip_prefix("GPU-")
+        .or_else(|| s.strip_prefix("MIG-"))
+        .is_some_and(crate::util::is_uuid_groups)
 }
 
 fn parse_indices(list: &str) -> Option<Vec<u32>> {

@@ -35,3 +35,11 @@ pub(super) fn kind_char(kind: tar::EntryType) -> char {
         _ => '-',
     }
 }
+
+/// A link's target as shown and compared: lossy where it is not UTF-8.
+pub(super) fn shown_target(target: &[u8]) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    std::path::Path::new(std::ffi::OsStr::from_bytes(target))
+        .display()
+        .to_string()
+}

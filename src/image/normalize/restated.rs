@@ -18,20 +18,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::ffi::OsStrExt;
 
-use sha2::{Digest, Sha256};
-
-use super::entry::{EntrySummary, Indexed, kind_char};
-use crate::image::archive::hex;
+use super::entry::{EntrySummary, Indexed, kind_char, shown_target};
 
 /// One entry as the merged view of the layers sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     summary: EntrySummary,
     device: Option<(u32, u32)>,
-    /// Sorted, so that the order a builder writes them in does not count.
-    pax: Vec<(String, Vec<u8>)>,
+    /// The SHA-256 of its PAX records (extended attributes among them), sorted so that
+    /// the order a builder writes them in does not count; a digest, as the view is kept
+    /// for every file of the build.
+    pax: Option<[u8; 32]>,
 }
 
 /// The files the build's layers below the current one leave, by path (without a
@@ -168,62 +166,31 @@ impl Below {
                 folders.push((k, i, lower));
                 continue;
             }
-            let mut here = seen(
-                e,
-                EntrySummary {
-                    kind: kind_char(kind),
-                    mode: e.header.mode()?,
-                    owner: (e.header.uid()?, e.header.gid()?),
-                    size: e.size,
-                    digest: lower.summary.digest.clone(),
-                },
-            )?;
+            // All but the content (or link target) first: that is read only if needed.
+            let mut here = unread(e, &lower.summary.digest)?;
             if here != *lower {
                 continue;
             }
             if kind.is_file() || kind == tar::EntryType::Continuous {
                 here.summary.digest = content_digest(saved, e)?;
             } else if kind == tar::EntryType::Symlink {
-                here.summary.digest = e
-                    .link
-                    .as_deref()
-                    .map(|t| std::path::Path::new(std::ffi::OsStr::from_bytes(t)))
-                    .map(|t| t.display().to_string())
-                    .unwrap_or_default();
+                here.summary.digest = e.link.as_deref().map(shown_target).unwrap_or_default();
             }
             if here == *lower {
                 dropped.insert(i);
             }
         }
         // Folders last, deepest first: one goes only if nothing below it stays.
+        let candidates: HashSet<usize> = folders.iter().map(|(_, i, _)| *i).collect();
         let mut kept: BTreeSet<Vec<u8>> = layer
             .iter()
             .enumerate()
-            .filter(|(i, e)| {
-                !dropped.contains(i) && e.header.entry_type() != tar::EntryType::Directory
-            })
+            .filter(|(i, _)| !dropped.contains(i) && !candidates.contains(i))
             .map(|(_, e)| key(&e.path))
             .collect();
-        for (i, e) in layer.iter().enumerate() {
-            if e.header.entry_type() == tar::EntryType::Directory
-                && !folders.iter().any(|(_, j, _)| *j == i)
-            {
-                kept.insert(key(&e.path));
-            }
-        }
         folders.sort_by(|a, b| b.0.cmp(&a.0));
         for (k, i, lower) in folders {
-            let e = &layer[i];
-            let here = seen(
-                e,
-                EntrySummary {
-                    kind: 'd',
-                    mode: e.header.mode()?,
-                    owner: (e.header.uid()?, e.header.gid()?),
-                    size: e.size,
-                    digest: lower.summary.digest.clone(),
-                },
-            )?;
+            let here = unread(&layer[i], &lower.summary.digest)?;
             let prefix = below_prefix(&k);
             let holds = kept
                 .range(prefix.clone()..)
@@ -239,14 +206,41 @@ impl Below {
     }
 }
 
+/// An entry as the merged view sees it, its content (or link target) taken to be
+/// `digest`, unread.
+fn unread(e: &Indexed, digest: &str) -> std::io::Result<Seen> {
+    seen(
+        e,
+        EntrySummary {
+            kind: kind_char(e.header.entry_type()),
+            mode: e.header.mode()?,
+            owner: (e.header.uid()?, e.header.gid()?),
+            size: e.size,
+            digest: digest.to_string(),
+        },
+    )
+}
+
 /// An entry as the merged view sees it, `summary` being what it is.
 fn seen(e: &Indexed, summary: EntrySummary) -> std::io::Result<Seen> {
     let device = match (e.header.device_major(), e.header.device_minor()) {
         (Ok(Some(major)), Ok(Some(minor))) => Some((major, minor)),
         _ => None,
     };
-    let mut pax = e.pax.clone();
-    pax.sort();
+    let pax = (!e.pax.is_empty()).then(|| {
+        use sha2::Digest;
+        let mut records: Vec<&(String, Vec<u8>)> = e.pax.iter().collect();
+        records.sort();
+        let mut h = sha2::Sha256::new();
+        for (k, v) in records {
+            // Lengths first, so that no two lists hash alike.
+            h.update((k.len() as u64).to_le_bytes());
+            h.update(k.as_bytes());
+            h.update((v.len() as u64).to_le_bytes());
+            h.update(v);
+        }
+        h.finalize().into()
+    });
     Ok(Seen {
         summary,
         device,
@@ -257,17 +251,7 @@ fn seen(e: &Indexed, summary: EntrySummary) -> std::io::Result<Seen> {
 /// The SHA-256 of a file's content, read from the saved archive.
 fn content_digest(saved: &mut File, e: &Indexed) -> std::io::Result<String> {
     saved.seek(SeekFrom::Start(e.data_at))?;
-    let mut hasher = Sha256::new();
-    let mut data = Read::by_ref(saved).take(e.size);
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = data.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
+    crate::util::sha256_hex(Read::by_ref(saved).take(e.size))
 }
 
 #[cfg(test)]
