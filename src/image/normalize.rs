@@ -346,6 +346,7 @@ impl SavedArchive {
         let (layer_file, digest, summary) = match base {
             // A base image's layer, as it was.
             Some(id) => {
+                below.forget_all();
                 let copy = copy_layer(&mut self.file, at, size, tmp).map_err(io)?;
                 (copy, id[7..].to_string(), BTreeMap::new())
             }
@@ -499,13 +500,14 @@ fn normalise_layer(
     };
     let mut out = tar::Builder::new(writer);
     let mut files = BTreeMap::new();
-    below.whiteouts(&indexed);
     let dropped = below.restated(&indexed, saved)?;
     below.dropped += dropped.len();
+    let mut kept = Vec::with_capacity(indexed.len() - dropped.len());
     for (i, e) in indexed.iter().enumerate() {
         if dropped.contains(&i) {
             continue;
         }
+        kept.push(e);
         let (shown, summary, hits) = write_entry(&mut out, e, saved, epoch, scan)?;
         below.keep(e, &summary)?;
         for id in hits {
@@ -514,6 +516,7 @@ fn normalise_layer(
         }
         files.insert(shown, summary);
     }
+    below.end(&kept);
     let mut writer = out.into_inner()?;
     writer.flush()?;
     let digest = hex(&writer.hasher.finalize());

@@ -7,19 +7,26 @@
 //! the second build"). So a restated entry is dropped, and the same files give the same
 //! ID however the builder split them.
 //!
-//! What is compared: type, mode, numeric owner, device numbers, extended attributes
-//! and other PAX records kept, link target, size and content. Only the layers the build
-//! added are looked at (a base image's layers are copied, never read), and nothing is
-//! dropped that another entry needs: not a file a hard link of the same layer names,
-//! not a folder with anything kept below it (the engine would make that folder anew,
-//! owned by root, mode 755, hiding the one below), not a path the layer names twice,
-//! and nothing a whiteout of the layer uncovers.
+//! The layers are a pull request's build, so this errs towards keeping. What is
+//! compared: type, mode, numeric owner, device numbers, PAX records (extended
+//! attributes among them), the link target byte for byte, size and content. Only a
+//! *plain* layer loses entries: one with no hard link, no entry of a type other than
+//! file, folder, symbolic link, device or FIFO, every path clean (no empty, `.` or `..`
+//! part, which the engine would clean into another path), no whiteout of an empty,
+//! `.` or `..` name and no `trusted.overlay` attribute (which makes a folder opaque).
+//! A layer that is not plain, and a base image's layer (copied, never read), leave the
+//! view of what is below unknown: nothing above them is dropped for what lies under
+//! them. Within a plain layer nothing is dropped that another entry needs: not a
+//! folder with anything kept below it (the engine would make that folder anew, owned
+//! by root, mode 755, hiding the one below; such a folder made by the engine is
+//! forgotten too), not a path the layer names twice, and nothing a whiteout of the
+//! layer uncovers. A file that replaces a folder forgets what the folder held.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
-use super::entry::{EntrySummary, Indexed, kind_char, shown_target};
+use super::entry::{EntrySummary, Indexed, kind_char};
 
 /// One entry as the merged view of the layers sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +37,8 @@ struct Seen {
     /// the order a builder writes them in does not count; a digest, as the view is kept
     /// for every file of the build.
     pax: Option<[u8; 32]>,
+    /// A link's target as written (the summary shows it lossily).
+    target: Option<Vec<u8>>,
 }
 
 /// The files the build's layers below the current one leave, by path (without a
@@ -37,6 +46,8 @@ struct Seen {
 #[derive(Default)]
 pub(super) struct Below {
     seen: BTreeMap<Vec<u8>, Seen>,
+    /// Whether the layer being written is plain, so what it keeps is noted.
+    plain: bool,
     /// Entries dropped so far, over all layers.
     pub(super) dropped: usize,
 }
@@ -80,10 +91,41 @@ fn is_whiteout(key: &[u8]) -> bool {
     split(key).1.starts_with(b".wh.")
 }
 
+/// A path the engine takes as written: no empty, `.` or `..` part once a leading `./`
+/// or `/` and a trailing `/` are set aside.
+fn is_clean(path: &[u8]) -> bool {
+    let k = key(path);
+    k.is_empty()
+        || k.split(|&b| b == b'/')
+            .all(|part| !matches!(part, b"" | b"." | b".."))
+}
+
+/// Whether a layer may lose what it restates (see the module's text).
+fn is_plain(layer: &[Indexed]) -> bool {
+    use tar::EntryType as T;
+    layer.iter().all(|e| {
+        let k = key(&e.path);
+        matches!(
+            e.header.entry_type(),
+            T::Regular | T::Continuous | T::Directory | T::Symlink | T::Char | T::Block | T::Fifo
+        ) && is_clean(&e.path)
+            && !split(&k)
+                .1
+                .strip_prefix(b".wh.")
+                .is_some_and(|hidden| matches!(hidden, b"" | b"." | b".."))
+            && !e.pax.iter().any(|(k, _)| k.contains("trusted.overlay"))
+    })
+}
+
 impl Below {
+    /// Forgets everything: a layer below was copied, not read.
+    pub(super) fn forget_all(&mut self) {
+        self.seen.clear();
+    }
+
     /// Forgets what the layer's whiteouts remove: a whited-out path and all below it;
     /// below a folder made opaque, all it held.
-    pub(super) fn whiteouts(&mut self, layer: &[Indexed]) {
+    fn whiteouts(&mut self, layer: &[Indexed]) {
         for e in layer {
             let k = key(&e.path);
             let (dir, name) = split(&k);
@@ -118,24 +160,53 @@ impl Below {
         }
     }
 
-    /// Notes an entry the layer keeps (`summary` as written).
+    /// Notes an entry a plain layer keeps (`summary` as written); a file, link or
+    /// device in a folder's place hides what the folder held.
     pub(super) fn keep(&mut self, e: &Indexed, summary: &EntrySummary) -> std::io::Result<()> {
         let k = key(&e.path);
-        if is_whiteout(&k) {
+        if !self.plain || is_whiteout(&k) {
             return Ok(());
+        }
+        if e.header.entry_type() != tar::EntryType::Directory {
+            self.forget_below(&k);
         }
         self.seen.insert(k, seen(e, summary.clone())?);
         Ok(())
     }
 
-    /// The entries of `layer` (indices) that restate what is below: to be dropped.
-    /// Reads the content of a file only where all else already matches.
+    /// Ends a layer that kept `kept`: a folder they are in but do not name is made by
+    /// the engine (root, 755), hiding the one below, so it is forgotten.
+    pub(super) fn end(&mut self, kept: &[&Indexed]) {
+        if !self.plain {
+            return;
+        }
+        let named: HashSet<Vec<u8>> = kept.iter().map(|e| key(&e.path)).collect();
+        for e in kept {
+            let k = key(&e.path);
+            let mut dir = split(&k).0;
+            while !dir.is_empty() && !named.contains(dir) {
+                self.seen.remove(dir);
+                dir = split(dir).0;
+            }
+        }
+    }
+
+    /// Starts a layer: forgets what its whiteouts remove and returns the entries
+    /// (indices) that restate what is below, to be dropped; none where the layer is not
+    /// plain, whose entries then leave the view unknown. Reads the content of a file
+    /// only where all else already matches.
     pub(super) fn restated(
-        &self,
+        &mut self,
         layer: &[Indexed],
         saved: &mut File,
     ) -> std::io::Result<HashSet<usize>> {
         let mut dropped = HashSet::new();
+        self.plain = is_plain(layer);
+        if !self.plain {
+            self.forget_all();
+            return Ok(dropped);
+        }
+        self.whiteouts(layer);
         if self.seen.is_empty() {
             return Ok(dropped);
         }
@@ -143,20 +214,11 @@ impl Below {
         for e in layer {
             *times.entry(key(&e.path)).or_default() += 1;
         }
-        let linked: HashSet<Vec<u8>> = layer
-            .iter()
-            .filter(|e| e.header.entry_type() == tar::EntryType::Link)
-            .filter_map(|e| e.link.as_deref().map(key))
-            .collect();
         let mut folders = Vec::new();
         for (i, e) in layer.iter().enumerate() {
             let k = key(&e.path);
             let kind = e.header.entry_type();
-            if kind == tar::EntryType::Link
-                || is_whiteout(&k)
-                || times[&k] > 1
-                || linked.contains(&k)
-            {
+            if is_whiteout(&k) || times[&k] > 1 {
                 continue;
             }
             let Some(lower) = self.seen.get(&k) else {
@@ -166,15 +228,13 @@ impl Below {
                 folders.push((k, i, lower));
                 continue;
             }
-            // All but the content (or link target) first: that is read only if needed.
+            // All but the content first: that is read only if needed.
             let mut here = unread(e, &lower.summary.digest)?;
             if here != *lower {
                 continue;
             }
             if kind.is_file() || kind == tar::EntryType::Continuous {
                 here.summary.digest = content_digest(saved, e)?;
-            } else if kind == tar::EntryType::Symlink {
-                here.summary.digest = e.link.as_deref().map(shown_target).unwrap_or_default();
             }
             if here == *lower {
                 dropped.insert(i);
@@ -206,8 +266,7 @@ impl Below {
     }
 }
 
-/// An entry as the merged view sees it, its content (or link target) taken to be
-/// `digest`, unread.
+/// An entry as the merged view sees it, its content taken to be `digest`, unread.
 fn unread(e: &Indexed, digest: &str) -> std::io::Result<Seen> {
     seen(
         e,
@@ -245,6 +304,7 @@ fn seen(e: &Indexed, summary: EntrySummary) -> std::io::Result<Seen> {
         summary,
         device,
         pax,
+        target: e.link.clone(),
     })
 }
 
