@@ -34,9 +34,19 @@ impl Engine {
         match self.rt.block_on(self.docker.inspect_image(reference)) {
             Ok(img) => Ok(Some(ImageDetails {
                 id: img.id.unwrap_or_default(),
+                onbuild: img
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.on_build.as_ref())
+                    .map_or(0, Vec::len),
                 labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
                 repo_tags: img.repo_tags.unwrap_or_default(),
                 layers: img.root_fs.and_then(|r| r.layers).unwrap_or_default(),
+                platform: (
+                    img.os.unwrap_or_default(),
+                    img.architecture.unwrap_or_default(),
+                    img.variant.unwrap_or_default(),
+                ),
             })),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(Self::api("inspecting image", e)),

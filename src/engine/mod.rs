@@ -111,6 +111,10 @@ pub struct ImageDetails {
     pub repo_tags: Vec<String>,
     /// Its layers' digests (`sha256:…` of each uncompressed layer), bottom first.
     pub layers: Vec<String>,
+    /// Its platform: `os`, `architecture` and `variant` (empty where not said).
+    pub platform: (String, String, String),
+    /// How many `ONBUILD` triggers its config holds (each a step a build `FROM` it runs).
+    pub onbuild: usize,
 }
 
 /// A connection to the engine with the runtime that drives it. One per process: it is

@@ -33,12 +33,12 @@ impl crate::error::ErrorKind for BuildArgsError {
 const MAX_BYTES: u64 = 64 * 1024;
 
 /// Reads the arguments in `path` (`rel` as the manifest names it), which must be one
-/// of `source`'s lock files and name only arguments `dockerfile` declares.
+/// of `source`'s lock files and name only arguments the Dockerfile declares (`declared`).
 pub fn read(
     path: &Path,
     rel: &str,
     source: &Lockset,
-    dockerfile: &str,
+    declared: &[String],
 ) -> Result<HashMap<String, String>, BuildArgsError> {
     let fail = |why: String| BuildArgsError {
         file: rel.to_string(),
@@ -62,7 +62,6 @@ pub fn read(
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_BYTES), &mut text)
         .map_err(|e| fail(format!("cannot read it as UTF-8: {e}")))?;
-    let declared = dockerfile::declared_args(dockerfile);
     let mut args = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -76,6 +75,11 @@ pub fn read(
         let name = name.trim();
         if !crate::util::is_env_name(name) {
             return Err(at(format!("`{name}` is not an argument name")));
+        }
+        if name.starts_with("BUILDKIT_") {
+            return Err(at(format!(
+                "`{name}`: BUILDKIT_* arguments are options of the builder's frontend (which frontend runs, where caches live), for cibox alone to set"
+            )));
         }
         if !declared.iter().any(|d| d == name) && !dockerfile::is_proxy_arg(name) {
             return Err(at(format!(

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::build::{BuildInputs, Builder};
 use super::build_context::{self, BuildContextError};
-use super::dockerfile::ImageUse;
+use super::dockerfile::{Dialect, ImageUse, Needs, Reach};
 use super::lockset::{self, Lockset};
 use super::{ImageError, ImageId, PinnedId, Verified};
 use crate::engine::{BuildSecret, Engine, EngineError, EngineInfo};
@@ -340,39 +340,25 @@ fn build_dockerfile(
         why,
     };
     let at = |line: usize| format!("{}:{line}", dockerfile.display());
+    let declared = super::dockerfile::declared_args(&text, Dialect::CURRENT)
+        .map_err(|e| fail(format!("{}: {}", at(e.line), e.why)))?;
     let file_args = match request.build_args {
-        Some((path, rel)) => super::build_args::read(path, rel, request.source, &text)?,
+        Some((path, rel)) => super::build_args::read(path, rel, request.source, &declared)?,
         None => HashMap::new(),
     };
-    let needs = super::dockerfile::stages(&text, &file_args)
-        .needs(request.target)
-        .map_err(|why| fail(format!("target `{}`: {why}", request.target.unwrap_or(""))))?;
-    // Proxies from the environment: not in the lockset, and never in the image, which
-    // a declared `ARG` would put them in (its history, so its ID).
     let env_proxies = super::build_args::proxies_from_env();
-    let declared = super::dockerfile::arg_lines(&text);
-    if let Some((name, line)) = declared
-        .iter()
-        .find(|(n, _)| env_proxies.iter().any(|(p, _)| p == n))
-    {
-        return Err(fail(format!(
-            "{}: the Dockerfile declares `ARG {name}`, and {name} is set in the environment: its value would be in the image's history and so its ID; drop the ARG (the builder takes proxy arguments without one) or unset {name}",
-            at(*line)
-        )));
-    }
-    let mut build_args = file_args;
+    // Read now as today's BuildKit reads it, so a bad Dockerfile stops us before the
+    // engine is asked anything; again below as the engine's own reads it.
+    let needs = read_needs(
+        request,
+        dockerfile,
+        &text,
+        &file_args,
+        &env_proxies,
+        Dialect::CURRENT,
+    )?;
+    let mut build_args = file_args.clone();
     build_args.extend(env_proxies.iter().cloned());
-    // Secrets: every one a step needs is given, and the classic builder takes none.
-    for need in needs.secrets.iter().filter(|s| s.required) {
-        if !request.secrets.iter().any(|s| s.id == need.id) {
-            return Err(fail(format!(
-                "{}: a step mounts secret `{}` (required); give it: cibox image build --secret id={},env=VARIABLE (or src=FILE)",
-                at(need.line),
-                need.id,
-                need.id
-            )));
-        }
-    }
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
     let packed = build_context::pack(&ctx.dir, &ctx.dockerfile)?;
@@ -392,6 +378,19 @@ fn build_dockerfile(
     ]);
     let (epoch, epoch_from) = super::build::source_date_epoch()?;
     let (engine, info) = connect(progress)?;
+    let dialect = Dialect::of_api(&info.api_version);
+    let needs = if dialect == Dialect::CURRENT {
+        needs
+    } else {
+        read_needs(
+            request,
+            dockerfile,
+            &text,
+            &file_args,
+            &env_proxies,
+            dialect,
+        )?
+    };
     let why_classic = engine.buildkit_missing();
     let builder = match why_classic {
         None => Builder::BuildKit,
@@ -470,6 +469,62 @@ fn build_dockerfile(
     })
 }
 
+/// What building the request's target of the Dockerfile `text` takes, as a BuildKit of
+/// `dialect` reads it: refused where it cannot be read so, where a step would reach
+/// what the host does not grant, or where it declares a proxy argument set in the
+/// environment (its value would be in the image's history, so its ID).
+fn read_needs(
+    request: &BuildRequest<'_>,
+    dockerfile: &Path,
+    text: &str,
+    args: &HashMap<String, String>,
+    env_proxies: &[(String, String)],
+    dialect: Dialect,
+) -> Result<Needs, RecipeError> {
+    let fail = |why: String| RecipeError::Recipe {
+        image: request.name.to_string(),
+        why,
+    };
+    let at = |line: usize| format!("{}:{line}", dockerfile.display());
+    let stages = super::dockerfile::stages(text, args, dialect)
+        .map_err(|e| fail(format!("{}: {}", at(e.line), e.why)))?;
+    let needs = stages
+        .needs(request.target)
+        .map_err(|why| fail(format!("target `{}`: {why}", request.target.unwrap_or(""))))?;
+    if let Some((name, line)) = stages
+        .arg_lines()
+        .iter()
+        .find(|(n, _)| env_proxies.iter().any(|(p, _)| p == n))
+    {
+        return Err(fail(format!(
+            "{}: the Dockerfile declares `ARG {name}`, and {name} is set in the environment: its value would be in the image's history and so its ID; drop the ARG (the builder takes proxy arguments without one) or unset {name}",
+            at(*line)
+        )));
+    }
+    // Secrets: every one a step needs is given.
+    for need in needs.secrets.iter().filter(|s| s.required) {
+        if !request.secrets.iter().any(|s| s.id == need.id) {
+            return Err(fail(format!(
+                "{}: a step mounts secret `{}` (required); give it: cibox image build --secret id={},env=VARIABLE (or src=FILE)",
+                at(need.line),
+                need.id,
+                need.id
+            )));
+        }
+    }
+    for (reach, line) in &needs.reach {
+        if let Reach::Network(mode) = reach
+            && mode == "host"
+        {
+            return Err(fail(format!(
+                "{}: RUN --network=host would give the step this host's network; the host grants a build no more than its own network",
+                at(*line)
+            )));
+        }
+    }
+    Ok(needs)
+}
+
 /// The layers of the images a Dockerfile build takes, each of which must be local or
 /// named by digest (then pulled by that digest): never pulled by tag. BuildKit reads
 /// an image ID (`FROM sha256:…`) as a Docker Hub name, so with BuildKit a base must
@@ -534,6 +589,7 @@ fn local_bases(
                 ],
             ));
         };
+        check_base(&found, base, &at, &written)?;
         if !image.contains('@') && !by_id {
             progress(Progress::BaseByTag {
                 base,
@@ -543,6 +599,48 @@ fn local_bases(
         base_layers.extend(found.layers);
     }
     Ok(base_layers)
+}
+
+/// A local base is taken for the platform it was built for, and runs no step of its
+/// own: the builder resolves a tag for another platform at its registry (unless pinned
+/// by digest), and runs a base's `ONBUILD` triggers in this build.
+fn check_base(
+    found: &crate::engine::ImageDetails,
+    base: &ImageUse,
+    at: &str,
+    written: &str,
+) -> Result<(), RecipeError> {
+    use super::dockerfile::normalise_platform;
+    let (os, arch, variant) = &found.platform;
+    let have = normalise_platform(&format!("{os}/{arch}/{variant}"));
+    let want = normalise_platform(base.platform.as_deref().unwrap_or(""));
+    let same = have.0 == want.0
+        && have.1 == want.1
+        && (have.2.is_empty() || want.2.is_empty() || have.2 == want.2);
+    if !same && !base.image.contains('@') {
+        let platform = base.platform.as_deref().map_or_else(
+            || format!("this host's platform ({}/{})", want.0, want.1),
+            |p| format!("--platform={p}"),
+        );
+        return Err(ImageError::Refused {
+            message: format!(
+                "{at}: base {written} is taken for {platform}, but the local image is {}/{}{}: the builder would resolve the tag at its registry",
+                have.0,
+                have.1,
+                if have.2.is_empty() { String::new() } else { format!("/{}", have.2) }
+            ),
+            details: vec!["pin the base by digest (REPOSITORY@sha256:…) for another platform, or build for the local image's".into()],
+        }
+        .into());
+    }
+    if found.onbuild > 0 {
+        return Err(ImageError::refused(format!(
+            "{at}: base {written} carries {} ONBUILD trigger(s), steps another Dockerfile wrote that would run in this build; use a base without them",
+            found.onbuild
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// The name cibox gives an image of `project` built from the lockset `digest`

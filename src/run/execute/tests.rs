@@ -105,6 +105,8 @@ impl ContainerEngine for FakeEngine {
             labels: self.labels.clone(),
             repo_tags: Vec::new(),
             layers: Vec::new(),
+            platform: Default::default(),
+            onbuild: 0,
         }))
     }
 
