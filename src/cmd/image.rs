@@ -394,6 +394,7 @@ fn name_image(
 pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String]) -> Result<u8> {
     let secrets = image::secrets::read(secrets)?;
     let m = ctx.manifest()?;
+    let policy = ctx.host_policy()?;
     let (name, img) = named(&m, name)?;
     let source = m.lockset(name)?;
     let dockerfile = img.dockerfile.as_deref().map(|df| m.resolve(df));
@@ -428,6 +429,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         context: context_path.as_deref().zip(img.context.as_deref()),
         target: img.target.as_deref(),
         secrets: &secrets,
+        policy: &policy,
     };
     let verbose = console::enabled(console::Level::Debug);
     // A large build can be quiet for a while: say that it goes on.
@@ -477,6 +479,18 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
         Progress::SecretUnused(id) => console::warn(format!(
             "secret `{id}` is given, but no step the build runs mounts it"
         )),
+        Progress::Scope {
+            scope,
+            grants,
+            project,
+        } => say(
+            format!(
+                "build cache mounts: {}; RUN steps' network: {}",
+                scope.describe(project),
+                grants.network_mode().unwrap_or("the engine's default")
+            ),
+            None,
+        ),
         Progress::Building {
             dockerfile,
             twice,

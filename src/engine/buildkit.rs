@@ -152,6 +152,9 @@ impl Engine {
         if let Some(target) = spec.target {
             query.push(("target", target.into()));
         }
+        if let Some(network) = spec.network {
+            query.push(("networkmode", network.into()));
+        }
         if !secrets.is_empty() {
             query.push(("session", session_id.clone()));
         }

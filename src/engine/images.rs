@@ -24,6 +24,9 @@ pub struct BuildSpec<'a> {
     pub no_cache: bool,
     /// The stage to build (`--target`); the last one when `None`.
     pub target: Option<&'a str>,
+    /// The network every `RUN` step gets (`networkmode`: `none`, `host`); `None`: the
+    /// engine's default.
+    pub network: Option<&'a str>,
 }
 
 impl Engine {
@@ -135,7 +138,7 @@ impl Engine {
         spec: &BuildSpec<'_>,
         mut on_output: impl FnMut(&str),
     ) -> Result<String, EngineError> {
-        let opts = BuildImageOptionsBuilder::default()
+        let mut opts = BuildImageOptionsBuilder::default()
             .dockerfile(spec.dockerfile)
             .t(spec.tag)
             .labels(spec.labels)
@@ -143,8 +146,11 @@ impl Engine {
             .rm(true)
             .forcerm(true)
             .nocache(spec.no_cache)
-            .target(spec.target.unwrap_or_default())
-            .build();
+            .target(spec.target.unwrap_or_default());
+        if let Some(network) = spec.network {
+            opts = opts.networkmode(network);
+        }
+        let opts = opts.build();
         let id = self.rt.block_on(async {
             // Streamed from disk: a rootfs context can be hundreds of megabytes.
             let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(context_tar));

@@ -14,6 +14,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::admin_file::{read_small, trusted_file};
+pub use super::builds::{BuildGrants, BuildPolicy, BuildTrust};
+use super::builds::{RawBuilds, build_policy};
 use super::caches::{CachePolicy, RawCaches, cache_policy};
 use super::devices::{SeccompProfile, device_grants};
 pub use super::error::PolicyError;
@@ -112,6 +114,8 @@ pub struct HostPolicy {
     pub caches: Option<CachePolicy>,
     /// How batches run: here, or as Slurm jobs.
     pub scheduler: Scheduler,
+    /// What image builds' steps get, by trust (the defaults without a `builds:`).
+    pub builds: BuildPolicy,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +127,7 @@ struct RawPolicy {
     #[serde(default)]
     grants: RawGrants,
     caches: Option<RawCaches>,
+    builds: Option<RawBuilds>,
     scheduler: Option<RawScheduler>,
     slurm: Option<RawSlurm>,
 }
@@ -296,6 +301,10 @@ impl HostPolicy {
                 Some(c) => Some(cache_policy(c, &here)?),
                 None => None,
             },
+            builds: match raw.builds {
+                Some(b) => build_policy(b, &here)?,
+                None => BuildPolicy::default(),
+            },
         })
     }
 
@@ -367,11 +376,20 @@ impl HostPolicy {
         if let Some(c) = &self.caches {
             parts.push(c.summary());
         }
+        if self.builds != BuildPolicy::default() {
+            parts.push(self.builds.summary());
+        }
         if parts.is_empty() {
             "nothing beyond the locked-down default".into()
         } else {
             format!("grants {}", parts.join("; "))
         }
+    }
+
+    /// What a build of `trust` gets: its `RUN` steps' network and the secrets it may be
+    /// given (`builds.trusted` or `builds.untrusted`, else their defaults).
+    pub fn build_grants(&self, trust: BuildTrust) -> BuildGrants {
+        self.builds.grants(trust).clone()
     }
 
     /// `path (sha256:…)`, or that there is none.

@@ -40,6 +40,9 @@ pub struct BuildInputs<'a> {
     pub epoch: u64,
     /// The layers of the base images (`sha256:` diff IDs), kept as they are.
     pub base_layers: std::collections::HashSet<String>,
+    /// The network the steps get (the build request's `networkmode`); `None`: the
+    /// engine's default.
+    pub network: Option<&'static str>,
 }
 
 /// What a build goes through after the engine's builder, for the command to show.
@@ -98,6 +101,7 @@ fn build_once(
         tag: &raw_tag,
         no_cache,
         target: inputs.target,
+        network: inputs.network,
     };
     let secrets = inputs.secrets;
     let raw = match inputs.builder {

@@ -18,11 +18,14 @@ use std::path::{Path, PathBuf};
 
 use super::build::{BuildInputs, Builder};
 use super::build_context::{self, BuildContextError};
+use super::build_scope::{self, BuildScope};
 use super::dockerfile::{Dialect, ImageUse, Needs, Reach};
 use super::lockset::{self, Lockset};
 use super::{ImageError, ImageId, PinnedId, Verified};
 use crate::engine::{BuildSecret, Engine, EngineError, EngineInfo};
 use crate::exit::Failure;
+use crate::host::HostPolicy;
+use crate::host::policy::BuildGrants;
 
 /// How an image is made.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +62,8 @@ pub struct BuildRequest<'a> {
     pub target: Option<&'a str>,
     /// What the Dockerfile's `RUN --mount=type=secret` steps mount.
     pub secrets: &'a [BuildSecret],
+    /// The host's policy: what the build's steps get, by its trust.
+    pub policy: &'a HostPolicy,
 }
 
 /// What happens while an image is built, in order, for the command to show.
@@ -80,6 +85,12 @@ pub enum Progress<'a> {
     Proxies(&'a [String]),
     /// A secret was given that no step of the build mounts.
     SecretUnused(&'a str),
+    /// The build's cache mounts live in this scope, and its steps get these grants.
+    Scope {
+        scope: &'a BuildScope,
+        grants: &'a BuildGrants,
+        project: &'a str,
+    },
     /// The engine is about to build the Dockerfile (twice, under `--check`).
     Building {
         dockerfile: &'a Path,
@@ -145,7 +156,7 @@ pub enum RecipeError {
     },
     #[error(
         "`nix build {attr}` failed ({status}; {version}; {})",
-        nix_hint(version)
+        super::nix_build::nix_hint(version)
     )]
     NixFailed {
         attr: String,
@@ -177,6 +188,9 @@ pub enum RecipeError {
     },
     #[error(transparent)]
     BuildArgs(#[from] super::build_args::BuildArgsError),
+    /// `--secret` gives a secret the host does not grant this build.
+    #[error("--secret id={id}: not granted to this build: {why}")]
+    SecretNotGranted { id: String, why: String },
     /// The Dockerfile or its context, as the manifest names them, cannot be used.
     #[error("image `{image}`: {why}")]
     Recipe { image: String, why: String },
@@ -203,6 +217,7 @@ impl crate::error::ErrorKind for RecipeError {
             | RecipeError::OutputLost { .. }
             | RecipeError::OutputFailed { .. } => Failure::Infra,
             RecipeError::BuildArgs(e) => e.failure(),
+            RecipeError::SecretNotGranted { .. } => Failure::Usage,
             RecipeError::Recipe { .. } => Failure::Usage,
             RecipeError::BuildContext(e) => e.failure(),
             RecipeError::Image(e) => e.failure(),
@@ -230,12 +245,14 @@ pub fn build(
             image: request.name.to_string(),
             attr: attr.to_string(),
         }),
-        Recipe::Nix(attr) => build_nix(request, attr, progress),
+        Recipe::Nix(attr) => super::nix_build::build_nix(request, attr, progress),
     }
 }
 
 /// Connects to the engine and reports which it is.
-fn connect(progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Engine, EngineInfo), EngineError> {
+pub(super) fn connect(
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(Engine, EngineInfo), EngineError> {
     let engine = Engine::connect()?;
     let info = engine.info()?;
     progress(Progress::Engine(&info));
@@ -328,6 +345,75 @@ fn read_dockerfile(path: &Path) -> Result<String, RecipeError> {
     Ok(text)
 }
 
+/// What a Dockerfile build settles before the engine is asked anything.
+struct Prepared {
+    needs: Needs,
+    /// The build arguments file's.
+    file_args: HashMap<String, String>,
+    /// Those, and the proxies of the environment.
+    build_args: HashMap<String, String>,
+    env_proxies: Vec<(String, String)>,
+    /// Where its cache mounts live, and its trust.
+    scope: BuildScope,
+    /// What its steps get.
+    grants: BuildGrants,
+}
+
+/// Reads what the build takes (its arguments, stages, proxies) and settles its scope
+/// and grants, refusing what the Dockerfile, the arguments or the command line ask that
+/// cannot be had.
+fn prepare(
+    request: &BuildRequest<'_>,
+    dockerfile: &Path,
+    text: &str,
+) -> Result<Prepared, RecipeError> {
+    let fail = |why: String| RecipeError::Recipe {
+        image: request.name.to_string(),
+        why,
+    };
+    let at = |line: usize| format!("{}:{line}", dockerfile.display());
+    let declared = super::dockerfile::declared_args(text, Dialect::CURRENT)
+        .map_err(|e| fail(format!("{}: {}", at(e.line), e.why)))?;
+    let file_args = match request.build_args {
+        Some((path, rel)) => super::build_args::read(path, rel, request.source, &declared)?,
+        None => HashMap::new(),
+    };
+    let env_proxies = super::build_args::proxies_from_env();
+    let scope = build_scope::decide(request.policy, request.project, request.dir)?;
+    let grants = request.policy.build_grants(scope.trust);
+    // Read now as today's BuildKit reads it, so a bad Dockerfile stops us before the
+    // engine is asked anything; again once the engine is known, as its own reads it.
+    let needs = read_needs(
+        request,
+        dockerfile,
+        text,
+        &file_args,
+        &env_proxies,
+        &grants,
+        Dialect::CURRENT,
+    )?;
+    let mut build_args = file_args.clone();
+    build_args.extend(env_proxies.iter().cloned());
+    if let Some(secret) = request
+        .secrets
+        .iter()
+        .find(|s| !grants.secrets.allows(&s.id))
+    {
+        return Err(RecipeError::SecretNotGranted {
+            id: secret.id.clone(),
+            why: build_scope::not_granted(request.policy, &scope),
+        });
+    }
+    Ok(Prepared {
+        needs,
+        file_args,
+        build_args,
+        env_proxies,
+        scope,
+        grants,
+    })
+}
+
 fn build_dockerfile(
     request: &BuildRequest<'_>,
     dockerfile: &Path,
@@ -339,26 +425,14 @@ fn build_dockerfile(
         image: request.name.to_string(),
         why,
     };
-    let at = |line: usize| format!("{}:{line}", dockerfile.display());
-    let declared = super::dockerfile::declared_args(&text, Dialect::CURRENT)
-        .map_err(|e| fail(format!("{}: {}", at(e.line), e.why)))?;
-    let file_args = match request.build_args {
-        Some((path, rel)) => super::build_args::read(path, rel, request.source, &declared)?,
-        None => HashMap::new(),
-    };
-    let env_proxies = super::build_args::proxies_from_env();
-    // Read now as today's BuildKit reads it, so a bad Dockerfile stops us before the
-    // engine is asked anything; again below as the engine's own reads it.
-    let needs = read_needs(
-        request,
-        dockerfile,
-        &text,
-        &file_args,
-        &env_proxies,
-        Dialect::CURRENT,
-    )?;
-    let mut build_args = file_args.clone();
-    build_args.extend(env_proxies.iter().cloned());
+    let Prepared {
+        needs,
+        file_args,
+        mut build_args,
+        env_proxies,
+        scope,
+        grants,
+    } = prepare(request, dockerfile, &text)?;
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
     let packed = build_context::pack(&ctx.dir, &ctx.dockerfile)?;
@@ -388,6 +462,7 @@ fn build_dockerfile(
             &text,
             &file_args,
             &env_proxies,
+            &grants,
             dialect,
         )?
     };
@@ -406,22 +481,18 @@ fn build_dockerfile(
             why_classic.unwrap_or_default()
         )));
     }
-    for secret in request.secrets {
-        if !needs.secrets.iter().any(|s| s.id == secret.id) {
-            progress(Progress::SecretUnused(&secret.id));
-        }
+    if builder == Builder::BuildKit {
+        build_args.insert(
+            build_scope::CACHE_NS_ARG.to_string(),
+            scope.namespace.clone(),
+        );
     }
-    if !env_proxies.is_empty() {
-        let names: Vec<String> = env_proxies.iter().map(|(n, _)| n.clone()).collect();
-        progress(Progress::Proxies(&names));
-    }
-    let left = super::scratch::sweep_dead(&engine);
-    if left.images + left.folders > 0 {
-        progress(Progress::LeftoversRemoved {
-            images: left.images,
-            folders: left.folders,
-        });
-    }
+    progress(Progress::Scope {
+        scope: &scope,
+        grants: &grants,
+        project: request.project,
+    });
+    announce(request, &needs, &env_proxies, &engine, progress);
     let base_layers = local_bases(&engine, &needs.images, builder, dockerfile, progress)?;
     progress(Progress::Building {
         dockerfile,
@@ -445,6 +516,7 @@ fn build_dockerfile(
         builder,
         epoch,
         base_layers,
+        network: grants.network_mode(),
     };
     let mut on_stage = |stage: super::build::Stage<'_>| progress(Progress::Stage(stage));
     let built = if request.check {
@@ -479,6 +551,7 @@ fn read_needs(
     text: &str,
     args: &HashMap<String, String>,
     env_proxies: &[(String, String)],
+    grants: &crate::host::builds::BuildGrants,
     dialect: Dialect,
 ) -> Result<Needs, RecipeError> {
     let fail = |why: String| RecipeError::Recipe {
@@ -513,16 +586,49 @@ fn read_needs(
         }
     }
     for (reach, line) in &needs.reach {
-        if let Reach::Network(mode) = reach
-            && mode == "host"
-        {
-            return Err(fail(format!(
-                "{}: RUN --network=host would give the step this host's network; the host grants a build no more than its own network",
-                at(*line)
-            )));
+        let refused = match reach {
+            Reach::Network(mode) if mode == "host" => {
+                (!grants.allows_network(crate::manifest::Network::Host)).then(|| {
+                    "RUN --network=host would give the step this host's network, which the host policy does not grant this build".to_string()
+                })
+            }
+            Reach::Remote(url) => (grants.network_mode() == Some("none")).then(|| {
+                format!("ADD {url}: the builder would fetch it, and the host policy gives this build no network")
+            }),
+            Reach::Network(_) => None,
+        };
+        if let Some(why) = refused {
+            return Err(fail(format!("{}: {why}", at(*line))));
         }
     }
     Ok(needs)
+}
+
+/// What the build says before it starts: secrets given that no step mounts, proxies
+/// from the environment, and what killed builds had left (removed now).
+fn announce(
+    request: &BuildRequest<'_>,
+    needs: &super::dockerfile::Needs,
+    env_proxies: &[(String, String)],
+    engine: &Engine,
+    progress: &mut dyn FnMut(Progress<'_>),
+) {
+    for secret in request.secrets {
+        if !needs.secrets.iter().any(|s| s.id == secret.id) {
+            progress(Progress::SecretUnused(&secret.id));
+        }
+    }
+    if !env_proxies.is_empty() {
+        let names: Vec<String> = env_proxies.iter().map(|(n, _)| n.clone()).collect();
+        progress(Progress::Proxies(&names));
+    }
+    let left = super::scratch::sweep_dead(engine);
+    if left.images + left.folders > 0 {
+        progress(Progress::LeftoversRemoved {
+            images: left.images,
+            folders: left.folders,
+        });
+    }
 }
 
 /// The layers of the images a Dockerfile build takes, each of which must be local or
@@ -652,154 +758,4 @@ pub fn tag_parts(project: &str, digest: &str) -> (String, String) {
         format!("cibox/{project}"),
         format!("lockset-{}", &hex[..12.min(hex.len())]),
     )
-}
-
-fn build_nix(
-    request: &BuildRequest<'_>,
-    attr: &str,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<BuildOutcome, RecipeError> {
-    let path = nix_build(attr, request.dir, progress)?;
-    let (engine, info) = connect(progress)?;
-    let loaded = load_nix_output(&engine, &path)?;
-    let ids = super::load::loaded_ids(&engine, loaded)?;
-    let images =
-        super::load::verify_loaded(&engine, &ids, request.source, &request.pin, &mut |id| {
-            progress(Progress::Loaded(id))
-        })?;
-    Ok(BuildOutcome {
-        engine: info,
-        images,
-    })
-}
-
-/// Runs `nix build` of `attr` in `dir` (its output on our stderr) and returns the path
-/// it built.
-fn nix_build(
-    attr: &str,
-    dir: &Path,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<PathBuf, RecipeError> {
-    let nix = crate::util::which("nix").ok_or_else(|| RecipeError::NixMissing {
-        attr: attr.to_string(),
-    })?;
-    progress(Progress::NixBuild(attr));
-    // `--json` (Nix 2.4 and later) rather than `--print-out-paths` (2.9): Debian 12's Nix
-    // is 2.8. The features are switched on here, so no nix.conf has to.
-    let out = std::process::Command::new(&nix)
-        .args([
-            "--extra-experimental-features",
-            "nix-command flakes",
-            "build",
-            "--no-link",
-            "--json",
-            attr,
-        ])
-        .current_dir(dir)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|source| RecipeError::CannotRun {
-            program: nix.clone(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(RecipeError::NixFailed {
-            attr: attr.to_string(),
-            status: out.status,
-            version: nix_version(&nix),
-        });
-    }
-    built_path(&out.stdout).ok_or_else(|| RecipeError::NixNoOutput {
-        attr: attr.to_string(),
-        version: nix_version(&nix),
-    })
-}
-
-/// The output path `nix build --json` names: `[{"outputs": {"out": PATH}, …}]`.
-fn built_path(json: &[u8]) -> Option<PathBuf> {
-    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
-    let outputs = v.as_array()?.last()?.get("outputs")?.as_object()?;
-    let path = outputs
-        .get("out")
-        .or_else(|| outputs.values().next())?
-        .as_str()?;
-    Some(PathBuf::from(path))
-}
-
-/// `nix (Nix) 2.8.0`, or that it could not be asked.
-/// What to say after a failed `nix build`: Nix's own message (above) says why, unless
-/// this Nix is too old for flakes (or would not say its version).
-fn nix_hint(version: &str) -> &'static str {
-    // `nix (Nix) 2.8.0`
-    let number = version.rsplit(' ').next().unwrap_or_default();
-    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) if (major, minor) >= (2, 4) => "Nix said why above",
-        _ => "cibox needs Nix 2.4 or later, with flakes",
-    }
-}
-
-fn nix_version(nix: &Path) -> String {
-    std::process::Command::new(nix)
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "its version unknown".into())
-}
-
-/// Loads what a Nix build made: an archive, or a script that streams one.
-fn load_nix_output(engine: &Engine, path: &Path) -> Result<Vec<String>, RecipeError> {
-    if !crate::util::is_executable_file(path) {
-        let f = std::fs::File::open(path).map_err(|source| RecipeError::OutputUnopenable {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        return Ok(engine.load(Box::new(f))?);
-    }
-    // streamLayeredImage: a script that writes the archive to stdout.
-    let mut child = std::process::Command::new(path)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|source| RecipeError::CannotRun {
-            program: path.to_path_buf(),
-            source,
-        })?;
-    let stdout = child.stdout.take().expect("piped");
-    let loaded = engine.load(Box::new(stdout));
-    if loaded.is_err() {
-        let _ = child.kill();
-    }
-    let status = child.wait().map_err(|source| RecipeError::OutputLost {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let loaded = loaded?;
-    if !status.success() {
-        return Err(RecipeError::OutputFailed {
-            path: path.to_path_buf(),
-            status,
-        });
-    }
-    Ok(loaded)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failed_nix_build_blames_the_version_only_when_it_is_too_old() {
-        assert_eq!(nix_hint("nix (Nix) 2.8.0"), "Nix said why above");
-        assert_eq!(nix_hint("nix (Nix) 2.24.10"), "Nix said why above");
-        assert_eq!(
-            nix_hint("nix (Nix) 2.3.16"),
-            "cibox needs Nix 2.4 or later, with flakes"
-        );
-        assert_eq!(
-            nix_hint("its version unknown"),
-            "cibox needs Nix 2.4 or later, with flakes"
-        );
-    }
 }

@@ -85,7 +85,10 @@ pub fn cibox(dir: &Path) -> Command {
         // Nor how the host builds images (its builder, its proxies): a test that
         // wants them sets them.
         let builds = k == "DOCKER_BUILDKIT" || k.to_ascii_uppercase().ends_with("_PROXY");
+        // Nor whether this is a CI job (`CI`): a build there has a cache namespace of
+        // its own.
         if k.starts_with("CIBOX_")
+            || k == "CI"
             || k == "DOCKER_HOST"
             || k.starts_with("GITHUB_")
             || k.starts_with("BUILDKITE")

@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use crate::common::*;
 
 mod build_args;
+mod build_caches;
 mod buildkit;
 mod hostile;
 mod leftovers;
