@@ -362,6 +362,7 @@ fn build_dockerfile(
     }
     let mut build_args = file_args;
     build_args.extend(env_proxies.iter().cloned());
+    let hidden = super::secrets::hidden(request.secrets, &env_proxies);
     // Secrets: every one a step needs is given, and the classic builder takes none.
     for need in needs.secrets.iter().filter(|s| s.required) {
         if !request.secrets.iter().any(|s| s.id == need.id) {
@@ -443,6 +444,7 @@ fn build_dockerfile(
         repository: &repository,
         target: request.target,
         secrets: request.secrets,
+        hidden: &hidden,
         builder,
         epoch,
         base_layers,
