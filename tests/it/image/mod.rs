@@ -7,6 +7,7 @@ use crate::common::*;
 
 mod build_args;
 mod buildkit;
+mod hidden;
 mod leftovers;
 mod nix_recipe;
 
