@@ -41,24 +41,28 @@ impl std::fmt::Debug for Hidden {
 #[derive(Default)]
 pub struct Masker {
     /// What is masked, longest first, each once.
-    needles: Vec<Vec<u8>>,
+    needles: Vec<memchr::memmem::Finder<'static>>,
 }
 
 impl Masker {
     /// A masker of `values`: each whole, and each of its lines, of [`SHORTEST`] bytes
     /// or more once trimmed of white space.
     pub fn new<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> Masker {
-        let mut needles: Vec<Vec<u8>> = Vec::new();
+        let mut parts: Vec<Vec<u8>> = Vec::new();
         for value in values {
             let whole = value.trim_ascii();
             let lines = whole.split(|&b| b == b'\n').map(<[u8]>::trim_ascii);
             for part in std::iter::once(whole).chain(lines) {
-                if part.len() >= SHORTEST && !needles.iter().any(|n| n == part) {
-                    needles.push(part.to_vec());
+                if part.len() >= SHORTEST && !parts.iter().any(|n| n == part) {
+                    parts.push(part.to_vec());
                 }
             }
         }
-        needles.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        parts.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        let needles = parts
+            .iter()
+            .map(|p| memchr::memmem::Finder::new(p).into_owned())
+            .collect();
         Masker { needles }
     }
 
@@ -69,15 +73,15 @@ impl Masker {
 
     /// The longest value masked (0 when none is).
     fn longest(&self) -> usize {
-        self.needles.first().map_or(0, Vec::len)
+        self.needles.first().map_or(0, |n| n.needle().len())
     }
 
     /// Where `data` holds a masked value: ranges, sorted, those that overlap joined.
     fn ranges(&self, data: &[u8]) -> Vec<(usize, usize)> {
         let mut found: Vec<(usize, usize)> = Vec::new();
         for needle in &self.needles {
-            for at in memchr::memmem::find_iter(data, needle) {
-                found.push((at, at + needle.len()));
+            for at in needle.find_iter(data) {
+                found.push((at, at + needle.needle().len()));
             }
         }
         found.sort_unstable();
