@@ -48,6 +48,7 @@ mod image;
 mod labels;
 mod lockdir;
 mod manifest;
+mod mask;
 mod nofollow;
 mod ownership;
 mod plan;

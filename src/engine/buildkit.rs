@@ -35,6 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::images::BuildSpec;
 use super::{Engine, EngineError};
+use crate::mask::{MaskStream, Masker};
 
 /// A secret a build may mount (`RUN --mount=type=secret,id=ID`): its value is given to
 /// the engine through the build's session only, never in the request, a log or an
@@ -57,7 +58,7 @@ pub enum BuildEvent<'a> {
     /// A step of the build started: BuildKit's name for it (`[stage 2/4] RUN …`), and
     /// whether it was taken from the cache.
     Step { name: &'a str, cached: bool },
-    /// What a step printed (or the classic builder's output), as it comes.
+    /// What a step printed (or the classic builder's output), as it comes, masked.
     Output(&'a str),
 }
 
@@ -110,12 +111,13 @@ impl Engine {
 
     /// Builds with the engine's BuildKit from a tar of the build context, as `spec`
     /// says, with `secrets` on a session of its own; tags the result `spec.tag` and
-    /// returns its ID.
+    /// returns its ID. What the build prints and its errors are masked by `mask`, as
+    /// bytes, before they are text (each step's output as one stream).
     pub fn build_kit(
         &self,
         context_tar: std::fs::File,
         spec: &BuildSpec<'_>,
-        secrets: &[BuildSecret],
+        (secrets, mask): (&[BuildSecret], &Masker),
         mut on: impl FnMut(BuildEvent<'_>),
     ) -> Result<String, EngineError> {
         let action = "building the image (BuildKit)";
@@ -131,34 +133,8 @@ impl Engine {
             action: "naming the build's session".into(),
             reason: e.to_string(),
         })?;
-        let mut query: Vec<(&str, String)> = vec![
-            ("version", "2".into()),
-            ("dockerfile", spec.dockerfile.into()),
-            ("t", spec.tag.into()),
-            ("rm", "1".into()),
-            ("forcerm", "1".into()),
-            (
-                "labels",
-                serde_json::to_string(spec.labels).expect("labels serialise"),
-            ),
-            (
-                "buildargs",
-                serde_json::to_string(spec.build_args).expect("arguments serialise"),
-            ),
-        ];
-        if spec.no_cache {
-            query.push(("nocache", "1".into()));
-        }
-        if let Some(target) = spec.target {
-            query.push(("target", target.into()));
-        }
-        if let Some(network) = spec.network {
-            query.push(("networkmode", network.into()));
-        }
-        if !secrets.is_empty() {
-            query.push(("session", session_id.clone()));
-        }
-        let query = serde_urlencoded::to_string(&query).map_err(|e| api(e.to_string()))?;
+        let session = (!secrets.is_empty()).then_some(session_id.as_str());
+        let query = build_query(spec, session).map_err(|e| api(e.to_string()))?;
         let version = self.docker.client_version();
         let path = format!(
             "/v{}.{}/build?{query}",
@@ -192,7 +168,7 @@ impl Engine {
                     .map_err(|e| api(e.to_string()))?;
                 let status = response.status();
                 let mut body = response.into_body();
-                let mut progress = Progress::default();
+                let mut progress = Progress::new(mask);
                 let mut pending: Vec<u8> = Vec::new();
                 let mut error_body = Vec::new();
                 while let Some(frame) = body.frame().await {
@@ -219,7 +195,7 @@ impl Engine {
                     }
                 }
                 if !status.is_success() {
-                    let text = String::from_utf8_lossy(&error_body);
+                    let text = mask.mask_lossy(&error_body);
                     let message = serde_json::from_str::<serde_json::Value>(&text)
                         .ok()
                         .and_then(|v| v["message"].as_str().map(str::to_string))
@@ -231,6 +207,7 @@ impl Engine {
                     });
                 }
                 progress.message(&pending, &mut on).map_err(rejected)?;
+                progress.flush(&mut on);
                 progress.id.clone().ok_or_else(|| {
                     rejected(format!(
                         "the engine reported no image ID{}",
@@ -245,6 +222,42 @@ impl Engine {
             result
         })
     }
+}
+
+/// The build request's query: what `spec` asks, and the session that serves the
+/// build's secrets, if any.
+fn build_query(
+    spec: &BuildSpec<'_>,
+    session: Option<&str>,
+) -> Result<String, serde_urlencoded::ser::Error> {
+    let mut query: Vec<(&str, String)> = vec![
+        ("version", "2".into()),
+        ("dockerfile", spec.dockerfile.into()),
+        ("t", spec.tag.into()),
+        ("rm", "1".into()),
+        ("forcerm", "1".into()),
+        (
+            "labels",
+            serde_json::to_string(spec.labels).expect("labels serialise"),
+        ),
+        (
+            "buildargs",
+            serde_json::to_string(spec.build_args).expect("arguments serialise"),
+        ),
+    ];
+    if spec.no_cache {
+        query.push(("nocache", "1".into()));
+    }
+    if let Some(target) = spec.target {
+        query.push(("target", target.into()));
+    }
+    if let Some(network) = spec.network {
+        query.push(("networkmode", network.into()));
+    }
+    if let Some(session) = session {
+        query.push(("session", session.into()));
+    }
+    serde_urlencoded::to_string(&query)
 }
 
 /// An HTTP/1.1 connection to the engine, its driver spawned (with upgrades, for the
@@ -488,15 +501,18 @@ struct ErrorDetail {
 }
 
 /// What the build's messages said so far.
-#[derive(Default)]
-struct Progress {
+struct Progress<'m> {
+    mask: &'m Masker,
     /// The built image's ID, once the engine names it.
     id: Option<String>,
     /// Steps (BuildKit's vertices) by digest: their name, and whether they were shown.
     steps: HashMap<String, Step>,
     /// The steps in the order they started, for the failure's last words.
     order: Vec<String>,
-    /// A step's output not yet ended by a newline, by step.
+    /// Each step's output as it comes, masked (by step; `""` for the builder's own
+    /// lines): what may be the start of a masked value is held back.
+    streams: HashMap<String, MaskStream<'m>>,
+    /// A step's output (masked) not yet ended by a newline, by step.
     partial: HashMap<String, String>,
 }
 
@@ -509,9 +525,20 @@ struct Step {
     lines: std::collections::VecDeque<String>,
 }
 
-impl Progress {
+impl<'m> Progress<'m> {
+    fn new(mask: &'m Masker) -> Progress<'m> {
+        Progress {
+            mask,
+            id: None,
+            steps: HashMap::new(),
+            order: Vec::new(),
+            streams: HashMap::new(),
+            partial: HashMap::new(),
+        }
+    }
+
     /// Reads one message; `Err` carries the build's failure, with the failing step's
-    /// last lines.
+    /// last lines (masked).
     fn message(&mut self, line: &[u8], on: &mut impl FnMut(BuildEvent<'_>)) -> Result<(), String> {
         let line = line.trim_ascii();
         if line.is_empty() {
@@ -526,7 +553,9 @@ impl Progress {
             .or(m.error)
             .filter(|e| !e.is_empty())
         {
-            return Err(format!("{err}{}", self.last_words()));
+            self.flush(on);
+            let failure = format!("{err}{}", self.last_words());
+            return Err(self.mask.mask_str(&failure).into_owned());
         }
         match (m.id.as_deref(), m.aux) {
             (Some("moby.buildkit.trace"), Some(serde_json::Value::String(b64))) => {
@@ -545,7 +574,7 @@ impl Progress {
             }
             _ => {
                 if let Some(text) = m.stream.as_deref() {
-                    on(BuildEvent::Output(text));
+                    self.log("", text.as_bytes(), on);
                 }
             }
         }
@@ -558,7 +587,7 @@ impl Progress {
                 self.order.push(v.digest.clone());
                 Step::default()
             });
-            step.name = v.name.clone();
+            step.name = self.mask.mask_str(&v.name).into_owned();
             if !v.error.is_empty() {
                 step.error = v.error.clone();
             }
@@ -568,35 +597,68 @@ impl Progress {
             if !step.shown && !internal && (v.started.is_some() || v.cached) {
                 step.shown = true;
                 on(BuildEvent::Step {
-                    name: &v.name,
+                    name: &step.name,
                     cached: v.cached,
                 });
             }
         }
         for log in status.logs {
-            let text = String::from_utf8_lossy(&log.msg);
-            on(BuildEvent::Output(&text));
-            let partial = self.partial.entry(log.vertex.clone()).or_default();
-            partial.push_str(&text);
-            if let Some(end) = partial.rfind('\n') {
-                let done: String = partial.drain(..=end).collect();
-                if let Some(step) = self.steps.get_mut(&log.vertex) {
-                    for l in done.lines() {
-                        if step.lines.len() == KEPT_LINES {
-                            step.lines.pop_front();
-                        }
-                        step.lines.push_back(l.to_string());
+            self.log(&log.vertex, &log.msg, on);
+        }
+    }
+
+    /// A piece of a step's output (`vertex`), through its mask stream.
+    fn log(&mut self, vertex: &str, piece: &[u8], on: &mut impl FnMut(BuildEvent<'_>)) {
+        let mask = self.mask;
+        let shown = self
+            .streams
+            .entry(vertex.to_string())
+            .or_insert_with(|| mask.stream())
+            .push(piece);
+        self.shown(vertex, &shown, on);
+    }
+
+    /// What each step's mask stream holds back, let out: the build ended.
+    fn flush(&mut self, on: &mut impl FnMut(BuildEvent<'_>)) {
+        let mut held: Vec<(String, Vec<u8>)> = self
+            .streams
+            .iter_mut()
+            .map(|(vertex, stream)| (vertex.clone(), stream.finish()))
+            .filter(|(_, rest)| !rest.is_empty())
+            .collect();
+        held.sort_by_key(|(v, _)| self.order.iter().position(|o| o == v));
+        for (vertex, rest) in held {
+            self.shown(&vertex, &rest, on);
+        }
+    }
+
+    /// Output of step `vertex`, masked: shown, and its lines kept for a failure.
+    fn shown(&mut self, vertex: &str, shown: &[u8], on: &mut impl FnMut(BuildEvent<'_>)) {
+        if shown.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(shown);
+        on(BuildEvent::Output(&text));
+        let partial = self.partial.entry(vertex.to_string()).or_default();
+        partial.push_str(&text);
+        if let Some(end) = partial.rfind('\n') {
+            let done: String = partial.drain(..=end).collect();
+            if let Some(step) = self.steps.get_mut(vertex) {
+                for l in done.lines() {
+                    if step.lines.len() == KEPT_LINES {
+                        step.lines.pop_front();
                     }
+                    step.lines.push_back(l.to_string());
                 }
             }
-            // A step that prints without an end of line is held to a bounded tail.
-            if partial.len() > 64 << 10 {
-                let cut = partial.len() - (16 << 10);
-                let cut = (cut..partial.len())
-                    .find(|&i| partial.is_char_boundary(i))
-                    .unwrap_or(partial.len());
-                partial.drain(..cut);
-            }
+        }
+        // A step that prints without an end of line is held to a bounded tail.
+        if partial.len() > 64 << 10 {
+            let cut = partial.len() - (16 << 10);
+            let cut = (cut..partial.len())
+                .find(|&i| partial.is_char_boundary(i))
+                .unwrap_or(partial.len());
+            partial.drain(..cut);
         }
     }
 
@@ -625,92 +687,4 @@ impl Progress {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bollard_buildkit_proto::moby::buildkit::v1::{Vertex, VertexLog};
-
-    fn trace(status: StatusResponse) -> Vec<u8> {
-        use base64::Engine as _;
-        let bytes = prost::Message::encode_to_vec(&status);
-        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-        format!("{{\"id\":\"moby.buildkit.trace\",\"aux\":\"{b64}\"}}\r\n").into_bytes()
-    }
-
-    fn vertex(digest: &str, name: &str, started: bool, error: &str) -> Vertex {
-        Vertex {
-            digest: digest.into(),
-            name: name.into(),
-            started: started.then(Default::default),
-            error: error.into(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn steps_are_shown_once_and_a_failure_names_its_step_and_last_lines() {
-        let mut p = Progress::default();
-        let mut seen = Vec::new();
-        let mut on = |e: BuildEvent<'_>| match e {
-            BuildEvent::Step { name, cached } => seen.push(format!("step {name} {cached}")),
-            BuildEvent::Output(t) => seen.push(format!("out {t}")),
-        };
-        for status in [
-            StatusResponse {
-                vertexes: vec![
-                    vertex("a", "[internal] load build definition", true, ""),
-                    vertex("b", "[base 1/2] RUN make", true, ""),
-                ],
-                ..Default::default()
-            },
-            StatusResponse {
-                vertexes: vec![vertex("b", "[base 1/2] RUN make", true, "")],
-                logs: vec![VertexLog {
-                    vertex: "b".into(),
-                    msg: b"compiling\nfailed: x".to_vec(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
-            StatusResponse {
-                vertexes: vec![vertex("b", "[base 1/2] RUN make", true, "exit code: 2")],
-                logs: vec![VertexLog {
-                    vertex: "b".into(),
-                    msg: b"yz\n".to_vec(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
-        ] {
-            p.message(&trace(status), &mut on).unwrap();
-        }
-        let err = p
-            .message(
-                b"{\"errorDetail\":{\"message\":\"executor failed running [/bin/sh -c make]: exit code: 2\"},\"error\":\"x\"}\r\n",
-                &mut on,
-            )
-            .unwrap_err();
-        assert_eq!(
-            seen,
-            [
-                "step [base 1/2] RUN make false",
-                "out compiling\nfailed: x",
-                "out yz\n"
-            ]
-        );
-        assert_eq!(
-            err,
-            "executor failed running [/bin/sh -c make]: exit code: 2\n  in step [base 1/2] RUN make; its last lines:\n    compiling\n    failed: xyz"
-        );
-    }
-
-    #[test]
-    fn the_image_id_is_what_the_engine_names() {
-        let mut p = Progress::default();
-        p.message(
-            b"{\"id\":\"moby.image.id\",\"aux\":{\"ID\":\"sha256:abc\"}}",
-            &mut |_| {},
-        )
-        .unwrap();
-        assert_eq!(p.id.as_deref(), Some("sha256:abc"));
-    }
-}
+mod tests;

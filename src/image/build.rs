@@ -10,6 +10,7 @@ use super::normalize::{self, Normalised};
 use super::scratch::{BuildScratch, LABEL_RAW_BUILD, RAW_TAG, StepImages};
 use super::{ImageError, ImageId};
 use crate::engine::{BuildEvent, BuildSecret, Engine};
+use crate::mask::{Hidden, MaskStream, Masker};
 
 /// Which of the engine's builders builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,10 @@ pub struct BuildInputs<'a> {
     pub target: Option<&'a str>,
     /// What `RUN --mount=type=secret` steps may mount (BuildKit only).
     pub secrets: &'a [BuildSecret],
+    /// What the host gives the build that is never shown or kept: the secrets' values
+    /// and the proxies' credentials. Masked in what the build prints, and an image
+    /// that holds one is refused.
+    pub hidden: &'a [Hidden],
     pub builder: Builder,
     /// Every file time of the layers the build adds is set to this (seconds since 1970).
     pub epoch: u64,
@@ -50,7 +55,8 @@ pub enum Stage<'a> {
     /// A step of the build started (BuildKit's name for it), or was taken from the
     /// cache.
     Step { name: &'a str, cached: bool },
-    /// Output of the engine's builder, as it comes (secrets' values masked).
+    /// Output of the engine's builder, as it comes (what is hidden masked; the classic
+    /// builder's in whole lines).
     Output(&'a str),
     /// The engine's build is being saved, to be written again.
     Saving,
@@ -103,32 +109,40 @@ fn build_once(
         target: inputs.target,
         network: inputs.network,
     };
-    let secrets = inputs.secrets;
-    let raw = match inputs.builder {
-        Builder::BuildKit => engine.build_kit(context, &spec, secrets, |event| match event {
-            BuildEvent::Step { name, cached } => on(Stage::Step {
-                name: &mask(name, secrets),
-                cached,
-            }),
-            BuildEvent::Output(text) => on(Stage::Output(&mask(text, secrets))),
-        }),
-        Builder::Classic => {
-            let mut steps = StepImages::default();
-            engine.build(context, &spec, |out| {
-                steps.feed(out, &mut |id| scratch.made(id));
-                on(Stage::Output(out))
-            })
+    let mask = Masker::of(inputs.hidden);
+    let raw =
+        match inputs.builder {
+            Builder::BuildKit => engine.build_kit(
+                context,
+                &spec,
+                (inputs.secrets, &mask),
+                |event| match event {
+                    BuildEvent::Step { name, cached } => on(Stage::Step { name, cached }),
+                    BuildEvent::Output(text) => on(Stage::Output(text)),
+                },
+            ),
+            Builder::Classic => {
+                let mut steps = StepImages::default();
+                let mut lines = Lines {
+                    stream: mask.stream(),
+                    pending: Vec::new(),
+                };
+                let built = engine.build(context, &spec, |out| {
+                    steps.feed(out, &mut |id| scratch.made(id));
+                    if let Some(text) = lines.push(out.as_bytes()) {
+                        on(Stage::Output(&text));
+                    }
+                });
+                if let Some(text) = lines.finish() {
+                    on(Stage::Output(&text));
+                }
+                built
+            }
         }
-    }
-    .map_err(|e| mask_error(e, inputs.secrets))?;
+        .map_err(|e| mask_error(e, &mask))?;
     scratch.made(&raw);
     let saved = into.join("built.tar");
     on(Stage::Saving);
-    let secrets: Vec<(&str, &[u8])> = inputs
-        .secrets
-        .iter()
-        .map(|s| (s.id.as_str(), s.value.as_slice()))
-        .collect();
     let result = engine
         .save(&raw, &saved)
         .map_err(ImageError::from)
@@ -139,10 +153,14 @@ fn build_once(
                 inputs.epoch,
                 inputs.repository,
                 &inputs.base_layers,
-                &secrets,
+                (inputs.hidden, &mask),
                 into,
             )
-            .map_err(|e| ImageError::refused(format!("normalising the build: {e}")))
+            .map_err(|e| {
+                // It may name an entry of a layer, or a record of one.
+                let why = mask.mask_str(&e.to_string()).into_owned();
+                ImageError::refused(format!("normalising the build: {why}"))
+            })
         })
         .and_then(|n| {
             if n.restated > 0 {
@@ -153,17 +171,7 @@ fn build_once(
             if n.secrets_found.is_empty() {
                 return Ok(n);
             }
-            Err(ImageError::Refused {
-                message: "a secret's value is in the built image; it was not kept".into(),
-                details: n
-                    .secrets_found
-                    .iter()
-                    .cloned()
-                    .chain([
-                        "a secret is for a step to read where it is mounted (RUN --mount=type=secret), never to write into the image".into(),
-                    ])
-                    .collect(),
-            })
+            Err(kept_secrets(&n.secrets_found))
         });
     let _ = std::fs::remove_file(&saved);
     // The raw build goes whatever happened: only the normalised image is kept. By its
@@ -241,7 +249,7 @@ pub fn check(
     let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on)?;
     let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on)?;
     if first.id != second.id {
-        let mut details = normalize::differences(&first, &second, 20);
+        let mut details = normalize::differences(&first, &second, 20, &Masker::of(inputs.hidden));
         if details.is_empty() {
             details.push("no file or config key differs; the archives' layer order does".into());
         }
@@ -256,32 +264,83 @@ pub fn check(
     load(engine, &first, on)
 }
 
-/// `text` with each secret's value (of [`normalize::SHORTEST_SECRET`] bytes or more)
-/// replaced by `***`, as CI logs mask secrets.
-fn mask<'t>(text: &'t str, secrets: &[BuildSecret]) -> std::borrow::Cow<'t, str> {
-    let mut out = std::borrow::Cow::Borrowed(text);
-    for s in secrets {
-        let Ok(value) = std::str::from_utf8(s.value.trim_ascii()) else {
-            continue;
-        };
-        if value.len() >= normalize::SHORTEST_SECRET && out.contains(value) {
-            out = std::borrow::Cow::Owned(out.replace(value, "***"));
-        }
+/// The refusal of an image that holds what the host gave the build: where each is
+/// (the first [`MAX_PLACES`]), and what a secret and a proxy are for.
+fn kept_secrets(found: &[String]) -> ImageError {
+    let mut details: Vec<String> = found.iter().take(MAX_PLACES).cloned().collect();
+    if found.len() > MAX_PLACES {
+        details.push(format!("… and {} more", found.len() - MAX_PLACES));
     }
-    out
+    let secret = found.iter().any(|f| f.starts_with("secret "));
+    let proxy = found
+        .iter()
+        .any(|f| f.starts_with("the credentials of proxy"));
+    if secret {
+        details.push("a secret is for a step to read where it is mounted (RUN --mount=type=secret), never to write into the image".into());
+    }
+    if proxy {
+        details.push("a proxy's credentials are for the build's steps to reach the network, never to write into the image (an ARG that declares a proxy variable puts its value in the image's history)".into());
+    }
+    let what = match (secret, proxy) {
+        (true, true) => "a secret's value and a proxy's credentials are",
+        (false, true) => "a proxy's credentials are",
+        _ => "a secret's value is",
+    };
+    ImageError::Refused {
+        message: format!("{what} in the built image; it was not kept"),
+        details,
+    }
 }
 
-/// An engine's error with the secrets' values masked (it may quote a step's output).
-fn mask_error(e: crate::engine::EngineError, secrets: &[BuildSecret]) -> ImageError {
+/// The most places a refusal names where a secret was found.
+const MAX_PLACES: usize = 20;
+
+/// The classic builder's output, masked, let out in whole lines (its `Step N/M` lines
+/// are read from it).
+struct Lines<'m> {
+    stream: MaskStream<'m>,
+    pending: Vec<u8>,
+}
+
+impl Lines<'_> {
+    /// Takes the next piece; returns the lines it ends, if any.
+    fn push(&mut self, piece: &[u8]) -> Option<String> {
+        let shown = self.stream.push(piece);
+        self.pending.extend_from_slice(&shown);
+        let end = memchr::memrchr(b'\n', &self.pending)?;
+        let lines: Vec<u8> = self.pending.drain(..=end).collect();
+        Some(String::from_utf8_lossy(&lines).into_owned())
+    }
+
+    /// What is left, at the end of the build.
+    fn finish(&mut self) -> Option<String> {
+        let rest = self.stream.finish();
+        self.pending.extend_from_slice(&rest);
+        let rest = std::mem::take(&mut self.pending);
+        (!rest.is_empty()).then(|| String::from_utf8_lossy(&rest).into_owned())
+    }
+}
+
+/// An engine's error with what is hidden masked (it may quote a step's output).
+fn mask_error(e: crate::engine::EngineError, mask: &Masker) -> ImageError {
     use crate::engine::EngineError as E;
+    let m = |reason: String| mask.mask_str(&reason).into_owned();
     let e = match e {
         E::Rejected { action, reason } => E::Rejected {
             action,
-            reason: mask(&reason, secrets).into_owned(),
+            reason: m(reason),
         },
         E::Api { action, reason } => E::Api {
             action,
-            reason: mask(&reason, secrets).into_owned(),
+            reason: m(reason),
+        },
+        E::Io { action, reason } => E::Io {
+            action,
+            reason: m(reason),
+        },
+        E::Unreachable { host, reason } => E::Unreachable {
+            host,
+            reason: m(reason),
         },
         other => other,
     };

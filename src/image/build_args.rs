@@ -13,6 +13,7 @@ use std::path::Path;
 
 use super::dockerfile;
 use super::lockset::Lockset;
+use crate::mask::Hidden;
 
 /// Why a build arguments file cannot be used (the manifest's to fix).
 #[derive(Debug, thiserror::Error)]
@@ -109,4 +110,116 @@ pub fn proxies_from_env() -> Vec<(String, String)> {
                 .map(|v| (name.to_string(), v))
         })
         .collect()
+}
+
+/// What of a proxy variable's value is a credential, never to be shown or kept in the
+/// image (searched for and masked as a secret's value is): the user information of its
+/// URL (`user:pass`, as written and percent-decoded), the password alone, and the user
+/// information with the host after it (so that a short one is found where the URL is
+/// written whole). Nothing for a value without user information, and never anything
+/// for `NO_PROXY` (a list of hosts: `localhost` is in every `/etc/hosts`).
+pub fn proxy_credentials(name: &str, value: &str) -> Vec<Hidden> {
+    if name.eq_ignore_ascii_case("NO_PROXY") {
+        return Vec::new();
+    }
+    let value = value.trim();
+    let rest = value.split_once("://").map_or(value, |(_, rest)| rest);
+    // The last `@`: a password may hold `/` or `@` unencoded, and proxies have no path.
+    let Some((userinfo, after)) = rest.rsplit_once('@') else {
+        return Vec::new();
+    };
+    if userinfo.is_empty() {
+        return Vec::new();
+    }
+    let host = after.split(['/', '?', '#']).next().unwrap_or_default();
+    let password = userinfo.split_once(':').map(|(_, p)| p).unwrap_or_default();
+    let mut values = vec![
+        format!("{userinfo}@{host}"),
+        userinfo.to_string(),
+        percent_decoded(userinfo),
+        password.to_string(),
+        percent_decoded(password),
+    ];
+    values.retain(|v| !v.is_empty());
+    values.sort();
+    values.dedup();
+    values
+        .into_iter()
+        .map(|v| Hidden {
+            what: format!("the credentials of proxy variable {name}"),
+            value: v.into_bytes(),
+        })
+        .collect()
+}
+
+/// `text` with each `%XX` made the byte it stands for (lossy where that is not UTF-8).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(name: &str, value: &str) -> Vec<String> {
+        proxy_credentials(name, value)
+            .into_iter()
+            .map(|h| {
+                assert_eq!(h.what, format!("the credentials of proxy variable {name}"));
+                String::from_utf8(h.value).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_proxys_credentials_are_its_user_information_and_password() {
+        assert_eq!(
+            values("HTTPS_PROXY", "http://ci-user:p%40ssw0rd@proxy.corp:3128/"),
+            [
+                "ci-user:p%40ssw0rd",
+                "ci-user:p%40ssw0rd@proxy.corp:3128",
+                "ci-user:p@ssw0rd",
+                "p%40ssw0rd",
+                "p@ssw0rd"
+            ]
+        );
+        // No scheme; a token as the user; a password with `/` and `@` unencoded.
+        assert_eq!(
+            values("all_proxy", "tok3n@proxy:1080"),
+            ["tok3n", "tok3n@proxy:1080"]
+        );
+        assert_eq!(
+            values("http_proxy", "socks5://u:a/b@c@proxy"),
+            ["a/b@c", "u:a/b@c", "u:a/b@c@proxy"]
+        );
+        // Nothing without user information, and never anything for NO_PROXY.
+        for (name, value) in [
+            ("HTTP_PROXY", "http://proxy.corp:3128"),
+            ("HTTP_PROXY", "http://@proxy.corp:3128"),
+            ("NO_PROXY", "user:password@localhost,.corp"),
+            ("no_proxy", "localhost"),
+        ] {
+            assert!(values(name, value).is_empty(), "{name}={value}");
+        }
+        assert_eq!(percent_decoded("a%2Fb%zz%4"), "a/b%zz%4");
+    }
 }

@@ -35,102 +35,27 @@ use crate::util::hex;
 
 mod entry;
 mod restated;
+mod scan;
 
 pub use entry::EntrySummary;
 use entry::{Indexed, kind_char, shown_target};
+use scan::{ScanningReader, SecretScan};
+
+use crate::mask::{Hidden, Masker};
 
 /// A normalised image: the archive to load, its ID, and each layer's files.
 pub struct Normalised {
     pub archive: tempfile::NamedTempFile,
     pub id: ImageId,
-    /// Per layer, in order: path → summary.
-    pub layers: Vec<BTreeMap<String, EntrySummary>>,
+    /// Per layer, in order: path (as the layer has it) → summary.
+    pub layers: Vec<BTreeMap<Vec<u8>, EntrySummary>>,
     /// The normalised config, for naming what differs outside the layers.
     pub config: serde_json::Value,
     /// How many entries restated the layers below them and were dropped.
     pub restated: usize,
-    /// Where a secret's value was found, one line each (`secret `ID`: layer 2, path`),
-    /// never the value.
+    /// Where a secret's value or a proxy's credentials were found, one line each
+    /// (`secret `ID`: layer 2, PATH`), never the value.
     pub secrets_found: Vec<String>,
-}
-
-/// The shortest secret value searched for: a shorter one would be found by chance.
-pub const SHORTEST_SECRET: usize = 8;
-
-/// Searches what a build wrote for the values of its secrets (each without the white
-/// space around it; values shorter than [`SHORTEST_SECRET`] are not searched for).
-struct SecretScan<'a> {
-    needles: Vec<(&'a str, memchr::memmem::Finder<'a>)>,
-    /// The longest needle, less one: what a chunk keeps of the one before.
-    overlap: usize,
-    /// The layer being written (1-based), for what is found.
-    layer: usize,
-    found: Vec<String>,
-}
-
-impl<'a> SecretScan<'a> {
-    fn new(secrets: &[(&'a str, &'a [u8])]) -> SecretScan<'a> {
-        let needles: Vec<(&str, memchr::memmem::Finder<'_>)> = secrets
-            .iter()
-            .map(|(id, value)| (*id, value.trim_ascii()))
-            .filter(|(_, v)| v.len() >= SHORTEST_SECRET)
-            .map(|(id, v)| (id, memchr::memmem::Finder::new(v)))
-            .collect();
-        let overlap = needles
-            .iter()
-            .map(|(_, f)| f.needle().len() - 1)
-            .max()
-            .unwrap_or(0);
-        SecretScan {
-            needles,
-            overlap,
-            layer: 0,
-            found: Vec::new(),
-        }
-    }
-
-    /// The IDs of the secrets `data` holds.
-    fn ids_in(&self, data: &[u8]) -> Vec<&'a str> {
-        self.needles
-            .iter()
-            .filter(|(_, f)| f.find(data).is_some())
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
-    fn config(&mut self, config: &[u8]) {
-        for id in self.ids_in(config) {
-            self.found
-                .push(format!("secret `{id}`: the image's config"));
-        }
-    }
-}
-
-/// Reads a file of a layer through a [`SecretScan`], noting which secrets it holds
-/// (also across the chunks it is read in).
-struct ScanningReader<'s, 'a, R> {
-    inner: R,
-    scan: &'s SecretScan<'a>,
-    /// The end of what was read so far, as long as a needle less one byte.
-    tail: Vec<u8>,
-    hits: Vec<&'a str>,
-}
-
-impl<R: Read> Read for ScanningReader<'_, '_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if !self.scan.needles.is_empty() && n > 0 {
-            self.tail.extend_from_slice(&buf[..n]);
-            for id in self.scan.ids_in(&self.tail) {
-                if !self.hits.contains(&id) {
-                    self.hits.push(id);
-                }
-            }
-            let keep = self.scan.overlap.min(self.tail.len());
-            self.tail.drain(..self.tail.len() - keep);
-        }
-        Ok(n)
-    }
 }
 
 /// Writes and hashes at once.
@@ -167,17 +92,18 @@ impl<R: Read> Read for HashingReader<R> {
 /// Rewrites the saved archive at `saved` (one image, as `docker save` writes it) with
 /// times at `epoch`, named `REPOSITORY:id-<its ID's hex>` (a name of its own, which no
 /// other image takes), in a temporary file under `tmp`. The layers of `keep` (a base
-/// image's diff IDs) are kept as they are; every file the build added and the config
-/// are searched for the values of `secrets` ([`Normalised::secrets_found`]).
+/// image's diff IDs) are kept as they are; every entry the build added (content, name,
+/// link target, PAX records) and the config (every string) are searched for what
+/// `hidden` holds ([`Normalised::secrets_found`], the places shown through `mask`).
 pub fn normalise(
     saved: &Path,
     epoch: u64,
     repository: &str,
     keep: &std::collections::HashSet<String>,
-    secrets: &[(&str, &[u8])],
+    (hidden, mask): (&[Hidden], &Masker),
     tmp: &Path,
 ) -> Result<Normalised, ArchiveError> {
-    let mut scan = SecretScan::new(secrets);
+    let mut scan = SecretScan::new(hidden, mask);
     let mut saved = SavedArchive::open(saved)?;
     let (mut config, layer_paths) = saved.image()?;
     let out_file =
@@ -209,7 +135,7 @@ pub fn normalise(
         summaries.push(summary);
     }
     normalise_config(&mut config, &diff_ids, epoch);
-    scan.config(&serde_json::to_vec(&config).expect("JSON values serialise"));
+    scan.config(&config);
     let config_digest = write_config_and_manifest(&mut out, &config, &diff_ids, repository, epoch)
         .map_err(|e| saved.io("writing the archive", e))?;
     out.into_inner()
@@ -334,7 +260,7 @@ impl SavedArchive {
         written: &mut std::collections::BTreeSet<String>,
         (epoch, tmp): (u64, &Path),
         (scan, below): (&mut SecretScan<'_>, &mut restated::Below),
-    ) -> Result<(String, BTreeMap<String, EntrySummary>), ArchiveError> {
+    ) -> Result<(String, BTreeMap<Vec<u8>, EntrySummary>), ArchiveError> {
         let Some(&(at, size)) = self.places.get(layer) else {
             return Err(ArchiveError::Incomplete(
                 self.from.clone(),
@@ -485,7 +411,7 @@ fn normalise_layer(
 ) -> std::io::Result<(
     tempfile::NamedTempFile,
     String,
-    BTreeMap<String, EntrySummary>,
+    BTreeMap<Vec<u8>, EntrySummary>,
 )> {
     let mut indexed = index_layer(saved, at, size)?;
     // Sorted by path; hard links last, after whatever they link to.
@@ -508,13 +434,10 @@ fn normalise_layer(
             continue;
         }
         kept.push(e);
-        let (shown, summary, hits) = write_entry(&mut out, e, saved, epoch, scan)?;
+        let (summary, hits) = write_entry(&mut out, e, saved, epoch, scan)?;
         below.keep(e, &summary)?;
-        for id in hits {
-            scan.found
-                .push(format!("secret `{id}`: layer {}, {shown}", scan.layer));
-        }
-        files.insert(shown, summary);
+        scan.entry(e, &hits);
+        files.insert(e.path.clone(), summary);
     }
     below.end(&kept);
     let mut writer = out.into_inner()?;
@@ -575,14 +498,14 @@ fn index_layer(saved: &mut File, at: u64, size: u64) -> std::io::Result<Vec<Inde
 }
 
 /// Writes one entry of a layer again, its data read from `saved`, with its time at
-/// `epoch`; returns its path as shown, what it is, and the secrets `scan` found in it.
+/// `epoch`; returns what it is, and what `scan` found in its content.
 fn write_entry<'a, W: Write>(
     out: &mut tar::Builder<W>,
     e: &Indexed,
     saved: &mut File,
     epoch: u64,
     scan: &SecretScan<'a>,
-) -> std::io::Result<(String, EntrySummary, Vec<&'a str>)> {
+) -> std::io::Result<(EntrySummary, Vec<&'a str>)> {
     let mut hits = Vec::new();
     let kind = e.header.entry_type();
     let mut h = tar::Header::new_gnu();
@@ -599,9 +522,6 @@ fn write_entry<'a, W: Write>(
         out.append_pax_extensions(e.pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
     }
     let path = Path::new(std::ffi::OsStr::from_bytes(&e.path));
-    // Escaped, not lossy: two names that differ only in bytes that are not UTF-8
-    // stay two.
-    let shown = e.path.escape_ascii().to_string();
     let digest = match (&e.link, kind) {
         (Some(target), tar::EntryType::Link | tar::EntryType::Symlink) => {
             h.set_size(0);
@@ -637,22 +557,27 @@ fn write_entry<'a, W: Write>(
         size: e.size,
         digest,
     };
-    Ok((shown, summary, hits))
+    Ok((summary, hits))
 }
 
 /// What differs between two normalised builds: config keys, then per layer the files
-/// added, removed or changed (at most `limit` named per layer).
-pub fn differences(a: &Normalised, b: &Normalised, limit: usize) -> Vec<String> {
+/// added, removed or changed (at most `limit` named per layer), each name shown
+/// through `mask` (escaped: two names that differ only in bytes that are not UTF-8
+/// stay two).
+pub fn differences(a: &Normalised, b: &Normalised, limit: usize, mask: &Masker) -> Vec<String> {
     let mut out = Vec::new();
     if let (Some(ca), Some(cb)) = (a.config.as_object(), b.config.as_object()) {
         for (k, va) in ca {
             if k != "rootfs" && cb.get(k) != Some(va) {
-                out.push(format!("config: `{k}` differs"));
+                out.push(format!("config: `{}` differs", mask.shown(k.as_bytes())));
             }
         }
         for k in cb.keys() {
             if !ca.contains_key(k) {
-                out.push(format!("config: `{k}` only in the second build"));
+                out.push(format!(
+                    "config: `{}` only in the second build",
+                    mask.shown(k.as_bytes())
+                ));
             }
         }
     }
@@ -666,15 +591,16 @@ pub fn differences(a: &Normalised, b: &Normalised, limit: usize) -> Vec<String> 
     for (i, (la, lb)) in a.layers.iter().zip(&b.layers).enumerate() {
         let mut named = Vec::new();
         for (path, ea) in la {
+            let shown = mask.shown(path);
             match lb.get(path) {
-                None => named.push(format!("{path} (only in the first build)")),
-                Some(eb) if eb != ea => named.push(format!("{path} ({})", what_differs(ea, eb))),
+                None => named.push(format!("{shown} (only in the first build)")),
+                Some(eb) if eb != ea => named.push(format!("{shown} ({})", what_differs(ea, eb))),
                 Some(_) => {}
             }
         }
         for path in lb.keys() {
             if !la.contains_key(path) {
-                named.push(format!("{path} (only in the second build)"));
+                named.push(format!("{} (only in the second build)", mask.shown(path)));
             }
         }
         let total = named.len();

@@ -433,6 +433,7 @@ fn build_dockerfile(
         scope,
         grants,
     } = prepare(request, dockerfile, &text)?;
+    let hidden = super::secrets::hidden(request.secrets, &env_proxies);
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
     let packed = build_context::pack(&ctx.dir, &ctx.dockerfile)?;
@@ -513,6 +514,7 @@ fn build_dockerfile(
         repository: &repository,
         target: request.target,
         secrets: request.secrets,
+        hidden: &hidden,
         builder,
         epoch,
         base_layers,

@@ -2,10 +2,12 @@
 //! `id=ID,src=FILE` (docker's own form; `id=ID` alone reads the variable `ID`). They
 //! come from the command line, the host's, never from the manifest, which a pull
 //! request writes: a recipe only says which IDs its steps mount. The value goes to the
-//! engine on the build's session only, is masked in what the build prints, and an
-//! image that holds it is refused ([`super::normalize`]).
+//! engine on the build's session only, is masked in what the build prints
+//! ([`crate::mask`]), and an image that holds it is refused ([`super::normalize`]), as
+//! are the credentials of the environment's proxies ([`hidden`]).
 
 use crate::engine::BuildSecret;
+use crate::mask::Hidden;
 
 /// The most a secret may hold (BuildKit's own limit).
 const MAX_BYTES: u64 = 500 * 1024;
@@ -100,6 +102,24 @@ fn read_one(spec: &str) -> Result<BuildSecret, SecretError> {
     Ok(BuildSecret { id, value })
 }
 
+/// What the host gives a build that is never shown or kept in the image: each
+/// secret's value, and the credentials of each proxy of the environment (a build
+/// arguments file's are the pull request's own, in the lockset).
+pub fn hidden(secrets: &[BuildSecret], env_proxies: &[(String, String)]) -> Vec<Hidden> {
+    secrets
+        .iter()
+        .map(|s| Hidden {
+            what: format!("secret `{}`", s.id),
+            value: s.value.clone(),
+        })
+        .chain(
+            env_proxies
+                .iter()
+                .flat_map(|(name, value)| super::build_args::proxy_credentials(name, value)),
+        )
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +155,31 @@ mod tests {
         assert!(e.to_string().contains("given twice"), "{e}");
         // Its value is never shown.
         assert_eq!(format!("{:?}", got[0]), "BuildSecret(a, 12 bytes)");
+    }
+
+    #[test]
+    fn what_is_hidden_is_each_secret_and_each_proxys_credentials() {
+        let secrets = [BuildSecret {
+            id: "tok".into(),
+            value: b"value".to_vec(),
+        }];
+        let proxies = [
+            (
+                "HTTPS_PROXY".to_string(),
+                "http://u:password@p:1".to_string(),
+            ),
+            ("NO_PROXY".to_string(), "u:password@localhost".to_string()),
+        ];
+        let whats: Vec<String> = hidden(&secrets, &proxies)
+            .into_iter()
+            .map(|h| h.what)
+            .collect();
+        assert_eq!(whats[0], "secret `tok`");
+        assert!(whats.len() > 1);
+        assert!(
+            whats[1..]
+                .iter()
+                .all(|w| w == "the credentials of proxy variable HTTPS_PROXY")
+        );
     }
 }

@@ -100,6 +100,23 @@ fn normalised(layers: &[&[E]]) -> (String, Vec<Vec<String>>) {
 
 /// As [`normalised`], the layers at `base` (indices) named as a base image's.
 fn normalised_keeping(layers: &[&[E]], base: &[usize]) -> (String, Vec<Vec<String>>) {
+    let n = normalise_with(layers, base, serde_json::json!({}), &[]);
+    let paths = n
+        .layers
+        .iter()
+        .map(|l| l.keys().map(|k| k.escape_ascii().to_string()).collect())
+        .collect();
+    (n.id.to_string(), paths)
+}
+
+/// Normalises an image whose layers are `layers` (those at `base` a base image's) and
+/// whose config is `config`, searching for what `hidden` holds.
+fn normalise_with(
+    layers: &[&[E]],
+    base: &[usize],
+    mut config: serde_json::Value,
+    hidden: &[Hidden],
+) -> Normalised {
     let mut keep = std::collections::HashSet::new();
     let dir = tempfile::tempdir().unwrap();
     let mut b = tar::Builder::new(Vec::new());
@@ -120,19 +137,14 @@ fn normalised_keeping(layers: &[&[E]], base: &[usize]) -> (String, Vec<Vec<Strin
         names.push(format!("l{i}/layer.tar"));
         add(&mut b, &format!("l{i}/layer.tar"), &bytes);
     }
-    let config = serde_json::json!({"rootfs": {"type": "layers", "diff_ids": ids}});
+    config["rootfs"] = serde_json::json!({"type": "layers", "diff_ids": ids});
     add(&mut b, "c.json", config.to_string().as_bytes());
     let manifest = serde_json::json!([{"Config": "c.json", "Layers": names}]);
     add(&mut b, "manifest.json", manifest.to_string().as_bytes());
     let saved = dir.path().join("saved.tar");
     std::fs::write(&saved, b.into_inner().unwrap()).unwrap();
-    let n = super::normalise(&saved, 1, "cibox/test", &keep, &[], dir.path()).unwrap();
-    let paths = n
-        .layers
-        .iter()
-        .map(|l| l.keys().cloned().collect())
-        .collect();
-    (n.id.to_string(), paths)
+    let mask = Masker::of(hidden);
+    super::normalise(&saved, 1, "cibox/test", &keep, (hidden, &mask), dir.path()).unwrap()
 }
 
 const DEPS: &[E] = &[E::Dir("deps/", 0o755), E::File("deps/size", 0o644, "21\n")];
@@ -520,4 +532,170 @@ fn a_file_hard_linked_below_is_not_restated() {
         &[E::File("a", 0o644, "A")],
     ]);
     assert_eq!(p[1], ["a"]);
+}
+
+// What the host gave the build, wherever a layer or the config holds it.
+
+const SECRET: &str = "hunter2-secret-value";
+
+fn secret(value: &[u8]) -> Vec<Hidden> {
+    vec![Hidden {
+        what: "secret `tok`".into(),
+        value: value.to_vec(),
+    }]
+}
+
+#[test]
+fn a_secret_is_found_in_any_name_link_target_or_record_and_never_shown() {
+    let n = normalise_with(
+        &[
+            DEPS,
+            &[
+                E::Raw(T::Regular, b"x-hunter2-secret-value", 0o644, b"", b"", NO),
+                E::Raw(T::Symlink, b"l", 0o777, b"", b"/hunter2-secret-value", NO),
+                E::Raw(T::Link, b"h", 0o644, b"", b"x-hunter2-secret-value", NO),
+                E::Xattr("f", "", SECRET),
+                E::Raw(
+                    T::Regular,
+                    b"g",
+                    0o644,
+                    b"",
+                    b"",
+                    &[("SCHILY.xattr.user.hunter2-secret-value", b"1")],
+                ),
+                E::Raw(
+                    T::Regular,
+                    b"p",
+                    0o644,
+                    b"",
+                    b"",
+                    &[("comment", b"hunter2-secret-value")],
+                ),
+                E::File("c", 0o644, "the hunter2-secret-value\n"),
+                E::File("clean", 0o644, "hunter2\n"),
+            ],
+        ],
+        &[],
+        serde_json::json!({}),
+        &secret(format!("  {SECRET}\n").as_bytes()),
+    );
+    assert_eq!(
+        n.secrets_found,
+        [
+            "secret `tok`: layer 2, c",
+            "secret `tok`: layer 2, f (its extended attribute user.cibox)",
+            "secret `tok`: layer 2, g (its extended attribute user.***)",
+            "secret `tok`: layer 2, l (its link target)",
+            "secret `tok`: layer 2, p (its PAX record comment)",
+            "secret `tok`: layer 2, x-*** (its name)",
+            "secret `tok`: layer 2, h (its link target)",
+        ]
+    );
+    // A value that is not UTF-8, as bytes; a base image's layers are not searched.
+    let n = normalise_with(
+        &[
+            &[E::Raw(
+                T::Regular,
+                b"base-\xffsecret\xfe-bytes",
+                0o644,
+                b"",
+                b"",
+                NO,
+            )],
+            &[E::Raw(
+                T::Regular,
+                b"n-\xffsecret\xfe-bytes!",
+                0o644,
+                b"",
+                b"",
+                NO,
+            )],
+        ],
+        &[0],
+        serde_json::json!({}),
+        &secret(b"\xffsecret\xfe-bytes"),
+    );
+    assert_eq!(
+        n.secrets_found,
+        ["secret `tok`: layer 2, n-***! (its name)"]
+    );
+}
+
+#[test]
+fn a_secret_or_a_proxys_credentials_are_found_in_any_string_of_the_config() {
+    let proxy = "http://ci:pw@proxy.invalid:3128";
+    let mut hidden = secret(SECRET.as_bytes());
+    hidden.extend(crate::image::build_args::proxy_credentials(
+        "HTTPS_PROXY",
+        proxy,
+    ));
+    let config = serde_json::json!({
+        "config": {
+            "Env": ["PATH=/bin", format!("HTTPS_PROXY={proxy}")],
+            "Labels": {"x-hunter2-secret-value": "1", "ok": "1"},
+            "Cmd": ["echo", SECRET],
+            "Volumes": {"/v/hunter2-secret-value": {}},
+            "User": "1000",
+        },
+        "history": [
+            {"created_by": "COPY x /"},
+            {"created_by": format!("RUN |1 HTTPS_PROXY={proxy} /bin/sh -c true"), "comment": SECRET},
+        ],
+    });
+    let n = normalise_with(&[DEPS], &[], config, &hidden);
+    let mut found = n.secrets_found.clone();
+    found.sort();
+    let proxy = "the credentials of proxy variable HTTPS_PROXY";
+    assert_eq!(
+        found,
+        [
+            "secret `tok`: the image's config, at `config.Cmd[1]`".to_string(),
+            "secret `tok`: the image's config, at `config.Labels.x-***`".into(),
+            "secret `tok`: the image's config, at `config.Volumes./v/***`".into(),
+            "secret `tok`: the image's history, at `history[1].comment`".into(),
+            format!("{proxy}: the image's config, at `config.Env[1]`"),
+            format!("{proxy}: the image's history, at `history[1].created_by`"),
+        ]
+    );
+    // A proxy without credentials, and NO_PROXY, are nothing to find.
+    let mut hidden = crate::image::build_args::proxy_credentials("HTTP_PROXY", "http://proxy:3128");
+    hidden.extend(crate::image::build_args::proxy_credentials(
+        "NO_PROXY",
+        "localhost",
+    ));
+    let n = normalise_with(
+        &[&[E::File("etc/hosts", 0o644, "127.0.0.1 localhost\n")]],
+        &[],
+        serde_json::json!({"config": {"Env": ["HTTP_PROXY=http://proxy:3128", "NO_PROXY=localhost"]}}),
+        &hidden,
+    );
+    assert!(n.secrets_found.is_empty(), "{:?}", n.secrets_found);
+}
+
+#[test]
+fn what_differs_between_two_builds_is_named_masked() {
+    // A file named after one line of a key: not the value, so the image is not refused,
+    // but never shown.
+    let key = b"-----BEGIN KEY-----\nline-one-of-the-key\nline-two-of-the-key\n-----END KEY-----\n";
+    let hidden = secret(key);
+    let a = normalise_with(
+        &[DEPS, &[E::File("x-line-one-of-the-key-A", 0o644, "")]],
+        &[],
+        serde_json::json!({}),
+        &hidden,
+    );
+    let b = normalise_with(
+        &[DEPS, &[E::File("x-line-one-of-the-key-B", 0o644, "")]],
+        &[],
+        serde_json::json!({}),
+        &hidden,
+    );
+    assert!(a.secrets_found.is_empty(), "{:?}", a.secrets_found);
+    assert_eq!(
+        differences(&a, &b, 20, &Masker::of(&hidden)),
+        [
+            "layer 2: x-***-A (only in the first build)",
+            "layer 2: x-***-B (only in the second build)"
+        ]
+    );
 }

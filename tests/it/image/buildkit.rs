@@ -10,14 +10,14 @@ use crate::common::*;
 
 /// The first stage of every recipe here: busybox, and a label unique to the test (so
 /// the images a test leaves can be found by it).
-const BASE: &str =
+pub(super) const BASE: &str =
     "FROM scratch AS base\nLABEL org.cibox.test.nonce=NONCE\nCOPY rootfs/ /\nENV PATH=/bin\n";
 
 /// A project whose Dockerfile (`BASE` then `stages`, `NONCE` replaced) lives in
 /// `docker/` and builds from the repository's root (`context: .`), with busybox in
 /// `rootfs/`; `image_extra` goes under its image in the manifest. Returns it and its
 /// nonce.
-fn project(stages: &str, image_extra: &str) -> (Project, String) {
+pub(super) fn project(stages: &str, image_extra: &str) -> (Project, String) {
     require_engine();
     let nonce = nonce();
     let p = Project::new(&format!(
@@ -33,7 +33,7 @@ fn project(stages: &str, image_extra: &str) -> (Project, String) {
 }
 
 /// `cibox -v image build ARGS` with `envs`, under the image-store lock.
-fn build(p: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
+pub(super) fn build(p: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
     let _store = image_store_lock(false);
     let mut c = cibox(p.path());
     c.args(["-v", "image", "build"]).args(args);
@@ -44,7 +44,7 @@ fn build(p: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
 }
 
 /// The ID a successful build printed, removed when the guard goes.
-fn built(r: &Run) -> ImageGuard {
+pub(super) fn built(r: &Run) -> ImageGuard {
     r.ok();
     let id = r.stdout.trim().to_string();
     assert!(id.starts_with("sha256:") && id.len() == 71, "{id}");
@@ -67,7 +67,7 @@ fn names(id: &str) -> Vec<String> {
 }
 
 /// The images carrying this test's label.
-fn labelled(nonce: &str) -> Vec<String> {
+pub(super) fn labelled(nonce: &str) -> Vec<String> {
     docker(&[
         "images",
         "-a",
