@@ -572,6 +572,12 @@ fn show_stage(stage: Stage<'_>, verbose: bool, ticker: &console::Ticker) {
                 }
             }
         }
+        Stage::Known { id } => say(
+            format!(
+                "the engine's build is one normalised before, into {id} (in the engine): nothing to save, write or load"
+            ),
+            None,
+        ),
         Stage::Saving => say(
             "saving the engine's build, to write it again reproducibly".into(),
             Some("saving the engine's build".into()),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::normalize::{self, Normalised};
-use super::scratch::{BuildScratch, LABEL_RAW_BUILD, RAW_TAG, StepImages};
+use super::scratch::{BuildScratch, RAW_TAG, StepImages};
 use super::{ImageError, ImageId};
 use crate::engine::{BuildEvent, BuildSecret, Engine};
 use crate::mask::{Hidden, MaskStream, Masker};
@@ -58,6 +58,9 @@ pub enum Stage<'a> {
     /// Output of the engine's builder, as it comes (what is hidden masked; the classic
     /// builder's in whole lines).
     Output(&'a str),
+    /// The engine's build is one this user normalised before, into this image (which
+    /// is in the engine): nothing is saved, written or loaded.
+    Known { id: &'a ImageId },
     /// The engine's build is being saved, to be written again.
     Saving,
     /// The saved build (this many bytes) is being normalised.
@@ -77,45 +80,42 @@ pub struct Built {
     pub engine_id: ImageId,
 }
 
-/// Builds once (from the cache unless `no_cache`), normalises, and returns the
-/// normalised archive (written in `into`, a folder of `scratch`); the engine's raw build
-/// is removed, and every image the build made is `scratch`'s to remove.
-fn build_once(
+/// The engine's build (from the cache unless `no_cache`), tagged `cibox-raw-build:…`
+/// (the tag written in `scratch`'s journal first, so a killed build's is removed by the
+/// next): its ID and that tag.
+fn engine_build(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
     no_cache: bool,
     scratch: &mut BuildScratch<'_>,
-    into: &Path,
+    mask: &Masker,
     on: &mut dyn FnMut(Stage<'_>),
-) -> Result<Normalised, ImageError> {
+) -> Result<(String, String), ImageError> {
     let context = (inputs.context)()?;
     // The raw build gets a tag of its own, never the lockset tag: removing it must not
-    // take that tag from the image an earlier build left.
+    // take that tag from the image an earlier build left. Nothing else of this build is
+    // on it: the engine's cache then gives the same raw build the same ID.
     let random = crate::util::random_hex(8).map_err(|e| crate::engine::EngineError::Io {
         action: "naming the raw build".into(),
         reason: e.to_string(),
     })?;
     let raw_tag = format!("{RAW_TAG}:{random}");
-    // Ties the raw build to this one, for the next build should this one be killed
-    // (normalising drops it: the image's ID does not depend on it).
-    let mut labels = inputs.labels.clone();
-    labels.insert(LABEL_RAW_BUILD.to_string(), scratch.label());
+    scratch.made(&raw_tag);
     let spec = crate::engine::BuildSpec {
         dockerfile: inputs.dockerfile,
-        labels: &labels,
+        labels: inputs.labels,
         build_args: inputs.build_args,
         tag: &raw_tag,
         no_cache,
         target: inputs.target,
         network: inputs.network,
     };
-    let mask = Masker::of(inputs.hidden);
     let raw =
         match inputs.builder {
             Builder::BuildKit => engine.build_kit(
                 context,
                 &spec,
-                (inputs.secrets, &mask),
+                (inputs.secrets, mask),
                 |event| match event {
                     BuildEvent::Step { name, cached } => on(Stage::Step { name, cached }),
                     BuildEvent::Output(text) => on(Stage::Output(text)),
@@ -139,12 +139,26 @@ fn build_once(
                 built
             }
         }
-        .map_err(|e| mask_error(e, &mask))?;
+        .map_err(|e| mask_error(e, mask))?;
     scratch.made(&raw);
+    Ok((raw, raw_tag))
+}
+
+/// Saves the raw build and normalises it (written in `into`, a folder of `scratch`);
+/// the raw build's tag is removed whatever happens, and every image the build made is
+/// `scratch`'s to remove.
+fn normalise_raw(
+    engine: &Engine,
+    inputs: &BuildInputs<'_>,
+    (raw, raw_tag): (&str, &str),
+    into: &Path,
+    mask: &Masker,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> Result<Normalised, ImageError> {
     let saved = into.join("built.tar");
     on(Stage::Saving);
     let result = engine
-        .save(&raw, &saved)
+        .save(raw, &saved)
         .map_err(ImageError::from)
         .and_then(|bytes| {
             on(Stage::Normalising { bytes });
@@ -153,7 +167,7 @@ fn build_once(
                 inputs.epoch,
                 inputs.repository,
                 &inputs.base_layers,
-                (inputs.hidden, &mask),
+                (inputs.hidden, mask),
                 into,
             )
             .map_err(|e| {
@@ -177,8 +191,22 @@ fn build_once(
     // The raw build goes whatever happened: only the normalised image is kept. By its
     // tag: an image that was already there under other names (a cached build) only
     // loses this one. (The engine refuses while a container uses it.)
-    let _ = engine.remove_image(&raw_tag);
+    let _ = engine.remove_image(raw_tag);
     result
+}
+
+/// Builds once (from the cache unless `no_cache`) and normalises.
+fn build_once(
+    engine: &Engine,
+    inputs: &BuildInputs<'_>,
+    no_cache: bool,
+    scratch: &mut BuildScratch<'_>,
+    into: &Path,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> Result<Normalised, ImageError> {
+    let mask = Masker::of(inputs.hidden);
+    let (raw, raw_tag) = engine_build(engine, inputs, no_cache, scratch, &mask, on)?;
+    normalise_raw(engine, inputs, (&raw, &raw_tag), into, &mask, on)
 }
 
 /// Loads a normalised archive and returns its ID as the engine names it.
@@ -228,8 +256,18 @@ pub fn build(
 ) -> Result<Built, ImageError> {
     let mut scratch = scratch(engine)?;
     let into = scratch.path().to_path_buf();
-    let n = build_once(engine, inputs, false, &mut scratch, &into, on)?;
-    load(engine, &n, on)
+    let mask = Masker::of(inputs.hidden);
+    let (raw, raw_tag) = engine_build(engine, inputs, false, &mut scratch, &mask, on)?;
+    let key = super::known::key(&raw, inputs);
+    if let Some(built) = super::known::lookup(engine, &key, inputs.labels) {
+        let _ = engine.remove_image(&raw_tag);
+        on(Stage::Known { id: &built.id });
+        return Ok(built);
+    }
+    let n = normalise_raw(engine, inputs, (&raw, &raw_tag), &into, &mask, on)?;
+    let built = load(engine, &n, on)?;
+    super::known::record(&key, &built);
+    Ok(built)
 }
 
 /// `image build --check`: two builds without the cache; the first is loaded when they

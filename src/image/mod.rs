@@ -11,6 +11,7 @@ pub mod build_context;
 pub mod build_scope;
 pub mod dockerfile;
 pub mod id;
+pub mod known;
 pub mod load;
 pub mod lockset;
 mod nix_build;

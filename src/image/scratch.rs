@@ -6,10 +6,10 @@
 //! from its cache (a multi-stage build's earlier stages are left dangling by the
 //! builder). [`BuildScratch`] removes all of them however the build returns. A build
 //! killed outright cannot, so its folder holds a lock, held for the build's life, and a
-//! journal of the images it made, and its raw build carries [`LABEL_RAW_BUILD`] naming
-//! the folder. The next build removes what a build whose lock is free left
-//! ([`sweep_dead`]): the images its journal or that label ties to it, never another
-//! image, then its folder.
+//! journal of the images it made (the raw build's tag written before the engine builds
+//! it). The next build removes what a build whose lock is free left ([`sweep_dead`]):
+//! the images its journal names, never another image, then its folder; and raw builds
+//! of older versions, which carried [`LABEL_RAW_BUILD`] naming their folder.
 
 use std::fs::File;
 use std::io::Write;
@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 
-/// On a raw build: `HOST FOLDER`, the build's host and scratch folder.
+/// On a raw build of cibox before issue 44: `HOST FOLDER`, the build's host and scratch
+/// folder. (A raw build now carries nothing of its own, so the engine's cache gives a
+/// rebuild the same ID.)
 pub const LABEL_RAW_BUILD: &str = "org.cibox.raw-build";
 /// The tag of a raw build (and the start of it).
 pub const RAW_TAG: &str = "cibox-raw-build";
@@ -62,12 +64,8 @@ impl<'e> BuildScratch<'e> {
         self.dir.path()
     }
 
-    /// The value of [`LABEL_RAW_BUILD`] for this build's raw image.
-    pub fn label(&self) -> String {
-        format!("{} {}", crate::util::host_name(), self.path().display())
-    }
-
-    /// An image this build made: written down at once, removed when the build ends.
+    /// An image this build made (by ID, or the raw build's tag before it is built):
+    /// written down at once, removed when the build ends.
     pub fn made(&mut self, id: &str) {
         let _ = writeln!(self.journal, "{id}");
         self.made.push(id.to_string());
@@ -118,7 +116,11 @@ pub fn sweep_dead(engine: &Engine) -> Leftovers {
         }
         let journal = std::fs::read_to_string(dir.join(JOURNAL)).unwrap_or_default();
         let mut all_gone = true;
-        for id in journal.lines().rev().filter(|l| is_image_id(l)) {
+        for id in journal
+            .lines()
+            .rev()
+            .filter(|l| is_image_id(l) || is_raw_tag(l))
+        {
             all_gone &= remove(id);
         }
         // One still in use (its build's container not yet gone): next time.

@@ -79,6 +79,9 @@ impl Run {
 pub fn cibox(dir: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.current_dir(dir);
+    // What this test's builds normalised before (the index of `image::known`), this
+    // test's own: nextest runs each test in a process of its own.
+    c.env("XDG_CACHE_HOME", test_cache_home());
     for (k, _) in std::env::vars() {
         // Nor the workflow's own GitHub Actions (or Buildkite) context, when the tests run in one: a
         // test that wants it sets it.
@@ -145,4 +148,16 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A folder of this test process's for `XDG_CACHE_HOME` (mode 0700, as cibox wants it).
+pub fn test_cache_home() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("cibox-test-cache-")
+            .tempdir()
+            .expect("a temporary folder")
+    })
+    .path()
 }
