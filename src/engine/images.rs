@@ -365,6 +365,24 @@ impl Engine {
             .collect())
     }
 
+    /// Streams `docker save` of one image into `sink` as the engine sends it; returns
+    /// the number of bytes. What `sink` refuses ends it.
+    pub fn save_into(&self, id: &str, sink: &mut dyn std::io::Write) -> Result<u64, EngineError> {
+        self.rt.block_on(async {
+            let mut stream = self.docker.export_image(id);
+            let mut written = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| Self::api("saving the image", e))?;
+                written += chunk.len() as u64;
+                sink.write_all(&chunk).map_err(|e| EngineError::Io {
+                    action: "reading the engine's save".into(),
+                    reason: e.to_string(),
+                })?;
+            }
+            Ok(written)
+        })
+    }
+
     /// Writes `docker save` of one image to `to`, atomically (a temp file renamed into
     /// place), and returns the number of bytes written.
     pub fn save(&self, id: &str, to: &Path) -> Result<u64, EngineError> {

@@ -144,29 +144,29 @@ fn engine_build(
     Ok((raw, raw_tag))
 }
 
-/// Saves the raw build and normalises it (written in `into`, a folder of `scratch`);
-/// the raw build's tag is removed whatever happens, and every image the build made is
+/// Saves the raw build and normalises it (written in `into`, a folder of `scratch`).
+/// The raw build stays (tagged) until its normalised image is loaded, which names the
+/// base layers it holds without carrying them; every image the build made is
 /// `scratch`'s to remove.
 fn normalise_raw(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
-    (raw, raw_tag): (&str, &str),
+    raw: &str,
     into: &Path,
     mask: &Masker,
     on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Normalised, ImageError> {
     let saved = into.join("built.tar");
     on(Stage::Saving);
-    let result = engine
-        .save(raw, &saved)
+    let result = super::saved::save(engine, raw, &inputs.base_layers, &saved)
         .map_err(ImageError::from)
-        .and_then(|bytes| {
-            on(Stage::Normalising { bytes });
+        .and_then(|s| {
+            on(Stage::Normalising { bytes: s.bytes });
             normalize::normalise(
                 &saved,
                 inputs.epoch,
                 inputs.repository,
-                &inputs.base_layers,
+                (&inputs.base_layers, &s.passed_over),
                 (inputs.hidden, mask),
                 into,
             )
@@ -188,10 +188,6 @@ fn normalise_raw(
             Err(kept_secrets(&n.secrets_found))
         });
     let _ = std::fs::remove_file(&saved);
-    // The raw build goes whatever happened: only the normalised image is kept. By its
-    // tag: an image that was already there under other names (a cached build) only
-    // loses this one. (The engine refuses while a container uses it.)
-    let _ = engine.remove_image(raw_tag);
     result
 }
 
@@ -205,8 +201,8 @@ fn build_once(
     on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Normalised, ImageError> {
     let mask = Masker::of(inputs.hidden);
-    let (raw, raw_tag) = engine_build(engine, inputs, no_cache, scratch, &mask, on)?;
-    normalise_raw(engine, inputs, (&raw, &raw_tag), into, &mask, on)
+    let (raw, _) = engine_build(engine, inputs, no_cache, scratch, &mask, on)?;
+    normalise_raw(engine, inputs, &raw, into, &mask, on)
 }
 
 /// Loads a normalised archive and returns its ID as the engine names it.
@@ -264,8 +260,13 @@ pub fn build(
         on(Stage::Known { id: &built.id });
         return Ok(built);
     }
-    let n = normalise_raw(engine, inputs, (&raw, &raw_tag), &into, &mask, on)?;
-    let built = load(engine, &n, on)?;
+    let loaded =
+        normalise_raw(engine, inputs, &raw, &into, &mask, on).and_then(|n| load(engine, &n, on));
+    // The raw build goes whatever happened: only the normalised image is kept. By its
+    // tag: an image that was already there under other names (a cached build) only
+    // loses this one. (The engine refuses while a container uses it.)
+    let _ = engine.remove_image(&raw_tag);
+    let built = loaded?;
     super::known::record(&key, &built);
     Ok(built)
 }

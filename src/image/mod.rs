@@ -18,6 +18,7 @@ mod nix_build;
 pub mod normalize;
 pub mod pinned;
 pub mod recipe;
+pub mod saved;
 pub mod scratch;
 pub mod secrets;
 

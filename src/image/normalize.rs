@@ -99,12 +99,16 @@ pub fn normalise(
     saved: &Path,
     epoch: u64,
     repository: &str,
-    keep: &std::collections::HashSet<String>,
+    (keep, passed_over): (
+        &std::collections::HashSet<String>,
+        &std::collections::BTreeSet<String>,
+    ),
     (hidden, mask): (&[Hidden], &Masker),
     tmp: &Path,
 ) -> Result<Normalised, ArchiveError> {
     let mut scan = SecretScan::new(hidden, mask);
     let mut saved = SavedArchive::open(saved)?;
+    saved.passed_over = passed_over.clone();
     let (mut config, layer_paths) = saved.image()?;
     let out_file =
         tempfile::NamedTempFile::new_in(tmp).map_err(|e| saved.io("temporary file", e))?;
@@ -168,6 +172,8 @@ fn strings(list: &serde_json::Value) -> Vec<String> {
 /// seeked, not held in memory).
 struct SavedArchive {
     file: File,
+    /// Layer files whose content the save passed over (a base's, see `saved`).
+    passed_over: std::collections::BTreeSet<String>,
     /// Path → where its data starts, and its size.
     places: BTreeMap<String, (u64, u64)>,
     /// Its name in messages.
@@ -194,7 +200,12 @@ impl SavedArchive {
                 }
             }
         }
-        Ok(SavedArchive { file, places, from })
+        Ok(SavedArchive {
+            file,
+            passed_over: Default::default(),
+            places,
+            from,
+        })
     }
 
     /// The archive could not be read or written here (`what` was being done).
@@ -269,28 +280,33 @@ impl SavedArchive {
         };
         let from = &self.from;
         let io = |e: std::io::Error| ArchiveError::Io(from.clone(), format!("{layer}: {e}"));
-        let (layer_file, digest, summary) = match base {
-            // A base image's layer, as it was.
-            Some(id) => {
-                below.forget_all();
-                let copy = copy_layer(&mut self.file, at, size, tmp).map_err(io)?;
-                (copy, id[7..].to_string(), BTreeMap::new())
-            }
-            None => {
-                normalise_layer(&mut self.file, at, size, epoch, (scan, below), tmp).map_err(io)?
-            }
-        };
-        let name = format!("{digest}/layer.tar");
-        if written.insert(digest.clone()) {
-            let mut h = tar::Header::new_gnu();
-            let len = layer_file.as_file().metadata().map_err(io)?.len();
-            h.set_size(len);
-            h.set_mode(0o644);
-            h.set_mtime(epoch);
-            out.append_data(&mut h, &name, layer_file.reopen().map_err(io)?)
-                .map_err(io)?;
+        if base.is_none() && self.passed_over.contains(layer) {
+            return Err(ArchiveError::Incomplete(
+                self.from.clone(),
+                format!(
+                    "the save passed over {layer}, which the manifest names as a layer the build added"
+                ),
+            ));
         }
-        Ok((digest, summary))
+        let Some(base) = base else {
+            let (layer_file, digest, summary) =
+                normalise_layer(&mut self.file, at, size, epoch, (scan, below), tmp).map_err(io)?;
+            let name = format!("{digest}/layer.tar");
+            if written.insert(digest.clone()) {
+                let mut h = tar::Header::new_gnu();
+                let len = layer_file.as_file().metadata().map_err(io)?.len();
+                h.set_size(len);
+                h.set_mode(0o644);
+                h.set_mtime(epoch);
+                out.append_data(&mut h, &name, layer_file.reopen().map_err(io)?)
+                    .map_err(io)?;
+            }
+            return Ok((digest, summary));
+        };
+        // A base image's layer, as it was: the engine holds it (the raw build is built on
+        // it and outlives the load), so the archive names it without carrying it.
+        below.forget_all();
+        Ok((base[7..].to_string(), BTreeMap::new()))
     }
 }
 
@@ -334,26 +350,6 @@ fn write_config_and_manifest(
     }]);
     add("manifest.json", manifest.to_string().as_bytes())?;
     Ok(config_digest)
-}
-
-/// A layer copied byte for byte into a temporary file.
-fn copy_layer(
-    saved: &mut File,
-    at: u64,
-    size: u64,
-    tmp: &Path,
-) -> std::io::Result<tempfile::NamedTempFile> {
-    let out = tempfile::NamedTempFile::new_in(tmp)?;
-    saved.seek(SeekFrom::Start(at))?;
-    let mut w = BufWriter::new(out.reopen()?);
-    let copied = std::io::copy(&mut Read::by_ref(saved).take(size), &mut w)?;
-    w.flush()?;
-    if copied != size {
-        return Err(std::io::Error::other(
-            "the saved archive ends inside a layer",
-        ));
-    }
-    Ok(out)
 }
 
 /// The config as it would be built anywhere: the new layers, `created` at the epoch,

@@ -144,7 +144,15 @@ fn normalise_with(
     let saved = dir.path().join("saved.tar");
     std::fs::write(&saved, b.into_inner().unwrap()).unwrap();
     let mask = Masker::of(hidden);
-    super::normalise(&saved, 1, "cibox/test", &keep, (hidden, &mask), dir.path()).unwrap()
+    super::normalise(
+        &saved,
+        1,
+        "cibox/test",
+        (&keep, &Default::default()),
+        (hidden, &mask),
+        dir.path(),
+    )
+    .unwrap()
 }
 
 const DEPS: &[E] = &[E::Dir("deps/", 0o755), E::File("deps/size", 0o644, "21\n")];
