@@ -30,3 +30,4 @@ mod readme;
 mod runner_container;
 mod selection;
 mod slurm;
+mod waits;
