@@ -4,6 +4,7 @@
 
 pub mod admin_file;
 pub mod caches;
+pub mod ci_tokens;
 pub mod devices;
 pub mod error;
 pub mod gpu;
