@@ -17,6 +17,7 @@ mod gpu;
 mod gpu_models;
 mod hostile;
 mod image;
+mod init;
 mod layers;
 mod lint;
 mod lockset;
