@@ -28,6 +28,9 @@ use super::{ExitWatch, TICK};
 /// (a wedged driver) cannot die, and is left unreaped rather than waited for.
 const REAP_GRACE: Duration = Duration::from_secs(2);
 
+/// How long pipes held by a killed group may take to close.
+const KILLED_GRACE: Duration = Duration::from_secs(1);
+
 /// What a run may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
@@ -165,33 +168,41 @@ fn drive(s: &mut Streams, input: &[u8], group: Pid, b: Bounds) -> Result<(), Bou
         rustix::io::ioctl_fionbio(fd, true).map_err(|e| BoundedError::Io(e.into()))?;
     }
     let mut watch = ExitWatch::of(group);
-    let mut exited = false;
+    // When the leader's exit was seen.
+    let mut exited: Option<Instant> = None;
     loop {
-        if !exited && leader_exited(group) {
-            exited = true;
+        if exited.is_none() && leader_exited(group) {
+            exited = Some(Instant::now());
             watch.done();
             // What it left behind has no answer to give.
             let _ = killpg(group, Signal::SIGKILL);
         }
-        if exited && s.stdout.is_none() && s.stderr.is_none() {
+        // What the pipes hold now first: an answer whole at the deadline (the waiting
+        // thread stopped, a slow host) is an answer.
+        pump(&mut s.stdout, &mut s.out, b.max_stdout, true)?;
+        pump(&mut s.stderr, &mut s.err, b.max_stderr, false)?;
+        feed(&mut s.stdin, input);
+        if exited.is_some() && s.stdout.is_none() && s.stderr.is_none() {
             return Ok(());
         }
         let now = Instant::now();
-        if now >= b.deadline {
-            return Err(if exited {
-                BoundedError::Held
-            } else {
-                BoundedError::Timeout
+        // Past the deadline: a leader still running is a timeout; one that exited gets
+        // a moment for what its group held to die with the kill, and is then given up.
+        let until = match exited {
+            None => b.deadline,
+            Some(at) => b.deadline.max(at + KILLED_GRACE),
+        };
+        if now >= until {
+            return Err(match exited {
+                Some(_) => BoundedError::Held,
+                None => BoundedError::Timeout,
             });
         }
-        let wait = (b.deadline - now).min(match &watch.0 {
+        let wait = (until - now).min(match &watch.0 {
             Some(_) => Duration::from_secs(1),
             None => TICK,
         });
         wait_for_any(s, watch.0.as_ref().map(AsFd::as_fd), wait);
-        pump(&mut s.stdout, &mut s.out, b.max_stdout, true)?;
-        pump(&mut s.stderr, &mut s.err, b.max_stderr, false)?;
-        feed(&mut s.stdin, input);
     }
 }
 
@@ -375,6 +386,24 @@ mod tests {
         let e = run(sh("sleep 300 & sleep 300"), b"", within(2)).unwrap_err();
         assert!(matches!(e, BoundedError::Timeout), "{e}");
         assert!(started.elapsed() < Duration::from_secs(100));
+    }
+
+    /// The waiting thread stopped (Ctrl-Z, a loaded host) past the deadline while the
+    /// program answered and exited: its answer stands.
+    #[test]
+    fn an_answer_whole_when_the_deadline_is_seen_stands() {
+        let running = Running::start(sh("echo answer"), false).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let a = running
+            .finish(
+                b"",
+                Bounds {
+                    deadline: Instant::now(),
+                    ..within(0)
+                },
+            )
+            .unwrap();
+        assert_eq!(a.stdout, b"answer\n");
     }
 
     #[test]
