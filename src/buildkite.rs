@@ -2,9 +2,10 @@
 //! `buildkite-agent annotate`, bounded in size and time. A leaf: the run's Buildkite
 //! reporter ([`crate::report::reporter::buildkite`]) builds on it.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::process::bounded::BoundedError;
 
 /// Whether cibox runs as a Buildkite job (`BUILDKITE=true`, as the agent sets it).
 pub fn active() -> bool {
@@ -48,7 +49,8 @@ fn agent() -> Option<std::path::PathBuf> {
 /// Annotates the build with `body` (Markdown, cut to [`MAX_ANNOTATION_BYTES`]) under
 /// `context` in `style` (`success`, `warning`, `error`, `info`): the body goes on the
 /// agent's standard input, never its command line; the agent gets
-/// [`ANNOTATE_TIMEOUT`], then is killed.
+/// [`ANNOTATE_TIMEOUT`] to answer, whatever a child it leaves holds, then is killed
+/// with its process group.
 pub fn annotate(context: &str, style: &str, body: &str) -> Result<(), AnnotateError> {
     let program = agent().ok_or(AnnotateError::NoAgent)?;
     let mut body = body.to_string();
@@ -61,42 +63,33 @@ pub fn annotate(context: &str, style: &str, body: &str) -> Result<(), AnnotateEr
         body.truncate(cut);
         body.push_str(note);
     }
-    let mut child = Command::new(program)
-        .args(["annotate", "--context", context, "--style", style])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(AnnotateError::Spawn)?;
-    let mut stdin = child.stdin.take().expect("piped");
-    // From a thread: an agent that reads nothing must not stop us on a full pipe.
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(body.as_bytes());
-    });
-    let mut stderr = child.stderr.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        use std::io::Read;
-        let mut text = Vec::new();
-        let _ = (&mut stderr).take(4096).read_to_end(&mut text);
-        String::from_utf8_lossy(&text).into_owned()
-    });
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < ANNOTATE_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(AnnotateError::Timeout);
-            }
-            Err(e) => return Err(AnnotateError::Spawn(e)),
+    let mut cmd = Command::new(program);
+    cmd.args(["annotate", "--context", context, "--style", style]);
+    // Bounded as a whole: its answer read, or given up, by the deadline, whatever a
+    // child it leaves behind holds (its group is killed once it exits).
+    let answer = crate::process::bounded::run(
+        cmd,
+        body.as_bytes(),
+        crate::process::bounded::Bounds {
+            deadline: Instant::now() + ANNOTATE_TIMEOUT,
+            max_stdout: 64 << 10,
+            max_stderr: 4096,
+        },
+    );
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(BoundedError::Spawn(e)) => return Err(AnnotateError::Spawn(e)),
+        // Still running, or its output held open by what it left, at the deadline.
+        Err(BoundedError::Timeout | BoundedError::Held) => return Err(AnnotateError::Timeout),
+        Err(BoundedError::TooLarge { max }) => {
+            return Err(AnnotateError::Failed {
+                status: "stopped".into(),
+                stderr: format!("it printed over {} KiB", max >> 10),
+            });
         }
+        Err(BoundedError::Io(e)) => return Err(AnnotateError::Spawn(e)),
     };
-    let _ = writer.join();
-    let stderr = reader.join().unwrap_or_default();
+    let (status, stderr) = (answer.status, String::from_utf8_lossy(&answer.stderr));
     if status.success() {
         Ok(())
     } else {

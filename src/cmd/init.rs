@@ -2,7 +2,10 @@
 //! it (test files, lock files), an image recipe stub, and workflow templates for the
 //! patterns the README recommends (CPU on every pull request, GPU on the
 //! approved-commit pattern, a scheduled cache warm-up), which render and lint clean.
-//! It never overwrites a file: what exists is left as it is, and said.
+//! It never overwrites a file: what exists is left as it is, and said. It writes nothing
+//! through a link: a folder it writes into that is one (a checkout's committed `.github`
+//! leading outside it) is refused before anything is written, and what it writes is made
+//! name by name in folders held open, never following one ([`crate::nofollow`]).
 
 use std::path::{Path, PathBuf};
 
@@ -10,11 +13,17 @@ use super::context::Context;
 use crate::console;
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
+use crate::nofollow::Folder;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error("cannot read the current folder: {0}")]
     CurrentFolder(#[source] std::io::Error),
+    #[error(
+        "{}: {what}; cibox init writes nothing through a link or in place of a folder, and wrote nothing",
+        .path.display()
+    )]
+    Link { path: PathBuf, what: String },
     #[error("writing {}: {source}", .path.display())]
     Write {
         path: PathBuf,
@@ -26,7 +35,7 @@ pub enum InitError {
 impl ErrorKind for InitError {
     fn failure(&self) -> Failure {
         match self {
-            InitError::CurrentFolder(_) => Failure::Usage,
+            InitError::CurrentFolder(_) | InitError::Link { .. } => Failure::Usage,
             InitError::Write { .. } => Failure::Infra,
         }
     }
@@ -84,6 +93,14 @@ pub fn init(_ctx: &Context) -> Result<u8> {
             WARM_UP_TEMPLATE.to_string(),
         ),
     ];
+    // Every folder on the way first: a link among them writes nothing at all.
+    for (rel, _) in &files {
+        no_link_on_the_way(&root, Path::new(rel))?;
+    }
+    let folder = Folder::open(&root).map_err(|source| InitError::Write {
+        path: root.clone(),
+        source: crate::nofollow::said_of_links(source),
+    })?;
     let mut wrote = 0;
     for (rel, text) in &files {
         let path = root.join(rel);
@@ -91,7 +108,7 @@ pub fn init(_ctx: &Context) -> Result<u8> {
             console::info(format!("{rel} exists: left as it is"));
             continue;
         }
-        write_new(&path, text)?;
+        write_new(&folder, Path::new(rel), &path, text)?;
         console::info(format!("wrote {rel}"));
         wrote += 1;
     }
@@ -103,20 +120,45 @@ pub fn init(_ctx: &Context) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// Writes `text` as a new file (never over one), making its folders.
-fn write_new(path: &Path, text: &str) -> Result<()> {
+/// Refuses a folder on the way to `rel` (below `root`) that is a link, or not a folder.
+fn no_link_on_the_way(root: &Path, rel: &Path) -> Result<()> {
+    let mut at = PathBuf::new();
+    for part in rel.parent().into_iter().flat_map(Path::components) {
+        at.push(part);
+        let what = match std::fs::symlink_metadata(root.join(&at)) {
+            Err(_) => return Ok(()), // not there: made by init, below nothing else
+            Ok(md) if md.is_dir() => continue,
+            Ok(md) if md.file_type().is_symlink() => {
+                let target = std::fs::read_link(root.join(&at)).unwrap_or_default();
+                format!(
+                    "a symbolic link (to {}) where init writes in a folder",
+                    crate::util::escape(&target.to_string_lossy())
+                )
+            }
+            Ok(_) => "not a folder, where init writes in one".to_string(),
+        };
+        return Err(InitError::Link { path: at, what }.into());
+    }
+    Ok(())
+}
+
+/// Writes `text` as the new file `rel` of `root` (never over one, `shown` in errors),
+/// making its folders, each name made or opened in the folder before it, no link
+/// followed.
+fn write_new(root: &Folder, rel: &Path, shown: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     let io = |source| InitError::Write {
-        path: path.to_path_buf(),
-        source,
+        path: shown.to_path_buf(),
+        source: crate::nofollow::said_of_links(source),
     };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
+    // (Init's own names: plain, UTF-8.)
+    let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let folder = match rel.parent() {
+        Some(parent) => root.make_path(parent, 0o777).map_err(io)?,
+        None => root.try_clone().map_err(io)?,
+    };
+    folder
+        .create_new(name, 0o666)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(io)?;
     Ok(())

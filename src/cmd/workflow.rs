@@ -32,6 +32,15 @@ pub enum WorkflowCommandError {
         wanted: String,
         outputs: Vec<String>,
     },
+    #[error(
+        "--print {wanted}: more than one output has that name, of different CIs: {}; {how}",
+        .candidates.join(" and ")
+    )]
+    AmbiguousOutput {
+        wanted: String,
+        candidates: Vec<String>,
+        how: &'static str,
+    },
     #[error("no *.yml.j2 template in {}", .dir.display())]
     NoTemplates { dir: PathBuf },
     /// A rendered workflow could not be written.
@@ -76,6 +85,7 @@ impl ErrorKind for WorkflowCommandError {
             WorkflowCommandError::NoWorkflowsDir { .. }
             | WorkflowCommandError::NoTemplates { .. }
             | WorkflowCommandError::NoSuchOutput { .. }
+            | WorkflowCommandError::AmbiguousOutput { .. }
             | WorkflowCommandError::Folder { .. }
             | WorkflowCommandError::NoSuchTarget { .. }
             | WorkflowCommandError::Output { .. }
@@ -169,29 +179,68 @@ fn render_warnings(m: &manifest::Manifest, r: &render::Rendered) -> Vec<String> 
     }
 }
 
-/// `workflow render --print OUTPUT`: that one output on stdout, nothing written.
+/// `workflow render --print OUTPUT`: that one output on stdout, nothing written. OUTPUT
+/// names one output of one CI: a file name two templates render (one GitHub's, one
+/// Buildkite's) is refused, and so is a path both render.
 fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -> Result<u8> {
     let mut names = Vec::new();
+    // (folder, template, its output's path from the manifest's folder)
+    let mut by_name = Vec::new();
+    let mut by_path = Vec::new();
     for f in folders {
         for t in &f.templates {
             let out_name = output_name(t).trim_end_matches(".j2").to_string();
             let rel = f.rel.join(&out_name);
-            if wanted == out_name || Path::new(wanted) == rel {
-                let r = confined::render(&m.path, t, f.flavor)?;
-                for w in render_warnings(m, &r) {
-                    console::warn(w);
-                }
-                print_rendered(&r.text)?;
-                return Ok(exit::SUCCESS);
+            if Path::new(wanted) == rel {
+                by_path.push((f, t, rel.clone()));
+            } else if wanted == out_name {
+                by_name.push((f, t, rel.clone()));
             }
             names.push(rel.display().to_string());
         }
     }
-    Err(WorkflowCommandError::NoSuchOutput {
-        wanted: crate::util::escape(wanted).into_owned(),
-        outputs: names,
+    let found = if by_path.is_empty() { by_name } else { by_path };
+    let shown = || crate::util::escape(wanted).into_owned();
+    match found.as_slice() {
+        [] => Err(WorkflowCommandError::NoSuchOutput {
+            wanted: shown(),
+            outputs: names,
+        }
+        .into()),
+        [(f, t, _)] => {
+            let r = confined::render(&m.path, t, f.flavor)?;
+            for w in render_warnings(m, &r) {
+                console::warn(w);
+            }
+            print_rendered(&r.text)?;
+            Ok(exit::SUCCESS)
+        }
+        many => {
+            let candidates: Vec<String> = many
+                .iter()
+                .map(|(f, _, rel)| format!("{} ({})", rel.display(), ci_name(f.flavor)))
+                .collect();
+            let one_path = many.iter().all(|(_, _, rel)| *rel == many[0].2);
+            Err(WorkflowCommandError::AmbiguousOutput {
+                wanted: shown(),
+                candidates,
+                how: if one_path {
+                    "workflows.dir and workflows.buildkite name one folder: give each CI a folder of its own"
+                } else {
+                    "give the output's path from the manifest's folder"
+                },
+            }
+            .into())
+        }
     }
-    .into())
+}
+
+/// A CI as a message names it.
+fn ci_name(flavor: render::Flavor) -> &'static str {
+    match flavor {
+        render::Flavor::GitHub => "GitHub",
+        render::Flavor::Buildkite => "Buildkite",
+    }
 }
 
 /// `cibox __render-template --flavor F TEMPLATE`: one template of the manifest rendered

@@ -4,14 +4,17 @@
 //! get`, the docker CLI's protocol). Never from the manifest; nothing is printed of
 //! them.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use base64::Engine as _;
 use bollard::auth::DockerCredentials;
 
 use super::EngineError;
+
+/// How long a credential helper may take to answer (one may ask a keyring or a
+/// cloud's API); past it, it is killed with what it started.
+const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Docker Hub's key in `auths`.
 const DOCKER_HUB: &str = "https://index.docker.io/v1/";
@@ -139,19 +142,22 @@ fn run_helper(name: &str, registry: &str) -> HelperAnswer {
         action: format!("asking {program} for the credentials of {registry}"),
         reason,
     };
-    let mut child = Command::new(&program)
-        .arg("get")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| failed(e.to_string()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = writeln!(stdin, "{registry}");
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| failed(e.to_string()))?;
+    let mut cmd = Command::new(&program);
+    cmd.arg("get");
+    let bounds = crate::process::bounded::Bounds {
+        deadline: std::time::Instant::now() + HELPER_TIMEOUT,
+        max_stdout: 1 << 20,
+        max_stderr: 64 << 10,
+    };
+    let out = crate::process::bounded::run(cmd, format!("{registry}\n").as_bytes(), bounds)
+        .map_err(|e| match e {
+            crate::process::bounded::BoundedError::Timeout
+            | crate::process::bounded::BoundedError::Held => failed(format!(
+                "it did not answer within {} s",
+                HELPER_TIMEOUT.as_secs()
+            )),
+            e => failed(e.to_string()),
+        })?;
     if !out.status.success() {
         // "credentials not found in native keychain": none for this registry.
         let said = String::from_utf8_lossy(&out.stdout).to_lowercase()

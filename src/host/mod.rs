@@ -5,6 +5,7 @@
 pub mod admin_file;
 pub mod builds;
 pub mod caches;
+pub mod ci_tokens;
 pub mod devices;
 pub mod error;
 pub mod gpu;

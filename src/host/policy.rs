@@ -45,6 +45,7 @@ const NEVER_PASSED: [&str; 7] = [
 pub fn never_passed(name: &str) -> Option<&'static str> {
     NEVER_PASSED
         .iter()
+        .chain(super::ci_tokens::CI_AGENT_TOKENS)
         .copied()
         .find(|p| match p.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),

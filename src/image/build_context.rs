@@ -9,7 +9,13 @@
 //! escapes, `!` re-includes, the last matching pattern wins, and a pattern that matches
 //! a folder excludes what is inside it. The Dockerfile and `.dockerignore` themselves are always sent, as the
 //! docker CLI does (the engine drops them again where they are excluded).
+//!
+//! A git config in the context (`.git/config` and the others a batch's source copy
+//! masks, of nested checkouts and submodules too) is sent cleaned, as a batch reads it
+//! ([`crate::run::git_mask`]): `actions/checkout` leaves the job's token in it, and a
+//! `COPY .git/config` (or `COPY . …`) must not put that in an image.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -222,6 +228,11 @@ pub enum BuildContextError {
         #[source]
         source: std::io::Error,
     },
+    /// The walk for nested checkouts gave up: fail closed rather than miss one.
+    #[error(
+        "build context {dir}: more than {max} folders to look through for git checkouts nested in it, whose .git/config may hold credentials the image would keep; build from a smaller context, or leave out what the image does not need (.dockerignore)"
+    )]
+    TooManyFolders { dir: String, max: usize },
     #[error("{what}: {source}")]
     TempFile {
         what: &'static str,
@@ -246,6 +257,7 @@ pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, BuildContextError> {
     use std::io::Seek;
     let shown = dir.display().to_string();
     let mut rules = IgnoreRules::read(dir).map_err(BuildContextError::Ignore)?;
+    let configs = cleaned_git_configs(dir)?;
     rules.keep(".dockerignore");
     rules.keep(&clean(dockerfile));
     let file = tempfile::tempfile().map_err(|source| BuildContextError::TempFile {
@@ -261,7 +273,7 @@ pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, BuildContextError> {
         dir: shown.clone(),
         source,
     };
-    add_folder(&mut builder, dir, "", &rules).map_err(unreadable)?;
+    add_folder(&mut builder, dir, "", &rules, &configs).map_err(unreadable)?;
     let mut file = builder
         .into_inner()
         .map_err(|source| BuildContextError::Pack {
@@ -276,13 +288,34 @@ pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, BuildContextError> {
     Ok(file)
 }
 
+/// The context's git configs, by their paths in it, each with the text it is sent as.
+fn cleaned_git_configs(dir: &Path) -> Result<HashMap<String, String>, BuildContextError> {
+    use crate::run::git_mask::{MaskError, cleaned};
+    let configs = cleaned(dir).map_err(|e| match e {
+        MaskError::TooManyFolders { max, .. } => BuildContextError::TooManyFolders {
+            dir: dir.display().to_string(),
+            max,
+        },
+        MaskError::Write(source) => BuildContextError::Unreadable {
+            dir: dir.display().to_string(),
+            source,
+        },
+    })?;
+    Ok(configs
+        .into_iter()
+        .filter_map(|(rel, text)| Some((rel.to_str()?.to_string(), text)))
+        .collect())
+}
+
 /// Adds what `folder` (at `rel` in the context, `""` for the root) holds, in name
-/// order so the same context packs the same way.
+/// order so the same context packs the same way; a git config of `configs` as its
+/// cleaned text.
 fn add_folder(
     builder: &mut tar::Builder<File>,
     folder: &Path,
     rel: &str,
     rules: &IgnoreRules,
+    configs: &HashMap<String, String>,
 ) -> std::io::Result<()> {
     let mut entries: Vec<(String, PathBuf, std::fs::FileType)> = Vec::new();
     for e in std::fs::read_dir(folder)? {
@@ -305,15 +338,16 @@ fn add_folder(
         let excluded = rules.excludes(&child);
         if kind.is_dir() {
             if !excluded {
-                append_plain(builder, &path, &child)?;
-                add_folder(builder, &path, &child, rules)?;
+                append_plain(builder, &path, &child, None)?;
+                add_folder(builder, &path, &child, rules, configs)?;
             } else if rules.may_reinclude_under(&child) {
-                add_folder(builder, &path, &child, rules)?;
+                add_folder(builder, &path, &child, rules, configs)?;
             }
         } else if excluded {
             continue;
         } else if kind.is_file() || kind.is_symlink() {
-            append_plain(builder, &path, &child)?;
+            let text = configs.get(&child).filter(|_| kind.is_file());
+            append_plain(builder, &path, &child, text.map(String::as_bytes))?;
         } else {
             append_special(builder, &path, &child)?;
         }
@@ -325,8 +359,14 @@ fn add_folder(
 /// root, no owner names, time 0, and the mode without group and other write bits (what
 /// git checks out under umask 022). The engine's classic builder hashes a `COPY`
 /// source with owners and modes, so a runner's uid or umask would otherwise change
-/// the image ID. Sticky folders (a rootfs's `/tmp`, `/work`) keep their mode.
-fn append_plain(builder: &mut tar::Builder<File>, path: &Path, name: &str) -> std::io::Result<()> {
+/// the image ID. Sticky folders (a rootfs's `/tmp`, `/work`) keep their mode. A file
+/// whose content is `instead` (a cleaned git config) is sent with that.
+fn append_plain(
+    builder: &mut tar::Builder<File>,
+    path: &Path,
+    name: &str,
+    instead: Option<&[u8]>,
+) -> std::io::Result<()> {
     let meta = std::fs::symlink_metadata(path)?;
     let mut header = tar::Header::new_gnu();
     header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
@@ -346,6 +386,9 @@ fn append_plain(builder: &mut tar::Builder<File>, path: &Path, name: &str) -> st
     } else if meta.is_dir() {
         header.set_size(0);
         builder.append_data(&mut header, name, std::io::empty())
+    } else if let Some(text) = instead {
+        header.set_size(text.len() as u64);
+        builder.append_data(&mut header, name, text)
     } else {
         let file = File::open(path)?;
         builder.append_data(&mut header, name, file)
@@ -468,6 +511,38 @@ mod tests {
         assert!(!r.excludes("Dockerfile"));
         assert!(!r.excludes(".dockerignore"));
         assert!(r.excludes("other"));
+    }
+
+    #[test]
+    fn a_git_config_is_packed_without_its_credentials() {
+        use std::io::Read;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let token = "[core]\n\trepositoryformatversion = 0\n[remote \"origin\"]\n\turl = https://x-access-token:ghs_SECRET1@github.com/o/r\n[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic U0VDUkVUMg==\n";
+        for dir in [".git", "deps/x/.git", ".git/modules/m"] {
+            std::fs::create_dir_all(d.join(dir)).unwrap();
+            std::fs::write(d.join(dir).join("config"), token).unwrap();
+        }
+        std::fs::write(d.join("Dockerfile"), "FROM scratch\nCOPY . /\n").unwrap();
+        let mut packed = String::new();
+        let mut archive = tar::Archive::new(pack(d, "Dockerfile").unwrap());
+        let mut configs = 0;
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let name = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut text = String::new();
+            entry.read_to_string(&mut text).unwrap();
+            assert_eq!(entry.header().size().unwrap(), text.len() as u64, "{name}");
+            if name.ends_with("config") {
+                configs += 1;
+                assert!(text.contains("github.com/o/r"), "{name}: {text}");
+            }
+            packed.push_str(&text);
+        }
+        assert_eq!(configs, 3);
+        for secret in ["SECRET1", "U0VDUkVUMg", "extraheader"] {
+            assert!(!packed.contains(secret), "{secret} in the context");
+        }
     }
 
     #[test]

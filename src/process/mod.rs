@@ -8,6 +8,7 @@
 //! REPL, a `pdb` breakpoint) would be stopped by SIGTTIN and wait forever. Ctrl-C then
 //! reaches the command directly, and Ctrl-Z stops cibox with it.
 
+pub mod bounded;
 pub mod confine;
 
 use std::os::unix::io::RawFd;

@@ -61,10 +61,7 @@ pub struct GitMasks {
 /// a second `actions/checkout` into `deps/x`, at any depth); none when there is no
 /// `.git` folder. A config git cannot read (or no git) is masked with an empty one.
 pub fn mask(source: &Path) -> Result<GitMasks, MaskError> {
-    let mut configs = Vec::new();
-    for git_dir in git_dirs(source, NESTED_FOLDERS)? {
-        configs.extend(configs_under(&git_dir));
-    }
+    let configs = cleaned(source)?;
     if configs.is_empty() {
         return Ok(GitMasks {
             _dir: None,
@@ -75,27 +72,43 @@ pub fn mask(source: &Path) -> Result<GitMasks, MaskError> {
         .prefix("cibox-git-mask-")
         .tempdir()?;
     let mut binds = Vec::new();
-    for (i, config) in configs.iter().enumerate() {
-        let listed: Result<Vec<u8>, GitError> = crate::git::run(
-            source,
-            &[
-                "config",
-                "--file",
-                &config.display().to_string(),
-                "--list",
-                "-z",
-            ],
-        );
-        let clean = clean_config(&listed.unwrap_or_default());
+    for (i, (rel, clean)) in configs.iter().enumerate() {
         let copy = dir.path().join(format!("config-{i}"));
-        write_readable(&copy, &clean)?;
-        let rel = config.strip_prefix(source).unwrap_or(config);
+        write_readable(&copy, clean)?;
         binds.push(format!("{}:/src/{}:ro", copy.display(), rel.display()));
     }
     Ok(GitMasks {
         _dir: Some(dir),
         binds,
     })
+}
+
+/// The git configs of `source` that [`mask`] covers, each by its path relative to
+/// `source` with its cleaned text: what a batch reads in their place, and what an image
+/// build's context carries in their place.
+pub fn cleaned(source: &Path) -> Result<Vec<(PathBuf, String)>, MaskError> {
+    let mut configs = Vec::new();
+    for git_dir in git_dirs(source, NESTED_FOLDERS)? {
+        configs.extend(configs_under(&git_dir));
+    }
+    Ok(configs
+        .into_iter()
+        .map(|config| {
+            let listed: Result<Vec<u8>, GitError> = crate::git::run(
+                source,
+                &[
+                    "config",
+                    "--file",
+                    &config.display().to_string(),
+                    "--list",
+                    "-z",
+                ],
+            );
+            let clean = clean_config(&listed.unwrap_or_default());
+            let rel = config.strip_prefix(source).unwrap_or(&config).to_path_buf();
+            (rel, clean)
+        })
+        .collect())
 }
 
 /// The batch reads the copy as whatever user it runs as.

@@ -16,11 +16,14 @@ pub mod cluster;
 pub mod job;
 pub mod wire;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::exit::Failure;
+use crate::process::bounded::{self, BoundedError, Bounds};
+
+/// The most a Slurm query's answer may hold (a cluster's nodes, `-o`, one line each).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// How long one Slurm query may take: the controller answers in milliseconds, or
 /// after its own `MessageTimeout` (10 s by default) when it is down.
@@ -68,50 +71,28 @@ pub fn query(program: &str, args: &[&str]) -> Result<String, SlurmError> {
         command: shown(),
         why,
     };
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            unreachable(if e.kind() == std::io::ErrorKind::NotFound {
-                "is not installed here (no such program on PATH)".to_string()
-            } else {
-                format!("could not start: {e}")
-            })
-        })?;
-    let readers = [
-        read_all(
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ),
-        read_all(
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ),
-    ];
-    let deadline = Instant::now() + QUERY_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(unreachable(format!(
-                    "did not answer within {} s",
-                    QUERY_TIMEOUT.as_secs()
-                )));
-            }
-            Err(e) => return Err(unreachable(format!("could not be waited for: {e}"))),
-        }
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    // Its answer read whole by the deadline, whatever a process it leaves holds.
+    let bounds = Bounds {
+        deadline: Instant::now() + QUERY_TIMEOUT,
+        max_stdout: MAX_ANSWER_BYTES,
+        max_stderr: 64 << 10,
     };
-    let [out, err] = readers.map(|r| r.join().unwrap_or_default());
+    let answer = bounded::run(cmd, b"", bounds).map_err(|e| {
+        unreachable(match e {
+            BoundedError::Spawn(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                "is not installed here (no such program on PATH)".to_string()
+            }
+            BoundedError::Spawn(e) => format!("could not start: {e}"),
+            BoundedError::Timeout | BoundedError::Held => {
+                format!("did not answer within {} s", QUERY_TIMEOUT.as_secs())
+            }
+            BoundedError::TooLarge { max } => format!("answered over {} MiB", max >> 20),
+            BoundedError::Io(e) => format!("could not be waited for: {e}"),
+        })
+    })?;
+    let (status, out, err) = (answer.status, answer.stdout, answer.stderr);
     if !status.success() {
         let last = String::from_utf8_lossy(&err)
             .lines()
@@ -127,17 +108,6 @@ pub fn query(program: &str, args: &[&str]) -> Result<String, SlurmError> {
     String::from_utf8(out).map_err(|_| SlurmError::Unreadable {
         command: shown(),
         why: "not UTF-8".into(),
-    })
-}
-
-/// Reads a child's pipe to its end in a thread, at most 64 MiB.
-fn read_all(pipe: Option<Box<dyn Read + Send>>) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(p) = pipe {
-            let _ = p.take(64 << 20).read_to_end(&mut buf);
-        }
-        buf
     })
 }
 

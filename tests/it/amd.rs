@@ -100,6 +100,34 @@ fn an_amd_probe_that_cannot_tell_fails_closed() {
     );
 }
 
+#[test]
+fn an_amd_gpu_named_twice_fails_closed_and_is_not_leased() {
+    // rocm-smi's JSON with card 0 busy and then idle, under one key or two: the busy
+    // reading must not be dropped (JSON readers keep a key's last value).
+    let h = AmdHost::new(1);
+    let id = &AmdHost::id(0)[4..];
+    for (index, says) in [
+        ("0", "the key `card0` is given twice"),
+        (
+            "00",
+            "`card00` names card 0, which an earlier key names too",
+        ),
+    ] {
+        h.set(
+            "gpus.csv",
+            &format!("0, {id}, 4096, 196592, 90\n{index}, {id}, 0, 196592, 0\n"),
+        );
+        exec_visible(&h, 1).fails_with(5, says);
+        h.run(&["gpu", "status"]).fails_with(5, says);
+    }
+    assert_eq!(
+        std::fs::read_dir(h.locks.path().join("queue"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
+}
+
 /// A batch that prints what of the GPUs its container has.
 fn looking_batch(name: &str, gpus: u32) -> String {
     let script = "echo \"DRI=$(ls /dev/dri | sort | tr '\\n' ' ')\"; \

@@ -238,6 +238,38 @@ fn github_and_buildkite_templates_render_side_by_side() {
     );
 }
 
+#[test]
+fn print_names_one_output_of_one_ci() {
+    // A GitHub template and a Buildkite one of the same name: `--print pipeline.yml`
+    // printed GitHub's, never checked against Buildkite's schema, into `pipeline upload`.
+    let p = Project::new(&MANIFEST.replace("workflows:\n", "workflows:\n  dir: wf\n"));
+    p.write(
+        "wf/pipeline.yml.j2",
+        "steps:\n  - command: from-github << project >>\n",
+    );
+    p.write(
+        ".buildkite/pipeline.yml.j2",
+        "steps:\n  - command: from-buildkite << project >>\n",
+    );
+    let r = p.cibox(&["workflow", "render", "--print", "pipeline.yml"]);
+    r.fails_with(
+        2,
+        "--print pipeline.yml: more than one output has that name, of different CIs: wf/pipeline.yml (GitHub) and .buildkite/pipeline.yml (Buildkite); give the output's path from the manifest's folder",
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    // By its path, each is the one named, and judged by its own CI.
+    let r = p.cibox(&["workflow", "render", "--print", ".buildkite/pipeline.yml"]);
+    r.ok();
+    assert!(r.stdout.contains("from-buildkite bk"), "{}", r.stdout);
+    let r = p.cibox(&["workflow", "render", "--print", "wf/pipeline.yml"]);
+    r.fails_with(2, "fails `workflow lint`");
+    // Two CIs rendering from one folder: no path tells them apart.
+    let p = Project::new(&MANIFEST.replace("workflows:\n", "workflows:\n  dir: .buildkite\n"));
+    p.write(".buildkite/pipeline.yml.j2", "steps:\n  - command: x\n");
+    p.cibox(&["workflow", "render", "--print", ".buildkite/pipeline.yml"])
+        .fails_with(2, "name one folder: give each CI a folder of its own");
+}
+
 /// A `buildkite-agent` that records each call's arguments and standard input in `log`,
 /// and exits with `code`.
 fn agent_double(dir: &Path, code: i32) -> PathBuf {

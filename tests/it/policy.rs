@@ -97,6 +97,32 @@ fn the_runners_credentials_never_pass_whatever_a_policy_says() {
 }
 
 #[test]
+fn ci_agents_own_tokens_never_pass_whatever_a_policy_says() {
+    // Buildkite's job token (what `buildkite-agent` uploads and annotates with), its
+    // registration token, GitLab's job token: granted by mistake, refused at the policy.
+    for name in [
+        "BUILDKITE_AGENT_ACCESS_TOKEN",
+        "BUILDKITE_AGENT_TOKEN",
+        "CI_JOB_TOKEN",
+        "CI_JOB_JWT_V2",
+        "SYSTEM_ACCESSTOKEN",
+    ] {
+        let policy = HostPolicyFile::new(&format!("version: 1\ngrants: {{pass_env: [{name}]}}\n"));
+        let p = asking(&format!("{{pass_env: [{name}]}}"));
+        run_b(&p, Some(&policy)).fails_with(2, &format!("`{name}` may never pass into a batch"));
+        assert!(
+            !p.path().join("reports/b").exists(),
+            "nothing made for {name}"
+        );
+    }
+    // Buildkite's other variables are the host's to grant.
+    let policy = HostPolicyFile::new("version: 1\ngrants: {pass_env: [BUILDKITE_BUILD_URL]}\n");
+    let p = asking("{pass_env: [BUILDKITE_BUILD_URL]}");
+    let r = run_b(&p, Some(&policy));
+    assert!(!r.stderr.contains("never pass"), "{}", r.stderr);
+}
+
+#[test]
 fn a_mount_outside_the_granted_roots_is_refused_as_named_and_as_resolved() {
     let data = data_dir();
     let granted = data.path().join("granted");

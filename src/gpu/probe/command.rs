@@ -1,13 +1,20 @@
 //! One query of a probe program (nvidia-smi, rocm-smi), running: started in its own
-//! process group, its output read on threads, waited for until a deadline and killed,
-//! with everything it started, past it.
+//! process group, waited for until a deadline and killed, with everything it started,
+//! past it ([`crate::process::bounded`]). Its answer may hold at most
+//! [`MAX_ANSWER_BYTES`]: one past it is a probe failure, never read whole.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::error::ProbeError;
+use crate::process::bounded::{BoundedError, Bounds, Running};
+
+/// The most a probe's answer may hold (its standard output): a host's GPUs and their
+/// processes take kilobytes.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// The most of a probe's standard error kept, for the line that says why it failed.
+const MAX_ERROR_BYTES: usize = 64 << 10;
 
 /// A query running.
 pub(super) struct Query {
@@ -16,9 +23,7 @@ pub(super) struct Query {
     query: &'static str,
     /// The variable that names the program, for a refusal to start it.
     knob: &'static str,
-    child: std::process::Child,
-    out_reader: std::thread::JoinHandle<Vec<u8>>,
-    err_reader: std::thread::JoinHandle<Vec<u8>>,
+    running: Running,
 }
 
 impl Query {
@@ -30,80 +35,57 @@ impl Query {
         args: &[&str],
         knob: &'static str,
     ) -> Result<Query, ProbeError> {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so a timeout kills a wrapper script and its children.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| ProbeError::Spawn {
-                program: program.into(),
-                reason: e.to_string(),
-                knob,
-            })?;
-        // Read both pipes on threads so a chatty child cannot block on a full pipe.
-        let mut stdout = child.stdout.take().expect("piped");
-        let mut stderr = child.stderr.take().expect("piped");
-        let out_reader = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stdout.read_to_end(&mut s);
-            s
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stderr.read_to_end(&mut s);
-            s
-        });
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        let running = Running::start(cmd, false).map_err(|e| ProbeError::Spawn {
+            program: program.into(),
+            reason: e.to_string(),
+            knob,
+        })?;
         Ok(Query {
             program: program.into(),
             query,
             knob,
-            child,
-            out_reader,
-            err_reader,
+            running,
         })
     }
 
     /// Kills the query's whole process group and reaps it.
-    pub(super) fn kill(mut self) {
-        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
+    pub(super) fn kill(self) {
+        self.running.kill();
     }
 
-    /// Waits for the query until `deadline`; its output, or why there is none.
-    pub(super) fn finish(
-        mut self,
-        deadline: Instant,
-        timeout: Duration,
-    ) -> Result<String, ProbeError> {
-        let (program, query, knob) = (self.program.clone(), self.query, self.knob);
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    self.kill();
-                    return Err(ProbeError::Timeout {
-                        program,
-                        query,
-                        secs: timeout.as_secs().max(1),
-                    });
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => {
-                    self.kill();
-                    return Err(ProbeError::Spawn {
-                        program,
-                        reason: e.to_string(),
-                        knob,
-                    });
-                }
-            }
+    /// Waits for the query until `deadline` (its answer read whole by then, whatever
+    /// its children hold); its output, or why there is none.
+    pub(super) fn finish(self, deadline: Instant, timeout: Duration) -> Result<String, ProbeError> {
+        let (program, query, knob) = (self.program, self.query, self.knob);
+        let bounds = Bounds {
+            deadline,
+            max_stdout: MAX_ANSWER_BYTES,
+            max_stderr: MAX_ERROR_BYTES,
         };
-        let stdout = self.out_reader.join().unwrap_or_default();
-        let stderr = self.err_reader.join().unwrap_or_default();
+        let answer = self.running.finish(b"", bounds).map_err(|e| match e {
+            BoundedError::Timeout | BoundedError::Held => ProbeError::Timeout {
+                program: program.clone(),
+                query,
+                secs: timeout.as_secs().max(1),
+            },
+            BoundedError::TooLarge { max } => ProbeError::Parse {
+                program: program.clone(),
+                query,
+                line: 0,
+                reason: format!(
+                    "the answer is over {} MiB, more than any host's GPUs take",
+                    max >> 20
+                ),
+            },
+            BoundedError::Spawn(e) | BoundedError::Io(e) => ProbeError::Spawn {
+                program: program.clone(),
+                reason: e.to_string(),
+                knob,
+            },
+        })?;
+        let (status, stdout, stderr) = (answer.status, answer.stdout, answer.stderr);
         if !status.success() {
             let stderr = String::from_utf8_lossy(&stderr);
             let first = stderr

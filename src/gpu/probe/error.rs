@@ -62,6 +62,9 @@ pub enum ProbeError {
         index: u32,
         uuid: String,
     },
+    /// The answer names one unit twice (a UUID, or a whole GPU's index).
+    #[error("GPU probe: {backend}: {what} appears twice; treating all GPUs as unavailable")]
+    Twice { backend: String, what: String },
     /// A signal arrived while the probe waited for another waiter's.
     #[error("GPU probe: stopped by {0} while waiting for another waiter's probe")]
     Interrupted(nix::sys::signal::Signal),

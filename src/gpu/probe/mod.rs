@@ -16,6 +16,7 @@ pub mod reading;
 pub mod rocm_smi;
 mod shared;
 pub mod smi;
+mod unique_json;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -91,6 +92,50 @@ impl Backend {
     }
 
     fn hardware(&self, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
+        let gpus = self.hardware_unchecked(timeout)?;
+        let whole = |uuid: &str| !crate::manifest::is_mig_uuid(uuid);
+        self.named_once(
+            gpus.iter()
+                .map(|g| (g.index, g.uuid.as_str(), whole(&g.uuid))),
+        )?;
+        Ok(gpus)
+    }
+
+    fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
+        let reading = self.read_unchecked(timeout)?;
+        let units = reading.0.iter();
+        self.named_once(units.map(|g| (g.index, g.uuid.as_str(), g.parent.is_none())))?;
+        Ok(reading)
+    }
+
+    /// Every backend, whatever its own parser checks: no UUID twice, and no index of a
+    /// whole GPU twice (a MIG slice has its GPU's). An answer that names one unit twice
+    /// could hide a busy reading behind an idle one.
+    fn named_once<'a>(
+        &self,
+        units: impl Iterator<Item = (u32, &'a str, bool)>,
+    ) -> Result<(), ProbeError> {
+        let mut uuids = std::collections::HashSet::new();
+        let mut indices = std::collections::HashSet::new();
+        for (index, uuid, whole) in units {
+            let twice = if !uuids.insert(uuid) {
+                Some(format!("UUID {uuid}"))
+            } else if whole && !indices.insert(index) {
+                Some(format!("index {index}"))
+            } else {
+                None
+            };
+            if let Some(what) = twice {
+                return Err(ProbeError::Twice {
+                    backend: self.describe(),
+                    what,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn hardware_unchecked(&self, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
         match self {
             Backend::Smi { program, mig, .. } => {
                 let gpus = smi::hardware(program, timeout)?;
@@ -104,7 +149,7 @@ impl Backend {
         }
     }
 
-    fn read(&self, timeout: Duration) -> Result<Reading, ProbeError> {
+    fn read_unchecked(&self, timeout: Duration) -> Result<Reading, ProbeError> {
         match self {
             Backend::Smi {
                 program,
@@ -308,6 +353,37 @@ impl Prober {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_named_twice_fails_every_backend() {
+        let b = Backend::Rocm {
+            program: "rocm-smi".into(),
+            fallback: None,
+        };
+        let (g0, g1) = ("GPU-18f68e602b8a790f", "GPU-a1b2c3d4e5f60718");
+        let mig = "MIG-11111111-2222-3333-4444-555555555555";
+        assert!(
+            b.named_once([(0, g0, true), (1, g1, true)].into_iter())
+                .is_ok()
+        );
+        // A MIG slice has its GPU's index.
+        assert!(
+            b.named_once([(0, g0, true), (0, mig, false)].into_iter())
+                .is_ok()
+        );
+        for (units, says) in [
+            (
+                [(0, g0, true), (1, g0, true)],
+                "UUID GPU-18f68e602b8a790f appears twice",
+            ),
+            ([(0, g0, true), (0, g1, true)], "index 0 appears twice"),
+            ([(0, mig, false), (1, mig, false)], "appears twice"),
+        ] {
+            let e = b.named_once(units.into_iter()).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(e.contains("treating all GPUs as unavailable"), "{e}");
+        }
+    }
 
     #[test]
     fn host_instants_are_ordered_across_calls() {

@@ -115,8 +115,8 @@ fn cards(program: &str, query: &'static str, out: &str) -> Result<Cards, ProbeEr
     if out.trim().is_empty() {
         return Ok((BTreeMap::new(), serde_json::Map::new()));
     }
-    let json: serde_json::Value =
-        serde_json::from_str(out.trim()).map_err(|e| err(format!("not JSON: {e}")))?;
+    // A card (or a field) given twice would be read as whichever came last: refused.
+    let json = super::unique_json::parse(out.trim()).map_err(|e| err(format!("not JSON: {e}")))?;
     let serde_json::Value::Object(top) = json else {
         return Err(err("not a JSON object".into()));
     };
@@ -135,7 +135,12 @@ fn cards(program: &str, query: &'static str, out: &str) -> Result<Cards, ProbeEr
             .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u32>().ok())
             .ok_or_else(|| err(format!("unexpected key `{}`", crate::util::escape(&key))))?;
-        cards.insert(index, fields);
+        if cards.insert(index, fields).is_some() {
+            return Err(err(format!(
+                "`{}` names card {index}, which an earlier key names too",
+                crate::util::escape(&key)
+            )));
+        }
     }
     Ok((cards, system))
 }
@@ -409,6 +414,19 @@ mod tests {
                 "bytes of VRAM used",
             ),
             (STATE.replace("card1", "gpu1"), "unexpected key `gpu1`"),
+            // One card twice, or under two names: the busy reading must not be lost.
+            (
+                STATE.replace("card1", "card0"),
+                "the key `card0` is given twice",
+            ),
+            (
+                STATE.replace("card1", "card00"),
+                "`card00` names card 0, which an earlier key names too",
+            ),
+            (
+                STATE.replace(r#""GFX Activity": "0""#, r#""GPU use (%)": "0""#),
+                "the key `GPU use (%)` is given twice",
+            ),
             ("WARNING: no".to_string(), "not JSON"),
         ] {
             let err = parse_state("rocm-smi", &bad).unwrap_err().to_string();

@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use super::cond::{self, Truth};
+
 use crate::manifest::Manifest;
 
 /// The rule's name, as findings print it.
@@ -105,36 +107,25 @@ fn depends_on(step: &Value) -> Vec<String> {
     }
 }
 
-/// Whether an `if:` keeps forks' pull requests out: one of its `&&` conjuncts says the
-/// build is no fork's, and there is no `||` to get round it.
+/// Whether an `if:` keeps forks' pull requests out: it is false in every build of a
+/// fork's pull request, whatever else the build is ([`cond`]: what it cannot evaluate
+/// may run).
 fn keeps_forks_out(cond: &str) -> bool {
-    const FORK: &str = "build.pull_request.repository.fork";
-    if cond.contains("||") {
-        return false;
-    }
-    cond.split("&&").any(|c| {
-        let c: String = c.chars().filter(|c| !c.is_whitespace()).collect();
-        let c = c.trim_matches(|ch| ch == '(' || ch == ')');
-        c == format!("{FORK}==false")
-            || c == format!("{FORK}!=true")
-            || c == format!("!{FORK}")
-            || c == format!("false=={FORK}")
-    })
+    cond::in_fork_build(cond) == Truth::False
 }
 
-/// Whether a block step's `if:` (or none) lets it stand before forks' builds: none, or
-/// one about forks that is not the negation of one.
+/// Whether a block step's `if:` (or none) makes it stand in every build of a fork's
+/// pull request: none, or one true in all of them (`if:
+/// build.pull_request.repository.fork`). One that may be false there (`… == null`,
+/// `… && build.branch == "never"`, one it cannot evaluate) holds nothing back.
 fn block_holds(step: &Value) -> bool {
     if step.get("branches").is_some() {
         return false;
     }
-    match step.get("if").and_then(Value::as_str) {
+    match step.get("if") {
         None => true,
-        Some(cond) => {
-            cond.contains("build.pull_request.repository.fork")
-                && !cond.contains("||")
-                && !keeps_forks_out(cond)
-        }
+        Some(Value::String(c)) => cond::in_fork_build(c) == Truth::True,
+        Some(_) => false,
     }
 }
 
@@ -369,6 +360,22 @@ mod tests {
         assert_eq!(lint("steps:\n  - command: cibox batch run h\n    if: build.pull_request.repository.fork == false || build.branch == \"x\"\n").len(), 1);
         // A block only for forks holds; a block on some branches does not.
         assert!(lint("steps:\n  - block: fork?\n    if: build.pull_request.repository.fork\n  - command: cibox batch run h\n").is_empty());
+        // The attack's: blocks whose `if:` is false, or may be, in a fork's build hold
+        // nothing back; nor does one whose `if:` cannot be read.
+        for cond in [
+            "build.pull_request.repository.fork == null",
+            "build.pull_request.repository.fork && build.branch == \\\"never\\\"",
+            "build.pull_request.repository.fork == \\\"true\\\"",
+            "build.pull_request.repository.fork ==",
+        ] {
+            let w = lint(&format!(
+                "steps:\n  - block: fork?\n    if: \"{cond}\"\n  - command: cibox batch run h\n"
+            ));
+            assert_eq!(w.len(), 1, "{cond}: {w:?}");
+        }
+        // And a step's own `if:` that is false in every fork's build keeps it out.
+        assert!(lint("steps:\n  - command: cibox batch run h\n    if: build.pull_request.repository.fork == null\n").is_empty());
+        assert!(lint("steps:\n  - command: cibox batch run h\n    if: (build.branch == \"main\" || build.tag != null) && !build.pull_request.repository.fork\n").is_empty());
         assert_eq!(
             lint("steps:\n  - block: go\n    branches: main\n  - command: cibox batch run h\n")
                 .len(),

@@ -155,6 +155,38 @@ fn a_multi_stage_recipe_with_a_cache_mount_builds_its_target_from_above_to_one_i
 }
 
 #[test]
+fn a_build_context_carries_the_checkouts_git_config_without_its_token() {
+    // actions/checkout's token header, and a token in a nested checkout's remote URL:
+    // `COPY .git/config` (or `COPY . …`) must find them cleaned, as a batch does.
+    let (p, _) = project(
+        "FROM base\nCOPY .git/config /cfg\nCOPY deps/.git/config /deps-cfg\n",
+        "",
+    );
+    let config = "[core]\n\tbare = false\n[remote \"origin\"]\n\turl = https://github.com/o/r\n[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX1NFQ1JFVDE=\n";
+    p.write(".git/config", config);
+    p.write(
+        "deps/.git/config",
+        "[remote \"origin\"]\n\turl = https://u:ghp_SECRET2@example.com/d\n",
+    );
+    let r = build(&p, &[], &[]);
+    let img = built(&r);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "c=$(docker create {} /none) && docker export $c | tar -xO cfg deps-cfg; docker rm $c >/dev/null",
+            img.0
+        ))
+        .output()
+        .unwrap();
+    let copied = String::from_utf8_lossy(&out.stdout);
+    assert!(copied.contains("https://github.com/o/r"), "{copied}");
+    assert!(copied.contains("https://example.com/d"), "{copied}");
+    for secret in ["extraheader", "eC1hY2Nlc3M", "SECRET2", "AUTHORIZATION"] {
+        assert!(!copied.contains(secret), "{secret} in the image: {copied}");
+    }
+}
+
+#[test]
 fn a_secret_is_mounted_for_its_step_and_is_nowhere_in_the_image_or_the_log() {
     let (p, nonce) = project(
         // NONCE: the step is this test's own, never taken from another's cache (a
