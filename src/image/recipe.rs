@@ -229,6 +229,7 @@ impl crate::error::ErrorKind for RecipeError {
     fn details(&self) -> &[String] {
         match self {
             RecipeError::Image(e) => e.details(),
+            RecipeError::Engine(e) => e.details(),
             _ => &[],
         }
     }
@@ -522,10 +523,11 @@ fn build_dockerfile(
     };
     let mut on_stage = |stage: super::build::Stage<'_>| progress(Progress::Stage(stage));
     let built = if request.check {
-        super::build::check(&engine, &inputs, &mut on_stage)?
+        super::build::check(&engine, &inputs, &mut on_stage)
     } else {
-        super::build::build(&engine, &inputs, &mut on_stage)?
-    };
+        super::build::build(&engine, &inputs, &mut on_stage)
+    }
+    .map_err(ImageError::in_lines)?;
     if built.engine_id != built.id {
         progress(Progress::EngineId {
             engine_id: &built.engine_id,
