@@ -2,8 +2,6 @@
 //! `.dockerignore` that is a link to its `.gitignore`, a `context:` that is not a folder
 //! of the repository, and a failed step's message as lines, not one line of `\n`.
 
-use crate::common::*;
-
 use super::buildkit::{BASE, build, built, labelled, project};
 
 #[test]
@@ -71,4 +69,20 @@ fn a_failed_step_says_its_last_lines_as_lines_under_the_headline() {
         "{}",
         r.stderr
     );
+}
+
+#[test]
+fn a_dockerignore_that_is_a_link_to_the_gitignore_is_followed() {
+    // SGLang's root: `.dockerignore -> .gitignore`. What it excludes is not sent.
+    let (p, _) = project(
+        "COPY sub/ /sub/\nRUN test -e /sub/kept.txt && test ! -e /sub/ignored.txt && echo IGNORE-O\"\"K && : NONCE\n",
+        "",
+    );
+    p.write("sub/kept.txt", "k");
+    p.write("sub/ignored.txt", "i");
+    p.write(".gitignore", "# as git ignores\nsub/ignored.txt\n");
+    std::os::unix::fs::symlink(".gitignore", p.path().join(".dockerignore")).unwrap();
+    let r = build(&p, &[], &[]);
+    let _img = built(&r);
+    assert!(r.stderr.contains("IGNORE-OK"), "{}", r.stderr);
 }
