@@ -642,8 +642,8 @@ mod tests {
     #[test]
     fn sglangs_gitignore_reads_as_its_dockerignore() {
         // tests/corpus/dockerfiles: SGLang's `.dockerignore` is a link to it.
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/corpus/dockerfiles/sglang.gitignore");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/dockerfiles/sglang.gitignore");
         let r = rules(&std::fs::read_to_string(path).unwrap());
         // As docker reads it: a pattern is of the context's root (`__pycache__/` there
         // only), `**/` of any folder.

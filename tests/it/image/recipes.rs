@@ -2,6 +2,8 @@
 //! `.dockerignore` that is a link to its `.gitignore`, a `context:` that is not a folder
 //! of the repository, and a failed step's message as lines, not one line of `\n`.
 
+use crate::common::*;
+
 use super::buildkit::{BASE, build, built, labelled, project};
 
 #[test]
@@ -85,4 +87,22 @@ fn a_dockerignore_that_is_a_link_to_the_gitignore_is_followed() {
     let r = build(&p, &[], &[]);
     let _img = built(&r);
     assert!(r.stderr.contains("IGNORE-OK"), "{}", r.stderr);
+}
+
+#[test]
+fn a_context_that_is_a_url_is_refused_at_its_line_by_every_command() {
+    // Not only at build time, as a folder that is missing: `batch list` reads it too.
+    let p = Project::new(
+        "version: 1\nproject: bk\nimages:\n  default:\n    locks: [\"docker/Dockerfile\"]\n    dockerfile: docker/Dockerfile\n    context: https://github.com/sgl-project/sglang.git#main\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [\"true\"]}\n",
+    );
+    p.write("docker/Dockerfile", "FROM scratch\n");
+    for args in [&["batch", "list"][..], &["image", "build"][..]] {
+        run(cibox(p.path())
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .args(args))
+        .fails_with(
+            2,
+            "cibox.yaml:7:14: images.default.context: `https://github.com/sgl-project/sglang.git#main` is a URL; a build context is a folder of the repository",
+        );
+    }
 }
