@@ -1,9 +1,11 @@
 //! BuildKit builds through the engine: `POST /build?version=2`, the engine's own
 //! BuildKit (Docker 18.09 and later have it inside; no `# syntax=` frontend image is
 //! pulled), with the build context streamed as the request body, as the classic build
-//! sends it. Secrets (`RUN --mount=type=secret`) come from a session of cibox's own:
-//! `POST /session` upgraded to HTTP/2, on which the engine calls cibox's gRPC services
-//! (BuildKit's secrets and gRPC health), as the docker CLI does.
+//! sends it. Secrets (`RUN --mount=type=secret`) come from a session of cibox's own,
+//! opened for every build as the docker CLI opens one: `POST /session` upgraded to
+//! HTTP/2, on which the engine calls cibox's gRPC services (BuildKit's secrets and gRPC
+//! health). A secret not given is `NotFound`, as BuildKit's own provider answers, so a
+//! `required=false` mount of it is no file.
 //!
 //! Why not bollard's `build_image` with its `buildkit` feature: it builds this way too
 //! (it works against Docker 20.10 offline), but the session it opens offers
@@ -133,8 +135,7 @@ impl Engine {
             action: "naming the build's session".into(),
             reason: e.to_string(),
         })?;
-        let session = (!secrets.is_empty()).then_some(session_id.as_str());
-        let query = build_query(spec, session).map_err(|e| api(e.to_string()))?;
+        let query = build_query(spec, &session_id).map_err(|e| api(e.to_string()))?;
         let version = self.docker.client_version();
         let path = format!(
             "/v{}.{}/build?{query}",
@@ -143,16 +144,13 @@ impl Engine {
         let host = self.host.clone();
         self.rt.block_on(async {
             // The session first: the engine looks the build's session up when a step
-            // mounts a secret, and it must be there by then.
-            let session = if secrets.is_empty() {
-                None
-            } else {
-                Some(
-                    open_session(&host, &session_id, secrets)
-                        .await
-                        .map_err(|e| api(format!("opening the build's session: {e}")))?,
-                )
-            };
+            // mounts a secret, and it must be there by then. Every build has one, as
+            // every `docker build` has: a step that mounts a secret not given
+            // (`required=false`) is told it is not found and runs without it; with no
+            // session at all BuildKit fails it (`no active sessions`).
+            let session = open_session(&host, &session_id, secrets)
+                .await
+                .map_err(|e| api(format!("opening the build's session: {e}")))?;
             let result = async {
                 let body = super::streamed(Box::new(context_tar))
                     .map(|chunk| chunk.map(hyper::body::Frame::data));
@@ -216,19 +214,17 @@ impl Engine {
                 })
             }
             .await;
-            if let Some(session) = session {
-                session.abort();
-            }
+            session.abort();
             result
         })
     }
 }
 
 /// The build request's query: what `spec` asks, and the session that serves the
-/// build's secrets, if any.
+/// build's secrets.
 fn build_query(
     spec: &BuildSpec<'_>,
-    session: Option<&str>,
+    session: &str,
 ) -> Result<String, serde_urlencoded::ser::Error> {
     let mut query: Vec<(&str, String)> = vec![
         ("version", "2".into()),
@@ -254,9 +250,7 @@ fn build_query(
     if let Some(network) = spec.network {
         query.push(("networkmode", network.into()));
     }
-    if let Some(session) = session {
-        query.push(("session", session.into()));
-    }
+    query.push(("session", session.into()));
     serde_urlencoded::to_string(&query)
 }
 

@@ -47,6 +47,38 @@ pub enum EngineError {
     ImageMissing { image: String },
     #[error("cannot start the async runtime for the engine: {0}")]
     Runtime(String),
+    /// An error whose text ran to many lines (a failed build and its failed step's
+    /// last lines): its first line, and the others to print under it.
+    #[error("{headline}")]
+    InLines {
+        headline: String,
+        details: Vec<String>,
+        failure: Failure,
+    },
+}
+
+impl EngineError {
+    /// The same error, a text of many lines said as a headline and the lines under
+    /// it (each one escaped where it is printed, so a newline the engine's text holds
+    /// is a line under the headline, never a `\n` in it). Their indent is kept, less
+    /// the two spaces the lines under a headline get.
+    pub fn in_lines(self) -> EngineError {
+        let text = self.to_string();
+        let Some((headline, rest)) = text.split_once('\n') else {
+            return self;
+        };
+        let details = rest
+            .trim_end()
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .map(|l| l.strip_prefix("  ").unwrap_or(l).to_string())
+            .collect();
+        EngineError::InLines {
+            headline: headline.trim_end().to_string(),
+            details,
+            failure: crate::error::ErrorKind::failure(&self),
+        }
+    }
 }
 
 impl crate::error::ErrorKind for EngineError {
@@ -56,7 +88,15 @@ impl crate::error::ErrorKind for EngineError {
             EngineError::Rejected { .. } | EngineError::ImageMissing { .. } => {
                 Failure::ImageRefused
             }
+            EngineError::InLines { failure, .. } => *failure,
             _ => Failure::Infra,
+        }
+    }
+
+    fn details(&self) -> &[String] {
+        match self {
+            EngineError::InLines { details, .. } => details,
+            _ => &[],
         }
     }
 }
@@ -312,4 +352,45 @@ fn streamed(
     futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    #[test]
+    fn an_error_of_many_lines_is_a_headline_and_the_lines_under_it() {
+        let e = EngineError::Rejected {
+            action: "building the image (BuildKit)".into(),
+            reason: "exit code: 1\n  in step [2/2] RUN x; its last lines:\n    one\n      two\r\n"
+                .into(),
+        }
+        .in_lines();
+        assert_eq!(e.to_string(), "building the image (BuildKit): exit code: 1");
+        assert_eq!(
+            e.details(),
+            ["in step [2/2] RUN x; its last lines:", "  one", "    two"]
+        );
+        assert_eq!(e.failure(), Failure::ImageRefused);
+        let printed = crate::console::error_lines(&e, e.details());
+        assert!(!printed.contains("\\n"), "{printed}");
+        assert_eq!(printed.lines().count(), 4, "{printed}");
+        // One line stays as it was; an infrastructure failure stays one.
+        let one = EngineError::Api {
+            action: "x".into(),
+            reason: "y".into(),
+        }
+        .in_lines();
+        assert!(matches!(one, EngineError::Api { .. }));
+        let api = EngineError::Api {
+            action: "x".into(),
+            reason: "y\nz".into(),
+        }
+        .in_lines();
+        assert_eq!(
+            (api.failure(), api.details()),
+            (Failure::Infra, &["z".to_string()][..])
+        );
+    }
 }

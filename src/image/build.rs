@@ -381,6 +381,15 @@ fn mask_error(e: crate::engine::EngineError, mask: &Masker) -> ImageError {
             host,
             reason: m(reason),
         },
+        E::InLines {
+            headline,
+            details,
+            failure,
+        } => E::InLines {
+            headline: m(headline),
+            details: details.into_iter().map(m).collect(),
+            failure,
+        },
         other => other,
     };
     ImageError::Engine(e)

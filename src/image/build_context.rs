@@ -40,28 +40,24 @@ pub struct IgnoreRules {
 }
 
 impl IgnoreRules {
-    /// Reads `<dir>/.dockerignore`, a plain file (not a link: the context is a pull
-    /// request's, and a link could name any file of the host), at most 1 MiB; no file
-    /// means no rules. Errors name the file and line.
-    pub fn read(dir: &Path) -> Result<IgnoreRules, String> {
-        const MAX: u64 = 1 << 20;
+    /// Reads `<dir>/.dockerignore` (`dir` a folder of the manifest's folder `root`,
+    /// both as `canonicalize` gives them), at most [`MAX_IGNORE`] bytes; no file means
+    /// no rules, as for `docker build`. A plain file, or a link to one in `root`
+    /// (SGLang's is a link to its `.gitignore`), read through the link with every
+    /// folder on the way opened without following a link: the context is a pull
+    /// request's, and a link could name any file of the host. Errors name the file
+    /// and line.
+    pub fn read(root: &Path, dir: &Path) -> Result<IgnoreRules, String> {
         let path = dir.join(".dockerignore");
-        let file = match crate::util::open_plain(&path, false) {
-            Ok((file, md)) if md.len() <= MAX => file,
-            Ok(_) => return Err(format!("{}: over 1 MiB", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
-                return Err(format!(
-                    "{}: a link; a .dockerignore must be a plain file",
-                    path.display()
-                ));
-            }
+        let text = match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+            Ok(md) if md.file_type().is_symlink() => read_linked(root, dir, &path)?,
+            Ok(_) => read_plain(&path)?,
         };
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX), &mut bytes)
-            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let Some(text) = text else {
+            return Ok(Self::default());
+        };
         Self::parse(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))
     }
 
@@ -210,6 +206,101 @@ fn compile(pattern: &str) -> Result<Regex, String> {
     Regex::new(&re).map_err(|_| "not a valid pattern (check its `[…]` classes)".into())
 }
 
+/// The most a `.dockerignore` may hold.
+const MAX_IGNORE: u64 = 1 << 20;
+
+/// The plain file `path` (not a link), or `None` when nothing is there.
+fn read_plain(path: &Path) -> Result<Option<String>, String> {
+    let file = match crate::util::open_plain(path, false) {
+        Ok((file, md)) if md.len() <= MAX_IGNORE => file,
+        Ok(_) => return Err(format!("{}: over 1 MiB", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(format!(
+                "{}: a link; a .dockerignore must be a plain file",
+                path.display()
+            ));
+        }
+        Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+    };
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_IGNORE), &mut bytes)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// The file the link `path` (in `dir`, below `root`) leads to, when it is a plain file
+/// of `root`: the link's target walked one name at a time from the folders held open
+/// (`..` the folder held before, never above `root`), none of them a link, nor the
+/// file. `None` when nothing is there (a dangling link, as `docker build` reads it).
+fn read_linked(root: &Path, dir: &Path, path: &Path) -> Result<Option<String>, String> {
+    use std::path::Component;
+    let shown = path.display();
+    let target = std::fs::read_link(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let to = target.display();
+    let out = || {
+        format!(
+            "{shown}: a link leading out of the manifest's folder (to {to}); a .dockerignore must be a file of the repository"
+        )
+    };
+    let cannot = |e: std::io::Error| {
+        let why = if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            "it leads through another link".to_string()
+        } else {
+            e.to_string()
+        };
+        format!("{shown}: a link to {to}, which cannot be read: {why}")
+    };
+    // The folders from `root` to where the walk is, each held open.
+    let from = if target.is_absolute() {
+        target.strip_prefix(root).map_err(|_| out())?.to_path_buf()
+    } else {
+        dir.strip_prefix(root).map_err(|_| out())?.join(&target)
+    };
+    let mut folders = vec![crate::nofollow::Folder::open(root).map_err(cannot)?];
+    let mut names: Vec<Component<'_>> = from.components().collect();
+    let Some(Component::Normal(file)) = names.pop() else {
+        return Err(format!("{shown}: a link to {to}, not to a file"));
+    };
+    for c in names {
+        match c {
+            Component::Normal(name) => {
+                let name = name.to_str().ok_or_else(|| cannot(not_utf8()))?;
+                let at = folders.last().expect("root");
+                match at.open_dir(name) {
+                    Ok(f) => folders.push(f),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    // O_NOFOLLOW | O_DIRECTORY on a link: ENOTDIR.
+                    Err(e) => {
+                        let link = matches!(at.kind(name), Ok(Some(k)) if k.is_symlink());
+                        return Err(cannot(if link {
+                            std::io::Error::from_raw_os_error(nix::libc::ELOOP)
+                        } else {
+                            e
+                        }));
+                    }
+                }
+            }
+            Component::ParentDir if folders.len() > 1 => {
+                folders.pop();
+            }
+            Component::ParentDir => return Err(out()),
+            _ => {}
+        }
+    }
+    let file = file.to_str().ok_or_else(|| cannot(not_utf8()))?;
+    match folders.last().expect("root").read_text(file, MAX_IGNORE) {
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            Err(format!("{shown}: a link to {to}, over 1 MiB"))
+        }
+        other => other.map_err(cannot),
+    }
+}
+
+fn not_utf8() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a UTF-8 name")
+}
+
 /// Why a build context cannot be packed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildContextError {
@@ -250,13 +341,13 @@ impl crate::error::ErrorKind for BuildContextError {
     }
 }
 
-/// Packs `dir` into a tar in an unnamed temporary file (streamed to the engine from
-/// there), less what `dir/.dockerignore` excludes; `dockerfile` (relative to `dir`) is
-/// always included.
-pub fn pack(dir: &Path, dockerfile: &str) -> Result<File, BuildContextError> {
+/// Packs `dir` (a folder of the manifest's folder `root`) into a tar in an unnamed
+/// temporary file (streamed to the engine from there), less what `dir/.dockerignore`
+/// excludes; `dockerfile` (relative to `dir`) is always included.
+pub fn pack(root: &Path, dir: &Path, dockerfile: &str) -> Result<File, BuildContextError> {
     use std::io::Seek;
     let shown = dir.display().to_string();
-    let mut rules = IgnoreRules::read(dir).map_err(BuildContextError::Ignore)?;
+    let mut rules = IgnoreRules::read(root, dir).map_err(BuildContextError::Ignore)?;
     let configs = cleaned_git_configs(dir)?;
     rules.keep(".dockerignore");
     rules.keep(&clean(dockerfile));
@@ -557,5 +648,84 @@ mod tests {
         ] {
             assert_eq!(clean(input), want, "{input}");
         }
+    }
+
+    #[test]
+    fn a_dockerignore_that_is_a_link_is_read_inside_the_repository_only() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let sub = root.join("docker");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(root.join(".gitignore"), "*.pyc\n").unwrap();
+        let read = |dir: &Path| IgnoreRules::read(&root, dir);
+        // SGLang's: `.dockerignore -> .gitignore`, at the root and from below.
+        symlink(".gitignore", root.join(".dockerignore")).unwrap();
+        assert!(read(&root).unwrap().excludes("a.pyc"));
+        symlink("../.gitignore", sub.join(".dockerignore")).unwrap();
+        assert!(read(&sub).unwrap().excludes("a.pyc"));
+        let link = |dir: &Path, to: &str| {
+            std::fs::remove_file(dir.join(".dockerignore")).unwrap();
+            symlink(to, dir.join(".dockerignore")).unwrap();
+        };
+        link(&sub, &format!("{}/./.gitignore", root.display()));
+        assert!(read(&sub).unwrap().excludes("a.pyc"));
+        // Nothing there: no rules, as docker reads it.
+        link(&root, "gone");
+        assert!(!read(&root).unwrap().excludes("a.pyc"));
+        // Out of the repository, by name or by a link on the way, or a link to a link.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("x"), "*\n").unwrap();
+        symlink(outside.path(), root.join("out")).unwrap();
+        symlink(".gitignore", root.join("again")).unwrap();
+        for (dir, to, why) in [
+            (
+                &root,
+                "/etc/passwd",
+                "a link leading out of the manifest's folder (to /etc/passwd)",
+            ),
+            (
+                &sub,
+                "../../x",
+                "a link leading out of the manifest's folder",
+            ),
+            (
+                &sub,
+                "../docker/../../x",
+                "a link leading out of the manifest's folder",
+            ),
+            (
+                &root,
+                "out/x",
+                "cannot be read: it leads through another link",
+            ),
+            (
+                &root,
+                "again",
+                "cannot be read: it leads through another link",
+            ),
+            (&root, "docker", "cannot be read: not a plain file"),
+            (&root, "docker/..", "not to a file"),
+        ] {
+            link(dir, to);
+            let err = read(dir).unwrap_err();
+            assert!(err.contains(why), "{to}: {err}");
+            assert!(err.contains(".dockerignore"), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn sglangs_gitignore_reads_as_its_dockerignore() {
+        // tests/corpus/dockerfiles: SGLang's `.dockerignore` is a link to it.
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/dockerfiles/sglang.gitignore");
+        let r = rules(&std::fs::read_to_string(path).unwrap());
+        // As docker reads it: a pattern is of the context's root (`__pycache__/` there
+        // only), `**/` of any folder.
+        assert!(r.excludes("__pycache__"));
+        assert!(!r.excludes("python/sglang/__pycache__"));
+        assert!(r.excludes("sgl-kernel/build"));
+        assert!(!r.excludes("python/sglang/srt/server_args.py"));
+        assert!(!r.excludes("docker/Dockerfile"));
     }
 }

@@ -56,6 +56,16 @@ impl ImageError {
         }
     }
 
+    /// The same error, an engine's text of many lines (a failed build's, with its
+    /// failed step's last lines) said as a headline and the lines under it
+    /// ([`EngineError::in_lines`]); for after what is hidden was masked in it.
+    pub fn in_lines(self) -> ImageError {
+        match self {
+            ImageError::Engine(e) => ImageError::Engine(e.in_lines()),
+            other => other,
+        }
+    }
+
     pub fn refused(message: impl Into<String>) -> ImageError {
         ImageError::Refused {
             message: message.into(),
@@ -76,7 +86,7 @@ impl crate::error::ErrorKind for ImageError {
     fn details(&self) -> &[String] {
         match self {
             ImageError::Refused { details, .. } => details,
-            ImageError::Engine(_) => &[],
+            ImageError::Engine(e) => e.details(),
         }
     }
 }

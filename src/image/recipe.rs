@@ -229,6 +229,7 @@ impl crate::error::ErrorKind for RecipeError {
     fn details(&self) -> &[String] {
         match self {
             RecipeError::Image(e) => e.details(),
+            RecipeError::Engine(e) => e.details(),
             _ => &[],
         }
     }
@@ -264,6 +265,8 @@ const MAX_DOCKERFILE: u64 = 4 << 20;
 
 /// Where a Dockerfile build's context is, and the Dockerfile in it.
 struct Context {
+    /// The manifest's folder, and the context's folder in it (both canonical).
+    root: PathBuf,
     dir: PathBuf,
     /// The Dockerfile's path in the context, `/`-separated.
     dockerfile: String,
@@ -315,6 +318,7 @@ fn context(request: &BuildRequest<'_>, dockerfile: &Path) -> Result<Context, Rec
     };
     let rel: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
     Ok(Context {
+        root,
         dir: real,
         dockerfile: rel.join("/"),
     })
@@ -436,13 +440,13 @@ fn build_dockerfile(
     let hidden = super::secrets::hidden(request.secrets, &env_proxies);
     // Packed now so a bad context stops us before the engine is asked anything; again
     // for a second build.
-    let packed = build_context::pack(&ctx.dir, &ctx.dockerfile)?;
+    let packed = build_context::pack(&ctx.root, &ctx.dir, &ctx.dockerfile)?;
     let context_bytes = packed.metadata().map_or(0, |m| m.len());
     let first_context = std::cell::RefCell::new(Some(packed));
     let context = || -> Result<std::fs::File, ImageError> {
         match first_context.borrow_mut().take() {
             Some(f) => Ok(f),
-            None => build_context::pack(&ctx.dir, &ctx.dockerfile)
+            None => build_context::pack(&ctx.root, &ctx.dir, &ctx.dockerfile)
                 .map_err(|e| ImageError::refused(e.to_string())),
         }
     };
@@ -522,10 +526,11 @@ fn build_dockerfile(
     };
     let mut on_stage = |stage: super::build::Stage<'_>| progress(Progress::Stage(stage));
     let built = if request.check {
-        super::build::check(&engine, &inputs, &mut on_stage)?
+        super::build::check(&engine, &inputs, &mut on_stage)
     } else {
-        super::build::build(&engine, &inputs, &mut on_stage)?
-    };
+        super::build::build(&engine, &inputs, &mut on_stage)
+    }
+    .map_err(ImageError::in_lines)?;
     if built.engine_id != built.id {
         progress(Progress::EngineId {
             engine_id: &built.engine_id,

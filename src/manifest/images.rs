@@ -138,6 +138,11 @@ fn check_image<'a>(
     let inside =
         |p: &str| !p.is_empty() && !Path::new(p).is_absolute() && !p.split('/').any(|c| c == "..");
     if let Some(df) = &img.dockerfile
+        && let Some(why) = remote(df, "a Dockerfile recipe is a file")
+    {
+        return Err(check.at(&at_key("dockerfile"), why));
+    }
+    if let Some(df) = &img.dockerfile
         && !inside(df)
     {
         return Err(check.at(
@@ -151,6 +156,9 @@ fn check_image<'a>(
                 &at_key("context"),
                 "a build context is for a `dockerfile` recipe (a Nix recipe takes its inputs from the flake)",
             ));
+        }
+        if let Some(why) = remote(context, "a build context is a folder") {
+            return Err(check.at(&at_key("context"), why));
         }
         if !inside(context) {
             return Err(check.at(
@@ -202,6 +210,18 @@ fn check_image<'a>(
         }
     }
     Ok(())
+}
+
+/// Why `path` is not a path of the repository but a place the builder would fetch
+/// (`docker build`'s remote contexts: a URL, `git@…`, `github.com/…`), `None` when it
+/// is a path: cibox builds from the checkout, and never fetches one.
+fn remote(path: &str, what: &str) -> Option<String> {
+    let url = path.contains("://") || path.starts_with("git@") || path.starts_with("github.com/");
+    url.then(|| {
+        format!(
+            "`{path}` is a URL; {what} of the repository, relative to the manifest's folder (cibox builds from the checkout and fetches no other)"
+        )
+    })
 }
 
 /// Checks that `name` is one of the manifest's images.
@@ -287,6 +307,40 @@ mod tests {
             let err = parse(&text.replacen(from, to, 1)).unwrap_err();
             assert!(err.contains(want), "{to}: {err}");
         }
+        // A recipe's context and Dockerfile are the repository's, refused where written.
+        let df = "images:\n  default:\n    locks: [a.lock]\n    dockerfile: docker/Dockerfile\n    context: CTX\nbatches:\n  cpu: {gpus: 0, timeout: 1m, run: [x]}\n";
+        let df = format!("version: 1\nproject: p\n{df}");
+        assert!(parse(&df.replace("CTX", ".")).is_ok());
+        for (ctx, want) in [
+            (
+                "https://github.com/vllm-project/vllm.git",
+                "cibox.yaml:7:14: images.default.context: `https://github.com/vllm-project/vllm.git` is a URL; a build context is a folder of the repository",
+            ),
+            ("http://example.com/ctx.tar.gz", "is a URL"),
+            ("git@github.com:sgl-project/sglang.git", "is a URL"),
+            ("github.com/volcengine/verl#main", "is a URL"),
+            ("git://host/repo", "is a URL"),
+            (
+                "/abs/path",
+                "cibox.yaml:7:14: images.default.context: `/abs/path` must be a folder inside the manifest's folder",
+            ),
+            (
+                "docker/../..",
+                "must be a folder inside the manifest's folder",
+            ),
+        ] {
+            let err = parse(&df.replace("CTX", ctx)).unwrap_err();
+            assert!(err.contains(want), "{ctx}: {err}");
+        }
+        let err = parse(
+            &df.replace("docker/Dockerfile", "https://x/Dockerfile")
+                .replace("CTX", "."),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("cibox.yaml:6:17: images.default.dockerfile: `https://x/Dockerfile` is a URL; a Dockerfile recipe is a file of the repository"),
+            "{err}"
+        );
         // A batch in two layers that name different images runs in each one's.
         let two_layers = text.replace(
             "layers:\n",

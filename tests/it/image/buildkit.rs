@@ -476,12 +476,13 @@ fn a_build_context_stays_inside_the_repository() {
         p.write("cibox.yaml", with(context));
         no_engine(&p).fails_with(2, why);
     }
-    // A .dockerignore that is a link (to any file of the host) is not read.
+    // A .dockerignore that is a link out of the repository (to any file of the host) is
+    // not read.
     p.write("cibox.yaml", &manifest);
     std::os::unix::fs::symlink("/etc/passwd", p.path().join(".dockerignore")).unwrap();
     no_engine(&p).fails_with(
         2,
-        ".dockerignore: a link; a .dockerignore must be a plain file",
+        ".dockerignore: a link leading out of the manifest's folder (to /etc/passwd); a .dockerignore must be a file of the repository",
     );
     std::fs::remove_file(p.path().join(".dockerignore")).unwrap();
     // A link that leads out.

@@ -12,6 +12,7 @@ mod hidden;
 mod hostile;
 mod leftovers;
 mod nix_recipe;
+mod recipes;
 mod warm;
 
 /// A project whose image is `FROM scratch` plus a unique file, with lock files.
