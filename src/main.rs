@@ -17,14 +17,17 @@
 //!    runs split by it into partitions;
 //! 7. [`manifest`]: what `cibox.yaml` says;
 //! 8. [`image`]: IDs, lockset, verification, build recipes;
-//! 9. [`engine`] (the container engine, synchronous, owning the async runtime),
-//!    [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
-//!    [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`],
-//!    [`buildkite`];
-//! 10. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
+//! 9. [`git_mask`]: a checkout's git configs, cleaned of credentials (a batch's source,
+//!    an image's build context);
+//! 10. [`engine`] (the container engine, synchronous, owning the async runtime),
+//!     [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
+//!     [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`],
+//!     [`buildkite`];
+//! 11. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
 //!     YAML tree with positions), [`error`] (what kind of failure an error is),
-//!     [`nofollow`] (writing where a link must never be followed: folders held open);
-//! 11. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
+//!     [`nofollow`] (writing where a link must never be followed: folders held open),
+//!     [`mask`] (secrets' values masked in what is printed);
+//! 12. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
 //!     (who can change a path), [`signals`], [`units`], [`util`].
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
@@ -41,6 +44,7 @@ mod engine;
 mod error;
 mod exit;
 mod git;
+mod git_mask;
 mod github;
 mod gpu;
 mod host;

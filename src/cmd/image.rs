@@ -13,7 +13,7 @@ use crate::engine::{Engine, EngineInfo};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::image::build::{Builder, Stage};
-use crate::image::recipe::{self, BuildRequest, Progress, Recipe};
+use crate::image::recipe::{BuildRequest, Progress, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::run::launch::Whereabouts;
@@ -417,6 +417,15 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
     }
     let args_path = img.build_args.as_deref().map(|a| m.resolve(a));
     let context_path = img.context.as_deref().map(|c| m.resolve(c));
+    // Where its cache mounts live and what its steps get: the host's to say.
+    let scope = crate::host::build_scope::decide(&policy, &m.project, &m.dir).map_err(|e| {
+        crate::engine::EngineError::Io {
+            action: "naming the build's private cache namespace".into(),
+            reason: e.to_string(),
+        }
+    })?;
+    let grants = policy.build_grants(scope.trust);
+    let not_granted = crate::host::build_scope::not_granted(&policy, &scope);
     let request = BuildRequest {
         name,
         recipe,
@@ -429,12 +438,14 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         context: context_path.as_deref().zip(img.context.as_deref()),
         target: img.target.as_deref(),
         secrets: &secrets,
-        policy: &policy,
+        scope: &scope,
+        grants: &grants,
+        not_granted: &not_granted,
     };
     let verbose = console::enabled(console::Level::Debug);
     // A large build can be quiet for a while: say that it goes on.
     let ticker = console::Ticker::start(std::time::Duration::from_secs(10));
-    let built = recipe::build(&request, &mut |p| show_progress(p, verbose, &ticker))?;
+    let built = crate::image::make::build(&request, &mut |p| show_progress(p, verbose, &ticker))?;
     drop(ticker);
     let done = match recipe {
         Recipe::Nix(_) => "verified",

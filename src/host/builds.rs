@@ -12,101 +12,8 @@
 use serde::Deserialize;
 
 use super::error::PolicyError;
+pub use crate::image::trust::{BuildGrants, BuildNetwork, BuildTrust, GrantedSecrets};
 use crate::manifest::Network;
-
-/// Whose code a build runs, as far as the host can tell: it picks the build's grants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuildTrust {
-    /// Merged code: on a host with a policy, one that says only the base branch's
-    /// workflows reach it (`caches.trusted`) and an event that runs merged code; on a
-    /// host without one, anything but an event that may run code nobody merged.
-    Trusted,
-    /// Anything else: a pull request's build, a dispatch's, a merge queue's.
-    Untrusted,
-}
-
-impl BuildTrust {
-    /// The policy's key for this trust (`builds.KEY`).
-    pub fn key(self) -> &'static str {
-        match self {
-            BuildTrust::Trusted => "trusted",
-            BuildTrust::Untrusted => "untrusted",
-        }
-    }
-}
-
-/// The secrets a build may be given (`--secret`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GrantedSecrets {
-    /// Whichever the command line gives.
-    Any,
-    /// These IDs only (none when empty).
-    Only(Vec<String>),
-}
-
-impl GrantedSecrets {
-    /// Whether a secret of this ID may be given.
-    pub fn allows(&self, id: &str) -> bool {
-        match self {
-            GrantedSecrets::Any => true,
-            GrantedSecrets::Only(ids) => ids.iter().any(|i| i == id),
-        }
-    }
-}
-
-/// What a build's `RUN` steps get: its network and the secrets it may be given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildGrants {
-    /// The network every `RUN` step gets (`bridge`: the engine's default).
-    pub network: Network,
-    pub secrets: GrantedSecrets,
-}
-
-impl BuildGrants {
-    /// The defaults for `trust`: the engine's default network either way (a build
-    /// installs its dependencies); any secret for merged code, none for other code.
-    pub fn default_for(trust: BuildTrust) -> BuildGrants {
-        BuildGrants {
-            network: Network::Bridge,
-            secrets: match trust {
-                BuildTrust::Trusted => GrantedSecrets::Any,
-                BuildTrust::Untrusted => GrantedSecrets::Only(Vec::new()),
-            },
-        }
-    }
-
-    /// Whether a step may ask for the network `asked` (`RUN --network=…`): `none`
-    /// always; the build's own network; never more than it (`host` over `bridge`).
-    /// For the Dockerfile reader's check of `RUN --network` flags (Docker 20.10's own
-    /// frontend refuses the flag: "Unknown flag: network").
-    #[allow(dead_code)]
-    pub fn allows_network(&self, asked: Network) -> bool {
-        asked == Network::None || asked == self.network
-    }
-
-    /// The build request's `networkmode`: `None` for the engine's default network.
-    pub fn network_mode(&self) -> Option<&'static str> {
-        match self.network {
-            Network::Bridge => None,
-            Network::None => Some("none"),
-            Network::Host => Some("host"),
-        }
-    }
-
-    fn summary(&self) -> String {
-        let network = match self.network {
-            Network::Bridge => "bridge",
-            Network::None => "none",
-            Network::Host => "host",
-        };
-        let secrets = match &self.secrets {
-            GrantedSecrets::Any => "any secret".to_string(),
-            GrantedSecrets::Only(ids) if ids.is_empty() => "no secret".to_string(),
-            GrantedSecrets::Only(ids) => format!("secrets {}", ids.join(", ")),
-        };
-        format!("network {network}, {secrets}")
-    }
-}
 
 /// `builds:`, each trust's grants (the defaults where it says nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,7 +81,11 @@ pub(super) fn build_policy(
             BuildTrust::Untrusted => &mut policy.untrusted,
         };
         if let Some(network) = raw.network {
-            grants.network = network;
+            grants.network = match network {
+                Network::Bridge => BuildNetwork::Bridge,
+                Network::None => BuildNetwork::None,
+                Network::Host => BuildNetwork::Host,
+            };
         }
         if let Some(value) = raw.secrets {
             grants.secrets = secrets(value, &|at: &[&str], why| {
@@ -230,15 +141,15 @@ mod tests {
         )
         .unwrap();
         let trusted = p.build_grants(BuildTrust::Trusted);
-        assert_eq!(trusted.network, Network::Bridge);
+        assert_eq!(trusted.network, BuildNetwork::Bridge);
         assert_eq!(trusted.network_mode(), None);
         assert!(trusted.secrets.allows("hf.token") && !trusted.secrets.allows("other"));
         let untrusted = p.build_grants(BuildTrust::Untrusted);
         assert_eq!(untrusted.network_mode(), Some("none"));
         assert!(!untrusted.secrets.allows("pip_token"));
-        assert!(untrusted.allows_network(Network::None));
-        assert!(!untrusted.allows_network(Network::Host));
-        assert!(!untrusted.allows_network(Network::Bridge));
+        assert!(untrusted.allows_network(BuildNetwork::None));
+        assert!(!untrusted.allows_network(BuildNetwork::Host));
+        assert!(!untrusted.allows_network(BuildNetwork::Bridge));
         assert_eq!(
             p.builds.summary(),
             "image builds: trusted network bridge, secrets pip_token, hf.token; untrusted network none, no secret"
@@ -252,7 +163,7 @@ mod tests {
             assert_eq!(
                 p.build_grants(BuildTrust::Trusted),
                 BuildGrants {
-                    network: Network::Bridge,
+                    network: BuildNetwork::Bridge,
                     secrets: GrantedSecrets::Any
                 }
             );
@@ -268,7 +179,7 @@ mod tests {
         .unwrap();
         let g = host.build_grants(BuildTrust::Trusted);
         assert_eq!(g.network_mode(), Some("host"));
-        assert!(g.allows_network(Network::Host) && g.secrets.allows("x"));
+        assert!(g.allows_network(BuildNetwork::Host) && g.secrets.allows("x"));
     }
 
     #[test]

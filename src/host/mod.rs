@@ -3,6 +3,7 @@
 //! manifest requests; only the host grants.
 
 pub mod admin_file;
+pub mod build_scope;
 pub mod builds;
 pub mod caches;
 pub mod ci_tokens;

@@ -254,11 +254,21 @@ pub fn build(
     let into = scratch.path().to_path_buf();
     let mask = Masker::of(inputs.hidden);
     let (raw, raw_tag) = engine_build(engine, inputs, false, &mut scratch, &mask, on)?;
-    let key = super::known::key(&raw, inputs);
-    if let Some(built) = super::known::lookup(engine, &key, inputs.labels) {
+    let builder = format!("{:?}", inputs.builder);
+    let key = super::known::key(
+        &raw,
+        &super::known::Normalising {
+            epoch: inputs.epoch,
+            repository: inputs.repository,
+            builder: &builder,
+            bases: &inputs.base_layers,
+            hidden: inputs.hidden,
+        },
+    );
+    if let Some((id, engine_id)) = super::known::lookup(engine, &key, inputs.labels) {
         let _ = engine.remove_image(&raw_tag);
-        on(Stage::Known { id: &built.id });
-        return Ok(built);
+        on(Stage::Known { id: &id });
+        return Ok(Built { id, engine_id });
     }
     let loaded =
         normalise_raw(engine, inputs, &raw, &into, &mask, on).and_then(|n| load(engine, &n, on));
@@ -267,7 +277,7 @@ pub fn build(
     // loses this one. (The engine refuses while a container uses it.)
     let _ = engine.remove_image(&raw_tag);
     let built = loaded?;
-    super::known::record(&key, &built);
+    super::known::record(&key, &built.id, &built.engine_id);
     Ok(built)
 }
 

@@ -12,7 +12,7 @@
 //!
 //! A git config in the context (`.git/config` and the others a batch's source copy
 //! masks, of nested checkouts and submodules too) is sent cleaned, as a batch reads it
-//! ([`crate::run::git_mask`]): `actions/checkout` leaves the job's token in it, and a
+//! ([`crate::git_mask`]): `actions/checkout` leaves the job's token in it, and a
 //! `COPY .git/config` (or `COPY . …`) must not put that in an image.
 
 use std::collections::HashMap;
@@ -381,7 +381,7 @@ pub fn pack(root: &Path, dir: &Path, dockerfile: &str) -> Result<File, BuildCont
 
 /// The context's git configs, by their paths in it, each with the text it is sent as.
 fn cleaned_git_configs(dir: &Path) -> Result<HashMap<String, String>, BuildContextError> {
-    use crate::run::git_mask::{MaskError, cleaned};
+    use crate::git_mask::{MaskError, cleaned};
     let configs = cleaned(dir).map_err(|e| match e {
         MaskError::TooManyFolders { max, .. } => BuildContextError::TooManyFolders {
             dir: dir.display().to_string(),
@@ -616,7 +616,7 @@ mod tests {
         }
         std::fs::write(d.join("Dockerfile"), "FROM scratch\nCOPY . /\n").unwrap();
         let mut packed = String::new();
-        let mut archive = tar::Archive::new(pack(d, "Dockerfile").unwrap());
+        let mut archive = tar::Archive::new(pack(d, d, "Dockerfile").unwrap());
         let mut configs = 0;
         for entry in archive.entries().unwrap() {
             let mut entry = entry.unwrap();

@@ -20,8 +20,8 @@ use std::path::PathBuf;
 use sha2::{Digest, Sha256};
 
 use super::ImageId;
-use super::build::{BuildInputs, Built};
 use crate::engine::Engine;
+use crate::mask::Hidden;
 
 /// What an entry starts with.
 const MAGIC: &str = "cibox-normalised 1";
@@ -50,8 +50,20 @@ fn folder() -> Option<PathBuf> {
     (md.is_dir() && mine && md.mode() & 0o077 == 0).then_some(dir)
 }
 
-/// The key of a raw build `raw` built with `inputs`.
-pub fn key(raw: &str, inputs: &BuildInputs<'_>) -> String {
+/// What normalising a raw build reads besides the build itself.
+pub struct Normalising<'a> {
+    pub epoch: u64,
+    pub repository: &'a str,
+    /// The builder, as it is named.
+    pub builder: &'a str,
+    /// The base layers kept as they are.
+    pub bases: &'a std::collections::HashSet<String>,
+    /// The values searched for.
+    pub hidden: &'a [Hidden],
+}
+
+/// The key of a raw build `raw` normalised with `inputs`.
+pub fn key(raw: &str, inputs: &Normalising<'_>) -> String {
     let mut h = Sha256::new();
     let mut put = |field: &str, value: &[u8]| {
         h.update(field.as_bytes());
@@ -63,8 +75,8 @@ pub fn key(raw: &str, inputs: &BuildInputs<'_>) -> String {
     put("raw", raw.as_bytes());
     put("epoch", &inputs.epoch.to_be_bytes());
     put("repository", inputs.repository.as_bytes());
-    put("builder", format!("{:?}", inputs.builder).as_bytes());
-    let mut bases: Vec<&String> = inputs.base_layers.iter().collect();
+    put("builder", inputs.builder.as_bytes());
+    let mut bases: Vec<&String> = inputs.bases.iter().collect();
     bases.sort();
     for b in bases {
         put("base", b.as_bytes());
@@ -82,13 +94,13 @@ pub fn key(raw: &str, inputs: &BuildInputs<'_>) -> String {
     crate::util::hex(&h.finalize())
 }
 
-/// The image a build with this key gave before, when it is still in the engine with
-/// these labels.
+/// The image a build with this key gave before (its ID, and the engine's ID for it),
+/// when it is still in the engine with these labels.
 pub fn lookup(
     engine: &Engine,
     key: &str,
     labels: &std::collections::HashMap<String, String>,
-) -> Option<Built> {
+) -> Option<(ImageId, ImageId)> {
     let path = folder()?.join(key);
     let (file, md) = crate::util::open_plain(&path, false).ok()?;
     if md.uid() != nix::unistd::geteuid().as_raw() || md.len() > 4096 {
@@ -108,12 +120,12 @@ pub fn lookup(
         let _ = std::fs::remove_file(&path);
         return None;
     }
-    Some(Built { id, engine_id })
+    Some((id, engine_id))
 }
 
-/// Writes down that a build with this key gave `built` (atomically; a failure only
-/// costs the next build the long way).
-pub fn record(key: &str, built: &Built) {
+/// Writes down that a build with this key gave the image `id` (`engine_id` in the
+/// engine), atomically; a failure only costs the next build the long way.
+pub fn record(key: &str, id: &ImageId, engine_id: &ImageId) {
     let Some(dir) = folder() else {
         return;
     };
@@ -128,7 +140,7 @@ pub fn record(key: &str, built: &Built) {
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&tmp)
         .and_then(|mut f| {
-            writeln!(f, "{MAGIC}\n{}\n{}", built.id, built.engine_id)?;
+            writeln!(f, "{MAGIC}\n{id}\n{engine_id}")?;
             f.sync_all()
         });
     if written.is_err() || std::fs::rename(&tmp, dir.join(key)).is_err() {

@@ -1,6 +1,6 @@
 //! `image build` of a Nix recipe: `nix build` of the flake attribute in the manifest's
 //! folder, and the archive it makes (or the script that streams one) loaded; each image
-//! in it is held to the pin and verified by the caller's [`super::recipe::build`].
+//! in it is held to the pin and verified by the caller's [`super::make::build`].
 
 use std::path::{Path, PathBuf};
 
@@ -80,18 +80,6 @@ fn built_path(json: &[u8]) -> Option<PathBuf> {
 }
 
 /// `nix (Nix) 2.8.0`, or that it could not be asked.
-/// What to say after a failed `nix build`: Nix's own message (above) says why, unless
-/// this Nix is too old for flakes (or would not say its version).
-pub(super) fn nix_hint(version: &str) -> &'static str {
-    // `nix (Nix) 2.8.0`
-    let number = version.rsplit(' ').next().unwrap_or_default();
-    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) if (major, minor) >= (2, 4) => "Nix said why above",
-        _ => "cibox needs Nix 2.4 or later, with flakes",
-    }
-}
-
 fn nix_version(nix: &Path) -> String {
     std::process::Command::new(nix)
         .arg("--version")
@@ -140,7 +128,7 @@ fn load_nix_output(engine: &Engine, path: &Path) -> Result<Vec<String>, RecipeEr
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::image::recipe::nix_hint;
 
     #[test]
     fn a_failed_nix_build_blames_the_version_only_when_it_is_too_old() {

@@ -18,14 +18,12 @@ use std::path::{Path, PathBuf};
 
 use super::build::{BuildInputs, Builder};
 use super::build_context::{self, BuildContextError};
-use super::build_scope::{self, BuildScope};
 use super::dockerfile::{Dialect, ImageUse, Needs, Reach};
 use super::lockset::{self, Lockset};
+use super::trust::{BuildGrants, BuildNetwork, BuildScope, CACHE_NS_ARG};
 use super::{ImageError, ImageId, PinnedId, Verified};
 use crate::engine::{BuildSecret, Engine, EngineError, EngineInfo};
 use crate::exit::Failure;
-use crate::host::HostPolicy;
-use crate::host::policy::BuildGrants;
 
 /// How an image is made.
 #[derive(Debug, Clone, Copy)]
@@ -62,8 +60,12 @@ pub struct BuildRequest<'a> {
     pub target: Option<&'a str>,
     /// What the Dockerfile's `RUN --mount=type=secret` steps mount.
     pub secrets: &'a [BuildSecret],
-    /// The host's policy: what the build's steps get, by its trust.
-    pub policy: &'a HostPolicy,
+    /// Where the build's cache mounts live, and its trust (the host decides it).
+    pub scope: &'a BuildScope,
+    /// What its steps get, by its trust (the host's policy).
+    pub grants: &'a BuildGrants,
+    /// Why a secret the grants do not list is not granted (for the refusal).
+    pub not_granted: &'a str,
 }
 
 /// What happens while an image is built, in order, for the command to show.
@@ -156,7 +158,7 @@ pub enum RecipeError {
     },
     #[error(
         "`nix build {attr}` failed ({status}; {version}; {})",
-        super::nix_build::nix_hint(version)
+        nix_hint(version)
     )]
     NixFailed {
         attr: String,
@@ -235,18 +237,15 @@ impl crate::error::ErrorKind for RecipeError {
     }
 }
 
-/// Builds the image `request` names, loads it, holds it to its pin and verifies it.
-pub fn build(
-    request: &BuildRequest<'_>,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<BuildOutcome, RecipeError> {
-    match request.recipe {
-        Recipe::Dockerfile(dockerfile) => build_dockerfile(request, dockerfile, progress),
-        Recipe::Nix(attr) if request.check => Err(RecipeError::NixCheck {
-            image: request.name.to_string(),
-            attr: attr.to_string(),
-        }),
-        Recipe::Nix(attr) => super::nix_build::build_nix(request, attr, progress),
+/// What to say after a failed `nix build`: Nix's own message (above) says why, unless
+/// this Nix is too old for flakes (or would not say its version).
+pub(super) fn nix_hint(version: &str) -> &'static str {
+    // `nix (Nix) 2.8.0`
+    let number = version.rsplit(' ').next().unwrap_or_default();
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) if (major, minor) >= (2, 4) => "Nix said why above",
+        _ => "cibox needs Nix 2.4 or later, with flakes",
     }
 }
 
@@ -383,8 +382,8 @@ fn prepare(
         None => HashMap::new(),
     };
     let env_proxies = super::build_args::proxies_from_env();
-    let scope = build_scope::decide(request.policy, request.project, request.dir)?;
-    let grants = request.policy.build_grants(scope.trust);
+    let scope = request.scope.clone();
+    let grants = request.grants.clone();
     // Read now as today's BuildKit reads it, so a bad Dockerfile stops us before the
     // engine is asked anything; again once the engine is known, as its own reads it.
     let needs = read_needs(
@@ -405,7 +404,7 @@ fn prepare(
     {
         return Err(RecipeError::SecretNotGranted {
             id: secret.id.clone(),
-            why: build_scope::not_granted(request.policy, &scope),
+            why: request.not_granted.to_string(),
         });
     }
     Ok(Prepared {
@@ -418,7 +417,7 @@ fn prepare(
     })
 }
 
-fn build_dockerfile(
+pub(super) fn build_dockerfile(
     request: &BuildRequest<'_>,
     dockerfile: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -487,10 +486,7 @@ fn build_dockerfile(
         )));
     }
     if builder == Builder::BuildKit {
-        build_args.insert(
-            build_scope::CACHE_NS_ARG.to_string(),
-            scope.namespace.clone(),
-        );
+        build_args.insert(CACHE_NS_ARG.to_string(), scope.namespace.clone());
     }
     progress(Progress::Scope {
         scope: &scope,
@@ -558,7 +554,7 @@ fn read_needs(
     text: &str,
     args: &HashMap<String, String>,
     env_proxies: &[(String, String)],
-    grants: &crate::host::builds::BuildGrants,
+    grants: &BuildGrants,
     dialect: Dialect,
 ) -> Result<Needs, RecipeError> {
     let fail = |why: String| RecipeError::Recipe {
@@ -595,7 +591,7 @@ fn read_needs(
     for (reach, line) in &needs.reach {
         let refused = match reach {
             Reach::Network(mode) if mode == "host" => {
-                (!grants.allows_network(crate::manifest::Network::Host)).then(|| {
+                (!grants.allows_network(BuildNetwork::Host)).then(|| {
                     "RUN --network=host would give the step this host's network, which the host policy does not grant this build".to_string()
                 })
             }

@@ -33,7 +33,6 @@ pub mod cleanup;
 pub mod copy;
 pub mod error;
 pub mod execute;
-pub mod git_mask;
 pub mod launch;
 pub mod order;
 pub mod qualify;

@@ -1,7 +1,7 @@
 //! What of the source a batch gets in `/work`: what git would ship. In a git checkout
 //! that is the tracked files (submodules' too) and the untracked files git does not
 //! ignore, and the `.git` folder with its configs cleaned of credentials (see
-//! [`crate::run::git_mask`]); never ignored build output (`target/`, a virtualenv), never a
+//! [`crate::git_mask`]); never ignored build output (`target/`, a virtualenv), never a
 //! socket, FIFO or device, never cibox's own output folders. Outside git, every plain
 //! file, folder and link but those.
 //!

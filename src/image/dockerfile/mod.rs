@@ -8,14 +8,16 @@
 
 pub mod flags;
 pub mod lex;
+pub mod node;
 pub mod parse;
 pub mod words;
 
-pub use parse::{Dialect, ParseError};
+pub use node::ParseError;
+pub use parse::Dialect;
 
 use std::collections::HashMap;
 
-use parse::{Node, fail};
+use node::{Node, fail};
 
 /// An image a build takes: a stage's base, or a `--from` source (`COPY --from=`, `RUN
 /// --mount=…,from=`) that is not a stage.

@@ -8,7 +8,8 @@
 //! Where two BuildKit versions read the same text differently, and cibox cannot tell
 //! which one the engine runs, the text is refused ([`ParseError`]) rather than guessed.
 
-use super::words::{self, Args};
+use super::node::{Heredoc, Node, ParseError, fail};
+use super::words;
 
 /// How the engine's BuildKit reads a Dockerfile, where versions differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,93 +36,9 @@ impl Dialect {
     pub const CURRENT: Dialect = Dialect { heredocs: true };
 }
 
-/// A Dockerfile cibox does not read as the builder would, or that the builder refuses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {why}")]
-pub struct ParseError {
-    pub line: usize,
-    pub why: String,
-}
-
-pub(super) fn fail(line: usize, why: impl Into<String>) -> ParseError {
-    ParseError {
-        line,
-        why: why.into(),
-    }
-}
-
-/// A heredoc's body (`RUN <<EOF`…`EOF`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Heredoc {
-    pub name: String,
-    pub content: String,
-}
-
-/// One instruction, as the parser reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    /// The keyword as written (`from`, `RUN`).
-    pub keyword: String,
-    /// The flags before the arguments (`--from=x`), their quotes and escapes removed.
-    pub flags: Vec<String>,
-    pub args: Args,
-    /// The whole instruction, continuations joined.
-    pub original: String,
-    /// The lines it starts and ends on (1-based).
-    pub line: usize,
-    pub end_line: usize,
-    pub heredocs: Vec<Heredoc>,
-}
-
-impl Node {
-    /// The keyword, upper case.
-    pub fn command(&self) -> String {
-        self.keyword.to_ascii_uppercase()
-    }
-
-    /// BuildKit's dump of the node (`(copy ["--from=a"] "x" "y")`), as its parser
-    /// tests compare.
-    #[cfg(test)]
-    pub fn dump(&self) -> String {
-        let mut s = self.keyword.to_lowercase();
-        if !self.flags.is_empty() {
-            s.push_str(" [");
-            let quoted: Vec<String> = self.flags.iter().map(|f| go_quote(f)).collect();
-            s.push_str(&quoted.join(" "));
-            s.push(']');
-        }
-        s.push_str(&self.args.dump());
-        s.trim().to_string()
-    }
-}
-
-/// Go's `strconv.Quote`.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\x07' => out.push_str("\\a"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            '\x0b' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// The parser's state of directives: the escape character and whether more may come.
-pub(super) struct Directives {
-    pub escape: char,
+struct Directives {
+    escape: char,
     done: bool,
     seen: Vec<String>,
     /// A `# check=` directive was read: versions before BuildKit 0.14 stop reading
@@ -320,7 +237,7 @@ pub(super) fn read_nodes(text: &str, dialect: Dialect) -> Result<(Vec<Node>, cha
             line.push_str(&piece);
             end = e;
         }
-        let mut node = words::node(&line, &d, start)?;
+        let mut node = words::node(&line, d.escape, start)?;
         node.end_line = i;
         check_joins(&node, &line, &joins, start)?;
         if dialect.heredocs && words::can_contain_heredoc(&node) && line.contains("<<") {

@@ -3,77 +3,7 @@
 //! with their quotes and escapes removed; the arguments are read by the keyword's own
 //! rule (JSON or words, `NAME=value` pairs, a string).
 
-use super::parse::{Directives, Node, ParseError, fail, go_quote};
-
-/// An instruction's arguments, by the rule its keyword reads them with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Args {
-    None,
-    /// Words or a JSON array's strings (`json`).
-    List {
-        items: Vec<String>,
-        json: bool,
-    },
-    /// The rest of the line as one string (`RUN` in shell form, `USER`, …).
-    Single(String),
-    /// `ENV`, `LABEL`: key, value and the separator (`=`, or empty in `KEY value`).
-    Pairs(Vec<(String, String, String)>),
-    /// `HEALTHCHECK`: its type, then its command.
-    Health(String, Box<Args>),
-    /// `ONBUILD`: the instruction it holds.
-    Sub(Box<Node>),
-}
-
-impl Args {
-    #[cfg(test)]
-    pub(super) fn dump(&self) -> String {
-        let mut s = String::new();
-        match self {
-            Args::None => {}
-            Args::List { items, .. } => {
-                for i in items {
-                    s.push(' ');
-                    s.push_str(&go_quote(i));
-                }
-            }
-            Args::Single(v) => {
-                s.push(' ');
-                s.push_str(&go_quote(v));
-            }
-            Args::Pairs(pairs) => {
-                for (k, v, sep) in pairs {
-                    for x in [k, v, sep] {
-                        s.push(' ');
-                        s.push_str(&go_quote(x));
-                    }
-                }
-            }
-            Args::Health(kind, cmd) => {
-                s.push(' ');
-                s.push_str(&go_quote(kind));
-                s.push_str(&cmd.dump());
-            }
-            Args::Sub(node) => {
-                s.push_str(" (");
-                s.push_str(&node.dump());
-                s.push(')');
-            }
-        }
-        s
-    }
-
-    /// The words or strings, where the rule gave a list.
-    pub fn items(&self) -> &[String] {
-        match self {
-            Args::List { items, .. } => items,
-            _ => &[],
-        }
-    }
-
-    pub fn is_json(&self) -> bool {
-        matches!(self, Args::List { json: true, .. })
-    }
-}
+use super::node::{Args, Node, ParseError, fail, go_quote};
 
 /// Go's `unicode.IsSpace` for one byte read as a rune, as `extractBuilderFlags` does.
 fn byte_is_space(b: u8) -> bool {
@@ -104,9 +34,9 @@ fn ws_split(s: &str, n: usize) -> Vec<String> {
 }
 
 /// The instruction on `line` (continuations joined), starting on line `at`.
-pub(super) fn node(line: &str, d: &Directives, at: usize) -> Result<Node, ParseError> {
-    let (keyword, flags, args) = split_command(line, d, at)?;
-    let args = dispatch(&keyword, &args, d, at)?;
+pub(super) fn node(line: &str, escape: char, at: usize) -> Result<Node, ParseError> {
+    let (keyword, flags, args) = split_command(line, escape, at)?;
+    let args = dispatch(&keyword, &args, escape, at)?;
     Ok(Node {
         keyword,
         flags,
@@ -121,7 +51,7 @@ pub(super) fn node(line: &str, d: &Directives, at: usize) -> Result<Node, ParseE
 /// The keyword, the flags and the rest (trimmed), as `splitCommand` splits them.
 fn split_command(
     line: &str,
-    d: &Directives,
+    escape: char,
     at: usize,
 ) -> Result<(String, Vec<String>, String), ParseError> {
     let parts = ws_split(line.trim(), 2);
@@ -129,7 +59,7 @@ fn split_command(
     let Some(rest) = parts.get(1) else {
         return Ok((keyword, Vec::new(), String::new()));
     };
-    let (args, flags) = extract_flags(rest, d.escape, at)?;
+    let (args, flags) = extract_flags(rest, escape, at)?;
     Ok((keyword, flags, args.trim().to_string()))
 }
 
@@ -225,7 +155,7 @@ fn extract_flags(line: &str, escape: char, at: usize) -> Result<(String, Vec<Str
 }
 
 /// The arguments of `keyword`, by its rule.
-fn dispatch(keyword: &str, rest: &str, d: &Directives, at: usize) -> Result<Args, ParseError> {
+fn dispatch(keyword: &str, rest: &str, escape: char, at: usize) -> Result<Args, ParseError> {
     let kw = keyword.to_ascii_lowercase();
     match kw.as_str() {
         "add" | "copy" | "volume" => maybe_json_list(rest, at),
@@ -233,12 +163,12 @@ fn dispatch(keyword: &str, rest: &str, d: &Directives, at: usize) -> Result<Args
             Args::None
         } else {
             Args::List {
-                items: parse_words(rest, d.escape),
+                items: parse_words(rest, escape),
                 json: false,
             }
         }),
         "cmd" | "entrypoint" | "run" | "shell" => maybe_json(rest, at),
-        "env" | "label" => name_val(rest, &kw, d, at),
+        "env" | "label" => name_val(rest, &kw, escape, at),
         "expose" | "from" => Ok(whitespace_list(rest)),
         "healthcheck" => health(rest, at),
         "maintainer" | "stopsignal" | "user" | "workdir" => Ok(if rest.is_empty() {
@@ -250,7 +180,7 @@ fn dispatch(keyword: &str, rest: &str, d: &Directives, at: usize) -> Result<Args
             if rest.is_empty() {
                 return Ok(Args::None);
             }
-            Ok(Args::Sub(Box::new(node(rest, d, at)?)))
+            Ok(Args::Sub(Box::new(node(rest, escape, at)?)))
         }
         _ => Ok(Args::None),
     }
@@ -321,8 +251,8 @@ fn health(rest: &str, at: usize) -> Result<Args, ParseError> {
 }
 
 /// `parseNameVal`: `KEY value` (old) or `KEY=value …`.
-fn name_val(rest: &str, kw: &str, d: &Directives, at: usize) -> Result<Args, ParseError> {
-    let words = parse_words(rest, d.escape);
+fn name_val(rest: &str, kw: &str, escape: char, at: usize) -> Result<Args, ParseError> {
+    let words = parse_words(rest, escape);
     if words.is_empty() {
         return Ok(Args::None);
     }

@@ -17,6 +17,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::cache::CacheStore;
 use crate::engine::ContainerEngine;
+use crate::git_mask;
 use crate::gpu::pool::{self, PoolGpu};
 use crate::gpu::probe;
 use crate::image::{self, Lockset};
@@ -32,7 +33,6 @@ use crate::run::batch_dir;
 use crate::run::cleanup::sweep;
 use crate::run::cleanup::watchdog::Watchdog;
 use crate::run::error::RunError;
-use crate::run::git_mask;
 use crate::run::order::{FirstFailure, each_batch};
 use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
 use crate::signals;

@@ -16,36 +16,8 @@
 //!   no CI scope shares;
 //! - *private*: anything else, a namespace of this build alone.
 
-use super::recipe::RecipeError;
-use crate::engine::EngineError;
-use crate::host::HostPolicy;
-use crate::host::policy::BuildTrust;
-
-/// The build argument that namespaces BuildKit's cache mounts.
-pub const CACHE_NS_ARG: &str = "BUILDKIT_CACHE_MOUNT_NS";
-
-/// Which of the project's cache namespaces a build uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
-    /// Merged code on a trusted host: the project's shared namespace.
-    Trusted,
-    /// A developer's build on a host without a policy: the project's own here.
-    Local,
-    /// One pull request's build: that pull request's namespace.
-    PullRequest(u64),
-    /// A namespace of this build alone, and why.
-    Private { why: String },
-}
-
-/// A build's scope, its trust (which picks its grants), and the namespace its cache
-/// mounts get.
-#[derive(Debug, Clone)]
-pub struct BuildScope {
-    pub scope: Scope,
-    pub trust: BuildTrust,
-    /// The value of [`CACHE_NS_ARG`]: `cibox:` and 64 hex digits.
-    pub namespace: String,
-}
+use super::HostPolicy;
+use crate::image::trust::{BuildScope, BuildTrust, Scope, namespace};
 
 /// What decides a build's scope, as the host and the environment say it.
 pub struct Facts<'a> {
@@ -66,7 +38,7 @@ pub fn decide(
     policy: &HostPolicy,
     project: &str,
     dir: &std::path::Path,
-) -> Result<BuildScope, RecipeError> {
+) -> std::io::Result<BuildScope> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let facts = Facts {
         policy,
@@ -84,10 +56,7 @@ pub fn decide(
     };
     let (scope, trust) = scope_of(&facts, &|| crate::github::pull_request(sha().as_deref()));
     let nonce = match scope {
-        Scope::Private { .. } => crate::util::random_hex(16).map_err(|e| EngineError::Io {
-            action: "naming the build's private cache namespace".into(),
-            reason: e.to_string(),
-        })?,
+        Scope::Private { .. } => crate::util::random_hex(16)?,
         _ => String::new(),
     };
     let namespace = namespace(project, &scope, &nonce);
@@ -155,25 +124,6 @@ pub fn scope_of(
     }
 }
 
-/// The namespace of `project`'s `scope` (`nonce`: a private one's own): `cibox:` and the
-/// hex of a SHA-256 over both, each with its length, so that no project name (one with
-/// `/` in it, say) names another project's or another scope's.
-pub fn namespace(project: &str, scope: &Scope, nonce: &str) -> String {
-    use sha2::Digest;
-    let scope = match scope {
-        Scope::Trusted => "trusted".to_string(),
-        Scope::Local => "local".to_string(),
-        Scope::PullRequest(n) => format!("pull/{n}"),
-        Scope::Private { .. } => format!("private/{nonce}"),
-    };
-    let mut h = sha2::Sha256::new();
-    for part in ["cibox build cache mounts v1", project, &scope] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
-    }
-    format!("cibox:{}", crate::util::hex(&h.finalize()))
-}
-
 /// Why `policy` gives a build of `scope` no such secret, and which key would.
 pub fn not_granted(policy: &HostPolicy, scope: &BuildScope) -> String {
     let what = match &scope.scope {
@@ -191,26 +141,6 @@ pub fn not_granted(policy: &HostPolicy, scope: &BuildScope) -> String {
             "{what}, and this host has no policy ({}) to grant it (builds.{key}.secrets)",
             crate::host::policy::DEFAULT_PATH
         ),
-    }
-}
-
-impl BuildScope {
-    /// One line for the build's progress: whose cache mounts it uses, and why.
-    pub fn describe(&self, project: &str) -> String {
-        match &self.scope {
-            Scope::Trusted => format!(
-                "project {project}'s shared namespace (a trusted build: the host's caches.trusted, and merged code)"
-            ),
-            Scope::Local => format!(
-                "project {project}'s own namespace on this machine (no host policy, and no CI job)"
-            ),
-            Scope::PullRequest(n) => format!(
-                "pull request {n}'s own namespace (the host's caches.pull_requests: keep): no other pull request's build, nor a trusted one, reads it"
-            ),
-            Scope::Private { why } => format!(
-                "a namespace of this build alone ({why}): nothing it writes is read by another build"
-            ),
-        }
     }
 }
 
