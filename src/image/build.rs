@@ -141,6 +141,17 @@ fn engine_build(
         }
         .map_err(|e| mask_error(e, mask))?;
     scratch.made(&raw);
+    let layers = engine.inspect(&raw)?.map(|f| f.layers).unwrap_or_default();
+    if let Some(layer) = super::known::refused_layer(&layers) {
+        return Err(ImageError::Refused {
+            message: format!(
+                "the engine's build cache gave this build a layer ({layer}) of a build refused for holding a secret's value or a proxy's credentials; it was not kept"
+            ),
+            details: vec![
+                "the engine's cache does not key a step on a secret's value: clear it (docker builder prune) and build again".into(),
+            ],
+        });
+    }
     Ok((raw, raw_tag))
 }
 
@@ -184,6 +195,14 @@ fn normalise_raw(
             }
             if n.secrets_found.is_empty() {
                 return Ok(n);
+            }
+            if let Ok(Some(found)) = engine.inspect(raw) {
+                let own: Vec<String> = found
+                    .layers
+                    .into_iter()
+                    .filter(|l| !inputs.base_layers.contains(l))
+                    .collect();
+                super::known::refuse_layers(&own);
             }
             Err(kept_secrets(&n.secrets_found))
         });
@@ -267,6 +286,9 @@ pub fn build(
     );
     if let Some((id, engine_id)) = super::known::lookup(engine, &key, inputs.labels) {
         let _ = engine.remove_image(&raw_tag);
+        // The name a load gives it (`REPOSITORY:id-<hex>`), should it have lost it.
+        let hex = id.as_str().trim_start_matches("sha256:");
+        engine.tag(engine_id.as_str(), inputs.repository, &format!("id-{hex}"))?;
         on(Stage::Known { id: &id });
         return Ok(Built { id, engine_id });
     }

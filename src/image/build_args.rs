@@ -77,6 +77,11 @@ pub fn read(
         if !crate::util::is_env_name(name) {
             return Err(at(format!("`{name}` is not an argument name")));
         }
+        if super::dockerfile::PLATFORM_ARGS.contains(&name) {
+            return Err(at(format!(
+                "`{name}` is one of BuildKit's platform arguments, which it sets itself: a file that sets it would have the builder take another image than cibox checks"
+            )));
+        }
         if name.starts_with("BUILDKIT_") {
             return Err(at(format!(
                 "`{name}`: BUILDKIT_* arguments are options of the builder's frontend (which frontend runs, where caches live), for cibox alone to set"
@@ -133,11 +138,11 @@ pub fn proxy_credentials(name: &str, value: &str) -> Vec<Hidden> {
     }
     let host = after.split(['/', '?', '#']).next().unwrap_or_default();
     let password = userinfo.split_once(':').map(|(_, p)| p).unwrap_or_default();
-    let mut values = vec![
-        format!("{userinfo}@{host}"),
-        userinfo.to_string(),
+    let mut values: Vec<Vec<u8>> = vec![
+        format!("{userinfo}@{host}").into_bytes(),
+        userinfo.as_bytes().to_vec(),
         percent_decoded(userinfo),
-        password.to_string(),
+        password.as_bytes().to_vec(),
         percent_decoded(password),
     ];
     values.retain(|v| !v.is_empty());
@@ -147,13 +152,14 @@ pub fn proxy_credentials(name: &str, value: &str) -> Vec<Hidden> {
         .into_iter()
         .map(|v| Hidden {
             what: format!("the credentials of proxy variable {name}"),
-            value: v.into_bytes(),
+            value: v,
         })
         .collect()
 }
 
-/// `text` with each `%XX` made the byte it stands for (lossy where that is not UTF-8).
-fn percent_decoded(text: &str) -> String {
+/// `text` with each `%XX` made the byte it stands for, as bytes (a password's bytes
+/// need not be UTF-8: the step gets them as they are).
+fn percent_decoded(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -173,7 +179,7 @@ fn percent_decoded(text: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]
@@ -185,9 +191,23 @@ mod tests {
             .into_iter()
             .map(|h| {
                 assert_eq!(h.what, format!("the credentials of proxy variable {name}"));
-                String::from_utf8(h.value).unwrap()
+                String::from_utf8_lossy(&h.value).into_owned()
             })
             .collect()
+    }
+
+    /// Issue 43, second attack: a password whose escape is not UTF-8 is searched for
+    /// and masked as its bytes.
+    #[test]
+    fn a_password_that_is_not_utf8_is_its_bytes() {
+        let found = proxy_credentials(
+            "HTTP_PROXY",
+            "http://builder:Run1%FFSecretPw@127.0.0.1:3128",
+        );
+        assert!(
+            found.iter().any(|h| h.value == b"Run1\xffSecretPw"),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -220,6 +240,6 @@ mod tests {
         ] {
             assert!(values(name, value).is_empty(), "{name}={value}");
         }
-        assert_eq!(percent_decoded("a%2Fb%zz%4"), "a/b%zz%4");
+        assert_eq!(percent_decoded("a%2Fb%zz%4"), b"a/b%zz%4");
     }
 }

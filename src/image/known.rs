@@ -46,8 +46,53 @@ fn folder() -> Option<PathBuf> {
         .mode(0o700)
         .create(&dir);
     let md = std::fs::symlink_metadata(&dir).ok()?;
-    let mine = md.uid() == nix::unistd::geteuid().as_raw();
-    (md.is_dir() && mine && md.mode() & 0o077 == 0).then_some(dir)
+    let me = nix::unistd::geteuid().as_raw();
+    let mine = md.uid() == me && md.is_dir() && md.mode() & 0o077 == 0;
+    // Nor may anyone else swap a folder on the way to it.
+    (mine && crate::ownership::changeable_by_others(&dir, me).is_none()).then_some(dir)
+}
+
+/// The file of layers that held what the host gave a build that was refused for it.
+const REFUSED: &str = "refused-layers";
+
+/// The most of [`REFUSED`] read.
+const MAX_REFUSED: u64 = 4 << 20;
+
+/// Writes down the layers of a raw build refused because one of them holds a secret's
+/// value or a proxy's credentials: the engine's build cache keeps the step that wrote
+/// them (it does not key on a secret's value), and a later build, given no secret or
+/// another, would take it from there unseen.
+pub fn refuse_layers(layers: &[String]) {
+    let Some(dir) = folder() else {
+        return;
+    };
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(dir.join(REFUSED))
+    else {
+        return;
+    };
+    for l in layers {
+        let _ = writeln!(f, "{l}");
+    }
+}
+
+/// The first of `layers` that a refused build held ([`refuse_layers`]).
+pub fn refused_layer(layers: &[String]) -> Option<String> {
+    let (file, md) = crate::util::open_plain(&folder()?.join(REFUSED), false).ok()?;
+    if md.uid() != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_REFUSED).read_to_string(&mut text).ok()?;
+    let refused: std::collections::HashSet<&str> = text.lines().collect();
+    layers
+        .iter()
+        .find(|l| refused.contains(l.as_str()))
+        .cloned()
 }
 
 /// What normalising a raw build reads besides the build itself.

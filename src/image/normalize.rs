@@ -157,6 +157,26 @@ pub fn normalise(
     })
 }
 
+/// A link's target (relative to the folder `parent` of the archive) as a path of the
+/// archive, when it stays inside it.
+fn resolve_link(parent: &str, target: &str) -> Option<String> {
+    let mut parts: Vec<&str> = if target.starts_with('/') {
+        Vec::new()
+    } else {
+        parent.split('/').filter(|p| !p.is_empty()).collect()
+    };
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
 /// The strings of a JSON list (none if it is not one).
 fn strings(list: &serde_json::Value) -> Vec<String> {
     list.as_array()
@@ -190,13 +210,29 @@ impl SavedArchive {
         let mut places: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         {
             let mut outer = tar::Archive::new(&mut file);
+            // `docker save` writes a layer the image has twice as a link to the first.
+            let mut links: Vec<(String, String)> = Vec::new();
             for entry in outer.entries().map_err(|e| io("reading it", e))? {
                 let entry = entry.map_err(|e| io("reading it", e))?;
-                if entry.header().entry_type().is_file() {
-                    let path = String::from_utf8_lossy(&entry.path_bytes())
-                        .trim_start_matches("./")
-                        .to_string();
+                let path = String::from_utf8_lossy(&entry.path_bytes())
+                    .trim_start_matches("./")
+                    .to_string();
+                let kind = entry.header().entry_type();
+                if kind.is_file() {
                     places.insert(path, (entry.raw_file_position(), entry.size()));
+                } else if kind.is_symlink()
+                    && let Some(target) = entry.link_name_bytes()
+                {
+                    links.push((path, String::from_utf8_lossy(&target).into_owned()));
+                }
+            }
+            for (path, target) in links {
+                let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+                let Some(resolved) = resolve_link(parent, &target) else {
+                    continue;
+                };
+                if let Some(&place) = places.get(&resolved) {
+                    places.entry(path).or_insert(place);
                 }
             }
         }

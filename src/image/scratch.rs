@@ -45,6 +45,12 @@ pub struct BuildScratch<'e> {
 impl<'e> BuildScratch<'e> {
     pub fn new(engine: &'e Engine) -> std::io::Result<BuildScratch<'e>> {
         let dir = tempfile::Builder::new().prefix(PREFIX).tempdir()?;
+        // What the build saves (every layer it made, secrets a refused build held) is
+        // for this user alone, whatever the umask.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
         let lock = File::create(dir.path().join(LOCK))?;
         lock.try_lock().map_err(std::io::Error::other)?;
         let journal = File::options()

@@ -57,6 +57,9 @@ pub enum Reach {
 struct FromRef {
     written: String,
     line: usize,
+    /// `COPY --from` takes a stage's number too; a mount's `from` names one only by
+    /// its name (BuildKit 0.8 looks mount sources up by name).
+    by_number: bool,
 }
 
 /// Where a stage, or a step's `--from`, takes files from.
@@ -191,6 +194,7 @@ impl Reader<'_> {
                     stage.from.push(FromRef {
                         written: src.to_string(),
                         line: node.line,
+                        by_number: true,
                     });
                 }
                 if command == "ADD" {
@@ -368,6 +372,7 @@ impl Reader<'_> {
                 stage.from.push(FromRef {
                     written: src.to_string(),
                     line,
+                    by_number: false,
                 });
             }
         }
@@ -438,7 +443,8 @@ impl Stages {
         {
             return Source::Stage(i);
         }
-        if let Ok(i) = f.written.parse::<usize>()
+        if f.by_number
+            && let Ok(i) = f.written.parse::<usize>()
             && i < self.stages.len()
         {
             return Source::Stage(i);
@@ -515,6 +521,19 @@ impl Stages {
     }
 }
 
+/// BuildKit's platform arguments: it sets them itself, and a build argument of the same
+/// name would override them (BuildKit 0.8), so none may be given.
+pub const PLATFORM_ARGS: [&str; 8] = [
+    "TARGETPLATFORM",
+    "TARGETOS",
+    "TARGETARCH",
+    "TARGETVARIANT",
+    "BUILDPLATFORM",
+    "BUILDOS",
+    "BUILDARCH",
+    "BUILDVARIANT",
+];
+
 /// BuildKit's platform arguments, which a `FROM` may use undeclared, for this host.
 fn platform_args() -> std::collections::HashMap<String, String> {
     let arch = host_arch();
@@ -526,6 +545,8 @@ fn platform_args() -> std::collections::HashMap<String, String> {
         ("BUILDOS", "linux"),
         ("TARGETARCH", arch),
         ("BUILDARCH", arch),
+        ("TARGETVARIANT", ""),
+        ("BUILDVARIANT", ""),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

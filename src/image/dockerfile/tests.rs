@@ -192,7 +192,8 @@ fn a_target_takes_only_the_stages_it_needs() {
 fn a_from_names_any_stage() {
     let df = "FROM scratch AS a\nCOPY --from=b /x /x\nFROM reg/evil:1 AS b\n";
     assert_eq!(images(df, &[], Some("a")), ["scratch", "reg/evil:1"]);
-    let df = "FROM scratch AS a\nRUN --mount=from=2,target=/m true\nFROM x:1\nFROM reg/evil:1\n";
+    let df =
+        "FROM scratch AS a\nRUN --mount=from=c,target=/m true\nFROM x:1\nFROM reg/evil:1 AS c\n";
     assert_eq!(images(df, &[], Some("a")), ["scratch", "reg/evil:1"]);
 }
 
@@ -329,4 +330,20 @@ fn real_projects_dockerfiles() {
     )
     .unwrap_err();
     assert!(err.why.contains("docker/dockerfile:1.7"), "{err}");
+}
+
+/// Issue 43, second attack: what BuildKit 0.8 reads otherwise than later versions, or
+/// than cibox did, is refused or read as 0.8 reads it.
+#[test]
+fn the_second_attacks_readings() {
+    // `${X-w}` is nothing to BuildKit 0.8: refused, not read as `w`.
+    assert!(refused("ARG V=${NOPE-amd64}\nFROM reg/x-${V:-evil}:1\n").contains("not read alike"));
+    // Under a backtick escape, BuildKit 0.8 still splits flags at `\\`.
+    let df = "# escape=`\nFROM scratch\nRUN --mount=type=secret,id=x,target=/t\\ --mount=type=bind,from=reg/evil:1,target=/e true\n";
+    assert!(refused(df).contains("escape character"));
+    // A mount's `from` names a stage by name only: `from=0` is the image `0`.
+    let df = "FROM scratch AS a\nRUN --mount=from=0,target=/m true\n";
+    assert_eq!(images(df, &[], None), ["scratch", "0"]);
+    // The platform arguments have no variant on this host but are there.
+    assert_eq!(images("FROM img:x${TARGETVARIANT}\n", &[], None), ["img:x"]);
 }

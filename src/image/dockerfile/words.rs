@@ -136,6 +136,14 @@ fn extract_flags(line: &str, escape: char, at: usize) -> Result<(String, Vec<Str
             }
         }
         let raw = &line[start..pos];
+        if escape != '\\' && raw.contains(['\\', '`']) {
+            return Err(fail(
+                at,
+                format!(
+                    "the flag `{raw}` holds an escape character: BuildKit 0.8 reads flags with `\\` as their escape whatever the escape directive says, later versions with the directive's; write it without"
+                ),
+            ));
+        }
         if raw.contains(['"', '\'']) {
             return Err(fail(
                 at,

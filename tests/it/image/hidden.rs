@@ -260,3 +260,30 @@ fn a_proxy_without_credentials_and_no_proxy_are_nothing_to_refuse() {
     );
     built(&r);
 }
+
+/// Issue 43, second attack: a refused build's step stays in the engine's build cache,
+/// which does not key on a secret's value; a later build given no secret took it from
+/// there, and its image held the first build's secret. The refused build's layers are
+/// written down, and a build the cache gives one of them is refused.
+#[test]
+fn a_refused_builds_cached_step_is_never_kept_by_a_later_build() {
+    let (p, nonce) = project("", "");
+    let value = format!("c4ched-{nonce}");
+    write_stages(
+        &p,
+        &nonce,
+        "RUN --mount=type=secret,id=tok cp /run/secrets/tok /leak || true && : NONCE\n",
+    );
+    let before = labelled(&nonce);
+    let r = build(
+        &p,
+        &["--secret", "id=tok,env=CIBOX_TEST_TOKEN"],
+        &[("CIBOX_TEST_TOKEN", &value)],
+    );
+    r.fails_with(3, "a secret's value is in the built image; it was not kept");
+    let again = build(&p, &[], &[]);
+    again.fails_with(3, "the engine's build cache gave this build a layer");
+    assert!(again.stderr.contains("(cached)"), "{}", again.stderr);
+    never_shown(&again, value.as_bytes());
+    assert_eq!(labelled(&nonce), before, "a refused build left an image");
+}

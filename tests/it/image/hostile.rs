@@ -162,3 +162,16 @@ fn a_local_base_for_another_platform_is_refused() {
     r.ok();
     drop(ImageGuard(r.stdout.trim().to_string()));
 }
+
+/// Issue 43, second attack: a build arguments file that sets one of BuildKit's platform
+/// arguments would have the builder take another base than cibox checks.
+#[test]
+fn a_platform_argument_is_never_a_build_argument() {
+    let (p, _) = project(
+        "ARG TARGETARCH\nFROM 127.0.0.1:5000/cibox-q-${TARGETARCH}:1\nARG TARGETARCH\n",
+        Some("TARGETARCH=evil\n"),
+    );
+    let r = build(&p, &[]);
+    r.fails_with(2, "`TARGETARCH` is one of BuildKit's platform arguments");
+    nothing_built(&r);
+}

@@ -66,3 +66,56 @@ fn an_index_others_could_write_is_not_read() {
     assert_eq!(r.stdout.trim(), img.0, "{}", r.stderr);
     assert!(r.stderr.contains(SAVING), "{}", r.stderr);
 }
+
+/// Issue 43, second attack: an index under a folder others may change is not used (they
+/// could swap the folder for one of theirs between cibox's check and its use), and an
+/// image taken from the index gets back the `id-` name a load gives it.
+#[test]
+fn an_index_under_a_folder_others_may_change_is_not_used_and_a_known_image_keeps_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let (p, _) = project("COPY nonce /nonce\n", "");
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let with = |envs: &[(&str, &str)]| build(&p, &[], envs);
+    let home = shared.path().to_str().unwrap();
+    let img = built(&with(&[("XDG_CACHE_HOME", home)]));
+    let again = with(&[("XDG_CACHE_HOME", home)]);
+    assert_eq!(again.stdout.trim(), img.0, "{}", again.stderr);
+    assert!(again.stderr.contains(SAVING), "{}", again.stderr);
+    // This test's own index: known, and named again after its name was taken away.
+    let r = build(&p, &[], &[]);
+    assert!(r.stderr.contains(SAVING), "{}", r.stderr);
+    let name = format!("cibox/bk:id-{}", &img.0[7..]);
+    let untag = std::process::Command::new("docker")
+        .args(["rmi", &name])
+        .output()
+        .unwrap();
+    assert!(
+        untag.status.success(),
+        "{}",
+        String::from_utf8_lossy(&untag.stderr)
+    );
+    let known = build(&p, &[], &[]);
+    assert!(known.stderr.contains(KNOWN), "{}", known.stderr);
+    let tags = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{json .RepoTags}}", &img.0])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&tags.stdout).contains(&name),
+        "{}",
+        String::from_utf8_lossy(&tags.stdout)
+    );
+}
+
+/// Issue 43, second attack (there before issue 44): a build that adds the same layer
+/// twice (`docker save` writes the second as a link to the first) builds.
+#[test]
+fn a_build_adding_the_same_layer_twice_builds() {
+    let (p, _) = project(
+        "COPY nonce /a\nCOPY nonce /b\nCOPY nonce /a\nCOPY nonce /b\n",
+        "",
+    );
+    let r = build(&p, &[], &[]);
+    built(&r);
+}
