@@ -76,9 +76,9 @@ impl<W: Write> Write for HashingWriter<W> {
 }
 
 /// Reads and hashes at once.
-struct HashingReader<R> {
-    inner: R,
-    hasher: Sha256,
+pub(super) struct HashingReader<R> {
+    pub(super) inner: R,
+    pub(super) hasher: Sha256,
 }
 
 impl<R: Read> Read for HashingReader<R> {

@@ -14,6 +14,8 @@ use std::collections::{BTreeSet, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use sha2::{Digest, Sha256};
+
+use super::normalize::HashingReader;
 use std::path::Path;
 
 use crate::engine::{Engine, EngineError};
@@ -78,7 +80,7 @@ fn rewrite(
             continue;
         }
         let start = out.get_mut().stream_position()?;
-        let mut hashing = Hashing {
+        let mut hashing = HashingReader {
             inner: &mut entry,
             hasher: Sha256::new(),
         };
@@ -101,20 +103,6 @@ fn rewrite(
     // The rest of the stream (the end blocks), read so the engine's side is not cut off.
     std::io::copy(&mut archive.into_inner(), &mut std::io::sink())?;
     Ok(passed_over)
-}
-
-/// Reads and hashes at once.
-struct Hashing<R> {
-    inner: R,
-    hasher: Sha256,
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
 }
 
 fn bytes_path(path: &[u8]) -> std::io::Result<&Path> {
