@@ -196,14 +196,8 @@ fn normalise_raw(
             if n.secrets_found.is_empty() {
                 return Ok(n);
             }
-            if let Ok(Some(found)) = engine.inspect(raw) {
-                let own: Vec<String> = found
-                    .layers
-                    .into_iter()
-                    .filter(|l| !inputs.base_layers.contains(l))
-                    .collect();
-                super::known::refuse_layers(&own);
-            }
+            // Only the layers that hold it: the others are innocent, and shared.
+            super::known::refuse_layers(&n.secret_layers);
             Err(kept_secrets(&n.secrets_found))
         });
     let _ = std::fs::remove_file(&saved);

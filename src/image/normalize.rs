@@ -56,6 +56,8 @@ pub struct Normalised {
     /// Where a secret's value or a proxy's credentials were found, one line each
     /// (`secret `ID`: layer 2, PATH`), never the value.
     pub secrets_found: Vec<String>,
+    /// The diff IDs (as the engine built them) of the layers they were found in.
+    pub secret_layers: Vec<String>,
 }
 
 /// Writes and hashes at once.
@@ -122,11 +124,13 @@ pub fn normalise(
     let mut written = std::collections::BTreeSet::new();
     let mut summaries = Vec::new();
     let mut below = restated::Below::default();
+    let mut secret_layers = Vec::new();
     for (i, layer) in layer_paths.iter().enumerate() {
         let base = old_ids
             .get(i)
             .filter(|id| keep.contains(*id) && id.len() == 71);
         scan.layer = i + 1;
+        let found_before = scan.found.len();
         let (digest, summary) = saved.write_layer(
             &mut out,
             layer,
@@ -137,6 +141,11 @@ pub fn normalise(
         )?;
         diff_ids.push(format!("sha256:{digest}"));
         summaries.push(summary);
+        if scan.found.len() > found_before
+            && let Some(raw) = old_ids.get(i)
+        {
+            secret_layers.push(raw.clone());
+        }
     }
     normalise_config(&mut config, &diff_ids, epoch);
     scan.config(&config);
@@ -154,6 +163,7 @@ pub fn normalise(
         config,
         restated: below.dropped,
         secrets_found: scan.found,
+        secret_layers,
     })
 }
 

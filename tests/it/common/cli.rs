@@ -150,14 +150,21 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A folder of this test process's for `XDG_CACHE_HOME` (mode 0700, as cibox wants it).
+/// A folder of this test process's for `XDG_CACHE_HOME` (mode 0700, as cibox wants
+/// it), under the build's own temporary folder (`target/tmp`), not the host's.
 pub fn test_cache_home() -> &'static Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("cibox-test-cache-")
-            .tempdir()
-            .expect("a temporary folder")
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("xdg-cache")
+            .join(std::process::id().to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .expect("a folder for the test's cache");
+        dir
     })
-    .path()
 }
