@@ -424,10 +424,6 @@ pub(super) fn build_dockerfile(
 ) -> Result<BuildOutcome, RecipeError> {
     let text = read_dockerfile(dockerfile)?;
     let ctx = context(request, dockerfile)?;
-    let fail = |why: String| RecipeError::Recipe {
-        image: request.name.to_string(),
-        why,
-    };
     let Prepared {
         needs,
         file_args,
@@ -470,21 +466,7 @@ pub(super) fn build_dockerfile(
             dialect,
         )?
     };
-    let why_classic = engine.buildkit_missing();
-    let builder = match why_classic {
-        None => Builder::BuildKit,
-        Some(_) => Builder::Classic,
-    };
-    progress(Progress::Builder {
-        builder,
-        why_classic: why_classic.as_deref(),
-    });
-    if builder == Builder::Classic && !request.secrets.is_empty() {
-        return Err(fail(format!(
-            "secrets are mounted by BuildKit only, and the classic builder builds here ({})",
-            why_classic.unwrap_or_default()
-        )));
-    }
+    let builder = choose_builder(request, &engine, progress)?;
     if builder == Builder::BuildKit {
         build_args.insert(CACHE_NS_ARG.to_string(), scope.namespace.clone());
     }
@@ -542,6 +524,34 @@ pub(super) fn build_dockerfile(
         engine: info,
         images: vec![verified],
     })
+}
+
+/// Which of the engine's builders builds (said), refusing secrets where it is the
+/// classic one.
+fn choose_builder(
+    request: &BuildRequest<'_>,
+    engine: &Engine,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Builder, RecipeError> {
+    let why_classic = engine.buildkit_missing();
+    let builder = match why_classic {
+        None => Builder::BuildKit,
+        Some(_) => Builder::Classic,
+    };
+    progress(Progress::Builder {
+        builder,
+        why_classic: why_classic.as_deref(),
+    });
+    if builder == Builder::Classic && !request.secrets.is_empty() {
+        return Err(RecipeError::Recipe {
+            image: request.name.to_string(),
+            why: format!(
+                "secrets are mounted by BuildKit only, and the classic builder builds here ({})",
+                why_classic.unwrap_or_default()
+            ),
+        });
+    }
+    Ok(builder)
 }
 
 /// What building the request's target of the Dockerfile `text` takes, as a BuildKit of
