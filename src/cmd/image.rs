@@ -490,6 +490,12 @@ fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker
         Progress::SecretUnused(id) => console::warn(format!(
             "secret `{id}` is given, but no step the build runs mounts it"
         )),
+        Progress::Fresh { line } => say(
+            format!(
+                "an untrusted build whose steps mount a secret (line {line}) builds without the engine's cache: the cache does not key a step on a secret's value, and would hand this build what another build's secret wrote"
+            ),
+            None,
+        ),
         Progress::Scope {
             scope,
             grants,

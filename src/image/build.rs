@@ -48,6 +48,10 @@ pub struct BuildInputs<'a> {
     /// The network the steps get (the build request's `networkmode`); `None`: the
     /// engine's default.
     pub network: Option<&'static str>,
+    /// Built without the engine's cache (an untrusted build whose steps mount a secret:
+    /// the cache does not key a step on a secret's value, so it would hand this build
+    /// what another build's secret wrote).
+    pub fresh: bool,
 }
 
 /// What a build goes through after the engine's builder, for the command to show.
@@ -266,7 +270,7 @@ pub fn build(
     let mut scratch = scratch(engine)?;
     let into = scratch.path().to_path_buf();
     let mask = Masker::of(inputs.hidden);
-    let (raw, raw_tag) = engine_build(engine, inputs, false, &mut scratch, &mask, on)?;
+    let (raw, raw_tag) = engine_build(engine, inputs, inputs.fresh, &mut scratch, &mask, on)?;
     let builder = format!("{:?}", inputs.builder);
     let key = super::known::key(
         &raw,

@@ -20,7 +20,7 @@ use super::build::{BuildInputs, Builder};
 use super::build_context::{self, BuildContextError};
 use super::dockerfile::{Dialect, ImageUse, Needs, Reach};
 use super::lockset::{self, Lockset};
-use super::trust::{BuildGrants, BuildNetwork, BuildScope, CACHE_NS_ARG};
+use super::trust::{BuildGrants, BuildNetwork, BuildScope, BuildTrust, CACHE_NS_ARG};
 use super::{ImageError, ImageId, PinnedId, Verified};
 use crate::engine::{BuildSecret, Engine, EngineError, EngineInfo};
 use crate::exit::Failure;
@@ -85,6 +85,9 @@ pub enum Progress<'a> {
     /// These proxy arguments are taken from the environment (names only: a proxy's
     /// address may carry credentials).
     Proxies(&'a [String]),
+    /// An untrusted build whose steps mount a secret (the first on this line) builds
+    /// without the engine's cache, which does not key a step on a secret's value.
+    Fresh { line: usize },
     /// A secret was given that no step of the build mounts.
     SecretUnused(&'a str),
     /// The build's cache mounts live in this scope, and its steps get these grants.
@@ -476,6 +479,15 @@ pub(super) fn build_dockerfile(
         project: request.project,
     });
     announce(request, &needs, &env_proxies, &engine, progress);
+    let fresh = scope.trust == BuildTrust::Untrusted
+        && builder == Builder::BuildKit
+        && !needs.secrets.is_empty()
+        && !request.check;
+    if fresh {
+        progress(Progress::Fresh {
+            line: needs.secrets[0].line,
+        });
+    }
     let base_layers = local_bases(&engine, &needs.images, builder, dockerfile, progress)?;
     progress(Progress::Building {
         dockerfile,
@@ -501,6 +513,7 @@ pub(super) fn build_dockerfile(
         epoch,
         base_layers,
         network: grants.network_mode(),
+        fresh,
     };
     let mut on_stage = |stage: super::build::Stage<'_>| progress(Progress::Stage(stage));
     let built = if request.check {

@@ -239,6 +239,17 @@ impl Reader<'_> {
                 let value = lex::process_word(default, &self.vars, self.escape)
                     .map_err(|why| fail(node.line, format!("ARG {name}: {why}")))?;
                 self.vars.insert(name.to_string(), value);
+            } else if self.vars.contains_key(name) {
+                // BuildKit 0.8 sets it empty again, later versions keep its value.
+                return Err(fail(
+                    node.line,
+                    format!(
+                        "ARG {name} before the first FROM declares again, without a value, an argument that has one (a platform argument, or an earlier ARG): BuildKit 0.8 empties it, later versions keep it; give it a default or drop the line"
+                    ),
+                ));
+            } else {
+                // Declared without a value: empty to every BuildKit.
+                self.vars.insert(name.to_string(), String::new());
             }
         }
         Ok(())

@@ -347,3 +347,20 @@ fn the_second_attacks_readings() {
     // The platform arguments have no variant on this host but are there.
     assert_eq!(images("FROM img:x${TARGETVARIANT}\n", &[], None), ["img:x"]);
 }
+
+/// Issue 43, third look: an `ARG` before the first `FROM` that declares again, without
+/// a value, one that has a value (a platform argument, an earlier `ARG`) is emptied by
+/// BuildKit 0.8 and kept by later versions: refused.
+#[test]
+fn a_global_arg_declared_again_without_a_value_is_refused() {
+    assert!(refused("ARG TARGETARCH\nFROM reg/x${TARGETARCH}z:1\n").contains("declares again"));
+    assert!(refused("ARG V=amd64\nARG V\nFROM reg/x${V}z:1\n").contains("declares again"));
+    assert_eq!(
+        images("ARG V\nFROM reg/x${V}z:1\n", &[], None),
+        ["reg/xz:1"]
+    );
+    assert_eq!(
+        images("ARG V\nFROM reg/x${V}z:1\n", &[("V", "y")], None),
+        ["reg/xyz:1"]
+    );
+}

@@ -264,3 +264,48 @@ fn the_cache_namespace_is_cibox_s_own() {
         "build_args image/args.env: line 1: `BUILDKIT_SYNTAX`: BUILDKIT_* arguments are options of the builder's frontend",
     );
 }
+
+/// Issue 43, third look: a trusted build's step that wrote its secret into a stage the
+/// image does not keep (accepted: the image is clean) stays in the engine's cache,
+/// which does not key it on the secret's value; a pull request's build of the same
+/// step, given no secret, took it from there and copied the secret into its image. An
+/// untrusted build whose steps mount a secret now builds without the cache.
+#[test]
+fn an_untrusted_build_never_takes_a_secret_step_from_the_cache() {
+    let nonce = nonce();
+    let policy = policy("builds:\n  trusted: {secrets: [tok]}\n");
+    let stage = "FROM scratch AS b\nCOPY rootfs/ /\nENV PATH=/bin\nRUN --mount=type=secret,id=tok cp /run/secrets/tok /leak || echo none > /leak; : NONCE\nRUN wc -c /leak > /h\n";
+    let p = project("bkc", &nonce, "");
+    p.write(
+        "image/Dockerfile",
+        format!("{stage}FROM scratch\nLABEL org.cibox.test.nonce=NONCE\nCOPY rootfs/ /\nCOPY --from=b /h /h\n").replace("NONCE", &nonce),
+    );
+    let trusted = build_as(
+        &p,
+        &policy,
+        As::Push,
+        &["--secret", "id=tok,env=CIBOX_TEST_TOKEN"],
+    );
+    let _trusted = built(&trusted);
+    // The pull request's Dockerfile copies the stage's file into its image.
+    p.write(
+        "image/Dockerfile",
+        format!("{stage}FROM scratch\nLABEL org.cibox.test.nonce=NONCE\nCOPY rootfs/ /\nCOPY --from=b /leak /x\n").replace("NONCE", &nonce),
+    );
+    let pr = build_as(&p, &policy, As::PullRequest(7), &[]);
+    assert!(
+        pr.stderr.contains("builds without the engine's cache"),
+        "{}",
+        pr.stderr
+    );
+    let img = built(&pr);
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", &img.0, "cat", "/x"])
+        .output()
+        .unwrap();
+    let x = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !x.contains("a-test-token-value"),
+        "the pull request's image holds the trusted build's secret: {x}"
+    );
+}
