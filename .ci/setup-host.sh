@@ -7,7 +7,8 @@
 #   setup-host.sh          the tests (.ci/run), on top of that: debootstrap (the Debian
 #                          image of the Python test), nix-bin (offline checks of the
 #                          flake), python3 (drives a pseudo-terminal in a `gpu exec`
-#                          test), docker-registry (a local registry for `image fetch`,
+#                          test), gcc and libc6-dev (a static helper an image test
+#                          builds), docker-registry (a local registry for `image fetch`,
 #                          started on 127.0.0.1:5000 without auth), cargo-nextest, and
 #                          Slurm with munge (an emulated 2-node cluster with 4 fake GPUs
 #                          a node; see .ci/slurm-cluster.sh).
@@ -34,6 +35,9 @@ command -v nix-instantiate >/dev/null 2>&1 || need+=(nix-bin)
 [ -x /usr/bin/docker-registry ] || need+=(docker-registry)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || need+=(munge)
+# A static C helper the image tests build (an extended attribute busybox cannot set).
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

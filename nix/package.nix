@@ -6,6 +6,7 @@
   rustPlatform,
   makeWrapper,
   git,
+  util-linux,
   src,
   commit,
 }: let
@@ -17,9 +18,10 @@ in
     inherit src;
     cargoLock.lockFile = src + "/Cargo.lock";
     cargoTestFlags = ["--bins"];
-    # The unit tests that ask git what a checkout ships find it here: the build
-    # sandbox's PATH has no git.
-    nativeCheckInputs = [git];
+    # The unit tests that ask git what a checkout ships, or start a process in a
+    # session of its own (`setsid`, `flock`: util-linux), find them here: the build
+    # sandbox's PATH has neither.
+    nativeCheckInputs = [git util-linux];
     nativeBuildInputs = [makeWrapper];
     # cibox asks git about the source it runs (its commit, what ships): the package
     # carries one, found after any git on the user's PATH.

@@ -301,12 +301,12 @@ fn the_package_carries_git_and_tests_with_it(f: &FlakeUnderTest) {
             .map(|d| d.as_str().unwrap_or_default().to_string())
             .collect()
     };
-    assert!(
-        paths("nativeCheckInputs")
-            .iter()
-            .any(|p| p.ends_with("-git-1.0")),
-        "{args}"
-    );
+    for tool in ["-git-1.0", "-util-linux-1.0"] {
+        assert!(
+            paths("nativeCheckInputs").iter().any(|p| p.ends_with(tool)),
+            "{tool}: {args}"
+        );
+    }
     let post = args["postInstall"].as_str().unwrap_or_default();
     assert!(
         post.contains("wrapProgram $out/bin/cibox --suffix PATH :") && post.contains("-git-"),

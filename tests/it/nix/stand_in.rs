@@ -264,6 +264,7 @@ in
     bashInteractive = simple "bash-interactive" licenses.gpl3Plus;
     coreutils = simple "coreutils" licenses.gpl3Plus;
     git = simple "git" licenses.gpl2Only;
+    util-linux = simple "util-linux" licenses.gpl2Only;
     makeWrapper = simple "make-wrapper" licenses.mit;
     cargo = simple "cargo" licenses.mit;
     rustc = simple "rustc" licenses.mit;
