@@ -21,6 +21,7 @@ pub fn process_word(
         pos: 0,
         vars,
         escape,
+        depth: 0,
     };
     lexer.until(None)
 }
@@ -37,6 +38,7 @@ pub fn unquote_word(word: &str) -> Result<String, String> {
         pos: 0,
         vars: &empty,
         escape: '\\',
+        depth: 0,
     };
     lexer.until(None)
 }
@@ -46,7 +48,12 @@ struct Lexer<'a> {
     pos: usize,
     vars: &'a HashMap<String, String>,
     escape: char,
+    /// How many `${…}` hold the one being read.
+    depth: usize,
 }
+
+/// The deepest `${…}` read inside another: a line of 64 KiB could nest thousands.
+const MAX_DEPTH: usize = 32;
 
 impl Lexer<'_> {
     fn peek(&self) -> Option<char> {
@@ -201,7 +208,13 @@ impl Lexer<'_> {
                 "`${{{name}{op}…}}`: this substitution is not read alike by every BuildKit (only :-, :+ and :?; BuildKit 0.8 reads `${{X-w}}` and `${{X+w}}` as empty)"
             ));
         }
-        let word = self.until(Some('}'))?;
+        if self.depth >= MAX_DEPTH {
+            return Err(format!("`${{…}}` nested more than {MAX_DEPTH} deep"));
+        }
+        self.depth += 1;
+        let word = self.until(Some('}'));
+        self.depth -= 1;
+        let word = word?;
         let value = self.vars.get(&name);
         let null_unset = op.starts_with(':');
         let unset = value.is_none() || (null_unset && value.is_some_and(|v| v.is_empty()));
@@ -267,5 +280,10 @@ mod tests {
             assert!(word(w).is_err(), "{w}");
         }
         assert!(word("${B:?must}").unwrap_err().contains("must"));
+        // Nesting is bounded: a 64 KiB line of `${A:-` would recurse thousands deep.
+        let deep = format!("{}x{}", "${B:-".repeat(10_000), "}".repeat(10_000));
+        assert!(word(&deep).unwrap_err().contains("nested"));
+        let ok = format!("{}x{}", "${B:-".repeat(8), "}".repeat(8));
+        assert_eq!(word(&ok).as_deref(), Ok("x"));
     }
 }

@@ -364,3 +364,10 @@ fn a_global_arg_declared_again_without_a_value_is_refused() {
         ["reg/xyz:1"]
     );
 }
+
+/// Input a pull request could make deep is read without deep recursion.
+#[test]
+fn deep_input_is_refused_not_recursed() {
+    let df = format!("FROM scratch\n{}RUN true\n", "ONBUILD ".repeat(8000));
+    assert!(refused(&df).contains("ONBUILD ONBUILD"));
+}

@@ -188,6 +188,13 @@ fn dispatch(keyword: &str, rest: &str, escape: char, at: usize) -> Result<Args, 
             if rest.is_empty() {
                 return Ok(Args::None);
             }
+            if ws_split(rest, 2)[0].eq_ignore_ascii_case("onbuild") {
+                // BuildKit refuses it too; read no deeper (a line of them is deep).
+                return Err(fail(
+                    at,
+                    "Chaining ONBUILD via `ONBUILD ONBUILD` isn't allowed",
+                ));
+            }
             Ok(Args::Sub(Box::new(node(rest, escape, at)?)))
         }
         _ => Ok(Args::None),
