@@ -292,7 +292,13 @@ pub fn run(ctx: &Context) -> Result<u8> {
 }
 
 /// The checks of this host's own GPUs.
-const LOCAL_GPU_CHECKS: [&str; 4] = ["gpu runtime", "gpu probe", "gpu pool", "gpu devices"];
+const LOCAL_GPU_CHECKS: [&str; 5] = [
+    "gpu runtime",
+    "gpu probe",
+    "gpu health",
+    "gpu pool",
+    "gpu devices",
+];
 
 /// Whether this host is one of the cluster's nodes: inside a job, or named as a node by
 /// the controller (by its short host name).
@@ -506,6 +512,7 @@ fn probe_finding(
                 ),
                 true,
             ));
+            findings.push(health_finding(&s));
             (Some(s), hardware)
         }
         Err(e) => {
@@ -513,6 +520,31 @@ fn probe_finding(
             (None, Vec::new())
         }
     }
+}
+
+/// The units the driver reports unhealthy, each named with why: leased to nobody
+/// until they read healthy again. A warning: the others still serve.
+fn health_finding(s: &Snapshot) -> Finding {
+    let sick = crate::gpu::pool::sick_among(&all_gpus(s), s);
+    if sick.is_empty() {
+        return finding(
+            "gpu health",
+            Status::Ok,
+            format!("{} units read healthy", s.gpus.len()),
+            true,
+        );
+    }
+    finding(
+        "gpu health",
+        Status::Warn,
+        format!(
+            "{} of {} units unhealthy, leased to nobody until they read healthy again: {}",
+            sick.len(),
+            s.gpus.len(),
+            sick.join("; ")
+        ),
+        true,
+    )
 }
 
 /// Every GPU the probe shows, as pool entries.

@@ -11,6 +11,7 @@
 
 mod command;
 mod error;
+pub mod health;
 mod nvml;
 pub mod reading;
 pub mod rocm_smi;
