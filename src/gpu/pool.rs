@@ -245,10 +245,11 @@ mod tests {
                 .contains("compute process 77")
         );
         // A sick unit is out, however idle it reads.
+        let first = uuid(0);
         let mut s = s;
         s.gpus[0].sick = Some("2 uncorrected ECC errors since the driver loaded".into());
         assert_eq!(
-            busy_reason(&uuid(0), &s, &p).unwrap(),
+            busy_reason(&first, &s, &p).unwrap(),
             "unhealthy: 2 uncorrected ECC errors since the driver loaded"
         );
         let units: Vec<PoolGpu> = s.gpus.iter().map(PoolGpu::of).collect();

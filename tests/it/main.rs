@@ -15,6 +15,7 @@ mod confine;
 mod doctor;
 mod gpu;
 mod gpu_models;
+mod health;
 mod hostile;
 mod image;
 mod init;
