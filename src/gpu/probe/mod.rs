@@ -1,6 +1,6 @@
 //! Asking the driver what the GPUs are doing (docs/interface.md §6), strictly: NVIDIA's
 //! through NVML ([`nvml`]) when it can be loaded, else through nvidia-smi ([`smi`]);
-//! AMD's through rocm-smi ([`rocm_smi`]). Each backend gives the same reading (units
+//! AMD's through rocm-smi ([`rocm_smi`]); Ascend's through npu-smi ([`npu_smi`]). Each backend gives the same reading (units
 //! by identity, their memory, use and compute processes), so the idle verdict
 //! (`pool::busy_reason`) is one for every vendor.
 //!
@@ -12,6 +12,7 @@
 mod command;
 mod error;
 pub mod health;
+pub mod npu_smi;
 mod nvml;
 pub mod reading;
 pub mod rocm_smi;
@@ -63,7 +64,62 @@ enum Backend {
         /// Why NVML was not used, when `auto` chose AMD's.
         fallback: Option<String>,
     },
+    /// Another vendor's units through its tool (Ascend's npu-smi).
+    Tool {
+        tool: Tool,
+        program: String,
+        /// Why NVML was not used, when `auto` chose this vendor's.
+        fallback: Option<String>,
+    },
 }
+
+/// A vendor's tool, each a module here with `probe` and `hardware`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    NpuSmi,
+}
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::NpuSmi => "npu-smi",
+        }
+    }
+
+    fn program(self) -> String {
+        match self {
+            Tool::NpuSmi => npu_smi::program(),
+        }
+    }
+
+    fn named(self) -> bool {
+        match self {
+            Tool::NpuSmi => npu_smi::program_named().is_some(),
+        }
+    }
+
+    /// Whether this vendor's driver is loaded here (`auto` without NVML).
+    fn present(self) -> bool {
+        match self {
+            Tool::NpuSmi => npu_smi::present(),
+        }
+    }
+
+    fn read(self, program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
+        match self {
+            Tool::NpuSmi => npu_smi::probe(program, timeout),
+        }
+    }
+
+    fn hardware(self, program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
+        match self {
+            Tool::NpuSmi => npu_smi::hardware(program, timeout),
+        }
+    }
+}
+
+/// Every other vendor's tool, in the order `auto` tries them.
+const TOOLS: [Tool; 1] = [Tool::NpuSmi];
 
 impl Backend {
     fn describe(&self) -> String {
@@ -79,6 +135,14 @@ impl Backend {
                 Some(why) => format!("rocm-smi ({program}); NVML not loaded: {why}"),
                 None => format!("rocm-smi ({program})"),
             },
+            Backend::Tool {
+                tool,
+                program,
+                fallback,
+            } => match fallback {
+                Some(why) => format!("{} ({program}); NVML not loaded: {why}", tool.name()),
+                None => format!("{} ({program})", tool.name()),
+            },
         }
     }
 
@@ -89,6 +153,7 @@ impl Backend {
             Backend::Smi { program, .. } => format!("nvidia-smi {program}"),
             Backend::Nvml(s) => format!("nvml {}", s.lib()),
             Backend::Rocm { program, .. } => format!("rocm-smi {program}"),
+            Backend::Tool { tool, program, .. } => format!("{} {program}", tool.name()),
         }
     }
 
@@ -147,6 +212,7 @@ impl Backend {
             }
             Backend::Nvml(s) => s.hardware(timeout),
             Backend::Rocm { program, .. } => rocm_smi::hardware(program, timeout),
+            Backend::Tool { tool, program, .. } => tool.hardware(program, timeout),
         }
     }
 
@@ -183,6 +249,7 @@ impl Backend {
             }
             Backend::Nvml(s) => s.read(timeout),
             Backend::Rocm { program, .. } => rocm_smi::probe(program, timeout),
+            Backend::Tool { tool, program, .. } => tool.read(program, timeout),
         }
     }
 }
@@ -292,11 +359,19 @@ impl Prober {
         };
         let explicit_smi = smi::program_named().is_some();
         let explicit_rocm = rocm_smi::program_named().is_some();
+        let tool = |tool: Tool, fallback| Backend::Tool {
+            tool,
+            program: tool.program(),
+            fallback,
+        };
+        let explicit_tool = TOOLS.into_iter().find(|t| t.named());
         let backend = match self.inner.choice {
             ProbeChoice::NvidiaSmi => smi(None),
             ProbeChoice::RocmSmi => rocm(None),
+            ProbeChoice::NpuSmi => tool(Tool::NpuSmi, None),
             ProbeChoice::Auto if explicit_smi => smi(None),
             ProbeChoice::Auto if explicit_rocm => rocm(None),
+            ProbeChoice::Auto if explicit_tool.is_some() => tool(explicit_tool.expect("some"), None),
             ProbeChoice::Nvml => {
                 Backend::Nvml(nvml::Session::open(timeout()).map_err(ProbeError::from)?)
             }
@@ -305,9 +380,12 @@ impl Prober {
                 // Only the default library may be missing: a host without the driver's
                 // NVML still has nvidia-smi's answer (or its failure).
                 Err(nvml::OpenError::NotLoadable(why)) if nvml::library_named().is_none() => {
-                    // The vendor present: AMD's, when its compute driver shows a GPU.
+                    // The vendor present: AMD's, when its compute driver shows a GPU;
+                    // another's, when its driver's device files are there.
                     if rocm_smi::amd_gpu_present() {
                         rocm(Some(why))
+                    } else if let Some(t) = TOOLS.into_iter().find(|t| t.present()) {
+                        tool(t, Some(why))
                     } else {
                         smi(Some(why))
                     }

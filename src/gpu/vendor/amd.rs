@@ -58,6 +58,7 @@ impl Vendor for Amd {
             requests: Vec::new(),
             groups,
             env: self.host_env(units),
+            mounts: Vec::new(),
         })
     }
 

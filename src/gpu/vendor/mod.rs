@@ -5,16 +5,19 @@
 //!
 //! Each vendor is one file here implementing [`Vendor`], listed in [`VENDORS`]; its
 //! probe backend (what it reports, read into the one reading every backend gives) is
-//! in `gpu::probe`. A third kind (Intel's, Ascend's) is a file here and a backend
-//! there.
+//! in `gpu::probe`. Another kind (Intel's, Moore Threads') is a file here and a
+//! backend there.
 //!
 //! The rooms, from the bottom up; each imports only those below it:
 //!
 //! - [`handover`]: what a vendor gives, and the [`Vendor`] each implements;
 //! - [`nvidia`]: whole GPUs and MIG slices, by UUID, through the engine's GPU runtime;
-//! - [`amd`]: `/dev/kfd` and each GPU's own render (and card) nodes, found in sysfs.
+//! - [`amd`]: `/dev/kfd` and each GPU's own render (and card) nodes, found in sysfs;
+//! - [`ascend`]: each NPU chip's own `/dev/davinciN`, the driver's shared nodes and its
+//!   user space read-only.
 
 pub mod amd;
+pub mod ascend;
 pub mod handover;
 pub mod nvidia;
 
@@ -24,7 +27,7 @@ use super::pool::PoolGpu;
 use crate::manifest::GpuDriver;
 
 /// Every vendor cibox hands units of over.
-pub const VENDORS: [&dyn Vendor; 2] = [&nvidia::Nvidia, &amd::Amd];
+pub const VENDORS: [&dyn Vendor; 3] = [&nvidia::Nvidia, &amd::Amd, &ascend::Ascend];
 
 /// A vendor and its units of a lease.
 type Share = (&'static dyn Vendor, Vec<PoolGpu>);
