@@ -450,34 +450,34 @@ fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
     }
 }
 
-/// On a host of AMD GPUs: no engine runtime is needed (the "gpu runtime" finding says
-/// so instead of asking for NVIDIA's), and each GPU's device files must be found
-/// through sysfs as a lease's hand-over finds them ("gpu devices").
+/// On a host of AMD GPUs or Ascend NPUs: no engine runtime is needed (the "gpu
+/// runtime" finding says so instead of asking for NVIDIA's), and each unit's device
+/// files must be found as a lease's hand-over finds them ("gpu devices").
 fn amd_findings(s: &Snapshot, driver: GpuDriver, findings: &mut Vec<Finding>) {
-    if s.gpus.is_empty()
-        || !s
-            .gpus
-            .iter()
-            .all(|g| crate::manifest::is_amd_gpu_id(&g.uuid))
-    {
+    use crate::manifest::{is_amd_gpu_id, is_npu_id};
+    let all = |f: fn(&str) -> bool| !s.gpus.is_empty() && s.gpus.iter().all(|g| f(&g.uuid));
+    let why = if all(is_amd_gpu_id) {
+        "AMD GPUs need no engine runtime: a lease maps /dev/kfd and each GPU's own /dev/dri nodes"
+    } else if all(is_npu_id) {
+        "Ascend NPUs need no engine runtime: a lease maps each chip's own /dev/davinciN, the driver's shared nodes and its user space read-only"
+    } else {
         return;
-    }
+    };
     if let Some(f) = findings.iter_mut().find(|f| f.check == "gpu runtime") {
-        *f = finding(
-            "gpu runtime",
-            Status::Ok,
-            "AMD GPUs need no engine runtime: a lease maps /dev/kfd and each GPU's own /dev/dri nodes",
-            true,
-        );
+        *f = finding("gpu runtime", Status::Ok, why, true);
     }
     findings.push(match crate::gpu::vendor::handover(&all_gpus(s), driver) {
         Ok(h) => finding(
             "gpu devices",
             Status::Ok,
             format!(
-                "{} device files of {} GPUs found through sysfs and checked",
+                "{} device files of {} GPUs found and checked{}",
                 h.devices.len(),
-                s.gpus.len()
+                s.gpus.len(),
+                match h.mounts.len() {
+                    0 => String::new(),
+                    n => format!(", {n} driver paths to bind read-only"),
+                }
             ),
             true,
         ),

@@ -6,6 +6,7 @@
 mod common;
 
 mod amd;
+mod ascend;
 mod batch;
 mod buildkite;
 mod caches;
