@@ -450,16 +450,20 @@ fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
     }
 }
 
-/// On a host of AMD GPUs or Ascend NPUs: no engine runtime is needed (the "gpu
+/// On a host of AMD, Intel or Moore Threads GPUs or Ascend NPUs: no engine runtime is needed (the "gpu
 /// runtime" finding says so instead of asking for NVIDIA's), and each unit's device
 /// files must be found as a lease's hand-over finds them ("gpu devices").
 fn amd_findings(s: &Snapshot, driver: GpuDriver, findings: &mut Vec<Finding>) {
-    use crate::manifest::{is_amd_gpu_id, is_npu_id};
+    use crate::manifest::{is_amd_gpu_id, is_mtt_id, is_npu_id, is_xpu_id};
     let all = |f: fn(&str) -> bool| !s.gpus.is_empty() && s.gpus.iter().all(|g| f(&g.uuid));
     let why = if all(is_amd_gpu_id) {
         "AMD GPUs need no engine runtime: a lease maps /dev/kfd and each GPU's own /dev/dri nodes"
     } else if all(is_npu_id) {
         "Ascend NPUs need no engine runtime: a lease maps each chip's own /dev/davinciN, the driver's shared nodes and its user space read-only"
+    } else if all(is_xpu_id) {
+        "Intel GPUs need no engine runtime: a lease maps each GPU's own /dev/dri nodes"
+    } else if all(is_mtt_id) {
+        "Moore Threads GPUs need no engine runtime: a lease maps each GPU's own /dev/mtgpu.N"
     } else {
         return;
     };

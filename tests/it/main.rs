@@ -33,4 +33,5 @@ mod readme;
 mod runner_container;
 mod selection;
 mod slurm;
+mod vendors;
 mod waits;

@@ -1,6 +1,8 @@
 //! Asking the driver what the GPUs are doing (docs/interface.md §6), strictly: NVIDIA's
 //! through NVML ([`nvml`]) when it can be loaded, else through nvidia-smi ([`smi`]);
-//! AMD's through rocm-smi ([`rocm_smi`]); Ascend's through npu-smi ([`npu_smi`]). Each backend gives the same reading (units
+//! AMD's through rocm-smi ([`rocm_smi`]); Ascend's through npu-smi ([`npu_smi`]),
+//! Intel's through xpu-smi ([`xpu_smi`]), Moore Threads' through mthreads-gmi
+//! ([`mthreads_gmi`]). Each backend gives the same reading (units
 //! by identity, their memory, use and compute processes), so the idle verdict
 //! (`pool::busy_reason`) is one for every vendor.
 //!
@@ -12,6 +14,7 @@
 mod command;
 mod error;
 pub mod health;
+pub mod mthreads_gmi;
 pub mod npu_smi;
 mod nvml;
 pub mod reading;
@@ -19,6 +22,7 @@ pub mod rocm_smi;
 mod shared;
 pub mod smi;
 mod unique_json;
+pub mod xpu_smi;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,7 +68,8 @@ enum Backend {
         /// Why NVML was not used, when `auto` chose AMD's.
         fallback: Option<String>,
     },
-    /// Another vendor's units through its tool (Ascend's npu-smi).
+    /// Another vendor's units through its tool (Ascend's npu-smi, Intel's xpu-smi,
+    /// Moore Threads' mthreads-gmi).
     Tool {
         tool: Tool,
         program: String,
@@ -77,24 +82,32 @@ enum Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tool {
     NpuSmi,
+    XpuSmi,
+    MthreadsGmi,
 }
 
 impl Tool {
     fn name(self) -> &'static str {
         match self {
             Tool::NpuSmi => "npu-smi",
+            Tool::XpuSmi => "xpu-smi",
+            Tool::MthreadsGmi => "mthreads-gmi",
         }
     }
 
     fn program(self) -> String {
         match self {
             Tool::NpuSmi => npu_smi::program(),
+            Tool::XpuSmi => xpu_smi::program(),
+            Tool::MthreadsGmi => mthreads_gmi::program(),
         }
     }
 
     fn named(self) -> bool {
         match self {
             Tool::NpuSmi => npu_smi::program_named().is_some(),
+            Tool::XpuSmi => xpu_smi::program_named().is_some(),
+            Tool::MthreadsGmi => mthreads_gmi::program_named().is_some(),
         }
     }
 
@@ -102,24 +115,30 @@ impl Tool {
     fn present(self) -> bool {
         match self {
             Tool::NpuSmi => npu_smi::present(),
+            Tool::XpuSmi => xpu_smi::present(),
+            Tool::MthreadsGmi => mthreads_gmi::present(),
         }
     }
 
     fn read(self, program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
         match self {
             Tool::NpuSmi => npu_smi::probe(program, timeout),
+            Tool::XpuSmi => xpu_smi::probe(program, timeout),
+            Tool::MthreadsGmi => mthreads_gmi::probe(program, timeout),
         }
     }
 
     fn hardware(self, program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
         match self {
             Tool::NpuSmi => npu_smi::hardware(program, timeout),
+            Tool::XpuSmi => xpu_smi::hardware(program, timeout),
+            Tool::MthreadsGmi => mthreads_gmi::hardware(program, timeout),
         }
     }
 }
 
 /// Every other vendor's tool, in the order `auto` tries them.
-const TOOLS: [Tool; 1] = [Tool::NpuSmi];
+const TOOLS: [Tool; 3] = [Tool::NpuSmi, Tool::XpuSmi, Tool::MthreadsGmi];
 
 impl Backend {
     fn describe(&self) -> String {
@@ -369,6 +388,8 @@ impl Prober {
             ProbeChoice::NvidiaSmi => smi(None),
             ProbeChoice::RocmSmi => rocm(None),
             ProbeChoice::NpuSmi => tool(Tool::NpuSmi, None),
+            ProbeChoice::XpuSmi => tool(Tool::XpuSmi, None),
+            ProbeChoice::MthreadsGmi => tool(Tool::MthreadsGmi, None),
             ProbeChoice::Auto if explicit_smi => smi(None),
             ProbeChoice::Auto if explicit_rocm => rocm(None),
             ProbeChoice::Auto if explicit_tool.is_some() => tool(explicit_tool.expect("some"), None),

@@ -86,7 +86,7 @@ impl Handover {
 
 /// The variables that say which GPUs a process sees, each vendor's: a leased batch's
 /// are cibox's alone.
-pub const VISIBILITY_VARIABLES: [&str; 7] = [
+pub const VISIBILITY_VARIABLES: [&str; 11] = [
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
@@ -94,6 +94,10 @@ pub const VISIBILITY_VARIABLES: [&str; 7] = [
     "GPU_DEVICE_ORDINAL",
     "ASCEND_RT_VISIBLE_DEVICES",
     "ASCEND_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    "ONEAPI_DEVICE_SELECTOR",
+    "MUSA_VISIBLE_DEVICES",
+    "MTHREADS_VISIBLE_DEVICES",
 ];
 
 /// Why leased units cannot be handed over: nothing is started with them.
