@@ -5,6 +5,7 @@
 
 mod common;
 
+mod accel_examples;
 mod amd;
 mod ascend;
 mod batch;
