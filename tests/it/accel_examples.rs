@@ -51,19 +51,34 @@ fn nodes_of(out: &str) -> Vec<String> {
 }
 
 #[test]
-fn each_example_parses_with_its_host_policy() {
-    for (name, probe, count) in [
-        ("sglang-npu", "npu-smi", 8),
-        ("verl-ascend", "npu-smi", 4),
-        ("sglang-musa", "mthreads-gmi", 5),
-        ("sglang-xpu", "xpu-smi", 2),
-    ] {
+fn each_example_parses_and_its_host_policy_chooses_its_probe() {
+    let smi = FakeSmi::idle();
+    let ascend = AscendHost::new(2);
+    let mtt = OtherHost::new(Other::MooreThreads, 2);
+    let xpu = OtherHost::new(Other::Intel, 2);
+    let apply: [(&str, &str, usize, &dyn Fn(&mut std::process::Command)); 4] = [
+        ("sglang-npu", "npu-smi", 8, &|c| ascend.apply(c)),
+        ("verl-ascend", "npu-smi", 4, &|c| ascend.apply(c)),
+        ("sglang-musa", "mthreads-gmi", 5, &|c| mtt.apply(c)),
+        ("sglang-xpu", "xpu-smi", 2, &|c| xpu.apply(c)),
+    ];
+    for (name, probe, count, host) in apply {
         assert_eq!(batches(name).len(), count, "{name}");
-        let r = run(cibox(&example(name))
-            .env("CIBOX_HOST_POLICY", example(name).join("host-policy.yaml"))
-            .args(["--json", "host", "policy"]));
+        // A host's policy lives outside every checkout: a copy of the example's. Under
+        // `auto`, the nvidia-smi that CIBOX_NVIDIA_SMI names would answer; the policy
+        // chooses the vendor's tool.
+        let text = std::fs::read_to_string(example(name).join("host-policy.yaml")).unwrap();
+        let policy = HostPolicyFile::new(&text);
+        let mut c = cibox(&example(name));
+        host(&mut c);
+        smi.apply(&mut c);
+        c.env_remove("CIBOX_GPU_LOCK_DIR")
+            .env("CIBOX_HOST_POLICY", policy.path())
+            .args(["--json", "gpu", "status"]);
+        let r = run(&mut c);
         r.ok();
-        assert!(r.stdout.contains(probe), "{name}: {}", r.stdout);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert!(v["probe"].as_str().unwrap().starts_with(probe), "{name}: {v}");
     }
 }
 
