@@ -282,7 +282,12 @@ pub fn is_amd_gpu_id(s: &str) -> bool {
 /// Any of the identities a GPU probe gives a leasable unit: an NVIDIA GPU's UUID, a MIG
 /// slice's, an AMD GPU's unique ID. Each is also a safe file name (the lock files).
 pub fn is_gpu_id(s: &str) -> bool {
-    is_gpu_uuid(s) || is_mig_uuid(s) || is_amd_gpu_id(s) || is_npu_id(s) || is_xpu_id(s) || is_mtt_id(s)
+    is_gpu_uuid(s)
+        || is_mig_uuid(s)
+        || is_amd_gpu_id(s)
+        || is_npu_id(s)
+        || is_xpu_id(s)
+        || is_mtt_id(s)
 }
 
 /// `XPU-` and a PCI address in lower case (`XPU-0000:29:00.0`): an Intel GPU's identity

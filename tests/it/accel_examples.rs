@@ -8,7 +8,9 @@ use std::path::Path;
 use crate::common::*;
 
 fn example(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/accelerators").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/accelerators")
+        .join(name)
 }
 
 /// `batch list --json` of an example: each batch's name, GPU count and model.
@@ -78,7 +80,10 @@ fn each_example_parses_and_its_host_policy_chooses_its_probe() {
         let r = run(&mut c);
         r.ok();
         let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-        assert!(v["probe"].as_str().unwrap().starts_with(probe), "{name}: {v}");
+        assert!(
+            v["probe"].as_str().unwrap().starts_with(probe),
+            "{name}: {v}"
+        );
     }
 }
 

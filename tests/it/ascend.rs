@@ -48,7 +48,10 @@ fn gpu_exec_leases_npus_by_pci_address_passing_busy_and_sick_ones_over() {
         "{v}"
     );
     // Eight asked, seven healthy: refused at once, naming the sick chip.
-    exec_visible(&h, 8).fails_with(4, &format!("GPU 1 ({}): npu-smi reports", AscendHost::id(1)));
+    exec_visible(&h, 8).fails_with(
+        4,
+        &format!("GPU 1 ({}): npu-smi reports", AscendHost::id(1)),
+    );
 }
 
 #[test]
@@ -56,13 +59,21 @@ fn an_npu_probe_that_cannot_tell_fails_closed() {
     for (file, contents, says) in [
         ("mode", "fail", "exited with"),
         ("mode", "hang", "did not answer within"),
-        ("npus.csv", "0, 0000:C1:00.0, 0, 65536, 0, Fine\n", "health `Fine`"),
+        (
+            "npus.csv",
+            "0, 0000:C1:00.0, 0, 65536, 0, Fine\n",
+            "health `Fine`",
+        ),
         (
             "npus.csv",
             "0, 0000:C1:00.0, 0, 65536, 0, OK\n1, 0000:C1:00.0, 0, 65536, 0, OK\n",
             "appears twice",
         ),
-        ("apps.csv", "9, 1, python3, 1\n", "which the table does not show"),
+        (
+            "apps.csv",
+            "9, 1, python3, 1\n",
+            "which the table does not show",
+        ),
     ] {
         let h = AscendHost::new(2);
         h.set(file, contents);
@@ -225,10 +236,10 @@ fn doctor_on_an_ascend_host_needs_no_runtime_and_checks_the_device_files() {
     let health = finding(&v, "gpu health");
     assert_eq!(health["status"], "warn");
     assert!(
-        health["detail"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("GPU 6 ({}): npu-smi reports its health as Critical", AscendHost::id(6))),
+        health["detail"].as_str().unwrap().contains(&format!(
+            "GPU 6 ({}): npu-smi reports its health as Critical",
+            AscendHost::id(6)
+        )),
         "{health}"
     );
     assert!(

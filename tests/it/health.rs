@@ -12,8 +12,7 @@ use crate::common::*;
 
 /// GPU 1 has 2 uncorrected ECC errors, GPU 2 a failed row remapping, GPU 3 supports
 /// none of the fields (a GeForce), GPU 0 is a healthy H100.
-const MIXED: &str =
-    "1, 2, [N/A], No, No\n2, 0, [N/A], No, Yes\n3, [N/A], [N/A], [N/A], [N/A]\n";
+const MIXED: &str = "1, 2, [N/A], No, No\n2, 0, [N/A], No, Yes\n3, [N/A], [N/A], [N/A], [N/A]\n";
 
 fn cmd(h: &GpuHost, backend: Backend, args: &[&str]) -> Command {
     let mut c = h.cmd(args);
@@ -27,7 +26,15 @@ fn visible(h: &GpuHost, backend: Backend, count: usize, wait: &str) -> Run {
         h,
         backend,
         &[
-            "gpu", "exec", "--count", &n, "--wait", wait, "--", "sh", "-c",
+            "gpu",
+            "exec",
+            "--count",
+            &n,
+            "--wait",
+            wait,
+            "--",
+            "sh",
+            "-c",
             "echo \"$CUDA_VISIBLE_DEVICES\"",
         ],
     ))
@@ -58,7 +65,11 @@ fn sick_gpus_are_leased_to_nobody_named_and_back_once_healthy() {
         // Two asked: the two healthy ones.
         let r = visible(&h, backend, 2, "0s");
         r.ok();
-        assert_eq!(r.stdout.trim(), format!("{},{}", uuid(0), uuid(3)), "{backend:?}");
+        assert_eq!(
+            r.stdout.trim(),
+            format!("{},{}", uuid(0), uuid(3)),
+            "{backend:?}"
+        );
         // Three asked of two healthy: refused at once, naming each sick GPU and why,
         // though the wait allowed is long.
         let r = visible(&h, backend, 3, "10m");
@@ -171,7 +182,8 @@ fn doctor_and_capacity_name_the_sick_and_count_them_out() {
     let r = with(&["capacity", "--require", "1"]);
     r.fails_with(4, "layer 1 cannot be admitted");
     assert!(
-        r.stdout.contains("2 of 4 are idle and unleased (0 leased, 2 busy); unhealthy: GPU 1"),
+        r.stdout
+            .contains("2 of 4 are idle and unleased (0 leased, 2 busy); unhealthy: GPU 1"),
         "{}",
         r.stdout
     );

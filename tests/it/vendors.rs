@@ -8,9 +8,21 @@ use crate::common::*;
 const KINDS: [Other; 2] = [Other::Intel, Other::MooreThreads];
 
 fn exec_visible(h: &OtherHost, count: usize) -> Run {
-    let script = format!("echo \"${}|${{CUDA_VISIBLE_DEVICES-unset}}\"", h.visibility());
+    let script = format!(
+        "echo \"${}|${{CUDA_VISIBLE_DEVICES-unset}}\"",
+        h.visibility()
+    );
     h.run(&[
-        "gpu", "exec", "--count", &count.to_string(), "--wait", "0s", "--", "sh", "-c", &script,
+        "gpu",
+        "exec",
+        "--count",
+        &count.to_string(),
+        "--wait",
+        "0s",
+        "--",
+        "sh",
+        "-c",
+        &script,
     ])
 }
 

@@ -24,7 +24,6 @@ pub struct NvidiaHealth {
     pub remapped_rows_failure: Option<bool>,
 }
 
-
 /// Whether nvidia-smi says the card does not report a field.
 pub fn unsupported(v: &str) -> bool {
     let v = v.trim();
@@ -89,10 +88,7 @@ mod tests {
     fn unsupported_fields_are_not_sickness_and_each_sign_is_named() {
         let h = |v: [&str; 4]| NvidiaHealth::from_smi(&v).map(|h| h.verdict());
         assert_eq!(h(["0", "[N/A]", "No", "No"]), Ok(None));
-        assert_eq!(
-            h(["[N/A]", "[Not Supported]", "[N/A]", "[N/A]"]),
-            Ok(None)
-        );
+        assert_eq!(h(["[N/A]", "[Not Supported]", "[N/A]", "[N/A]"]), Ok(None));
         assert_eq!(
             h(["2", "No", "No", "No"]).unwrap().unwrap(),
             "2 uncorrected ECC errors since the driver loaded"
@@ -109,8 +105,16 @@ mod tests {
             h(["1", "[N/A]", "Yes", "Yes"]).unwrap().unwrap(),
             "1 uncorrected ECC error since the driver loaded; a memory row remapping failed"
         );
-        assert!(h(["x", "No", "No", "No"]).unwrap_err().contains("not a number"));
-        assert!(h(["0", "Maybe", "No", "No"]).unwrap_err().contains("`Maybe`"));
+        assert!(
+            h(["x", "No", "No", "No"])
+                .unwrap_err()
+                .contains("not a number")
+        );
+        assert!(
+            h(["0", "Maybe", "No", "No"])
+                .unwrap_err()
+                .contains("`Maybe`")
+        );
         assert!(NvidiaHealth::from_smi(&["0"]).is_err());
     }
 }

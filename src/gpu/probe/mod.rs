@@ -392,7 +392,9 @@ impl Prober {
             ProbeChoice::MthreadsGmi => tool(Tool::MthreadsGmi, None),
             ProbeChoice::Auto if explicit_smi => smi(None),
             ProbeChoice::Auto if explicit_rocm => rocm(None),
-            ProbeChoice::Auto if explicit_tool.is_some() => tool(explicit_tool.expect("some"), None),
+            ProbeChoice::Auto if explicit_tool.is_some() => {
+                tool(explicit_tool.expect("some"), None)
+            }
             ProbeChoice::Nvml => {
                 Backend::Nvml(nvml::Session::open(timeout()).map_err(ProbeError::from)?)
             }

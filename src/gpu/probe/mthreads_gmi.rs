@@ -17,8 +17,7 @@ use super::command::Query;
 use super::error::ProbeError;
 use super::reading::{ComputeApp, GpuHardware, GpuState, Reading};
 
-pub const QUERY_GPUS: &str =
-    "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu";
+pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
 const FORMAT: &str = "--format=csv,noheader,nounits";
 const KNOB: &str = "CIBOX_MTHREADS_GMI";
@@ -47,7 +46,13 @@ fn err(program: &str, query: &'static str, line: usize, reason: String) -> Probe
     }
 }
 
-fn number(program: &str, q: &'static str, n: usize, what: &str, v: &str) -> Result<u64, ProbeError> {
+fn number(
+    program: &str,
+    q: &'static str,
+    n: usize,
+    what: &str,
+    v: &str,
+) -> Result<u64, ProbeError> {
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(err(program, q, n, format!("{what} is `{v}`, not a number")));
     }
@@ -79,8 +84,8 @@ pub fn probe(program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
 /// What each GPU is: its name as the tool gives it, its memory.
 pub fn hardware(program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
     let deadline = Instant::now() + timeout;
-    let out =
-        Query::start(program, QUERY_GPUS, &[QUERY_GPUS, FORMAT], KNOB)?.finish(deadline, timeout)?;
+    let out = Query::start(program, QUERY_GPUS, &[QUERY_GPUS, FORMAT], KNOB)?
+        .finish(deadline, timeout)?;
     Ok(parse_gpus(program, &out)?
         .into_iter()
         .map(|(name, g)| GpuHardware {
@@ -99,15 +104,29 @@ pub fn hardware(program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, Pr
 pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<(String, GpuState)>, ProbeError> {
     let q = QUERY_GPUS;
     let mut gpus: Vec<(String, GpuState)> = Vec::new();
-    for (i, line) in out.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in out
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let n = i + 1;
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         let [index, uuid, name, used, total, util] = f.as_slice() else {
-            return Err(err(program, q, n, format!("expected 6 columns, got {}: `{}`", f.len(), line.trim())));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("expected 6 columns, got {}: `{}`", f.len(), line.trim()),
+            ));
         };
         let id = format!("MTT-{}", uuid.strip_prefix("GPU-").unwrap_or(uuid));
         if !is_mtt_id(&id) {
-            return Err(err(program, q, n, format!("`{}` is not a GPU UUID", crate::util::escape(uuid))));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("`{}` is not a GPU UUID", crate::util::escape(uuid)),
+            ));
         }
         let g = GpuState {
             index: u32::try_from(number(program, q, n, "index", index)?)
@@ -120,10 +139,23 @@ pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<(String, GpuState)>, P
             sick: None,
         };
         if g.utilization.is_some_and(|u| u > 100) || g.memory_used_mib > g.memory_total_mib {
-            return Err(err(program, q, n, format!("impossible use: `{}`", line.trim())));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("impossible use: `{}`", line.trim()),
+            ));
         }
-        if gpus.iter().any(|(_, o)| o.uuid == g.uuid || o.index == g.index) {
-            return Err(err(program, q, n, format!("GPU {} ({}) appears twice", g.index, g.uuid)));
+        if gpus
+            .iter()
+            .any(|(_, o)| o.uuid == g.uuid || o.index == g.index)
+        {
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("GPU {} ({}) appears twice", g.index, g.uuid),
+            ));
         }
         gpus.push((name.to_string(), g));
     }
@@ -131,21 +163,39 @@ pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<(String, GpuState)>, P
 }
 
 /// The answer of [`QUERY_APPS`].
-pub fn parse_apps(program: &str, out: &str, gpus: &[GpuState]) -> Result<Vec<ComputeApp>, ProbeError> {
+pub fn parse_apps(
+    program: &str,
+    out: &str,
+    gpus: &[GpuState],
+) -> Result<Vec<ComputeApp>, ProbeError> {
     let q = QUERY_APPS;
     let mut apps = Vec::new();
-    for (i, line) in out.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in out
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let n = i + 1;
         if line.trim() == "No running processes found" {
             continue;
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         let [uuid, pid, used] = f.as_slice() else {
-            return Err(err(program, q, n, format!("expected 3 columns: `{}`", line.trim())));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("expected 3 columns: `{}`", line.trim()),
+            ));
         };
         let id = format!("MTT-{}", uuid.strip_prefix("GPU-").unwrap_or(uuid));
         if !gpus.iter().any(|g| g.uuid == id) {
-            return Err(err(program, q, n, format!("a process on {id}, which the GPU list does not show")));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("a process on {id}, which the GPU list does not show"),
+            ));
         }
         apps.push(ComputeApp {
             gpu_uuid: id,

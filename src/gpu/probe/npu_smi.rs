@@ -272,7 +272,10 @@ fn card_row(c: &[&str]) -> Result<(u32, String, String), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b' '));
     if !name_ok {
-        return Err(format!("`{}` is not a chip name", crate::util::escape(name)));
+        return Err(format!(
+            "`{}` is not a chip name",
+            crate::util::escape(name)
+        ));
     }
     Ok((number(npu, "NPU ID")?, name.to_string(), health.to_string()))
 }
@@ -290,7 +293,10 @@ fn chip_row(c: &[&str], npu: u32, device_col: bool, hbm: bool) -> Result<(u32, G
     };
     let uuid = format!("NPU-{}", bus.to_ascii_lowercase());
     if !is_npu_id(&uuid) {
-        return Err(format!("`{}` is not a PCI address", crate::util::escape(bus)));
+        return Err(format!(
+            "`{}` is not a PCI address",
+            crate::util::escape(bus)
+        ));
     }
     // `AICore(%)  Memory-Usage(MB)  [HBM-Usage(MB)]`: `0  0 / 0  3402 / 65536`.
     let words: Vec<&str> = use_.split_whitespace().collect();
@@ -322,9 +328,9 @@ fn chip_row(c: &[&str], npu: u32, device_col: bool, hbm: bool) -> Result<(u32, G
 fn sickness(health: &str) -> Result<Option<String>, String> {
     match health {
         "OK" | "NA" | "N/A" => Ok(None),
-        "Warning" | "Alarm" | "Critical" => Ok(Some(format!(
-            "npu-smi reports its health as {health}"
-        ))),
+        "Warning" | "Alarm" | "Critical" => {
+            Ok(Some(format!("npu-smi reports its health as {health}")))
+        }
         other => Err(format!(
             "health `{}` is none of OK, Warning, Alarm, Critical",
             crate::util::escape(other)
@@ -386,7 +392,10 @@ mod tests {
         assert_eq!(chips[0].state.uuid, "NPU-0000:c1:00.0");
         assert_eq!(chips[0].name, "910B3");
         assert_eq!(
-            (chips[0].state.memory_used_mib, chips[0].state.memory_total_mib),
+            (
+                chips[0].state.memory_used_mib,
+                chips[0].state.memory_total_mib
+            ),
             (3402, 65536)
         );
         assert_eq!(chips[0].state.sick, None);
@@ -397,7 +406,10 @@ mod tests {
             Some("npu-smi reports its health as Alarm")
         );
         assert_eq!(t.apps.len(), 1);
-        assert_eq!((t.apps[0].pid, t.apps[0].gpu_uuid.as_str()), (2456, "NPU-0000:81:00.0"));
+        assert_eq!(
+            (t.apps[0].pid, t.apps[0].gpu_uuid.as_str()),
+            (2456, "NPU-0000:81:00.0")
+        );
         let t = parse("npu-smi", I300).unwrap();
         let c = t.chips.values().next().unwrap();
         assert_eq!((c.state.index, c.state.memory_used_mib), (3, 1839));
@@ -407,12 +419,24 @@ mod tests {
     #[test]
     fn refuses_what_cannot_be_told() {
         for (bad, says) in [
-            (A2.replace("| OK            | 93.2", "| Fine          | 93.2"), "health `Fine`"),
-            (A2.replace("0000:C1:00.0", "0000:C1:00  "), "not a PCI address"),
+            (
+                A2.replace("| OK            | 93.2", "| Fine          | 93.2"),
+                "health `Fine`",
+            ),
+            (
+                A2.replace("0000:C1:00.0", "0000:C1:00  "),
+                "not a PCI address",
+            ),
             (A2.replace("0000:81:00.0", "0000:C1:00.0"), "appears twice"),
             (A2.replace("3402 / 65536", "99999 / 65536"), "MB used of"),
             (A2.replace("| 12  ", "| 120 "), "over 100"),
-            (A2.replace("| 1     0                   | 2456", "| 7     0                   | 2456"), "does not show"),
+            (
+                A2.replace(
+                    "| 1     0                   | 2456",
+                    "| 7     0                   | 2456",
+                ),
+                "does not show",
+            ),
             (A2.replace("| 0     910B3", "| x     910B3"), "NPU ID `x`"),
             ("garbage".to_string(), "unexpected line"),
         ] {

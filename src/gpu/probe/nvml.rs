@@ -380,14 +380,12 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
             }
             // A slice is as sick as its GPU: the memory and the bus are the GPU's.
             let named = (index, mig, Some(uuid.clone()));
-            gpus.push(
-                unit(s, named, None, sick.clone(), &mut apps).map_err(
-                    |(call, message)| Refusal {
-                        call: at(&format!("MIG slice {j}: {call}")),
-                        message,
-                    },
-                )?,
-            );
+            gpus.push(unit(s, named, None, sick.clone(), &mut apps).map_err(
+                |(call, message)| Refusal {
+                    call: at(&format!("MIG slice {j}: {call}")),
+                    message,
+                },
+            )?);
         }
     }
     Ok((gpus, apps))

@@ -68,7 +68,11 @@ fn err(program: &str, query: &'static str, line: usize, reason: String) -> Probe
     }
 }
 
-fn discover(program: &str, deadline: Instant, timeout: Duration) -> Result<Vec<Device>, ProbeError> {
+fn discover(
+    program: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Vec<Device>, ProbeError> {
     let args: Vec<&str> = QUERY_DISCOVERY.split(' ').collect();
     let out = Query::start(program, QUERY_DISCOVERY, &args, KNOB)?.finish(deadline, timeout)?;
     parse_discovery(program, &out)
@@ -127,26 +131,51 @@ pub fn probe(program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
 /// The answer of `dump`: its heading, then one line a GPU.
 fn parse_dump(program: &str, out: &str, devices: &[Device]) -> Result<Vec<GpuState>, ProbeError> {
     let q = QUERY_DUMP;
-    let mut lines = out.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = out
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let Some((_, heading)) = lines.next() else {
         return Err(err(program, q, 0, "no heading".into()));
     };
     let cols: Vec<&str> = heading.split(',').map(str::trim).collect();
-    if cols != ["Timestamp", "DeviceId", "GPU Utilization (%)", "GPU Memory Used (MiB)"] {
-        return Err(err(program, q, 1, format!("unexpected heading `{}`", heading.trim())));
+    if cols
+        != [
+            "Timestamp",
+            "DeviceId",
+            "GPU Utilization (%)",
+            "GPU Memory Used (MiB)",
+        ]
+    {
+        return Err(err(
+            program,
+            q,
+            1,
+            format!("unexpected heading `{}`", heading.trim()),
+        ));
     }
     let mut gpus: Vec<GpuState> = Vec::new();
     for (i, line) in lines {
         let n = i + 1;
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         let [_, id, util, used] = f.as_slice() else {
-            return Err(err(program, q, n, format!("expected 4 columns: `{}`", line.trim())));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("expected 4 columns: `{}`", line.trim()),
+            ));
         };
         let id: u32 = id
             .parse()
             .map_err(|_| err(program, q, n, format!("DeviceId `{id}` is not a number")))?;
         let dev = devices.iter().find(|d| d.id == id).ok_or_else(|| {
-            err(program, q, n, format!("device {id} is not in the discovery"))
+            err(
+                program,
+                q,
+                n,
+                format!("device {id} is not in the discovery"),
+            )
         })?;
         let number = |what: &str, v: &str| -> Result<f64, ProbeError> {
             v.parse::<f64>()
@@ -156,7 +185,12 @@ fn parse_dump(program: &str, out: &str, devices: &[Device]) -> Result<Vec<GpuSta
         };
         let util = number("GPU Utilization (%)", util)?;
         if util > 100.0 {
-            return Err(err(program, q, n, format!("utilization {util}% is over 100")));
+            return Err(err(
+                program,
+                q,
+                n,
+                format!("utilization {util}% is over 100"),
+            ));
         }
         let used = number("GPU Memory Used (MiB)", used)?;
         if gpus.iter().any(|g| g.index == id) {
@@ -172,7 +206,10 @@ fn parse_dump(program: &str, out: &str, devices: &[Device]) -> Result<Vec<GpuSta
             sick: None,
         });
     }
-    if let Some(d) = devices.iter().find(|d| !gpus.iter().any(|g| g.index == d.id)) {
+    if let Some(d) = devices
+        .iter()
+        .find(|d| !gpus.iter().any(|g| g.index == d.id))
+    {
         return Err(err(program, q, 0, format!("no sample of device {}", d.id)));
     }
     gpus.sort_by_key(|g| g.index);
@@ -214,8 +251,14 @@ mod tests {
         for (bad, says) in [
             (DUMP.replace("37.5", "N/A"), "not a number"),
             (DUMP.replace("    1,", "    7,"), "not in the discovery"),
-            (DUMP.replace("14:32:57.449,    1, 37.5, 4096.00\n", ""), "no sample of device 1"),
-            (DUMP.replace("GPU Memory Used (MiB)", "GPU Power (W)"), "unexpected heading"),
+            (
+                DUMP.replace("14:32:57.449,    1, 37.5, 4096.00\n", ""),
+                "no sample of device 1",
+            ),
+            (
+                DUMP.replace("GPU Memory Used (MiB)", "GPU Power (W)"),
+                "unexpected heading",
+            ),
         ] {
             let e = parse_dump("x", &bad, &d).unwrap_err().to_string();
             assert!(e.contains(says), "{says}: {e}");

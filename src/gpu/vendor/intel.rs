@@ -37,7 +37,9 @@ impl Vendor for Intel {
         }
         let mut groups = Vec::new();
         for d in &devices {
-            let gid = std::fs::symlink_metadata(&d.host).map(|m| m.gid()).unwrap_or(0);
+            let gid = std::fs::symlink_metadata(&d.host)
+                .map(|m| m.gid())
+                .unwrap_or(0);
             if gid != 0 && !groups.contains(&gid) {
                 groups.push(gid);
             }

@@ -37,7 +37,10 @@ impl Vendor for MooreThreads {
             let md = std::fs::symlink_metadata(&host)
                 .map_err(|e| fail(format!("{}: {e}", host.display())))?;
             if !md.file_type().is_char_device() {
-                return Err(fail(format!("{} is not a character device", host.display())));
+                return Err(fail(format!(
+                    "{} is not a character device",
+                    host.display()
+                )));
             }
             if md.gid() != 0 && !groups.contains(&md.gid()) {
                 groups.push(md.gid());

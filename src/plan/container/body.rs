@@ -76,7 +76,11 @@ impl ContainerPlan {
         // The GPU driver's files its vendor's runtime binds (Ascend's user space),
         // read-only as the batch's own host mounts are.
         mounts.extend(gpus.mounts.iter().map(|m| {
-            read_only_bind(&m.host.display().to_string(), &m.container, recursive_read_only)
+            read_only_bind(
+                &m.host.display().to_string(),
+                &m.container,
+                recursive_read_only,
+            )
         }));
         let ulimits: Vec<ResourcesUlimits> = self
             .ulimits

@@ -316,7 +316,10 @@ impl Execution<'_> {
                 .find(|s| s.uuid == g.uuid)
                 .and_then(|s| s.sick.clone());
             if let Some(why) = &g.sick {
-                said.push(format!("GPU {} ({}) reads unhealthy: {why}", g.index, g.uuid));
+                said.push(format!(
+                    "GPU {} ({}) reads unhealthy: {why}",
+                    g.index, g.uuid
+                ));
             }
         }
         if !said.is_empty() {

@@ -5,6 +5,7 @@
 
 mod cli;
 mod engine;
+mod engine_proxy;
 mod fuse;
 mod gpus;
 mod npus;
@@ -15,6 +16,7 @@ mod slurm;
 
 pub use cli::*;
 pub use engine::*;
+pub use engine_proxy::*;
 pub use fuse::*;
 pub use gpus::*;
 pub use npus::*;

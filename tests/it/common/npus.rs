@@ -52,7 +52,10 @@ impl AscendHost {
         for i in 0..n {
             node(format!("davinci{i}"), i as u64);
         }
-        for (i, name) in ["davinci_manager", "devmm_svm", "hisi_hdc"].iter().enumerate() {
+        for (i, name) in ["davinci_manager", "devmm_svm", "hisi_hdc"]
+            .iter()
+            .enumerate()
+        {
             node(name.to_string(), 200 + i as u64);
         }
         let write = |rel: &str, text: &str| {
@@ -63,7 +66,10 @@ impl AscendHost {
         };
         write("usr/local/Ascend/driver/lib64/libascend_hal.so", "hal\n");
         write("usr/local/Ascend/driver/version.info", "Version=24.1.0\n");
-        write("usr/local/bin/npu-smi", "#!/bin/sh\necho npu-smi of the host\n");
+        write(
+            "usr/local/bin/npu-smi",
+            "#!/bin/sh\necho npu-smi of the host\n",
+        );
         h
     }
 
@@ -184,7 +190,10 @@ impl OtherHost {
                     std::fs::create_dir_all(&pci).unwrap();
                     // Numbered against the tool's order: only sysfs tells them apart.
                     let (card, render) = ((n - 1 - i) as u64, (128 + n - 1 - i) as u64);
-                    for (name, minor) in [(format!("card{card}"), card), (format!("renderD{render}"), render)] {
+                    for (name, minor) in [
+                        (format!("card{card}"), card),
+                        (format!("renderD{render}"), render),
+                    ] {
                         let entry = sys.join(format!("class/drm/{name}"));
                         std::fs::create_dir_all(&entry).unwrap();
                         std::fs::write(entry.join("dev"), format!("226:{minor}\n")).unwrap();
@@ -227,11 +236,9 @@ impl OtherHost {
         let lines: String = (0..self.n)
             .map(|i| match self.kind {
                 Other::Intel => format!("{i}, {}, {}, 0\n", Self::pci(i), mem(i)),
-                Other::MooreThreads => format!(
-                    "{i}, GPU-{}, {}, 81920, 0\n",
-                    &self.id(i)[4..],
-                    mem(i)
-                ),
+                Other::MooreThreads => {
+                    format!("{i}, GPU-{}, {}, 81920, 0\n", &self.id(i)[4..], mem(i))
+                }
             })
             .collect();
         self.set("gpus.csv", &lines);
