@@ -190,3 +190,65 @@ fn doctor_and_capacity_name_the_sick_and_count_them_out() {
     h.smi.set("health.csv", "");
     with(&["capacity", "--require", "1"]).ok();
 }
+
+/// A batch that prints which chip it got, on an Ascend host whose chip 0 cannot be
+/// handed over (its node is a link): the attempt ends in an infrastructure error.
+fn ascend_batch(retries: &str) -> String {
+    format!(
+        "  npu:\n    gpus: 1\n    timeout: 1m\n{retries}    run: [{}, {}]\n",
+        serde_json::to_string("echo \"ENV=$ASCEND_RT_VISIBLE_DEVICES\"; ls /dev | grep '^davinci[0-9]'").unwrap(),
+        serde_json::to_string(JUNIT_OK).unwrap()
+    )
+}
+
+#[test]
+fn a_gpu_found_sick_after_an_infrastructure_error_is_named_and_the_retry_goes_elsewhere() {
+    let h = AscendHost::new(2);
+    std::fs::remove_file(h.dev.path().join("davinci0")).unwrap();
+    std::os::unix::fs::symlink("/dev/null", h.dev.path().join("davinci0")).unwrap();
+    h.set("calls.log", "");
+    // Once: how many npu-smi calls a run whose hand-over fails makes (the last is the
+    // look at its GPUs after the error).
+    let p = busybox_project(&ascend_batch(""), "");
+    let mut c = p.batch_cmd(&["batch", "run", "npu", "--wait", "10s"]);
+    h.apply(&mut c);
+    assert_eq!(run(&mut c).code, 5);
+    let calls = std::fs::read_to_string(h.state.path().join("calls.log")).unwrap();
+    let last = calls.lines().count();
+    let rec = p.result("npu");
+    assert!(rec["gpus"][0].get("sick").is_none(), "healthy all along: {rec}");
+    // Again, with chip 0 falling sick from that last call on: the record names it, and
+    // the retry leases chip 1 and passes.
+    h.set("calls.log", "");
+    h.set("sick_from_call", &last.to_string());
+    h.set("sick_npu", "0");
+    let p = busybox_project(&ascend_batch("    retries: {count: 1, on: [infra_error]}\n"), "");
+    let mut c = p.batch_cmd(&["batch", "run", "npu", "--wait", "10s"]);
+    h.apply(&mut c);
+    let r = run(&mut c);
+    r.ok();
+    assert!(r.stdout.contains("davinci1"), "{}", r.stdout);
+    let rec = p.result("npu");
+    assert_eq!(rec["attempts"], 2, "{rec}");
+    assert_eq!(rec["gpus"][0]["uuid"], AscendHost::id(1), "{rec}");
+    let first = &rec["earlier_attempts"][0];
+    let said = first["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!(
+            "GPU 0 ({}) reads unhealthy: npu-smi reports its health as Alarm",
+            AscendHost::id(0)
+        )),
+        "{rec}"
+    );
+    // Without a retry, the record's own entry for the GPU says why.
+    h.set("calls.log", "");
+    let p = busybox_project(&ascend_batch(""), "");
+    let mut c = p.batch_cmd(&["batch", "run", "npu", "--wait", "10s"]);
+    h.apply(&mut c);
+    assert_eq!(run(&mut c).code, 5);
+    let rec = p.result("npu");
+    assert_eq!(
+        rec["gpus"][0]["sick"], "npu-smi reports its health as Alarm",
+        "{rec}"
+    );
+}

@@ -260,9 +260,7 @@ impl Execution<'_> {
                 gpu_wait,
             },
         );
-        if record.status == Status::InfraError {
-            self.name_sick_gpus(&mut record);
-        }
+        self.name_sick_gpus(&mut record);
         // Its container is gone: a trusted layer of a batch that passed is kept.
         if let Some(caches) = watched.caches.borrow_mut().take() {
             record.caches = self.finish_caches(
@@ -302,7 +300,7 @@ impl Execution<'_> {
     /// sick GPU is leased to nobody). A probe that fails adds nothing: the error
     /// stands as it was.
     fn name_sick_gpus(&self, record: &mut RunRecord) {
-        if record.gpus.is_empty() {
+        if record.status != Status::InfraError || record.gpus.is_empty() {
             return;
         }
         let Ok(snap) = self.prober.probe() else {
