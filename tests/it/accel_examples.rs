@@ -52,13 +52,16 @@ fn nodes_of(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// Points a command at a host of doubles.
+type Apply<'a> = dyn Fn(&mut std::process::Command) + 'a;
+
 #[test]
 fn each_example_parses_and_its_host_policy_chooses_its_probe() {
     let smi = FakeSmi::idle();
     let ascend = AscendHost::new(2);
     let mtt = OtherHost::new(Other::MooreThreads, 2);
     let xpu = OtherHost::new(Other::Intel, 2);
-    let apply: [(&str, &str, usize, &dyn Fn(&mut std::process::Command)); 4] = [
+    let apply: [(&str, &str, usize, &Apply<'_>); 4] = [
         ("sglang-npu", "npu-smi", 8, &|c| ascend.apply(c)),
         ("verl-ascend", "npu-smi", 4, &|c| ascend.apply(c)),
         ("sglang-musa", "mthreads-gmi", 5, &|c| mtt.apply(c)),
@@ -91,7 +94,7 @@ fn each_example_parses_and_its_host_policy_chooses_its_probe() {
 fn run_as_written(
     example_name: &str,
     batch: &str,
-    apply: &dyn Fn(&mut std::process::Command),
+    apply: &Apply<'_>,
 ) -> (Vec<String>, serde_json::Value) {
     let (_, gpus, model) = batches(example_name)
         .into_iter()

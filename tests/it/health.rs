@@ -196,7 +196,10 @@ fn doctor_and_capacity_name_the_sick_and_count_them_out() {
 fn ascend_batch(retries: &str) -> String {
     format!(
         "  npu:\n    gpus: 1\n    timeout: 1m\n{retries}    run: [{}, {}]\n",
-        serde_json::to_string("echo \"ENV=$ASCEND_RT_VISIBLE_DEVICES\"; ls /dev | grep '^davinci[0-9]'").unwrap(),
+        serde_json::to_string(
+            "echo \"ENV=$ASCEND_RT_VISIBLE_DEVICES\"; ls /dev | grep '^davinci[0-9]'"
+        )
+        .unwrap(),
         serde_json::to_string(JUNIT_OK).unwrap()
     )
 }
@@ -216,13 +219,19 @@ fn a_gpu_found_sick_after_an_infrastructure_error_is_named_and_the_retry_goes_el
     let calls = std::fs::read_to_string(h.state.path().join("calls.log")).unwrap();
     let last = calls.lines().count();
     let rec = p.result("npu");
-    assert!(rec["gpus"][0].get("sick").is_none(), "healthy all along: {rec}");
+    assert!(
+        rec["gpus"][0].get("sick").is_none(),
+        "healthy all along: {rec}"
+    );
     // Again, with chip 0 falling sick from that last call on: the record names it, and
     // the retry leases chip 1 and passes.
     h.set("calls.log", "");
     h.set("sick_from_call", &last.to_string());
     h.set("sick_npu", "0");
-    let p = busybox_project(&ascend_batch("    retries: {count: 1, on: [infra_error]}\n"), "");
+    let p = busybox_project(
+        &ascend_batch("    retries: {count: 1, on: [infra_error]}\n"),
+        "",
+    );
     let mut c = p.batch_cmd(&["batch", "run", "npu", "--wait", "10s"]);
     h.apply(&mut c);
     let r = run(&mut c);

@@ -225,7 +225,7 @@ mod tests {
         for bad in [
             format!("0, {U0}, MTT S5000, N/A, 81920, 0"),
             format!("0, {U0}, MTT S5000, 1024, 81920"),
-            format!("0, GPU-zz, MTT S5000, 1024, 81920, 0"),
+            "0, GPU-zz, MTT S5000, 1024, 81920, 0".to_string(),
             format!("0, {U0}, X, 0, 1, 0\n1, {U0}, X, 0, 1, 0"),
         ] {
             assert!(parse_gpus("x", &bad).is_err(), "{bad}");
