@@ -19,7 +19,7 @@ use crate::manifest::{is_gpu_uuid, is_mig_uuid};
 pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure";
 /// The same without the health fields, for a driver that does not know them (its
 /// answer: `Field "remapped_rows.pending" is not a valid field to query.`): the
-/// GPUs' health is then not read, and `doctor` says so.
+/// GPUs' health is then not read.
 pub const QUERY_GPUS_NO_HEALTH: &str =
     "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
