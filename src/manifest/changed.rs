@@ -199,6 +199,9 @@ impl ChangedRun {
             soft_fail: self.soft_fail,
             family: None,
             changed_file: Some(file.to_string()),
+            working_dir: None,
+            queue: None,
+            manual: false,
         }
     }
 }

@@ -117,6 +117,15 @@ pub struct Batch {
     /// The test file, for a batch `cibox changed run` made from `changed.run`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_file: Option<String>,
+    /// The folder its preflight and run steps run in (absolute in its container; the
+    /// source's, `/work`, when not set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// The queue or runner label its CI step goes to, beside its GPU model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// A person starts it in CI (a block step): for templates; `cibox` runs it when asked.
+    pub manual: bool,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -134,6 +143,9 @@ pub struct Layer {
     /// The image its batches run in when run as part of it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Its warm-up and the budget that sizes its parts.
+    #[serde(flatten)]
+    pub shape: super::placement::LayerShape,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]

@@ -97,6 +97,11 @@ pub(super) fn env_map(
                 p.push(&k);
                 return Err(check.at(&p, "contains a NUL byte, which no environment can hold"));
             }
+            if k == "HOME" {
+                let mut p = path.to_vec();
+                p.push(&k);
+                super::placement::home(check, &p, &v.0)?;
+            }
             Ok((k, v.0))
         })
         .collect()
