@@ -1,9 +1,10 @@
 //! Changed test files between two revisions, and how many GPUs each needs.
 //!
 //! Replaces `git diff --name-only --diff-filter=AM … | grep -oP '^NUM_GPUS…'`: every
-//! change counts (added, copied, modified, type-changed, deleted, and a rename both as
-//! its old and its new name, as vLLM's `--diff-filter=ACMDR` and SGLang's paths filter
-//! count them), a missing marker falls back to the default with a warning instead of
+//! change counts (added, copied, modified, type-changed, deleted, and a rename as its
+//! new name, and as its old one too where the manifest says `renames: both`, as
+//! dorny/paths-filter counts it; `git diff --name-only`, vLLM's, lists the new name
+//! alone), a missing marker falls back to the default with a warning instead of
 //! aborting, an annotated `NUM_GPUS: int = 4` is read, and file names stay data (the
 //! matrix is written by a JSON serializer, never pasted into code).
 
@@ -80,7 +81,7 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<GpuMarker> {
 
 use crate::exit::Failure;
 use crate::git::{GitError, run as git};
-use crate::manifest::{ChangedConfig, GroupKind, Manifest, PatternKind, Selector};
+use crate::manifest::{ChangedConfig, GroupKind, Manifest, PatternKind, Renames, Selector};
 
 /// Why the changed files cannot be told.
 #[derive(Debug, thiserror::Error)]
@@ -150,9 +151,14 @@ impl Changed {
 }
 
 /// The paths changed between the merge base of `base` and `head`, relative to `dir`:
-/// files added, copied, modified or changed in type, files deleted, and each rename
-/// twice, as its old name (gone at head) and its new one.
-pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, ChangedError> {
+/// files added, copied, modified or changed in type, files deleted, and each rename as
+/// its new name, and with [`Renames::Both`] as its old name (gone at head) too.
+pub fn changed_paths(
+    dir: &Path,
+    base: &str,
+    head: &str,
+    renames: Renames,
+) -> Result<Vec<Changed>, ChangedError> {
     checkout(dir)?;
     // `base...head` diffs from their merge base, in one git process.
     let range = format!("{base}...{head}");
@@ -200,6 +206,7 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>,
         let two_paths = status.starts_with('R') || status.starts_with('C');
         // A rename's old name changed too (its file is gone); a copy's source did not.
         if status.starts_with('R')
+            && renames == Renames::Both
             && let Some(old) = fields.get(i + 1)
         {
             changed.push(Changed {
@@ -443,6 +450,11 @@ pub fn matching_nothing(
                 let prefix = p.strip_suffix('/').unwrap_or(p).to_string();
                 Box::new(move |path: &str| crate::manifest::under_prefix(&prefix, path))
             }
+            // An exclusion too matches what it names: one that names nothing is a typo.
+            PatternKind::GitHub => match crate::manifest::github_glob(p) {
+                Ok((_, re)) => Box::new(move |path: &str| re.is_match(path)),
+                Err(_) => Box::new(|_: &str| false),
+            },
         }
     };
     let mut open: Vec<(usize, PathTest)> = written

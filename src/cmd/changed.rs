@@ -141,7 +141,7 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         false => None,
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
-    let paths = changed::changed_paths(&m.dir, base, head)?;
+    let paths = changed::changed_paths(&m.dir, base, head, cfg.renames)?;
     let found = changed::groups(&m, cfg, &paths, head, console::warn)?;
     if let Some(out) = &mut outputs {
         let pairs: Vec<(String, String)> = found.iter().flat_map(|(g, f)| f.outputs(*g)).collect();

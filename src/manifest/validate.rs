@@ -58,6 +58,7 @@ pub(super) fn validate(
             &caches,
             &top_container,
             ch,
+            raw.workflows.buildkite.is_some(),
         )?),
     };
 

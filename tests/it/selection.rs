@@ -312,3 +312,116 @@ fn unregistered_prints_json_under_json() {
         serde_json::json!({"unregistered": ["tests/test_gone.py", "tests/test_moved.py"]})
     );
 }
+
+/// verl's `paths:` lists (`.github/workflows/e2e_ppo_trainer_megatron_vllm.yml:56-78`,
+/// volcengine/verl b178a3cd5) as one group in GitHub's order: a file taken back after a
+/// `!` is selected, the last pattern that matches decides.
+const VERL: &str = r#"version: 1
+project: verl
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 10m, run: [x]}
+batches:
+  e2e: {gpus: 1}
+changed:
+  groups:
+    e2e_ppo_trainer_megatron_vllm:
+      kind: files
+      filter:
+        - "**/*.py"
+        - "!docker/**"
+        - "!**/*.md"
+        - "!docs/**"
+        - "!examples/**"
+        - "!tests/**"
+        - "!verl/trainer/main_*.py"
+        - "!verl/workers/**/*dp_*.py"
+        - ".github/workflows/e2e_ppo_trainer_megatron_vllm.yml"
+        - "examples/data_preprocess/gsm8k.py"
+        - "tests/special_e2e/run_ppo_trainer_megatron.sh"
+        - "verl/trainer/main_ppo.py"
+"#;
+
+#[test]
+fn a_filter_list_selects_in_githubs_order_as_verls_workflows_do() {
+    let (dir, base) = repo(VERL);
+    let d = dir.path();
+    for (rel, text) in [
+        ("examples/data_preprocess/gsm8k.py", "x = 2\n"),
+        ("examples/data_preprocess/geo3k.py", "x = 2\n"),
+        ("verl/trainer/main_ppo.py", "x = 2\n"),
+        ("verl/trainer/main_eval.py", "x = 2\n"),
+        ("verl/workers/actor/dp_actor.py", "x = 2\n"),
+        ("verl/workers/megatron_workers.py", "x = 2\n"),
+        ("tests/special_e2e/run_ppo_trainer_megatron.sh", "x\n"),
+        ("tests/test_x.py", "x = 2\n"),
+        ("docs/index.md", "# changed\n"),
+    ] {
+        write(d, rel, text);
+    }
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "pr"]);
+    let (v, _) = changed_json(d, &base);
+    assert_eq!(
+        files(&v, "e2e_ppo_trainer_megatron_vllm"),
+        [
+            "examples/data_preprocess/gsm8k.py",
+            "tests/special_e2e/run_ppo_trainer_megatron.sh",
+            "verl/trainer/main_ppo.py",
+            "verl/workers/megatron_workers.py",
+        ],
+        "{v}"
+    );
+    // Beside `patterns`, `filter` is refused: which decides would be unclear.
+    let p = Project::new(&VERL.replace(
+        "      kind: files\n      filter:",
+        "      kind: files\n      exclude: [\"**/*.md\"]\n      filter:",
+    ));
+    p.cibox(&["changed", "--unregistered"]).fails_with(
+        2,
+        "changed.groups.e2e_ppo_trainer_megatron_vllm.filter: stands alone",
+    );
+    // Only exclusions take nothing: refused, saying so.
+    let p = Project::new(
+        "version: 1\nproject: x\nimage: {locks: [cibox.yaml]}\ndefaults: {timeout: 1m, run: [x]}\nbatches:\n  a: {gpus: 0}\nchanged:\n  filter: [\"!docs/**\"]\n",
+    );
+    p.cibox(&["changed", "--unregistered"])
+        .fails_with(2, "changed.filter.0: only excludes (`!`)");
+}
+
+/// Issue 48: `tests/**test_*.py` matched one folder deep, silently; vLLM's ci-infra
+/// lists a rename by its new name alone (`git diff --name-only`,
+/// `buildkite/pipeline_generator/utils_lib/git_utils.py:31-43`, ci-infra cb564ad).
+#[test]
+fn a_lone_double_star_is_refused_and_a_buildkite_manifest_counts_a_renames_new_name() {
+    let p = Project::new(&MANIFEST.replace(
+        "patterns: [\"tests/**/test_*.py\"]\n  exclude",
+        "patterns: [\"tests/**test_*.py\"]\n  exclude",
+    ));
+    let r = p.cibox(&["changed", "--unregistered"]);
+    r.fails_with(
+        2,
+        "changed.patterns.0: `tests/**test_*.py` puts `**` beside other characters",
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    let (dir, base) = repo(&format!("{MANIFEST}workflows:\n  buildkite: .buildkite\n"));
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("vllm/other")).unwrap();
+    git(d, &["mv", "vllm/engine/llm.py", "vllm/other/llm.py"]);
+    git(d, &["commit", "-qm", "move"]);
+    let (v, _) = changed_json(d, &base);
+    assert_eq!(files(&v, "engines"), Vec::<String>::new(), "{v}");
+    // Said in the manifest, the old name counts again (dorny/paths-filter's way).
+    let (dir, base) = repo(&format!(
+        "{}workflows:\n  buildkite: .buildkite\n",
+        MANIFEST.replace(
+            "  default_gpus: 1\n",
+            "  default_gpus: 1\n  renames: both\n"
+        )
+    ));
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("vllm/other")).unwrap();
+    git(d, &["mv", "vllm/engine/llm.py", "vllm/other/llm.py"]);
+    git(d, &["commit", "-qm", "move"]);
+    let (v, _) = changed_json(d, &base);
+    assert_eq!(files(&v, "engines"), ["vllm/engine/llm.py"], "{v}");
+}
