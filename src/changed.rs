@@ -338,7 +338,7 @@ pub fn groups<'m>(
     mut warn: impl FnMut(String),
 ) -> Result<Vec<(Option<&'m str>, Found)>, ChangedError> {
     let mut found = Vec::new();
-    if !(cfg.patterns.is_empty() && cfg.paths.is_empty()) {
+    if cfg.unnamed() {
         let include = test_matrix(m, cfg, &cfg.selector, paths, &mut warn)?;
         found.push((None, Found::Tests(include)));
     }
@@ -356,6 +356,51 @@ pub fn groups<'m>(
     }
     Ok(found)
 }
+
+/// The named change groups a diff changed, as `changed` finds them (a files group with
+/// a changed file, a tests group with a test to run): what a pipeline that follows the
+/// diff selects its batches by (`batches.NAME.changes`).
+pub fn changed_groups(
+    m: &Manifest,
+    cfg: &ChangedConfig,
+    base: &str,
+    head: &str,
+    warn: impl FnMut(String),
+) -> Result<Vec<String>, ChangedError> {
+    let paths = changed_paths(&m.dir, base, head, cfg.renames)?;
+    Ok(groups(m, cfg, &paths, head, warn)?
+        .into_iter()
+        .filter(|(_, f)| f.changed())
+        .filter_map(|(g, _)| g.map(str::to_string))
+        .collect())
+}
+
+/// The batches a diff selects, when some batch names change groups
+/// (`batches.NAME.changes`): those whose groups changed and those that name none, in
+/// manifest order, as the step output `selected_batches` (a JSON list: a GitHub
+/// matrix) and the `--json` key of that name. The same rule as a pipeline's `selected`.
+pub fn selected_batches(m: &Manifest, found: &[(Option<&str>, Found)]) -> Option<Vec<String>> {
+    if m.batches.values().all(|b| b.changes.is_empty()) {
+        return None;
+    }
+    let changed: Vec<&str> = found
+        .iter()
+        .filter(|(_, f)| f.changed())
+        .filter_map(|(g, _)| *g)
+        .collect();
+    Some(
+        m.batches
+            .iter()
+            .filter(|(_, b)| {
+                b.changes.is_empty() || b.changes.iter().any(|g| changed.contains(&g.as_str()))
+            })
+            .map(|(n, _)| n.clone())
+            .collect(),
+    )
+}
+
+/// The step output that lists the selected batches.
+pub const SELECTED_BATCHES: &str = "selected_batches";
 
 /// What one change group found.
 pub enum Found {
@@ -386,6 +431,14 @@ impl Found {
                     (list, serde_json::to_string(files).expect("serialises")),
                 ]
             }
+        }
+    }
+
+    /// Whether the group changed: a file, or a test to run.
+    pub fn changed(&self) -> bool {
+        match self {
+            Found::Tests(include) => !include.is_empty(),
+            Found::Files(files) => !files.is_empty(),
         }
     }
 

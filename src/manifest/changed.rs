@@ -61,7 +61,7 @@ impl ChangedConfig {
     }
 
     /// Whether the unnamed group says anything.
-    fn unnamed(&self) -> bool {
+    pub fn unnamed(&self) -> bool {
         !(self.patterns.is_empty() && self.paths.is_empty() && self.filter.is_empty())
     }
 
@@ -235,6 +235,7 @@ impl ChangedRun {
             working_dir: None,
             queue: None,
             manual: false,
+            changes: Vec::new(),
         }
     }
 }
@@ -348,10 +349,10 @@ pub(super) fn validate_changed(
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             && name.bytes().next().is_some_and(|b| b.is_ascii_alphabetic());
-        if !output_ok || matches!(name.as_str(), "matrix" | "has_tests") {
+        if !output_ok || matches!(name.as_str(), "matrix" | "has_tests" | "selected_batches") {
             return Err(check.at_key(
                 &at,
-                format!("`{name}` cannot name a change group: its outputs are named after it, so use letters, digits, `_` and `-`, starting with a letter, and not `matrix` or `has_tests`"),
+                format!("`{name}` cannot name a change group: its outputs are named after it, so use letters, digits, `_` and `-`, starting with a letter, and not `matrix`, `has_tests` or `selected_batches`"),
             ));
         }
         if g.patterns.is_empty() && g.paths.is_empty() && g.filter.is_empty() {

@@ -77,6 +77,7 @@ pub(super) struct RawDefaults {
     working_dir: Option<String>,
     queue: Option<String>,
     manual: Option<bool>,
+    changes: Option<Vec<String>>,
 }
 
 /// A batch, with `defaults:` laid under it.
@@ -125,6 +126,9 @@ pub(super) struct RawBatch {
     /// A person starts it (a block step).
     #[serde(default)]
     pub(super) manual: bool,
+    /// The change groups that select it in a pipeline that follows the diff.
+    #[serde(default)]
+    pub(super) changes: Vec<String>,
     /// A test list: one batch per entry (see `each`).
     pub(super) each: Option<Vec<RawEntry>>,
 }

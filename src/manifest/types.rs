@@ -126,6 +126,10 @@ pub struct Batch {
     pub queue: Option<String>,
     /// A person starts it in CI (a block step): for templates; `cibox` runs it when asked.
     pub manual: bool,
+    /// The change groups (`changed.groups`) whose change selects it in a pipeline that
+    /// follows the diff (`workflow render --base`); none: always selected.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

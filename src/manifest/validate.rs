@@ -61,6 +61,7 @@ pub(super) fn validate(
             raw.workflows.buildkite.is_some(),
         )?),
     };
+    placement::changes(check, &batches, changed.as_ref())?;
 
     Ok(Manifest {
         path,
@@ -307,6 +308,7 @@ fn validate_batch(
         )?,
         queue: placement::queue(check, &["batches", name, "queue"], b.queue)?,
         manual: b.manual,
+        changes: b.changes,
     })
 }
 

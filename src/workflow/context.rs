@@ -22,8 +22,42 @@ fn map(pairs: Vec<(&str, TemplateValue)>) -> TemplateValue {
     TemplateValue::from_pairs(pairs)
 }
 
+/// A pipeline that follows the diff (`workflow render --print OUTPUT --base REV`): the
+/// diff's ends and the change groups it changed, as `cibox changed` finds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub base: String,
+    pub head: String,
+    pub groups: Vec<String>,
+}
+
+/// The selection of `base...head` in the manifest's checkout: which `changed.groups`
+/// changed. A manifest without `changed:` selects every batch (none names a group).
+pub fn select(
+    m: &Manifest,
+    base: String,
+    head: String,
+    warn: impl FnMut(String),
+) -> Result<Selection, crate::changed::ChangedError> {
+    let groups = match &m.changed {
+        Some(cfg) => crate::changed::changed_groups(m, cfg, &base, &head, warn)?,
+        None => Vec::new(),
+    };
+    Ok(Selection { base, head, groups })
+}
+
+/// Whether a batch runs by itself in a pipeline that follows the diff: with no
+/// selection (a pipeline rendered without a diff), when it names no change group, or
+/// when one of its groups changed.
+fn selected(b: &Batch, selection: Option<&Selection>) -> bool {
+    match selection {
+        None => true,
+        Some(s) => b.changes.is_empty() || b.changes.iter().any(|g| s.groups.contains(g)),
+    }
+}
+
 /// One batch as a template sees it.
-fn batch_value(name: &str, b: &Batch) -> TemplateValue {
+fn batch_value(name: &str, b: &Batch, selection: Option<&Selection>) -> TemplateValue {
     plain(json!({
         "name": name,
         "description": b.description,
@@ -48,6 +82,8 @@ fn batch_value(name: &str, b: &Batch) -> TemplateValue {
         "working_dir": b.working_dir,
         "queue": b.queue,
         "manual": b.manual,
+        "changes": b.changes,
+        "selected": selected(b, selection),
     }))
 }
 
@@ -55,11 +91,18 @@ fn batch_value(name: &str, b: &Batch) -> TemplateValue {
 /// batch's value is made once and shared by every list that holds it (`batches`, each
 /// layer's and family's `batch_list`), so many layers of `all` cost a reference per
 /// batch, not a copy.
+#[cfg(test)]
 pub fn context(m: &Manifest) -> TemplateValue {
+    context_with(m, None)
+}
+
+/// The template context with a diff's selection: each batch's `selected`, and
+/// `selection` (`{base, head, groups}`; none without a diff).
+pub fn context_with(m: &Manifest, selection: Option<&Selection>) -> TemplateValue {
     let values: IndexMap<&str, TemplateValue> = m
         .batches
         .iter()
-        .map(|(name, b)| (name.as_str(), batch_value(name, b)))
+        .map(|(name, b)| (name.as_str(), batch_value(name, b, selection)))
         .collect();
     let batches: TemplateValue = values.values().cloned().collect();
     let layers = map(m
@@ -96,6 +139,14 @@ pub fn context(m: &Manifest) -> TemplateValue {
             plain(serde_json::to_value(&m.images).unwrap_or(Value::Null)),
         ),
         ("changed", plain(changed_value(m))),
+        (
+            "selection",
+            plain(
+                selection
+                    .map(|s| json!({"base": s.base, "head": s.head, "groups": s.groups}))
+                    .unwrap_or(Value::Null),
+            ),
+        ),
         (
             "cibox_version",
             TemplateValue::from(env!("CARGO_PKG_VERSION")),

@@ -14,7 +14,6 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value as TemplateValue};
 use serde_json::Value;
 
-pub use super::context::context;
 use super::context::partitions;
 pub use super::error::RenderError;
 
@@ -359,6 +358,7 @@ pub fn diff(path: &Path, old: &str, new: &str) -> String {
 mod tests {
     use super::*;
     use crate::manifest::Manifest;
+    use crate::workflow::context::context;
     use serde_json::json;
 
     /// Renders `source` as a template of its own over `ctx`.

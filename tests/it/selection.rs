@@ -425,3 +425,95 @@ fn a_lone_double_star_is_refused_and_a_buildkite_manifest_counts_a_renames_new_n
     let (v, _) = changed_json(d, &base);
     assert_eq!(files(&v, "engines"), ["vllm/engine/llm.py"], "{v}");
 }
+
+/// vLLM's pipeline as ci-infra builds it from the diff (`buildkite_step.py:311-328`,
+/// `:477-487`, cb564ad): a step whose `source_file_dependencies` changed runs, the
+/// others wait behind a block step a person can click. Here the selection is cibox's
+/// (`changed`), rendered at build time by `workflow render --print … --base`.
+const FOLLOWS: &str = r#"version: 1
+project: vllm
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 30m, run: ["pytest -v -s tests"], gpus: 1}
+batches:
+  distributed-tests: {gpus: 2, changes: [distributed]}
+  engine-tests: {changes: [engine]}
+  basic-correctness: {}
+changed:
+  groups:
+    distributed: {paths: [vllm/distributed, tests/distributed], kind: files}
+    engine: {paths: [vllm/engine, tests/engine], kind: files}
+workflows:
+  buildkite: .buildkite
+"#;
+
+const BOOTSTRAP: &str = "steps:\n  - label: \":pipeline: upload what the diff selects\"\n    command: cibox workflow render --print pipeline.yml --base \"origin/$BUILDKITE_PULL_REQUEST_BASE_BRANCH\" | buildkite-agent pipeline upload\n";
+
+const FOLLOWING_PIPELINE: &str = r#"steps:
+<% for b in batches %>
+<% if not b.selected %>
+  - block: "Run << b.name >>"
+    key: block-<< b.name >>
+<% endif %>
+  - label: << b.name | yaml >>
+    key: << b.name >>
+<% if not b.selected %>
+    depends_on: block-<< b.name >>
+<% endif %>
+    command: cibox batch run << b.name | shell >>
+<% endfor %>
+"#;
+
+#[test]
+fn a_pipeline_follows_the_diff_with_unselected_steps_behind_block_steps() {
+    let (dir, base) = repo(FOLLOWS);
+    let d = dir.path();
+    write(d, ".buildkite/bootstrap.yml.j2", BOOTSTRAP);
+    write(d, ".buildkite/pipeline.yml.j2", FOLLOWING_PIPELINE);
+    // Rendered without a diff (what is committed): every step runs.
+    run(cibox(d).args(["workflow", "render"])).ok();
+    let committed = std::fs::read_to_string(d.join(".buildkite/pipeline.yml")).unwrap();
+    assert!(!committed.contains("- block:"), "{committed}");
+    write(d, "vllm/distributed/comm.py", "x = 3\n");
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "touch distributed"]);
+    let r = run(cibox(d).args([
+        "workflow",
+        "render",
+        "--print",
+        "pipeline.yml",
+        "--base",
+        &base,
+    ]));
+    r.ok();
+    let p = &r.stdout;
+    assert!(p.contains("  - block: \"Run engine-tests\"\n"), "{p}");
+    assert!(p.contains("    depends_on: block-engine-tests\n"), "{p}");
+    assert!(!p.contains("block-distributed-tests"), "{p}");
+    assert!(!p.contains("block-basic-correctness"), "{p}");
+    // The selection is the one `changed` makes: for GitHub, a matrix of its output.
+    let r = run(cibox(d).args(["--json", "changed", "--base", &base]));
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(
+        v["selected_batches"],
+        serde_json::json!(["distributed-tests", "basic-correctness"]),
+        "{v}"
+    );
+    // A base that is no revision: one line, nothing printed.
+    let r = run(cibox(d).args([
+        "workflow",
+        "render",
+        "--print",
+        "pipeline.yml",
+        "--base",
+        "nope",
+    ]));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    // A batch naming a group that is not defined is refused at its key.
+    let p = Project::new(&FOLLOWS.replace("changes: [engine]", "changes: [engin]"));
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "batches.engine-tests.changes.0: change group `engin` is not defined (changed.groups: distributed, engine)",
+    );
+}
