@@ -123,8 +123,21 @@ pub fn checkout(dir: &Path) -> Result<(), ChangedError> {
     }
 }
 
+/// A revision that starts with `-` is none: git would read it as an option
+/// (`--base=--output=FILE` wrote FILE).
+fn refuse_option(dir: &Path, rev: &str) -> Result<(), ChangedError> {
+    if rev.starts_with('-') {
+        return Err(ChangedError::NotARevision {
+            rev: rev.to_string(),
+            dir: dir.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Resolves a revision to a commit, or says it is not one.
 pub fn commit(dir: &Path, rev: &str) -> Result<String, ChangedError> {
+    refuse_option(dir, rev)?;
     let spec = format!("{rev}^{{commit}}");
     git(dir, &["rev-parse", "--verify", "--quiet", &spec])
         .map(|o| String::from_utf8_lossy(&o).trim().to_string())
@@ -160,6 +173,8 @@ pub fn changed_paths(
     renames: Renames,
 ) -> Result<Vec<Changed>, ChangedError> {
     checkout(dir)?;
+    refuse_option(dir, base)?;
+    refuse_option(dir, head)?;
     // `base...head` diffs from their merge base, in one git process.
     let range = format!("{base}...{head}");
     let args = [

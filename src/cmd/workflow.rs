@@ -289,8 +289,19 @@ pub fn render(
     let m = ctx.manifest()?;
     let folders = template_folders(&m)?;
     if let Some(wanted) = print {
+        // The selection `changed` makes (a manifest without `changed:` changes no
+        // group: every batch is selected, none names one).
         let selection = match diff {
-            Some((base, head)) => Some(context::select(&m, base, head, console::warn)?),
+            Some((base, head)) => Some(Selection {
+                groups: match &m.changed {
+                    Some(cfg) => {
+                        crate::changed::changed_groups(&m, cfg, &base, &head, console::warn)?
+                    }
+                    None => Vec::new(),
+                },
+                base,
+                head,
+            }),
             None => None,
         };
         return print_one(&m, &folders, wanted, selection.as_ref());

@@ -417,6 +417,43 @@ pub(super) fn validate_changed(
     })
 }
 
+/// Each batch's `changes`: groups `changed.groups` defines, each once.
+pub(super) fn check_batch_changes(
+    check: &Checker<'_>,
+    batches: &IndexMap<String, Batch>,
+    changed: Option<&ChangedConfig>,
+) -> Result<(), ManifestError> {
+    for (name, b) in batches {
+        for (i, g) in b.changes.iter().enumerate() {
+            let at = ["batches", name.as_str(), "changes", &i.to_string()];
+            let Some(cfg) = changed else {
+                return Err(check.at(
+                    &at,
+                    format!("names change group `{g}`, but the manifest has no `changed:` section to define it"),
+                ));
+            };
+            if !cfg.groups.contains_key(g) {
+                let known: Vec<String> = cfg.groups.keys().cloned().collect();
+                return Err(check.at(
+                    &at,
+                    format!(
+                        "change group `{g}` is not defined (changed.groups: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+            if b.changes[..i].contains(g) {
+                return Err(check.at(&at, format!("change group `{g}` is named twice")));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a group's `patterns` and `exclude` (globs), `paths` (path prefixes) and
 /// `filter` (GitHub's), naming the first that cannot be one by its position
 /// (`changed.groups.g.exclude.1`); gives the group's selector. `filter` stands alone:

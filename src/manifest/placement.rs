@@ -1,8 +1,8 @@
 //! Where and how a batch's CI step runs, beside what it runs: its working folder
-//! (`working_dir`), the queue or runner label it goes to when the GPU model is not
-//! enough (`queue`), whether a person starts it (`manual`), and a batch's `HOME`; a
-//! layer's warm-up once per part (`warmup`) and the time budget that sizes its parts
-//! (`budget`).
+//! (`working_dir`) and the queue or runner label it goes to when the GPU model is not
+//! enough (`queue`); a layer's warm-up once per part (`warmup`) and the time budget
+//! that sizes its parts (`budget`). (A batch's `HOME` is checked with its `env`, in
+//! `values`; `changes` with `changed:`.)
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use crate::units::Span;
 
 use super::check::Checker;
 use super::error::ManifestError;
-use super::types::Batch;
+use super::types::{Batch, LayerShape};
 
 /// Where a batch's source is in its container: a relative `working_dir` is under it.
 pub const SOURCE_DIR: &str = "/work";
@@ -86,82 +86,6 @@ pub(super) fn queue(
         ));
     }
     Ok(Some(q))
-}
-
-/// A `HOME` the manifest sets (`env:` of the batch or of `container:`): honoured, so
-/// it must be a folder's absolute path in the container.
-pub(super) fn home(check: &Checker<'_>, at: &[&str], value: &str) -> Result<(), ManifestError> {
-    if !value.starts_with('/') || value.len() > MAX_PATH || value.chars().any(char::is_control) {
-        return Err(check.at(
-            at,
-            format!(
-                "`{}` is not an absolute path: HOME is the batch's home folder in its container (`/tmp` when not set)",
-                value.escape_debug()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Why `pass_env` may not name `name`, if it may not: the host's `HOME` is a folder
-/// of the host, which the container does not have.
-pub(super) fn not_passed(name: &str) -> Option<&'static str> {
-    (name == "HOME").then_some(
-        "is the host's home folder, which the container does not have: set `env: {HOME: /path}` for the batch's own (its default is `/tmp`)",
-    )
-}
-
-/// Each batch's `changes`: groups `changed.groups` defines, each once.
-pub(super) fn changes(
-    check: &Checker<'_>,
-    batches: &IndexMap<String, Batch>,
-    changed: Option<&super::ChangedConfig>,
-) -> Result<(), ManifestError> {
-    for (name, b) in batches {
-        for (i, g) in b.changes.iter().enumerate() {
-            let at = ["batches", name.as_str(), "changes", &i.to_string()];
-            let Some(cfg) = changed else {
-                return Err(check.at(
-                    &at,
-                    format!("names change group `{g}`, but the manifest has no `changed:` section to define it"),
-                ));
-            };
-            if !cfg.groups.contains_key(g) {
-                let known: Vec<String> = cfg.groups.keys().cloned().collect();
-                return Err(check.at(
-                    &at,
-                    format!(
-                        "change group `{g}` is not defined (changed.groups: {})",
-                        if known.is_empty() {
-                            "none".to_string()
-                        } else {
-                            known.join(", ")
-                        }
-                    ),
-                ));
-            }
-            if b.changes[..i].contains(g) {
-                return Err(check.at(&at, format!("change group `{g}` is named twice")));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A layer's warm-up and budget, once its batches are known.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LayerShape {
-    /// The batch that runs first, alone, in each part of the layer (`--partition`), its
-    /// failure keeping the part's other batches from starting.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warmup: Option<String>,
-    /// How long one part may take: the parts are sized so that each is expected within
-    /// 3/4 of it, warm-up included.
-    #[serde(
-        serialize_with = "super::values::ser_display_opt",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub budget: Option<Span>,
 }
 
 /// A layer's `warmup` and `budget`. The warm-up is a defined batch, not one of the

@@ -149,7 +149,7 @@ pub struct Layer {
     pub image: Option<String>,
     /// Its warm-up and the budget that sizes its parts.
     #[serde(flatten)]
-    pub shape: super::placement::LayerShape,
+    pub shape: LayerShape,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -173,4 +173,20 @@ impl Default for WorkflowsConfig {
             buildkite: None,
         }
     }
+}
+
+/// A layer's warm-up and budget, once its batches are known.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LayerShape {
+    /// The batch that runs first, alone, in each part of the layer (`--partition`), its
+    /// failure keeping the part's other batches from starting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<String>,
+    /// How long one part may take: the parts are sized so that each is expected within
+    /// 3/4 of it, warm-up included.
+    #[serde(
+        serialize_with = "super::values::ser_display_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub budget: Option<Span>,
 }

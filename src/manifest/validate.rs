@@ -61,7 +61,7 @@ pub(super) fn validate(
             raw.workflows.buildkite.is_some(),
         )?),
     };
-    placement::changes(check, &batches, changed.as_ref())?;
+    super::changed::check_batch_changes(check, &batches, changed.as_ref())?;
 
     Ok(Manifest {
         path,

@@ -379,7 +379,8 @@ pub fn check_request(manifest: &Manifest, request: &RunRequest) -> Result<Vec<St
 /// The batches of this run's part, in the request's order (all of them without
 /// `--partition`), and their expected times; the split is over all the request's
 /// batches, so every part sees the same one. A layer's warm-up (`warmup`) is outside
-/// the split and first in every part that has batches: its name comes third.
+/// the split and first in every part that has batches: its name comes third. A
+/// parallel run's batches come longest first, the warm-up still first.
 fn part_of(
     manifest: &Manifest,
     request: &RunRequest,
@@ -402,6 +403,9 @@ fn part_of(
         .and_then(|l| manifest.layers.get(l))
         .and_then(|l| l.shape.warmup.clone())
         .filter(|w| !part.is_empty() && !part.contains(w));
+    if request.parallel {
+        part = expected.start_order(&part);
+    }
     let Some(w) = warmup else {
         return (part, expected, None);
     };
@@ -503,12 +507,7 @@ pub fn plan(
 ) -> Result<RunPlan, PlanError> {
     let (all, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
     let requested = all.len();
-    let (mut names, expected, warmup) = part_of(&manifest, &request, all);
-    if request.parallel {
-        // The warm-up stays first: it runs alone before the rest.
-        let rest = names.split_off(usize::from(warmup.is_some()));
-        names.extend(expected.start_order(&rest));
-    }
+    let (names, expected, warmup) = part_of(&manifest, &request, all);
     let expected = expected.times();
     let fail_fast = request.fail_fast
         || request

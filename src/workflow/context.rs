@@ -31,21 +31,6 @@ pub struct Selection {
     pub groups: Vec<String>,
 }
 
-/// The selection of `base...head` in the manifest's checkout: which `changed.groups`
-/// changed. A manifest without `changed:` selects every batch (none names a group).
-pub fn select(
-    m: &Manifest,
-    base: String,
-    head: String,
-    warn: impl FnMut(String),
-) -> Result<Selection, crate::changed::ChangedError> {
-    let groups = match &m.changed {
-        Some(cfg) => crate::changed::changed_groups(m, cfg, &base, &head, warn)?,
-        None => Vec::new(),
-    };
-    Ok(Selection { base, head, groups })
-}
-
 /// Whether a batch runs by itself in a pipeline that follows the diff: with no
 /// selection (a pipeline rendered without a diff), when it names no change group, or
 /// when one of its groups changed.

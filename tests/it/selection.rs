@@ -499,6 +499,29 @@ fn a_pipeline_follows_the_diff_with_unselected_steps_behind_block_steps() {
         serde_json::json!(["distributed-tests", "basic-correctness"]),
         "{v}"
     );
+    // A base that git would read as an option: refused, nothing written.
+    for cmd in [
+        vec!["changed", "--base=--output=pwned"],
+        vec![
+            "workflow",
+            "render",
+            "--print",
+            "pipeline.yml",
+            "--base=--output=pwned",
+        ],
+    ] {
+        let r = run(cibox(d).args(&cmd));
+        assert_eq!(r.code, 2, "{cmd:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--output=pwned"), "{}", r.stderr);
+        assert!(
+            std::fs::read_dir(d).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("pwned")),
+            "{cmd:?} wrote a file"
+        );
+    }
     // A base that is no revision: one line, nothing printed.
     let r = run(cibox(d).args([
         "workflow",
