@@ -34,7 +34,12 @@ impl Flavor {
 
 /// Renders `template` of the manifest at `manifest` in a child process (see the
 /// module's doc): what [`super::render::render`] gives, or why not.
-pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Rendered, RenderError> {
+pub fn render(
+    manifest: &Path,
+    template: &Path,
+    flavor: Flavor,
+    selection: Option<&super::context::Selection>,
+) -> Result<Rendered, RenderError> {
     let exe = std::env::current_exe().map_err(|source| RenderError::Unreadable {
         template: template.to_path_buf(),
         source,
@@ -43,8 +48,14 @@ pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Render
     cmd.arg("--manifest")
         .arg(manifest)
         .args(["__render-template", "--flavor", flavor.as_arg()])
-        .arg(template)
-        .stdin(Stdio::null())
+        .arg(template);
+    if let Some(s) = selection {
+        // `--opt=VALUE`: a revision is the user's text, never an option of its own.
+        cmd.arg(format!("--selection-base={}", s.base))
+            .arg(format!("--selection-head={}", s.head));
+        cmd.args(s.groups.iter().map(|g| format!("--changed={g}")));
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("CIBOX_LOG", "error");
