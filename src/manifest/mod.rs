@@ -63,7 +63,7 @@ pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
 pub use patterns::{Selector, compile_glob, under_prefix};
 pub use schedule::MAX_RETRIES;
-pub use types::{Batch, BatchVerdict, Retries, RetryOn};
+pub use types::{Batch, BatchVerdict, Layer, Retries, RetryOn};
 pub use values::is_batch_name;
 
 use check::{Checker, serde_error};

@@ -30,5 +30,6 @@ mod python;
 mod readme;
 mod runner_container;
 mod selection;
+mod sizes;
 mod slurm;
 mod waits;
