@@ -162,7 +162,7 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             .map(|r| crate::util::escape(r).into_owned());
         return Err(ReproduceError::CommitMissing { sha, repo, remote }.into());
     }
-    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::refused)?;
+    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::NotAnId)?;
     // Where the manifest sits in the repository, to find it in the worktree.
     let manifest_rel = match ctx.manifest() {
         Ok(m) => m

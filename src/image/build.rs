@@ -188,7 +188,11 @@ fn normalise_raw(
             .map_err(|e| {
                 // It may name an entry of a layer, or a record of one.
                 let why = mask.mask_str(&e.to_string()).into_owned();
-                ImageError::refused(format!("normalising the build: {why}"))
+                match e {
+                    // Writing the normalised archive here: the host's failure.
+                    super::archive::ArchiveError::Io(..) => ImageError::NormaliseHost(why),
+                    _ => ImageError::Normalise(why),
+                }
             })
         })
         .and_then(|n| {
@@ -228,10 +232,10 @@ fn load(
     n: &Normalised,
     on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Built, ImageError> {
-    let file = n
-        .archive
-        .reopen()
-        .map_err(|e| ImageError::refused(format!("reading the normalised archive: {e}")))?;
+    let file = n.archive.reopen().map_err(|source| ImageError::Host {
+        action: "reading the normalised archive",
+        source,
+    })?;
     on(Stage::Loading {
         bytes: file.metadata().map_or(0, |m| m.len()),
     });
@@ -243,12 +247,10 @@ fn load(
             engine_id = Some(found.id);
         }
     }
-    let engine_id = engine_id.ok_or_else(|| {
-        ImageError::refused(format!(
-            "the engine loaded the normalised image but reported nothing it can find ({loaded:?})"
-        ))
+    let engine_id = engine_id.ok_or_else(|| ImageError::NormalisedVanished {
+        loaded: loaded.clone(),
     })?;
-    let engine_id = ImageId::parse(&engine_id).map_err(ImageError::refused)?;
+    let engine_id = ImageId::parse(&engine_id).map_err(ImageError::NotAnId)?;
     Ok(Built {
         id: n.id.clone(),
         engine_id,
@@ -258,7 +260,10 @@ fn load(
 /// The build's scratch: a folder for the saved and normalised archives, and the images
 /// it makes, removed with it.
 fn scratch(engine: &Engine) -> Result<BuildScratch<'_>, ImageError> {
-    BuildScratch::new(engine).map_err(|e| ImageError::refused(format!("temporary folder: {e}")))
+    BuildScratch::new(engine).map_err(|source| ImageError::Host {
+        action: "temporary folder",
+        source,
+    })
 }
 
 /// `image build`: one build, normalised and loaded.
@@ -312,8 +317,10 @@ pub fn check(
     let first_dir = scratch.path().join("1");
     let second_dir = scratch.path().join("2");
     for d in [&first_dir, &second_dir] {
-        std::fs::create_dir(d)
-            .map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
+        std::fs::create_dir(d).map_err(|source| ImageError::Host {
+            action: "temporary folder",
+            source,
+        })?;
     }
     let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on)?;
     let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on)?;

@@ -364,10 +364,11 @@ fn fetch_missing_images(engine: &Engine, plan: &crate::plan::RunPlan) -> Result<
         engine.pull(&pinned.repository, &pinned.digest)?;
         let found = engine.inspect(&pinned.to_string())?.map(|i| i.id);
         if found.as_deref() != Some(id.as_str()) {
-            return Err(crate::error::Error::from(ImageError::refused(format!(
-                "{pinned} is image {}, not {id} that the run was planned with",
-                found.as_deref().unwrap_or("(nothing)")
-            ))));
+            return Err(crate::error::Error::from(ImageError::NodeCopyDiffers {
+                pinned: pinned.to_string(),
+                found: found.unwrap_or_else(|| "(nothing)".into()),
+                id: id.clone(),
+            }));
         }
     }
     Ok(())
