@@ -387,7 +387,7 @@ fn name_image(
     id: &ImageId,
 ) -> std::result::Result<(), crate::engine::EngineError> {
     let (repository, lockset_tag) = image::recipe::tag_parts(project, lockset);
-    let own = image::normalize::id_tag(&repository, id.as_str());
+    let own = image::normalise::id_tag(&repository, id.as_str());
     let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
     engine.tag(id.as_str(), &repository, own_tag)?;
     engine.tag(id.as_str(), &repository, &lockset_tag)
@@ -736,7 +736,7 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
     let v = image::verify(&engine, &id, &source)?;
     // Its own name first, so that taking the push's name away never leaves it nameless.
     let (repository, _) = image::recipe::tag_parts(&m.project, &source.digest);
-    let own = image::normalize::id_tag(&repository, id.as_str());
+    let own = image::normalise::id_tag(&repository, id.as_str());
     let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
     engine.tag(id.as_str(), &repository, own_tag)?;
     let push_tag = own_tag;

@@ -360,6 +360,7 @@ impl Replay<'_> {
             manifest_path: Some(worktree.path.join(self.manifest_rel)),
             json: false,
             verbose: self.ctx.verbose,
+            policy: self.ctx.policy.clone(),
         };
         let mut m = replay_ctx.manifest()?;
         if let Some(file) = &record.changed_file

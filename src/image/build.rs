@@ -1,12 +1,12 @@
 //! `cibox image build` for a Dockerfile: the engine builds (with its BuildKit, or the
 //! classic builder where BuildKit is missing), cibox normalises what it built
-//! ([`super::normalize`]) and loads that, so the ID follows from the inputs; and
+//! ([`super::normalise`]) and loads that, so the ID follows from the inputs; and
 //! `--check` builds twice without the cache to prove it.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::normalize::{self, Normalised};
+use super::normalise::{self, Normalised};
 use super::scratch::{BuildScratch, RAW_TAG, StepImages};
 use super::{ImageError, ImageId};
 use crate::engine::{BuildEvent, BuildSecret, Engine};
@@ -70,7 +70,7 @@ pub enum Stage<'a> {
     /// The saved build (this many bytes) is being normalised.
     Normalising { bytes: u64 },
     /// Normalising dropped this many entries that restated the layers below them
-    /// (see `normalize::restated`).
+    /// (see `normalise::restated`).
     Restated { entries: usize },
     /// The normalised image (this many bytes) is being loaded into the engine.
     Loading { bytes: u64 },
@@ -177,7 +177,7 @@ fn normalise_raw(
         .map_err(ImageError::from)
         .and_then(|s| {
             on(Stage::Normalising { bytes: s.bytes });
-            normalize::normalise(
+            normalise::normalise(
                 &saved,
                 inputs.epoch,
                 inputs.repository,
@@ -325,7 +325,7 @@ pub fn check(
     let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on)?;
     let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on)?;
     if first.id != second.id {
-        let mut details = normalize::differences(&first, &second, 20, &Masker::of(inputs.hidden));
+        let mut details = normalise::differences(&first, &second, 20, &Masker::of(inputs.hidden));
         if details.is_empty() {
             details.push("no file or config key differs; the archives' layer order does".into());
         }

@@ -15,7 +15,7 @@ pub mod load;
 pub mod lockset;
 pub mod make;
 mod nix_build;
-pub mod normalize;
+pub mod normalise;
 pub mod pinned;
 pub mod recipe;
 pub mod saved;
