@@ -219,6 +219,31 @@ fn few(batches: &[String]) -> String {
 mod tests {
     use super::*;
 
+    /// An example project's manifest (layers, a test list's family, descriptions).
+    fn example(name: &str) -> Manifest {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name)
+            .join("cibox.yaml");
+        Manifest::load(&path).unwrap()
+    }
+
+    /// The whole of what `batch list` prints, as tables and as JSON (the same bytes
+    /// as before it moved out of `cmd/batch.rs`).
+    #[test]
+    fn a_whole_list_as_tables_and_json() {
+        for name in ["demo", "ml-project", "slime-like"] {
+            let m = example(name);
+            let all = list(&m, &[], None, None, &Recorded::default()).unwrap();
+            insta::assert_snapshot!(format!("{name}_text"), all.text());
+            let json = serde_json::to_string_pretty(&all.json()).unwrap();
+            insta::assert_snapshot!(format!("{name}_json"), json);
+            let part: PartitionSpec = "2/3".parse().unwrap();
+            let part = list(&m, &[], None, Some(part), &Recorded::default()).unwrap();
+            insta::assert_snapshot!(format!("{name}_part_2_of_3"), part.text());
+        }
+    }
+
     #[test]
     fn a_long_layer_is_shown_by_its_first_batches_and_how_many() {
         let few_ones: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
