@@ -5,7 +5,9 @@
 
 mod common;
 
+mod accel_examples;
 mod amd;
+mod ascend;
 mod batch;
 mod buildkite;
 mod caches;
@@ -15,6 +17,7 @@ mod confine;
 mod doctor;
 mod gpu;
 mod gpu_models;
+mod health;
 mod hostile;
 mod image;
 mod init;
@@ -32,4 +35,5 @@ mod runner_container;
 mod selection;
 mod sizes;
 mod slurm;
+mod vendors;
 mod waits;
