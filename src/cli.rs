@@ -302,7 +302,7 @@ pub struct GpuExecArgs {
     pub model: Option<String>,
     /// How long to wait for the GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
-    pub wait: Option<String>,
+    pub wait: Option<crate::units::Span>,
     /// The variable to set (default CUDA_VISIBLE_DEVICES).
     #[arg(long, value_name = "NAME")]
     pub env_name: Option<String>,
@@ -390,7 +390,7 @@ pub struct RunOptions {
     pub scope: Option<String>,
     /// How long to wait for GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
-    pub wait: Option<String>,
+    pub wait: Option<crate::units::Span>,
     /// Run batches whose GPU needs fit at the same time (the widest, then the longest
     /// expected first).
     #[arg(long)]

@@ -27,8 +27,10 @@
 //!     YAML tree with positions), [`error`] (what kind of failure an error is),
 //!     [`nofollow`] (writing where a link must never be followed: folders held open),
 //!     [`mask`] (secrets' values masked in what is printed);
-//! 12. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
-//!     (who can change a path), [`signals`], [`units`], [`util`].
+//! 12. [`cli`] (the command line: its flags typed as they are parsed), [`exit`] (the
+//!     exit codes), [`labels`], [`ownership`] (who can change a path), [`signals`],
+//!     [`util`];
+//! 13. [`units`] (durations, sizes and times as cibox reads and writes them).
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).

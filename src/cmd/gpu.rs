@@ -1,6 +1,5 @@
 //! `cibox gpu status` and `cibox gpu exec`.
 
-use super::error::CommandError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,7 +20,6 @@ use crate::manifest::GpuConfig;
 use crate::process::Ending;
 use crate::process::confine::{BadConfine, StartError, Supervisor, Wanted};
 use crate::signals;
-use crate::units::Span;
 
 /// What `gpu status` and `gpu exec` refuse or lack, where no domain error says it.
 #[derive(Debug, thiserror::Error)]
@@ -217,7 +215,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let confine = Wanted::from_env().map_err(GpuError::from)?;
     let cfg = settings(ctx)?;
     let wait = match &args.wait {
-        Some(w) => w.parse::<Span>().map_err(CommandError::BadWait)?.0,
+        Some(w) => w.0,
         None => cfg.wait.0,
     };
     signals::install();

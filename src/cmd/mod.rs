@@ -31,6 +31,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         manifest_path: cli.manifest,
         json: cli.json,
         verbose: cli.verbose,
+        policy: Default::default(),
     };
     match cli.command {
         Command::Image(ImageCommand::Lockset { name }) => image::lockset(&ctx, name.as_deref()),

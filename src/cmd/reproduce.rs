@@ -68,6 +68,9 @@ pub enum ReproduceError {
         #[source]
         why: NotATestFile,
     },
+    /// The recorded commit has no manifest where this checkout has one.
+    #[error("{} is not in commit {sha}: the recorded commit has no manifest to replay", .manifest.display())]
+    NoManifest { manifest: PathBuf, sha: String },
     #[error("batch {batch} is not in {} at {sha}", .manifest.display())]
     NoSuchBatch {
         batch: String,
@@ -86,6 +89,7 @@ impl ErrorKind for ReproduceError {
             | ReproduceError::CommitMissing { .. }
             | ReproduceError::NoChangedRun { .. }
             | ReproduceError::NotATestFile { .. }
+            | ReproduceError::NoManifest { .. }
             | ReproduceError::NoSuchBatch { .. } => Failure::Usage,
         }
     }
@@ -162,7 +166,7 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             .map(|r| crate::util::escape(r).into_owned());
         return Err(ReproduceError::CommitMissing { sha, repo, remote }.into());
     }
-    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::refused)?;
+    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::NotAnId)?;
     // Where the manifest sits in the repository, to find it in the worktree.
     let manifest_rel = match ctx.manifest() {
         Ok(m) => m
@@ -184,12 +188,6 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             println!("{}", crate::util::escape(&line));
         }
     }
-    if dry_run {
-        if ctx.json {
-            console::json(&serde_json::json!({ "plan": plan }));
-        }
-        return Ok(exit::SUCCESS);
-    }
     let worktree = Worktree::add(&repo, &sha)?;
     let replay = Replay {
         ctx,
@@ -198,7 +196,15 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         sha: &sha,
         manifest_rel: &manifest_rel,
     };
+    // A dry run refuses what the replay would: no manifest at the commit, no such
+    // batch in it (issue 48: it printed a plan the replay then failed).
     let m = replay.manifest(&worktree)?;
+    if dry_run {
+        if ctx.json {
+            console::json(&serde_json::json!({ "plan": plan }));
+        }
+        return Ok(exit::SUCCESS);
+    }
     let reports = PathBuf::from("cibox-reproduce").join(&record.run);
     // As part of its layer again: the layer decided its image (and so its install).
     let mut request = RunRequest {
@@ -356,10 +362,18 @@ impl Replay<'_> {
     /// `changed run` made is made again from that commit's `changed.run`).
     fn manifest(&self, worktree: &Worktree) -> Result<Manifest> {
         let (record, sha) = (self.record, self.sha);
+        if !worktree.path.join(self.manifest_rel).exists() {
+            return Err(ReproduceError::NoManifest {
+                manifest: self.manifest_rel.to_path_buf(),
+                sha: sha.to_string(),
+            }
+            .into());
+        }
         let replay_ctx = Context {
             manifest_path: Some(worktree.path.join(self.manifest_rel)),
             json: false,
             verbose: self.ctx.verbose,
+            policy: self.ctx.policy.clone(),
         };
         let mut m = replay_ctx.manifest()?;
         if let Some(file) = &record.changed_file

@@ -444,8 +444,9 @@ pub(super) fn build_dockerfile(
     let context = || -> Result<std::fs::File, ImageError> {
         match first_context.borrow_mut().take() {
             Some(f) => Ok(f),
-            None => build_context::pack(&ctx.root, &ctx.dir, &ctx.dockerfile)
-                .map_err(|e| ImageError::refused(e.to_string())),
+            None => {
+                build_context::pack(&ctx.root, &ctx.dir, &ctx.dockerfile).map_err(ImageError::from)
+            }
         }
     };
     let source = request.source;
@@ -766,10 +767,11 @@ fn check_base(
         .into());
     }
     if found.onbuild > 0 {
-        return Err(ImageError::refused(format!(
-            "{at}: base {written} carries {} ONBUILD trigger(s), steps another Dockerfile wrote that would run in this build; use a base without them",
-            found.onbuild
-        ))
+        return Err(ImageError::OnBuild {
+            at: at.to_string(),
+            base: written.to_string(),
+            count: found.onbuild,
+        }
         .into());
     }
     Ok(())

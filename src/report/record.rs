@@ -295,13 +295,34 @@ pub fn attempt_said(attempt: u32, status: Status, message: Option<&str>) -> Stri
 }
 
 impl RunRecord {
+    /// An earlier attempt ended in `infra_error` (and was retried): the host's failure,
+    /// which `soft_fail` never forgives (docs/interface.md §4).
+    fn met_infra_error(&self) -> bool {
+        self.earlier_attempts
+            .iter()
+            .any(|a| a.status == Status::InfraError)
+    }
+
+    /// The code it adds to the run's (the most severe wins): none when it does not
+    /// count; a soft failure that met an infrastructure error on the way counts as
+    /// that error (exit 5), not as the failure it forgives.
+    pub fn run_exit_code(&self) -> Option<u8> {
+        if !self.counts_against_run() {
+            return None;
+        }
+        if self.soft_fail && matches!(self.status, Status::Failed | Status::Timeout) {
+            return Some(crate::exit::INFRA);
+        }
+        Some(self.exit_code)
+    }
+
     /// Whether its failure fails the run: not when it passed, never ran because of
     /// another's, or failed softly (`soft_fail` on a failure or a timeout; an error of
     /// the host still counts).
     pub fn counts_against_run(&self) -> bool {
         match self.status {
             Status::Passed | Status::NotRun => false,
-            Status::Failed | Status::Timeout => !self.soft_fail,
+            Status::Failed | Status::Timeout => !self.soft_fail || self.met_infra_error(),
             _ => true,
         }
     }

@@ -34,6 +34,7 @@ mod readme;
 mod runner_container;
 mod selection;
 mod shapes;
+mod sizes;
 mod slurm;
 mod vendors;
 mod waits;
