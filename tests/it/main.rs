@@ -13,6 +13,7 @@ mod ci;
 mod cli;
 mod confine;
 mod doctor;
+mod fake_gpus;
 mod gpu;
 mod gpu_models;
 mod hostile;

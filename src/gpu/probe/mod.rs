@@ -291,7 +291,11 @@ impl Prober {
         };
         let explicit_smi = smi::program_named().is_some();
         let explicit_rocm = rocm_smi::program_named().is_some();
+        let fake = crate::gpu::fake::is_on().then(crate::gpu::fake::active_tool);
         let backend = match self.inner.choice {
+            // Fake GPUs: their vendor's double whatever was chosen (none: it fails).
+            _ if fake == Some(Some("rocm-smi")) => rocm(None),
+            _ if fake.is_some() => smi(None),
             ProbeChoice::NvidiaSmi => smi(None),
             ProbeChoice::RocmSmi => rocm(None),
             ProbeChoice::Auto if explicit_smi => smi(None),

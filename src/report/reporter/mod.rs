@@ -115,6 +115,7 @@ pub(crate) mod sample {
                 kernel: "6.1.0-18-amd64".into(),
                 engine: "20.10.24+dfsg1".into(),
                 gpus_unknown: None,
+                fake_gpus: false,
             }),
             tests,
             cibox_version: "0.1.0".into(),
