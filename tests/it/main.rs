@@ -19,6 +19,7 @@ mod gpu_models;
 mod hostile;
 mod image;
 mod init;
+mod install;
 mod layers;
 mod lint;
 mod lockset;
