@@ -68,6 +68,17 @@ pub enum ReproduceError {
         #[source]
         why: NotATestFile,
     },
+    /// The manifest is not in the recorded commit: the run used one never committed.
+    #[error(
+        "{} is not in commit {sha}: the run's manifest was not committed{}; commit it and run again, or run the batch by hand (cibox batch run)",
+        .manifest.display(),
+        if *.dirty { " (the record says the source had uncommitted changes)" } else { "" }
+    )]
+    ManifestNotCommitted {
+        manifest: PathBuf,
+        sha: String,
+        dirty: bool,
+    },
     #[error("batch {batch} is not in {} at {sha}", .manifest.display())]
     NoSuchBatch {
         batch: String,
@@ -86,7 +97,8 @@ impl ErrorKind for ReproduceError {
             | ReproduceError::CommitMissing { .. }
             | ReproduceError::NoChangedRun { .. }
             | ReproduceError::NotATestFile { .. }
-            | ReproduceError::NoSuchBatch { .. } => Failure::Usage,
+            | ReproduceError::NoSuchBatch { .. }
+            | ReproduceError::ManifestNotCommitted { .. } => Failure::Usage,
         }
     }
 }
@@ -361,6 +373,15 @@ impl Replay<'_> {
             json: false,
             verbose: self.ctx.verbose,
         };
+        let in_commit = format!("{sha}:{}", self.manifest_rel.display());
+        if git(&worktree.repo, &["cat-file", "-e", &in_commit]).is_err() {
+            return Err(ReproduceError::ManifestNotCommitted {
+                manifest: self.manifest_rel.to_path_buf(),
+                sha: sha.to_string(),
+                dirty: record.source.dirty == Some(true),
+            }
+            .into());
+        }
         let mut m = replay_ctx.manifest()?;
         if let Some(file) = &record.changed_file
             && !m.batches.contains_key(&record.batch)

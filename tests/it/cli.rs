@@ -528,3 +528,20 @@ fn the_build_script_watches_the_commit_not_gits_index() {
         );
     }
 }
+
+/// A bad image ID from the environment is refused naming the variable it came from.
+#[test]
+fn a_bad_cibox_image_is_refused_naming_the_variable() {
+    let p = Project::new(GOOD);
+    for args in [&["batch", "run", "cpu"][..], &["image", "verify"][..]] {
+        let r = run(cibox(p.path()).env("CIBOX_IMAGE", "latest").args(args));
+        r.fails_with(3, "`latest` is a tag or name, not an image ID");
+        assert!(
+            r.stderr.contains("(from CIBOX_IMAGE)"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    let r = run(cibox(p.path()).args(["batch", "run", "cpu", "--image", "latest"]));
+    assert!(r.stderr.contains("(from --image)"), "{}", r.stderr);
+}

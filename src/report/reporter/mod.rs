@@ -66,6 +66,7 @@ pub(crate) mod sample {
             name: name.into(),
             status,
             message: message.map(str::to_string),
+            text: None,
             time_s: Some(0.5),
             file: file.map(str::to_string),
             line: file.map(|_| 42),
