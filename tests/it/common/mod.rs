@@ -5,6 +5,7 @@
 
 mod cli;
 mod engine;
+mod engine_proxy;
 mod fuse;
 mod gpus;
 mod policy;
@@ -14,6 +15,7 @@ mod slurm;
 
 pub use cli::*;
 pub use engine::*;
+pub use engine_proxy::*;
 pub use fuse::*;
 pub use gpus::*;
 pub use policy::*;
