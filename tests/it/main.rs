@@ -11,6 +11,7 @@ mod buildkite;
 mod caches;
 mod ci;
 mod cli;
+mod docs;
 mod confine;
 mod doctor;
 mod fake_gpus;
