@@ -136,7 +136,10 @@ fn commands(prefix: &[&str]) -> Vec<String> {
 
 fn reference_text() -> String {
     let mut all = String::new();
-    for e in std::fs::read_dir(repo().join("docs/reference")).unwrap().flatten() {
+    for e in std::fs::read_dir(repo().join("docs/reference"))
+        .unwrap()
+        .flatten()
+    {
         if e.path().extension().is_some_and(|x| x == "md") {
             all.push_str(&std::fs::read_to_string(e.path()).unwrap());
         }
@@ -153,7 +156,10 @@ fn the_reference_names_every_command_there_is_and_no_other() {
         .iter()
         .filter(|c| !reference.contains(&format!("`cibox {c}")))
         .collect();
-    assert!(missing.is_empty(), "commands the reference does not name (as `cibox …`): {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "commands the reference does not name (as `cibox …`): {missing:?}"
+    );
     // The reverse: each `cibox WORD [WORD]` the reference's command table names exists.
     let table = std::fs::read_to_string(repo().join("docs/reference/commands.md")).unwrap();
     let named = regex::Regex::new(r"(?m)^\| `cibox ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?").unwrap();
@@ -161,14 +167,17 @@ fn the_reference_names_every_command_there_is_and_no_other() {
     for c in named.captures_iter(&table) {
         let one = c[1].to_string();
         let two = c.get(2).map(|m| format!("{one} {}", m.as_str()));
-        let known = commands.iter().any(|k| {
-            Some(k) == two.as_ref() || *k == one || k.starts_with(&format!("{one} "))
-        });
+        let known = commands
+            .iter()
+            .any(|k| Some(k) == two.as_ref() || *k == one || k.starts_with(&format!("{one} ")));
         if !known {
             unknown.push(c[0].to_string());
         }
     }
-    assert!(unknown.is_empty(), "the reference names commands cibox lacks: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "the reference names commands cibox lacks: {unknown:?}"
+    );
 }
 
 /// The keys cibox knows at `path` of a manifest (`[]`: the top level), as its error
@@ -195,16 +204,15 @@ fn the_reference_names_every_manifest_key_there_is() {
     const BASE: &str = "version: 1\nproject: p\nimage: {locks: [cibox.yaml]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\n";
     let sections: [(&str, String); 4] = [
         ("top level", format!("{BASE}zzqqxx: 1\n")),
+        ("a batch", BASE.replace("run: [x]}", "run: [x], zzqqxx: 1}")),
         (
-            "a batch",
-            BASE.replace("run: [x]}", "run: [x], zzqqxx: 1}"),
+            "image",
+            BASE.replace("locks: [cibox.yaml]}", "locks: [cibox.yaml], zzqqxx: 1}"),
         ),
-        ("image", BASE.replace("locks: [cibox.yaml]}", "locks: [cibox.yaml], zzqqxx: 1}")),
         ("container", format!("{BASE}container: {{zzqqxx: 1}}\n")),
     ];
     let reference = reference_text();
-    let manifest_page =
-        std::fs::read_to_string(repo().join("docs/reference/manifest.md")).unwrap();
+    let manifest_page = std::fs::read_to_string(repo().join("docs/reference/manifest.md")).unwrap();
     let mut missing = Vec::new();
     for (what, text) in &sections {
         for key in known_keys(text) {
@@ -214,7 +222,10 @@ fn the_reference_names_every_manifest_key_there_is() {
             }
         }
     }
-    assert!(missing.is_empty(), "manifest keys the reference does not name: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "manifest keys the reference does not name: {missing:?}"
+    );
     // The reverse: the first column of the tables of keys names keys cibox knows
     // (`batches.<name>.K`, `image.K`, `images.<name>.K`, `container.K` to the key;
     // other sections to their name).
@@ -235,7 +246,10 @@ fn the_reference_names_every_manifest_key_there_is() {
             unknown.push(c[1].to_string());
         }
     }
-    assert!(unknown.is_empty(), "the reference's key tables name keys cibox lacks: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "the reference's key tables name keys cibox lacks: {unknown:?}"
+    );
 }
 
 /// The README's test command is the one `.ci/run` runs, exactly.
@@ -252,8 +266,31 @@ fn ci_runs_exactly_the_readmes_test_command() {
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .collect();
-    assert_eq!(commands, ["bash examples/demo/run-demo.sh", "cargo nextest run --no-fail-fast"]);
+    assert_eq!(
+        commands,
+        [
+            "bash examples/demo/run-demo.sh",
+            "cargo nextest run --no-fail-fast"
+        ]
+    );
     let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
     let last = ci.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
     assert_eq!(last, commands[1], ".ci/run's last command");
+}
+
+/// The README's example manifest is one cibox reads.
+#[test]
+fn the_readmes_example_manifest_is_valid() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let yaml = readme
+        .split_once("```yaml\n")
+        .and_then(|(_, r)| r.split_once("\n```"))
+        .expect("the README's example manifest")
+        .0;
+    let p = Project::new(yaml);
+    p.write(".cibox/images/default.Dockerfile", "FROM scratch\n");
+    p.write("requirements.lock", "torch==2.9\n");
+    let r = p.cibox(&["--json", "batch", "list"]);
+    let v: serde_json::Value = serde_json::from_str(&r.ok().stdout).unwrap();
+    assert_eq!(v["batches"].as_array().unwrap().len(), 2, "{v}");
 }

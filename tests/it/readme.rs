@@ -144,7 +144,11 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
     // gpu status: both fake GPUs, idle, said first to be fake.
     let i = line_of("cibox gpu status");
     assert_eq!(status(i), 0, "{}", ctx());
-    assert!(parts[i].contains("FAKE GPUs, not real hardware: 2 × NVIDIA H100"), "{}", ctx());
+    assert!(
+        parts[i].contains("FAKE GPUs, not real hardware: 2 × NVIDIA H100"),
+        "{}",
+        ctx()
+    );
     assert!(parts[i].contains(FAKE_UUID_1), "{}", ctx());
     // Both batches pass, gpu-smoke on a fake GPU, its record saying so.
     let i = line_of("cibox batch run unit gpu-smoke");
@@ -155,7 +159,12 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
     };
     assert_eq!(record("unit")["status"], "passed", "{}", ctx());
     assert_eq!(record("gpu-smoke")["status"], "passed", "{}", ctx());
-    assert_eq!(record("gpu-smoke")["hardware"]["fake_gpus"], true, "{}", ctx());
+    assert_eq!(
+        record("gpu-smoke")["hardware"]["fake_gpus"],
+        true,
+        "{}",
+        ctx()
+    );
     // qualify runs the `qualify` layer (the unit batch) and writes its record.
     let i = line_of("cibox image qualify");
     assert_eq!(status(i), 0, "{}", ctx());
