@@ -57,7 +57,7 @@ pub use document::Manifest;
 pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{
     GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_amd_gpu_id, is_gpu_uuid,
-    is_mig_uuid,
+    is_mig_uuid, is_mtt_id, is_npu_id, is_xpu_id,
 };
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};

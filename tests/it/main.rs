@@ -5,7 +5,9 @@
 
 mod common;
 
+mod accel_examples;
 mod amd;
+mod ascend;
 mod batch;
 mod buildkite;
 mod caches;
@@ -17,6 +19,7 @@ mod doctor;
 mod fake_gpus;
 mod gpu;
 mod gpu_models;
+mod health;
 mod hostile;
 mod image;
 mod init;
@@ -34,4 +37,5 @@ mod readme;
 mod runner_container;
 mod selection;
 mod slurm;
+mod vendors;
 mod waits;
