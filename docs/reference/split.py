@@ -10,19 +10,20 @@ docs/interface.md becomes the index: the preamble, then a table of the pages. Li
 are rewritten for the pages' folder: `(CHANGES.md)` becomes `(../CHANGES.md)`, an
 anchor of another section `(#x)` becomes `(page.md#x)`.
 
-Re-applying a later change of the one-file contract (another branch that still edits
-docs/interface.md): merge that change into the last one-file version, then split again:
+Re-applying a later change of the one-file contract (a branch that still edits
+docs/interface.md as one file): merge that change into the one-file version the pages
+were last split from, then split again. That version is the tag `interface-one-file`
+(move it to a commit holding the new one-file text after each re-split):
 
-    base=$(git merge-base main BRANCH)
     git show BRANCH:docs/interface.md > /tmp/theirs.md
-    git show "$base":docs/interface.md > /tmp/base.md
-    git show efe3fb90:docs/interface.md > /tmp/ours.md   # before the split
+    git show "$(git merge-base interface-one-file BRANCH)":docs/interface.md > /tmp/base.md
+    git show interface-one-file:docs/interface.md > /tmp/ours.md
     git merge-file -p /tmp/ours.md /tmp/base.md /tmp/theirs.md > /tmp/interface.md
-    python3 docs/reference/split.py /tmp/interface.md
+    python3 docs/reference/split.py /tmp/interface.md     # the pages and the index
+    git checkout HEAD -- docs/interface.md  # only if the merge left conflict markers there;
+                                            # split.py has rewritten it as the index
 
-The pages are made only by this script from the one-file text; edit that text (the
-last one-file version, `git show efe3fb90:docs/interface.md`) or, once nobody
-edits the one file any more, the pages themselves.
+Once nobody edits the one file any more, edit the pages themselves and forget the tag.
 """
 import re
 import sys
