@@ -197,22 +197,30 @@ pub fn create(
     };
     let dir = std::path::absolute(dir).map_err(io(dir))?;
     let state = dir.join("state");
-    std::fs::create_dir_all(&state).map_err(io(&state))?;
-    std::fs::create_dir_all(dir.join("locks")).map_err(io(&dir.join("locks")))?;
-    let write = |path: PathBuf, text: &str, exec: bool| -> Result<(), FakeError> {
-        std::fs::write(&path, text).map_err(io(&path))?;
+    // The folder named is made as asked; in it nothing is written through a link (one
+    // planted there is replaced, never followed).
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let root = crate::nofollow::Folder::open(&dir).map_err(io(&dir))?;
+    let state_dir = root.make_dir("state", 0o755).map_err(io(&state))?;
+    root.make_dir("locks", 0o755)
+        .map_err(io(&dir.join("locks")))?;
+    let write = |folder: &crate::nofollow::Folder, name: &str, text: &str, exec: bool| {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let path = folder.path().join(name);
+        let mut f = folder.create_fresh(name).map_err(io(&path))?;
+        f.write_all(text.as_bytes()).map_err(io(&path))?;
         if exec {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::Permissions::from_mode(0o755);
-            std::fs::set_permissions(&path, mode).map_err(io(&path))?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o755))
+                .map_err(io(&path))?;
         }
-        Ok(())
+        Ok::<(), FakeError>(())
     };
     let gpus: String = (0..count).map(v.line).collect();
-    write(state.join("gpus.csv"), &gpus, false)?;
-    write(state.join("apps.csv"), "", false)?;
-    write(state.join("gpu_name"), &format!("{model}\n"), false)?;
-    write(state.join(format!("{}.double", v.tool)), v.script, true)?;
+    write(&state_dir, "gpus.csv", &gpus, false)?;
+    write(&state_dir, "apps.csv", "", false)?;
+    write(&state_dir, "gpu_name", &format!("{model}\n"), false)?;
+    write(&state_dir, &format!("{}.double", v.tool), v.script, true)?;
     let wrapper = format!(
         "#!/bin/sh\n# cibox gpu fake: a stand-in for {tool}. NOT real hardware.\n{var}={st} exec /bin/sh {double} \"$@\"\n",
         tool = v.tool,
@@ -220,7 +228,7 @@ pub fn create(
         st = quote(&state),
         double = quote(&state.join(format!("{}.double", v.tool))),
     );
-    write(dir.join(v.tool), &wrapper, true)?;
+    write(&root, v.tool, &wrapper, true)?;
     let host = FakeHost {
         vendor: v.name.into(),
         model: model.into(),
@@ -228,7 +236,7 @@ pub fn create(
         dir: dir.clone(),
     };
     let facts = serde_json::to_string_pretty(&host).expect("plain struct") + "\n";
-    write(dir.join(FACTS), &facts, false)?;
+    write(&root, FACTS, &facts, false)?;
     Ok(host)
 }
 
@@ -271,6 +279,25 @@ mod tests {
                 .map(|o| o.name().to_ascii_lowercase());
             assert_eq!(owner.as_deref(), Some(v.name), "{id}");
         }
+    }
+
+    #[test]
+    fn a_link_planted_in_the_folder_is_replaced_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        std::fs::write(&outside, "mine\n").unwrap();
+        std::fs::create_dir_all(d.path().join("fake/state")).unwrap();
+        std::os::unix::fs::symlink(&outside, d.path().join("fake/state/gpus.csv")).unwrap();
+        std::os::unix::fs::symlink(&outside, d.path().join("fake/nvidia-smi")).unwrap();
+        create(&d.path().join("fake"), "nvidia", None, 2).unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
+        let csv = d.path().join("fake/state/gpus.csv");
+        assert!(
+            !std::fs::symlink_metadata(&csv)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]
