@@ -36,6 +36,7 @@ mod python;
 mod readme;
 mod runner_container;
 mod selection;
+mod shapes;
 mod slurm;
 mod vendors;
 mod waits;
