@@ -9,7 +9,8 @@
 //!    [`engine::ContainerEngine`] seam, Slurm submissions, the watchdog and the sweep;
 //! 3. [`report`]: saying what happened: events, reporters, how batches end, the record;
 //! 4. [`plan`]: what a run will be, decided before anything runs; [`claims`]: the GPUs
-//!    of running cibox containers, added to a probe;
+//!    of running cibox containers, added to a probe; [`starter`]: what `cibox init`
+//!    writes for a project, from what it holds;
 //! 5. [`host`] (the host policy: what the host grants, its GPU facts), [`gpu`] (probe,
 //!    pool, queue, the lease sequence), [`changed`] (change selection), [`workflow`]
 //!    (render and lint);
@@ -63,6 +64,7 @@ mod report;
 mod run;
 mod signals;
 mod slurm;
+mod starter;
 mod timing;
 mod units;
 mod util;

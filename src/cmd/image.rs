@@ -117,7 +117,7 @@ pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
 fn chosen_id(
     flag: Option<String>,
     manifest: Option<(&str, &ImageConfig)>,
-) -> Result<(ImageId, &'static str)> {
+) -> Result<(ImageId, String)> {
     let name = manifest.map_or(DEFAULT_IMAGE, |(n, _)| n);
     let var = if name == DEFAULT_IMAGE {
         "CIBOX_IMAGE".to_string()
@@ -125,11 +125,11 @@ fn chosen_id(
         crate::manifest::image_variable(name)
     };
     let (raw, from) = if let Some(id) = flag {
-        (id, "the command line")
+        (id, "the command line".to_string())
     } else if let Some(id) = std::env::var(&var).ok().filter(|s| !s.is_empty()) {
-        (id, "the environment")
+        (id, var.clone())
     } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
-        (id, "the image's id in the manifest")
+        (id, "the image's id in the manifest".to_string())
     } else {
         return Err(ImageCommandError::NoImageId.into());
     };

@@ -44,6 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Layer(LayerCommand::Run(a)) => batch::run(&ctx, &[], Some(&a.layer), &a.options),
         Command::Gpu(GpuCommand::Status) => gpu::status(&ctx),
         Command::Gpu(GpuCommand::Exec(args)) => gpu::exec(&ctx, args),
+        Command::Gpu(GpuCommand::Fake(args)) => gpu::fake(&args),
         Command::Cleanup(a) => batch::cleanup(&ctx, a.scope.as_deref()),
         Command::Capacity(a) => {
             capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output)

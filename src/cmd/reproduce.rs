@@ -68,9 +68,17 @@ pub enum ReproduceError {
         #[source]
         why: NotATestFile,
     },
-    /// The recorded commit has no manifest where this checkout has one.
-    #[error("{} is not in commit {sha}: the recorded commit has no manifest to replay", .manifest.display())]
-    NoManifest { manifest: PathBuf, sha: String },
+    /// The manifest is not in the recorded commit: the run used one never committed.
+    #[error(
+        "{} is not in commit {sha}: the run's manifest was not committed{}; commit it and run again, or run the batch by hand (cibox batch run)",
+        .manifest.display(),
+        if *.dirty { " (the record says the source had uncommitted changes)" } else { "" }
+    )]
+    ManifestNotCommitted {
+        manifest: PathBuf,
+        sha: String,
+        dirty: bool,
+    },
     #[error("batch {batch} is not in {} at {sha}", .manifest.display())]
     NoSuchBatch {
         batch: String,
@@ -89,8 +97,8 @@ impl ErrorKind for ReproduceError {
             | ReproduceError::CommitMissing { .. }
             | ReproduceError::NoChangedRun { .. }
             | ReproduceError::NotATestFile { .. }
-            | ReproduceError::NoManifest { .. }
-            | ReproduceError::NoSuchBatch { .. } => Failure::Usage,
+            | ReproduceError::NoSuchBatch { .. }
+            | ReproduceError::ManifestNotCommitted { .. } => Failure::Usage,
         }
     }
 }
@@ -362,10 +370,15 @@ impl Replay<'_> {
     /// `changed run` made is made again from that commit's `changed.run`).
     fn manifest(&self, worktree: &Worktree) -> Result<Manifest> {
         let (record, sha) = (self.record, self.sha);
-        if !worktree.path.join(self.manifest_rel).exists() {
-            return Err(ReproduceError::NoManifest {
+        // Not in the commit (never committed), or absent from the checkout of it.
+        let in_commit = format!("{sha}:{}", self.manifest_rel.display());
+        if git(&worktree.repo, &["cat-file", "-e", &in_commit]).is_err()
+            || !worktree.path.join(self.manifest_rel).exists()
+        {
+            return Err(ReproduceError::ManifestNotCommitted {
                 manifest: self.manifest_rel.to_path_buf(),
                 sha: sha.to_string(),
+                dirty: record.source.dirty == Some(true),
             }
             .into());
         }

@@ -68,6 +68,14 @@ pub fn run_manifest(
             .image
             .clone()
             .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty())),
+        image_from: Some(
+            if opts.image.is_some() {
+                "--image"
+            } else {
+                "CIBOX_IMAGE"
+            }
+            .into(),
+        ),
         image_ids: m
             .images
             .keys()

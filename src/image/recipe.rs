@@ -658,6 +658,10 @@ fn announce(
     }
 }
 
+/// The base `cibox init`'s recipe names until the project writes its own in: no image
+/// anywhere, refused before the engine is asked (a pull of it failed as a network error).
+pub const PLACEHOLDER_BASE: &str = "replace-me-with-a-base";
+
 /// The layers of the images a Dockerfile build takes, each of which must be local or
 /// named by digest (then pulled by that digest): never pulled by tag. BuildKit reads
 /// an image ID (`FROM sha256:…`) as a Docker Hub name, so with BuildKit a base must
@@ -684,6 +688,14 @@ fn local_bases(
         let refused = |message: String, details: Vec<String>| -> RecipeError {
             ImageError::Refused { message, details }.into()
         };
+        if image.split(['@', ':']).next() == Some(PLACEHOLDER_BASE) {
+            return Err(refused(
+                format!("{at}: the FROM line still names `{PLACEHOLDER_BASE}`, the placeholder `cibox init` wrote"),
+                vec![
+                    "edit it to name your base: REPOSITORY@sha256:… (pulled by that digest), or an image on this host (`docker images`)".into(),
+                ],
+            ));
+        }
         let by_id = ImageId::parse(image).is_ok();
         if by_id && builder == Builder::BuildKit {
             return Err(refused(

@@ -43,6 +43,8 @@ pub struct RunRequest {
     /// The image ID asked for (flag or `CIBOX_IMAGE`) when the run uses one image;
     /// `None`: the manifest's `id` of that image.
     pub image: Option<String>,
+    /// Where `image` came from (`--image`, `CIBOX_IMAGE`), named when it is no ID.
+    pub image_from: Option<String>,
     /// IDs asked for by image name (`CIBOX_IMAGE_<NAME>`), for runs of several images.
     pub image_ids: BTreeMap<String, String>,
     /// The source folder (canonical), and what git says of it.
@@ -490,6 +492,10 @@ fn image_ids(
                     "its `id`".to_string()
                 };
                 PlanError::BadImageId(format!("image `{name}` ({from}): {why}"))
+            } else if let (Some(_), Some(from)) = (&request.image, &request.image_from) {
+                PlanError::BadImageId(format!("{why} (from {from})"))
+            } else if request.image_ids.contains_key(name) {
+                PlanError::BadImageId(format!("{why} (from {})", image_variable(name)))
             } else {
                 PlanError::BadImageId(why)
             }

@@ -84,6 +84,9 @@ pub struct Hardware {
     /// not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_unknown: Option<String>,
+    /// The GPUs were fake (`cibox gpu fake`), not hardware: the batch ran on none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fake_gpus: bool,
 }
 
 impl Hardware {
@@ -121,6 +124,15 @@ impl Hardware {
             ("CUDA", each(&|g| g.cuda.clone().unwrap_or_else(unknown))),
             ("kernel", self.kernel.clone()),
             ("engine", self.engine.clone()),
+            (
+                "fake GPUs",
+                if self.fake_gpus {
+                    "yes (not real hardware)"
+                } else {
+                    "no"
+                }
+                .into(),
+            ),
         ]
     }
 
@@ -585,6 +597,7 @@ mod tests {
             kernel: "6.1.0-18-amd64".into(),
             engine: "20.10.24".into(),
             gpus_unknown: None,
+            fake_gpus: false,
         };
         assert!(recorded.differences(&recorded).is_empty());
         let mut replayed = recorded.clone();

@@ -354,6 +354,7 @@ impl RunHardware {
             kernel: self.kernel.clone(),
             engine: self.engine.clone(),
             gpus_unknown,
+            fake_gpus: !leased.is_empty() && crate::gpu::fake::is_on(),
         }
     }
 }

@@ -466,3 +466,34 @@ fn a_test_lists_rows_from_changed_run_each_entry_with_its_own_arguments() {
     assert_eq!(p.result("ckpt-test_ckpt")["status"], "passed");
     assert_eq!(p.result("ckpt-load")["env"]["CIBOX_TEST_ARGS"], "--load");
 }
+
+/// A run whose `cibox.yaml` was never committed: `reproduce` names the uncommitted
+/// manifest as the reason (it said only `cannot read manifest <tmp>/src/cibox.yaml`).
+#[test]
+fn reproduce_of_a_run_whose_manifest_was_not_committed_says_so() {
+    let p = busybox_project(
+        &batch("ok", 0, "1m", &["true"], "    allow_empty: true\n"),
+        "",
+    );
+    let d = p.project.path();
+    make_checkout(d);
+    git(d, &["rm", "-q", "--cached", "cibox.yaml"]);
+    git(d, &["commit", "-qm", "no manifest"]);
+    p.run(&["batch", "run", "ok"]).ok();
+    let record = p.reports().join("ok/result.json");
+    assert_eq!(p.result("ok")["source"]["dirty"], true);
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    r.fails_with(2, "cibox.yaml is not in commit ");
+    assert!(
+        r.stderr.contains("the run's manifest was not committed (the record says the source had uncommitted changes); commit it"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("cannot read manifest"), "{}", r.stderr);
+    let worktrees = git(d, &["worktree", "list"]);
+    assert_eq!(
+        worktrees.lines().count(),
+        1,
+        "worktree left behind: {worktrees}"
+    );
+}
