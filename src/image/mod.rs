@@ -5,6 +5,7 @@
 //! image the manifest pins ([`PinnedId`]). See docs/interface.md §5.
 
 pub mod archive;
+mod bases;
 pub mod build;
 pub mod build_args;
 pub mod build_context;

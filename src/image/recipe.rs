@@ -13,9 +13,10 @@
 //! Nothing here prints: the command shows what [`build`] reports through [`Progress`]
 //! as it goes, and what it returns ([`BuildOutcome`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::bases::{BaseEvent, local_bases};
 use super::build::{BuildInputs, Builder};
 use super::build_context::{self, BuildContextError};
 use super::dockerfile::{Dialect, ImageUse, Needs, Reach};
@@ -480,16 +481,10 @@ pub(super) fn build_dockerfile(
         project: request.project,
     });
     announce(request, &needs, &env_proxies, &engine, progress);
-    let fresh = scope.trust == BuildTrust::Untrusted
-        && builder == Builder::BuildKit
-        && !needs.secrets.is_empty()
-        && !request.check;
-    if fresh {
-        progress(Progress::Fresh {
-            line: needs.secrets[0].line,
-        });
-    }
-    let base_layers = local_bases(&engine, &needs.images, builder, dockerfile, progress)?;
+    let fresh = fresh_build(&scope, builder, &needs, request.check, progress);
+    let base_layers = local_bases(&engine, &needs.images, builder, dockerfile, &mut |event| {
+        say_base(event, progress)
+    })?;
     progress(Progress::Building {
         dockerfile,
         twice: request.check,
@@ -658,135 +653,35 @@ fn announce(
     }
 }
 
-/// The base `cibox init`'s recipe names until the project writes its own in: no image
-/// anywhere, refused before the engine is asked (a pull of it failed as a network error).
-pub const PLACEHOLDER_BASE: &str = "replace-me-with-a-base";
+pub use super::bases::PLACEHOLDER_BASE;
 
-/// The layers of the images a Dockerfile build takes, each of which must be local or
-/// named by digest (then pulled by that digest): never pulled by tag. BuildKit reads
-/// an image ID (`FROM sha256:…`) as a Docker Hub name, so with BuildKit a base must
-/// be named (by a tag that names a local image, or by digest).
-fn local_bases(
-    engine: &Engine,
-    images: &[ImageUse],
+/// Whether the build goes without the engine's cache: an untrusted build whose needed
+/// steps mount a secret (a trusted build's secret step, cached, could be copied).
+fn fresh_build(
+    scope: &BuildScope,
     builder: Builder,
-    dockerfile: &Path,
+    needs: &Needs,
+    check: bool,
     progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<HashSet<String>, RecipeError> {
-    let mut base_layers = HashSet::new();
-    for base in images {
-        let image = base.image.as_str();
-        if image.eq_ignore_ascii_case("scratch") {
-            continue;
-        }
-        let written = if base.written == base.image {
-            format!("`{image}`")
-        } else {
-            format!("`{image}` (written `{}`)", base.written)
-        };
-        let at = format!("{}:{}", dockerfile.display(), base.line);
-        let refused = |message: String, details: Vec<String>| -> RecipeError {
-            ImageError::Refused { message, details }.into()
-        };
-        if image.split(['@', ':']).next() == Some(PLACEHOLDER_BASE) {
-            return Err(refused(
-                format!("{at}: the FROM line still names `{PLACEHOLDER_BASE}`, the placeholder `cibox init` wrote"),
-                vec![
-                    "edit it to name your base: REPOSITORY@sha256:… (pulled by that digest), or an image on this host (`docker images`)".into(),
-                ],
-            ));
-        }
-        let by_id = ImageId::parse(image).is_ok();
-        if by_id && builder == Builder::BuildKit {
-            return Err(refused(
-                format!(
-                    "{at}: base {written} is an image ID, which BuildKit reads as the Docker Hub image `sha256` and would pull"
-                ),
-                vec![
-                    "name the local image instead: each image cibox builds is named cibox/PROJECT:id-<its ID's hex>, and FROM takes that name (cibox checks it names a local image)".into(),
-                    "or pin it by digest: REPOSITORY@sha256:…".into(),
-                ],
-            ));
-        }
-        if let Some((named, digest)) = image.split_once('@')
-            && engine.inspect(image)?.is_none()
-        {
-            progress(Progress::BasePull(image));
-            // `name:tag@digest` pulls as `name@digest`.
-            let repository = match named.rsplit_once(':') {
-                Some((r, tag)) if !tag.contains('/') => r,
-                _ => named,
-            };
-            engine.pull(repository, digest)?;
-        }
-        let Some(found) = engine.inspect(image)? else {
-            let by_tag = !image.contains('@') && !by_id;
-            return Err(refused(
-                format!(
-                    "{at}: base {written} is not present locally, and cibox never pulls{}",
-                    if by_tag { " by tag" } else { "" }
-                ),
-                vec![
-                    "pin it by digest (REPOSITORY@sha256:…), which cibox pulls by that digest"
-                        .into(),
-                    "or load it first (cibox image load, docker load), or build FROM scratch"
-                        .into(),
-                ],
-            ));
-        };
-        check_base(&found, base, &at, &written)?;
-        if !image.contains('@') && !by_id {
-            progress(Progress::BaseByTag {
-                base,
-                id: &found.id,
-            });
-        }
-        base_layers.extend(found.layers);
+) -> bool {
+    let fresh = scope.trust == BuildTrust::Untrusted
+        && builder == Builder::BuildKit
+        && !needs.secrets.is_empty()
+        && !check;
+    if fresh {
+        progress(Progress::Fresh {
+            line: needs.secrets[0].line,
+        });
     }
-    Ok(base_layers)
+    fresh
 }
 
-/// A local base is taken for the platform it was built for, and runs no step of its
-/// own: the builder resolves a tag for another platform at its registry (unless pinned
-/// by digest), and runs a base's `ONBUILD` triggers in this build.
-fn check_base(
-    found: &crate::engine::ImageDetails,
-    base: &ImageUse,
-    at: &str,
-    written: &str,
-) -> Result<(), RecipeError> {
-    use super::dockerfile::normalise_platform;
-    let (os, arch, variant) = &found.platform;
-    let have = normalise_platform(&format!("{os}/{arch}/{variant}"));
-    let want = normalise_platform(base.platform.as_deref().unwrap_or(""));
-    let same = have.0 == want.0
-        && have.1 == want.1
-        && (have.2.is_empty() || want.2.is_empty() || have.2 == want.2);
-    if !same && !base.image.contains('@') {
-        let platform = base.platform.as_deref().map_or_else(
-            || format!("this host's platform ({}/{})", want.0, want.1),
-            |p| format!("--platform={p}"),
-        );
-        return Err(ImageError::Refused {
-            message: format!(
-                "{at}: base {written} is taken for {platform}, but the local image is {}/{}{}: the builder would resolve the tag at its registry",
-                have.0,
-                have.1,
-                if have.2.is_empty() { String::new() } else { format!("/{}", have.2) }
-            ),
-            details: vec!["pin the base by digest (REPOSITORY@sha256:…) for another platform, or build for the local image's".into()],
-        }
-        .into());
+/// What taking a base did, said as the build's progress.
+fn say_base(event: BaseEvent<'_>, progress: &mut dyn FnMut(Progress<'_>)) {
+    match event {
+        BaseEvent::Pull(image) => progress(Progress::BasePull(image)),
+        BaseEvent::ByTag { base, id } => progress(Progress::BaseByTag { base, id }),
     }
-    if found.onbuild > 0 {
-        return Err(ImageError::OnBuild {
-            at: at.to_string(),
-            base: written.to_string(),
-            count: found.onbuild,
-        }
-        .into());
-    }
-    Ok(())
 }
 
 /// The name cibox gives an image of `project` built from the lockset `digest`
