@@ -65,9 +65,13 @@ pub trait ContainerEngine: Sync {
 
     fn remove_volume(&self, name: &str) -> Result<(), EngineError>;
 
-    /// Creates a named volume with `labels`.
-    fn create_volume(&self, name: &str, labels: HashMap<String, String>)
-    -> Result<(), EngineError>;
+    /// Creates a named volume with `labels`; where the engine's host keeps it (its
+    /// `Mountpoint`, empty where it does not say).
+    fn create_volume(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<String, EngineError>;
 
     /// Volumes carrying all of `labels` (`key=value`).
     fn volumes_with_labels(&self, labels: &[String]) -> Result<Vec<VolumeInfo>, EngineError>;
@@ -161,7 +165,7 @@ impl ContainerEngine for Engine {
         &self,
         name: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<String, EngineError> {
         Engine::create_volume(self, name, labels)
     }
 

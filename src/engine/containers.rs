@@ -611,7 +611,7 @@ impl Engine {
         &self,
         name: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<String, EngineError> {
         let body = bollard::models::VolumeCreateRequest {
             name: Some(name.to_string()),
             driver: Some("local".into()),
@@ -620,7 +620,7 @@ impl Engine {
         };
         self.rt
             .block_on(self.docker.create_volume(body))
-            .map(|_| ())
+            .map(|v| v.mountpoint)
             .map_err(|e| Self::api("creating the source's volume", e))
     }
 

@@ -82,3 +82,16 @@ pub fn mount_snapshot(body: &mut ContainerCreateBody, volume: &str) {
         ..Default::default()
     });
 }
+
+/// Makes `/work` of a batch's container an overlay: the run's snapshot at `lower` (a
+/// folder of the engine's host) read-only beneath, the batch's writes into `upper`
+/// (`work` is the overlay's own), both on a bounded tmpfs of the host's. In place of
+/// the memory-backed volume `/work` is otherwise; `nosuid` and `nodev` as that one.
+pub fn mount_overlay(body: &mut ContainerCreateBody, lower: &str, upper: &str, work: &str) {
+    let host_config = body.host_config.get_or_insert_with(HostConfig::default);
+    let mounts = host_config.mounts.get_or_insert_with(Vec::new);
+    mounts.retain(|m| m.target.as_deref() != Some("/work"));
+    mounts.push(super::caches::overlay_mount(
+        "/work", lower, upper, work, false,
+    ));
+}

@@ -1,21 +1,54 @@
 //! The run's snapshots of the source: for each user that two or more batches of the
 //! run run as, the source shipped once into a volume (see
-//! [`crate::plan::container::snapshot`]) that each of those batches copies into its own
-//! `/work`; a batch alone in its user gets the source through the archive API, as
-//! before. Made before the first batch starts, removed once the last has ended (a
-//! dead run's are swept).
+//! [`crate::plan::container::snapshot`]). Each of those batches gets it in `/work` as
+//! an overlay over the snapshot, its writes in a tmpfs of its own (see
+//! [`crate::run::work_layer`]); where the host cannot do that (cibox is not root, the
+//! engine does not see cibox's mounts), the batch copies the snapshot into its own
+//! memory-backed `/work`. A batch alone in its user gets the source through the archive
+//! API, as before. Made before the first batch starts, removed once the last has ended
+//! (a dead run's are swept).
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use crate::engine::ContainerEngine;
 use crate::plan::RunPlan;
 use crate::plan::container::snapshot::SNAPSHOT_PATH;
 use crate::run::source::SourceSet;
+use crate::run::work_layer::{self, RunLayers, WorkLayer};
+
+/// How a batch gets the source into `/work`.
+#[derive(Debug)]
+pub enum Work<'a> {
+    /// An overlay over the run's snapshot `volume` (at `lower` on the engine's host),
+    /// its writes into `layer`.
+    Overlay {
+        volume: &'a str,
+        lower: &'a str,
+        layer: WorkLayer,
+    },
+    /// The run's snapshot `volume`, copied into `/work` by the batch itself.
+    Copy { volume: &'a str },
+    /// Its own copy, through the engine's archive API.
+    Upload,
+}
+
+/// A run's snapshot of the source for one user.
+#[derive(Debug)]
+struct Snapshot {
+    volume: String,
+    /// Where the engine's host keeps it, when the overlay can name it.
+    lower: Option<String>,
+}
 
 /// The run's snapshot volumes, by the uid:gid their batches run as.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    volumes: HashMap<(u32, u32), String>,
+    volumes: HashMap<(u32, u32), Snapshot>,
+    /// The run's upper layers' folder; `None`, or the overlays refused, when its
+    /// batches copy the snapshot instead (see [`Snapshots::refuse_overlays`]).
+    layers: Option<RunLayers>,
+    refused: Mutex<Option<String>>,
 }
 
 impl Snapshots {
@@ -32,6 +65,7 @@ impl Snapshots {
         if plan.node.is_some() {
             return snapshots;
         }
+        let mut lowers = HashMap::new();
         let mut by_user: HashMap<(u32, u32), usize> = HashMap::new();
         for b in &plan.batches {
             *by_user.entry(b.user).or_default() += 1;
@@ -43,23 +77,30 @@ impl Snapshots {
                 continue;
             }
             let (volume, labels) = b.container.snapshot_volume();
-            let made = engine.create_volume(&volume, labels).and_then(|()| {
+            let made = engine.create_volume(&volume, labels).and_then(|lower| {
                 let (name, body) = b.container.snapshot_filler(&volume);
                 let filler = engine.create_container(&name, body)?;
                 let copied =
                     engine.upload(&filler, SNAPSHOT_PATH, source.archive(b.user.0, b.user.1));
                 let removed = engine.remove_container(&filler);
-                copied.and(removed)
+                copied.and(removed).map(|()| lower)
             });
             match made {
-                Ok(()) => {
+                Ok(lower) => {
                     said(format!(
                         "the source ({} files and folders) shipped once into volume {volume}, for the batches running as {}:{}",
                         source.count(),
                         b.user.0,
                         b.user.1
                     ));
-                    snapshots.volumes.insert(b.user, volume);
+                    lowers.insert(b.user, lower);
+                    snapshots.volumes.insert(
+                        b.user,
+                        Snapshot {
+                            volume,
+                            lower: None,
+                        },
+                    );
                 }
                 Err(e) => {
                     let _ = engine.remove_volume(&volume);
@@ -69,19 +110,94 @@ impl Snapshots {
                 }
             }
         }
+        if !snapshots.volumes.is_empty() {
+            snapshots.overlays(&plan.run_id, lowers, said);
+        }
         snapshots
     }
 
-    /// The snapshot volume of the batches running as `user`, if there is one.
-    pub fn of(&self, user: (u32, u32)) -> Option<&str> {
-        self.volumes.get(&user).map(String::as_str)
+    /// Makes ready the overlays over the snapshots (their lower folders, the run's
+    /// folder of upper layers), or says why the batches copy the snapshot instead.
+    fn overlays(
+        &mut self,
+        run: &str,
+        lowers: HashMap<(u32, u32), String>,
+        said: &mut dyn FnMut(String),
+    ) {
+        match RunLayers::open(std::path::Path::new(work_layer::BASE), run) {
+            Ok(layers) => self.layers = Some(layers),
+            Err(e) => {
+                self.refuse_overlays(
+                    format!(
+                        "no upper layers under {} ({e})",
+                        work_layer::BASE
+                    ),
+                    said,
+                );
+                return;
+            }
+        }
+        for (user, lower) in lowers {
+            if !work_layer::plain_path(&lower) {
+                said(format!(
+                    "the engine keeps the snapshot for {}:{} at {lower:?}, which an overlay cannot name: its batches copy it into /work",
+                    user.0, user.1
+                ));
+            } else if let Some(s) = self.volumes.get_mut(&user) {
+                s.lower = Some(lower);
+            }
+        }
+    }
+
+    /// From now on the run's batches copy the snapshot into `/work`: the overlays
+    /// cannot be had, for `why` (said once).
+    pub fn refuse_overlays(&self, why: String, said: &mut dyn FnMut(String)) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.is_none() {
+            said(format!(
+                "batches copy the run's snapshot of the source into /work, not an overlay over it: {why}"
+            ));
+            *refused = Some(why);
+        }
+    }
+
+    /// How a batch running as `user` gets the source in a `/work` of `size` bytes.
+    /// An upper layer that cannot be mounted refuses the overlays for the run.
+    pub fn work(&self, user: (u32, u32), size: u64, said: &mut dyn FnMut(String)) -> Work<'_> {
+        let Some(s) = self.volumes.get(&user) else {
+            return Work::Upload;
+        };
+        let copy = Work::Copy { volume: &s.volume };
+        let (Some(layers), Some(lower)) = (&self.layers, &s.lower) else {
+            return copy;
+        };
+        if self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return copy;
+        }
+        match layers.layer(size, user.0, user.1) {
+            Ok(layer) => Work::Overlay {
+                volume: &s.volume,
+                lower,
+                layer,
+            },
+            Err(e) => {
+                self.refuse_overlays(format!("cannot mount an upper layer ({e})"), said);
+                copy
+            }
+        }
     }
 
     /// Removes the volumes; one a batch's container still holds (it could not be
-    /// removed) stays for a later sweep.
+    /// removed) stays for a later sweep. The run's folder of upper layers goes when
+    /// dropped.
     pub fn remove(&self, engine: &dyn ContainerEngine) {
-        for v in self.volumes.values() {
-            let _ = engine.remove_volume(v);
+        for s in self.volumes.values() {
+            let _ = engine.remove_volume(&s.volume);
         }
     }
 }

@@ -199,8 +199,8 @@ impl ContainerEngine for FakeEngine {
         &self,
         _: &str,
         _: std::collections::HashMap<String, String>,
-    ) -> Result<(), EngineError> {
-        Ok(())
+    ) -> Result<String, EngineError> {
+        Ok(String::new())
     }
 
     fn volumes_with_labels(

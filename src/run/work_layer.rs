@@ -1,0 +1,208 @@
+//! A batch's `/work` without a copy of the source: an overlay whose read-only lower
+//! layer is the run's snapshot of the source (a volume of the engine, filled once per
+//! run, see [`crate::run::execute`]) and whose upper layer, where everything the batch
+//! writes goes, lies on a tmpfs of `container.disk` bytes that cibox mounts on the host
+//! for that batch alone ([`WorkLayer`]).
+//!
+//! The engine mounts the overlay itself (an anonymous `local` volume of type
+//! `overlay`, gone with the container) when the container starts. cibox then unmounts
+//! its tmpfs and removes its folder at once ([`WorkLayer::release`]): the overlay keeps
+//! the tmpfs alive for as long as it is mounted, and the engine unmounts it when the
+//! container stops. So from the batch's start on nothing of it is on the host, and the
+//! memory goes with the container, whoever removes it (cibox, its watchdog, a sweep).
+//!
+//! What a cibox killed between the mount and the start leaves is a folder of the run
+//! under [`BASE`] holding a small tmpfs: [`sweep`] unmounts and removes the folders of
+//! runs whose lock ([`RunLayers`], held for the run's life) is free.
+//!
+//! Only root can mount; and the engine must see cibox's folders (the same host, the
+//! same mounts: not a rootless engine in a namespace of its own). Where it cannot, the
+//! run says why once and its batches copy the snapshot into a memory-backed `/work`
+//! instead (see `snapshot`).
+
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+
+use crate::lockdir::runs::is_run_id;
+
+/// Where the runs' upper layers are mounted, a folder of each run's.
+pub const BASE: &str = "/run/cibox/work";
+
+/// The file a run holds locked while it lives (in its folder under [`BASE`]).
+const LOCK: &str = ".lock";
+
+/// The run's folder of upper layers, held (locked) for its life; removed when dropped.
+#[derive(Debug)]
+pub struct RunLayers {
+    dir: PathBuf,
+    _lock: File,
+    next: AtomicU32,
+}
+
+impl RunLayers {
+    /// Makes run `run`'s folder under `base` and takes its lock. Fails where cibox may
+    /// not (not root), or where `base` is not a folder of root's that only root may
+    /// enter (so nobody else can place anything in it).
+    pub fn open(base: &Path, run: &str) -> std::io::Result<RunLayers> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "cibox is not root: only root may mount the upper layers",
+            ));
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(base)?;
+        let md = std::fs::symlink_metadata(base)?;
+        if !md.is_dir() || md.uid() != 0 || md.mode() & 0o077 != 0 {
+            return Err(std::io::Error::other(format!(
+                "{} is not a folder of root's that only root may enter (mode {:o}, owner {})",
+                base.display(),
+                md.mode() & 0o7777,
+                md.uid()
+            )));
+        }
+        let dir = base.join(run);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let lock = File::create(dir.join(LOCK))?;
+        lock.try_lock()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(RunLayers {
+            dir,
+            _lock: lock,
+            next: AtomicU32::new(0),
+        })
+    }
+
+    /// Mounts a fresh upper layer of `size` bytes for a batch running as `uid`:`gid`.
+    pub fn layer(&self, size: u64, uid: u32, gid: u32) -> std::io::Result<WorkLayer> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let at = self.dir.join(n.to_string());
+        std::fs::DirBuilder::new().mode(0o700).create(&at)?;
+        let layer = WorkLayer { at };
+        // Not executable-free: the batch runs what it builds in /work, as before.
+        let opts = format!("size={size},mode=0700");
+        mount(
+            Some("tmpfs"),
+            &layer.at,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(opts.as_str()),
+        )?;
+        // Made only inside the tmpfs: an engine that does not see it finds no `upper`
+        // and refuses the overlay (it never writes to a folder of the host's disk).
+        let upper = layer.upper();
+        std::fs::DirBuilder::new().mode(0o755).create(&upper)?;
+        std::os::unix::fs::chown(&upper, Some(uid), Some(gid))?;
+        std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::DirBuilder::new().mode(0o700).create(layer.work())?;
+        Ok(layer)
+    }
+}
+
+impl Drop for RunLayers {
+    fn drop(&mut self) {
+        // Each batch's layer is gone already (released or dropped).
+        let _ = std::fs::remove_file(self.dir.join(LOCK));
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// One batch's upper layer: a tmpfs mounted on the host until the batch's container
+/// has started ([`WorkLayer::release`]; dropped, it is released too).
+#[derive(Debug)]
+pub struct WorkLayer {
+    at: PathBuf,
+}
+
+impl WorkLayer {
+    /// The overlay's upper folder, as the engine's host sees it.
+    pub fn upper(&self) -> PathBuf {
+        self.at.join("upper")
+    }
+
+    /// The overlay's work folder (its own, on the same tmpfs).
+    pub fn work(&self) -> PathBuf {
+        self.at.join("work")
+    }
+
+    /// Unmounts the tmpfs from the host and removes its folder: once the container
+    /// has started, its overlay holds the tmpfs, which goes when the overlay does.
+    pub fn release(self) {}
+}
+
+impl Drop for WorkLayer {
+    fn drop(&mut self) {
+        unmount_and_remove(&self.at);
+    }
+}
+
+/// Detaches whatever is mounted at `at` (nothing, once a mount failed) and removes
+/// the folder, if empty.
+fn unmount_and_remove(at: &Path) {
+    let _ = umount2(at, MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_dir(at);
+}
+
+/// Removes what dead runs left under `base`: the upper layers a killed cibox had
+/// mounted and not yet handed to a container. A run whose lock is held lives, and is
+/// left alone. The names of the runs swept.
+pub fn sweep(base: &Path) -> Vec<String> {
+    let mut swept = Vec::new();
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return swept;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !is_run_id(&name) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let dir = entry.path();
+        // Its lock free (or gone: killed before it was made) is a dead run.
+        if let Ok(lock) = File::open(dir.join(LOCK))
+            && lock.try_lock().is_err()
+        {
+            continue;
+        }
+        if let Ok(layers) = std::fs::read_dir(&dir) {
+            for layer in layers.flatten() {
+                if layer.file_name() != LOCK {
+                    unmount_and_remove(&layer.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_file(dir.join(LOCK));
+        if std::fs::remove_dir(&dir).is_ok() {
+            swept.push(name);
+        }
+    }
+    swept
+}
+
+/// Whether `path` can go into an overlay's options as it is: the engine's `o` is split
+/// on commas, the overlay's lower folders on colons.
+pub fn plain_path(path: &str) -> bool {
+    path.starts_with('/')
+        && path
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"/._-".contains(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_absolute_path_goes_into_an_overlays_options() {
+        assert!(plain_path("/var/lib/docker/volumes/cibox-p-s.source-0123-1-1/_data"));
+        assert!(!plain_path("relative/_data"));
+        assert!(!plain_path("/a,upperdir=/etc"));
+        assert!(!plain_path("/a:/b"));
+        assert!(!plain_path("/a b"));
+    }
+}
