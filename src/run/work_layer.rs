@@ -205,4 +205,77 @@ mod tests {
         assert!(!plain_path("/a:/b"));
         assert!(!plain_path("/a b"));
     }
+
+    /// Whether something is mounted at `at` (as this process sees the mounts).
+    fn mounted(at: &Path) -> bool {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let at = at.to_string_lossy();
+        mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(at.as_ref()))
+    }
+
+    /// A base folder only root may enter (tests run as root: they mount tmpfs).
+    fn base() -> tempfile::TempDir {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test mounts tmpfs: run it as root (as CI does)"
+        );
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        base
+    }
+
+    #[test]
+    fn an_upper_layer_is_bounded_and_gone_once_released() {
+        let base = base();
+        let layers = RunLayers::open(base.path(), "0123456789abcdef").unwrap();
+        let layer = layers.layer(1 << 20, 4242, 4343).unwrap();
+        let at = layer.at.clone();
+        assert!(mounted(&at));
+        let md = std::fs::metadata(layer.upper()).unwrap();
+        assert_eq!((md.uid(), md.gid(), md.mode() & 0o7777), (4242, 4343, 0o755));
+        // Past its size, a write fails.
+        let big = vec![0u8; 2 << 20];
+        let wrote = std::fs::write(layer.upper().join("big"), &big);
+        assert_eq!(
+            wrote.map_err(|e| e.raw_os_error()),
+            Err(Some(nix::libc::ENOSPC))
+        );
+        layer.release();
+        assert!(!mounted(&at) && !at.exists());
+        drop(layers);
+        assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_sweep_removes_a_dead_runs_layers_and_leaves_a_live_ones() {
+        let base = base();
+        let live = RunLayers::open(base.path(), "00000000000000aa").unwrap();
+        let live_layer = live.layer(1 << 20, 0, 0).unwrap();
+        let dead = RunLayers::open(base.path(), "00000000000000bb").unwrap();
+        let left = dead.layer(1 << 20, 0, 0).unwrap();
+        let left_at = left.at.clone();
+        // Killed between its mount and its container's start: nothing released, its
+        // lock free.
+        std::mem::forget(left);
+        drop(dead);
+        assert!(mounted(&left_at));
+        assert_eq!(sweep(base.path()), vec!["00000000000000bb".to_string()]);
+        assert!(!mounted(&left_at) && !left_at.exists());
+        assert!(mounted(&live_layer.at), "a live run's layer was swept");
+        // Not a run's folder: left alone.
+        std::fs::create_dir(base.path().join("not-a-run")).unwrap();
+        assert!(sweep(base.path()).is_empty());
+        assert!(base.path().join("not-a-run").exists());
+        live_layer.release();
+    }
+
+    #[test]
+    fn a_base_others_may_enter_is_refused() {
+        let base = base();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = RunLayers::open(base.path(), "0123456789abcdef").unwrap_err();
+        assert!(e.to_string().contains("only root may enter"), "{e}");
+    }
 }
