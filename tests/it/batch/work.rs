@@ -59,7 +59,7 @@ fn writers() -> BusyboxProject {
         "echo changed > kept.txt && echo made > made.txt && rm gone.txt",
         "test \"$(cat kept.txt)\" = changed && test ! -e gone.txt",
         // Bounded: writing past container.disk fails, and says so.
-        "if dd if=/dev/zero of=big bs=1M count=16 2>dd.err; then echo 'wrote past /work s bound'; exit 1; fi; grep -q 'No space left' dd.err",
+        "if dd if=/dev/zero of=big bs=1M count=16 2>/tmp/dd.err; then echo 'wrote past the bound of /work'; exit 1; fi; grep -q 'No space left' /tmp/dd.err",
         "rm -f big",
     ];
     let p = busybox_project(
@@ -249,10 +249,10 @@ fn a_cibox_that_is_not_root_copies_the_snapshot_instead() {
         .lines()
         .find_map(|l| l.strip_prefix("docker:x:")?.split(':').next()?.parse::<u32>().ok())
         .expect("this test runs cibox as nobody in group docker: the host needs that group");
-    // nobody may read the source and write the reports, its cache and its locks.
+    // The source, the reports, the cache and the locks are nobody's.
     let open_up = |path: &Path| {
-        std::process::Command::new("chmod")
-            .args(["-R", "a+rwX"])
+        std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
             .arg(path)
             .status()
             .unwrap();
@@ -266,14 +266,17 @@ fn a_cibox_that_is_not_root_copies_the_snapshot_instead() {
     c.env("XDG_CACHE_HOME", cache.path())
         .env("CIBOX_GPU_LOCK_DIR", locks.path())
         .env("HOME", cache.path());
-    // SAFETY: setgroups before exec, async-signal-safe.
+    // SAFETY: setgroups, setgid, setuid before exec: async-signal-safe. (In this
+    // order, as root: std's own `uid` comes before any closure.)
     unsafe {
         c.pre_exec(move || {
-            nix::unistd::setgroups(&[nix::unistd::Gid::from_raw(docker)])
-                .map_err(std::io::Error::from)
+            use nix::unistd::{Gid, Uid};
+            nix::unistd::setgroups(&[Gid::from_raw(docker)])?;
+            nix::unistd::setgid(Gid::from_raw(65534))?;
+            nix::unistd::setuid(Uid::from_raw(65534))?;
+            Ok(())
         });
     }
-    c.uid(65534).gid(65534);
     let r = run(&mut c);
     r.ok();
     assert!(
