@@ -60,9 +60,6 @@ pub trait ContainerEngine: Sync {
 
     fn is_running(&self, id: &str) -> bool;
 
-    /// The name of the volume mounted at `target`, if one is.
-    fn volume_at(&self, id: &str, target: &str) -> Option<String>;
-
     fn remove_volume(&self, name: &str) -> Result<(), EngineError>;
 
     /// Creates a named volume with `labels`; where the engine's host keeps it (its
@@ -151,10 +148,6 @@ impl ContainerEngine for Engine {
 
     fn is_running(&self, id: &str) -> bool {
         Engine::is_running(self, id)
-    }
-
-    fn volume_at(&self, id: &str, target: &str) -> Option<String> {
-        Engine::volume_at(self, id, target)
     }
 
     fn remove_volume(&self, name: &str) -> Result<(), EngineError> {

@@ -101,6 +101,7 @@ impl RunLayers {
         std::os::unix::fs::chown(&upper, Some(uid), Some(gid))?;
         std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))?;
         std::fs::DirBuilder::new().mode(0o700).create(layer.work())?;
+        std::fs::DirBuilder::new().mode(0o755).create(layer.lower())?;
         Ok(layer)
     }
 }
@@ -129,6 +130,24 @@ impl WorkLayer {
     /// The overlay's work folder (its own, on the same tmpfs).
     pub fn work(&self) -> PathBuf {
         self.at.join("work")
+    }
+
+    /// An empty folder, the lower layer of an overlay whose upper one holds it all.
+    pub fn lower(&self) -> PathBuf {
+        self.at.join("lower")
+    }
+
+    /// Writes the tar `archive` (the source, owned by the batch's user) into the upper
+    /// folder, before any container sees it: only cibox writes there, and no entry is
+    /// written through a link or outside the folder (the tar reader's own checks).
+    pub fn fill(&self, archive: impl std::io::Read) -> std::io::Result<()> {
+        let mut archive = tar::Archive::new(archive);
+        archive.set_preserve_ownerships(true);
+        archive.set_preserve_permissions(true);
+        archive.set_preserve_mtime(true);
+        archive.set_overwrite(false);
+        archive.set_unpack_xattrs(false);
+        archive.unpack(self.upper())
     }
 
     /// Unmounts the tmpfs from the host and removes its folder: once the container

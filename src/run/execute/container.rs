@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
 use crate::gpu::pool::PoolGpu;
+use crate::labels::{LABEL_BATCH, LABEL_OWNER, LABEL_RUN};
 use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
 use crate::plan::container::phases::Phase as ScriptPhase;
@@ -24,6 +25,8 @@ use crate::signals;
 enum Source {
     /// An overlay over the run's snapshot, this volume.
     Overlay(String),
+    /// Written by cibox into its upper layer, in this time.
+    Filled(std::time::Duration),
     /// The run's snapshot, which the batch copies in itself.
     Snapshot,
     /// Its own copy, uploaded through the archive API.
@@ -62,7 +65,7 @@ impl Execution<'_> {
         loop {
             let work = self
                 .snapshots
-                .work(b.user, b.container.disk(), &mut |d| self.said(d));
+                .work(b.user, b.container.disk(), self.source, &mut |d| self.said(d));
             // An engine that would not mount the overlay: the run's overlays are
             // refused, and the batch goes again with a copy.
             if let Some(end) = self.one_container(b, &handover, lease_fds, watched, attempt, work)? {
@@ -107,6 +110,12 @@ impl Execution<'_> {
                 &layer.upper().to_string_lossy(),
                 &layer.work().to_string_lossy(),
             ),
+            Work::Filled { layer, .. } => mount_overlay(
+                &mut body,
+                &layer.lower().to_string_lossy(),
+                &layer.upper().to_string_lossy(),
+                &layer.work().to_string_lossy(),
+            ),
             Work::Copy { volume } => mount_snapshot(&mut body, volume),
             Work::Upload => {}
         }
@@ -147,9 +156,6 @@ impl Execution<'_> {
                 return Err(RunError::Watchdog(e).into());
             }
         };
-        // Anonymous, it goes with the container; but one removed by someone else
-        // without its volumes leaves it.
-        let volume = self.engine.volume_at(&id, "/reports");
         let mut again = false;
         let followed = match self.start(b, &id, work) {
             Ok(how) => self.follow(b, &id, watched, how),
@@ -179,10 +185,8 @@ impl Execution<'_> {
         } else {
             watched.container_left.set(true);
         }
-        if matches!(removed, Ok(Removal::ByOthers))
-            && let Some(v) = &volume
-        {
-            let _ = self.engine.remove_volume(v);
+        if matches!(removed, Ok(Removal::ByOthers)) {
+            self.remove_batch_volumes(b);
         }
         let ended = followed?;
         if removed? == Removal::ByOthers {
@@ -195,6 +199,20 @@ impl Execution<'_> {
             }));
         }
         Ok((!again).then_some(ended))
+    }
+
+    /// The batch's own volumes (`/work`, `/reports`): anonymous, they go with its
+    /// container, but one removed by someone else without its volumes leaves them.
+    /// Found by the labels they carry (no engine call per batch to learn their names).
+    fn remove_batch_volumes(&self, b: &BatchPlan) {
+        let labels = [
+            format!("{LABEL_OWNER}=cibox"),
+            format!("{LABEL_RUN}={}", self.plan.run_id),
+            format!("{LABEL_BATCH}={}", b.name),
+        ];
+        for v in self.engine.volumes_with_labels(&labels).unwrap_or_default() {
+            let _ = self.engine.remove_volume(&v.name);
+        }
     }
 
     /// What is safe of the container's `/reports`, copied into the batch's folder; `died`:
@@ -241,6 +259,10 @@ impl Execution<'_> {
                 layer.release();
                 Source::Overlay(volume.to_string())
             }
+            Work::Filled { layer, took } => {
+                layer.release();
+                Source::Filled(took)
+            }
             Work::Copy { .. } => Source::Snapshot,
             Work::Upload => Source::Upload,
         };
@@ -250,7 +272,9 @@ impl Execution<'_> {
             if let Some(refused) = b.container.refused_ulimit(&b.name, &why) {
                 return Err(Unstarted::Ended(Err(refused.into())));
             }
-            if matches!(source, Source::Overlay(_)) && why.contains("mounting volume") {
+            if matches!(source, Source::Overlay(_) | Source::Filled(_))
+                && why.contains("mounting volume")
+            {
                 return Err(Unstarted::Overlay(why));
             }
             return Err(Unstarted::Ended(Ok(not_started(b, &why))));
@@ -293,6 +317,20 @@ impl Execution<'_> {
                             "{} files and folders of the source in /work as an overlay over the run's snapshot (volume {volume}); what the batch writes goes to a tmpfs of {} bytes",
                             self.source.count(),
                             b.container.disk()
+                        ),
+                    );
+                    return Some(IN_WORK);
+                }
+                if let Source::Filled(took) = &how {
+                    let _ = self.phase(
+                        b,
+                        Phase::Copy,
+                        watched.started,
+                        format!(
+                            "{} files and folders of the source written by cibox into /work (an overlay whose upper layer is a tmpfs of {} bytes) in {}",
+                            self.source.count(),
+                            b.container.disk(),
+                            crate::units::human(*took)
                         ),
                     );
                     return Some(IN_WORK);

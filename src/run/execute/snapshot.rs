@@ -27,6 +27,12 @@ pub enum Work<'a> {
         lower: &'a str,
         layer: WorkLayer,
     },
+    /// `layer`, the source written into it by cibox (in `took`), for a batch alone in
+    /// its user: an overlay whose lower layer is empty.
+    Filled {
+        layer: WorkLayer,
+        took: std::time::Duration,
+    },
     /// The run's snapshot `volume`, copied into `/work` by the batch itself.
     Copy { volume: &'a str },
     /// Its own copy, through the engine's archive API.
@@ -110,14 +116,13 @@ impl Snapshots {
                 }
             }
         }
-        if !snapshots.volumes.is_empty() {
-            snapshots.overlays(&plan.run_id, lowers, said);
-        }
+        snapshots.overlays(&plan.run_id, lowers, said);
         snapshots
     }
 
-    /// Makes ready the overlays over the snapshots (their lower folders, the run's
-    /// folder of upper layers), or says why the batches copy the snapshot instead.
+    /// Makes ready the overlays (the run's folder of upper layers, the snapshots' lower
+    /// folders), or says why the batches sharing a snapshot copy it instead (a batch
+    /// alone in its user gets the source through the engine then, as before: unsaid).
     fn overlays(
         &mut self,
         run: &str,
@@ -126,6 +131,7 @@ impl Snapshots {
     ) {
         match RunLayers::open(std::path::Path::new(work_layer::BASE), run) {
             Ok(layers) => self.layers = Some(layers),
+            Err(_) if self.volumes.is_empty() => return,
             Err(e) => {
                 self.refuse_overlays(
                     format!(
@@ -155,30 +161,37 @@ impl Snapshots {
         let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         if refused.is_none() {
             said(format!(
-                "batches copy the run's snapshot of the source into /work, not an overlay over it: {why}"
+                "batches get a copy of the source in /work, not an overlay: {why}"
             ));
             *refused = Some(why);
         }
     }
 
-    /// How a batch running as `user` gets the source in a `/work` of `size` bytes.
-    /// An upper layer that cannot be mounted refuses the overlays for the run.
-    pub fn work(&self, user: (u32, u32), size: u64, said: &mut dyn FnMut(String)) -> Work<'_> {
-        let Some(s) = self.volumes.get(&user) else {
-            return Work::Upload;
-        };
-        let copy = Work::Copy { volume: &s.volume };
-        let (Some(layers), Some(lower)) = (&self.layers, &s.lower) else {
-            return copy;
-        };
-        if self
+    /// How a batch running as `user` gets `source` in a `/work` of `size` bytes. An
+    /// upper layer that cannot be mounted refuses the overlays for the run.
+    pub fn work(
+        &self,
+        user: (u32, u32),
+        size: u64,
+        source: &SourceSet,
+        said: &mut dyn FnMut(String),
+    ) -> Work<'_> {
+        let refused = self
             .refused
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+            .is_some();
+        let layers = self.layers.as_ref().filter(|_| !refused);
+        let Some(s) = self.volumes.get(&user) else {
+            return match layers {
+                Some(layers) => Self::filled(layers, user, size, source, said),
+                None => Work::Upload,
+            };
+        };
+        let copy = Work::Copy { volume: &s.volume };
+        let (Some(layers), Some(lower)) = (layers, &s.lower) else {
             return copy;
-        }
+        };
         match layers.layer(size, user.0, user.1) {
             Ok(layer) => Work::Overlay {
                 volume: &s.volume,
@@ -188,6 +201,35 @@ impl Snapshots {
             Err(e) => {
                 self.refuse_overlays(format!("cannot mount an upper layer ({e})"), said);
                 copy
+            }
+        }
+    }
+
+    /// An upper layer holding `source`, written by cibox: no archive through the
+    /// engine. One that cannot be made is said, and the batch gets the source through
+    /// the engine.
+    fn filled<'a>(
+        layers: &RunLayers,
+        user: (u32, u32),
+        size: u64,
+        source: &SourceSet,
+        said: &mut dyn FnMut(String),
+    ) -> Work<'a> {
+        let began = std::time::Instant::now();
+        let filled = layers.layer(size, user.0, user.1).and_then(|layer| {
+            layer.fill(source.archive(user.0, user.1))?;
+            Ok(layer)
+        });
+        match filled {
+            Ok(layer) => Work::Filled {
+                layer,
+                took: began.elapsed(),
+            },
+            Err(e) => {
+                said(format!(
+                    "could not write the source into a batch's upper layer ({e}): it goes through the engine"
+                ));
+                Work::Upload
             }
         }
     }

@@ -187,10 +187,6 @@ impl ContainerEngine for FakeEngine {
         self.script.alive_after
     }
 
-    fn volume_at(&self, _: &str, _: &str) -> Option<String> {
-        Some("reports-volume".into())
-    }
-
     fn remove_volume(&self, _: &str) -> Result<(), EngineError> {
         Ok(())
     }
