@@ -27,6 +27,10 @@ pub trait ContainerEngine: Sync {
     /// Whether a bind can be read-only all the way down (API 1.44+).
     fn recursive_read_only(&self) -> bool;
 
+    /// Whether the engine is reached through a socket of this host, so that it may
+    /// see what cibox mounts here (see `run::work_layer`).
+    fn on_this_host(&self) -> bool;
+
     /// Creates a container (never pulls); its ID.
     fn create_container(
         &self,
@@ -112,6 +116,10 @@ impl ContainerEngine for Engine {
 
     fn recursive_read_only(&self) -> bool {
         Engine::recursive_read_only(self)
+    }
+
+    fn on_this_host(&self) -> bool {
+        self.host.starts_with("unix://")
     }
 
     fn create_container(

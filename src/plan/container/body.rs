@@ -159,7 +159,7 @@ impl ContainerPlan {
     /// `/work` and `/reports` are volumes, not plain tmpfs mounts: the engine's archive
     /// API sees volumes (not tmpfs mounts), so cibox can put the source into `/work` and
     /// copy `/reports` out while the container lives; anonymous, they go with it. They
-    /// carry the batch's labels.
+    /// carry the name of the batch's container.
     pub(super) fn tmpfs_volume(&self, target: &str, size: u64, mode: &str, extra: &str) -> Mount {
         let (uid, gid) = (self.uid, self.gid);
         let mut mount = local_volume(
@@ -167,10 +167,13 @@ impl ContainerPlan {
             "tmpfs",
             format!("size={size},uid={uid},gid={gid},mode={mode},nosuid,nodev{extra}"),
         );
-        // The batch's labels: a container removed by someone else without its volumes
+        // Whose they are: a container removed by someone else without its volumes
         // leaves them, and cibox finds them so.
         if let Some(o) = mount.volume_options.as_mut() {
-            o.labels = Some(self.labels.clone());
+            o.labels = Some(HashMap::from([(
+                crate::labels::LABEL_VOLUME_OF.to_string(),
+                self.name.clone(),
+            )]));
         }
         mount
     }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
 use crate::gpu::pool::PoolGpu;
-use crate::labels::{LABEL_BATCH, LABEL_OWNER, LABEL_RUN};
+use crate::labels::LABEL_VOLUME_OF;
 use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
 use crate::plan::container::phases::Phase as ScriptPhase;
@@ -203,13 +203,9 @@ impl Execution<'_> {
 
     /// The batch's own volumes (`/work`, `/reports`): anonymous, they go with its
     /// container, but one removed by someone else without its volumes leaves them.
-    /// Found by the labels they carry (no engine call per batch to learn their names).
+    /// Found by the label they carry (no engine call per batch to learn their names).
     fn remove_batch_volumes(&self, b: &BatchPlan) {
-        let labels = [
-            format!("{LABEL_OWNER}=cibox"),
-            format!("{LABEL_RUN}={}", self.plan.run_id),
-            format!("{LABEL_BATCH}={}", b.name),
-        ];
+        let labels = [format!("{LABEL_VOLUME_OF}={}", b.container.name)];
         for v in self.engine.volumes_with_labels(&labels).unwrap_or_default() {
             let _ = self.engine.remove_volume(&v.name);
         }

@@ -116,7 +116,11 @@ impl Snapshots {
                 }
             }
         }
-        snapshots.overlays(&plan.run_id, lowers, said);
+        if engine.on_this_host() {
+            snapshots.overlays(&plan.run_id, lowers, said);
+        } else if !snapshots.volumes.is_empty() {
+            snapshots.refuse_overlays("the engine is not reached through a socket of this host".into(), said);
+        }
         snapshots
     }
 

@@ -118,6 +118,11 @@ impl ContainerEngine for FakeEngine {
         true
     }
 
+    fn on_this_host(&self) -> bool {
+        // Nothing it would mount: its batches get the source through `upload`.
+        false
+    }
+
     fn create_container(&self, name: &str, _: ContainerCreateBody) -> Result<String, EngineError> {
         if let Some(fail) = self.script.create_fails {
             return Err(fail());
