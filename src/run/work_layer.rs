@@ -106,9 +106,40 @@ impl RunLayers {
     }
 }
 
+impl RunLayers {
+    /// Mounts a tmpfs holding the tar `archive` (the source, owned by `uid`:`gid`),
+    /// written by cibox before any container sees it: the lower layer of the overlays
+    /// of the batches running as that user, for the run's life. Where it lies.
+    pub fn lower(&self, uid: u32, gid: u32, archive: impl std::io::Read) -> std::io::Result<String> {
+        let at = self.dir.join(format!("lower-{uid}-{gid}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&at)?;
+        let layer = WorkLayer { at };
+        mount(
+            Some("tmpfs"),
+            &layer.at,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755"),
+        )?;
+        unpack(archive, &layer.at)?;
+        // Held until the run's folder goes (see `Drop`).
+        let at = layer.at.to_string_lossy().into_owned();
+        std::mem::forget(layer);
+        Ok(at)
+    }
+}
+
 impl Drop for RunLayers {
     fn drop(&mut self) {
-        // Each batch's layer is gone already (released or dropped).
+        // Each batch's layer is gone already (released or dropped); the lower layers
+        // go now (an overlay of a container left behind keeps its own).
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                if e.file_name() != LOCK {
+                    unmount_and_remove(&e.path());
+                }
+            }
+        }
         let _ = std::fs::remove_file(self.dir.join(LOCK));
         let _ = std::fs::remove_dir(&self.dir);
     }
@@ -141,13 +172,7 @@ impl WorkLayer {
     /// folder, before any container sees it: only cibox writes there, and no entry is
     /// written through a link or outside the folder (the tar reader's own checks).
     pub fn fill(&self, archive: impl std::io::Read) -> std::io::Result<()> {
-        let mut archive = tar::Archive::new(archive);
-        archive.set_preserve_ownerships(true);
-        archive.set_preserve_permissions(true);
-        archive.set_preserve_mtime(true);
-        archive.set_overwrite(false);
-        archive.set_unpack_xattrs(false);
-        archive.unpack(self.upper())
+        unpack(archive, &self.upper())
     }
 
     /// Unmounts the tmpfs from the host and removes its folder: once the container
@@ -159,6 +184,18 @@ impl Drop for WorkLayer {
     fn drop(&mut self) {
         unmount_and_remove(&self.at);
     }
+}
+
+/// Writes the tar `archive` into `dst` as its headers say (owners, modes, times), never
+/// outside it nor through a link (the tar reader's own checks).
+fn unpack(archive: impl std::io::Read, dst: &Path) -> std::io::Result<()> {
+    let mut archive = tar::Archive::new(archive);
+    archive.set_preserve_ownerships(true);
+    archive.set_preserve_permissions(true);
+    archive.set_preserve_mtime(true);
+    archive.set_overwrite(false);
+    archive.set_unpack_xattrs(false);
+    archive.unpack(dst)
 }
 
 /// Detaches whatever is mounted at `at` (nothing, once a mount failed) and removes

@@ -23,7 +23,7 @@ use crate::signals;
 
 /// How the source is in a batch's `/work`, once its container is started.
 enum Source {
-    /// An overlay over the run's snapshot, this volume.
+    /// An overlay over the run's snapshot, which lies there.
     Overlay(String),
     /// Written by cibox into its upper layer, in this time.
     Filled(std::time::Duration),
@@ -253,7 +253,10 @@ impl Execution<'_> {
         let source = match work {
             Work::Overlay { volume, layer, .. } => {
                 layer.release();
-                Source::Overlay(volume.to_string())
+                Source::Overlay(volume.map_or_else(
+                    || "a tmpfs of this host".to_string(),
+                    |v| format!("volume {v}"),
+                ))
             }
             Work::Filled { layer, took } => {
                 layer.release();
@@ -310,7 +313,7 @@ impl Execution<'_> {
                         Phase::Copy,
                         watched.started,
                         format!(
-                            "{} files and folders of the source in /work as an overlay over the run's snapshot (volume {volume}); what the batch writes goes to a tmpfs of {} bytes",
+                            "{} files and folders of the source in /work as an overlay over the run's snapshot ({volume}); what the batch writes goes to a tmpfs of {} bytes",
                             self.source.count(),
                             b.container.disk()
                         ),

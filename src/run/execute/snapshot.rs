@@ -20,10 +20,10 @@ use crate::run::work_layer::{self, RunLayers, WorkLayer};
 /// How a batch gets the source into `/work`.
 #[derive(Debug)]
 pub enum Work<'a> {
-    /// An overlay over the run's snapshot `volume` (at `lower` on the engine's host),
-    /// its writes into `layer`.
+    /// An overlay over the run's snapshot (at `lower` on the engine's host; in
+    /// `volume`, where one holds it), its writes into `layer`.
     Overlay {
-        volume: &'a str,
+        volume: Option<&'a str>,
         lower: &'a str,
         layer: WorkLayer,
     },
@@ -42,8 +42,9 @@ pub enum Work<'a> {
 /// A run's snapshot of the source for one user.
 #[derive(Debug)]
 struct Snapshot {
-    volume: String,
-    /// Where the engine's host keeps it, when the overlay can name it.
+    /// The engine's volume that holds it, if one does (else it lies on this host).
+    volume: Option<String>,
+    /// Where the engine's host keeps it, when an overlay can be laid over it.
     lower: Option<String>,
 }
 
@@ -71,10 +72,26 @@ impl Snapshots {
         if plan.node.is_some() {
             return snapshots;
         }
-        let mut lowers = HashMap::new();
         let mut by_user: HashMap<(u32, u32), usize> = HashMap::new();
         for b in &plan.batches {
             *by_user.entry(b.user).or_default() += 1;
+        }
+        let shared = by_user.values().any(|n| *n > 1);
+        // Where cibox may mount on the engine's host: the run's folder of layers.
+        let layers = if engine.on_this_host() {
+            RunLayers::open(std::path::Path::new(work_layer::BASE), &plan.run_id)
+        } else {
+            Err(std::io::Error::other(
+                "the engine is not reached through a socket of this host",
+            ))
+        };
+        match layers {
+            Ok(l) => snapshots.layers = Some(l),
+            Err(e) if shared => snapshots.refuse_overlays(
+                format!("no upper layers under {} ({e})", work_layer::BASE),
+                said,
+            ),
+            Err(_) => {}
         }
         for b in &plan.batches {
             if by_user.get(&b.user).copied().unwrap_or(0) < 2
@@ -82,81 +99,101 @@ impl Snapshots {
             {
                 continue;
             }
-            let (volume, labels) = b.container.snapshot_volume();
-            let made = engine.create_volume(&volume, labels).and_then(|lower| {
-                let (name, body) = b.container.snapshot_filler(&volume);
-                let filler = engine.create_container(&name, body)?;
-                let copied =
-                    engine.upload(&filler, SNAPSHOT_PATH, source.archive(b.user.0, b.user.1));
-                let removed = engine.remove_container(&filler);
-                copied.and(removed).map(|()| lower)
-            });
-            match made {
-                Ok(lower) => {
-                    said(format!(
-                        "the source ({} files and folders) shipped once into volume {volume}, for the batches running as {}:{}",
-                        source.count(),
-                        b.user.0,
-                        b.user.1
-                    ));
-                    lowers.insert(b.user, lower);
-                    snapshots.volumes.insert(
-                        b.user,
-                        Snapshot {
-                            volume,
-                            lower: None,
-                        },
-                    );
-                }
-                Err(e) => {
-                    let _ = engine.remove_volume(&volume);
-                    said(format!(
-                        "could not ship the source once for the run ({e}); each batch gets its own copy"
-                    ));
-                }
+            if let Some(s) = snapshots.on_host(b.user, source, said) {
+                snapshots.volumes.insert(b.user, s);
+                continue;
             }
-        }
-        if engine.on_this_host() {
-            snapshots.overlays(&plan.run_id, lowers, said);
-        } else if !snapshots.volumes.is_empty() {
-            snapshots.refuse_overlays("the engine is not reached through a socket of this host".into(), said);
+            if let Some(s) = snapshots.in_volume(engine, b, source, said) {
+                snapshots.volumes.insert(b.user, s);
+            }
         }
         snapshots
     }
 
-    /// Makes ready the overlays (the run's folder of upper layers, the snapshots' lower
-    /// folders), or says why the batches sharing a snapshot copy it instead (a batch
-    /// alone in its user gets the source through the engine then, as before: unsaid).
-    fn overlays(
-        &mut self,
-        run: &str,
-        lowers: HashMap<(u32, u32), String>,
+    /// The snapshot for `user` written once by cibox into a tmpfs of this host, the
+    /// lower layer of its batches' overlays: no archive through the engine, no volume
+    /// to fill and empty. `None` where the run has no folder of layers, or it failed
+    /// (said).
+    fn on_host(
+        &self,
+        user: (u32, u32),
+        source: &SourceSet,
         said: &mut dyn FnMut(String),
-    ) {
-        match RunLayers::open(std::path::Path::new(work_layer::BASE), run) {
-            Ok(layers) => self.layers = Some(layers),
-            Err(_) if self.volumes.is_empty() => return,
-            Err(e) => {
-                self.refuse_overlays(
-                    format!(
-                        "no upper layers under {} ({e})",
-                        work_layer::BASE
-                    ),
-                    said,
-                );
-                return;
-            }
-        }
-        for (user, lower) in lowers {
-            if !work_layer::plain_path(&lower) {
+    ) -> Option<Snapshot> {
+        let layers = self.layers.as_ref()?;
+        let began = std::time::Instant::now();
+        match layers.lower(user.0, user.1, source.archive(user.0, user.1)) {
+            Ok(at) => {
                 said(format!(
-                    "the engine keeps the snapshot for {}:{} at {lower:?}, which an overlay cannot name: its batches copy it into /work",
-                    user.0, user.1
+                    "the source ({} files and folders) written once by cibox into a tmpfs of this host ({at}) in {}, beneath /work of the batches running as {}:{}",
+                    source.count(),
+                    crate::units::human(began.elapsed()),
+                    user.0,
+                    user.1
                 ));
-            } else if let Some(s) = self.volumes.get_mut(&user) {
-                s.lower = Some(lower);
+                Some(Snapshot {
+                    volume: None,
+                    lower: Some(at),
+                })
+            }
+            Err(e) => {
+                said(format!(
+                    "could not write the source once into a tmpfs of this host ({e}); it ships into a volume of the engine"
+                ));
+                None
             }
         }
+    }
+
+    /// The snapshot for `b`'s user shipped once into a volume of the engine, lower
+    /// layer of the overlays where the run has a folder of layers (else copied by each
+    /// batch). `None` where it cannot be made (said): its batches get their own copies.
+    fn in_volume(
+        &self,
+        engine: &dyn ContainerEngine,
+        b: &crate::plan::BatchPlan,
+        source: &SourceSet,
+        said: &mut dyn FnMut(String),
+    ) -> Option<Snapshot> {
+        let (volume, labels) = b.container.snapshot_volume();
+        let made = engine.create_volume(&volume, labels).and_then(|lower| {
+            let (name, body) = b.container.snapshot_filler(&volume);
+            let filler = engine.create_container(&name, body)?;
+            let copied = engine.upload(&filler, SNAPSHOT_PATH, source.archive(b.user.0, b.user.1));
+            let removed = engine.remove_container(&filler);
+            copied.and(removed).map(|()| lower)
+        });
+        let lower = match made {
+            Ok(lower) => lower,
+            Err(e) => {
+                let _ = engine.remove_volume(&volume);
+                said(format!(
+                    "could not ship the source once for the run ({e}); each batch gets its own copy"
+                ));
+                return None;
+            }
+        };
+        said(format!(
+            "the source ({} files and folders) shipped once into volume {volume}, for the batches running as {}:{}",
+            source.count(),
+            b.user.0,
+            b.user.1
+        ));
+        let lower = if self.layers.is_none() {
+            None
+        } else if work_layer::plain_path(&lower) {
+            Some(lower)
+        } else {
+            said(format!(
+                "the engine keeps the snapshot for {}:{} at {lower:?}, which an overlay cannot name: its batches copy it into /work",
+                b.user.0, b.user.1
+            ));
+            None
+        };
+        Some(Snapshot {
+            volume: Some(volume),
+            lower,
+        })
     }
 
     /// From now on the run's batches copy the snapshot into `/work`: the overlays
@@ -192,13 +229,16 @@ impl Snapshots {
                 None => Work::Upload,
             };
         };
-        let copy = Work::Copy { volume: &s.volume };
+        let copy = match &s.volume {
+            Some(volume) => Work::Copy { volume },
+            None => Work::Upload,
+        };
         let (Some(layers), Some(lower)) = (layers, &s.lower) else {
             return copy;
         };
         match layers.layer(size, user.0, user.1) {
             Ok(layer) => Work::Overlay {
-                volume: &s.volume,
+                volume: s.volume.as_deref(),
                 lower,
                 layer,
             },
@@ -242,8 +282,8 @@ impl Snapshots {
     /// removed) stays for a later sweep. The run's folder of upper layers goes when
     /// dropped.
     pub fn remove(&self, engine: &dyn ContainerEngine) {
-        for s in self.volumes.values() {
-            let _ = engine.remove_volume(&s.volume);
+        for volume in self.volumes.values().filter_map(|s| s.volume.as_ref()) {
+            let _ = engine.remove_volume(volume);
         }
     }
 }
