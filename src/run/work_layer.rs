@@ -309,13 +309,20 @@ mod tests {
         let base = base();
         let live = RunLayers::open(base.path(), "00000000000000aa").unwrap();
         let live_layer = live.layer(1 << 20, 0, 0).unwrap();
-        let dead = RunLayers::open(base.path(), "00000000000000bb").unwrap();
-        let left = dead.layer(1 << 20, 0, 0).unwrap();
-        let left_at = left.at.clone();
-        // Killed between its mount and its container's start: nothing released, its
-        // lock free.
-        std::mem::forget(left);
-        drop(dead);
+        // A run killed between its mount and its container's start: a layer still
+        // mounted, its lock free (nobody holds the file).
+        let dead = base.path().join("00000000000000bb");
+        let left_at = dead.join("0");
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&left_at).unwrap();
+        File::create(dead.join(LOCK)).unwrap();
+        mount(
+            Some("tmpfs"),
+            &left_at,
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("size=1m"),
+        )
+        .unwrap();
         assert!(mounted(&left_at));
         assert_eq!(sweep(base.path()), vec!["00000000000000bb".to_string()]);
         assert!(!mounted(&left_at) && !left_at.exists());
@@ -325,6 +332,49 @@ mod tests {
         assert!(sweep(base.path()).is_empty());
         assert!(base.path().join("not-a-run").exists());
         live_layer.release();
+    }
+
+    #[test]
+    fn a_lower_layer_holds_the_source_and_goes_with_the_runs_folder() {
+        let base = base();
+        let layers = RunLayers::open(base.path(), "00000000000000cc").unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(3);
+        h.set_mode(0o644);
+        h.set_uid(4242);
+        h.set_gid(4343);
+        tar.append_data(&mut h, "d/f", &b"abc"[..]).unwrap();
+        // A link out, then an entry through it: never written outside.
+        let mut l = tar::Header::new_gnu();
+        l.set_entry_type(tar::EntryType::Symlink);
+        l.set_size(0);
+        tar.append_link(&mut l, "out", "/etc").unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, "out/cibox-test-written-through", &b"x"[..]).unwrap();
+        let bytes = tar.into_inner().unwrap();
+        assert!(layers.lower(4242, 4343, &bytes[..]).is_err());
+        assert!(!Path::new("/etc/cibox-test-written-through").exists());
+        let at = layers.lower(4242, 4343, &bytes[..bytes.len() / 3]).map(PathBuf::from);
+        // A truncated archive fails too; one made whole holds the file, its owner kept.
+        assert!(at.is_err());
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(3);
+        h.set_mode(0o644);
+        h.set_uid(4242);
+        h.set_gid(4343);
+        tar.append_data(&mut h, "d/f", &b"abc"[..]).unwrap();
+        let bytes = tar.into_inner().unwrap();
+        let at = PathBuf::from(layers.lower(1, 1, &bytes[..]).unwrap());
+        assert!(mounted(&at));
+        let md = std::fs::metadata(at.join("d/f")).unwrap();
+        assert_eq!((md.uid(), md.gid()), (4242, 4343));
+        drop(layers);
+        assert!(!mounted(&at) && !at.exists());
+        assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! cibox is not root, the batches copy the snapshot in, as before.
 
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use super::*;
@@ -149,19 +148,18 @@ fn the_snapshot_is_unchanged_while_a_batch_writes_and_nothing_outlives_a_killed_
         overlays.iter().any(|m| m.contains(&format!("/run/cibox/work/{run}/"))),
         "no overlay of run {run}: {overlays:?}"
     );
-    // Only the run's lock is left of its folder of upper layers.
-    let held: Vec<_> = std::fs::read_dir(Path::new(LAYERS).join(&run))
+    // Of the run's folder, only its lock and the snapshot beneath the overlays (a
+    // tmpfs cibox wrote the source into once) are on the host: the writer's upper
+    // layer is the overlay's alone.
+    let dir = Path::new(LAYERS).join(&run);
+    let mut held: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(held, [".lock"]);
+    held.sort();
+    assert_eq!(held, [".lock", "lower-65534-65534"]);
     // The snapshot beneath is as shipped.
-    let snapshot = volumes(&p).remove(0);
-    let out = std::process::Command::new("docker")
-        .args(["volume", "inspect", "--format", "{{.Mountpoint}}", &snapshot])
-        .output()
-        .unwrap();
-    let lower = Path::new(String::from_utf8_lossy(&out.stdout).trim()).to_path_buf();
+    let lower = dir.join("lower-65534-65534");
     assert_eq!(
         std::fs::read_to_string(lower.join("kept.txt")).unwrap(),
         "original\n"
@@ -174,10 +172,11 @@ fn the_snapshot_is_unchanged_while_a_batch_writes_and_nothing_outlives_a_killed_
     cibox.wait().unwrap();
     assert!(wait_until(15, || p.containers().is_empty()));
     assert!(
-        wait_until(10, || mounts_naming(&format!("/run/cibox/work/{run}/")).is_empty()),
+        wait_until(10, || mounts_naming(&format!("upperdir=/run/cibox/work/{run}/")).is_empty()),
         "the overlay outlived its container"
     );
-    // Its folder (its lock free now) goes with the next sweep.
+    // Its folder (its lock free now), with the snapshot's tmpfs, goes with the next
+    // sweep.
     run_cleanup(&p, locks.path());
     nothing_left_of(&run);
     assert!(wait_until(10, || volumes(&p).is_empty()), "{:?}", volumes(&p));
@@ -250,39 +249,9 @@ fn a_cibox_that_is_not_root_copies_the_snapshot_instead() {
         "cibox.yaml",
         yaml.replace("grep -q ' /work overlay ' /proc/mounts", "grep -q ' /work tmpfs ' /proc/mounts"),
     );
-    let docker = std::fs::read_to_string("/etc/group")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("docker:x:")?.split(':').next()?.parse::<u32>().ok())
-        .expect("this test runs cibox as nobody in group docker: the host needs that group");
-    // The source, the reports, the cache and the locks are nobody's.
-    let open_up = |path: &Path| {
-        std::process::Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(path)
-            .status()
-            .unwrap();
-    };
-    open_up(p.project.path());
-    let cache = tempfile::tempdir().unwrap();
-    let locks = tempfile::tempdir().unwrap();
-    open_up(cache.path());
-    open_up(locks.path());
+    let home = tempfile::tempdir().unwrap();
     let mut c = p.batch_cmd(&["-v", "batch", "run", "first", "second"]);
-    c.env("XDG_CACHE_HOME", cache.path())
-        .env("CIBOX_GPU_LOCK_DIR", locks.path())
-        .env("HOME", cache.path());
-    // SAFETY: setgroups, setgid, setuid before exec: async-signal-safe. (In this
-    // order, as root: std's own `uid` comes before any closure.)
-    unsafe {
-        c.pre_exec(move || {
-            use nix::unistd::{Gid, Uid};
-            nix::unistd::setgroups(&[Gid::from_raw(docker)])?;
-            nix::unistd::setgid(Gid::from_raw(65534))?;
-            nix::unistd::setuid(Uid::from_raw(65534))?;
-            Ok(())
-        });
-    }
+    as_nobody(&mut c, &[p.project.path()], home.path());
     let r = run(&mut c);
     r.ok();
     assert!(
