@@ -1,9 +1,10 @@
 //! Changed test files between two revisions, and how many GPUs each needs.
 //!
 //! Replaces `git diff --name-only --diff-filter=AM … | grep -oP '^NUM_GPUS…'`: every
-//! change counts (added, copied, modified, type-changed, deleted, and a rename both as
-//! its old and its new name, as vLLM's `--diff-filter=ACMDR` and SGLang's paths filter
-//! count them), a missing marker falls back to the default with a warning instead of
+//! change counts (added, copied, modified, type-changed, deleted, and a rename as its
+//! new name, and as its old one too where the manifest says `renames: both`, as
+//! dorny/paths-filter counts it; `git diff --name-only`, vLLM's, lists the new name
+//! alone), a missing marker falls back to the default with a warning instead of
 //! aborting, an annotated `NUM_GPUS: int = 4` is read, and file names stay data (the
 //! matrix is written by a JSON serializer, never pasted into code).
 
@@ -80,7 +81,7 @@ pub fn gpus_marker(text: &str, marker: &str) -> Option<GpuMarker> {
 
 use crate::exit::Failure;
 use crate::git::{GitError, run as git};
-use crate::manifest::{ChangedConfig, GroupKind, Manifest, PatternKind, Selector};
+use crate::manifest::{ChangedConfig, GroupKind, Manifest, PatternKind, Renames, Selector};
 
 /// Why the changed files cannot be told.
 #[derive(Debug, thiserror::Error)]
@@ -122,8 +123,21 @@ pub fn checkout(dir: &Path) -> Result<(), ChangedError> {
     }
 }
 
+/// A revision that starts with `-` is none: git would read it as an option
+/// (`--base=--output=FILE` wrote FILE).
+fn refuse_option(dir: &Path, rev: &str) -> Result<(), ChangedError> {
+    if rev.starts_with('-') {
+        return Err(ChangedError::NotARevision {
+            rev: rev.to_string(),
+            dir: dir.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Resolves a revision to a commit, or says it is not one.
 pub fn commit(dir: &Path, rev: &str) -> Result<String, ChangedError> {
+    refuse_option(dir, rev)?;
     let spec = format!("{rev}^{{commit}}");
     git(dir, &["rev-parse", "--verify", "--quiet", &spec])
         .map(|o| String::from_utf8_lossy(&o).trim().to_string())
@@ -150,10 +164,17 @@ impl Changed {
 }
 
 /// The paths changed between the merge base of `base` and `head`, relative to `dir`:
-/// files added, copied, modified or changed in type, files deleted, and each rename
-/// twice, as its old name (gone at head) and its new one.
-pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>, ChangedError> {
+/// files added, copied, modified or changed in type, files deleted, and each rename as
+/// its new name, and with [`Renames::Both`] as its old name (gone at head) too.
+pub fn changed_paths(
+    dir: &Path,
+    base: &str,
+    head: &str,
+    renames: Renames,
+) -> Result<Vec<Changed>, ChangedError> {
     checkout(dir)?;
+    refuse_option(dir, base)?;
+    refuse_option(dir, head)?;
     // `base...head` diffs from their merge base, in one git process.
     let range = format!("{base}...{head}");
     let args = [
@@ -200,6 +221,7 @@ pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<Changed>,
         let two_paths = status.starts_with('R') || status.starts_with('C');
         // A rename's old name changed too (its file is gone); a copy's source did not.
         if status.starts_with('R')
+            && renames == Renames::Both
             && let Some(old) = fields.get(i + 1)
         {
             changed.push(Changed {
@@ -331,7 +353,7 @@ pub fn groups<'m>(
     mut warn: impl FnMut(String),
 ) -> Result<Vec<(Option<&'m str>, Found)>, ChangedError> {
     let mut found = Vec::new();
-    if !(cfg.patterns.is_empty() && cfg.paths.is_empty()) {
+    if cfg.unnamed() {
         let include = test_matrix(m, cfg, &cfg.selector, paths, &mut warn)?;
         found.push((None, Found::Tests(include)));
     }
@@ -349,6 +371,51 @@ pub fn groups<'m>(
     }
     Ok(found)
 }
+
+/// The named change groups a diff changed, as `changed` finds them (a files group with
+/// a changed file, a tests group with a test to run): what a pipeline that follows the
+/// diff selects its batches by (`batches.NAME.changes`).
+pub fn changed_groups(
+    m: &Manifest,
+    cfg: &ChangedConfig,
+    base: &str,
+    head: &str,
+    warn: impl FnMut(String),
+) -> Result<Vec<String>, ChangedError> {
+    let paths = changed_paths(&m.dir, base, head, cfg.renames)?;
+    Ok(groups(m, cfg, &paths, head, warn)?
+        .into_iter()
+        .filter(|(_, f)| f.changed())
+        .filter_map(|(g, _)| g.map(str::to_string))
+        .collect())
+}
+
+/// The batches a diff selects, when some batch names change groups
+/// (`batches.NAME.changes`): those whose groups changed and those that name none, in
+/// manifest order, as the step output `selected_batches` (a JSON list: a GitHub
+/// matrix) and the `--json` key of that name. The same rule as a pipeline's `selected`.
+pub fn selected_batches(m: &Manifest, found: &[(Option<&str>, Found)]) -> Option<Vec<String>> {
+    if m.batches.values().all(|b| b.changes.is_empty()) {
+        return None;
+    }
+    let changed: Vec<&str> = found
+        .iter()
+        .filter(|(_, f)| f.changed())
+        .filter_map(|(g, _)| *g)
+        .collect();
+    Some(
+        m.batches
+            .iter()
+            .filter(|(_, b)| {
+                b.changes.is_empty() || b.changes.iter().any(|g| changed.contains(&g.as_str()))
+            })
+            .map(|(n, _)| n.clone())
+            .collect(),
+    )
+}
+
+/// The step output that lists the selected batches.
+pub const SELECTED_BATCHES: &str = "selected_batches";
 
 /// What one change group found.
 pub enum Found {
@@ -379,6 +446,14 @@ impl Found {
                     (list, serde_json::to_string(files).expect("serialises")),
                 ]
             }
+        }
+    }
+
+    /// Whether the group changed: a file, or a test to run.
+    pub fn changed(&self) -> bool {
+        match self {
+            Found::Tests(include) => !include.is_empty(),
+            Found::Files(files) => !files.is_empty(),
         }
     }
 
@@ -443,6 +518,11 @@ pub fn matching_nothing(
                 let prefix = p.strip_suffix('/').unwrap_or(p).to_string();
                 Box::new(move |path: &str| crate::manifest::under_prefix(&prefix, path))
             }
+            // An exclusion too matches what it names: one that names nothing is a typo.
+            PatternKind::GitHub => match crate::manifest::github_glob(p) {
+                Ok((_, re)) => Box::new(move |path: &str| re.is_match(path)),
+                Err(_) => Box::new(|_: &str| false),
+            },
         }
     };
     let mut open: Vec<(usize, PathTest)> = written

@@ -120,6 +120,15 @@ pub enum Command {
         flavor: String,
         /// The template.
         template: std::path::PathBuf,
+        /// The diff's base a selection was made from (`workflow render --base`).
+        #[arg(long, requires = "selection_head")]
+        selection_base: Option<String>,
+        /// The diff's head.
+        #[arg(long, requires = "selection_base")]
+        selection_head: Option<String>,
+        /// A change group the diff changed (repeated).
+        #[arg(long = "changed", requires = "selection_base")]
+        changed: Vec<String>,
     },
     /// (Internal) the watchdog of a batch's Slurm job: cancels it if cibox dies.
     #[command(name = "__slurm-watchdog", hide = true)]
@@ -507,6 +516,13 @@ pub enum WorkflowCommand {
         /// upload` reads it.
         #[arg(long, value_name = "OUTPUT", conflicts_with = "check")]
         print: Option<String>,
+        /// With --print: a pipeline that follows the diff from REV's merge base with
+        /// --head: each batch `selected` as `cibox changed` selects its `changes` groups.
+        #[arg(long, value_name = "REV", requires = "print")]
+        base: Option<String>,
+        /// With --base: the diff's head (default HEAD).
+        #[arg(long, value_name = "REV", requires = "base")]
+        head: Option<String>,
     },
     /// Refuse workflows that let outsiders' code or text onto self-hosted runners.
     Lint(LintArgs),

@@ -94,7 +94,7 @@ pub fn run(
         Scheduler::Local => {
             let counts = PoolCounts::now(&m)?;
             let rows: Vec<Row> = judged.iter().map(|name| counts.judge(&m, name)).collect();
-            let summary = json!({"pool": counts.pool, "available": counts.available, "leased": counts.leased, "busy": counts.busy});
+            let summary = json!({"pool": counts.pool, "available": counts.available, "leased": counts.leased, "busy": counts.busy, "sick": counts.sick});
             (rows, summary)
         }
     };
@@ -155,6 +155,8 @@ struct PoolCounts {
     pool: usize,
     leased: usize,
     busy: usize,
+    /// The units the driver reports unhealthy (counted in `busy` too), named with why.
+    sick: Vec<String>,
     available: usize,
     /// Each GPU of the pool, and whether it is available.
     gpus: Vec<(PoolGpu, bool)>,
@@ -188,6 +190,7 @@ impl PoolCounts {
             pool: pool.len(),
             leased: 0,
             busy: 0,
+            sick: Vec::new(),
             available: 0,
             gpus: Vec::new(),
             hardware: match models_asked {
@@ -209,6 +212,7 @@ impl PoolCounts {
             };
             counts.gpus.push((g.clone(), available));
         }
+        counts.sick = pool::sick_among(&pool, &snap);
         Ok(counts)
     }
 
@@ -234,8 +238,12 @@ impl PoolCounts {
                 self.pool
             ))
         } else {
+            let sick = match self.sick.as_slice() {
+                [] => String::new(),
+                named => format!("; unhealthy: {}", named.join("; ")),
+            };
             Some(format!(
-                "its largest batch needs {}; {} of {} are idle and unleased ({} leased, {} busy)",
+                "its largest batch needs {}; {} of {} are idle and unleased ({} leased, {} busy){sick}",
                 crate::util::count(largest, "GPU"),
                 self.available,
                 self.pool,

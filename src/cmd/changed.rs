@@ -141,10 +141,18 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         false => None,
     };
     let head = args.head.as_deref().unwrap_or("HEAD");
-    let paths = changed::changed_paths(&m.dir, base, head)?;
+    let paths = changed::changed_paths(&m.dir, base, head, cfg.renames)?;
     let found = changed::groups(&m, cfg, &paths, head, console::warn)?;
+    let selected = changed::selected_batches(&m, &found);
     if let Some(out) = &mut outputs {
-        let pairs: Vec<(String, String)> = found.iter().flat_map(|(g, f)| f.outputs(*g)).collect();
+        let mut pairs: Vec<(String, String)> =
+            found.iter().flat_map(|(g, f)| f.outputs(*g)).collect();
+        if let Some(s) = &selected {
+            pairs.push((
+                changed::SELECTED_BATCHES.into(),
+                serde_json::json!(s).to_string(),
+            ));
+        }
         let pairs: Vec<(&str, &str)> = pairs
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -168,6 +176,9 @@ pub fn run(ctx: &Context, args: &ChangedArgs) -> Result<u8> {
         }
         if !cfg.groups.is_empty() {
             v.insert("groups".into(), serde_json::Value::Object(groups));
+        }
+        if let Some(s) = &selected {
+            v.insert(changed::SELECTED_BATCHES.into(), serde_json::json!(s));
         }
         console::json(&serde_json::Value::Object(v));
     } else {

@@ -292,7 +292,13 @@ pub fn run(ctx: &Context) -> Result<u8> {
 }
 
 /// The checks of this host's own GPUs.
-const LOCAL_GPU_CHECKS: [&str; 4] = ["gpu runtime", "gpu probe", "gpu pool", "gpu devices"];
+const LOCAL_GPU_CHECKS: [&str; 5] = [
+    "gpu runtime",
+    "gpu probe",
+    "gpu health",
+    "gpu pool",
+    "gpu devices",
+];
 
 /// Whether this host is one of the cluster's nodes: inside a job, or named as a node by
 /// the controller (by its short host name).
@@ -444,34 +450,38 @@ fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
     }
 }
 
-/// On a host of AMD GPUs: no engine runtime is needed (the "gpu runtime" finding says
-/// so instead of asking for NVIDIA's), and each GPU's device files must be found
-/// through sysfs as a lease's hand-over finds them ("gpu devices").
+/// On a host of AMD, Intel or Moore Threads GPUs or Ascend NPUs: no engine runtime is needed (the "gpu
+/// runtime" finding says so instead of asking for NVIDIA's), and each unit's device
+/// files must be found as a lease's hand-over finds them ("gpu devices").
 fn amd_findings(s: &Snapshot, driver: GpuDriver, findings: &mut Vec<Finding>) {
-    if s.gpus.is_empty()
-        || !s
-            .gpus
-            .iter()
-            .all(|g| crate::manifest::is_amd_gpu_id(&g.uuid))
-    {
+    use crate::manifest::{is_amd_gpu_id, is_mtt_id, is_npu_id, is_xpu_id};
+    let all = |f: fn(&str) -> bool| !s.gpus.is_empty() && s.gpus.iter().all(|g| f(&g.uuid));
+    let why = if all(is_amd_gpu_id) {
+        "AMD GPUs need no engine runtime: a lease maps /dev/kfd and each GPU's own /dev/dri nodes"
+    } else if all(is_npu_id) {
+        "Ascend NPUs need no engine runtime: a lease maps each chip's own /dev/davinciN, the driver's shared nodes and its user space read-only"
+    } else if all(is_xpu_id) {
+        "Intel GPUs need no engine runtime: a lease maps each GPU's own /dev/dri nodes"
+    } else if all(is_mtt_id) {
+        "Moore Threads GPUs need no engine runtime: a lease maps each GPU's own /dev/mtgpu.N"
+    } else {
         return;
-    }
+    };
     if let Some(f) = findings.iter_mut().find(|f| f.check == "gpu runtime") {
-        *f = finding(
-            "gpu runtime",
-            Status::Ok,
-            "AMD GPUs need no engine runtime: a lease maps /dev/kfd and each GPU's own /dev/dri nodes",
-            true,
-        );
+        *f = finding("gpu runtime", Status::Ok, why, true);
     }
     findings.push(match crate::gpu::vendor::handover(&all_gpus(s), driver) {
         Ok(h) => finding(
             "gpu devices",
             Status::Ok,
             format!(
-                "{} device files of {} GPUs found through sysfs and checked",
+                "{} device files of {} GPUs found and checked{}",
                 h.devices.len(),
-                s.gpus.len()
+                s.gpus.len(),
+                match h.mounts.len() {
+                    0 => String::new(),
+                    n => format!(", {n} driver paths to bind read-only"),
+                }
             ),
             true,
         ),
@@ -506,6 +516,7 @@ fn probe_finding(
                 ),
                 true,
             ));
+            findings.push(health_finding(&s));
             (Some(s), hardware)
         }
         Err(e) => {
@@ -513,6 +524,31 @@ fn probe_finding(
             (None, Vec::new())
         }
     }
+}
+
+/// The units the driver reports unhealthy, each named with why: leased to nobody
+/// until they read healthy again. A warning: the others still serve.
+fn health_finding(s: &Snapshot) -> Finding {
+    let sick = crate::gpu::pool::sick_among(&all_gpus(s), s);
+    if sick.is_empty() {
+        return finding(
+            "gpu health",
+            Status::Ok,
+            format!("{} units read healthy", s.gpus.len()),
+            true,
+        );
+    }
+    finding(
+        "gpu health",
+        Status::Warn,
+        format!(
+            "{} of {} units unhealthy, leased to nobody until they read healthy again: {}",
+            sick.len(),
+            s.gpus.len(),
+            sick.join("; ")
+        ),
+        true,
+    )
 }
 
 /// Every GPU the probe shows, as pool entries.

@@ -133,6 +133,8 @@ pub fn status(ctx: &Context) -> Result<u8> {
         let busy = pool::busy_reason(&g.uuid, &snap, &cfg.idle);
         let verdict = if !in_pool {
             "not in pool".to_string()
+        } else if let Some(why) = &g.sick {
+            format!("{}: {why}", pool::SICK)
         } else if holder.is_some() {
             "leased".to_string()
         } else if let Some(r) = &busy {
@@ -156,6 +158,7 @@ pub fn status(ctx: &Context) -> Result<u8> {
                     "index": g.index, "uuid": g.uuid, "model": model(&g.uuid),
                     "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib,
                     "utilization": g.utilization, "processes": procs, "in_pool": in_pool,
+                    "sick": g.sick,
                     "lease_holder": holder, "idle": busy.is_none(), "verdict": verdict,
                     "available": *in_pool && holder.is_none() && busy.is_none(),
                 })

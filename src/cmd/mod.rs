@@ -75,8 +75,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output)
         }
         Command::Changed(a) => changed::run(&ctx, &a),
-        Command::Workflow(WorkflowCommand::Render { check, print }) => {
-            workflow::render(&ctx, check, print.as_deref())
+        Command::Workflow(WorkflowCommand::Render {
+            check,
+            print,
+            base,
+            head,
+        }) => {
+            let diff = base.map(|b| (b, head.unwrap_or_else(|| "HEAD".into())));
+            workflow::render(&ctx, check, print.as_deref(), diff)
         }
         Command::Workflow(WorkflowCommand::Lint(args)) => {
             workflow::lint(&ctx, &args.paths, args.format)
@@ -119,8 +125,21 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             Ok(crate::exit::SUCCESS)
         }
         Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),
-        Command::RenderTemplate { flavor, template } => {
-            workflow::render_template(&ctx, &flavor, &template)
+        Command::RenderTemplate {
+            flavor,
+            template,
+            selection_base,
+            selection_head,
+            changed,
+        } => {
+            let selection = selection_base.zip(selection_head).map(|(base, head)| {
+                crate::workflow::context::Selection {
+                    base,
+                    head,
+                    groups: changed,
+                }
+            });
+            workflow::render_template(&ctx, &flavor, &template, selection.as_ref())
         }
         Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
         Command::HostFolders { me, paths } => Ok(crate::engine::report_host_folders(me, &paths)),

@@ -12,6 +12,7 @@ use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::manifest;
 use crate::nofollow::Folder;
+use crate::workflow::context::{self, Selection};
 use crate::workflow::{confined, lint, render};
 
 /// What `workflow render` and `workflow lint` refuse or cannot do.
@@ -182,7 +183,12 @@ fn render_warnings(m: &manifest::Manifest, r: &render::Rendered) -> Vec<String> 
 /// `workflow render --print OUTPUT`: that one output on stdout, nothing written. OUTPUT
 /// names one output of one CI: a file name two templates render (one GitHub's, one
 /// Buildkite's) is refused, and so is a path both render.
-fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -> Result<u8> {
+fn print_one(
+    m: &manifest::Manifest,
+    folders: &[TemplateFolder],
+    wanted: &str,
+    selection: Option<&Selection>,
+) -> Result<u8> {
     let mut names = Vec::new();
     // (folder, template, its output's path from the manifest's folder)
     let mut by_name = Vec::new();
@@ -208,7 +214,7 @@ fn print_one(m: &manifest::Manifest, folders: &[TemplateFolder], wanted: &str) -
         }
         .into()),
         [(f, t, _)] => {
-            let r = confined::render(&m.path, t, f.flavor)?;
+            let r = confined::render(&m.path, t, f.flavor, selection)?;
             for w in render_warnings(m, &r) {
                 console::warn(w);
             }
@@ -245,13 +251,18 @@ fn ci_name(flavor: render::Flavor) -> &'static str {
 
 /// `cibox __render-template --flavor F TEMPLATE`: one template of the manifest rendered
 /// and printed, in the bounded process `workflow render` runs it in.
-pub fn render_template(ctx: &Context, flavor: &str, template: &Path) -> Result<u8> {
+pub fn render_template(
+    ctx: &Context,
+    flavor: &str,
+    template: &Path,
+    selection: Option<&Selection>,
+) -> Result<u8> {
     let m = ctx.manifest()?;
     let flavor = match flavor {
         "buildkite" => render::Flavor::Buildkite,
         _ => render::Flavor::GitHub,
     };
-    let r = render::render(template, &render::context(&m), flavor)?;
+    let r = render::render(template, &context::context_with(&m, selection), flavor)?;
     print_rendered(&r.text)?;
     Ok(exit::SUCCESS)
 }
@@ -269,18 +280,38 @@ fn print_rendered(text: &str) -> std::result::Result<(), WorkflowCommandError> {
         })
 }
 
-pub fn render(ctx: &Context, check: bool, print: Option<&str>) -> Result<u8> {
+pub fn render(
+    ctx: &Context,
+    check: bool,
+    print: Option<&str>,
+    diff: Option<(String, String)>,
+) -> Result<u8> {
     let m = ctx.manifest()?;
     let folders = template_folders(&m)?;
     if let Some(wanted) = print {
-        return print_one(&m, &folders, wanted);
+        // The selection `changed` makes (a manifest without `changed:` changes no
+        // group: every batch is selected, none names one).
+        let selection = match diff {
+            Some((base, head)) => Some(Selection {
+                groups: match &m.changed {
+                    Some(cfg) => {
+                        crate::changed::changed_groups(&m, cfg, &base, &head, console::warn)?
+                    }
+                    None => Vec::new(),
+                },
+                base,
+                head,
+            }),
+            None => None,
+        };
+        return print_one(&m, &folders, wanted, selection.as_ref());
     }
     // Render everything first: a bad template writes nothing at all. Each in a process
     // of its own, bounded: a template is a pull request's.
     let mut rendered: Vec<(usize, render::Rendered)> = Vec::new();
     for (i, f) in folders.iter().enumerate() {
         for t in &f.templates {
-            rendered.push((i, confined::render(&m.path, t, f.flavor)?));
+            rendered.push((i, confined::render(&m.path, t, f.flavor, None)?));
         }
     }
     let mut stale = 0;

@@ -76,6 +76,20 @@ pub enum LeaseError {
         /// Who held `select.lock` (the hand-out's lock) at the end, when it stayed held.
         select_held_by: Option<String>,
     },
+    /// Too few of the candidates read healthy for the request ever to be met while the
+    /// others stay sick (they come back only when the driver reads them healthy,
+    /// after a reset): said at once, naming each and why.
+    #[error(
+        "cannot lease {need} GPU(s): {healthy} of {candidates} read healthy; the driver reports {}",
+        .sick.join("; ")
+    )]
+    Sick {
+        need: usize,
+        healthy: usize,
+        candidates: usize,
+        /// Each sick candidate and why (`GPU 3 (GPU-…): 2 uncorrected ECC errors …`).
+        sick: Vec<String>,
+    },
     /// cibox was asked to stop while it waited.
     #[error("stopped by {0}")]
     Interrupted(nix::sys::signal::Signal),
@@ -116,7 +130,9 @@ impl LeaseError {
 impl crate::error::ErrorKind for LeaseError {
     fn failure(&self) -> Failure {
         match self {
-            LeaseError::QueueTimedOut { .. } | LeaseError::TimedOut { .. } => Failure::Capacity,
+            LeaseError::QueueTimedOut { .. }
+            | LeaseError::TimedOut { .. }
+            | LeaseError::Sick { .. } => Failure::Capacity,
             LeaseError::Interrupted(sig) => Failure::Signal(*sig),
             // The run that gave up says why; nothing failed here.
             LeaseError::GaveUp(_) => Failure::Infra,

@@ -143,12 +143,32 @@ fn shown(indices: &[u32]) -> String {
     format!("indices {}", idx.join(","))
 }
 
-/// Why a GPU is not idle, or `None` when it is: no compute process, memory used and
-/// utilisation within the policy.
+/// How a busy verdict of a unit the driver reports unhealthy begins.
+pub const SICK: &str = "unhealthy";
+
+/// The units of `units` the driver reports unhealthy, with why (`GPU 3: 2 uncorrected
+/// ECC errors …`), for a refusal that names them.
+pub fn sick_among(units: &[PoolGpu], snapshot: &Snapshot) -> Vec<String> {
+    units
+        .iter()
+        .filter_map(|u| {
+            let g = snapshot.gpus.iter().find(|g| g.uuid == u.uuid)?;
+            g.sick
+                .as_ref()
+                .map(|why| format!("{} ({}): {why}", u.label(), u.uuid))
+        })
+        .collect()
+}
+
+/// Why a GPU is not idle, or `None` when it is: healthy, no compute process, memory
+/// used and utilisation within the policy.
 pub fn busy_reason(uuid: &str, snapshot: &Snapshot, policy: &IdlePolicy) -> Option<String> {
     let Some(g) = snapshot.gpus.iter().find(|g| g.uuid == uuid) else {
         return Some("not reported by the GPU probe".into());
     };
+    if let Some(why) = &g.sick {
+        return Some(format!("{SICK}: {why}"));
+    }
     if let Some((_, by)) = snapshot.claimed.iter().find(|(u, _)| u == uuid) {
         return Some(format!("used by {by}"));
     }
@@ -194,6 +214,7 @@ mod tests {
             memory_used_mib: used,
             memory_total_mib: 81559,
             utilization: Some(util),
+            sick: None,
         };
         Snapshot {
             gpus: vec![g(0, 0, 0), g(1, 1024, 0), g(2, 0, 40), g(3, 3, 0)],
@@ -223,6 +244,18 @@ mod tests {
                 .unwrap()
                 .contains("compute process 77")
         );
+        // A sick unit is out, however idle it reads.
+        let first = uuid(0);
+        let mut s = s;
+        s.gpus[0].sick = Some("2 uncorrected ECC errors since the driver loaded".into());
+        assert_eq!(
+            busy_reason(&first, &s, &p).unwrap(),
+            "unhealthy: 2 uncorrected ECC errors since the driver loaded"
+        );
+        let units: Vec<PoolGpu> = s.gpus.iter().map(PoolGpu::of).collect();
+        let said = sick_among(&units, &s);
+        assert_eq!(said.len(), 1);
+        assert!(said[0].starts_with("GPU 0 (GPU-"), "{said:?}");
     }
 
     #[test]

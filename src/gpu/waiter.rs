@@ -429,6 +429,22 @@ where
         self.stop_if_signalled()?;
         let snap = snap.map_err(LeaseError::Probe)?;
         self.remember_busy(free, &snap);
+        self.refuse_if_too_sick(&snap)
+    }
+
+    /// Fails at once when fewer candidates than asked read healthy: waiting cannot
+    /// help until someone resets the sick ones.
+    fn refuse_if_too_sick(&self, snap: &Snapshot) -> Result<(), LeaseError> {
+        let sick = pool::sick_among(&self.candidates, snap);
+        let healthy = self.candidates.len() - sick.len();
+        if healthy < self.need {
+            return Err(LeaseError::Sick {
+                need: self.need,
+                healthy,
+                candidates: self.candidates.len(),
+                sick,
+            });
+        }
         Ok(())
     }
 
@@ -456,6 +472,7 @@ where
         self.stop_if_signalled()?;
         let snap = snap.map_err(LeaseError::Probe)?;
         self.remember_busy(free, &snap);
+        self.refuse_if_too_sick(&snap)?;
         if lease
             .gpus()
             .iter()

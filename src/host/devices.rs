@@ -115,9 +115,11 @@ pub fn expand_devices(
             if !(ft.is_char_device() || ft.is_block_device()) {
                 return Err(format!("{} is not a device", p.display()));
             }
-            if ft.is_char_device()
-                && let Some(whose) = gpus.judge(md.rdev())
-            {
+            let whose = ft
+                .is_char_device()
+                .then(|| gpus.judge(md.rdev()).or_else(|| vendor_node(&real)))
+                .flatten();
+            if let Some(whose) = whose {
                 return Err(format!(
                     "{named}, {whose}: GPUs are leased by cibox (`gpus:`), never mapped by path; name only the devices the batch needs beyond its GPUs"
                 ));
@@ -246,9 +248,30 @@ impl GpuNumbers {
     }
 }
 
-/// Whether a driver's name in `/proc/devices` or `/proc/misc` is a GPU's.
+/// Whether a driver's name in `/proc/devices` or `/proc/misc` is a GPU's (an NPU's:
+/// Ascend's `davinci…`, `devdrv…`; Moore Threads' `mtgpu…`).
 fn is_gpu_driver(name: &str) -> bool {
-    name.starts_with("nvidia") || matches!(name, "kfd" | "drm" | "dxg")
+    name.starts_with("nvidia")
+        || name.starts_with("davinci")
+        || name.starts_with("devdrv")
+        || name.starts_with("mtgpu")
+        || matches!(name, "kfd" | "drm" | "dxg" | "devmm_svm" | "hisi_hdc")
+}
+
+/// Whose the device file at `real` is by its name, for the vendors whose drivers'
+/// numbers are given at load time under names cibox cannot be sure of: Ascend's
+/// (`/dev/davinci*`, `davinci_manager`, `devmm_svm`, `hisi_hdc`) and Moore Threads'
+/// (`/dev/mtgpu*`). Leased by cibox, never mapped by path.
+fn vendor_node(real: &Path) -> Option<String> {
+    let name = real.file_name()?.to_str()?;
+    let vendor = if name.starts_with("davinci") || matches!(name, "devmm_svm" | "hisi_hdc") {
+        "Ascend's NPU driver's"
+    } else if name.starts_with("mtgpu") {
+        "Moore Threads' GPU driver's"
+    } else {
+        return None;
+    };
+    Some(format!("{}, {vendor}", real.display()))
 }
 
 /// The engine's security option for `profile`: `seccomp=unconfined`, or the profile's

@@ -15,7 +15,7 @@ use super::check::Checker;
 use super::container::{ContainerConfig, RawContainer, validate_container};
 use super::error::ManifestError;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image};
-use super::patterns::{Selector, check_prefix, compile_glob};
+use super::patterns::{Selector, check_prefix, compile_glob, github_glob};
 use super::schedule::RawRetries;
 use super::types::{Batch, BatchVerdict};
 use super::values::{EnvValue, env_map, ser_display};
@@ -29,6 +29,11 @@ pub struct ChangedConfig {
     pub paths: Vec<String>,
     /// What the unnamed group leaves out, though its patterns match it.
     pub exclude: Vec<String>,
+    /// The unnamed group as a list in GitHub's order (`!` excludes, the last match
+    /// decides), instead of `patterns`, `paths` and `exclude`.
+    pub filter: Vec<String>,
+    /// Which names of a renamed file changed.
+    pub renames: Renames,
     /// The unnamed group's patterns, paths and exclusions, compiled.
     #[serde(skip)]
     pub selector: Selector,
@@ -43,19 +48,27 @@ pub struct ChangedConfig {
 impl ChangedConfig {
     /// Every pattern that names test files: the unnamed group's and the test groups'.
     pub fn test_patterns(&self) -> impl Iterator<Item = &String> {
-        self.patterns.iter().chain(self.paths.iter()).chain(
-            self.groups
-                .values()
-                .filter(|g| g.kind == GroupKind::Tests)
-                .flat_map(|g| g.patterns.iter().chain(g.paths.iter())),
-        )
+        self.patterns
+            .iter()
+            .chain(self.paths.iter())
+            .chain(self.filter.iter())
+            .chain(
+                self.groups
+                    .values()
+                    .filter(|g| g.kind == GroupKind::Tests)
+                    .flat_map(|g| g.patterns.iter().chain(g.paths.iter()).chain(&g.filter)),
+            )
+    }
+
+    /// Whether the unnamed group says anything.
+    pub fn unnamed(&self) -> bool {
+        !(self.patterns.is_empty() && self.paths.is_empty() && self.filter.is_empty())
     }
 
     /// Whether a test file is one some test group takes (the unnamed one with patterns
     /// or paths, or a group of kind `tests`), its exclusions heeded.
     pub fn takes_test_file(&self, path: &str) -> bool {
-        let unnamed = !(self.patterns.is_empty() && self.paths.is_empty());
-        (unnamed && self.selector.matches(path))
+        (self.unnamed() && self.selector.matches(path))
             || self
                 .groups
                 .values()
@@ -72,21 +85,38 @@ impl ChangedConfig {
         push("changed.patterns".into(), &self.patterns, PatternKind::Glob);
         push("changed.paths".into(), &self.paths, PatternKind::Prefix);
         push("changed.exclude".into(), &self.exclude, PatternKind::Glob);
+        push("changed.filter".into(), &self.filter, PatternKind::GitHub);
         for (name, g) in &self.groups {
             let at = |key: &str| format!("changed.groups.{name}.{key}");
             push(at("patterns"), &g.patterns, PatternKind::Glob);
             push(at("paths"), &g.paths, PatternKind::Prefix);
             push(at("exclude"), &g.exclude, PatternKind::Glob);
+            push(at("filter"), &g.filter, PatternKind::GitHub);
         }
         out
     }
 }
 
-/// How a written pattern matches: a glob, or a path prefix.
+/// How a written pattern matches: a glob, a path prefix, or a pattern of a `filter`
+/// list (GitHub's syntax, a leading `!` included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatternKind {
     Glob,
     Prefix,
+    GitHub,
+}
+
+/// Which names of a renamed file count as changed (`changed.renames`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Renames {
+    /// Its old name and its new one, as dorny/paths-filter counts them (a rename is a
+    /// delete and an add, `src/main.ts`): the default of a manifest rendering for GitHub.
+    Both,
+    /// Its new name alone, as `git diff --name-only` lists it (vLLM's ci-infra,
+    /// `buildkite/pipeline_generator/utils_lib/git_utils.py:31-43`): the default of a
+    /// manifest rendering Buildkite pipelines (`workflows.buildkite`).
+    New,
 }
 
 /// One named set of `changed` patterns.
@@ -102,6 +132,9 @@ pub struct ChangeGroup {
     /// Globs of what the group leaves out, though `patterns` or `paths` take it.
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// A list in GitHub's order and syntax, instead of the three above.
+    #[serde(default)]
+    pub filter: Vec<String>,
     #[serde(default)]
     pub kind: GroupKind,
     /// The above, compiled when the manifest is read.
@@ -199,6 +232,10 @@ impl ChangedRun {
             soft_fail: self.soft_fail,
             family: None,
             changed_file: Some(file.to_string()),
+            working_dir: None,
+            queue: None,
+            manual: false,
+            changes: Vec::new(),
         }
     }
 }
@@ -208,6 +245,9 @@ impl ChangedRun {
 pub(super) struct RawChanged {
     #[serde(default)]
     patterns: Vec<String>,
+    #[serde(default)]
+    filter: Vec<String>,
+    renames: Option<Renames>,
     #[serde(default)]
     paths: Vec<String>,
     #[serde(default)]
@@ -280,26 +320,28 @@ pub(super) fn validate_changed(
     caches: &IndexMap<String, CacheSpec>,
     top_container: &RawContainer,
     ch: RawChanged,
+    buildkite: bool,
 ) -> Result<ChangedConfig, ManifestError> {
-    if ch.patterns.is_empty() && ch.paths.is_empty() && ch.groups.is_empty() {
+    if ch.patterns.is_empty() && ch.paths.is_empty() && ch.filter.is_empty() && ch.groups.is_empty()
+    {
         return Err(check.at(
             &["changed", "patterns"],
             "lists no pattern (and `groups` names none)",
         ));
     }
     let mut ch = ch;
-    check_patterns(check, &["changed"], &ch.patterns, &ch.paths, &ch.exclude)?;
+    let selector = check_patterns(
+        check,
+        &["changed"],
+        [&ch.patterns, &ch.paths, &ch.exclude, &ch.filter],
+    )?;
     for (name, g) in &mut ch.groups {
-        check_patterns(
+        g.selector = check_patterns(
             check,
             &["changed", "groups", name.as_str()],
-            &g.patterns,
-            &g.paths,
-            &g.exclude,
+            [&g.patterns, &g.paths, &g.exclude, &g.filter],
         )?;
-        g.selector = Selector::new(&g.patterns, &g.paths, &g.exclude);
     }
-    let selector = Selector::new(&ch.patterns, &ch.paths, &ch.exclude);
     for (name, g) in &ch.groups {
         let at = ["changed", "groups", name.as_str()];
         // A group's outputs are named after it: `NAME_matrix`, or `NAME` and `NAME_files`.
@@ -307,22 +349,22 @@ pub(super) fn validate_changed(
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             && name.bytes().next().is_some_and(|b| b.is_ascii_alphabetic());
-        if !output_ok || matches!(name.as_str(), "matrix" | "has_tests") {
+        if !output_ok || matches!(name.as_str(), "matrix" | "has_tests" | "selected_batches") {
             return Err(check.at_key(
                 &at,
-                format!("`{name}` cannot name a change group: its outputs are named after it, so use letters, digits, `_` and `-`, starting with a letter, and not `matrix` or `has_tests`"),
+                format!("`{name}` cannot name a change group: its outputs are named after it, so use letters, digits, `_` and `-`, starting with a letter, and not `matrix`, `has_tests` or `selected_batches`"),
             ));
         }
-        if g.patterns.is_empty() && g.paths.is_empty() {
+        if g.patterns.is_empty() && g.paths.is_empty() && g.filter.is_empty() {
             return Err(check.at(
                 &["changed", "groups", name.as_str(), "patterns"],
-                "lists no pattern (and `paths` names none)",
+                "lists no pattern (and neither `paths` nor `filter` names any)",
             ));
         }
     }
     // Each step output is one group's: GitHub keeps one value of a name written twice.
     let mut outputs: HashMap<String, Option<&str>> = HashMap::new();
-    if !(ch.patterns.is_empty() && ch.paths.is_empty()) {
+    if !(ch.patterns.is_empty() && ch.paths.is_empty() && ch.filter.is_empty()) {
         for o in GroupKind::Tests.outputs(None) {
             outputs.insert(o, None);
         }
@@ -361,6 +403,12 @@ pub(super) fn validate_changed(
         patterns: ch.patterns,
         paths: ch.paths,
         exclude: ch.exclude,
+        filter: ch.filter,
+        renames: ch.renames.unwrap_or(if buildkite {
+            Renames::New
+        } else {
+            Renames::Both
+        }),
         selector,
         gpus_marker: ch.gpus_marker,
         default_gpus: ch.default_gpus,
@@ -369,15 +417,52 @@ pub(super) fn validate_changed(
     })
 }
 
-/// Checks a group's `patterns` and `exclude` (globs) and `paths` (path prefixes),
-/// naming the first that cannot be one by its position (`changed.groups.g.exclude.1`).
+/// Each batch's `changes`: groups `changed.groups` defines, each once.
+pub(super) fn check_batch_changes(
+    check: &Checker<'_>,
+    batches: &IndexMap<String, Batch>,
+    changed: Option<&ChangedConfig>,
+) -> Result<(), ManifestError> {
+    for (name, b) in batches {
+        for (i, g) in b.changes.iter().enumerate() {
+            let at = ["batches", name.as_str(), "changes", &i.to_string()];
+            let Some(cfg) = changed else {
+                return Err(check.at(
+                    &at,
+                    format!("names change group `{g}`, but the manifest has no `changed:` section to define it"),
+                ));
+            };
+            if !cfg.groups.contains_key(g) {
+                let known: Vec<String> = cfg.groups.keys().cloned().collect();
+                return Err(check.at(
+                    &at,
+                    format!(
+                        "change group `{g}` is not defined (changed.groups: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+            if b.changes[..i].contains(g) {
+                return Err(check.at(&at, format!("change group `{g}` is named twice")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a group's `patterns` and `exclude` (globs), `paths` (path prefixes) and
+/// `filter` (GitHub's), naming the first that cannot be one by its position
+/// (`changed.groups.g.exclude.1`); gives the group's selector. `filter` stands alone:
+/// beside the others, which decides would be unclear.
 fn check_patterns(
     check: &Checker<'_>,
     at: &[&str],
-    patterns: &[String],
-    paths: &[String],
-    exclude: &[String],
-) -> Result<(), ManifestError> {
+    [patterns, paths, exclude, filter]: [&Vec<String>; 4],
+) -> Result<Selector, ManifestError> {
     let place = |key: &str, i: usize| -> Vec<String> {
         let mut p: Vec<String> = at.iter().map(|s| s.to_string()).collect();
         p.push(key.to_string());
@@ -392,7 +477,27 @@ fn check_patterns(
     for (i, p) in paths.iter().enumerate() {
         check_prefix(p).map_err(|why| check.at(&place("paths", i), why))?;
     }
-    Ok(())
+    if filter.is_empty() {
+        return Ok(Selector::new(patterns, paths, exclude));
+    }
+    if !(patterns.is_empty() && paths.is_empty() && exclude.is_empty()) {
+        let mut p: Vec<String> = at.iter().map(|s| s.to_string()).collect();
+        p.push("filter".into());
+        return Err(check.at(
+            &p,
+            "stands alone: a list in GitHub's order decides by its last match, so `patterns`, `paths` and `exclude` beside it would leave unclear which wins; write them into `filter` (`!` to exclude)",
+        ));
+    }
+    for (i, g) in filter.iter().enumerate() {
+        github_glob(g).map_err(|why| check.at(&place("filter", i), why))?;
+    }
+    if filter.iter().all(|g| g.starts_with('!')) {
+        return Err(check.at(
+            &place("filter", 0),
+            "only excludes (`!`): in GitHub's order a list of exclusions takes no file; start with what it takes (`**` for everything)",
+        ));
+    }
+    Ok(Selector::filter(filter))
 }
 
 /// Reads `changed.run`.

@@ -290,7 +290,7 @@ fn validate_limits(
                 format!("`{name}` is not a valid environment variable name"),
             ));
         }
-        if let Some(why) = reserved_env(name) {
+        if let Some(why) = reserved_env(name).or(super::values::not_passed(name)) {
             return Err(check.at(
                 &key_path(at, &["pass_env", &i.to_string()]),
                 format!("`{name}` {why}"),

@@ -8,7 +8,16 @@ use super::check::Checker;
 use super::error::ManifestError;
 
 /// Device paths a batch never gets this way: GPUs are cibox's to hand out, by lease.
-const GPU_DEVICES: [&str; 4] = ["/dev/nvidia", "/dev/dri", "/dev/dxg", "/dev/kfd"];
+const GPU_DEVICES: [&str; 8] = [
+    "/dev/nvidia",
+    "/dev/dri",
+    "/dev/dxg",
+    "/dev/kfd",
+    "/dev/davinci",
+    "/dev/devmm_svm",
+    "/dev/hisi_hdc",
+    "/dev/mtgpu",
+];
 
 /// Reads `devices`: paths (or glob patterns) under `/dev`, none a GPU's, each written as
 /// the path alone or as `{path: PATH, optional: true}` (one a host may lack: a mixed

@@ -108,7 +108,11 @@ impl<'de> Deserialize<'de> for PoolSpec {
 pub enum ProbeChoice {
     /// The vendor present: nvidia-smi when `CIBOX_NVIDIA_SMI` names one, rocm-smi when
     /// `CIBOX_ROCM_SMI` does; else NVML when `libnvidia-ml.so.1` can be loaded, else
-    /// rocm-smi when AMD's compute driver (KFD) shows a GPU, else nvidia-smi.
+    /// rocm-smi when AMD's compute driver (KFD) shows a GPU, npu-smi when Ascend's
+    /// driver is loaded (`/dev/davinci_manager`), xpu-smi when Intel's (`i915`, `xe`)
+    /// drives a DRM node, mthreads-gmi when Moore Threads' is (`/dev/mtgpu.0`), else
+    /// nvidia-smi. `CIBOX_NPU_SMI`, `CIBOX_XPU_SMI` and `CIBOX_MTHREADS_GMI` choose
+    /// theirs as the other variables do.
     Auto,
     /// NVML only: a library that cannot be loaded fails closed.
     Nvml,
@@ -116,6 +120,12 @@ pub enum ProbeChoice {
     NvidiaSmi,
     /// AMD's GPUs through `rocm-smi` (ROCm SMI) only.
     RocmSmi,
+    /// Huawei Ascend NPUs through `npu-smi` only.
+    NpuSmi,
+    /// Intel GPUs through `xpu-smi` only.
+    XpuSmi,
+    /// Moore Threads GPUs through `mthreads-gmi` only.
+    MthreadsGmi,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -209,10 +219,15 @@ impl GpuConfig {
                 "nvml" => ProbeChoice::Nvml,
                 "nvidia-smi" => ProbeChoice::NvidiaSmi,
                 "rocm-smi" => ProbeChoice::RocmSmi,
+                "npu-smi" => ProbeChoice::NpuSmi,
+                "xpu-smi" => ProbeChoice::XpuSmi,
+                "mthreads-gmi" => ProbeChoice::MthreadsGmi,
                 _ => {
                     return Err(env_err(
                         "CIBOX_GPU_PROBE",
-                        format!("`{v}`: use auto, nvml, nvidia-smi or rocm-smi"),
+                        format!(
+                            "`{v}`: use auto, nvml, nvidia-smi, rocm-smi, npu-smi, xpu-smi or mthreads-gmi"
+                        ),
                     ));
                 }
             };
@@ -267,7 +282,52 @@ pub fn is_amd_gpu_id(s: &str) -> bool {
 /// Any of the identities a GPU probe gives a leasable unit: an NVIDIA GPU's UUID, a MIG
 /// slice's, an AMD GPU's unique ID. Each is also a safe file name (the lock files).
 pub fn is_gpu_id(s: &str) -> bool {
-    is_gpu_uuid(s) || is_mig_uuid(s) || is_amd_gpu_id(s)
+    is_gpu_uuid(s)
+        || is_mig_uuid(s)
+        || is_amd_gpu_id(s)
+        || is_npu_id(s)
+        || is_xpu_id(s)
+        || is_mtt_id(s)
+}
+
+/// `XPU-` and a PCI address in lower case (`XPU-0000:29:00.0`): an Intel GPU's identity
+/// (see `gpu::probe::xpu_smi`).
+pub fn is_xpu_id(s: &str) -> bool {
+    s.strip_prefix("XPU-")
+        .is_some_and(|pci| is_npu_id(&format!("NPU-{pci}")))
+}
+
+/// `MTT-` and hex groups separated by dashes: a Moore Threads GPU's UUID (see
+/// `gpu::probe::mthreads_gmi`).
+pub fn is_mtt_id(s: &str) -> bool {
+    s.strip_prefix("MTT-").is_some_and(|u| {
+        (8..=64).contains(&u.len())
+            && u.split('-')
+                .all(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    })
+}
+
+/// `NPU-` and a PCI address in lower case (`NPU-0000:c1:00.0`): an Ascend chip's
+/// identity (see `gpu::probe::npu_smi`).
+pub fn is_npu_id(s: &str) -> bool {
+    let Some(pci) = s.strip_prefix("NPU-") else {
+        return false;
+    };
+    let hex = |p: &str, n: usize| {
+        p.len() == n
+            && p.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let mut parts = pci.split(':');
+    let (Some(domain), Some(bus), Some(rest), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let Some((slot, func)) = rest.split_once('.') else {
+        return false;
+    };
+    hex(domain, 4) && hex(bus, 2) && hex(slot, 2) && hex(func, 1)
 }
 
 /// The longest `gpu_model` glob: model names are a few dozen characters.

@@ -41,6 +41,7 @@ mod gpu;
 mod images;
 mod mounts;
 mod patterns;
+mod placement;
 mod raw;
 mod schedule;
 mod tree;
@@ -48,7 +49,7 @@ mod types;
 mod validate;
 mod values;
 
-pub use changed::{ChangedConfig, GroupKind, PatternKind};
+pub use changed::{ChangedConfig, GroupKind, PatternKind, Renames};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
@@ -57,13 +58,14 @@ pub use document::Manifest;
 pub use error::{FILE_NAME, ManifestError};
 pub use gpu::{
     GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_amd_gpu_id, is_gpu_uuid,
-    is_mig_uuid,
+    is_mig_uuid, is_mtt_id, is_npu_id, is_xpu_id,
 };
 pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
-pub use patterns::{Selector, compile_glob, under_prefix};
+pub use patterns::{Selector, compile_glob, github_glob, under_prefix};
+pub use placement::parts_for_budget;
 pub use schedule::MAX_RETRIES;
-pub use types::{Batch, BatchVerdict, Retries, RetryOn};
+pub use types::{Batch, BatchVerdict, Layer, Retries, RetryOn};
 pub use values::is_batch_name;
 
 use check::{Checker, serde_error};

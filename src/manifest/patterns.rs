@@ -1,10 +1,37 @@
 //! Which paths a change group takes: `patterns` (globs, braces included), `paths`
 //! (path prefixes, vLLM's `source_file_dependencies`: the file of that name and every
-//! file below the folder of that name) less `exclude` (globs). Compiled once, with
-//! `globset` (ripgrep's), when the manifest is read; a pattern that cannot mean what it
-//! seems to is refused there, by name (an extended glob, a leading `!`).
+//! file below the folder of that name) less `exclude` (globs); or `filter`, a list in
+//! GitHub's order and syntax (`on.<event>.paths`: `!` excludes, the last pattern that
+//! matches decides). Compiled once, with `globset` (ripgrep's) and, for `filter`, into
+//! regular expressions, when the manifest is read; a pattern that cannot mean what it
+//! seems to is refused there, by name (an extended glob, a leading `!`, `**` beside
+//! other characters).
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use regex::Regex;
+
+/// The longest pattern of a `filter` list: its regular expression stays small.
+const MAX_FILTER_PATTERN: usize = 1024;
+
+/// Where `**` stands beside other characters in `pattern` (`tests/**test_*.py`), if it
+/// does: globset reads it as `*`, within one folder, where GitHub's `**` crosses them.
+fn lone_double_star(pattern: &str) -> bool {
+    let b = pattern.as_bytes();
+    let mut i = 0;
+    while let Some(at) = pattern[i..].find("**").map(|k| k + i) {
+        let mut end = at;
+        while end < b.len() && b[end] == b'*' {
+            end += 1;
+        }
+        let before_ok = at == 0 || matches!(b[at - 1], b'/' | b'{' | b',');
+        let after_ok = end == b.len() || matches!(b[end], b'/' | b'}' | b',');
+        if !(before_ok && after_ok) {
+            return true;
+        }
+        i = end;
+    }
+    false
+}
 
 /// One glob as `changed` reads it: `*` and `?` stay within a folder, `**` crosses
 /// folders (`a/**/b` matches `a/b`), `[…]` a class (`[!…]` its complement), `{a,b}`
@@ -30,6 +57,12 @@ pub fn compile_glob(pattern: &str) -> Result<Glob, String> {
     if pattern.is_empty() {
         return Err("is an empty pattern".into());
     }
+    if lone_double_star(pattern) {
+        return Err(format!(
+            "`{}` puts `**` beside other characters, which here matches within one folder only (as `*`); write `**` as a whole part (`tests/**/*test_*.py` for any depth), or use `filter` for GitHub's syntax, where `**` matches any characters",
+            crate::util::escape(pattern)
+        ));
+    }
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
@@ -41,6 +74,87 @@ pub fn compile_glob(pattern: &str) -> Result<Glob, String> {
                 e.kind()
             )
         })
+}
+
+/// One pattern of a `filter` list as GitHub reads `on.<event>.paths` (its *filter
+/// pattern cheat sheet*): a leading `!` excludes; `*` any characters but `/`; `**` any
+/// characters (`**/` also none, so `**/a.md` takes `a.md`); `?` the character before it
+/// zero or one time, `+` one or more times; `[…]` one character of a set or range; `\`
+/// escapes. Gives whether it excludes, and the pattern as a regular expression over a
+/// whole path.
+pub fn github_glob(pattern: &str) -> Result<(bool, Regex), String> {
+    let shown = || crate::util::escape(pattern);
+    let (negated, body) = match pattern.strip_prefix('!') {
+        Some(rest) => (true, rest),
+        None => (false, pattern),
+    };
+    if body.is_empty() {
+        return Err("is an empty pattern".into());
+    }
+    if pattern.len() > MAX_FILTER_PATTERN || pattern.chars().any(char::is_control) {
+        return Err(format!(
+            "`{}` is longer than {MAX_FILTER_PATTERN} bytes or holds a control character: no path GitHub lists",
+            shown()
+        ));
+    }
+    let mut re = String::from("^");
+    let chars: Vec<char> = body.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '*' if chars.get(i + 1) == Some(&'*') => {
+                let slash = chars.get(i + 2) == Some(&'/');
+                re.push_str(if slash { "(?:.*/)?" } else { ".*" });
+                i += if slash { 3 } else { 2 };
+                continue;
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' | '+' if i == 0 => {
+                return Err(format!(
+                    "`{}` starts with `{c}`, which repeats the character before it in GitHub's patterns: escape it (`\\{c}`)",
+                    shown()
+                ));
+            }
+            '?' => re.push('?'),
+            '+' => re.push('+'),
+            '[' => {
+                let Some(close) = chars[i + 1..].iter().position(|&x| x == ']') else {
+                    return Err(format!("`{}` opens `[` without closing it", shown()));
+                };
+                let set: String = chars[i + 1..i + 1 + close].iter().collect();
+                if set.is_empty() {
+                    return Err(format!("`{}` holds an empty `[]`", shown()));
+                }
+                re.push('[');
+                for ch in set.chars() {
+                    if matches!(ch, '\\' | '[' | ']' | '^' | '&' | '~') {
+                        re.push('\\');
+                    }
+                    re.push(ch);
+                }
+                re.push(']');
+                i += close + 2;
+                continue;
+            }
+            '\\' => {
+                let Some(&next) = chars.get(i + 1) else {
+                    return Err(format!("`{}` ends with a lone `\\`", shown()));
+                };
+                re.push_str(&regex::escape(&next.to_string()));
+                i += 2;
+                continue;
+            }
+            _ => re.push_str(&regex::escape(&c.to_string())),
+        }
+        i += 1;
+    }
+    re.push('$');
+    let compiled = regex::RegexBuilder::new(&re)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| format!("`{}` is not a pattern GitHub reads: {e}", shown()))?;
+    Ok((negated, compiled))
 }
 
 /// A path prefix as written (`vllm/distributed`, `vllm/distributed/`, `setup.py`): its
@@ -86,6 +200,9 @@ pub struct Selector {
     include: GlobSet,
     prefixes: Vec<String>,
     exclude: GlobSet,
+    /// A `filter` list in GitHub's order: each pattern excludes (`!`) or not; the last
+    /// that matches decides.
+    ordered: Vec<(bool, Regex)>,
 }
 
 impl Default for Selector {
@@ -105,6 +222,18 @@ impl Selector {
                 .map(|p| p.strip_suffix('/').unwrap_or(p).to_string())
                 .collect(),
             exclude: glob_set(exclude),
+            ordered: Vec::new(),
+        }
+    }
+
+    /// A `filter` list (already checked), in GitHub's order.
+    pub fn filter(patterns: &[String]) -> Selector {
+        Selector {
+            ordered: patterns
+                .iter()
+                .filter_map(|p| github_glob(p).ok())
+                .collect(),
+            ..Selector::default()
         }
     }
 
@@ -114,6 +243,14 @@ impl Selector {
     }
 
     pub fn matches(&self, path: &str) -> bool {
+        if !self.ordered.is_empty() {
+            return self
+                .ordered
+                .iter()
+                .rev()
+                .find(|(_, re)| re.is_match(path))
+                .is_some_and(|(negated, _)| !negated);
+        }
         (self.include.is_match(path) || self.prefixes.iter().any(|p| under_prefix(p, path)))
             && !self.exclude.is_match(path)
     }
@@ -169,7 +306,15 @@ mod tests {
         assert!(e.contains("no negation here"), "{e}");
         let e = compile_glob("tests/[a.py").unwrap_err();
         assert!(e.contains("is not a glob"), "{e}");
-        assert!(compile_glob("{**.go,go.mod}").is_ok());
+        assert!(compile_glob("{**/*.go,go.mod}").is_ok());
+        // Issue 48: beside other characters `**` is globset's `*`, one folder deep.
+        for bad in ["tests/**test_*.py", "{**.go,go.mod}", "a**/b", "a/**b"] {
+            let e = compile_glob(bad).unwrap_err();
+            assert!(
+                e.contains("puts `**` beside other characters"),
+                "{bad}: {e}"
+            );
+        }
         assert_eq!(check_prefix("vllm/x/").unwrap(), "vllm/x");
         assert!(check_prefix("../x").is_err());
         assert!(
@@ -177,5 +322,68 @@ mod tests {
                 .unwrap_err()
                 .contains("glob character")
         );
+    }
+
+    /// verl's `.github/workflows/e2e_ppo_trainer_megatron_vllm.yml:56-78` (b178a3cd5):
+    /// every `.py`, less docs, examples and tests, then entry points taken back.
+    #[test]
+    fn a_filter_list_reads_in_githubs_order_and_syntax() {
+        let list: Vec<String> = [
+            "**/*.py",
+            "!docker/**",
+            "!**/*.md",
+            "!docs/**",
+            "!examples/**",
+            "!tests/**",
+            "!verl/trainer/main_*.py",
+            "!verl/workers/**/*dp_*.py",
+            ".github/workflows/e2e_ppo_trainer_megatron_vllm.yml",
+            "examples/data_preprocess/gsm8k.py",
+            "tests/special_e2e/run_ppo_trainer_megatron.sh",
+            "verl/trainer/main_ppo.py",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let s = Selector::filter(&list);
+        for (path, want) in [
+            ("setup.py", true),
+            ("verl/trainer/ppo/core.py", true),
+            ("tests/test_x.py", false),
+            ("examples/data_preprocess/gsm8k.py", true),
+            ("examples/data_preprocess/other.py", false),
+            ("verl/trainer/main_eval.py", false),
+            ("verl/trainer/main_ppo.py", true),
+            ("verl/workers/actor/dp_actor.py", false),
+            ("verl/workers/megatron_workers.py", true),
+            ("tests/special_e2e/run_ppo_trainer_megatron.sh", true),
+            ("docs/index.md", false),
+            ("README.md", false),
+            ("verl/README", false),
+        ] {
+            assert_eq!(s.matches(path), want, "{path}");
+        }
+        // GitHub's `**` beside other characters crosses folders; `?` and `+` repeat.
+        let one = |p: &str| Selector::filter(&[p.to_string()]);
+        assert!(one("tests/**test_*.py").matches("tests/a/b/test_x.py"));
+        assert!(one("tests/**test_*.py").matches("tests/footest_x.py"));
+        assert!(one("*.jsx?").matches("page.js") && one("*.jsx?").matches("page.jsx"));
+        assert!(one("*.js+").matches("a.jss") && !one("*.js+").matches("a.j"));
+        assert!(one("docs/*").matches("docs/a.md") && !one("docs/*").matches("docs/a/b.md"));
+        assert!(one("[a-c]*.py").matches("b1.py") && !one("[a-c]*.py").matches("d.py"));
+        assert!(one("a\\*b").matches("a*b") && !one("a\\*b").matches("axb"));
+        // Only a `!`: nothing matches; the first that matches nothing keeps nothing.
+        assert!(!one("!docs/**").matches("docs/a.md"));
+        assert!(!one("!docs/**").matches("src/a.py"));
+        for (bad, why) in [
+            ("!", "empty pattern"),
+            ("[abc", "opens `[` without closing it"),
+            ("?x", "starts with `?`"),
+            ("a\\", "lone `\\`"),
+            ("a\nb", "control character"),
+        ] {
+            let e = github_glob(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -74,6 +74,10 @@ pub(super) struct RawDefaults {
     est_time: Option<Span>,
     retries: Option<RawRetries>,
     soft_fail: Option<bool>,
+    working_dir: Option<String>,
+    queue: Option<String>,
+    manual: Option<bool>,
+    changes: Option<Vec<String>>,
 }
 
 /// A batch, with `defaults:` laid under it.
@@ -115,6 +119,16 @@ pub(super) struct RawBatch {
     /// Its failure does not fail the run.
     #[serde(default)]
     pub(super) soft_fail: bool,
+    /// The folder its steps run in (`working_dir`), relative to the source or absolute.
+    pub(super) working_dir: Option<String>,
+    /// The queue or runner label its CI step goes to.
+    pub(super) queue: Option<String>,
+    /// A person starts it (a block step).
+    #[serde(default)]
+    pub(super) manual: bool,
+    /// The change groups that select it in a pipeline that follows the diff.
+    #[serde(default)]
+    pub(super) changes: Vec<String>,
     /// A test list: one batch per entry (see `each`).
     pub(super) each: Option<Vec<RawEntry>>,
 }
@@ -140,4 +154,8 @@ pub(super) struct RawLayer {
     pub(super) meta: Option<serde_json::Value>,
     /// The image of its batches that name none.
     pub(super) image: Option<String>,
+    /// The batch that runs first in each part.
+    pub(super) warmup: Option<String>,
+    /// How long one part may take.
+    pub(super) budget: Option<Span>,
 }

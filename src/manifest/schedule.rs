@@ -33,17 +33,14 @@ pub(super) struct RawRetriesFull {
     pub(super) on: Option<Vec<RetryOn>>,
 }
 
-/// An `est_time` at `at`: more than 0s and at most 30 days.
+/// An `est_time` at `at`: at most 30 days. `0s` is allowed: a file that registers no
+/// time of its own (SGLang's `est_time=0`) costs a part nothing, as in SGLang's split.
 pub(super) fn est_time<S: AsRef<str>>(
     check: &Checker<'_>,
     at: &[S],
     est: Option<Span>,
 ) -> Result<Option<Span>, ManifestError> {
     match est {
-        Some(e) if e.0.is_zero() => Err(check.at(
-            at,
-            "must be more than 0s: how long the batch is expected to run",
-        )),
         Some(e) if e.0 > MAX_EST_TIME => Err(check.at(
             at,
             format!("must be at most 30d, got {e}: how long the batch is expected to run"),
@@ -136,11 +133,10 @@ mod tests {
         assert_eq!(b("fam-c").est_time, None);
         assert_eq!(b("fam-c").retries, Retries::default());
         assert!(!b("fam-c").soft_fail);
-        let err = parse(&text.replace("est_time: 2m", "est_time: 0s")).unwrap_err();
-        assert!(
-            err.contains("each.1.est_time: must be more than 0s"),
-            "{err}"
-        );
+        // SGLang registers `est_time=0` (test/registered/unit/entrypoints/openai/utils.py:31):
+        // a part pays nothing for it.
+        let m = parse(&text.replace("est_time: 2m", "est_time: 0s")).unwrap();
+        assert_eq!(m.batches["fam-b"].est_time.map(|s| s.0.as_secs()), Some(0));
     }
 
     #[test]
@@ -148,11 +144,6 @@ mod tests {
         crate::manifest::tests::assert_refused(
             TEXT,
             &[
-                (
-                    "est_time: 90s",
-                    "est_time: 0s",
-                    "batches.b.est_time: must be more than 0s",
-                ),
                 (
                     "est_time: 90s",
                     "est_time: 31d",

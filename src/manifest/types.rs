@@ -117,6 +117,19 @@ pub struct Batch {
     /// The test file, for a batch `cibox changed run` made from `changed.run`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_file: Option<String>,
+    /// The folder its preflight and run steps run in (absolute in its container; the
+    /// source's, `/work`, when not set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// The queue or runner label its CI step goes to, beside its GPU model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// A person starts it in CI (a block step): for templates; `cibox` runs it when asked.
+    pub manual: bool,
+    /// The change groups (`changed.groups`) whose change selects it in a pipeline that
+    /// follows the diff (`workflow render --base`); none: always selected.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -134,6 +147,9 @@ pub struct Layer {
     /// The image its batches run in when run as part of it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Its warm-up and the budget that sizes its parts.
+    #[serde(flatten)]
+    pub shape: LayerShape,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -157,4 +173,20 @@ impl Default for WorkflowsConfig {
             buildkite: None,
         }
     }
+}
+
+/// A layer's warm-up and budget, once its batches are known.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LayerShape {
+    /// The batch that runs first, alone, in each part of the layer (`--partition`), its
+    /// failure keeping the part's other batches from starting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<String>,
+    /// How long one part may take: the parts are sized so that each is expected within
+    /// 3/4 of it, warm-up included.
+    #[serde(
+        serialize_with = "super::values::ser_display_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub budget: Option<Span>,
 }

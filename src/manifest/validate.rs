@@ -19,6 +19,7 @@ use super::each;
 use super::error::ManifestError;
 use super::gpu::validate_gpu;
 use super::images::{DEFAULT_IMAGE, ImageConfig, known_image, validate_images};
+use super::placement;
 use super::raw::{RawBatch, RawLayer, RawLayerBatches, RawManifest};
 use super::schedule;
 use super::tree::{MAX_EXPANDED_BYTES, MAX_EXPANDED_VALUES, shown_bytes};
@@ -57,8 +58,10 @@ pub(super) fn validate(
             &caches,
             &top_container,
             ch,
+            raw.workflows.buildkite.is_some(),
         )?),
     };
+    super::changed::check_batch_changes(check, &batches, changed.as_ref())?;
 
     Ok(Manifest {
         path,
@@ -267,6 +270,7 @@ fn validate_batch(
         b.caches,
         &batch_container,
     )?;
+    let env = env_map(check, &["batches", name, "env"], b.env)?;
     Ok(Batch {
         caches,
         description: b.description,
@@ -276,7 +280,7 @@ fn validate_batch(
         timeout,
         preflight: b.preflight,
         run: b.run,
-        env: env_map(check, &["batches", name, "env"], b.env)?,
+        env,
         fast_env: env_map(check, &["batches", name, "fast_env"], b.fast_env)?,
         allow_empty: b.allow_empty,
         est_time: schedule::est_time(check, &["batches", name, "est_time"], b.est_time)?,
@@ -297,6 +301,14 @@ fn validate_batch(
         install: b.install,
         family: None,
         changed_file: None,
+        working_dir: placement::working_dir(
+            check,
+            &["batches", name, "working_dir"],
+            b.working_dir,
+        )?,
+        queue: placement::queue(check, &["batches", name, "queue"], b.queue)?,
+        manual: b.manual,
+        changes: b.changes,
     })
 }
 
@@ -322,7 +334,9 @@ fn validate_layers(
                 format!("`{name}` is not a valid layer name: use letters, digits, `_`, `.` and `-`, starting with a letter or digit (it reaches workflow files)"),
             ));
         }
-        let (list, all) = layer_batches(check, batches, families, &known, &name, l.batches)?;
+        let (mut list, all) = layer_batches(check, batches, families, &known, &name, l.batches)?;
+        let shape =
+            placement::layer_shape(check, &name, batches, &mut list, all, l.warmup, l.budget)?;
         named += list.len();
         named_bytes += list.iter().map(String::len).sum::<usize>();
         if named > MAX_EXPANDED_VALUES || named_bytes > MAX_EXPANDED_BYTES {
@@ -361,6 +375,7 @@ fn validate_layers(
                 fail_fast: l.fail_fast,
                 meta,
                 image: l.image,
+                shape,
             },
         );
     }

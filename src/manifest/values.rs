@@ -97,6 +97,11 @@ pub(super) fn env_map(
                 p.push(&k);
                 return Err(check.at(&p, "contains a NUL byte, which no environment can hold"));
             }
+            if k == "HOME" {
+                let mut p = path.to_vec();
+                p.push(&k);
+                home(check, &p, &v.0)?;
+            }
             Ok((k, v.0))
         })
         .collect()
@@ -157,6 +162,32 @@ pub(super) fn plain_meta(
         )
     })?;
     Ok(meta)
+}
+
+/// The longest `HOME` (Linux's `PATH_MAX`).
+const MAX_HOME: usize = 4096;
+
+/// A `HOME` the manifest sets (`env:` of the batch or of `container:`): honoured, so
+/// it must be a folder's absolute path in the container.
+pub(super) fn home(check: &Checker<'_>, at: &[&str], value: &str) -> Result<(), ManifestError> {
+    if !value.starts_with('/') || value.len() > MAX_HOME || value.chars().any(char::is_control) {
+        return Err(check.at(
+            at,
+            format!(
+                "`{}` is not an absolute path: HOME is the batch's home folder in its container (`/tmp` when not set)",
+                value.escape_debug()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Why `pass_env` may not name `name`, if it may not: the host's `HOME` is a folder
+/// of the host, which the container does not have.
+pub(super) fn not_passed(name: &str) -> Option<&'static str> {
+    (name == "HOME").then_some(
+        "is the host's home folder, which the container does not have: set `env: {HOME: /path}` for the batch's own (its default is `/tmp`)",
+    )
 }
 
 #[cfg(test)]

@@ -250,6 +250,9 @@ pub struct RunPlan {
     pub fail_fast: bool,
     /// The part of the request's batches this run is, and how many the request had.
     pub partition: Option<(PartitionSpec, usize)>,
+    /// The layer's warm-up, first of `batches`: it runs alone before the rest, and
+    /// none of them starts when it fails.
+    pub warmup: Option<String>,
 }
 
 impl RunPlan {
@@ -368,28 +371,49 @@ pub fn selected(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>
 /// With `--partition`, only this part's batches (which may be none).
 pub fn check_request(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
     let (names, _) = select(manifest, &request.names, request.layer.as_deref())?;
-    let (names, _) = part_of(manifest, request, names);
+    let (names, _, _) = part_of(manifest, request, names);
     image_ids(manifest, request, &names)?;
     Ok(names)
 }
 
 /// The batches of this run's part, in the request's order (all of them without
 /// `--partition`), and their expected times; the split is over all the request's
-/// batches, so every part sees the same one.
+/// batches, so every part sees the same one. A layer's warm-up (`warmup`) is outside
+/// the split and first in every part that has batches: its name comes third. A
+/// parallel run's batches come longest first, the warm-up still first.
 fn part_of(
     manifest: &Manifest,
     request: &RunRequest,
     names: Vec<String>,
-) -> (Vec<String>, Expected) {
+) -> (Vec<String>, Expected, Option<String>) {
     let expected = Expected::of(manifest, &names, &request.recorded);
-    let Some(spec) = request.partition else {
-        return (names, expected);
+    let mut part = match request.partition {
+        None => names,
+        Some(spec) => {
+            partition::split(&expected, spec.count)
+                .into_iter()
+                .nth(spec.index as usize - 1)
+                .unwrap_or_default()
+                .batches
+        }
     };
-    let part = partition::split(&expected, spec.count)
-        .into_iter()
-        .nth(spec.index as usize - 1)
-        .unwrap_or_default();
-    (part.batches, expected)
+    let warmup = request
+        .layer
+        .as_deref()
+        .and_then(|l| manifest.layers.get(l))
+        .and_then(|l| l.shape.warmup.clone())
+        .filter(|w| !part.is_empty() && !part.contains(w));
+    if request.parallel {
+        part = expected.start_order(&part);
+    }
+    let Some(w) = warmup else {
+        return (part, expected, None);
+    };
+    let mut with = vec![w.clone()];
+    with.extend(expected.batches.iter().map(|e| e.name.clone()));
+    let expected = Expected::of(manifest, &with, &request.recorded);
+    part.insert(0, w.clone());
+    (part, expected, Some(w))
 }
 
 /// The image batch `name` runs in: the layer's, when it runs as part of a layer that
@@ -483,10 +507,7 @@ pub fn plan(
 ) -> Result<RunPlan, PlanError> {
     let (all, layer_fast) = select(&manifest, &request.names, request.layer.as_deref())?;
     let requested = all.len();
-    let (mut names, expected) = part_of(&manifest, &request, all);
-    if request.parallel {
-        names = expected.start_order(&names);
-    }
+    let (names, expected, warmup) = part_of(&manifest, &request, all);
     let expected = expected.times();
     let fail_fast = request.fail_fast
         || request
@@ -595,6 +616,7 @@ pub fn plan(
         pull_request: request.pull_request,
         fail_fast,
         partition: request.partition.map(|p| (p, requested)),
+        warmup,
         manifest,
     })
 }

@@ -52,6 +52,10 @@ pub struct GpuRef {
     /// The Slurm node it is on, for a batch that ran through Slurm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Why the driver read it unhealthy when the batch ended in an infrastructure
+    /// error (the GPU, not the tests, is the likely cause; a retry goes elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sick: Option<String>,
 }
 
 /// The Slurm job a batch ran as (docs/interface.md §14).

@@ -14,18 +14,25 @@ use crate::error::Result;
 /// A run's stop at its first failure (`--fail-fast`, a layer's `fail_fast`): tripped by
 /// the first batch that fails the run (a soft failure does not), read by every batch
 /// before it starts and while it waits for its GPUs.
+/// A layer's warm-up, the run's first batch, trips it too: it runs alone, and when
+/// it did not pass none of the rest starts.
 #[derive(Debug, Default)]
 pub struct FirstFailure {
     on: bool,
     failed: Mutex<Option<String>>,
+    warmup: Option<String>,
+    warmup_failed: Mutex<bool>,
 }
 
 impl FirstFailure {
-    /// A stop that trips only when `on`.
-    pub fn new(on: bool) -> FirstFailure {
+    /// A stop that trips only when `on`, and at a warm-up (the run's first batch,
+    /// `warmup`) that did not pass.
+    pub fn new(on: bool, warmup: Option<String>) -> FirstFailure {
         FirstFailure {
             on,
             failed: Mutex::default(),
+            warmup,
+            warmup_failed: Mutex::default(),
         }
     }
 
@@ -39,8 +46,18 @@ impl FirstFailure {
         }
     }
 
-    /// Why a batch that has not started must not: the batch that failed first.
+    /// Why a batch that has not started must not: the warm-up that did not pass, or
+    /// the batch that failed first.
     pub fn why_not(&self) -> Option<String> {
+        if *self
+            .warmup_failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            return self.warmup.as_ref().map(|w| {
+                format!("the layer's warm-up, batch {w}, did not pass, and this part's batches run after it")
+            });
+        }
         let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
         failed.as_ref().map(|b| {
             format!("batch {b} failed first, and this run stops at its first failure (fail_fast)")
@@ -65,19 +82,39 @@ pub fn each_batch(
         first.note(&r);
         Ok(r)
     };
+    let mut batches = Vec::new();
+    let mut from = 0;
+    if first.warmup.is_some() && count > 0 {
+        // The warm-up, alone: the rest start once it passed.
+        let r = one(0)?;
+        if !r.passed() {
+            *first
+                .warmup_failed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = true;
+        }
+        let stop = r.status() == Status::Cancelled;
+        batches.push(r);
+        if stop {
+            return Ok(batches);
+        }
+        from = 1;
+    }
     if parallel {
         let one = &one;
         let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..count).map(|i| s.spawn(move || one(i))).collect();
+            let handles: Vec<_> = (from..count).map(|i| s.spawn(move || one(i))).collect();
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked.into())))
                 .collect()
         });
-        return joined.into_iter().collect();
+        for r in joined {
+            batches.push(r?);
+        }
+        return Ok(batches);
     }
-    let mut batches = Vec::new();
-    for i in 0..count {
+    for i in from..count {
         // A signal between two batches: start no more.
         if signals::received().is_some() {
             break;

@@ -4,7 +4,8 @@
 //! that holds whatever the template does is the kernel's. The child is this cibox again
 //! (`cibox __render-template`), which loads the same manifest, renders one template as
 //! [`super::render::render`] does and prints what it rendered; its address space is
-//! capped at [`MEMORY`] and its CPU time at [`CPU`].
+//! capped at [`MEMORY`], its CPU time at [`CPU`], and its time in all at [`WALL`] (a
+//! loaded runner can take many times its CPU time to use it up).
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -15,6 +16,11 @@ use super::render::{CPU, Flavor, MAX_OUTPUT_BYTES, MEMORY, RenderError, Rendered
 
 /// The most of the child's error output read.
 const MAX_ERROR_BYTES: u64 = 64 << 10;
+
+/// The most time a render's process may take in all: its CPU time is bounded by the
+/// kernel, but on a loaded runner that can take many times as long to use up, and a
+/// render must not hold up the command past this.
+const WALL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Flavor {
     /// The flavour as the child's command line names it.
@@ -28,7 +34,12 @@ impl Flavor {
 
 /// Renders `template` of the manifest at `manifest` in a child process (see the
 /// module's doc): what [`super::render::render`] gives, or why not.
-pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Rendered, RenderError> {
+pub fn render(
+    manifest: &Path,
+    template: &Path,
+    flavor: Flavor,
+    selection: Option<&super::context::Selection>,
+) -> Result<Rendered, RenderError> {
     let exe = std::env::current_exe().map_err(|source| RenderError::Unreadable {
         template: template.to_path_buf(),
         source,
@@ -37,8 +48,14 @@ pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Render
     cmd.arg("--manifest")
         .arg(manifest)
         .args(["__render-template", "--flavor", flavor.as_arg()])
-        .arg(template)
-        .stdin(Stdio::null())
+        .arg(template);
+    if let Some(s) = selection {
+        // `--opt=VALUE`: a revision is the user's text, never an option of its own.
+        cmd.arg(format!("--selection-base={}", s.base))
+            .arg(format!("--selection-head={}", s.head));
+        cmd.args(s.groups.iter().map(|g| format!("--changed={g}")));
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("CIBOX_LOG", "error");
@@ -68,6 +85,7 @@ pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Render
         source,
     };
     let mut child = cmd.spawn().map_err(child_failed)?;
+    let watchdog = Watchdog::start(&child, WALL);
     let mut stderr = child.stderr.take().expect("piped");
     let errors = std::thread::spawn(move || {
         let mut text = Vec::new();
@@ -83,6 +101,8 @@ pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Render
     let read = bounded.read_to_end(&mut text);
     let mut rest = bounded.into_inner();
     let _ = std::io::copy(&mut rest, &mut std::io::sink());
+    // Stopped before the child is reaped, so its pid is still its own when killed.
+    let out_of_time = watchdog.stop();
     let status = child.wait().map_err(child_failed)?;
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
     read.map_err(child_failed)?;
@@ -121,6 +141,7 @@ pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Render
     Err(RenderError::OverBounds {
         template: template.to_path_buf(),
         how: match std::os::unix::process::ExitStatusExt::signal(&status) {
+            Some(9) if out_of_time => format!("it ran for {} s without ending", WALL.as_secs()),
             // The kernel's at the CPU bound (soft and hard are one), an allocation that
             // failed at the memory bound aborts.
             Some(9) => "it used all its CPU time".to_string(),
@@ -129,4 +150,31 @@ pub fn render(manifest: &Path, template: &Path, flavor: Flavor) -> Result<Render
             None => format!("its process ended with {status}"),
         },
     })
+}
+
+/// Kills a child that is still running when its time is up.
+struct Watchdog {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    fn start(child: &std::process::Child, limit: std::time::Duration) -> Watchdog {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || match stopped.recv_timeout(limit) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                true
+            }
+            _ => false,
+        });
+        Watchdog { stop, thread }
+    }
+
+    /// Stops it (call before the child is reaped); whether it killed the child.
+    fn stop(self) -> bool {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or(false)
+    }
 }

@@ -69,7 +69,7 @@ fn probe_failures_fail_closed_with_exit_5() {
         (
             "gpus.csv",
             format!("0, {}, 0, 81559\n", uuid(0)),
-            "expected 5 columns",
+            "expected 9 columns",
         ),
         (
             "gpus.csv",

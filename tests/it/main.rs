@@ -5,7 +5,9 @@
 
 mod common;
 
+mod accel_examples;
 mod amd;
+mod ascend;
 mod batch;
 mod buildkite;
 mod caches;
@@ -15,6 +17,7 @@ mod confine;
 mod doctor;
 mod gpu;
 mod gpu_models;
+mod health;
 mod hostile;
 mod image;
 mod init;
@@ -30,5 +33,7 @@ mod python;
 mod readme;
 mod runner_container;
 mod selection;
+mod shapes;
 mod slurm;
+mod vendors;
 mod waits;

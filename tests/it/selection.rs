@@ -312,3 +312,231 @@ fn unregistered_prints_json_under_json() {
         serde_json::json!({"unregistered": ["tests/test_gone.py", "tests/test_moved.py"]})
     );
 }
+
+/// verl's `paths:` lists (`.github/workflows/e2e_ppo_trainer_megatron_vllm.yml:56-78`,
+/// volcengine/verl b178a3cd5) as one group in GitHub's order: a file taken back after a
+/// `!` is selected, the last pattern that matches decides.
+const VERL: &str = r#"version: 1
+project: verl
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 10m, run: [x]}
+batches:
+  e2e: {gpus: 1}
+changed:
+  groups:
+    e2e_ppo_trainer_megatron_vllm:
+      kind: files
+      filter:
+        - "**/*.py"
+        - "!docker/**"
+        - "!**/*.md"
+        - "!docs/**"
+        - "!examples/**"
+        - "!tests/**"
+        - "!verl/trainer/main_*.py"
+        - "!verl/workers/**/*dp_*.py"
+        - ".github/workflows/e2e_ppo_trainer_megatron_vllm.yml"
+        - "examples/data_preprocess/gsm8k.py"
+        - "tests/special_e2e/run_ppo_trainer_megatron.sh"
+        - "verl/trainer/main_ppo.py"
+"#;
+
+#[test]
+fn a_filter_list_selects_in_githubs_order_as_verls_workflows_do() {
+    let (dir, base) = repo(VERL);
+    let d = dir.path();
+    for (rel, text) in [
+        ("examples/data_preprocess/gsm8k.py", "x = 2\n"),
+        ("examples/data_preprocess/geo3k.py", "x = 2\n"),
+        ("verl/trainer/main_ppo.py", "x = 2\n"),
+        ("verl/trainer/main_eval.py", "x = 2\n"),
+        ("verl/workers/actor/dp_actor.py", "x = 2\n"),
+        ("verl/workers/megatron_workers.py", "x = 2\n"),
+        ("tests/special_e2e/run_ppo_trainer_megatron.sh", "x\n"),
+        ("tests/test_x.py", "x = 2\n"),
+        ("docs/index.md", "# changed\n"),
+    ] {
+        write(d, rel, text);
+    }
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "pr"]);
+    let (v, _) = changed_json(d, &base);
+    assert_eq!(
+        files(&v, "e2e_ppo_trainer_megatron_vllm"),
+        [
+            "examples/data_preprocess/gsm8k.py",
+            "tests/special_e2e/run_ppo_trainer_megatron.sh",
+            "verl/trainer/main_ppo.py",
+            "verl/workers/megatron_workers.py",
+        ],
+        "{v}"
+    );
+    // Beside `patterns`, `filter` is refused: which decides would be unclear.
+    let p = Project::new(&VERL.replace(
+        "      kind: files\n      filter:",
+        "      kind: files\n      exclude: [\"**/*.md\"]\n      filter:",
+    ));
+    p.cibox(&["changed", "--unregistered"]).fails_with(
+        2,
+        "changed.groups.e2e_ppo_trainer_megatron_vllm.filter: stands alone",
+    );
+    // Only exclusions take nothing: refused, saying so.
+    let p = Project::new(
+        "version: 1\nproject: x\nimage: {locks: [cibox.yaml]}\ndefaults: {timeout: 1m, run: [x]}\nbatches:\n  a: {gpus: 0}\nchanged:\n  filter: [\"!docs/**\"]\n",
+    );
+    p.cibox(&["changed", "--unregistered"])
+        .fails_with(2, "changed.filter.0: only excludes (`!`)");
+}
+
+/// Issue 48: `tests/**test_*.py` matched one folder deep, silently; vLLM's ci-infra
+/// lists a rename by its new name alone (`git diff --name-only`,
+/// `buildkite/pipeline_generator/utils_lib/git_utils.py:31-43`, ci-infra cb564ad).
+#[test]
+fn a_lone_double_star_is_refused_and_a_buildkite_manifest_counts_a_renames_new_name() {
+    let p = Project::new(&MANIFEST.replace(
+        "patterns: [\"tests/**/test_*.py\"]\n  exclude",
+        "patterns: [\"tests/**test_*.py\"]\n  exclude",
+    ));
+    let r = p.cibox(&["changed", "--unregistered"]);
+    r.fails_with(
+        2,
+        "changed.patterns.0: `tests/**test_*.py` puts `**` beside other characters",
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    let (dir, base) = repo(&format!("{MANIFEST}workflows:\n  buildkite: .buildkite\n"));
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("vllm/other")).unwrap();
+    git(d, &["mv", "vllm/engine/llm.py", "vllm/other/llm.py"]);
+    git(d, &["commit", "-qm", "move"]);
+    let (v, _) = changed_json(d, &base);
+    assert_eq!(files(&v, "engines"), Vec::<String>::new(), "{v}");
+    // Said in the manifest, the old name counts again (dorny/paths-filter's way).
+    let (dir, base) = repo(&format!(
+        "{}workflows:\n  buildkite: .buildkite\n",
+        MANIFEST.replace(
+            "  default_gpus: 1\n",
+            "  default_gpus: 1\n  renames: both\n"
+        )
+    ));
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("vllm/other")).unwrap();
+    git(d, &["mv", "vllm/engine/llm.py", "vllm/other/llm.py"]);
+    git(d, &["commit", "-qm", "move"]);
+    let (v, _) = changed_json(d, &base);
+    assert_eq!(files(&v, "engines"), ["vllm/engine/llm.py"], "{v}");
+}
+
+/// vLLM's pipeline as ci-infra builds it from the diff (`buildkite_step.py:311-328`,
+/// `:477-487`, cb564ad): a step whose `source_file_dependencies` changed runs, the
+/// others wait behind a block step a person can click. Here the selection is cibox's
+/// (`changed`), rendered at build time by `workflow render --print … --base`.
+const FOLLOWS: &str = r#"version: 1
+project: vllm
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 30m, run: ["pytest -v -s tests"], gpus: 1}
+batches:
+  distributed-tests: {gpus: 2, changes: [distributed]}
+  engine-tests: {changes: [engine]}
+  basic-correctness: {}
+changed:
+  groups:
+    distributed: {paths: [vllm/distributed, tests/distributed], kind: files}
+    engine: {paths: [vllm/engine, tests/engine], kind: files}
+workflows:
+  buildkite: .buildkite
+"#;
+
+const BOOTSTRAP: &str = "steps:\n  - label: \":pipeline: upload what the diff selects\"\n    command: cibox workflow render --print pipeline.yml --base \"origin/$BUILDKITE_PULL_REQUEST_BASE_BRANCH\" | buildkite-agent pipeline upload\n";
+
+const FOLLOWING_PIPELINE: &str = r#"steps:
+<% for b in batches %>
+<% if not b.selected %>
+  - block: "Run << b.name >>"
+    key: block-<< b.name >>
+<% endif %>
+  - label: << b.name | yaml >>
+    key: << b.name >>
+<% if not b.selected %>
+    depends_on: block-<< b.name >>
+<% endif %>
+    command: cibox batch run << b.name | shell >>
+<% endfor %>
+"#;
+
+#[test]
+fn a_pipeline_follows_the_diff_with_unselected_steps_behind_block_steps() {
+    let (dir, base) = repo(FOLLOWS);
+    let d = dir.path();
+    write(d, ".buildkite/bootstrap.yml.j2", BOOTSTRAP);
+    write(d, ".buildkite/pipeline.yml.j2", FOLLOWING_PIPELINE);
+    // Rendered without a diff (what is committed): every step runs.
+    run(cibox(d).args(["workflow", "render"])).ok();
+    let committed = std::fs::read_to_string(d.join(".buildkite/pipeline.yml")).unwrap();
+    assert!(!committed.contains("- block:"), "{committed}");
+    write(d, "vllm/distributed/comm.py", "x = 3\n");
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "touch distributed"]);
+    let r = run(cibox(d).args([
+        "workflow",
+        "render",
+        "--print",
+        "pipeline.yml",
+        "--base",
+        &base,
+    ]));
+    r.ok();
+    let p = &r.stdout;
+    assert!(p.contains("  - block: \"Run engine-tests\"\n"), "{p}");
+    assert!(p.contains("    depends_on: block-engine-tests\n"), "{p}");
+    assert!(!p.contains("block-distributed-tests"), "{p}");
+    assert!(!p.contains("block-basic-correctness"), "{p}");
+    // The selection is the one `changed` makes: for GitHub, a matrix of its output.
+    let r = run(cibox(d).args(["--json", "changed", "--base", &base]));
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(
+        v["selected_batches"],
+        serde_json::json!(["distributed-tests", "basic-correctness"]),
+        "{v}"
+    );
+    // A base that git would read as an option: refused, nothing written.
+    for cmd in [
+        vec!["changed", "--base=--output=pwned"],
+        vec![
+            "workflow",
+            "render",
+            "--print",
+            "pipeline.yml",
+            "--base=--output=pwned",
+        ],
+    ] {
+        let r = run(cibox(d).args(&cmd));
+        assert_eq!(r.code, 2, "{cmd:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--output=pwned"), "{}", r.stderr);
+        assert!(
+            std::fs::read_dir(d).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("pwned")),
+            "{cmd:?} wrote a file"
+        );
+    }
+    // A base that is no revision: one line, nothing printed.
+    let r = run(cibox(d).args([
+        "workflow",
+        "render",
+        "--print",
+        "pipeline.yml",
+        "--base",
+        "nope",
+    ]));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    // A batch naming a group that is not defined is refused at its key.
+    let p = Project::new(&FOLLOWS.replace("changes: [engine]", "changes: [engin]"));
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "batches.engine-tests.changes.0: change group `engin` is not defined (changed.groups: distributed, engine)",
+    );
+}

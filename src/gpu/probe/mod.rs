@@ -1,6 +1,8 @@
 //! Asking the driver what the GPUs are doing (docs/interface.md §6), strictly: NVIDIA's
 //! through NVML ([`nvml`]) when it can be loaded, else through nvidia-smi ([`smi`]);
-//! AMD's through rocm-smi ([`rocm_smi`]). Each backend gives the same reading (units
+//! AMD's through rocm-smi ([`rocm_smi`]); Ascend's through npu-smi ([`npu_smi`]),
+//! Intel's through xpu-smi ([`xpu_smi`]), Moore Threads' through mthreads-gmi
+//! ([`mthreads_gmi`]). Each backend gives the same reading (units
 //! by identity, their memory, use and compute processes), so the idle verdict
 //! (`pool::busy_reason`) is one for every vendor.
 //!
@@ -11,12 +13,16 @@
 
 mod command;
 mod error;
+pub mod health;
+pub mod mthreads_gmi;
+pub mod npu_smi;
 mod nvml;
 pub mod reading;
 pub mod rocm_smi;
 mod shared;
 pub mod smi;
 mod unique_json;
+pub mod xpu_smi;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -62,7 +68,77 @@ enum Backend {
         /// Why NVML was not used, when `auto` chose AMD's.
         fallback: Option<String>,
     },
+    /// Another vendor's units through its tool (Ascend's npu-smi, Intel's xpu-smi,
+    /// Moore Threads' mthreads-gmi).
+    Tool {
+        tool: Tool,
+        program: String,
+        /// Why NVML was not used, when `auto` chose this vendor's.
+        fallback: Option<String>,
+    },
 }
+
+/// A vendor's tool, each a module here with `probe` and `hardware`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    NpuSmi,
+    XpuSmi,
+    MthreadsGmi,
+}
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::NpuSmi => "npu-smi",
+            Tool::XpuSmi => "xpu-smi",
+            Tool::MthreadsGmi => "mthreads-gmi",
+        }
+    }
+
+    fn program(self) -> String {
+        match self {
+            Tool::NpuSmi => npu_smi::program(),
+            Tool::XpuSmi => xpu_smi::program(),
+            Tool::MthreadsGmi => mthreads_gmi::program(),
+        }
+    }
+
+    fn named(self) -> bool {
+        match self {
+            Tool::NpuSmi => npu_smi::program_named().is_some(),
+            Tool::XpuSmi => xpu_smi::program_named().is_some(),
+            Tool::MthreadsGmi => mthreads_gmi::program_named().is_some(),
+        }
+    }
+
+    /// Whether this vendor's driver is loaded here (`auto` without NVML).
+    fn present(self) -> bool {
+        match self {
+            Tool::NpuSmi => npu_smi::present(),
+            Tool::XpuSmi => xpu_smi::present(),
+            Tool::MthreadsGmi => mthreads_gmi::present(),
+        }
+    }
+
+    fn read(self, program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
+        match self {
+            Tool::NpuSmi => npu_smi::probe(program, timeout),
+            Tool::XpuSmi => xpu_smi::probe(program, timeout),
+            Tool::MthreadsGmi => mthreads_gmi::probe(program, timeout),
+        }
+    }
+
+    fn hardware(self, program: &str, timeout: Duration) -> Result<Vec<GpuHardware>, ProbeError> {
+        match self {
+            Tool::NpuSmi => npu_smi::hardware(program, timeout),
+            Tool::XpuSmi => xpu_smi::hardware(program, timeout),
+            Tool::MthreadsGmi => mthreads_gmi::hardware(program, timeout),
+        }
+    }
+}
+
+/// Every other vendor's tool, in the order `auto` tries them.
+const TOOLS: [Tool; 3] = [Tool::NpuSmi, Tool::XpuSmi, Tool::MthreadsGmi];
 
 impl Backend {
     fn describe(&self) -> String {
@@ -78,6 +154,14 @@ impl Backend {
                 Some(why) => format!("rocm-smi ({program}); NVML not loaded: {why}"),
                 None => format!("rocm-smi ({program})"),
             },
+            Backend::Tool {
+                tool,
+                program,
+                fallback,
+            } => match fallback {
+                Some(why) => format!("{} ({program}); NVML not loaded: {why}", tool.name()),
+                None => format!("{} ({program})", tool.name()),
+            },
         }
     }
 
@@ -88,6 +172,7 @@ impl Backend {
             Backend::Smi { program, .. } => format!("nvidia-smi {program}"),
             Backend::Nvml(s) => format!("nvml {}", s.lib()),
             Backend::Rocm { program, .. } => format!("rocm-smi {program}"),
+            Backend::Tool { tool, program, .. } => format!("{} {program}", tool.name()),
         }
     }
 
@@ -146,6 +231,7 @@ impl Backend {
             }
             Backend::Nvml(s) => s.hardware(timeout),
             Backend::Rocm { program, .. } => rocm_smi::hardware(program, timeout),
+            Backend::Tool { tool, program, .. } => tool.hardware(program, timeout),
         }
     }
 
@@ -182,6 +268,7 @@ impl Backend {
             }
             Backend::Nvml(s) => s.read(timeout),
             Backend::Rocm { program, .. } => rocm_smi::probe(program, timeout),
+            Backend::Tool { tool, program, .. } => tool.read(program, timeout),
         }
     }
 }
@@ -291,11 +378,23 @@ impl Prober {
         };
         let explicit_smi = smi::program_named().is_some();
         let explicit_rocm = rocm_smi::program_named().is_some();
+        let tool = |tool: Tool, fallback| Backend::Tool {
+            tool,
+            program: tool.program(),
+            fallback,
+        };
+        let explicit_tool = TOOLS.into_iter().find(|t| t.named());
         let backend = match self.inner.choice {
             ProbeChoice::NvidiaSmi => smi(None),
             ProbeChoice::RocmSmi => rocm(None),
+            ProbeChoice::NpuSmi => tool(Tool::NpuSmi, None),
+            ProbeChoice::XpuSmi => tool(Tool::XpuSmi, None),
+            ProbeChoice::MthreadsGmi => tool(Tool::MthreadsGmi, None),
             ProbeChoice::Auto if explicit_smi => smi(None),
             ProbeChoice::Auto if explicit_rocm => rocm(None),
+            ProbeChoice::Auto if explicit_tool.is_some() => {
+                tool(explicit_tool.expect("some"), None)
+            }
             ProbeChoice::Nvml => {
                 Backend::Nvml(nvml::Session::open(timeout()).map_err(ProbeError::from)?)
             }
@@ -304,9 +403,12 @@ impl Prober {
                 // Only the default library may be missing: a host without the driver's
                 // NVML still has nvidia-smi's answer (or its failure).
                 Err(nvml::OpenError::NotLoadable(why)) if nvml::library_named().is_none() => {
-                    // The vendor present: AMD's, when its compute driver shows a GPU.
+                    // The vendor present: AMD's, when its compute driver shows a GPU;
+                    // another's, when its driver's device files are there.
                     if rocm_smi::amd_gpu_present() {
                         rocm(Some(why))
+                    } else if let Some(t) = TOOLS.into_iter().find(|t| t.present()) {
+                        tool(t, Some(why))
                     } else {
                         smi(Some(why))
                     }

@@ -343,6 +343,7 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
                 other.index
             )));
         }
+        let sick = health(&d).map_err(|e| refused(at("nvmlDeviceGetFieldValues"))(e))?;
         let slices = slices(&d).map_err(|(call, e)| refused(at(call))(e))?;
         if slices.is_empty() {
             // A whole GPU: its utilisation is part of the verdict.
@@ -354,7 +355,7 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
                 return Err(strange(format!("utilization {utilization} is over 100")));
             }
             gpus.push(
-                unit(&d, index, uuid, None, Some(utilization), &mut apps).map_err(
+                unit(&d, (index, uuid, None), Some(utilization), sick, &mut apps).map_err(
                     |(call, message)| Refusal {
                         call: at(&call),
                         message,
@@ -377,14 +378,14 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
             if gpus.iter().any(|g| g.uuid == mig) {
                 return Err(strange(format!("MIG UUID {mig} appears twice")));
             }
-            gpus.push(
-                unit(s, index, mig, Some(uuid.clone()), None, &mut apps).map_err(
-                    |(call, message)| Refusal {
-                        call: at(&format!("MIG slice {j}: {call}")),
-                        message,
-                    },
-                )?,
-            );
+            // A slice is as sick as its GPU: the memory and the bus are the GPU's.
+            let named = (index, mig, Some(uuid.clone()));
+            gpus.push(unit(s, named, None, sick.clone(), &mut apps).map_err(
+                |(call, message)| Refusal {
+                    call: at(&format!("MIG slice {j}: {call}")),
+                    message,
+                },
+            )?);
         }
     }
     Ok((gpus, apps))
@@ -394,10 +395,9 @@ fn read(nvml: &Nvml) -> Result<Reading, Refusal> {
 /// added to `apps`. On a refusal: the call, and what it said.
 fn unit(
     d: &nvml_wrapper::Device<'_>,
-    index: u32,
-    uuid: String,
-    parent: Option<String>,
+    (index, uuid, parent): (u32, String, Option<String>),
     utilization: Option<u32>,
+    sick: Option<String>,
     apps: &mut Vec<ComputeApp>,
 ) -> Result<GpuState, (String, String)> {
     let refused = |call: &'static str| move |e: NvmlError| (call.to_string(), e.to_string());
@@ -439,5 +439,53 @@ fn unit(
         memory_used_mib: memory.used / MIB,
         memory_total_mib: memory.total / MIB,
         utilization,
+        sick,
     })
+}
+
+/// NVML's field IDs for the health signs (`nvml.h`: `NVML_FI_DEV_ECC_DBE_VOL_TOTAL`,
+/// `NVML_FI_DEV_RETIRED_PENDING`, `NVML_FI_DEV_REMAPPED_PENDING`,
+/// `NVML_FI_DEV_REMAPPED_FAILURE`), read in one call.
+const HEALTH_FIELDS: [u32; 4] = [4, 31, 144, 145];
+
+/// Why GPU `d` is sick, read in one `nvmlDeviceGetFieldValues` call; `None` when it is
+/// healthy, or when the driver does not know the call or a field (`NOT_SUPPORTED`,
+/// not sickness). A field the driver says its GPU is lost for makes it sick; any
+/// other error refuses the probe.
+fn health(d: &nvml_wrapper::Device<'_>) -> Result<Option<String>, NvmlError> {
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::structs::device::FieldId;
+    let ids = HEALTH_FIELDS.map(FieldId);
+    let samples = match d.field_values_for(&ids) {
+        Ok(s) => s,
+        Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => return Ok(None),
+        Err(NvmlError::FailedToLoadSymbol(_)) => return Ok(None),
+        Err(NvmlError::GpuLost) => return Ok(Some("the driver reports it lost".into())),
+        Err(e) => return Err(e),
+    };
+    let mut values: [Option<u64>; 4] = [None; 4];
+    for (slot, sample) in values.iter_mut().zip(samples) {
+        let value = match sample.map(|s| s.value) {
+            Ok(Ok(v)) => v,
+            Ok(Err(NvmlError::NotSupported)) | Err(NvmlError::NotSupported) => continue,
+            Ok(Err(NvmlError::GpuLost)) | Err(NvmlError::GpuLost) => {
+                return Ok(Some("the driver reports it lost".into()));
+            }
+            Ok(Err(e)) | Err(e) => return Err(e),
+        };
+        *slot = Some(match value {
+            SampleValue::U32(v) => u64::from(v),
+            SampleValue::U64(v) => v,
+            SampleValue::I64(v) => v.max(0) as u64,
+            SampleValue::F64(v) => v.max(0.0) as u64,
+        });
+    }
+    let [ecc, retired, pending, failure] = values;
+    Ok(super::health::NvidiaHealth {
+        ecc_uncorrected_volatile: ecc,
+        retired_pages_pending: retired.map(|v| v != 0),
+        remapped_rows_pending: pending.map(|v| v != 0),
+        remapped_rows_failure: failure.map(|v| v != 0),
+    }
+    .verdict())
 }

@@ -17,6 +17,12 @@ pub struct GpuState {
     /// Percent busy; `None` where the driver reports none: only ever a MIG slice's
     /// (the driver has no utilisation in MIG mode), whose processes and memory judge it.
     pub utilization: Option<u32>,
+    /// Why the driver reports the unit unhealthy (`2 uncorrected ECC errors since the
+    /// driver loaded`), `None` when it reads healthy or the card does not report it
+    /// (`[N/A]` is not sickness). A sick unit is leased to nobody (see
+    /// `pool::busy_reason`) until it reads healthy again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sick: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -251,6 +251,7 @@ pub fn parse_state(program: &str, out: &str) -> Result<BTreeMap<u32, GpuState>, 
                 memory_used_mib: used / MIB,
                 memory_total_mib: total / MIB,
                 utilization: Some(utilization as u32),
+                sick: None,
             },
         );
     }

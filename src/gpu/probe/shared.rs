@@ -221,6 +221,7 @@ mod tests {
                 memory_used_mib: used,
                 memory_total_mib: 81559,
                 utilization: Some(0),
+                sick: None,
             }],
             Vec::new(),
         )

@@ -11,10 +11,17 @@ use std::time::{Duration, Instant};
 
 use super::command::Query;
 use super::error::ProbeError;
+use super::health::NvidiaHealth;
 use super::reading::{ComputeApp, GpuHardware, GpuState};
 use crate::manifest::{is_gpu_uuid, is_mig_uuid};
 
-pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
+/// Each GPU's use and its health (see `super::health`), in one call.
+pub const QUERY_GPUS: &str = "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure";
+/// The same without the health fields, for a driver that does not know them (its
+/// answer: `Field "remapped_rows.pending" is not a valid field to query.`): the
+/// GPUs' health is then not read.
+pub const QUERY_GPUS_NO_HEALTH: &str =
+    "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu";
 pub const QUERY_APPS: &str = "--query-compute-apps=gpu_uuid,pid,used_memory";
 /// What each GPU is; `compute_cap` needs a driver of 2022 or later (R510).
 pub const QUERY_HARDWARE: &str =
@@ -69,7 +76,13 @@ pub fn probe(
     let gpus_out = gpus_query.finish(deadline, timeout);
     let apps_out = apps_query.finish(deadline, timeout);
     let list_out = list_query.map(|q| q.and_then(|q| q.finish(deadline, timeout)));
-    let read = parse_gpu_lines(program, &gpus_out?)?;
+    let read = match gpus_out {
+        Err(ProbeError::Failed { stderr, .. }) if stderr.contains("is not a valid field") => {
+            let out = start(program, QUERY_GPUS_NO_HEALTH)?.finish(deadline, timeout)?;
+            parse_gpu_lines(program, &out, false)?
+        }
+        out => parse_gpu_lines(program, &out?, true)?,
+    };
     // Only a host with a GPU in MIG mode pays for the list.
     let slices = if read.iter().any(|g| g.utilization.is_none()) {
         let out = match list_out {
@@ -340,17 +353,22 @@ fn number<T: std::str::FromStr>(
     })
 }
 
-/// The answer of [`QUERY_GPUS`] on a host without MIG: every GPU reports its
+/// The answer of [`QUERY_GPUS_NO_HEALTH`] on a host without MIG: every GPU reports its
 /// utilisation.
 #[cfg(test)]
 pub fn parse_gpus(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError> {
-    with_slices(program, parse_gpu_lines(program, out)?, &[])
+    with_slices(program, parse_gpu_lines(program, out, false)?, &[])
 }
 
-/// The answer of [`QUERY_GPUS`]: a GPU's utilisation is `None` where it reads `[N/A]`
-/// (a GPU in MIG mode: [`with_slices`] decides).
-fn parse_gpu_lines(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError> {
-    let q = QUERY_GPUS;
+/// The answer of [`QUERY_GPUS`] (of [`QUERY_GPUS_NO_HEALTH`] without `health`): a
+/// GPU's utilisation is `None` where it reads `[N/A]` (a GPU in MIG mode:
+/// [`with_slices`] decides).
+fn parse_gpu_lines(program: &str, out: &str, health: bool) -> Result<Vec<GpuState>, ProbeError> {
+    let q = if health {
+        QUERY_GPUS
+    } else {
+        QUERY_GPUS_NO_HEALTH
+    };
     let mut gpus = Vec::new();
     let mut uuids = HashSet::new();
     let mut indices = HashSet::new();
@@ -360,12 +378,16 @@ fn parse_gpu_lines(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError
         .filter(|(_, l)| !l.trim().is_empty())
     {
         let n = i + 1;
-        let f = fields(program, q, n, line, 5)?;
+        let f = fields(program, q, n, line, if health { 9 } else { 5 })?;
         let err = |reason: String| ProbeError::Parse {
             program: program.into(),
             query: q,
             line: n,
             reason,
+        };
+        let sick = match health {
+            true => NvidiaHealth::from_smi(&f[5..9]).map_err(err)?.verdict(),
+            false => None,
         };
         if !is_gpu_uuid(f[1]) {
             return Err(err(format!("`{}` is not a GPU UUID", f[1])));
@@ -381,6 +403,7 @@ fn parse_gpu_lines(program: &str, out: &str) -> Result<Vec<GpuState>, ProbeError
             memory_used_mib: number(program, q, n, "memory.used", f[2])?,
             memory_total_mib: number(program, q, n, "memory.total", f[3])?,
             utilization,
+            sick,
         };
         if let Some(u) = gpu.utilization.filter(|u| *u > 100) {
             return Err(err(format!("utilization.gpu {u} is over 100")));
@@ -506,6 +529,7 @@ mod tests {
         let read = parse_gpu_lines(
             "x",
             &format!("0, {U0}, 40, 143771, [N/A]\n1, {U1}, 0, 143771, 0\n"),
+            false,
         )
         .unwrap();
         let units = with_slices("x", read.clone(), &slices).unwrap();
@@ -536,6 +560,24 @@ mod tests {
         ] {
             assert!(parse_list("x", &bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn reads_each_gpus_health_in_the_same_query() {
+        let out = format!(
+            "0, {U0}, 0, 81559, 0, 0, [N/A], No, No\n1, {U1}, 0, 81559, 0, 3, [N/A], No, No\n"
+        );
+        let gpus = parse_gpu_lines("x", &out, true).unwrap();
+        assert_eq!(gpus[0].sick, None);
+        assert_eq!(
+            gpus[1].sick.as_deref(),
+            Some("3 uncorrected ECC errors since the driver loaded")
+        );
+        let odd = format!("0, {U0}, 0, 81559, 0, 0, [N/A], Perhaps, No\n");
+        let err = parse_gpu_lines("x", &odd, true).unwrap_err().to_string();
+        assert!(err.contains("remapped_rows.pending is `Perhaps`"), "{err}");
+        // Five columns where nine belong: refused.
+        assert!(parse_gpu_lines("x", &format!("0, {U0}, 0, 81559, 0"), true).is_err());
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Vendor for Amd {
             requests: Vec::new(),
             groups,
             env: self.host_env(units),
+            mounts: Vec::new(),
         })
     }
 
@@ -186,7 +187,7 @@ impl Machine {
 }
 
 /// The device numbers a sysfs `dev` file gives (`226:128`).
-fn dev_numbers(path: &Path) -> Result<u64, String> {
+pub(super) fn dev_numbers(path: &Path) -> Result<u64, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (major, minor) = text
         .trim()
@@ -197,7 +198,7 @@ fn dev_numbers(path: &Path) -> Result<u64, String> {
 }
 
 /// The PCI address a sysfs class entry's `device` link names (`0000:c1:00.0`).
-fn pci_of(entry: &Path) -> Result<String, String> {
+pub(super) fn pci_of(entry: &Path) -> Result<String, String> {
     let link = entry.join("device");
     let target = std::fs::read_link(&link).map_err(|e| format!("{}: {e}", link.display()))?;
     target
@@ -207,7 +208,7 @@ fn pci_of(entry: &Path) -> Result<String, String> {
 }
 
 /// Whether `path` is a character device (not a link to one) of numbers `rdev`.
-fn check_node(path: &Path, rdev: u64) -> Result<(), String> {
+pub(super) fn check_node(path: &Path, rdev: u64) -> Result<(), String> {
     let md = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if !md.file_type().is_char_device() {
         return Err(format!("{} is not a character device", path.display()));

@@ -28,6 +28,15 @@ pub struct DeviceNode {
     pub container: String,
 }
 
+/// A host path of the vendor's driver given to a container read-only, as its container
+/// runtime gives it (Ascend's user-space libraries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOnlyMount {
+    pub host: PathBuf,
+    /// Where the container sees it (the host's own path).
+    pub container: String,
+}
+
 /// A request to the engine's GPU runtime, in the engine's terms (`--gpus`, CDI).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceRequest {
@@ -52,6 +61,8 @@ pub struct Handover {
     /// The variables that say which units the batch sees; they replace any of
     /// [`VISIBILITY_VARIABLES`] the batch's environment holds.
     pub env: Vec<(String, String)>,
+    /// The driver's files bound in read-only.
+    pub mounts: Vec<ReadOnlyMount>,
 }
 
 impl Handover {
@@ -65,17 +76,28 @@ impl Handover {
             }
         }
         self.env.extend(other.env);
+        for m in other.mounts {
+            if !self.mounts.contains(&m) {
+                self.mounts.push(m);
+            }
+        }
     }
 }
 
 /// The variables that say which GPUs a process sees, each vendor's: a leased batch's
 /// are cibox's alone.
-pub const VISIBILITY_VARIABLES: [&str; 5] = [
+pub const VISIBILITY_VARIABLES: [&str; 11] = [
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
     "GPU_DEVICE_ORDINAL",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "ASCEND_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    "ONEAPI_DEVICE_SELECTOR",
+    "MUSA_VISIBLE_DEVICES",
+    "MTHREADS_VISIBLE_DEVICES",
 ];
 
 /// Why leased units cannot be handed over: nothing is started with them.

@@ -5,17 +5,23 @@
 //!
 //! Each vendor is one file here implementing [`Vendor`], listed in [`VENDORS`]; its
 //! probe backend (what it reports, read into the one reading every backend gives) is
-//! in `gpu::probe`. A third kind (Intel's, Ascend's) is a file here and a backend
-//! there.
+//! in `gpu::probe`. Another kind is a file here and a backend there.
 //!
 //! The rooms, from the bottom up; each imports only those below it:
 //!
 //! - [`handover`]: what a vendor gives, and the [`Vendor`] each implements;
 //! - [`nvidia`]: whole GPUs and MIG slices, by UUID, through the engine's GPU runtime;
-//! - [`amd`]: `/dev/kfd` and each GPU's own render (and card) nodes, found in sysfs.
+//! - [`amd`]: `/dev/kfd` and each GPU's own render (and card) nodes, found in sysfs;
+//! - [`ascend`]: each NPU chip's own `/dev/davinciN`, the driver's shared nodes and its
+//!   user space read-only;
+//! - [`intel`]: each GPU's own render and card nodes, found in sysfs by PCI address;
+//! - [`mthreads`]: each GPU's own `/dev/mtgpu.N`.
 
 pub mod amd;
+pub mod ascend;
 pub mod handover;
+pub mod intel;
+pub mod mthreads;
 pub mod nvidia;
 
 pub use handover::{Handover, HandoverError, VISIBILITY_VARIABLES, Vendor};
@@ -24,7 +30,13 @@ use super::pool::PoolGpu;
 use crate::manifest::GpuDriver;
 
 /// Every vendor cibox hands units of over.
-pub const VENDORS: [&dyn Vendor; 2] = [&nvidia::Nvidia, &amd::Amd];
+pub const VENDORS: [&dyn Vendor; 5] = [
+    &nvidia::Nvidia,
+    &amd::Amd,
+    &ascend::Ascend,
+    &intel::Intel,
+    &mthreads::MooreThreads,
+];
 
 /// A vendor and its units of a lease.
 type Share = (&'static dyn Vendor, Vec<PoolGpu>);

@@ -40,6 +40,7 @@ impl Vendor for Nvidia {
             devices: Vec::new(),
             requests: vec![request],
             groups: Vec::new(),
+            mounts: Vec::new(),
         })
     }
 

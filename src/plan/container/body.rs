@@ -73,6 +73,15 @@ impl ContainerPlan {
             self.tmpfs_volume("/reports", self.reports_size, "0700", ",noexec"),
         ];
         mounts.extend(self.host_mounts(recursive_read_only));
+        // The GPU driver's files its vendor's runtime binds (Ascend's user space),
+        // read-only as the batch's own host mounts are.
+        mounts.extend(gpus.mounts.iter().map(|m| {
+            read_only_bind(
+                &m.host.display().to_string(),
+                &m.container,
+                recursive_read_only,
+            )
+        }));
         let ulimits: Vec<ResourcesUlimits> = self
             .ulimits
             .iter()
@@ -183,24 +192,35 @@ impl ContainerPlan {
     /// the mounts below it writable, so only the folder itself is bound (and a run
     /// refuses sources holding mounts: they would be missing).
     fn host_mounts(&self, recursive_read_only: bool) -> impl Iterator<Item = Mount> + '_ {
-        self.mounts.iter().map(move |m| Mount {
-            typ: Some(MountType::BIND),
-            source: Some(m.host_path.display().to_string()),
-            target: Some(m.target.clone()),
-            read_only: Some(true),
-            bind_options: Some(if recursive_read_only {
-                MountBindOptions {
-                    read_only_force_recursive: Some(true),
-                    ..Default::default()
-                }
-            } else {
-                MountBindOptions {
-                    non_recursive: Some(true),
-                    ..Default::default()
-                }
-            }),
-            ..Default::default()
+        self.mounts.iter().map(move |m| {
+            read_only_bind(
+                &m.host_path.display().to_string(),
+                &m.target,
+                recursive_read_only,
+            )
         })
+    }
+}
+
+/// A read-only bind of `source` at `target`: all the way down where the engine can.
+fn read_only_bind(source: &str, target: &str, recursive_read_only: bool) -> Mount {
+    Mount {
+        typ: Some(MountType::BIND),
+        source: Some(source.to_string()),
+        target: Some(target.to_string()),
+        read_only: Some(true),
+        bind_options: Some(if recursive_read_only {
+            MountBindOptions {
+                read_only_force_recursive: Some(true),
+                ..Default::default()
+            }
+        } else {
+            MountBindOptions {
+                non_recursive: Some(true),
+                ..Default::default()
+            }
+        }),
+        ..Default::default()
     }
 }
 

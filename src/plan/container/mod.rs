@@ -366,7 +366,9 @@ fn environment(
             .filter(|(k, _)| batch.container.pass_env.contains(k))
             .map(|(k, v)| (k.clone(), v.clone())),
     );
-    env.insert("HOME".into(), "/tmp".into());
+    // The manifest's HOME (checked absolute), else `/tmp`: never the host's (`pass_env`
+    // may not name it).
+    env.entry("HOME".into()).or_insert_with(|| "/tmp".into());
     env.insert("CIBOX_REPORTS".into(), "/reports".into());
     env.insert("CIBOX_BATCH".into(), batch_name.into());
     env.insert("CIBOX_FAST".into(), if id.fast { "1" } else { "0" }.into());

@@ -52,22 +52,27 @@ pub(super) fn script(install: &[String], batch: &Batch) -> String {
         from = FROM_SNAPSHOT,
         at = SNAPSHOT_PATH
     ));
-    let steps = install
+    for cmd in install {
+        step(&mut s, "install", cmd);
+    }
+    // The batch's own folder for its steps (`working_dir`), once the source is
+    // installed; one it lacks fails the batch, said.
+    if let Some(dir) = &batch.working_dir {
+        let q = sh_quote(dir);
+        s.push_str(&format!(
+            "cd -- {q} || {{ echo {} >&2; exit 1; }}\n",
+            sh_quote(&format!(
+                "cibox: working_dir {dir}: no such folder in the container"
+            ))
+        ));
+    }
+    let steps = batch
+        .preflight
         .iter()
-        .map(|c| ("install", c))
-        .chain(batch.preflight.iter().map(|c| ("preflight", c)))
+        .map(|c| ("preflight", c))
         .chain(batch.run.iter().map(|c| ("run", c)));
     for (phase, cmd) in steps {
-        s.push_str(&format!(
-            "echo {} >&2\n",
-            sh_quote(&format!("cibox {phase}: {cmd}"))
-        ));
-        s.push_str(cmd);
-        // A step's status is its last command's, even where `set -e` looks away (the
-        // left of `&&` or `||`, after `!`): `false && echo ok` fails the step.
-        s.push_str(
-            "\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n",
-        );
+        step(&mut s, phase, cmd);
     }
     // Said only of a folder the batch can list (it is the batch's: one it made
     // unreadable is copied as before), by the shell alone: no process to start.
@@ -81,6 +86,18 @@ pub(super) fn script(install: &[String], batch: &Batch) -> String {
         sh_quote(REPORTS_EMPTY)
     ));
     s
+}
+
+/// One step of the script: announced, then run, its status the script's when it fails.
+fn step(s: &mut String, phase: &str, cmd: &str) {
+    s.push_str(&format!(
+        "echo {} >&2\n",
+        sh_quote(&format!("cibox {phase}: {cmd}"))
+    ));
+    s.push_str(cmd);
+    // A step's status is its last command's, even where `set -e` looks away (the
+    // left of `&&` or `||`, after `!`): `false && echo ok` fails the step.
+    s.push_str("\n__cibox_status=$?; [ \"$__cibox_status\" -eq 0 ] || exit \"$__cibox_status\"\n");
 }
 
 /// The container's first process: waits on its standard input (kept open by the

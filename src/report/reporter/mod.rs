@@ -92,6 +92,7 @@ pub(crate) mod sample {
                 index: 0,
                 uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
                 node: None,
+                sick: None,
             }],
             host: "gpu-host".into(),
             scope: "gh-1-1".into(),

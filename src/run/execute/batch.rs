@@ -260,6 +260,7 @@ impl Execution<'_> {
                 gpu_wait,
             },
         );
+        self.name_sick_gpus(&mut record);
         // Its container is gone: a trusted layer of a batch that passed is kept.
         if let Some(caches) = watched.caches.borrow_mut().take() {
             record.caches = self.finish_caches(
@@ -292,6 +293,40 @@ impl Execution<'_> {
             record_path: b.dir.join("result.json"),
             container_left: watched.container_left.get(),
         })
+    }
+
+    /// After an infrastructure error: the batch's GPUs that the driver now reads
+    /// unhealthy are named in its record and its message (a retry leases anew, and a
+    /// sick GPU is leased to nobody). A probe that fails adds nothing: the error
+    /// stands as it was.
+    fn name_sick_gpus(&self, record: &mut RunRecord) {
+        if record.status != Status::InfraError || record.gpus.is_empty() {
+            return;
+        }
+        let Ok(snap) = self.prober.probe() else {
+            return;
+        };
+        let mut said = Vec::new();
+        for g in &mut record.gpus {
+            g.sick = snap
+                .gpus
+                .iter()
+                .find(|s| s.uuid == g.uuid)
+                .and_then(|s| s.sick.clone());
+            if let Some(why) = &g.sick {
+                said.push(format!(
+                    "GPU {} ({}) reads unhealthy: {why}",
+                    g.index, g.uuid
+                ));
+            }
+        }
+        if !said.is_empty() {
+            let said = said.join("; ");
+            record.message = Some(match record.message.take() {
+                Some(m) => format!("{m}; {said}"),
+                None => said,
+            });
+        }
     }
 
     /// Says that a step of the batch is done or under way (what `-v` shows).
@@ -545,6 +580,7 @@ impl Execution<'_> {
                     index: g.index,
                     uuid: g.uuid.clone(),
                     node: plan.node.as_ref().map(|n| n.node.clone()),
+                    sick: None,
                 })
                 .collect(),
             // On a Slurm node the run's, not the task's own (see `NodeRole::task_run_id`).

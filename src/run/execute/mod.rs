@@ -136,7 +136,7 @@ fn execute_with(
         },
         source: &source,
         hardware,
-        first: FirstFailure::new(plan.fail_fast),
+        first: FirstFailure::new(plan.fail_fast, plan.warmup.clone()),
         snapshots: &no_snapshots,
     };
     run.emit(EventKind::RunStarted {

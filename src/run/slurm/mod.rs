@@ -78,7 +78,7 @@ pub fn execute(
             .map(|(name, l)| (name.clone(), l.digest.clone()))
             .collect(),
         reporter: Mutex::new(reporter),
-        first: FirstFailure::new(plan.fail_fast),
+        first: FirstFailure::new(plan.fail_fast, plan.warmup.clone()),
     };
     run.emit(EventKind::RunStarted {
         plan,

@@ -5,8 +5,10 @@
 
 mod cli;
 mod engine;
+mod engine_proxy;
 mod fuse;
 mod gpus;
+mod npus;
 mod policy;
 mod processes;
 mod projects;
@@ -14,8 +16,10 @@ mod slurm;
 
 pub use cli::*;
 pub use engine::*;
+pub use engine_proxy::*;
 pub use fuse::*;
 pub use gpus::*;
+pub use npus::*;
 pub use policy::*;
 pub use processes::*;
 pub use projects::*;

@@ -8,6 +8,7 @@ use crate::common::*;
 mod build_args;
 mod build_caches;
 mod buildkit;
+mod faults;
 mod hidden;
 mod hostile;
 mod leftovers;

@@ -20,6 +20,9 @@
 //!   `<its GPU's name> MIG <profile>`, with its own memory and processes (`apps.csv`
 //!   rows naming its UUID); neither a slice nor a GPU in MIG mode has a utilisation.
 //!
+//! - Health: `health.csv` (see [`nvmlDeviceGetFieldValues`]), as the nvidia-smi fixture
+//!   reads it.
+//!
 //! Under an emulated Slurm node (`SLURMD_NODENAME` set), `nodes/<node>/` in the folder,
 //! when it exists, is that node's own state folder.
 //!
@@ -573,4 +576,74 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
             used_gpu_memory,
         })
     }
+}
+
+/// nvmlFieldValue_t.
+#[repr(C)]
+pub struct FieldValue {
+    field_id: c_uint,
+    scope_id: c_uint,
+    timestamp: i64,
+    latency_usec: i64,
+    value_type: c_uint,
+    nvml_return: Ret,
+    value: u64,
+}
+
+/// `health.csv`, one line a GPU: `index, ecc.errors.uncorrected.volatile.total,
+/// retired_pages.pending, remapped_rows.pending, remapped_rows.failure`, as the nvidia-smi
+/// fixture reads it (numbers, `Yes`/`No`, `[N/A]` for a field the card does not support;
+/// `lost` as the ECC count: the driver reports that GPU lost on these fields). A GPU without
+/// a line reads as a healthy H100: `0, [N/A], No, No`.
+fn health_of(dir: &Path, index: &str) -> [String; 4] {
+    let row = rows(dir, "health.csv")
+        .into_iter()
+        .find(|r| r.len() == 5 && r[0] == index);
+    match row {
+        Some(r) => [r[1].clone(), r[2].clone(), r[3].clone(), r[4].clone()],
+        None => ["0", "[N/A]", "No", "No"].map(String::from),
+    }
+}
+
+/// The health fields cibox asks (`NVML_FI_DEV_ECC_DBE_VOL_TOTAL`, `_RETIRED_PENDING`,
+/// `_REMAPPED_PENDING`, `_REMAPPED_FAILURE`), each answered with its own return code, as
+/// NVML does; any other field is Not Supported.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: Device,
+    count: c_int,
+    values: *mut FieldValue,
+) -> Ret {
+    query(device, |dir, gpu| {
+        if values.is_null() || count < 0 {
+            return Err(INVALID_ARGUMENT);
+        }
+        let index = gpu.index.map(|i| i.to_string()).unwrap_or_default();
+        let health = health_of(dir, &index);
+        let values = unsafe { std::slice::from_raw_parts_mut(values, count as usize) };
+        for v in values {
+            let text = match v.field_id {
+                4 => Some(&health[0]),
+                31 => Some(&health[1]),
+                144 => Some(&health[2]),
+                145 => Some(&health[3]),
+                _ => None,
+            };
+            let (ret, value) = match text.map(String::as_str) {
+                _ if health[0] == "lost" => (GPU_IS_LOST, 0),
+                None => (NOT_SUPPORTED, 0),
+                Some(t) if t.starts_with('[') => (NOT_SUPPORTED, 0),
+                Some("Yes") => (SUCCESS, 1),
+                Some("No") => (SUCCESS, 0),
+                Some(t) => match t.parse::<u64>() {
+                    Ok(n) => (SUCCESS, n),
+                    Err(_) => (UNKNOWN, 0),
+                },
+            };
+            v.nvml_return = ret;
+            v.value_type = 3; // NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            v.value = value;
+        }
+        Ok(())
+    })
 }

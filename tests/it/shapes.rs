@@ -1,0 +1,280 @@
+//! Issue 46: the shapes large CIs decide at run time, written as their maintainers
+//! would and rendered for both CIs (GitHub's lint, Buildkite's schema), and run through
+//! the engine: a batch's working folder, its queue beside its GPU model, manual (block)
+//! steps, its HOME, `est_time: 0s`, a layer's warm-up once per part and the budget that
+//! sizes its parts.
+
+use crate::common::*;
+
+/// vLLM's steps as `.buildkite/test_areas/*.yaml` (local-inference-lab/vllm 9aaf83ef5)
+/// writes them: `compile.yaml:42-51` (AsyncTP on B200: `working_dir: "/vllm-workspace/"`,
+/// `device: b200-k8s`, `optional: true`, 2 devices), `compile.yaml:53-58` (2×H100, a
+/// change group), `docker.yaml:7` (`device: cpu-small`), `lora.yaml:14`
+/// (`parallelism: 4`, still `meta` here); SGLang's stage of 30 minutes
+/// (`.github/workflows/pr-test.yml:356`, sglang 8905cbd42) with its DeepGEMM warm-up
+/// (`.github/workflows/_pr-test-stage.yml:131-137`) and a file of `est_time=0`
+/// (`test/registered/unit/entrypoints/openai/utils.py:31`).
+const MANIFEST: &str = r#"version: 1
+project: vllm
+image: {locks: [cibox.yaml]}
+defaults: {timeout: 50m, run: ["pytest -v -s $CIBOX_TEST_FILE"], working_dir: tests}
+batches:
+  asynctp-correctness-tests-b200:
+    gpus: 2
+    gpu_model: "*B200*"
+    queue: b200-k8s
+    working_dir: /vllm-workspace/
+    manual: true
+    env: {VLLM_TEST_CLEAN_GPU_MEMORY: "1"}
+    run: ["pytest -v -s tests/compile/correctness_e2e/test_async_tp.py"]
+  distributed-compile-unit-tests-2xh100:
+    gpus: 2
+    gpu_model: "*H100*"
+    timeout: 20m
+    run: ["pytest -v -s compile/distributed"]
+  docker-build-check:
+    gpus: 0
+    queue: cpu-small
+    timeout: 10m
+    run: ["bash ../.buildkite/scripts/check-dockerfile.sh"]
+  deepgemm-warmup:
+    gpus: 1
+    gpu_model: "*H100*"
+    est_time: 2m
+    run: ["python3 scripts/ci/cuda/warmup_deep_gemm.py lmsys/sglang-ci-dsv3-test:4"]
+  test-utils: {gpus: 1, gpu_model: "*H100*", est_time: 0s}
+  test-a: {gpus: 1, gpu_model: "*H100*", est_time: 10m}
+  test-b: {gpus: 1, gpu_model: "*H100*", est_time: 12m}
+  test-c: {gpus: 1, gpu_model: "*H100*", est_time: 9m}
+  test-d: {gpus: 1, gpu_model: "*H100*", est_time: 8m}
+layers:
+  compile: {batches: [asynctp-correctness-tests-b200, distributed-compile-unit-tests-2xh100, docker-build-check]}
+  stage-b: {batches: [test-utils, test-a, test-b, test-c, test-d], warmup: deepgemm-warmup, budget: 30m}
+workflows:
+  buildkite: .buildkite
+"#;
+
+/// ci-infra's pipeline as `buildkite/pipeline_generator/buildkite_step.py` builds it
+/// (cb564ad): a block step before an optional step (`:319`, `:477-487`), `cd` into the
+/// working folder before the commands (`:197-200`), the queue by device (`constants.py:10-13`).
+const PIPELINE: &str = r#"steps:
+  - label: ":docker: build image"
+    key: image-build
+    command: cibox image build
+    agents: {queue: cpu_queue_premerge}
+<% for b in layers.compile.batch_list %>
+<% if b.manual %>
+  - block: "Run << b.name >>"
+    key: block-<< b.name >>
+    depends_on: image-build
+<% endif %>
+  - label: << b.name | yaml >>
+    key: << b.name >>
+    depends_on: [image-build<% if b.manual %>, block-<< b.name >><% endif %>]
+    agents: {queue: << (b.queue or b.gpu_model_label or "cpu_queue_premerge") | yaml >>}
+    command: cibox batch run << b.name | shell >> --wait 10m
+    timeout_in_minutes: << b.timeout_minutes >>
+<% endfor %>
+<% set stage = layers["stage-b"] %>
+  - label: "stage-b (%n/<< stage.parts >>), warm-up << stage.warmup.name >>"
+    key: stage-b
+    depends_on: image-build
+    agents: {queue: << stage.gpu_models[0] | yaml >>}
+    parallelism: << stage.parts >>
+    command: cibox layer run stage-b --wait 10m
+    timeout_in_minutes: << stage.budget_minutes >>
+"#;
+
+/// The same for GitHub: a manual batch runs on `workflow_dispatch`, when a person picks
+/// it (GitHub has no block step; an environment with required reviewers is the other
+/// way); the queue is the runner label beside `self-hosted`.
+const WORKFLOW: &str = r#"name: << project >> compile
+on:
+  push:
+    branches: [main]
+  workflow_dispatch:
+    inputs:
+      manual:
+        description: A manual batch to run
+        type: choice
+        options: << layers.compile.batch_list | selectattr("manual") | map(attribute="name") | list | tojson >>
+permissions:
+  contents: read
+jobs:
+<% for b in layers.compile.batch_list %>
+  << b.name >>:
+<% if b.manual %>
+    if: github.event_name == 'workflow_dispatch' && inputs.manual == << b.name | ghstr >>
+<% endif %>
+    runs-on: [self-hosted, << (b.queue or b.gpu_model_label or "cpu") >>]
+    timeout-minutes: << b.timeout_minutes + 15 >>
+    steps:
+      - uses: actions/checkout@v4
+      - run: cibox batch run << b.name | shell >> --wait 10m
+<% endfor %>
+  stage-b:
+    runs-on: [self-hosted, h100]
+    timeout-minutes: << layers["stage-b"].budget_minutes >>
+    strategy:
+      fail-fast: false
+      matrix:
+        part: << range(1, layers["stage-b"].parts + 1) | list | tojson >>
+    steps:
+      - uses: actions/checkout@v4
+      - run: cibox layer run stage-b --partition ${{ matrix.part }}/<< layers["stage-b"].parts >> --wait 10m
+"#;
+
+#[test]
+fn vllm_and_sglang_shapes_render_for_buildkite_and_github() {
+    let p = Project::new(MANIFEST);
+    p.write(".buildkite/pipeline.yml.j2", PIPELINE);
+    p.write(".github/workflows/compile.yml.j2", WORKFLOW);
+    let r = p.cibox(&["workflow", "render"]);
+    r.ok();
+    let bk = std::fs::read_to_string(p.path().join(".buildkite/pipeline.yml")).unwrap();
+    for want in [
+        "  - block: \"Run asynctp-correctness-tests-b200\"",
+        "    depends_on: [image-build, block-asynctp-correctness-tests-b200]",
+        "    agents: {queue: \"b200-k8s\"}",
+        "    agents: {queue: \"h100\"}",
+        "    agents: {queue: \"cpu-small\"}",
+        // 39 minutes of tests (0s, 10m, 12m, 9m, 8m) in parts of 30 × 3/4 − 2 = 20.5
+        // minutes: 2 parts, as SGLang's compute_partitions.py:169 sizes them.
+        "    parallelism: 2",
+        "warm-up deepgemm-warmup",
+        "    timeout_in_minutes: 30",
+    ] {
+        assert!(bk.contains(want), "{want} missing from:\n{bk}");
+    }
+    // Only the manual step is blocked.
+    assert_eq!(bk.matches("- block:").count(), 1, "{bk}");
+    let gh = std::fs::read_to_string(p.path().join(".github/workflows/compile.yml")).unwrap();
+    for want in [
+        "options: [\"asynctp-correctness-tests-b200\"]",
+        "    if: github.event_name == 'workflow_dispatch' && inputs.manual == 'asynctp-correctness-tests-b200'",
+        "    runs-on: [self-hosted, b200-k8s]",
+        "    runs-on: [self-hosted, cpu-small]",
+        "        part: [1, 2]",
+        "--partition ${{ matrix.part }}/2",
+    ] {
+        assert!(gh.contains(want), "{want} missing from:\n{gh}");
+    }
+    p.cibox(&["workflow", "render", "--check"]).ok();
+    p.cibox(&["workflow", "lint"]).ok();
+}
+
+#[test]
+fn a_queue_or_folder_a_ci_cannot_take_is_refused_with_one_line() {
+    let p = Project::new(&MANIFEST.replace("queue: b200-k8s", "queue: \"b200\\nk8s\""));
+    let r = p.cibox(&["workflow", "render"]);
+    r.fails_with(
+        2,
+        "batches.asynctp-correctness-tests-b200.queue: `b200\\nk8s` is not a queue name",
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    let p =
+        Project::new(&MANIFEST.replace("working_dir: /vllm-workspace/", "working_dir: ../../etc"));
+    p.cibox(&["workflow", "render"]).fails_with(
+        2,
+        "batches.asynctp-correctness-tests-b200.working_dir: `../../etc`: holds `..`",
+    );
+    let p = Project::new(&MANIFEST.replace("budget: 30m", "budget: 2m"));
+    p.cibox(&["workflow", "render"])
+        .fails_with(2, "layers.stage-b.budget: must leave room for the tests");
+}
+
+fn step(name: &str, extra: &str, run: &str) -> String {
+    format!("  {name}:\n    gpus: 0\n    timeout: 1m\n{extra}    run: [{run:?}, {JUNIT_OK:?}]\n")
+}
+
+#[test]
+fn a_batch_runs_in_its_working_dir_with_the_home_it_asks() {
+    let p = busybox_project(
+        &format!(
+            "{}{}{}",
+            step(
+                "here",
+                "    working_dir: sub/dir\n    env: {HOME: /work/home}\n",
+                "mkdir -p /work/home && [ \"$(pwd)\" = /work/sub/dir ] && [ \"$HOME\" = /work/home ]"
+            ),
+            step(
+                "plain",
+                "",
+                "[ \"$(pwd)\" = /work ] && [ \"$HOME\" = /tmp ]"
+            ),
+            step("nowhere", "    working_dir: /nope\n", "true"),
+        ),
+        "",
+    );
+    p.project.write("sub/dir/.keep", "");
+    run(&mut p.batch_cmd(&["batch", "run", "here", "plain"])).ok();
+    let r = run(&mut p.batch_cmd(&["batch", "run", "nowhere"]));
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("cibox: working_dir /nope: no such folder in the container")
+            || r.stderr
+                .contains("cibox: working_dir /nope: no such folder in the container"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+#[test]
+fn a_layers_warm_up_runs_first_in_every_part_and_a_failed_one_stops_the_part() {
+    let p = busybox_project(
+        &format!(
+            "{}{}{}{}",
+            step("warm", "    est_time: 1m\n", "true"),
+            step("a", "    est_time: 5m\n", "true"),
+            step("b", "    est_time: 5m\n", "true"),
+            step("z", "    est_time: 0s\n", "true"),
+        ),
+        "layers:\n  stage: {batches: [a, b, z], warmup: warm, budget: 10m}\n",
+    );
+    let ran = |args: &[&str]| -> Vec<String> {
+        let r = run(&mut p.batch_cmd(args));
+        r.ok();
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        v["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["batch"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let one = ran(&[
+        "--json",
+        "layer",
+        "run",
+        "stage",
+        "--partition",
+        "1/2",
+        "--parallel",
+    ]);
+    let two = ran(&["--json", "layer", "run", "stage", "--partition", "2/2"]);
+    assert_eq!(one[0], "warm", "{one:?}");
+    assert_eq!(two[0], "warm", "{two:?}");
+    let mut all: Vec<String> = one[1..].iter().chain(&two[1..]).cloned().collect();
+    all.sort();
+    assert_eq!(all, ["a", "b", "z"]);
+    // A warm-up that fails: the part's batches do not start, each saying why.
+    p.project.write(
+        "cibox.yaml",
+        std::fs::read_to_string(p.project.path().join("cibox.yaml"))
+            .unwrap()
+            .replacen("run: [\"true\"", "run: [\"exit 3\"", 1),
+    );
+    let r = run(&mut p.batch_cmd(&["--json", "layer", "run", "stage", "--parallel"]));
+    assert_ne!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("the layer's warm-up, batch warm, did not pass")
+            || r.stderr
+                .contains("the layer's warm-up, batch warm, did not pass"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
