@@ -100,8 +100,12 @@ impl RunLayers {
         std::fs::DirBuilder::new().mode(0o755).create(&upper)?;
         std::os::unix::fs::chown(&upper, Some(uid), Some(gid))?;
         std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::DirBuilder::new().mode(0o700).create(layer.work())?;
-        std::fs::DirBuilder::new().mode(0o755).create(layer.lower())?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(layer.work())?;
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(layer.lower())?;
         Ok(layer)
     }
 }
@@ -110,7 +114,12 @@ impl RunLayers {
     /// Mounts a tmpfs holding the tar `archive` (the source, owned by `uid`:`gid`),
     /// written by cibox before any container sees it: the lower layer of the overlays
     /// of the batches running as that user, for the run's life. Where it lies.
-    pub fn lower(&self, uid: u32, gid: u32, archive: impl std::io::Read) -> std::io::Result<String> {
+    pub fn lower(
+        &self,
+        uid: u32,
+        gid: u32,
+        archive: impl std::io::Read,
+    ) -> std::io::Result<String> {
         let at = self.dir.join(format!("lower-{uid}-{gid}"));
         std::fs::DirBuilder::new().mode(0o700).create(&at)?;
         let layer = WorkLayer { at };
@@ -255,7 +264,9 @@ mod tests {
 
     #[test]
     fn only_a_plain_absolute_path_goes_into_an_overlays_options() {
-        assert!(plain_path("/var/lib/docker/volumes/cibox-p-s.source-0123-1-1/_data"));
+        assert!(plain_path(
+            "/var/lib/docker/volumes/cibox-p-s.source-0123-1-1/_data"
+        ));
         assert!(!plain_path("relative/_data"));
         assert!(!plain_path("/a,upperdir=/etc"));
         assert!(!plain_path("/a:/b"));
@@ -290,7 +301,10 @@ mod tests {
         let at = layer.at.clone();
         assert!(mounted(&at));
         let md = std::fs::metadata(layer.upper()).unwrap();
-        assert_eq!((md.uid(), md.gid(), md.mode() & 0o7777), (4242, 4343, 0o755));
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777),
+            (4242, 4343, 0o755)
+        );
         // Past its size, a write fails.
         let big = vec![0u8; 2 << 20];
         let wrote = std::fs::write(layer.upper().join("big"), &big);
@@ -313,7 +327,11 @@ mod tests {
         // mounted, its lock free (nobody holds the file).
         let dead = base.path().join("00000000000000bb");
         let left_at = dead.join("0");
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&left_at).unwrap();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&left_at)
+            .unwrap();
         File::create(dead.join(LOCK)).unwrap();
         mount(
             Some("tmpfs"),
@@ -353,11 +371,14 @@ mod tests {
         let mut h = tar::Header::new_gnu();
         h.set_size(1);
         h.set_mode(0o644);
-        tar.append_data(&mut h, "out/cibox-test-written-through", &b"x"[..]).unwrap();
+        tar.append_data(&mut h, "out/cibox-test-written-through", &b"x"[..])
+            .unwrap();
         let bytes = tar.into_inner().unwrap();
         assert!(layers.lower(4242, 4343, &bytes[..]).is_err());
         assert!(!Path::new("/etc/cibox-test-written-through").exists());
-        let at = layers.lower(4242, 4343, &bytes[..bytes.len() / 3]).map(PathBuf::from);
+        let at = layers
+            .lower(4242, 4343, &bytes[..bytes.len() / 3])
+            .map(PathBuf::from);
         // A truncated archive fails too; one made whole holds the file, its owner kept.
         assert!(at.is_err());
         let mut tar = tar::Builder::new(Vec::new());

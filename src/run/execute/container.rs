@@ -65,10 +65,14 @@ impl Execution<'_> {
         loop {
             let work = self
                 .snapshots
-                .work(b.user, b.container.disk(), self.source, &mut |d| self.said(d));
+                .work(b.user, b.container.disk(), self.source, &mut |d| {
+                    self.said(d)
+                });
             // An engine that would not mount the overlay: the run's overlays are
             // refused, and the batch goes again with a copy.
-            if let Some(end) = self.one_container(b, &handover, lease_fds, watched, attempt, work)? {
+            if let Some(end) =
+                self.one_container(b, &handover, lease_fds, watched, attempt, work)?
+            {
                 return Ok(end);
             }
         }

@@ -107,7 +107,9 @@ fn the_snapshot_is_unchanged_while_a_batch_writes_and_nothing_outlives_a_killed_
                 "writer",
                 0,
                 "10m",
-                &["echo changed > kept.txt && rm gone.txt && echo made > made.txt && touch done && sleep 600"],
+                &[
+                    "echo changed > kept.txt && rm gone.txt && echo made > made.txt && touch done && sleep 600"
+                ],
                 ""
             ),
             batch("after", 0, "1m", &["true"], "    allow_empty: true\n")
@@ -145,7 +147,9 @@ fn the_snapshot_is_unchanged_while_a_batch_writes_and_nothing_outlives_a_killed_
     let overlays = mounts_naming("upperdir=/run/cibox/work/");
     let run = BusyboxProject::inspect(&container, "{{index .Config.Labels \"org.cibox.run\"}}");
     assert!(
-        overlays.iter().any(|m| m.contains(&format!("/run/cibox/work/{run}/"))),
+        overlays
+            .iter()
+            .any(|m| m.contains(&format!("/run/cibox/work/{run}/"))),
         "no overlay of run {run}: {overlays:?}"
     );
     // Of the run's folder, only its lock and the snapshot beneath the overlays (a
@@ -172,14 +176,21 @@ fn the_snapshot_is_unchanged_while_a_batch_writes_and_nothing_outlives_a_killed_
     cibox.wait().unwrap();
     assert!(wait_until(15, || p.containers().is_empty()));
     assert!(
-        wait_until(10, || mounts_naming(&format!("upperdir=/run/cibox/work/{run}/")).is_empty()),
+        wait_until(10, || mounts_naming(&format!(
+            "upperdir=/run/cibox/work/{run}/"
+        ))
+        .is_empty()),
         "the overlay outlived its container"
     );
     // Its folder (its lock free now), with the snapshot's tmpfs, goes with the next
     // sweep.
     run_cleanup(&p, locks.path());
     nothing_left_of(&run);
-    assert!(wait_until(10, || volumes(&p).is_empty()), "{:?}", volumes(&p));
+    assert!(
+        wait_until(10, || volumes(&p).is_empty()),
+        "{:?}",
+        volumes(&p)
+    );
 }
 
 fn run_cleanup(p: &BusyboxProject, locks: &Path) {
@@ -194,7 +205,10 @@ fn run_cleanup(p: &BusyboxProject, locks: &Path) {
 /// it, and leaves a live run's alone.
 #[test]
 fn the_sweep_removes_the_upper_layers_a_killed_run_left() {
-    let p = busybox_project("  quick:\n    gpus: 0\n    timeout: 1m\n    run: [\"true\"]\n", "");
+    let p = busybox_project(
+        "  quick:\n    gpus: 0\n    timeout: 1m\n    run: [\"true\"]\n",
+        "",
+    );
     let left = |run: &str| {
         let dir = Path::new(LAYERS).join(run);
         std::fs::DirBuilder::new()
@@ -213,7 +227,13 @@ fn the_sweep_removes_the_upper_layers_a_killed_run_left() {
         (dir, lock)
     };
     // Run IDs no real run has (16 hex digits, from the nonce's time).
-    let n = format!("{:016x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+    let n = format!(
+        "{:016x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    );
     let dead = format!("d{}", &n[1..]);
     let live = format!("e{}", &n[1..]);
     let (dead_dir, dead_lock) = left(&dead);
@@ -247,7 +267,10 @@ fn a_cibox_that_is_not_root_copies_the_snapshot_instead() {
     let yaml = std::fs::read_to_string(p.project.path().join("cibox.yaml")).unwrap();
     p.project.write(
         "cibox.yaml",
-        yaml.replace("grep -q ' /work overlay ' /proc/mounts", "grep -q ' /work tmpfs ' /proc/mounts"),
+        yaml.replace(
+            "grep -q ' /work overlay ' /proc/mounts",
+            "grep -q ' /work tmpfs ' /proc/mounts",
+        ),
     );
     let home = tempfile::tempdir().unwrap();
     let mut c = p.batch_cmd(&["-v", "batch", "run", "first", "second"]);

@@ -65,12 +65,22 @@ pub fn pid_alive(pid: i32) -> bool {
 /// Makes `c` run as nobody (65534:65534) in the engine's group `docker`, as a cibox
 /// that is not root: `owned` (the project, the reports) become nobody's, and its cache,
 /// home and lock dir are `home` (made nobody's too).
-pub fn as_nobody(c: &mut std::process::Command, owned: &[&std::path::Path], home: &std::path::Path) {
+pub fn as_nobody(
+    c: &mut std::process::Command,
+    owned: &[&std::path::Path],
+    home: &std::path::Path,
+) {
     use std::os::unix::process::CommandExt;
     let docker = std::fs::read_to_string("/etc/group")
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("docker:x:")?.split(':').next()?.parse::<u32>().ok())
+        .find_map(|l| {
+            l.strip_prefix("docker:x:")?
+                .split(':')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
         .expect("a test runs cibox as nobody in group docker: the host needs that group");
     for path in owned.iter().chain([&home]) {
         let chowned = std::process::Command::new("chown")
