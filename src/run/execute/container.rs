@@ -285,6 +285,45 @@ impl Execution<'_> {
         Ok((source, started_at))
     }
 
+    /// Says how the source is in `/work` where cibox has nothing more to do for it
+    /// (an overlay, or the run's snapshot that the batch copies in itself), with the
+    /// word the batch's script is told; `None` for a source still to be uploaded.
+    fn source_in_place(
+        &self,
+        b: &BatchPlan,
+        watched: &Watched,
+        how: &Source,
+    ) -> Option<&'static str> {
+        let n = self.source.count();
+        let disk = b.container.disk();
+        let (detail, word) = match how {
+            Source::Overlay(over) => (
+                format!(
+                    "{n} files and folders of the source in /work as an overlay over the run's snapshot ({over}); what the batch writes goes to a tmpfs of {disk} bytes"
+                ),
+                IN_WORK,
+            ),
+            Source::Filled(took) => (
+                format!(
+                    "{n} files and folders of the source written by cibox into /work (an overlay whose upper layer is a tmpfs of {disk} bytes) in {}",
+                    crate::units::human(*took)
+                ),
+                IN_WORK,
+            ),
+            // The batch copies the run's snapshot in itself, first thing.
+            Source::Snapshot => (
+                format!(
+                    "{n} files and folders of the source from the run's snapshot, copied into /work by the batch"
+                ),
+                FROM_SNAPSHOT,
+            ),
+            Source::Upload => return None,
+        };
+        // A reporter that fails here fails again, and counts, at the end.
+        let _ = self.phase(b, Phase::Copy, watched.started, detail);
+        Some(word)
+    }
+
     /// Follows the batch's steps in its started container to their end.
     fn follow(
         &self,
@@ -311,45 +350,8 @@ impl Execution<'_> {
             // While the steps' process starts: its script runs nothing before the
             // source is in.
             &mut || {
-                if let Source::Overlay(volume) = &how {
-                    let _ = self.phase(
-                        b,
-                        Phase::Copy,
-                        watched.started,
-                        format!(
-                            "{} files and folders of the source in /work as an overlay over the run's snapshot ({volume}); what the batch writes goes to a tmpfs of {} bytes",
-                            self.source.count(),
-                            b.container.disk()
-                        ),
-                    );
-                    return Some(IN_WORK);
-                }
-                if let Source::Filled(took) = &how {
-                    let _ = self.phase(
-                        b,
-                        Phase::Copy,
-                        watched.started,
-                        format!(
-                            "{} files and folders of the source written by cibox into /work (an overlay whose upper layer is a tmpfs of {} bytes) in {}",
-                            self.source.count(),
-                            b.container.disk(),
-                            crate::units::human(*took)
-                        ),
-                    );
-                    return Some(IN_WORK);
-                }
-                if matches!(how, Source::Snapshot) {
-                    // The batch copies the run's snapshot in itself, first thing.
-                    let _ = self.phase(
-                        b,
-                        Phase::Copy,
-                        watched.started,
-                        format!(
-                            "{} files and folders of the source from the run's snapshot, copied into /work by the batch",
-                            self.source.count()
-                        ),
-                    );
-                    return Some(FROM_SNAPSHOT);
+                if let Some(word) = self.source_in_place(b, watched, &how) {
+                    return Some(word);
                 }
                 let copying = Instant::now();
                 let archive = self.source.archive(b.user.0, b.user.1);
