@@ -237,7 +237,10 @@ impl Execution<'_> {
         // (a copy that found nothing in a live container is no loss). A container the
         // engine says was killed may still read as running for a moment.
         let nothing = copied.files == 0 && copied.skipped_count == 0;
-        if copied.stopped.is_none() && nothing && (died || !self.engine.is_running(id)) {
+        // A stopped container's volumes are mounted again for the copy; its `/work`
+        // overlay cannot be (its upper layer went with it), so the copy breaks off
+        // where an empty one came back before: the same loss, said the same.
+        if nothing && (died || !self.engine.is_running(id)) {
             copied.stopped = Some("the container had stopped before /reports was copied: what the batch wrote there went with it".to_string());
         }
         copied
