@@ -38,6 +38,12 @@ command -v munged >/dev/null 2>&1 || need+=(munge)
 # A static C helper the image tests build (an extended attribute busybox cannot set).
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+# What stands for the Nix check phase's PATH (tests/it/nix/check_path.rs): stdenv's
+# initial path and tools, and the package's nativeCheckInputs.
+for p in coreutils findutils diffutils sed grep gawk tar gzip bzip2 make bash patch xz-utils \
+  file binutils patchelf git util-linux bsdutils mount; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

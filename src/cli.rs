@@ -286,6 +286,27 @@ pub enum GpuCommand {
     Status,
     /// Lease GPUs and run a command with CUDA_VISIBLE_DEVICES set.
     Exec(GpuExecArgs),
+    /// Fake GPUs of a vendor and model on a machine without them, to see a multi-GPU
+    /// batch lease and run (never real hardware: doctor, records and reports say so).
+    /// Prints the variables to export: `eval "$(cibox gpu fake --count 2)"`.
+    Fake(GpuFakeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuFakeArgs {
+    /// The vendor whose tool is faked: nvidia (nvidia-smi) or amd (rocm-smi).
+    #[arg(long, default_value = "nvidia")]
+    pub vendor: String,
+    /// The model the GPUs report (default: NVIDIA H100 80GB HBM3, AMD Instinct MI300X).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// How many GPUs (1 to 64).
+    #[arg(long, default_value_t = 2)]
+    pub count: u32,
+    /// The folder to write (default: $XDG_STATE_HOME/cibox/fake-gpus, else
+    /// ~/.local/state/cibox/fake-gpus).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -302,7 +323,7 @@ pub struct GpuExecArgs {
     pub model: Option<String>,
     /// How long to wait for the GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
-    pub wait: Option<String>,
+    pub wait: Option<crate::units::Span>,
     /// The variable to set (default CUDA_VISIBLE_DEVICES).
     #[arg(long, value_name = "NAME")]
     pub env_name: Option<String>,
@@ -390,7 +411,7 @@ pub struct RunOptions {
     pub scope: Option<String>,
     /// How long to wait for GPUs (default: the manifest's gpu.wait; `0s`: try once).
     #[arg(long, value_name = "DUR")]
-    pub wait: Option<String>,
+    pub wait: Option<crate::units::Span>,
     /// Run batches whose GPU needs fit at the same time (the widest, then the longest
     /// expected first).
     #[arg(long)]

@@ -386,62 +386,6 @@ mod tests {
                 "neither the pull request's head",
             ),
             (
-                "pull_request_target",
-                target("\"7\"", "\"7\"", "THUDM/slime"),
-                None,
-                repo,
-                None,
-                "not a pull request's number",
-            ),
-            (
-                "pull_request_target",
-                target("0", "0", "THUDM/slime"),
-                None,
-                repo,
-                None,
-                "not a pull request's number",
-            ),
-            (
-                "pull_request_target",
-                target("-7", "-7", "THUDM/slime"),
-                None,
-                repo,
-                None,
-                "not a pull request's number",
-            ),
-            (
-                "pull_request_target",
-                target("99999999999", "99999999999", "THUDM/slime"),
-                None,
-                repo,
-                None,
-                "not a pull request's number",
-            ),
-            (
-                "pull_request_target",
-                target("7.5", "7.5", "THUDM/slime"),
-                None,
-                repo,
-                None,
-                "not a pull request's number",
-            ),
-            (
-                "pull_request_target",
-                "{}".to_string(),
-                None,
-                repo,
-                None,
-                "not a pull request's number",
-            ),
-            (
-                "pull_request_target",
-                "not json".to_string(),
-                None,
-                repo,
-                None,
-                "not JSON",
-            ),
-            (
                 "pull_request",
                 ok.clone(),
                 None,
@@ -472,6 +416,38 @@ mod tests {
         let comment =
             r#"{"issue":{"number":9,"pull_request":{}},"repository":{"full_name":"THUDM/slime"}}"#;
         assert_eq!(of("issue_comment", comment, None, repo, None), Ok(9));
+    }
+
+    #[test]
+    fn an_event_without_a_pull_requests_number_is_refused() {
+        let repo = Some("thudm/slime");
+        for (text, want) in [
+            (
+                target("\"7\"", "\"7\"", "THUDM/slime"),
+                "not a pull request's number",
+            ),
+            (
+                target("0", "0", "THUDM/slime"),
+                "not a pull request's number",
+            ),
+            (
+                target("-7", "-7", "THUDM/slime"),
+                "not a pull request's number",
+            ),
+            (
+                target("99999999999", "99999999999", "THUDM/slime"),
+                "not a pull request's number",
+            ),
+            (
+                target("7.5", "7.5", "THUDM/slime"),
+                "not a pull request's number",
+            ),
+            ("{}".to_string(), "not a pull request's number"),
+            ("not json".to_string(), "not JSON"),
+        ] {
+            let e = pull_request_of("pull_request_target", &text, None, repo, None).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     /// Issue 38, attack: a `pull_request_review(_comment)` run, like a `pull_request`

@@ -9,7 +9,8 @@
 //!    [`engine::ContainerEngine`] seam, Slurm submissions, the watchdog and the sweep;
 //! 3. [`report`]: saying what happened: events, reporters, how batches end, the record;
 //! 4. [`plan`]: what a run will be, decided before anything runs; [`claims`]: the GPUs
-//!    of running cibox containers, added to a probe;
+//!    of running cibox containers, added to a probe; [`starter`]: what `cibox init`
+//!    writes for a project, from what it holds;
 //! 5. [`host`] (the host policy: what the host grants, its GPU facts), [`gpu`] (probe,
 //!    pool, queue, the lease sequence), [`changed`] (change selection), [`workflow`]
 //!    (render and lint);
@@ -27,8 +28,10 @@
 //!     YAML tree with positions), [`error`] (what kind of failure an error is),
 //!     [`nofollow`] (writing where a link must never be followed: folders held open),
 //!     [`mask`] (secrets' values masked in what is printed);
-//! 12. [`cli`] (the command line), [`exit`] (the exit codes), [`labels`], [`ownership`]
-//!     (who can change a path), [`signals`], [`units`], [`util`].
+//! 12. [`cli`] (the command line: its flags typed as they are parsed), [`exit`] (the
+//!     exit codes), [`labels`], [`ownership`] (who can change a path), [`signals`],
+//!     [`util`];
+//! 13. [`units`] (durations, sizes and times as cibox reads and writes them).
 //!
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
@@ -61,6 +64,7 @@ mod report;
 mod run;
 mod signals;
 mod slurm;
+mod starter;
 mod timing;
 mod units;
 mod util;

@@ -2,7 +2,7 @@
 //! the credentials of its proxies. One [`Masker`] replaces them by `***`, byte for
 //! byte, in everything a build prints (its steps' output as it comes, in pieces:
 //! [`MaskStream`]), its errors, and the paths and keys its messages name. The image
-//! itself is searched for them by `image::normalize`.
+//! itself is searched for them by `image::normalise`.
 //!
 //! A value is masked whole (without the white space around it) and, when it has
 //! several lines, each line of it long enough, wherever it appears: a PEM key quoted

@@ -164,58 +164,6 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!("90s".parse::<Span>().unwrap().0, Duration::from_secs(90));
-        assert_eq!("30m".parse::<Span>().unwrap().0, Duration::from_secs(1800));
-        assert_eq!("2h".parse::<Span>().unwrap().0, Duration::from_secs(7200));
-        assert_eq!("0s".parse::<Span>().unwrap().0, Duration::ZERO);
-        for bad in [
-            "",
-            "90",
-            "1.5h",
-            "-3s",
-            "3 s",
-            "h",
-            "10x",
-            "366d",
-            "18446744073709551615s",
-        ] {
-            assert!(bad.parse::<Span>().is_err(), "{bad}");
-        }
-        assert_eq!("365d".parse::<Span>().unwrap().0, Span::MAX);
-        // As people write them: largest first, each unit once.
-        assert_eq!(
-            "1h45m".parse::<Span>().unwrap().0,
-            Duration::from_secs(6300)
-        );
-        assert_eq!(
-            "2d12h30m5s250ms".parse::<Span>().unwrap().0,
-            Duration::from_millis(((2 * 24 + 12) * 3600 + 30 * 60 + 5) * 1000 + 250)
-        );
-        for bad in ["45m1h", "1h1h", "1h 45m", "1h45", "h45m", "1hm"] {
-            assert!(bad.parse::<Span>().is_err(), "{bad}");
-        }
-        assert_eq!("30m".parse::<Span>().unwrap().to_string(), "30m");
-        assert_eq!("90s".parse::<Span>().unwrap().to_string(), "90s");
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!("512m".parse::<Size>().unwrap().0, 512 << 20);
-        assert_eq!("8g".parse::<Size>().unwrap().0, 8 << 30);
-        assert_eq!("8GB".parse::<Size>().unwrap().0, 8 << 30);
-        for bad in ["", "8", "0g", "1.5g", "-1m", "8x"] {
-            assert!(bad.parse::<Size>().is_err(), "{bad}");
-        }
-        assert_eq!("64g".parse::<Size>().unwrap().to_string(), "64g");
-    }
-}
-
 /// A duration for people: `0.4s`, `12s`, `4m 08s`, `2h 05m`.
 pub fn human(d: std::time::Duration) -> String {
     let s = d.as_secs();
@@ -329,5 +277,57 @@ mod time_tests {
         assert_eq!(super::rfc3339(fraction), "2026-11-29T11:22:33.456Z");
         let before = UNIX_EPOCH - Duration::from_secs(5);
         assert_eq!(super::rfc3339(before), "1970-01-01T00:00:00.000Z");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!("90s".parse::<Span>().unwrap().0, Duration::from_secs(90));
+        assert_eq!("30m".parse::<Span>().unwrap().0, Duration::from_secs(1800));
+        assert_eq!("2h".parse::<Span>().unwrap().0, Duration::from_secs(7200));
+        assert_eq!("0s".parse::<Span>().unwrap().0, Duration::ZERO);
+        for bad in [
+            "",
+            "90",
+            "1.5h",
+            "-3s",
+            "3 s",
+            "h",
+            "10x",
+            "366d",
+            "18446744073709551615s",
+        ] {
+            assert!(bad.parse::<Span>().is_err(), "{bad}");
+        }
+        assert_eq!("365d".parse::<Span>().unwrap().0, Span::MAX);
+        // As people write them: largest first, each unit once.
+        assert_eq!(
+            "1h45m".parse::<Span>().unwrap().0,
+            Duration::from_secs(6300)
+        );
+        assert_eq!(
+            "2d12h30m5s250ms".parse::<Span>().unwrap().0,
+            Duration::from_millis(((2 * 24 + 12) * 3600 + 30 * 60 + 5) * 1000 + 250)
+        );
+        for bad in ["45m1h", "1h1h", "1h 45m", "1h45", "h45m", "1hm"] {
+            assert!(bad.parse::<Span>().is_err(), "{bad}");
+        }
+        assert_eq!("30m".parse::<Span>().unwrap().to_string(), "30m");
+        assert_eq!("90s".parse::<Span>().unwrap().to_string(), "90s");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!("512m".parse::<Size>().unwrap().0, 512 << 20);
+        assert_eq!("8g".parse::<Size>().unwrap().0, 8 << 30);
+        assert_eq!("8GB".parse::<Size>().unwrap().0, 8 << 30);
+        for bad in ["", "8", "0g", "1.5g", "-1m", "8x"] {
+            assert!(bad.parse::<Size>().is_err(), "{bad}");
+        }
+        assert_eq!("64g".parse::<Size>().unwrap().to_string(), "64g");
     }
 }

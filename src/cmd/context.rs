@@ -22,6 +22,9 @@ pub struct Context {
     pub manifest_path: Option<PathBuf>,
     pub json: bool,
     pub verbose: u8,
+    /// The host policy, loaded once for the command (issue 48: `batch run` loaded it
+    /// twice, once for the manifest's GPU settings and once for the run).
+    pub(super) policy: std::cell::OnceCell<HostPolicy>,
 }
 
 impl Context {
@@ -47,7 +50,11 @@ impl Context {
 
     /// The host policy in force (none is the locked-down default).
     pub fn host_policy(&self) -> Result<HostPolicy> {
-        Ok(HostPolicy::load()?)
+        if let Some(p) = self.policy.get() {
+            return Ok(p.clone());
+        }
+        let p = HostPolicy::load()?;
+        Ok(self.policy.get_or_init(|| p).clone())
     }
 
     /// The GPU settings without a manifest: the defaults with the `CIBOX_GPU_*`

@@ -238,7 +238,9 @@ pub fn run(ctx: &Context) -> Result<u8> {
     };
     engine_findings(driver, &mut findings);
     let (snapshot, hardware) = probe_finding(gpu_cfg.as_ref().ok(), &mut findings);
-    if let Some(s) = &snapshot {
+    if !fake_findings(&mut findings)
+        && let Some(s) = &snapshot
+    {
         amd_findings(s, driver, &mut findings);
     }
     match gpu_cfg {
@@ -448,6 +450,28 @@ fn engine_findings(driver: GpuDriver, findings: &mut Vec<Finding>) {
         }
         Err(e) => findings.push(finding("engine", Status::Fail, e.to_string(), true)),
     }
+}
+
+/// Fake GPUs (`cibox gpu fake`): said first, as a warning, so nobody reads this host's
+/// GPUs as hardware; the engine needs no runtime for them. Whether they are on.
+fn fake_findings(findings: &mut Vec<Finding>) -> bool {
+    let Some(host) = crate::gpu::fake::active() else {
+        return false;
+    };
+    let f = match host {
+        Ok(h) => finding("fake gpus", Status::Warn, h.describe(), false),
+        Err(e) => finding("fake gpus", Status::Fail, e.to_string(), true),
+    };
+    findings.insert(0, f);
+    if let Some(f) = findings.iter_mut().find(|f| f.check == "gpu runtime") {
+        *f = finding(
+            "gpu runtime",
+            Status::Ok,
+            "fake GPUs need none: a lease gives the container the variables naming them, no device",
+            true,
+        );
+    }
+    true
 }
 
 /// On a host of AMD, Intel or Moore Threads GPUs or Ascend NPUs: no engine runtime is needed (the "gpu

@@ -6,9 +6,6 @@ use crate::exit::Failure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    /// `--wait` is not a duration (what the parser said).
-    #[error("--wait: {0}")]
-    BadWait(String),
     #[error("cannot read the current folder: {0}")]
     CurrentFolder(#[source] std::io::Error),
     #[error("writing the manual page: {0}")]
@@ -25,8 +22,7 @@ pub enum CommandError {
 impl ErrorKind for CommandError {
     fn failure(&self) -> Failure {
         match self {
-            CommandError::BadWait(_)
-            | CommandError::CurrentFolder(_)
+            CommandError::CurrentFolder(_)
             | CommandError::BadRetries(_)
             | CommandError::BuildkiteParallel(_) => Failure::Usage,
             CommandError::ManPage(_) => Failure::Infra,

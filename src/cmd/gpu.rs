@@ -1,6 +1,5 @@
 //! `cibox gpu status` and `cibox gpu exec`.
 
-use super::error::CommandError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,7 +20,6 @@ use crate::manifest::GpuConfig;
 use crate::process::Ending;
 use crate::process::confine::{BadConfine, StartError, Supervisor, Wanted};
 use crate::signals;
-use crate::units::Span;
 
 /// What `gpu status` and `gpu exec` refuse or lack, where no domain error says it.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +94,32 @@ fn probe_pool(
     Ok((snap, pool))
 }
 
+/// `cibox gpu fake`: writes a fake host and prints the variables that turn it on.
+pub fn fake(args: &crate::cli::GpuFakeArgs) -> Result<u8> {
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("cibox/fake-gpus"),
+    };
+    let host = gpu::fake::create(&dir, &args.vendor, args.model.as_deref(), args.count)?;
+    let quote = |p: &std::path::Path| format!("'{}'", p.to_string_lossy().replace('\'', "'\\''"));
+    println!("export {}={}", gpu::fake::VARIABLE, quote(&host.dir));
+    println!(
+        "export CIBOX_GPU_LOCK_DIR={}",
+        quote(&host.dir.join("locks"))
+    );
+    eprintln!("cibox: {}", host.describe());
+    eprintln!(
+        "cibox: `unset {} CIBOX_GPU_LOCK_DIR` turns them off",
+        gpu::fake::VARIABLE
+    );
+    Ok(exit::SUCCESS)
+}
+
 /// `cibox gpu status`: one row per GPU, without waiting on any lock.
 pub fn status(ctx: &Context) -> Result<u8> {
     // On a login node: the cluster's nodes, from Slurm.
@@ -164,7 +188,12 @@ pub fn status(ctx: &Context) -> Result<u8> {
                 })
             })
             .collect();
-        console::json(&json!({"gpus": v, "lock_dir": cfg.lock_dir, "probe": backend}));
+        let fake = gpu::fake::active()
+            .and_then(|h| h.ok())
+            .map(|h| h.describe());
+        console::json(
+            &json!({"gpus": v, "lock_dir": cfg.lock_dir, "probe": backend, "fake_gpus": fake}),
+        );
         return Ok(exit::SUCCESS);
     }
     let mut t = Table::new(&[
@@ -197,6 +226,9 @@ pub fn status(ctx: &Context) -> Result<u8> {
             verdict.clone(),
         ]);
     }
+    if let Some(Ok(host)) = gpu::fake::active() {
+        println!("{}", host.describe());
+    }
     println!("probe: {backend}");
     print!("{}", t.render());
     Ok(exit::SUCCESS)
@@ -217,7 +249,7 @@ pub fn exec(ctx: &Context, args: GpuExecArgs) -> Result<u8> {
     let confine = Wanted::from_env().map_err(GpuError::from)?;
     let cfg = settings(ctx)?;
     let wait = match &args.wait {
-        Some(w) => w.parse::<Span>().map_err(CommandError::BadWait)?.0,
+        Some(w) => w.0,
         None => cfg.wait.0,
     };
     signals::install();

@@ -117,7 +117,7 @@ pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
 fn chosen_id(
     flag: Option<String>,
     manifest: Option<(&str, &ImageConfig)>,
-) -> Result<(ImageId, &'static str)> {
+) -> Result<(ImageId, String)> {
     let name = manifest.map_or(DEFAULT_IMAGE, |(n, _)| n);
     let var = if name == DEFAULT_IMAGE {
         "CIBOX_IMAGE".to_string()
@@ -125,16 +125,16 @@ fn chosen_id(
         crate::manifest::image_variable(name)
     };
     let (raw, from) = if let Some(id) = flag {
-        (id, "the command line")
+        (id, "the command line".to_string())
     } else if let Some(id) = std::env::var(&var).ok().filter(|s| !s.is_empty()) {
-        (id, "the environment")
+        (id, var.clone())
     } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
-        (id, "the image's id in the manifest")
+        (id, "the image's id in the manifest".to_string())
     } else {
         return Err(ImageCommandError::NoImageId.into());
     };
     let id = ImageId::parse(raw.trim())
-        .map_err(|why| crate::image::ImageError::refused(format!("{why} (from {from})")))?;
+        .map_err(|why| crate::image::ImageError::NotAnId(format!("{why} (from {from})")))?;
     Ok((id, from))
 }
 
@@ -362,10 +362,13 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
     describe_engine(&info);
     console::info(format!("pulling {pinned}"));
     engine.pull(&pinned.repository, &pinned.digest)?;
-    let found = engine.inspect(&pinned.to_string())?.ok_or_else(|| {
-        crate::image::ImageError::refused(format!("pulled {pinned}, but the engine cannot find it"))
-    })?;
-    let id = ImageId::parse(&found.id).map_err(crate::image::ImageError::refused)?;
+    let found =
+        engine
+            .inspect(&pinned.to_string())?
+            .ok_or_else(|| crate::image::ImageError::Vanished {
+                what: format!("pulled {pinned}"),
+            })?;
+    let id = ImageId::parse(&found.id).map_err(crate::image::ImageError::NotAnId)?;
     pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     // A pull by digest leaves no name, and an unnamed image is the first pruned.
@@ -384,7 +387,7 @@ fn name_image(
     id: &ImageId,
 ) -> std::result::Result<(), crate::engine::EngineError> {
     let (repository, lockset_tag) = image::recipe::tag_parts(project, lockset);
-    let own = image::normalize::id_tag(&repository, id.as_str());
+    let own = image::normalise::id_tag(&repository, id.as_str());
     let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
     engine.tag(id.as_str(), &repository, own_tag)?;
     engine.tag(id.as_str(), &repository, &lockset_tag)
@@ -643,13 +646,10 @@ fn pin_of<'m>(m: &'m Manifest, name: &'m str) -> PinnedId<'m> {
 
 /// `cibox image save ID --to FILE`.
 pub fn save(ctx: &Context, id: &str, to: &Path) -> Result<u8> {
-    let id = ImageId::parse(id).map_err(crate::image::ImageError::refused)?;
+    let id = ImageId::parse(id).map_err(crate::image::ImageError::NotAnId)?;
     let engine = Engine::connect()?;
     if engine.inspect(id.as_str())?.is_none() {
-        return Err(crate::image::ImageError::refused(format!(
-            "{id} is not present in the local engine"
-        ))
-        .into());
+        return Err(crate::image::ImageError::NotPresent { id }.into());
     }
     let bytes = engine.save(id.as_str(), to)?;
     if ctx.json {
@@ -669,7 +669,7 @@ pub fn qualify(
     source: Option<PathBuf>,
     scope: Option<String>,
 ) -> Result<u8> {
-    let image = ImageId::parse(id).map_err(crate::image::ImageError::refused)?;
+    let image = ImageId::parse(id).map_err(crate::image::ImageError::NotAnId)?;
     let at = Whereabouts {
         source,
         reports: Some(reports),
@@ -720,7 +720,7 @@ pub fn qualify(
 /// lockset (and its pin), pushed as `REPOSITORY:id-<hex>`; prints
 /// `REPOSITORY@sha256:<digest>`, the value for `image.ref` that `image fetch` takes.
 pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8> {
-    let id = ImageId::parse(id).map_err(crate::image::ImageError::refused)?;
+    let id = ImageId::parse(id).map_err(crate::image::ImageError::NotAnId)?;
     image::pinned::check_repository(to).map_err(|e| ImageCommandError::BadRepository {
         to: to.to_string(),
         why: e.to_string(),
@@ -736,7 +736,7 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
     let v = image::verify(&engine, &id, &source)?;
     // Its own name first, so that taking the push's name away never leaves it nameless.
     let (repository, _) = image::recipe::tag_parts(&m.project, &source.digest);
-    let own = image::normalize::id_tag(&repository, id.as_str());
+    let own = image::normalise::id_tag(&repository, id.as_str());
     let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
     engine.tag(id.as_str(), &repository, own_tag)?;
     let push_tag = own_tag;

@@ -31,36 +31,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         manifest_path: cli.manifest,
         json: cli.json,
         verbose: cli.verbose,
+        policy: Default::default(),
     };
     match cli.command {
-        Command::Image(ImageCommand::Lockset { name }) => image::lockset(&ctx, name.as_deref()),
-        Command::Image(ImageCommand::Verify { id, name }) => {
-            image::verify(&ctx, id, name.as_deref())
-        }
-        Command::Image(ImageCommand::Load {
-            from,
-            no_verify,
-            name,
-        }) => image::load(&ctx, &from, !no_verify, name.as_deref()),
-        Command::Image(ImageCommand::Build {
-            name,
-            check,
-            secrets,
-        }) => image::build(&ctx, name.as_deref(), check, &secrets),
-        Command::Image(ImageCommand::Push { id, to, name }) => {
-            image::push(&ctx, &id, &to, name.as_deref())
-        }
-        Command::Image(ImageCommand::Id { from, name }) => image::id(&ctx, &from, name.as_deref()),
-        Command::Image(ImageCommand::Fetch { reference, name }) => {
-            image::fetch(&ctx, reference, name.as_deref())
-        }
-        Command::Image(ImageCommand::Save { id, to }) => image::save(&ctx, &id, &to),
-        Command::Image(ImageCommand::Qualify {
-            id,
-            reports,
-            source,
-            scope,
-        }) => image::qualify(&ctx, &id, reports, source, scope),
+        Command::Image(c) => image_command(&ctx, c),
         Command::Doctor => doctor::run(&ctx),
         Command::Init => init::init(&ctx),
         Command::Batch(BatchCommand::List(a)) => batch::list(&ctx, &a),
@@ -70,6 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Layer(LayerCommand::Run(a)) => batch::run(&ctx, &[], Some(&a.layer), &a.options),
         Command::Gpu(GpuCommand::Status) => gpu::status(&ctx),
         Command::Gpu(GpuCommand::Exec(args)) => gpu::exec(&ctx, args),
+        Command::Gpu(GpuCommand::Fake(args)) => gpu::fake(&args),
         Command::Cleanup(a) => batch::cleanup(&ctx, a.scope.as_deref()),
         Command::Capacity(a) => {
             capacity::run(&ctx, &a.layer, a.require.as_deref(), a.github_output)
@@ -110,20 +85,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             clap_complete::generate(shell, &mut cmd, "cibox", &mut std::io::stdout());
             Ok(crate::exit::SUCCESS)
         }
-        Command::Man { dir } => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match dir {
-                // The pages the top page names, so none of them is missing.
-                Some(dir) => {
-                    clap_mangen::generate_to(cmd, &dir).map_err(CommandError::ManPage)?;
-                    crate::console::info(format!("wrote the manual's pages in {}", dir.display()));
-                }
-                None => clap_mangen::Man::new(cmd)
-                    .render(&mut std::io::stdout())
-                    .map_err(CommandError::ManPage)?,
-            }
-            Ok(crate::exit::SUCCESS)
-        }
+        Command::Man { dir } => man(dir),
         Command::Watchdog { container } => Ok(crate::run::watch_container(&container)),
         Command::RenderTemplate {
             flavor,
@@ -145,4 +107,48 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::HostFolders { me, paths } => Ok(crate::engine::report_host_folders(me, &paths)),
         Command::SlurmWatchdog { name, srun } => Ok(crate::run::slurm::watch_job(&name, srun)),
     }
+}
+
+/// `cibox image …`.
+fn image_command(ctx: &Context, command: ImageCommand) -> Result<u8> {
+    match command {
+        ImageCommand::Lockset { name } => image::lockset(ctx, name.as_deref()),
+        ImageCommand::Verify { id, name } => image::verify(ctx, id, name.as_deref()),
+        ImageCommand::Load {
+            from,
+            no_verify,
+            name,
+        } => image::load(ctx, &from, !no_verify, name.as_deref()),
+        ImageCommand::Build {
+            name,
+            check,
+            secrets,
+        } => image::build(ctx, name.as_deref(), check, &secrets),
+        ImageCommand::Push { id, to, name } => image::push(ctx, &id, &to, name.as_deref()),
+        ImageCommand::Id { from, name } => image::id(ctx, &from, name.as_deref()),
+        ImageCommand::Fetch { reference, name } => image::fetch(ctx, reference, name.as_deref()),
+        ImageCommand::Save { id, to } => image::save(ctx, &id, &to),
+        ImageCommand::Qualify {
+            id,
+            reports,
+            source,
+            scope,
+        } => image::qualify(ctx, &id, reports, source, scope),
+    }
+}
+
+/// `cibox man [DIR]`: the manual's top page on standard output, or every page in DIR.
+fn man(dir: Option<std::path::PathBuf>) -> Result<u8> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match dir {
+        // The pages the top page names, so none of them is missing.
+        Some(dir) => {
+            clap_mangen::generate_to(cmd, &dir).map_err(CommandError::ManPage)?;
+            crate::console::info(format!("wrote the manual's pages in {}", dir.display()));
+        }
+        None => clap_mangen::Man::new(cmd)
+            .render(&mut std::io::stdout())
+            .map_err(CommandError::ManPage)?,
+    }
+    Ok(crate::exit::SUCCESS)
 }

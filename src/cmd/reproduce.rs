@@ -68,6 +68,17 @@ pub enum ReproduceError {
         #[source]
         why: NotATestFile,
     },
+    /// The manifest is not in the recorded commit: the run used one never committed.
+    #[error(
+        "{} is not in commit {sha}: the run's manifest was not committed{}; commit it and run again, or run the batch by hand (cibox batch run)",
+        .manifest.display(),
+        if *.dirty { " (the record says the source had uncommitted changes)" } else { "" }
+    )]
+    ManifestNotCommitted {
+        manifest: PathBuf,
+        sha: String,
+        dirty: bool,
+    },
     #[error("batch {batch} is not in {} at {sha}", .manifest.display())]
     NoSuchBatch {
         batch: String,
@@ -86,7 +97,8 @@ impl ErrorKind for ReproduceError {
             | ReproduceError::CommitMissing { .. }
             | ReproduceError::NoChangedRun { .. }
             | ReproduceError::NotATestFile { .. }
-            | ReproduceError::NoSuchBatch { .. } => Failure::Usage,
+            | ReproduceError::NoSuchBatch { .. }
+            | ReproduceError::ManifestNotCommitted { .. } => Failure::Usage,
         }
     }
 }
@@ -162,7 +174,7 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             .map(|r| crate::util::escape(r).into_owned());
         return Err(ReproduceError::CommitMissing { sha, repo, remote }.into());
     }
-    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::refused)?;
+    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::NotAnId)?;
     // Where the manifest sits in the repository, to find it in the worktree.
     let manifest_rel = match ctx.manifest() {
         Ok(m) => m
@@ -184,12 +196,6 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             println!("{}", crate::util::escape(&line));
         }
     }
-    if dry_run {
-        if ctx.json {
-            console::json(&serde_json::json!({ "plan": plan }));
-        }
-        return Ok(exit::SUCCESS);
-    }
     let worktree = Worktree::add(&repo, &sha)?;
     let replay = Replay {
         ctx,
@@ -198,7 +204,15 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
         sha: &sha,
         manifest_rel: &manifest_rel,
     };
+    // A dry run refuses what the replay would: no manifest at the commit, no such
+    // batch in it (issue 48: it printed a plan the replay then failed).
     let m = replay.manifest(&worktree)?;
+    if dry_run {
+        if ctx.json {
+            console::json(&serde_json::json!({ "plan": plan }));
+        }
+        return Ok(exit::SUCCESS);
+    }
     let reports = PathBuf::from("cibox-reproduce").join(&record.run);
     // As part of its layer again: the layer decided its image (and so its install).
     let mut request = RunRequest {
@@ -356,10 +370,23 @@ impl Replay<'_> {
     /// `changed run` made is made again from that commit's `changed.run`).
     fn manifest(&self, worktree: &Worktree) -> Result<Manifest> {
         let (record, sha) = (self.record, self.sha);
+        // Not in the commit (never committed), or absent from the checkout of it.
+        let in_commit = format!("{sha}:{}", self.manifest_rel.display());
+        if git(&worktree.repo, &["cat-file", "-e", &in_commit]).is_err()
+            || !worktree.path.join(self.manifest_rel).exists()
+        {
+            return Err(ReproduceError::ManifestNotCommitted {
+                manifest: self.manifest_rel.to_path_buf(),
+                sha: sha.to_string(),
+                dirty: record.source.dirty == Some(true),
+            }
+            .into());
+        }
         let replay_ctx = Context {
             manifest_path: Some(worktree.path.join(self.manifest_rel)),
             json: false,
             verbose: self.ctx.verbose,
+            policy: self.ctx.policy.clone(),
         };
         let mut m = replay_ctx.manifest()?;
         if let Some(file) = &record.changed_file

@@ -10,7 +10,6 @@ use crate::manifest::Manifest;
 use crate::plan::{self, RunRequest};
 use crate::run::launch::{self, Whereabouts};
 use crate::timing::{PartitionSpec, Recorded};
-use crate::units::Span;
 
 /// Runs batches of a manifest (which `changed run` extends with its own); with `--json`
 /// the run's outcome is printed on stdout.
@@ -69,6 +68,14 @@ pub fn run_manifest(
             .image
             .clone()
             .or_else(|| std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty())),
+        image_from: Some(
+            if opts.image.is_some() {
+                "--image"
+            } else {
+                "CIBOX_IMAGE"
+            }
+            .into(),
+        ),
         image_ids: m
             .images
             .keys()
@@ -107,8 +114,7 @@ pub fn run_manifest(
         }
         return Ok(crate::exit::SUCCESS);
     }
-    if let Some(w) = &opts.wait {
-        let wait = w.parse::<Span>().map_err(CommandError::BadWait)?;
+    if let Some(wait) = opts.wait {
         request.wait = Some(wait.0);
     }
     launch::locate(
@@ -119,7 +125,7 @@ pub fn run_manifest(
             scope: opts.scope.clone(),
         },
     )?;
-    let run = launch::run(m, &policy, request, ctx.json)?;
+    let run = launch::run_checked(m, &policy, request, names, ctx.json)?;
     if ctx.json {
         console::json(&run.to_json());
     }

@@ -413,6 +413,13 @@ mod tests {
         );
         let e = w.to_host(Path::new("/opt/cache")).unwrap_err();
         assert!(e.contains("own container"), "{e}");
-        assert!(HostView::Host.to_host(Path::new("/x")).is_ok());
+        // A mount's prefix is whole components: `/datax` is not under `/data`.
+        assert!(w.to_host(Path::new("/datax/y")).is_err());
+        // On the host itself, a path is the host's as it stands, even one a container
+        // could not reach.
+        assert_eq!(
+            HostView::Host.to_host(Path::new("/opt/cache")).unwrap(),
+            Path::new("/opt/cache")
+        );
     }
 }

@@ -6,6 +6,7 @@
 //!
 //! The rooms, from the bottom up; each imports only those below it:
 //!
+//! - [`fake`]: fake GPUs of a vendor and model, for a machine without them;
 //! - [`probe`]: what the driver says, each vendor's backend giving one reading;
 //! - [`pool`]: the units CI may use, and the idle verdict;
 //! - [`model`]: the units a request for a model may have;
@@ -18,6 +19,7 @@
 //! A GPU is handed out only when it is in the pool, not leased, and idle by a probe that
 //! started after it was locked for the hand-out. Anything uncertain fails closed.
 
+pub mod fake;
 pub mod lease;
 pub mod model;
 mod overtake;

@@ -1,12 +1,12 @@
 //! `cibox image build` for a Dockerfile: the engine builds (with its BuildKit, or the
 //! classic builder where BuildKit is missing), cibox normalises what it built
-//! ([`super::normalize`]) and loads that, so the ID follows from the inputs; and
+//! ([`super::normalise`]) and loads that, so the ID follows from the inputs; and
 //! `--check` builds twice without the cache to prove it.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::normalize::{self, Normalised};
+use super::normalise::{self, Normalised};
 use super::scratch::{BuildScratch, RAW_TAG, StepImages};
 use super::{ImageError, ImageId};
 use crate::engine::{BuildEvent, BuildSecret, Engine};
@@ -70,7 +70,7 @@ pub enum Stage<'a> {
     /// The saved build (this many bytes) is being normalised.
     Normalising { bytes: u64 },
     /// Normalising dropped this many entries that restated the layers below them
-    /// (see `normalize::restated`).
+    /// (see `normalise::restated`).
     Restated { entries: usize },
     /// The normalised image (this many bytes) is being loaded into the engine.
     Loading { bytes: u64 },
@@ -177,7 +177,7 @@ fn normalise_raw(
         .map_err(ImageError::from)
         .and_then(|s| {
             on(Stage::Normalising { bytes: s.bytes });
-            normalize::normalise(
+            normalise::normalise(
                 &saved,
                 inputs.epoch,
                 inputs.repository,
@@ -188,7 +188,11 @@ fn normalise_raw(
             .map_err(|e| {
                 // It may name an entry of a layer, or a record of one.
                 let why = mask.mask_str(&e.to_string()).into_owned();
-                ImageError::refused(format!("normalising the build: {why}"))
+                match e {
+                    // Writing the normalised archive here: the host's failure.
+                    super::archive::ArchiveError::Io(..) => ImageError::NormaliseHost(why),
+                    _ => ImageError::Normalise(why),
+                }
             })
         })
         .and_then(|n| {
@@ -228,10 +232,10 @@ fn load(
     n: &Normalised,
     on: &mut dyn FnMut(Stage<'_>),
 ) -> Result<Built, ImageError> {
-    let file = n
-        .archive
-        .reopen()
-        .map_err(|e| ImageError::refused(format!("reading the normalised archive: {e}")))?;
+    let file = n.archive.reopen().map_err(|source| ImageError::Host {
+        action: "reading the normalised archive",
+        source,
+    })?;
     on(Stage::Loading {
         bytes: file.metadata().map_or(0, |m| m.len()),
     });
@@ -243,12 +247,10 @@ fn load(
             engine_id = Some(found.id);
         }
     }
-    let engine_id = engine_id.ok_or_else(|| {
-        ImageError::refused(format!(
-            "the engine loaded the normalised image but reported nothing it can find ({loaded:?})"
-        ))
+    let engine_id = engine_id.ok_or_else(|| ImageError::NormalisedVanished {
+        loaded: loaded.clone(),
     })?;
-    let engine_id = ImageId::parse(&engine_id).map_err(ImageError::refused)?;
+    let engine_id = ImageId::parse(&engine_id).map_err(ImageError::NotAnId)?;
     Ok(Built {
         id: n.id.clone(),
         engine_id,
@@ -258,7 +260,10 @@ fn load(
 /// The build's scratch: a folder for the saved and normalised archives, and the images
 /// it makes, removed with it.
 fn scratch(engine: &Engine) -> Result<BuildScratch<'_>, ImageError> {
-    BuildScratch::new(engine).map_err(|e| ImageError::refused(format!("temporary folder: {e}")))
+    BuildScratch::new(engine).map_err(|source| ImageError::Host {
+        action: "temporary folder",
+        source,
+    })
 }
 
 /// `image build`: one build, normalised and loaded.
@@ -312,13 +317,15 @@ pub fn check(
     let first_dir = scratch.path().join("1");
     let second_dir = scratch.path().join("2");
     for d in [&first_dir, &second_dir] {
-        std::fs::create_dir(d)
-            .map_err(|e| ImageError::refused(format!("temporary folder: {e}")))?;
+        std::fs::create_dir(d).map_err(|source| ImageError::Host {
+            action: "temporary folder",
+            source,
+        })?;
     }
     let first = build_once(engine, inputs, true, &mut scratch, &first_dir, on)?;
     let second = build_once(engine, inputs, true, &mut scratch, &second_dir, on)?;
     if first.id != second.id {
-        let mut details = normalize::differences(&first, &second, 20, &Masker::of(inputs.hidden));
+        let mut details = normalise::differences(&first, &second, 20, &Masker::of(inputs.hidden));
         if details.is_empty() {
             details.push("no file or config key differs; the archives' layer order does".into());
         }

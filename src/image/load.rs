@@ -8,9 +8,7 @@ use crate::engine::Engine;
 /// Turns what the engine says it loaded into image IDs.
 pub fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>, ImageError> {
     if loaded.is_empty() {
-        return Err(ImageError::refused(
-            "the engine loaded nothing from the archive; is it a docker-archive (docker save, or a Nix streamLayeredImage)?",
-        ));
+        return Err(ImageError::LoadedNothing);
     }
     let mut ids: Vec<ImageId> = Vec::new();
     for r in loaded {
@@ -18,11 +16,14 @@ pub fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>, 
             r
         } else {
             // A tagged archive (Nix images always are): resolve the tag right away.
-            engine.inspect(&r)?.map(|i| i.id).ok_or_else(|| {
-                ImageError::refused(format!("loaded `{r}`, but the engine cannot find it"))
-            })?
+            engine
+                .inspect(&r)?
+                .map(|i| i.id)
+                .ok_or_else(|| ImageError::Vanished {
+                    what: format!("loaded `{r}`"),
+                })?
         };
-        let id = ImageId::parse(&id).map_err(ImageError::refused)?;
+        let id = ImageId::parse(&id).map_err(ImageError::NotAnId)?;
         if !ids.contains(&id) {
             ids.push(id);
         }

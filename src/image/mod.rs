@@ -15,7 +15,7 @@ pub mod load;
 pub mod lockset;
 pub mod make;
 mod nix_build;
-pub mod normalize;
+pub mod normalise;
 pub mod pinned;
 pub mod recipe;
 pub mod saved;
@@ -32,7 +32,9 @@ use std::path::Path;
 use crate::engine::{ContainerEngine, EngineError};
 use crate::exit::Failure;
 
-/// Why an image cannot be used.
+/// Why an image cannot be used, or could not be made: each kind of failure a variant of
+/// its own, its exit code in [`crate::error::ErrorKind::failure`] (docs/interface.md §2:
+/// a refusal is 3, the host's own failure 5).
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     /// The image is not one cibox may run; `details` go under the headline, one a line.
@@ -41,19 +43,106 @@ pub enum ImageError {
         message: String,
         details: Vec<String>,
     },
+    /// Not a full `sha256:` image ID (why, as [`ImageId::parse`] says it).
+    #[error("image refused: {0}")]
+    NotAnId(String),
+    /// An image ID asked for that the local engine does not hold.
+    #[error("image refused: {id} is not present in the local engine")]
+    NotPresent { id: ImageId },
+    /// The engine resolved an image ID to a different image: never accepted.
+    #[error("image refused: the engine resolved {id} to a different image ({got})")]
+    ResolvedElsewhere { id: ImageId, got: String },
+    /// The image's lockset digest label is not the digest of its files label.
+    #[error(
+        "image refused: {id}: its {digest_label} label ({digest}) is not the digest of its {files_label} label ({actual}); the labels were tampered with or written by hand",
+        digest_label = lockset::LABEL_DIGEST,
+        files_label = lockset::LABEL_FILES
+    )]
+    LabelsDisagree {
+        id: ImageId,
+        digest: String,
+        actual: String,
+    },
+    /// The image's lockset files label cannot be read.
+    #[error("image refused: {id}: its {label} label is malformed: {why}", label = lockset::LABEL_FILES)]
+    LabelMalformed { id: ImageId, why: String },
+    /// The engine loaded an archive and reported nothing.
+    #[error(
+        "image refused: the engine loaded nothing from the archive; is it a docker-archive (docker save, or a Nix streamLayeredImage)?"
+    )]
+    LoadedNothing,
+    /// The engine said it loaded or pulled `what`, then could not find it.
+    #[error("image refused: {what}, but the engine cannot find it")]
+    Vanished { what: String },
+    /// The engine loaded the normalised image and reported nothing it can find.
+    #[error(
+        "image refused: the engine loaded the normalised image but reported nothing it can find ({loaded:?})"
+    )]
+    NormalisedVanished { loaded: Vec<String> },
+    /// A node's copy of the image, fetched by its pinned reference, is another image.
+    #[error("image refused: {pinned} is image {found}, not {id} that the run was planned with")]
+    NodeCopyDiffers {
+        pinned: String,
+        found: String,
+        id: ImageId,
+    },
+    /// The build's image could not be normalised (masked: it may name a layer's entry).
+    #[error("image refused: normalising the build: {0}")]
+    Normalise(String),
+    /// The host failed while the build was normalised (reading or writing here).
+    #[error("normalising the build: {0}")]
+    NormaliseHost(String),
+    /// A base image that carries ONBUILD triggers.
+    #[error(
+        "image refused: {at}: base {base} carries {count} ONBUILD trigger(s), steps another Dockerfile wrote that would run in this build; use a base without them"
+    )]
+    OnBuild {
+        at: String,
+        base: String,
+        count: usize,
+    },
+    /// A run's image without the lockset its plan computed (cibox's own fault).
+    #[error("image refused: no lockset was computed for image `{name}`")]
+    NoLockset { name: String },
+    /// The build context cannot be packed (as the first pack of a build says it).
+    #[error(transparent)]
+    Context(#[from] build_context::BuildContextError),
+    /// The host failed cibox: a temporary folder or a file of its own.
+    #[error("{action}: {source}")]
+    Host {
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Which of the manifest's images the error is about.
+    #[error("image refused: image `{name}`: {}", reason(source))]
+    ForImage {
+        name: String,
+        source: Box<ImageError>,
+    },
     #[error(transparent)]
     Engine(#[from] EngineError),
+}
+
+/// An image error's words after its `image refused: `.
+fn reason(e: &ImageError) -> String {
+    let text = e.to_string();
+    match text.strip_prefix("image refused: ") {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
 }
 
 impl ImageError {
     /// The same error, saying which of the manifest's images it is about.
     pub fn for_image(self, name: &str) -> ImageError {
-        match self {
-            ImageError::Refused { message, details } => ImageError::Refused {
-                message: format!("image `{name}`: {message}"),
-                details,
-            },
-            other => other,
+        use crate::error::ErrorKind;
+        if self.failure() != Failure::ImageRefused {
+            return self;
+        }
+        ImageError::ForImage {
+            name: name.to_string(),
+            source: Box::new(self),
         }
     }
 
@@ -66,20 +155,28 @@ impl ImageError {
             other => other,
         }
     }
-
-    pub fn refused(message: impl Into<String>) -> ImageError {
-        ImageError::Refused {
-            message: message.into(),
-            details: Vec::new(),
-        }
-    }
 }
 
 impl crate::error::ErrorKind for ImageError {
     fn failure(&self) -> Failure {
         match self {
-            ImageError::Refused { .. } => Failure::ImageRefused,
             ImageError::Engine(e) => e.failure(),
+            ImageError::Context(e) => e.failure(),
+            ImageError::ForImage { source, .. } => source.failure(),
+            ImageError::Host { .. } | ImageError::NormaliseHost(_) => Failure::Infra,
+            ImageError::Refused { .. }
+            | ImageError::NotAnId(_)
+            | ImageError::NotPresent { .. }
+            | ImageError::ResolvedElsewhere { .. }
+            | ImageError::LabelsDisagree { .. }
+            | ImageError::LabelMalformed { .. }
+            | ImageError::LoadedNothing
+            | ImageError::Vanished { .. }
+            | ImageError::NormalisedVanished { .. }
+            | ImageError::NodeCopyDiffers { .. }
+            | ImageError::Normalise(_)
+            | ImageError::OnBuild { .. }
+            | ImageError::NoLockset { .. } => Failure::ImageRefused,
         }
     }
 
@@ -88,6 +185,9 @@ impl crate::error::ErrorKind for ImageError {
         match self {
             ImageError::Refused { details, .. } => details,
             ImageError::Engine(e) => e.details(),
+            ImageError::Context(e) => e.details(),
+            ImageError::ForImage { source, .. } => source.details(),
+            _ => &[],
         }
     }
 }
@@ -117,10 +217,10 @@ pub fn verify(
     };
     if img.id != id.as_str() {
         // Only possible if the engine resolved the ID as something else; never accept it.
-        return Err(ImageError::refused(format!(
-            "the engine resolved {id} to a different image ({})",
-            img.id
-        )));
+        return Err(ImageError::ResolvedElsewhere {
+            id: id.clone(),
+            got: img.id,
+        });
     }
     let (Some(digest), Some(text)) = (
         img.labels.get(lockset::LABEL_DIGEST),
@@ -139,18 +239,15 @@ pub fn verify(
         });
     };
     if &lockset::digest_of(text) != digest {
-        return Err(ImageError::refused(format!(
-            "{id}: its {} label ({digest}) is not the digest of its {} label ({}); the labels were tampered with or written by hand",
-            lockset::LABEL_DIGEST,
-            lockset::LABEL_FILES,
-            lockset::digest_of(text)
-        )));
+        return Err(ImageError::LabelsDisagree {
+            id: id.clone(),
+            digest: digest.clone(),
+            actual: lockset::digest_of(text),
+        });
     }
-    let image_lockset = Lockset::parse_text(text).map_err(|why| {
-        ImageError::refused(format!(
-            "{id}: its {} label is malformed: {why}",
-            lockset::LABEL_FILES
-        ))
+    let image_lockset = Lockset::parse_text(text).map_err(|why| ImageError::LabelMalformed {
+        id: id.clone(),
+        why: why.to_string(),
     })?;
     if digest != &source.digest {
         let diff = image_lockset.diff(source);
@@ -219,5 +316,82 @@ impl PinnedId<'_> {
                 format!("or, if the change is meant, pin the new ID: id: \"{id}\""),
             ],
         })
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn id() -> ImageId {
+        ImageId::parse(&format!("sha256:{}", "ab".repeat(32))).unwrap()
+    }
+
+    /// Issue 48: the host's own failures while an image is made exit 5, as the first
+    /// context pack's do; what is refused exits 3 (docs/interface.md §2).
+    #[test]
+    fn each_image_failure_has_its_documented_exit_code() {
+        let io = || std::io::Error::other("disk full");
+        let host = ImageError::Host {
+            action: "temporary folder",
+            source: io(),
+        };
+        assert_eq!(host.failure().code(), crate::exit::INFRA);
+        assert_eq!(host.to_string(), "temporary folder: disk full");
+        assert_eq!(
+            ImageError::NormaliseHost("x".into()).failure().code(),
+            crate::exit::INFRA
+        );
+        // A second pack of the build context fails as the first does.
+        let pack = build_context::BuildContextError::TempFile {
+            what: "a temporary file",
+            source: io(),
+        };
+        assert_eq!(ImageError::from(pack).failure().code(), crate::exit::INFRA);
+        let ignore = build_context::BuildContextError::Ignore("bad".into());
+        assert_eq!(
+            ImageError::from(ignore).failure().code(),
+            crate::exit::USAGE
+        );
+        for refused in [
+            ImageError::NotAnId("not an ID".into()),
+            ImageError::NotPresent { id: id() },
+            ImageError::LoadedNothing,
+            ImageError::Normalise("altered".into()),
+            ImageError::NoLockset {
+                name: "cuda".into(),
+            },
+        ] {
+            assert_eq!(
+                refused.failure().code(),
+                crate::exit::IMAGE_REFUSED,
+                "{refused}"
+            );
+            assert!(
+                refused.to_string().starts_with("image refused: "),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_error_for_one_of_several_images_names_it_and_keeps_its_code() {
+        let e = ImageError::NotPresent { id: id() }.for_image("cuda");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "image refused: image `cuda`: {} is not present in the local engine",
+                id()
+            )
+        );
+        assert_eq!(e.failure().code(), crate::exit::IMAGE_REFUSED);
+        let host = ImageError::Host {
+            action: "temporary folder",
+            source: std::io::Error::other("gone"),
+        }
+        .for_image("cuda");
+        assert_eq!(host.to_string(), "temporary folder: gone");
+        assert_eq!(host.failure().code(), crate::exit::INFRA);
     }
 }

@@ -444,8 +444,9 @@ pub(super) fn build_dockerfile(
     let context = || -> Result<std::fs::File, ImageError> {
         match first_context.borrow_mut().take() {
             Some(f) => Ok(f),
-            None => build_context::pack(&ctx.root, &ctx.dir, &ctx.dockerfile)
-                .map_err(|e| ImageError::refused(e.to_string())),
+            None => {
+                build_context::pack(&ctx.root, &ctx.dir, &ctx.dockerfile).map_err(ImageError::from)
+            }
         }
     };
     let source = request.source;
@@ -657,6 +658,10 @@ fn announce(
     }
 }
 
+/// The base `cibox init`'s recipe names until the project writes its own in: no image
+/// anywhere, refused before the engine is asked (a pull of it failed as a network error).
+pub const PLACEHOLDER_BASE: &str = "replace-me-with-a-base";
+
 /// The layers of the images a Dockerfile build takes, each of which must be local or
 /// named by digest (then pulled by that digest): never pulled by tag. BuildKit reads
 /// an image ID (`FROM sha256:…`) as a Docker Hub name, so with BuildKit a base must
@@ -683,6 +688,14 @@ fn local_bases(
         let refused = |message: String, details: Vec<String>| -> RecipeError {
             ImageError::Refused { message, details }.into()
         };
+        if image.split(['@', ':']).next() == Some(PLACEHOLDER_BASE) {
+            return Err(refused(
+                format!("{at}: the FROM line still names `{PLACEHOLDER_BASE}`, the placeholder `cibox init` wrote"),
+                vec![
+                    "edit it to name your base: REPOSITORY@sha256:… (pulled by that digest), or an image on this host (`docker images`)".into(),
+                ],
+            ));
+        }
         let by_id = ImageId::parse(image).is_ok();
         if by_id && builder == Builder::BuildKit {
             return Err(refused(
@@ -766,10 +779,11 @@ fn check_base(
         .into());
     }
     if found.onbuild > 0 {
-        return Err(ImageError::refused(format!(
-            "{at}: base {written} carries {} ONBUILD trigger(s), steps another Dockerfile wrote that would run in this build; use a base without them",
-            found.onbuild
-        ))
+        return Err(ImageError::OnBuild {
+            at: at.to_string(),
+            base: written.to_string(),
+            count: found.onbuild,
+        }
         .into());
     }
     Ok(())

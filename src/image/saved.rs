@@ -15,7 +15,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use sha2::{Digest, Sha256};
 
-use super::normalize::HashingReader;
+use super::normalise::HashingReader;
 use std::path::Path;
 
 use crate::engine::{Engine, EngineError};

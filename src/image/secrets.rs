@@ -3,7 +3,7 @@
 //! come from the command line, the host's, never from the manifest, which a pull
 //! request writes: a recipe only says which IDs its steps mount. The value goes to the
 //! engine on the build's session only, is masked in what the build prints
-//! ([`crate::mask`]), and an image that holds it is refused ([`super::normalize`]), as
+//! ([`crate::mask`]), and an image that holds it is refused ([`super::normalise`]), as
 //! are the credentials of the environment's proxies ([`hidden`]).
 
 use crate::engine::BuildSecret;

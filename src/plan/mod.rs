@@ -7,13 +7,13 @@
 //! - [`error`]: why a request cannot be planned;
 //! - [`container`]: one batch's container (name, environment, script and the words it
 //!   prints, host mounts, devices, caches, the engine's create request);
-//! - [`run_plan`]: the request resolved against the manifest and the host's facts.
+//! - [`run_plan`]: the request resolved against the manifest and the host's facts;
+//! - [`listing`]: `batch list`: the batches a request names, their expected times,
+//!   parts and layers.
 
 pub mod container;
 pub mod error;
+pub mod listing;
 pub mod run_plan;
 
-pub use run_plan::{
-    BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, named_batches, plan,
-    selected,
-};
+pub use run_plan::{BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, plan};

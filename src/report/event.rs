@@ -16,43 +16,7 @@ use crate::plan::{BatchPlan, RunPlan};
 use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::sweep::Swept;
 
-/// The steps of a run and of each batch, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// The run's images were verified against their lock files.
-    Verify,
-    /// The batch's Slurm job left Slurm's queue: its nodes were allocated.
-    Queue,
-    /// The batch's GPUs were leased (or it needs none).
-    Lease,
-    /// Its container was created.
-    Create,
-    /// The source was copied into its `/work`.
-    Copy,
-    /// An install, preflight or run step was announced.
-    Install,
-    Preflight,
-    Run,
-    /// Its `/reports` was copied out and its test cases read.
-    Collect,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Verify => "verify",
-            Phase::Queue => "queue",
-            Phase::Lease => "lease",
-            Phase::Create => "create",
-            Phase::Copy => "copy",
-            Phase::Install => "install",
-            Phase::Preflight => "preflight",
-            Phase::Run => "run",
-            Phase::Collect => "collect",
-        }
-    }
-}
+pub use crate::plan::container::phases::Phase;
 
 /// One event: what happened, and when.
 pub struct Event<'a> {

@@ -25,6 +25,10 @@ pub struct Case {
     pub status: CaseStatus,
     /// The failure, error or skip message.
     pub message: Option<String>,
+    /// The text inside a failure or error (pytest's traceback), at most
+    /// [`MAX_TRACE`] bytes of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
     pub time_s: Option<f64>,
     /// The file and line a runner attached, when it did (for CI annotations).
     pub file: Option<String>,
@@ -49,6 +53,11 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 pub const MAX_CASES_KEPT: usize = 20_000;
 /// The longest name, class name or message kept; longer ones end in `…`.
 pub const MAX_TEXT: usize = 1024;
+/// The most of one failure's text (its traceback) kept; more ends in `…`.
+pub const MAX_TRACE: usize = 16 << 10;
+/// The most failure text kept per batch, all cases together; cases beyond keep their
+/// message only.
+pub const MAX_TRACE_TOTAL: usize = 4 << 20;
 
 /// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
 pub fn truncate(mut s: String, max: usize) -> String {
@@ -121,13 +130,21 @@ pub struct Collected {
     pub dropped: usize,
     /// Where kept passing (or skipped) cases are, for a failure to take the place of.
     replaceable: Vec<usize>,
+    /// Bytes of failure text kept so far.
+    trace_bytes: usize,
 }
 
 impl Collected {
     /// Adds a case: counted always, kept while there is room (a failing case takes
     /// the place of a kept passing one, so failures are never the ones dropped).
-    pub fn add(&mut self, c: Case) {
+    pub fn add(&mut self, mut c: Case) {
         self.totals.count(&c);
+        let trace = c.text.as_ref().map_or(0, String::len);
+        if self.trace_bytes + trace > MAX_TRACE_TOTAL {
+            c.text = None;
+        } else {
+            self.trace_bytes += trace;
+        }
         let failing = matches!(c.status, CaseStatus::Failed | CaseStatus::Error);
         if self.cases.len() < MAX_CASES_KEPT {
             if !failing {
@@ -161,9 +178,25 @@ fn case(e: &BytesStart<'_>) -> Case {
         name: text_attr(e, "name").unwrap_or_default(),
         status: CaseStatus::Passed,
         message: None,
+        text: None,
         time_s: attr(e, "time").and_then(|t| t.parse().ok()),
         file: text_attr(e, "file"),
         line: attr(e, "line").and_then(|l| l.parse().ok()),
+    }
+}
+
+/// Adds `more` to a failure's text, up to [`MAX_TRACE`] bytes.
+fn keep_text(c: &mut Case, more: &str) {
+    if !matches!(c.status, CaseStatus::Failed | CaseStatus::Error) {
+        return;
+    }
+    let text = c.text.get_or_insert_with(String::new);
+    if text.len() > MAX_TRACE {
+        return; // already cut
+    }
+    text.push_str(more);
+    if text.len() > MAX_TRACE {
+        *text = truncate(std::mem::take(text), MAX_TRACE);
     }
 }
 
@@ -176,6 +209,7 @@ pub fn parse_into(xml: &str, out: &mut Collected) -> Result<(), String> {
         let event = reader
             .read_event()
             .map_err(|e| format!("at byte {}: {e}", reader.buffer_position()))?;
+        let opens = matches!(event, Event::Start(_));
         match event {
             Event::Start(e) if e.name().as_ref() == "testcase" => current = Some(case(&e)),
             // `<testcase …/>`: passed, nothing inside.
@@ -193,15 +227,42 @@ pub fn parse_into(xml: &str, out: &mut Collected) -> Result<(), String> {
                     if c.status == CaseStatus::Passed || status != CaseStatus::Skipped {
                         c.status = status;
                         c.message = text_attr(&e, "message");
+                        c.text = None;
                     }
-                    in_result = true;
+                    // `<failure …/>` has no text: what follows is not its.
+                    in_result = opens;
+                }
+            }
+            // `&gt;` and the like: events of their own in a text.
+            Event::GeneralRef(r) if in_result => {
+                let ch = match r.resolve_char_ref() {
+                    Ok(Some(ch)) => Some(ch),
+                    _ => match r.as_ref() {
+                        "lt" => Some('<'),
+                        "gt" => Some('>'),
+                        "amp" => Some('&'),
+                        "apos" => Some('\''),
+                        "quot" => Some('"'),
+                        _ => None,
+                    },
+                };
+                if let (Some(c), Some(ch)) = (current.as_mut(), ch) {
+                    keep_text(c, ch.encode_utf8(&mut [0; 4]));
+                }
+            }
+            Event::CData(t) if in_result => {
+                if let Some(c) = current.as_mut() {
+                    keep_text(c, &t.into_inner());
                 }
             }
             Event::Text(t) if in_result => {
+                let text = t.xml_content(quick_xml::XmlVersion::Implicit1_0);
+                if let Some(c) = current.as_mut() {
+                    keep_text(c, &text);
+                }
                 if let Some(c) = current.as_mut()
                     && c.message.as_deref().is_none_or(str::is_empty)
                 {
-                    let text = t.xml_content(quick_xml::XmlVersion::Implicit1_0);
                     let first = text
                         .lines()
                         .find(|l| !l.trim().is_empty())
@@ -333,6 +394,7 @@ more</error></testcase>
             name,
             status,
             message: Some("x".repeat(5000)),
+            text: None,
             time_s: None,
             file: None,
             line: None,

@@ -212,12 +212,7 @@ impl RunResult {
     pub fn exit_code(&self) -> u8 {
         match self.stopped_by {
             Some(sig) => exit::signal(sig as i32),
-            None => exit::most_severe(
-                self.batches
-                    .iter()
-                    .filter(|b| b.record.counts_against_run())
-                    .map(|b| b.record.exit_code),
-            ),
+            None => exit::most_severe(self.batches.iter().filter_map(|b| b.record.run_exit_code())),
         }
     }
 
@@ -306,6 +301,35 @@ mod tests {
             judge(&stopped, &totals(3, 0, 0), None, true).0,
             Status::Timeout
         );
+    }
+
+    /// Issue 48: a soft-fail batch whose infrastructure error was retried, and which
+    /// then failed, exited 0: `soft_fail` forgives the batch's failures, never the
+    /// host's.
+    #[test]
+    fn a_soft_failure_after_an_infrastructure_error_fails_the_run_as_one() {
+        use crate::report::record::AttemptRecord;
+        let mut run = crate::report::reporter::sample::shaped_run();
+        run.batches
+            .retain(|b| b.record.batch == "experimental" || b.record.status == Status::Passed);
+        assert!(run.batches.iter().any(|b| b.record.soft_fail));
+        assert_eq!((run.exit_code(), run.passed()), (0, true));
+        for b in &mut run.batches {
+            if b.record.soft_fail {
+                b.record.attempts = 2;
+                b.record.earlier_attempts.push(AttemptRecord {
+                    attempt: 1,
+                    status: Status::InfraError,
+                    exit_code: exit::INFRA,
+                    message: Some("the engine lost the container".into()),
+                    started_at: b.record.started_at.clone(),
+                    duration_s: 1.0,
+                    failed_tests: Vec::new(),
+                    gpus: Vec::new(),
+                });
+            }
+        }
+        assert_eq!((run.exit_code(), run.passed()), (exit::INFRA, false));
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub struct Hardware {
     /// not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_unknown: Option<String>,
+    /// The GPUs were fake (`cibox gpu fake`), not hardware: the batch ran on none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fake_gpus: bool,
 }
 
 impl Hardware {
@@ -121,6 +124,15 @@ impl Hardware {
             ("CUDA", each(&|g| g.cuda.clone().unwrap_or_else(unknown))),
             ("kernel", self.kernel.clone()),
             ("engine", self.engine.clone()),
+            (
+                "fake GPUs",
+                if self.fake_gpus {
+                    "yes (not real hardware)"
+                } else {
+                    "no"
+                }
+                .into(),
+            ),
         ]
     }
 
@@ -295,13 +307,34 @@ pub fn attempt_said(attempt: u32, status: Status, message: Option<&str>) -> Stri
 }
 
 impl RunRecord {
+    /// An earlier attempt ended in `infra_error` (and was retried): the host's failure,
+    /// which `soft_fail` never forgives (docs/interface.md §4).
+    fn met_infra_error(&self) -> bool {
+        self.earlier_attempts
+            .iter()
+            .any(|a| a.status == Status::InfraError)
+    }
+
+    /// The code it adds to the run's (the most severe wins): none when it does not
+    /// count; a soft failure that met an infrastructure error on the way counts as
+    /// that error (exit 5), not as the failure it forgives.
+    pub fn run_exit_code(&self) -> Option<u8> {
+        if !self.counts_against_run() {
+            return None;
+        }
+        if self.soft_fail && matches!(self.status, Status::Failed | Status::Timeout) {
+            return Some(crate::exit::INFRA);
+        }
+        Some(self.exit_code)
+    }
+
     /// Whether its failure fails the run: not when it passed, never ran because of
     /// another's, or failed softly (`soft_fail` on a failure or a timeout; an error of
     /// the host still counts).
     pub fn counts_against_run(&self) -> bool {
         match self.status {
             Status::Passed | Status::NotRun => false,
-            Status::Failed | Status::Timeout => !self.soft_fail,
+            Status::Failed | Status::Timeout => !self.soft_fail || self.met_infra_error(),
             _ => true,
         }
     }
@@ -564,6 +597,7 @@ mod tests {
             kernel: "6.1.0-18-amd64".into(),
             engine: "20.10.24".into(),
             gpus_unknown: None,
+            fake_gpus: false,
         };
         assert!(recorded.differences(&recorded).is_empty());
         let mut replayed = recorded.clone();

@@ -128,6 +128,7 @@ impl StepTracker {
                     name: format!("step {}: {}", i + 1, self.names[i]),
                     status,
                     message,
+                    text: None,
                     time_s,
                     file: None,
                     line: None,

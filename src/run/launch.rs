@@ -42,7 +42,20 @@ pub fn run(
     request: RunRequest,
     json: bool,
 ) -> Result<RunResult> {
-    let names = check(&manifest, policy, &request)?;
+    let names = plan::check_request(&manifest, &request)?;
+    run_checked(manifest, policy, request, names, json)
+}
+
+/// [`run`] of a request whose batches [`plan::check_request`] gave (`names`): the
+/// command that checked it first runs it without checking it twice.
+pub fn run_checked(
+    manifest: Manifest,
+    policy: &HostPolicy,
+    request: RunRequest,
+    names: Vec<String>,
+    json: bool,
+) -> Result<RunResult> {
+    let names = check(&manifest, policy, &request, names)?;
     let mut request = request;
     request.private_caches = request
         .private_caches
@@ -178,9 +191,12 @@ fn one_destination() -> bool {
 }
 
 /// What needs only the manifest, the request and the policy; the run's batches.
-fn check(manifest: &Manifest, policy: &HostPolicy, request: &RunRequest) -> Result<Vec<String>> {
-    // Again for the front ends that come here directly (qualify, reproduce).
-    let names = plan::check_request(manifest, request)?;
+fn check(
+    manifest: &Manifest,
+    policy: &HostPolicy,
+    request: &RunRequest,
+    names: Vec<String>,
+) -> Result<Vec<String>> {
     // `changed run`'s test files, named by data from elsewhere: files of this source.
     for name in &names {
         if let Some(file) = manifest
@@ -335,7 +351,8 @@ pub fn run_on_node(job: &NodeJob, policy: &HostPolicy) -> Result<RunResult> {
     let alloc = crate::slurm::alloc::Allocation::current()?;
     let manifest = job.manifest(policy)?;
     let request = job.request(&manifest, &alloc)?;
-    let names = check(&manifest, policy, &request)?;
+    let names = plan::check_request(&manifest, &request)?;
+    let names = check(&manifest, policy, &request, names)?;
     let mut wire = Wire::stdout();
     run_here(manifest, policy, request, &names, &mut wire)
 }
@@ -364,10 +381,11 @@ fn fetch_missing_images(engine: &Engine, plan: &crate::plan::RunPlan) -> Result<
         engine.pull(&pinned.repository, &pinned.digest)?;
         let found = engine.inspect(&pinned.to_string())?.map(|i| i.id);
         if found.as_deref() != Some(id.as_str()) {
-            return Err(crate::error::Error::from(ImageError::refused(format!(
-                "{pinned} is image {}, not {id} that the run was planned with",
-                found.as_deref().unwrap_or("(nothing)")
-            ))));
+            return Err(crate::error::Error::from(ImageError::NodeCopyDiffers {
+                pinned: pinned.to_string(),
+                found: found.unwrap_or_else(|| "(nothing)".into()),
+                id: id.clone(),
+            }));
         }
     }
     Ok(())

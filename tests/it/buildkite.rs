@@ -383,8 +383,10 @@ fn readme_block(readme: &str, file: &str) -> String {
 
 #[test]
 fn the_readmes_github_and_buildkite_setups_render_side_by_side() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide/workflows.md"),
+    )
+    .unwrap();
     let p = Project::new(
         "version: 1\nproject: rm\nimage: {locks: [cibox.yaml]}\ndefaults: {timeout: 30m, run: [x]}\nbatches:\n  dist: {gpus: 2, gpu_model: \"*H100*\"}\n  any: {gpus: 1}\nlayers:\n  gpu: {batches: all}\nworkflows:\n  dir: .github/workflows\n  buildkite: .buildkite\n",
     );

@@ -492,3 +492,56 @@ fn what_this_host_cannot_give_a_batch_is_refused_at_its_line() {
     );
     assert!(!dir.path().join("cibox-reports").exists());
 }
+
+/// The build script does not watch git's index (a `git status` rewrote it and recompiled
+/// the crate), and watches only paths that exist (cargo reruns a script on every build
+/// while one it watches is missing, as `.git/HEAD` is in a worktree).
+#[test]
+fn the_build_script_watches_the_commit_not_gits_index() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/it-… → target/<profile>/build/cibox-*/output
+    let build = exe.parent().unwrap().parent().unwrap().join("build");
+    let newest = std::fs::read_dir(&build)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", build.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cibox-"))
+        .map(|e| e.path().join("output"))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| panic!("no build script output under {}", build.display()));
+    let output = std::fs::read_to_string(&newest).unwrap();
+    let watched: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("cargo:rerun-if-changed="))
+        .collect();
+    assert!(watched.iter().any(|w| w.ends_with("HEAD")), "{output}");
+    assert!(watched.contains(&"src"), "{output}");
+    for w in &watched {
+        assert!(
+            !w.ends_with("index"),
+            "the build script watches git's index: {output}"
+        );
+        assert!(
+            root.join(w).exists(),
+            "the build script watches {w}, which is missing"
+        );
+    }
+}
+
+/// A bad image ID from the environment is refused naming the variable it came from.
+#[test]
+fn a_bad_cibox_image_is_refused_naming_the_variable() {
+    let p = Project::new(GOOD);
+    for args in [&["batch", "run", "cpu"][..], &["image", "verify"][..]] {
+        let r = run(cibox(p.path()).env("CIBOX_IMAGE", "latest").args(args));
+        r.fails_with(3, "`latest` is a tag or name, not an image ID");
+        assert!(
+            r.stderr.contains("(from CIBOX_IMAGE)"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    let r = run(cibox(p.path()).args(["batch", "run", "cpu", "--image", "latest"]));
+    assert!(r.stderr.contains("(from --image)"), "{}", r.stderr);
+}

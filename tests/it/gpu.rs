@@ -140,7 +140,7 @@ fn exec_bad_input_is_exit_2_and_keeps_no_lease() {
         (vec!["--count", "1"], "no command given"),
         (
             vec!["--count", "1", "--wait", "soon", "--", "true"],
-            "--wait: bad duration",
+            "invalid value 'soon' for '--wait <DUR>': bad duration `soon`",
         ),
         (
             vec!["--count", "1", "--env-name", "1X", "--", "true"],

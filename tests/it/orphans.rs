@@ -56,6 +56,16 @@ fn a_dead_run_in_another_scope_is_swept_and_a_live_one_never() {
         "cleanup removed a live run's container: {}",
         r.stdout
     );
+    // Nor does a run's own sweep in another scope, nor a cleanup of that very scope:
+    // a sweep judges each container by its run, never by its scope.
+    let scope_c = format!("{}-c", p.scope());
+    p.run(&["batch", "run", "quick", "--scope", &scope_c]).ok();
+    run(cibox(elsewhere.path()).args(["cleanup", "--scope", &scope_a])).ok();
+    assert_eq!(
+        ours(&scope_a),
+        1,
+        "a sweep removed another scope's live container"
+    );
     // Killed with its watchdog (as a host's OOM killer might), the run is dead: the next
     // run in another scope (and another lock dir) removes its container.
     for pid in pids_with(&["__watchdog"]) {

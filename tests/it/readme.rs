@@ -1,18 +1,22 @@
-//! The README's tour works verbatim: its first shell block, run with `bash -e` in a
-//! fresh clone of this repository, with this cibox first on `PATH`; then its GPU-host
-//! block, each line as written, on the GPU doubles (the fake nvidia-smi with two idle
-//! GPUs, a lock dir of the test's own): what a machine without a GPU can show of it.
+//! The guide's tour (docs/guide/tour.md) works verbatim: its first shell block, run with
+//! `bash -e` in a fresh clone of this repository, with this cibox first on `PATH`; then
+//! its GPU block, each line as written, on the fake GPUs its first line makes (`cibox
+//! gpu fake`, in a state folder of the test's own): a machine without a GPU runs it all.
 
 use std::path::Path;
 use std::process::Command;
 
 use crate::common::*;
 
-/// The first ```sh block after the heading `## A short tour`.
+/// The UUIDs `cibox gpu fake` gives its first two NVIDIA GPUs.
+const FAKE_UUID_0: &str = "GPU-fa4e0000-0000-4000-8000-000000000000";
+const FAKE_UUID_1: &str = "GPU-fa4e0000-0000-4000-8000-000000000001";
+
+/// The first ```sh block after the heading `## The image and a CPU layer`.
 fn tour(readme: &str) -> String {
     let after = readme
-        .split_once("\n## A short tour\n")
-        .expect("the README has `## A short tour`")
+        .split_once("\n## The image and a CPU layer\n")
+        .expect("the tour has `## The image and a CPU layer`")
         .1;
     let block = after
         .split_once("```sh\n")
@@ -25,13 +29,13 @@ fn tour(readme: &str) -> String {
         .to_string()
 }
 
-/// The ```sh block after `On a GPU host`, one command per line, comments dropped: each
+/// The ```sh block after `## GPU batches, on fake GPUs`, one command per line, comments dropped: each
 /// line then says its exit status (`readme-exit N`), so the test can tell which line
 /// did what; `torchrun …` (a placeholder) becomes a command that shows its lease.
 fn gpu_block(readme: &str) -> (Vec<String>, String) {
     let after = readme
-        .split_once("\nOn a GPU host")
-        .expect("the README has its GPU-host block")
+        .split_once("\n## GPU batches, on fake GPUs\n")
+        .expect("the tour has its GPU block")
         .1;
     let block = after.split_once("```sh\n").expect("a ```sh block").1;
     let block = block.split_once("\n```").expect("the block ends").0;
@@ -67,7 +71,7 @@ fn images() -> Vec<String> {
 fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
     require_engine();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo.join("docs/guide/tour.md")).unwrap();
     let tour = tour(&readme);
     let dir = tempfile::tempdir().unwrap();
     let clone = dir.path().join("cibox");
@@ -89,8 +93,7 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
     // demo) is not this test's to remove.
     let before = images();
     let (gpu_lines, gpu_script) = gpu_block(&readme);
-    let smi = FakeSmi::with_gpus(2);
-    let locks = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
     let script = format!("{tour}\necho '=== GPU host'\n{gpu_script}");
     let scope = format!("test-readme-{}", nonce());
     let mut cmd = Command::new("bash");
@@ -103,9 +106,7 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
             cmd.env_remove(k);
         }
     }
-    smi.apply(&mut cmd);
-    cmd.env("CIBOX_GPU_LOCK_DIR", locks.path())
-        .env("CIBOX_GPU_PROBE", "nvidia-smi")
+    cmd.env("XDG_STATE_HOME", state.path())
         .env("CIBOX_PROBE_TIMEOUT", "5s");
     let r = {
         let _store = image_store_lock(false);
@@ -137,20 +138,33 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
             .unwrap_or_else(|| panic!("the GPU block has `{start}`: {gpu_lines:?}"))
     };
     let ctx = || format!("{gpu_out}\n{}", r.stderr);
-    // gpu status: both doubles' GPUs, idle.
+    // The fake GPUs: made, and said to be fake.
+    let i = line_of("eval \"$(cibox gpu fake");
+    assert_eq!(status(i), 0, "{}", ctx());
+    // gpu status: both fake GPUs, idle, said first to be fake.
     let i = line_of("cibox gpu status");
     assert_eq!(status(i), 0, "{}", ctx());
-    assert!(parts[i].contains(&uuid(1)), "{}", ctx());
-    // The unit batch passes; gpu-smoke cannot start a container with a GPU here and
-    // ends infra_error (exit 5), cleanly.
+    assert!(
+        parts[i].contains("FAKE GPUs, not real hardware: 2 × NVIDIA H100"),
+        "{}",
+        ctx()
+    );
+    assert!(parts[i].contains(FAKE_UUID_1), "{}", ctx());
+    // Both batches pass, gpu-smoke on a fake GPU, its record saying so.
     let i = line_of("cibox batch run unit gpu-smoke");
-    assert_eq!(status(i), 5, "{}", ctx());
+    assert_eq!(status(i), 0, "{}", ctx());
     let record = |batch: &str| -> serde_json::Value {
         let path = clone.join(format!("examples/demo/cibox-reports/{batch}/result.json"));
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
     };
     assert_eq!(record("unit")["status"], "passed", "{}", ctx());
-    assert_eq!(record("gpu-smoke")["status"], "infra_error", "{}", ctx());
+    assert_eq!(record("gpu-smoke")["status"], "passed", "{}", ctx());
+    assert_eq!(
+        record("gpu-smoke")["hardware"]["fake_gpus"],
+        true,
+        "{}",
+        ctx()
+    );
     // qualify runs the `qualify` layer (the unit batch) and writes its record.
     let i = line_of("cibox image qualify");
     assert_eq!(status(i), 0, "{}", ctx());
@@ -166,7 +180,7 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
     assert_eq!(status(i), 0, "{}", ctx());
     // As the leases name GPUs: by UUID.
     assert!(
-        parts[i].contains(&format!("leased {},{}", uuid(0), uuid(1))),
+        parts[i].contains(&format!("leased {FAKE_UUID_0},{FAKE_UUID_1}")),
         "{}",
         ctx()
     );
@@ -182,11 +196,11 @@ fn the_readme_tour_and_gpu_host_block_run_from_a_fresh_clone() {
         "containers left: {}",
         String::from_utf8_lossy(&left.stdout)
     );
+    let fake = state.path().join("cibox/fake-gpus");
     let mut status_cmd = cibox(&clone);
-    smi.apply(&mut status_cmd);
     status_cmd
-        .env("CIBOX_GPU_LOCK_DIR", locks.path())
-        .env("CIBOX_GPU_PROBE", "nvidia-smi")
+        .env("CIBOX_FAKE_GPUS", &fake)
+        .env("CIBOX_GPU_LOCK_DIR", fake.join("locks"))
         .args(["gpu", "status", "--json"]);
     let after = run(&mut status_cmd);
     let v: serde_json::Value = serde_json::from_str(&after.stdout).unwrap();

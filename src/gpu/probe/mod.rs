@@ -378,6 +378,7 @@ impl Prober {
         };
         let explicit_smi = smi::program_named().is_some();
         let explicit_rocm = rocm_smi::program_named().is_some();
+        let fake = crate::gpu::fake::is_on().then(crate::gpu::fake::active_tool);
         let tool = |tool: Tool, fallback| Backend::Tool {
             tool,
             program: tool.program(),
@@ -385,6 +386,9 @@ impl Prober {
         };
         let explicit_tool = TOOLS.into_iter().find(|t| t.named());
         let backend = match self.inner.choice {
+            // Fake GPUs: their vendor's double whatever was chosen (none: it fails).
+            _ if fake == Some(Some("rocm-smi")) => rocm(None),
+            _ if fake.is_some() => smi(None),
             ProbeChoice::NvidiaSmi => smi(None),
             ProbeChoice::RocmSmi => rocm(None),
             ProbeChoice::NpuSmi => tool(Tool::NpuSmi, None),

@@ -39,8 +39,10 @@ pub fn program() -> String {
 }
 
 /// The program `CIBOX_ROCM_SMI` names, if any (under `auto` it chooses rocm-smi).
+/// Fake GPUs (`CIBOX_FAKE_GPUS`) come first: their double, never the real tool.
 pub fn program_named() -> Option<String> {
-    std::env::var(KNOB).ok().filter(|s| !s.is_empty())
+    crate::gpu::fake::program("rocm-smi")
+        .or_else(|| std::env::var(KNOB).ok().filter(|s| !s.is_empty()))
 }
 
 /// Whether AMD's compute driver (KFD) shows a GPU on this host: a topology node with

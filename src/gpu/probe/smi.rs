@@ -41,8 +41,10 @@ pub fn program() -> String {
 }
 
 /// The program `CIBOX_NVIDIA_SMI` names, if any (under `auto` it chooses nvidia-smi).
+/// Fake GPUs (`CIBOX_FAKE_GPUS`) come first: their double, never the real tool.
 pub fn program_named() -> Option<String> {
-    std::env::var(KNOB).ok().filter(|s| !s.is_empty())
+    crate::gpu::fake::program("nvidia-smi")
+        .or_else(|| std::env::var(KNOB).ok().filter(|s| !s.is_empty()))
 }
 
 /// Starts one query: the CSV ones with their format, `--version` and `-L` bare.

@@ -17,20 +17,41 @@ const TAIL_BYTES: usize = 2048;
 /// The longest line looked at for an announcement.
 const MAX_LINE: usize = 64 * 1024;
 
-/// A phase of the script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The steps of a run and of each batch, in order; the script announces three of them
+/// (install, preflight, run), each followed here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// The run's images were verified against their lock files.
+    Verify,
+    /// The batch's Slurm job left Slurm's queue: its nodes were allocated.
+    Queue,
+    /// The batch's GPUs were leased (or it needs none).
+    Lease,
+    /// Its container was created.
+    Create,
+    /// The source was copied into its `/work`.
+    Copy,
+    /// An install, preflight or run step was announced.
     Install,
     Preflight,
     Run,
+    /// Its `/reports` was copied out and its test cases read.
+    Collect,
 }
 
 impl Phase {
-    fn word(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
+            Phase::Verify => "verify",
+            Phase::Queue => "queue",
+            Phase::Lease => "lease",
+            Phase::Create => "create",
+            Phase::Copy => "copy",
             Phase::Install => "install",
             Phase::Preflight => "preflight",
             Phase::Run => "run",
+            Phase::Collect => "collect",
         }
     }
 }
@@ -75,7 +96,7 @@ impl PhaseTracker {
         let line = String::from_utf8_lossy(&self.line);
         let mut announced = None;
         for phase in [Phase::Install, Phase::Preflight, Phase::Run] {
-            let marker = format!("cibox {}: ", phase.word());
+            let marker = format!("cibox {}: ", phase.as_str());
             if let Some(at) = line.rfind(&marker) {
                 let cmd = line[at + marker.len()..].to_string();
                 self.current = Some((phase, cmd.clone()));
@@ -114,7 +135,7 @@ impl PhaseTracker {
         };
         Some(format!(
             "the {} step `{cmd}` failed with exit {code}, before any test ran; {ends}",
-            phase.word()
+            phase.as_str()
         ))
     }
 }

@@ -281,6 +281,10 @@ fn merged_junit(results: &[BatchResult]) -> String {
             if let Some(m) = &c.message {
                 status.set_message(m.clone());
             }
+            // The traceback, as the batch's own report gave it.
+            if let Some(t) = &c.text {
+                status.set_description(t.clone());
+            }
             let reruns = reruns_of(&c.id());
             rerun_named |= !reruns.is_empty();
             status.add_reruns(reruns);

@@ -6,6 +6,9 @@ use super::markdown::markdown_text;
 use crate::report::outcome::BatchResult;
 use crate::report::record::{GpuHardware, Hardware};
 
+/// Before the GPUs of a batch that ran on fake ones (`cibox gpu fake`).
+const FAKE: &str = "FAKE (not real hardware) ";
+
 /// A GPU in one cell: `NVIDIA H100 80GB HBM3 (9.0, 81559 MiB)`.
 fn gpu_text(g: &GpuHardware) -> String {
     let mut facts = Vec::new();
@@ -92,8 +95,13 @@ pub fn summary_section(results: &[BatchResult]) -> String {
                     let indices: Vec<String> =
                         hw.gpus.iter().map(|g| g.index.to_string()).collect();
                     let (driver, cuda) = driver_text(&hw.gpus);
+                    let fake = if hw.fake_gpus { FAKE } else { "" };
                     (
-                        format!("{} on GPU {}", gpus_text(&hw.gpus), indices.join(", ")),
+                        format!(
+                            "{fake}{} on GPU {}",
+                            gpus_text(&hw.gpus),
+                            indices.join(", ")
+                        ),
                         driver,
                         cuda,
                     )
@@ -140,7 +148,15 @@ pub fn closing_line(results: &[BatchResult]) -> Option<String> {
         String::new()
     } else {
         let (driver, cuda) = driver_text(&gpus);
-        format!("; GPUs: {}, driver {driver}, CUDA {cuda}", gpus_text(&gpus))
+        let fake = results
+            .iter()
+            .filter_map(|b| b.record.hardware.as_ref())
+            .any(|h| h.fake_gpus);
+        let fake = if fake { FAKE } else { "" };
+        format!(
+            "; GPUs: {fake}{}, driver {driver}, CUDA {cuda}",
+            gpus_text(&gpus)
+        )
     };
     Some(format!("ran on {}{gpu_part}", host.join("; ")))
 }

@@ -334,12 +334,59 @@ const MAX_CLOSING_FAILURES: usize = 50;
 /// batches ended how, how many tests), then each failing test and each batch that ended
 /// neither passed nor failed, by name.
 pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> Vec<String> {
-    use crate::report::junit::CaseStatus;
-    use crate::report::outcome::Status;
     let secs = elapsed.map_or_else(
         || run.batches.iter().map(|b| b.record.duration_s).sum(),
         |d| d.as_secs_f64(),
     );
+    let by_status = status_counts(run);
+    let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
+    for t in run.batches.iter().map(|b| &b.record.tests) {
+        total += t.total;
+        passed += t.passed;
+        failed += t.failed;
+        errors += t.errors;
+        skipped += t.skipped;
+    }
+    let n = run.batches.len();
+    let mut lines = vec![format!(
+        "summary [{secs:>7.1}s] {n} batch{} run: {}; {total} tests: {passed} passed, {failed} failed, {errors} errors, {skipped} skipped",
+        if n == 1 { "" } else { "es" },
+        if by_status.is_empty() {
+            "none".to_string()
+        } else {
+            by_status.join(", ")
+        }
+    )];
+    let unlisted = batch_lines(run, &mut lines);
+    lines.extend(not_run_line(run));
+    if unlisted > 0 {
+        lines.push(format!(
+            "… and {unlisted} more failing test(s); see {}",
+            run.reports.join("summary.md").display()
+        ));
+    }
+    if let Some(sig) = run.stopped_by {
+        lines.push(format!("the run was stopped by {sig}"));
+    }
+    lines.extend(crate::report::reporter::hardware::closing_line(
+        &run.batches,
+    ));
+    if !run.batches.is_empty() {
+        lines.push(format!(
+            "reports: {}, with a picture of the run in {}",
+            run.reports.join("summary.md").display(),
+            run.reports
+                .join(crate::report::reporter::summary::TIMELINE_FILE)
+                .display()
+        ));
+    }
+    lines
+}
+
+/// How many batches ended how, for the summary line: `3 passed (1 flaky), 2 failed
+/// (1 soft_fail)`.
+fn status_counts(run: &RunResult) -> Vec<String> {
+    use crate::report::outcome::Status;
     let mut by_status: Vec<String> = Vec::new();
     for status in [
         Status::Passed,
@@ -359,8 +406,7 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         if of.is_empty() {
             continue;
         }
-        // `3 passed (1 flaky), 2 failed (1 soft_fail)`: what the counts hold that does
-        // not read as a plain pass or failure.
+        // What the counts hold that does not read as a plain pass or failure.
         let flaky = of.iter().filter(|b| b.record.flaky).count();
         let soft = of
             .iter()
@@ -373,31 +419,20 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
         };
         by_status.push(format!("{} {}{note}", of.len(), status.as_str()));
     }
-    let (mut total, mut passed, mut failed, mut errors, mut skipped) = (0, 0, 0, 0, 0);
-    for t in run.batches.iter().map(|b| &b.record.tests) {
-        total += t.total;
-        passed += t.passed;
-        failed += t.failed;
-        errors += t.errors;
-        skipped += t.skipped;
-    }
-    let n = run.batches.len();
-    let mut lines = vec![format!(
-        "summary [{secs:>7.1}s] {n} batch{} run: {}; {total} tests: {passed} passed, {failed} failed, {errors} errors, {skipped} skipped",
-        if n == 1 { "" } else { "es" },
-        if by_status.is_empty() {
-            "none".to_string()
-        } else {
-            by_status.join(", ")
-        }
-    )];
+    by_status
+}
+
+/// Each batch's closing lines (flaky, each failing test, how it ended when neither
+/// passed nor failed), the failing tests at most [`MAX_CLOSING_FAILURES`]; returns how
+/// many failing tests were left out.
+fn batch_lines(run: &RunResult, lines: &mut Vec<String>) -> usize {
+    use crate::report::junit::CaseStatus;
+    use crate::report::outcome::Status;
     let mut listed = 0;
     let mut unlisted = 0;
-    let mut not_run: Vec<&str> = Vec::new();
     for b in &run.batches {
         let r = &b.record;
         if r.status == Status::NotRun {
-            not_run.push(&r.batch);
             continue;
         }
         if r.flaky {
@@ -429,72 +464,56 @@ pub fn closing_lines(run: &RunResult, elapsed: Option<std::time::Duration>) -> V
                 c.id()
             ));
         }
+        let message = r
+            .message
+            .as_deref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
         if !matches!(r.status, Status::Passed | Status::Failed) {
             lines.push(format!(
-                "{:>8} [{:>7.1}s] {}{soft}{}",
+                "{:>8} [{:>7.1}s] {}{soft}{message}",
                 r.status.as_str().to_uppercase(),
                 r.duration_s,
                 r.batch,
-                r.message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
             ));
         } else if r.status == Status::Failed && b.failing().next().is_none() {
             // Failed without a failing test case: a step, a missing or broken report.
             lines.push(format!(
-                "{:>8} [{:>7.1}s] {}{soft}{}",
-                "FAIL",
-                r.duration_s,
-                r.batch,
-                r.message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
+                "{:>8} [{:>7.1}s] {}{soft}{message}",
+                "FAIL", r.duration_s, r.batch,
             ));
         }
     }
-    if let (Some(first), n) = (
-        run.batches.iter().find(|b| b.status() == Status::NotRun),
-        not_run.len(),
-    ) && n > 0
-    {
-        // One line however many: a layer of hundreds stopped at its first failure.
-        let shown: Vec<&str> = not_run.iter().take(10).copied().collect();
-        let more = if n > shown.len() {
-            format!(", … ({n} in all)")
-        } else {
-            String::new()
-        };
-        lines.push(format!(
-            "{:>8} {}{more}: {}",
-            "NOT RUN",
-            shown.join(", "),
-            first.record.message.as_deref().unwrap_or("not started")
-        ));
-    }
-    if unlisted > 0 {
-        lines.push(format!(
-            "… and {unlisted} more failing test(s); see {}",
-            run.reports.join("summary.md").display()
-        ));
-    }
-    if let Some(sig) = run.stopped_by {
-        lines.push(format!("the run was stopped by {sig}"));
-    }
-    lines.extend(crate::report::reporter::hardware::closing_line(
-        &run.batches,
-    ));
-    if !run.batches.is_empty() {
-        lines.push(format!(
-            "reports: {}, with a picture of the run in {}",
-            run.reports.join("summary.md").display(),
-            run.reports
-                .join(crate::report::reporter::summary::TIMELINE_FILE)
-                .display()
-        ));
-    }
-    lines
+    unlisted
+}
+
+/// One line for the batches that did not run, however many: a layer of hundreds
+/// stopped at its first failure.
+fn not_run_line(run: &RunResult) -> Option<String> {
+    use crate::report::outcome::Status;
+    let not_run: Vec<&BatchResult> = run
+        .batches
+        .iter()
+        .filter(|b| b.record.status == Status::NotRun)
+        .collect();
+    let first = not_run.first()?;
+    let n = not_run.len();
+    let shown: Vec<&str> = not_run
+        .iter()
+        .take(10)
+        .map(|b| b.record.batch.as_str())
+        .collect();
+    let more = if n > shown.len() {
+        format!(", … ({n} in all)")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{:>8} {}{more}: {}",
+        "NOT RUN",
+        shown.join(", "),
+        first.record.message.as_deref().unwrap_or("not started")
+    ))
 }
 
 /// How to replay each batch that did not pass, and whose container ran (a replay of a
@@ -515,33 +534,55 @@ pub fn replay_lines(run: &RunResult) -> Vec<String> {
         .collect()
 }
 
+impl<O: Sink, E: Sink> Terminal<O, E> {
+    /// What the sweep before the run found and removed.
+    fn swept(&mut self, scope: &str, swept: &Swept) {
+        for line in sweep_lines(swept) {
+            self.say(line.as_bytes());
+        }
+        if !swept.removed.is_empty() {
+            self.info(&format!(
+                "removed {} leftover container(s) of dead runs (this run's scope: {scope})",
+                swept.removed.len()
+            ));
+        }
+    }
+
+    /// The run starts: prefix output when several batches run; name the partition.
+    fn run_started(&mut self, plan: &crate::plan::RunPlan, now: Duration) {
+        self.prefixed = plan.batches.len() > 1;
+        self.started = Some(now);
+        if let Some((part, of)) = plan.partition {
+            let serial: Duration = plan.batches.iter().map(|b| b.expected).sum();
+            self.info(&format!(
+                "partition {part}: {} of {of} batches, expected to take {} one after another",
+                plan.batches.len(),
+                human(serial)
+            ));
+        }
+    }
+
+    /// The run's closing and replay lines, settled before the command's own.
+    fn run_ended(&mut self, run: &RunResult, now: Duration) {
+        let elapsed = self.started.map(|t| now.saturating_sub(t));
+        for line in closing_lines(run, elapsed) {
+            self.info(&line);
+        }
+        for line in replay_lines(run) {
+            self.info(&line);
+        }
+        // Whatever comes next (the command's own lines, exit) comes after.
+        self.out.settle();
+        self.err.settle();
+    }
+}
+
 impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
     fn handle(&mut self, event: &Event<'_>) -> Result<(), ReporterError> {
         self.now = event.elapsed;
         match &event.kind {
-            EventKind::Swept { scope, swept } => {
-                for line in sweep_lines(swept) {
-                    self.say(line.as_bytes());
-                }
-                if !swept.removed.is_empty() {
-                    self.info(&format!(
-                        "removed {} leftover container(s) of dead runs (this run's scope: {scope})",
-                        swept.removed.len()
-                    ));
-                }
-            }
-            EventKind::RunStarted { plan, .. } => {
-                self.prefixed = plan.batches.len() > 1;
-                self.started = Some(event.elapsed);
-                if let Some((part, of)) = plan.partition {
-                    let serial: Duration = plan.batches.iter().map(|b| b.expected).sum();
-                    self.info(&format!(
-                        "partition {part}: {} of {of} batches, expected to take {} one after another",
-                        plan.batches.len(),
-                        human(serial)
-                    ));
-                }
-            }
+            EventKind::Swept { scope, swept } => self.swept(scope, swept),
+            EventKind::RunStarted { plan, .. } => self.run_started(plan, event.elapsed),
             EventKind::Waiting { batch, report } => self.waiting(batch, *report),
             EventKind::LeaseGranted { batch, gpus } => {
                 self.waits.remove(&batch.name);
@@ -632,18 +673,7 @@ impl<O: Sink, E: Sink> Reporter for Terminal<O, E> {
                 let said = self.failed_said.remove(&result.record.batch);
                 self.info_styled(&verdict_line(&result.record, said));
             }
-            EventKind::RunEnded { run } => {
-                let elapsed = self.started.map(|t| event.elapsed.saturating_sub(t));
-                for line in closing_lines(run, elapsed) {
-                    self.info(&line);
-                }
-                for line in replay_lines(run) {
-                    self.info(&line);
-                }
-                // Whatever comes next (the command's own lines, exit) comes after.
-                self.out.settle();
-                self.err.settle();
-            }
+            EventKind::RunEnded { run } => self.run_ended(run, event.elapsed),
             _ => {}
         }
         Ok(())
@@ -671,140 +701,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod line_tests {
-    use super::*;
-    use crate::report::reporter::sample;
-
-    /// Each batch's verdict, then the run's closing and replay lines.
-    fn lines_of(run: &RunResult) -> String {
-        let mut lines: Vec<String> = run
-            .batches
-            .iter()
-            .map(|b| verdict_line(&b.record, false).to_string())
-            .collect();
-        lines.extend(closing_lines(run, None));
-        lines.extend(replay_lines(run));
-        lines.join("\n")
-    }
-
-    #[test]
-    fn verdict_and_replay_lines_of_a_mixed_run() {
-        insta::assert_snapshot!(lines_of(&sample::run()));
-    }
-
-    #[test]
-    fn verdict_and_closing_lines_of_a_run_shaped_by_time() {
-        insta::assert_snapshot!(lines_of(&sample::shaped_run()));
-    }
-
-    #[test]
-    fn a_batch_that_never_ran_is_said_once_with_no_tests_and_no_replay() {
-        use crate::report::record::Status;
-        let mut run = sample::run();
-        let r = &mut run.batches[2].record;
-        r.status = Status::Capacity;
-        r.message = Some("batch 8b needs 3 GPUs; the pool has 2".into());
-        // The error line said why: the verdict does not say it again.
-        let line = verdict_line(r, true).to_string();
-        assert_eq!(line, "batch 8b: capacity (never ran) in 12.2s");
-        let line = verdict_line(r, false).to_string();
-        assert!(
-            line.contains(": batch 8b needs 3 GPUs; the pool has 2 (never ran)"),
-            "{line}"
-        );
-        // Nothing to replay: the host would say the same again.
-        let replays = replay_lines(&run);
-        assert!(!replays.iter().any(|l| l.contains("8b")), "{replays:?}");
-        assert!(replays.iter().any(|l| l.contains("4a")), "{replays:?}");
-    }
-
-    #[test]
-    fn a_wait_that_was_told_is_told_when_it_ends() {
-        use crate::report::event::{Event, RunClock};
-        let b = crate::plan::run_plan::tests::batch_plan("4a");
-        let clock = RunClock::start();
-        let at = |secs: u64, kind| Event {
-            elapsed: std::time::Duration::from_secs(secs),
-            ..clock.now(kind)
-        };
-        let report = || crate::gpu::WaitReport {
-            position: 0,
-            first_ahead: None,
-            leased: vec![(0, "ci-7".into())],
-            busy: Vec::new(),
-            waited: std::time::Duration::from_secs(1),
-            left: std::time::Duration::from_secs(600),
-        };
-        let gpus = [crate::gpu::pool::PoolGpu {
-            index: 3,
-            uuid: "GPU-3".into(),
-            parent: None,
-        }];
-        let mut t = Terminal::new(Vec::new(), Vec::new());
-        t.handle(&at(
-            1,
-            EventKind::Waiting {
-                batch: &b,
-                report: &report,
-            },
-        ))
-        .unwrap();
-        t.handle(&at(
-            13,
-            EventKind::LeaseGranted {
-                batch: &b,
-                gpus: &gpus,
-            },
-        ))
-        .unwrap();
-        let said = String::from_utf8(t.err.clone()).unwrap();
-        assert!(said.contains("batch 4a: waiting"), "{said}");
-        assert!(
-            said.contains("batch 4a: got GPU(s) 3 after waiting 12s"),
-            "{said}"
-        );
-        // A batch whose wait was never told gets no line when its GPUs come.
-        let mut t = Terminal::new(Vec::new(), Vec::new());
-        t.handle(&at(
-            0,
-            EventKind::LeaseGranted {
-                batch: &b,
-                gpus: &gpus,
-            },
-        ))
-        .unwrap();
-        assert!(t.err.is_empty());
-    }
-
-    #[test]
-    fn one_gpu_is_one_gpu() {
-        assert_eq!(crate::util::count(1u32, "GPU"), "1 GPU");
-        assert_eq!(crate::util::count(3u32, "GPU"), "3 GPUs");
-        let e = crate::run::error::RunError::PoolTooSmall {
-            batch: "b".into(),
-            need: 1,
-            pool: 0,
-        };
-        assert_eq!(e.to_string(), "batch b needs 1 GPU; the pool has 0");
-    }
-
-    #[test]
-    fn a_verdict_s_status_word_is_painted_not_quoted() {
-        use crate::report::record::Status;
-        let run = sample::run();
-        for b in &run.batches {
-            let code = match b.record.status {
-                Status::Passed => 32,
-                Status::Failed => 31,
-                _ => 33,
-            };
-            let line = verdict_line(&b.record, false).render(true);
-            let word = format!(
-                ": \u{1b}[1m\u{1b}[{code}m{}\u{1b}[0m",
-                b.record.status.as_str()
-            );
-            assert!(line.contains(&word), "{line:?}");
-            assert!(!line.contains("\\u{1b}"), "{line:?}");
-        }
-    }
-}
+mod line_tests;

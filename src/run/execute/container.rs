@@ -10,7 +10,6 @@ use crate::gpu::pool::PoolGpu;
 use crate::labels::LABEL_VOLUME_OF;
 use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
-use crate::plan::container::phases::Phase as ScriptPhase;
 use crate::plan::container::snapshot::{FROM_SNAPSHOT, IN_WORK, mount_overlay, mount_snapshot};
 use crate::report::event::{EventKind, Phase};
 use crate::report::outcome::{ContainerEnd, Status};
@@ -468,12 +467,7 @@ impl Execution<'_> {
                         bytes: &bytes[from..end],
                     })?;
                     from = end;
-                    let phase = match step {
-                        ScriptPhase::Install => Phase::Install,
-                        ScriptPhase::Preflight => Phase::Preflight,
-                        ScriptPhase::Run => Phase::Run,
-                    };
-                    self.phase(b, phase, watched.started, cmd)?;
+                    self.phase(b, step, watched.started, cmd)?;
                 }
                 if from < bytes.len() {
                     self.emit(EventKind::Output {

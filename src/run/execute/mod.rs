@@ -227,9 +227,11 @@ fn verify_images(
     engine: &dyn ContainerEngine,
 ) -> Result<()> {
     for (name, id) in &plan.images {
-        let lockset = locksets.get(name).ok_or_else(|| {
-            image::ImageError::refused(format!("no lockset was computed for image `{name}`"))
-        })?;
+        let lockset = locksets
+            .get(name)
+            .ok_or_else(|| image::ImageError::NoLockset {
+                name: name.to_string(),
+            })?;
         image::verify(engine, id, lockset).map_err(|e| {
             // Which one, when the manifest has several.
             if plan.manifest.images.len() > 1 {
@@ -352,6 +354,7 @@ impl RunHardware {
             kernel: self.kernel.clone(),
             engine: self.engine.clone(),
             gpus_unknown,
+            fake_gpus: !leased.is_empty() && crate::gpu::fake::is_on(),
         }
     }
 }

@@ -174,18 +174,7 @@ impl Relay {
                 code,
             } => {
                 let error = error_of(&message, &details, code);
-                // An error that ends the run is said once, by the run's end.
-                if ContainerEnd::of_error(&error).is_some() {
-                    run.emit_at(
-                        at,
-                        EventKind::BatchFailed {
-                            batch: b,
-                            error: &error,
-                        },
-                    )?;
-                }
-                end.failures.entry(rank).or_insert(error);
-                Ok(())
+                failed(run, b, rank, at, error, end)
             }
             Remote::Ended {
                 record,
@@ -204,6 +193,29 @@ impl Relay {
             }
         }
     }
+}
+
+/// A node's failure: said now where it ends the run (once, by the run's end), kept
+/// for the batch's end.
+fn failed(
+    run: &Submission<'_>,
+    b: &BatchPlan,
+    rank: u32,
+    at: SystemTime,
+    error: crate::error::Error,
+    end: &mut JobEnd,
+) -> Result<()> {
+    if ContainerEnd::of_error(&error).is_some() {
+        run.emit_at(
+            at,
+            EventKind::BatchFailed {
+                batch: b,
+                error: &error,
+            },
+        )?;
+    }
+    end.failures.entry(rank).or_insert(error);
+    Ok(())
 }
 
 /// The error a node's `Failed` or `Refused` stands for on the submitter.

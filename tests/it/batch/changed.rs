@@ -102,6 +102,48 @@ fn reproduce_replays_a_recorded_failure_side_by_side() {
     assert!(p.containers().is_empty());
 }
 
+/// Issue 48: a dry run of a record whose commit has no manifest (or not the batch)
+/// printed a plan, and the replay then failed: it refuses as the replay does.
+#[test]
+fn reproduce_dry_run_refuses_what_the_replay_would() {
+    let p = busybox_project(&batch("green", 0, "1m", &["true"], ""), "");
+    let d = p.project.path();
+    make_checkout(d);
+    p.run(&["batch", "run", "green"]);
+    let rec = p.result("green");
+    // A commit without the manifest, and one whose manifest lacks the batch.
+    git(d, &["rm", "-q", "cibox.yaml"]);
+    git(d, &["commit", "-qm", "no manifest"]);
+    let bare = git(d, &["rev-parse", "HEAD"]);
+    let manifest = git(d, &["show", "HEAD~1:cibox.yaml"]);
+    std::fs::write(d.join("cibox.yaml"), manifest.replace("green", "blue")).unwrap();
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-qm", "renamed"]);
+    let renamed = git(d, &["rev-parse", "HEAD"]);
+    for (sha, why) in [
+        (&bare, "cibox.yaml is not in commit"),
+        (&renamed, "batch green is not in cibox.yaml at"),
+    ] {
+        let mut forged = rec.clone();
+        forged["source"]["sha"] = sha.as_str().into();
+        let path = d.join(format!("at-{sha}.json"));
+        std::fs::write(&path, forged.to_string()).unwrap();
+        let replay = run(cibox(d).arg("reproduce").arg(&path));
+        let dry = run(cibox(d).args(["reproduce", "--dry-run"]).arg(&path));
+        assert_ne!(replay.code, 0, "{}", replay.stderr);
+        assert_eq!(
+            (dry.code, dry.stderr.lines().last()),
+            (replay.code, replay.stderr.lines().last()),
+            "dry run:\n{}\nreplay:\n{}",
+            dry.stderr,
+            replay.stderr
+        );
+        dry.fails_with(replay.code, why);
+    }
+    let worktrees = git(d, &["worktree", "list"]);
+    assert_eq!(worktrees.lines().count(), 1, "left behind: {worktrees}");
+}
+
 #[test]
 fn reproduce_shows_a_forged_records_text_and_wants_a_full_commit() {
     let junit = "echo '<testsuite><testcase classname=\"m\" name=\"flaky\"><failure message=\"x\"/></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
@@ -423,4 +465,35 @@ fn a_test_lists_rows_from_changed_run_each_entry_with_its_own_arguments() {
     );
     assert_eq!(p.result("ckpt-test_ckpt")["status"], "passed");
     assert_eq!(p.result("ckpt-load")["env"]["CIBOX_TEST_ARGS"], "--load");
+}
+
+/// A run whose `cibox.yaml` was never committed: `reproduce` names the uncommitted
+/// manifest as the reason (it said only `cannot read manifest <tmp>/src/cibox.yaml`).
+#[test]
+fn reproduce_of_a_run_whose_manifest_was_not_committed_says_so() {
+    let p = busybox_project(
+        &batch("ok", 0, "1m", &["true"], "    allow_empty: true\n"),
+        "",
+    );
+    let d = p.project.path();
+    make_checkout(d);
+    git(d, &["rm", "-q", "--cached", "cibox.yaml"]);
+    git(d, &["commit", "-qm", "no manifest"]);
+    p.run(&["batch", "run", "ok"]).ok();
+    let record = p.reports().join("ok/result.json");
+    assert_eq!(p.result("ok")["source"]["dirty"], true);
+    let r = run(cibox(d).arg("reproduce").arg(&record));
+    r.fails_with(2, "cibox.yaml is not in commit ");
+    assert!(
+        r.stderr.contains("the run's manifest was not committed (the record says the source had uncommitted changes); commit it"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("cannot read manifest"), "{}", r.stderr);
+    let worktrees = git(d, &["worktree", "list"]);
+    assert_eq!(
+        worktrees.lines().count(),
+        1,
+        "worktree left behind: {worktrees}"
+    );
 }

@@ -392,3 +392,21 @@ fn progress_shows_phases_under_v_and_a_heartbeat_for_a_quiet_batch() {
     assert!(!r.stderr.contains("     lease ["), "{}", r.stderr);
     assert!(!r.stderr.contains("running for"), "{}", r.stderr);
 }
+
+/// The merged `junit.xml` keeps a failure's text (pytest's traceback), not only its
+/// message.
+#[test]
+fn the_merged_junit_keeps_a_failures_traceback() {
+    let junit = "printf '%s' '<testsuite><testcase classname=\"t\" name=\"bad\"><failure message=\"assert 1 == 2\">def test_bad():\n&gt;       assert 1 == 2\nE       assert 1 == 2\n\ntests/test_x.py:2: AssertionError</failure></testcase></testsuite>' > $CIBOX_REPORTS/j.xml";
+    let p = busybox_project(&batch("red", 0, "1m", &[junit], ""), "");
+    let r = p.run(&["batch", "run", "red"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let merged = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
+    assert!(merged.contains("message=\"assert 1 == 2\""), "{merged}");
+    assert!(
+        merged.contains(
+            "&gt;       assert 1 == 2\nE       assert 1 == 2\n\ntests/test_x.py:2: AssertionError"
+        ),
+        "{merged}"
+    );
+}

@@ -224,7 +224,7 @@ fn a_proxys_credentials_in_a_name_or_through_a_bases_onbuild_are_refused() {
     // A base whose ONBUILD triggers declare the ARG (no line of the Dockerfile does)
     // would put the value in ENV, LABEL and the history of the steps after it: such a
     // base is refused before anything is built (the config and history search that
-    // would also refuse it is `normalize::scan`'s, unit-tested there).
+    // would also refuse it is `normalise::scan`'s, unit-tested there).
     write_stages(
         &p,
         &nonce,

@@ -8,6 +8,7 @@
 //! One module per subject; the helpers they share (the repository's tracked files,
 //! `nix eval`, `cibox image lockset` of a manifest) are here.
 
+mod check_path;
 mod cuda;
 mod files;
 mod lockset;
