@@ -14,3 +14,8 @@ pub const LABEL_HOST: &str = "org.cibox.host";
 /// The lock dir whose `runs/` holds the run's lock (docs/interface.md §6): a sweep
 /// started with another `gpu.lock_dir` still judges the run where it lives.
 pub const LABEL_LOCK_DIR: &str = "org.cibox.lockdir";
+/// On a batch's own anonymous volumes (`/work`, `/reports`): the name of the container
+/// they belong to (docs/interface.md §6), by which cibox finds them when someone else
+/// removed that container without its volumes. No other label: they are no run's to
+/// sweep.
+pub const LABEL_VOLUME_OF: &str = "org.cibox.volume-of";

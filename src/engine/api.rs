@@ -27,6 +27,10 @@ pub trait ContainerEngine: Sync {
     /// Whether a bind can be read-only all the way down (API 1.44+).
     fn recursive_read_only(&self) -> bool;
 
+    /// Whether the engine is reached through a socket of this host, so that it may
+    /// see what cibox mounts here (see `run::work_layer`).
+    fn on_this_host(&self) -> bool;
+
     /// Creates a container (never pulls); its ID.
     fn create_container(
         &self,
@@ -60,14 +64,15 @@ pub trait ContainerEngine: Sync {
 
     fn is_running(&self, id: &str) -> bool;
 
-    /// The name of the volume mounted at `target`, if one is.
-    fn volume_at(&self, id: &str, target: &str) -> Option<String>;
-
     fn remove_volume(&self, name: &str) -> Result<(), EngineError>;
 
-    /// Creates a named volume with `labels`.
-    fn create_volume(&self, name: &str, labels: HashMap<String, String>)
-    -> Result<(), EngineError>;
+    /// Creates a named volume with `labels`; where the engine's host keeps it (its
+    /// `Mountpoint`, empty where it does not say).
+    fn create_volume(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<String, EngineError>;
 
     /// Volumes carrying all of `labels` (`key=value`).
     fn volumes_with_labels(&self, labels: &[String]) -> Result<Vec<VolumeInfo>, EngineError>;
@@ -113,6 +118,10 @@ impl ContainerEngine for Engine {
         Engine::recursive_read_only(self)
     }
 
+    fn on_this_host(&self) -> bool {
+        self.host.starts_with("unix://")
+    }
+
     fn create_container(
         &self,
         name: &str,
@@ -149,10 +158,6 @@ impl ContainerEngine for Engine {
         Engine::is_running(self, id)
     }
 
-    fn volume_at(&self, id: &str, target: &str) -> Option<String> {
-        Engine::volume_at(self, id, target)
-    }
-
     fn remove_volume(&self, name: &str) -> Result<(), EngineError> {
         Engine::remove_volume(self, name)
     }
@@ -161,7 +166,7 @@ impl ContainerEngine for Engine {
         &self,
         name: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<String, EngineError> {
         Engine::create_volume(self, name, labels)
     }
 

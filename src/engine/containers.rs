@@ -386,11 +386,6 @@ impl Engine {
             .find(|m| m.destination.as_deref() == Some(target))
     }
 
-    /// The name of the volume mounted at `target` in a container, if any.
-    pub fn volume_at(&self, id: &str, target: &str) -> Option<String> {
-        self.mount_at(id, target)?.name
-    }
-
     /// Where on the engine's host the mount at `target` of a container comes from (a
     /// volume's folder), if it has one.
     pub fn mount_source(&self, id: &str, target: &str) -> Option<String> {
@@ -611,7 +606,7 @@ impl Engine {
         &self,
         name: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<String, EngineError> {
         let body = bollard::models::VolumeCreateRequest {
             name: Some(name.to_string()),
             driver: Some("local".into()),
@@ -620,7 +615,7 @@ impl Engine {
         };
         self.rt
             .block_on(self.docker.create_volume(body))
-            .map(|_| ())
+            .map(|v| v.mountpoint)
             .map_err(|e| Self::api("creating the source's volume", e))
     }
 

@@ -13,6 +13,8 @@ pub struct Swept {
     pub elsewhere: Vec<(String, String)>,
     /// Volumes of dead runs (their snapshots of the source), removed: name.
     pub volumes_removed: Vec<String>,
+    /// Runs whose upper layers of `/work` (tmpfs mounts on this host) were removed.
+    pub layers_removed: Vec<String>,
 }
 
 /// How much a note about a sweep matters.
@@ -44,6 +46,12 @@ impl Swept {
         }
         for name in &self.volumes_removed {
             notes.push((Note::Info, format!("removing leftover volume {name}")));
+        }
+        for run in &self.layers_removed {
+            notes.push((
+                Note::Info,
+                format!("removing leftover upper layers of /work of run {run}"),
+            ));
         }
         for (name, other) in &self.elsewhere {
             notes.push((

@@ -18,6 +18,7 @@
 //! - [`error`]: the runner's own errors;
 //! - [`batch_dir`], [`copy`], [`source`], [`git_mask`]: a batch's folder, its
 //!   `/reports` copied out, the source shipped in, git credentials masked;
+//! - [`work_layer`]: a batch's `/work` as an overlay, its upper layer on the host;
 //! - [`cleanup`]: the watchdog and the sweep;
 //! - [`attempts`]: a batch run again while its retries allow, and its flaky record;
 //! - [`order`]: running a run's batches at once or one by one, and the stop at the
@@ -38,6 +39,7 @@ pub mod order;
 pub mod qualify;
 pub mod slurm;
 pub mod source;
+pub mod work_layer;
 
 pub use cleanup::sweep::sweep;
 pub use cleanup::watchdog::watch as watch_container;

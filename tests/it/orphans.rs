@@ -126,8 +126,10 @@ fn a_dead_runs_snapshot_still_in_use_is_swept_once_it_is_free() {
         "  long:\n    gpus: 0\n    timeout: 10m\n    run: [\"sleep 600\"]\n  after:\n    gpus: 0\n    timeout: 1m\n    allow_empty: true\n    run: [\"true\"]\n",
         "",
     );
-    // A lock dir of its own: only this test's sweeps forget its run's record.
-    let locks = tempfile::tempdir().unwrap();
+    // A lock dir of its own: only this test's sweeps forget its run's record. The
+    // snapshot is a volume where cibox cannot mount (here: it is not root; as root, it
+    // is a tmpfs of the host, see `batch::work`).
+    let home = tempfile::tempdir().unwrap();
     let volumes = || {
         let out = std::process::Command::new("docker")
             .args(["volume", "ls", "-q", "--filter"])
@@ -139,9 +141,9 @@ fn a_dead_runs_snapshot_still_in_use_is_swept_once_it_is_free() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let mut cibox = p
-        .batch_cmd(&["batch", "run", "long", "after"])
-        .env("CIBOX_GPU_LOCK_DIR", locks.path())
+    let mut c = p.batch_cmd(&["batch", "run", "long", "after"]);
+    as_nobody(&mut c, &[p.project.path()], home.path());
+    let mut cibox = c
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -158,10 +160,11 @@ fn a_dead_runs_snapshot_still_in_use_is_swept_once_it_is_free() {
     cibox.kill().unwrap();
     cibox.wait().unwrap();
     assert!(wait_until(15, || p.containers().is_empty()));
+    // By the same user: its lock dir is nobody's.
     let cleanup = || {
-        run(p
-            .batch_cmd_bare(&["cleanup", "--scope", &p.scope()])
-            .env("CIBOX_GPU_LOCK_DIR", locks.path()))
+        let mut c = p.batch_cmd_bare(&["cleanup", "--scope", &p.scope()]);
+        as_nobody(&mut c, &[], home.path());
+        run(&mut c)
     };
     // The run is dead, its volume in use: it stays, and so must the run's record, or
     // no later sweep could tell that the run is dead.

@@ -167,14 +167,24 @@ impl ContainerPlan {
     /// A memory-backed volume of `size` bytes at `target`, the batch's, of `mode`.
     /// `/work` and `/reports` are volumes, not plain tmpfs mounts: the engine's archive
     /// API sees volumes (not tmpfs mounts), so cibox can put the source into `/work` and
-    /// copy `/reports` out while the container lives; anonymous, they go with it.
+    /// copy `/reports` out while the container lives; anonymous, they go with it. They
+    /// carry the name of the batch's container.
     pub(super) fn tmpfs_volume(&self, target: &str, size: u64, mode: &str, extra: &str) -> Mount {
         let (uid, gid) = (self.uid, self.gid);
-        local_volume(
+        let mut mount = local_volume(
             target,
             "tmpfs",
             format!("size={size},uid={uid},gid={gid},mode={mode},nosuid,nodev{extra}"),
-        )
+        );
+        // Whose they are: a container removed by someone else without its volumes
+        // leaves them, and cibox finds them so.
+        if let Some(o) = mount.volume_options.as_mut() {
+            o.labels = Some(HashMap::from([(
+                crate::labels::LABEL_VOLUME_OF.to_string(),
+                self.name.clone(),
+            )]));
+        }
+        mount
     }
 
     /// The batch's host mounts, by the path the host check resolved. Read-only all the

@@ -105,6 +105,11 @@ impl ContainerPlan {
         self.steps_announced
     }
 
+    /// The size of `/work` (`container.disk`): what the batch may write there.
+    pub fn disk(&self) -> u64 {
+        self.disk
+    }
+
     /// The size of `/reports`, and so the most that is copied out of it.
     pub fn reports_size(&self) -> u64 {
         self.reports_size

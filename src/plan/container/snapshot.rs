@@ -82,3 +82,23 @@ pub fn mount_snapshot(body: &mut ContainerCreateBody, volume: &str) {
         ..Default::default()
     });
 }
+
+/// Makes `/work` of a batch's container an overlay: the run's snapshot at `lower` (a
+/// folder of the engine's host) read-only beneath, the batch's writes into `upper`
+/// (`work` is the overlay's own), both on a bounded tmpfs of the host's. In place of
+/// the memory-backed volume `/work` is otherwise; `nosuid` and `nodev` as that one.
+pub fn mount_overlay(body: &mut ContainerCreateBody, lower: &str, upper: &str, work: &str) {
+    let host_config = body.host_config.get_or_insert_with(HostConfig::default);
+    let mounts = host_config.mounts.get_or_insert_with(Vec::new);
+    // Its labels, the batch's, kept.
+    let labels = mounts
+        .iter()
+        .find(|m| m.target.as_deref() == Some("/work"))
+        .and_then(|m| m.volume_options.as_ref()?.labels.clone());
+    mounts.retain(|m| m.target.as_deref() != Some("/work"));
+    let mut overlay = super::caches::overlay_mount("/work", lower, upper, work, false);
+    if let Some(o) = overlay.volume_options.as_mut() {
+        o.labels = labels;
+    }
+    mounts.push(overlay);
+}

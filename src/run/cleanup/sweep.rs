@@ -1,4 +1,5 @@
-//! Sweeping the containers of dead runs: what a killed cibox left behind.
+//! Sweeping the containers of dead runs: what a killed cibox left behind (their
+//! containers, their snapshot volumes, the upper layers of `/work` it had mounted).
 
 use std::path::PathBuf;
 
@@ -7,6 +8,7 @@ use crate::lockdir::LockDir;
 use crate::plan::container;
 use crate::report::sweep::Swept;
 use crate::run::error::RunError;
+use crate::run::work_layer;
 
 use crate::labels::{
     LABEL_HOST, LABEL_LOCK_DIR, LABEL_OWNER, LABEL_PROJECT, LABEL_RUN, LABEL_SCOPE,
@@ -170,6 +172,9 @@ pub fn sweep(
             }
         }
     }
+    // The upper layers of `/work` that a dead run had mounted on this host and not yet
+    // handed to a container (see `work_layer`): not the engine's, found by their lock.
+    swept.layers_removed = work_layer::sweep(std::path::Path::new(work_layer::BASE));
     // Every container and volume of the swept dead runs is gone now: their records
     // can go too, and with them the reason to ask the engine (see `claims`).
     let dead = run_lock::dead_runs(runs).map_err(|source| RunError::RunLocks {

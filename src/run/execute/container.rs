@@ -7,16 +7,39 @@ use std::time::Instant;
 
 use crate::engine::{EndCause, EngineError, FollowEnd, Followed, Removal, Steps, Stop};
 use crate::gpu::pool::PoolGpu;
+use crate::labels::LABEL_VOLUME_OF;
 use crate::nofollow::Folder;
 use crate::plan::BatchPlan;
-use crate::plan::container::snapshot::{FROM_SNAPSHOT, IN_WORK, mount_snapshot};
+use crate::plan::container::snapshot::{FROM_SNAPSHOT, IN_WORK, mount_overlay, mount_snapshot};
 use crate::report::event::{EventKind, Phase};
 use crate::report::outcome::{ContainerEnd, Status};
 use crate::run::copy;
 use crate::run::error::RunError;
 use crate::run::execute::batch::Watched;
+use crate::run::execute::snapshot::Work;
 use crate::run::execute::{Execution, Result};
 use crate::signals;
+
+/// How the source is in a batch's `/work`, once its container is started.
+enum Source {
+    /// An overlay over the run's snapshot, which lies there.
+    Overlay(String),
+    /// Written by cibox into its upper layer, in this time.
+    Filled(std::time::Duration),
+    /// The run's snapshot, which the batch copies in itself.
+    Snapshot,
+    /// Its own copy, uploaded through the archive API.
+    Upload,
+}
+
+/// Why a container did not start.
+enum Unstarted {
+    /// The engine would not mount the overlay at `/work` (its reason): the batch goes
+    /// again with a copy.
+    Overlay(String),
+    /// For good: the batch ended so.
+    Ended(Result<ContainerEnd>),
+}
 
 /// Grace between SIGTERM and SIGKILL when a batch times out.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -38,15 +61,66 @@ impl Execution<'_> {
         // What the leased units' vendor hands the container (device request, device
         // files, variables); one that cannot be told is handed to nobody.
         let handover = crate::gpu::vendor::handover(gpus, b.container.gpu_driver())?;
+        loop {
+            let work = self
+                .snapshots
+                .work(b.user, b.container.disk(), self.source, &mut |d| {
+                    self.said(d)
+                });
+            // An engine that would not mount the overlay: the run's overlays are
+            // refused, and the batch goes again with a copy.
+            if let Some(end) =
+                self.one_container(b, &handover, lease_fds, watched, attempt, work)?
+            {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Says `detail` of the run's source (a `copy` phase of no batch).
+    fn said(&self, detail: String) {
+        // A reporter that fails here fails again, and counts, at the batch's end.
+        let _ = self.emit(EventKind::Phase {
+            batch: None,
+            phase: Phase::Copy,
+            at: self.clock.elapsed(),
+            detail,
+        });
+    }
+
+    /// One container of the batch, its source in `/work` by `work`; `None` when the
+    /// engine would not mount the overlay `work` asked for (the container is gone).
+    fn one_container(
+        &self,
+        b: &BatchPlan,
+        handover: &crate::gpu::vendor::Handover,
+        lease_fds: &[RawFd],
+        watched: &Watched,
+        attempt: u32,
+        work: Work<'_>,
+    ) -> Result<Option<ContainerEnd>> {
         let mut body =
             b.container
-                .body(&handover, self.git_masks, self.engine.recursive_read_only());
+                .body(handover, self.git_masks, self.engine.recursive_read_only());
         // Which attempt this is (1 unless the batch runs again): the batch may say so.
         let env = body.env.get_or_insert_with(Vec::new);
         env.retain(|e| !e.starts_with("CIBOX_ATTEMPT="));
         env.push(format!("CIBOX_ATTEMPT={attempt}"));
-        if let Some(volume) = self.snapshots.of(b.user) {
-            mount_snapshot(&mut body, volume);
+        match &work {
+            Work::Overlay { lower, layer, .. } => mount_overlay(
+                &mut body,
+                lower,
+                &layer.upper().to_string_lossy(),
+                &layer.work().to_string_lossy(),
+            ),
+            Work::Filled { layer, .. } => mount_overlay(
+                &mut body,
+                &layer.lower().to_string_lossy(),
+                &layer.upper().to_string_lossy(),
+                &layer.work().to_string_lossy(),
+            ),
+            Work::Copy { volume } => mount_snapshot(&mut body, volume),
+            Work::Upload => {}
         }
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
@@ -85,16 +159,25 @@ impl Execution<'_> {
                 return Err(RunError::Watchdog(e).into());
             }
         };
-        // Anonymous, it goes with the container; but one removed by someone else
-        // without its volumes leaves it.
-        let volume = self.engine.volume_at(&id, "/reports");
-        let followed = self.follow(b, &id, watched);
+        let mut again = false;
+        let followed = match self.start(b, &id, work) {
+            Ok(how) => self.follow(b, &id, watched, how),
+            Err(Unstarted::Overlay(why)) => {
+                self.snapshots.refuse_overlays(
+                    format!("the engine would not mount one ({why})"),
+                    &mut |d| self.said(d),
+                );
+                again = true;
+                Ok(not_started(b, &why))
+            }
+            Err(Unstarted::Ended(end)) => end,
+        };
         // The container still lives (its keeper waits): copy `/reports` out now, unless
         // the batch ended well saying it left it empty. Saying so falsely loses the batch
         // its own reports, nothing else: no reports is what it said it has.
         let said_empty = matches!(followed, Ok(ContainerEnd::Exited(0)))
             && watched.phases.borrow().said_reports_empty();
-        if followed.is_ok() && !said_empty {
+        if followed.is_ok() && !said_empty && !again {
             *watched.reports.borrow_mut() =
                 self.copy_reports(b, &watched.dir, &id, watched.container_died.get());
         }
@@ -105,22 +188,30 @@ impl Execution<'_> {
         } else {
             watched.container_left.set(true);
         }
-        if matches!(removed, Ok(Removal::ByOthers))
-            && let Some(v) = &volume
-        {
-            let _ = self.engine.remove_volume(v);
+        if matches!(removed, Ok(Removal::ByOthers)) {
+            self.remove_batch_volumes(b);
         }
         let ended = followed?;
         if removed? == Removal::ByOthers {
             // Someone removed it while it ran (a cleanup, a person): whatever its exit
             // code says, the batch did not fail by itself.
-            return Ok(ContainerEnd::Stopped {
+            return Ok(Some(ContainerEnd::Stopped {
                 status: Status::InfraError,
                 message: "the container was removed by someone else while the batch ran".into(),
                 exit: ended.container_exit(),
-            });
+            }));
         }
-        Ok(ended)
+        Ok((!again).then_some(ended))
+    }
+
+    /// The batch's own volumes (`/work`, `/reports`): anonymous, they go with its
+    /// container, but one removed by someone else without its volumes leaves them.
+    /// Found by the label they carry (no engine call per batch to learn their names).
+    fn remove_batch_volumes(&self, b: &BatchPlan) {
+        let labels = [format!("{LABEL_VOLUME_OF}={}", b.container.name)];
+        for v in self.engine.volumes_with_labels(&labels).unwrap_or_default() {
+            let _ = self.engine.remove_volume(&v.name);
+        }
     }
 
     /// What is safe of the container's `/reports`, copied into the batch's folder; `died`:
@@ -145,28 +236,104 @@ impl Execution<'_> {
         // (a copy that found nothing in a live container is no loss). A container the
         // engine says was killed may still read as running for a moment.
         let nothing = copied.files == 0 && copied.skipped_count == 0;
-        if copied.stopped.is_none() && nothing && (died || !self.engine.is_running(id)) {
+        // A stopped container's volumes are mounted again for the copy; its `/work`
+        // overlay cannot be (its upper layer went with it), so the copy breaks off
+        // where an empty one came back before: the same loss, said the same.
+        if nothing && (died || !self.engine.is_running(id)) {
             copied.stopped = Some("the container had stopped before /reports was copied: what the batch wrote there went with it".to_string());
         }
         copied
     }
 
-    /// Starts the container and follows the batch's steps to their end.
-    fn follow(&self, b: &BatchPlan, id: &str, watched: &Watched) -> Result<ContainerEnd> {
+    /// Starts the container; then the overlay, if `work` is one, holds the batch's
+    /// upper layer, and the host lets its tmpfs go. How the source is in `/work`, and
+    /// the Unix second (less one) it started at.
+    fn start(&self, b: &BatchPlan, id: &str, work: Work<'_>) -> Result<(Source, u64), Unstarted> {
         // Whole seconds, as the engine's event filter takes them: one early, so the
         // start's own second is in.
         let started_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
             .saturating_sub(1);
-        if let Err(why) = self.engine.start_container(id) {
+        let started = self.engine.start_container(id);
+        let source = match work {
+            Work::Overlay { volume, layer, .. } => {
+                layer.release();
+                Source::Overlay(volume.map_or_else(
+                    || "a tmpfs of this host".to_string(),
+                    |v| format!("volume {v}"),
+                ))
+            }
+            Work::Filled { layer, took } => {
+                layer.release();
+                Source::Filled(took)
+            }
+            Work::Copy { .. } => Source::Snapshot,
+            Work::Upload => Source::Upload,
+        };
+        if let Err(why) = started {
             // A ulimit it cannot set is the manifest's mistake: the run stops (exit 2),
             // and the container goes like any other.
             if let Some(refused) = b.container.refused_ulimit(&b.name, &why) {
-                return Err(refused.into());
+                return Err(Unstarted::Ended(Err(refused.into())));
             }
-            return Ok(not_started(b, &why));
+            if matches!(source, Source::Overlay(_) | Source::Filled(_))
+                && why.contains("mounting volume")
+            {
+                return Err(Unstarted::Overlay(why));
+            }
+            return Err(Unstarted::Ended(Ok(not_started(b, &why))));
         }
+        Ok((source, started_at))
+    }
+
+    /// Says how the source is in `/work` where cibox has nothing more to do for it
+    /// (an overlay, or the run's snapshot that the batch copies in itself), with the
+    /// word the batch's script is told; `None` for a source still to be uploaded.
+    fn source_in_place(
+        &self,
+        b: &BatchPlan,
+        watched: &Watched,
+        how: &Source,
+    ) -> Option<&'static str> {
+        let n = self.source.count();
+        let disk = b.container.disk();
+        let (detail, word) = match how {
+            Source::Overlay(over) => (
+                format!(
+                    "{n} files and folders of the source in /work as an overlay over the run's snapshot ({over}); what the batch writes goes to a tmpfs of {disk} bytes"
+                ),
+                IN_WORK,
+            ),
+            Source::Filled(took) => (
+                format!(
+                    "{n} files and folders of the source written by cibox into /work (an overlay whose upper layer is a tmpfs of {disk} bytes) in {}",
+                    crate::units::human(*took)
+                ),
+                IN_WORK,
+            ),
+            // The batch copies the run's snapshot in itself, first thing.
+            Source::Snapshot => (
+                format!(
+                    "{n} files and folders of the source from the run's snapshot, copied into /work by the batch"
+                ),
+                FROM_SNAPSHOT,
+            ),
+            Source::Upload => return None,
+        };
+        // A reporter that fails here fails again, and counts, at the end.
+        let _ = self.phase(b, Phase::Copy, watched.started, detail);
+        Some(word)
+    }
+
+    /// Follows the batch's steps in its started container to their end.
+    fn follow(
+        &self,
+        b: &BatchPlan,
+        id: &str,
+        watched: &Watched,
+        (how, started_at): (Source, u64),
+    ) -> Result<ContainerEnd> {
         self.emit(EventKind::ContainerStarted {
             batch: b,
             container: &b.container.name,
@@ -185,18 +352,8 @@ impl Execution<'_> {
             // While the steps' process starts: its script runs nothing before the
             // source is in.
             &mut || {
-                if self.snapshots.of(b.user).is_some() {
-                    // The batch copies the run's snapshot in itself, first thing.
-                    let _ = self.phase(
-                        b,
-                        Phase::Copy,
-                        watched.started,
-                        format!(
-                            "{} files and folders of the source from the run's snapshot, copied into /work by the batch",
-                            self.source.count()
-                        ),
-                    );
-                    return Some(FROM_SNAPSHOT);
+                if let Some(word) = self.source_in_place(b, watched, &how) {
+                    return Some(word);
                 }
                 let copying = Instant::now();
                 let archive = self.source.archive(b.user.0, b.user.1);

@@ -118,6 +118,11 @@ impl ContainerEngine for FakeEngine {
         true
     }
 
+    fn on_this_host(&self) -> bool {
+        // Nothing it would mount: its batches get the source through `upload`.
+        false
+    }
+
     fn create_container(&self, name: &str, _: ContainerCreateBody) -> Result<String, EngineError> {
         if let Some(fail) = self.script.create_fails {
             return Err(fail());
@@ -187,10 +192,6 @@ impl ContainerEngine for FakeEngine {
         self.script.alive_after
     }
 
-    fn volume_at(&self, _: &str, _: &str) -> Option<String> {
-        Some("reports-volume".into())
-    }
-
     fn remove_volume(&self, _: &str) -> Result<(), EngineError> {
         Ok(())
     }
@@ -199,8 +200,8 @@ impl ContainerEngine for FakeEngine {
         &self,
         _: &str,
         _: std::collections::HashMap<String, String>,
-    ) -> Result<(), EngineError> {
-        Ok(())
+    ) -> Result<String, EngineError> {
+        Ok(String::new())
     }
 
     fn volumes_with_labels(

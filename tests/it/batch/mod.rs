@@ -10,6 +10,7 @@ mod reports;
 mod running;
 mod shaped;
 mod verdicts;
+mod work;
 
 use crate::common::*;
 

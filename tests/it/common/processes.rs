@@ -61,3 +61,47 @@ pub fn pid_alive(pid: i32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Makes `c` run as nobody (65534:65534) in the engine's group `docker`, as a cibox
+/// that is not root: `owned` (the project, the reports) become nobody's, and its cache,
+/// home and lock dir are `home` (made nobody's too).
+pub fn as_nobody(
+    c: &mut std::process::Command,
+    owned: &[&std::path::Path],
+    home: &std::path::Path,
+) {
+    use std::os::unix::process::CommandExt;
+    let docker = std::fs::read_to_string("/etc/group")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("docker:x:")?
+                .split(':')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .expect("a test runs cibox as nobody in group docker: the host needs that group");
+    for path in owned.iter().chain([&home]) {
+        let chowned = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(chowned.success(), "chown {}", path.display());
+    }
+    c.env("XDG_CACHE_HOME", home)
+        .env("HOME", home)
+        .env("CIBOX_GPU_LOCK_DIR", home.join("locks"));
+    // SAFETY: setgroups, setgid, setuid before exec: async-signal-safe. (In this
+    // order, as root: std's own `uid` comes before any closure.)
+    unsafe {
+        c.pre_exec(move || {
+            use nix::unistd::{Gid, Uid};
+            nix::unistd::setgroups(&[Gid::from_raw(docker)])?;
+            nix::unistd::setgid(Gid::from_raw(65534))?;
+            nix::unistd::setuid(Uid::from_raw(65534))?;
+            Ok(())
+        });
+    }
+}
