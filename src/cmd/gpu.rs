@@ -301,8 +301,10 @@ fn lease_for_exec(
     let (snap, pool) = probe_pool(cfg, &mut claims, arrived)?;
     // A model narrows the pool to its units, and no model to its whole GPUs (MIG slices
     // go only to a request for their model); what the GPUs are is read only when asked,
-    // or to say what a pool of slices has.
+    // or to say what a pool of slices has. `--devices` names its units itself (a slice
+    // by its UUID), so it is not narrowed (issue 48).
     let pool = match &args.model {
+        None if args.devices.is_some() => pool,
         None if pool.iter().all(|g| g.parent.is_none()) => pool,
         glob => {
             let hardware = prober.hardware().map_err(|e| e.to_string());

@@ -141,6 +141,43 @@ impl LockDir {
         crate::lockdir::lock_holder(&f)
     }
 
+    /// Who holds the slices of GPU `uuid`, when its own file reads free but some of its
+    /// slices are leased (each such lease holds the GPU's file shared, so the kernel
+    /// names their takers): `(slice MIG-…) pid 42 (ci, `sleep 60`)`, from the holder
+    /// each slice's file names, else as the kernel names the GPU file's taker. `None`
+    /// when nobody holds the GPU's file.
+    pub fn slice_holders(&self, uuid: &str) -> Option<String> {
+        let key = self.lock_file_key(uuid)?;
+        let locks = crate::lockdir::Locks::read();
+        let takers = locks.takers(key);
+        if takers.is_empty() {
+            return None;
+        }
+        let mut named: Vec<String> = std::fs::read_dir(self.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let slice = name.strip_suffix(".lock")?;
+                if !slice.starts_with("MIG-") {
+                    return None;
+                }
+                match self.state(slice) {
+                    Ok(LeaseState::Held(Some(h))) if takers.contains(&h.pid) => {
+                        Some(format!("(slice {slice}) {}", h.describe()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        named.sort();
+        if named.is_empty() {
+            return self.kernel_holder(uuid);
+        }
+        Some(named.join(" and "))
+    }
+
     /// Whether a GPU is leased, and by whom, without waiting and without keeping a lock.
     pub fn state(&self, uuid: &str) -> std::io::Result<LeaseState> {
         let path = self.gpu_file(uuid);

@@ -565,6 +565,11 @@ fn leased_now(dir: &LockDir, gpus: &[PoolGpu]) -> Vec<(u32, String)> {
                     Some(_) => (g.index, format!("(slice {}) {by}", g.uuid)),
                 })
             }
+            // A whole GPU reads free while slices of it are leased (MIG mode switched
+            // off since): it is no more free than a leased one, so name who holds them.
+            Ok(LeaseState::Free) if g.parent.is_none() => {
+                dir.slice_holders(&g.uuid).map(|by| (g.index, by))
+            }
             Ok(LeaseState::Free) => None,
             Err(e) => Some((g.index, format!("unreadable lock file: {e}"))),
         })

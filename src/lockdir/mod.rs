@@ -324,7 +324,8 @@ impl FileKey {
 /// the lock on each file. That process may since have exited and left the lock with a
 /// descriptor it passed on (a child, a fork).
 pub struct Locks {
-    taken_by: std::collections::HashMap<String, u32>,
+    /// Per file, each process that took a lock on it (several for a shared lock).
+    taken_by: std::collections::HashMap<String, Vec<u32>>,
 }
 
 impl Locks {
@@ -341,7 +342,10 @@ impl Locks {
             if let (Some(pid), Some(file)) = (fields.get(4), fields.get(5))
                 && let Ok(pid) = pid.parse::<u32>()
             {
-                taken_by.entry(file.to_string()).or_insert(pid);
+                taken_by
+                    .entry(file.to_string())
+                    .or_insert_with(Vec::new)
+                    .push(pid);
             }
         }
         Locks { taken_by }
@@ -349,7 +353,14 @@ impl Locks {
 
     /// The process that took the lock held on `file`, if one is held.
     pub fn taken_by(&self, file: FileKey) -> Option<u32> {
-        self.taken_by.get(&file.proc_text()).copied()
+        self.takers(file).first().copied()
+    }
+
+    /// Every process that took a lock held on `file` (the holders of a shared lock).
+    pub fn takers(&self, file: FileKey) -> &[u32] {
+        self.taken_by
+            .get(&file.proc_text())
+            .map_or(&[], Vec::as_slice)
     }
 }
 

@@ -315,3 +315,84 @@ fn a_batch_on_a_slice_asks_the_runtime_for_it_and_records_it() {
         assert!(held(&h).is_empty());
     }
 }
+
+/// `gpu exec --devices A,B -- echo $CUDA_VISIBLE_DEVICES`, trying once.
+fn devices(h: &MigHost, backend: Backend, list: &str) -> Run {
+    let mut c = h.host.cmd(&[
+        "gpu",
+        "exec",
+        "--devices",
+        list,
+        "--wait",
+        "0s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    backend.apply(&mut c);
+    run(&mut c)
+}
+
+/// Issue 48: `--devices` names a slice by its UUID (alone, with another slice, or with a
+/// whole GPU), as the docs say; an index still names only a whole GPU.
+#[test]
+fn devices_name_a_slice_by_its_uuid() {
+    let h = mig_host();
+    let s = |j| MigHost::slice(0, j);
+    for backend in Backend::BOTH {
+        let r = devices(&h, backend, &s(1));
+        r.ok();
+        assert_eq!(r.stdout.trim(), s(1), "{backend:?}");
+        let list = format!("{},{}", s(3), uuid(1));
+        let r = devices(&h, backend, &list);
+        r.ok();
+        assert_eq!(r.stdout.trim(), list, "{backend:?}");
+        // A slice not of this host is still refused.
+        devices(&h, backend, &MigHost::slice(0, 7)).fails_with(2, &MigHost::slice(0, 7));
+        assert!(held(&h).is_empty());
+    }
+    // A pool of slices only.
+    let mut c = h.host.cmd(&[
+        "gpu",
+        "exec",
+        "--devices",
+        &s(2),
+        "--wait",
+        "0s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    c.env("CIBOX_GPU_POOL", format!("{},{}", s(2), s(3)));
+    let r = run(&mut c);
+    r.ok();
+    assert_eq!(r.stdout.trim(), s(2));
+}
+
+/// Issue 48: a wait behind a leased slice names its holder, whether it waits for the
+/// slice or for its GPU whole (MIG mode switched off meanwhile), as a wait behind a
+/// leased GPU does.
+#[test]
+fn a_wait_behind_a_leased_slice_names_its_holder() {
+    let h = mig_host();
+    for backend in Backend::BOTH {
+        let holder = hold(
+            &h,
+            backend,
+            &["--devices", &MigHost::slice(0, 3), "--wait", "0s"],
+        );
+        let pid = format!("by (slice {}) pid {} ", MigHost::slice(0, 3), holder.id());
+        let r = devices(&h, backend, &MigHost::slice(0, 3));
+        r.fails_with(4, "could not lease 1 GPU(s)");
+        assert!(r.stderr.contains(&pid), "{backend:?}: {}", r.stderr);
+        h.set_slices(0, &[]);
+        let r = devices(&h, backend, "0");
+        r.fails_with(4, "could not lease 1 GPU(s)");
+        assert!(r.stderr.contains(&pid), "{backend:?}: {}", r.stderr);
+        assert!(r.stderr.contains(&MigHost::slice(0, 3)), "{}", r.stderr);
+        stop(holder);
+        h.set_slices(0, &PROFILES);
+    }
+}
