@@ -299,13 +299,32 @@ impl Workload {
         }
     }
 
-    /// Whether any process of the workload lives; `children_left` is what the last
-    /// reap saw.
+    /// Whether any process of the workload lives: whether the last reap saw any child
+    /// left (`waitpid` did not say ECHILD). In both scopes every process of the
+    /// workload is a descendant of the caller, and every orphan is reparented to it (the
+    /// init, or the subreaper), so no child at all means none of the workload is left.
+    /// A walk of the tree cannot say so (issue 48): it reads one `children` file after
+    /// another, and a process whose parent dies between two reads moves to the caller's
+    /// list after that list was read, so it is seen nowhere while it lives (or is still
+    /// exiting, its memory and devices not yet given back).
     fn alive(&mut self, children_left: bool) -> bool {
-        match self.scope {
-            Scope::Namespace => children_left,
-            Scope::Tree => self.group_alive() || !descendants(nix::unistd::getpid()).is_empty(),
+        children_left
+    }
+
+    /// The processes of the workload left, when every one found is stuck in the kernel
+    /// (state `D`: SIGKILLed, it dies only once its system call returns); `None` when
+    /// any other is found, or none (the walk may miss some: see [`Workload::alive`]).
+    fn only_stuck(&self) -> Option<Vec<Pid>> {
+        // In a namespace without its own /proc, the walk would see the host's init.
+        if self.scope == Scope::Namespace && nix::unistd::getpid().as_raw() != 1 {
+            return None;
         }
+        let left = descendants(nix::unistd::getpid());
+        let stuck = !left.is_empty()
+            && left
+                .iter()
+                .all(|p| stat(p.as_raw()).is_some_and(|(state, _)| state == 'D'));
+        stuck.then_some(left)
     }
 }
 
@@ -360,6 +379,11 @@ fn reap(group: &Group) -> Reaped {
     }
 }
 
+/// How long processes of a workload that are stuck in the kernel (state `D`) are
+/// waited for after the first SIGKILL: one in a wedged driver may never die, and must
+/// not hold `gpu exec` forever (as `engine::containers`' KILL_WAIT for a container).
+const STUCK_WAIT: Duration = Duration::from_secs(10);
+
 /// Waits for the leader, forwarding terminating signals to the workload, then makes
 /// sure all of it is gone (SIGTERM, `grace`, SIGKILL) before returning. When the owner
 /// is gone the workload is killed at once.
@@ -376,6 +400,7 @@ pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn O
     // Past the grace (or orphaned): SIGKILL on every tick while anything lives, so a
     // process forked between a look at the tree and the kill cannot stay.
     let mut killing = false;
+    let mut killed_at: Option<Instant> = None;
     let mut leader_exit = ExitWatch::of(group.leader);
     loop {
         let seen = reap(group);
@@ -419,6 +444,17 @@ pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn O
                 reap(group);
                 return end;
             }
+            if killed_at.is_some_and(|t| t.elapsed() >= STUCK_WAIT)
+                && let Some(stuck) = workload.only_stuck()
+            {
+                let pids: Vec<String> = stuck.iter().map(|p| p.to_string()).collect();
+                eprintln!(
+                    "cibox: warning: pid {} stuck in the kernel (state D) {}s after SIGKILL; not waited for longer",
+                    pids.join(", "),
+                    STUCK_WAIT.as_secs()
+                );
+                return end;
+            }
             if !terminated {
                 // The leader is done; its stray workers must not keep the GPUs.
                 workload.signal(Signal::SIGTERM);
@@ -431,6 +467,7 @@ pub fn supervise(group: &Group, grace: Duration, scope: Scope, owner: &mut dyn O
             killing = true;
         }
         if killing {
+            killed_at.get_or_insert_with(Instant::now);
             workload.signal(Signal::SIGKILL);
         }
         leader_exit.pause(TICK);

@@ -498,3 +498,66 @@ fn host_setup_moves_another_users_folders_aside_and_follows_no_link() {
     run(&mut host.cmd(Mode::Root, &["host", "setup", "--lock-dir", &shown]))
         .fails_with(2, "cannot be made root's");
 }
+
+/// Issue 48: under CPU load, workers that escaped with `setsid`, closed their
+/// descriptors and have children of their own (which are reparented to the subreaper
+/// while the teardown walks the tree) are all gone when `gpu exec` returns, round after
+/// round: the lease outlives every process of its workload.
+#[test]
+fn escaped_workers_with_children_are_gone_when_gpu_exec_returns_under_load() {
+    let host = Host::new(1);
+    // A CPU load this test makes (four busy loops per core), ended with the test.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut load: Vec<std::process::Child> = (0..4 * cores)
+        .map(|_| {
+            Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut left = Vec::new();
+    for round in 0..4 {
+        let pids = host.h.work.path().join(format!("pids-{round}"));
+        // 12 escapers, each in a session of its own with every descriptor closed, each
+        // with 3 children that hold memory (slow to exit once killed); the command ends
+        // at once, so the teardown kills them all together.
+        // 12 escapers, each in a session of its own with every descriptor closed,
+        // holding memory (slow to exit once killed), each with 2 children that ignore
+        // SIGTERM: while the teardown walks the tree, the escapers die and their children
+        // move to the subreaper.
+        let script = format!(
+            "for i in $(seq 12); do setsid /usr/bin/python3 -c '
+import os, signal, subprocess, sys
+child = \"import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(\\\"{p}\\\", \\\"a\\\").write(str(os.getpid()) + \\\"\\\\n\\\"); time.sleep(600)\"
+for _ in range(2):
+    subprocess.Popen([sys.executable, \"-c\", child], close_fds=True)
+b = bytearray(128 << 20)
+os.closerange(0, 1024)
+os.wait()
+' & done; sleep 2",
+            p = pids.display()
+        );
+        let r = run(&mut host.exec(Mode::Subreaper, "1", &script));
+        assert_eq!(r.code, 0, "round {round}: {}", r.stderr);
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let started: Vec<i32> = text.lines().filter_map(|l| l.parse().ok()).collect();
+        assert!(!started.is_empty(), "round {round}: no worker started");
+        for pid in started {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if let Some((_, rest)) = stat.rsplit_once(')')
+                && !rest.trim_start().starts_with(['Z', 'X'])
+            {
+                left.push((round, pid));
+            }
+        }
+    }
+    for c in &mut load {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(
+        left.is_empty(),
+        "workers still alive when gpu exec returned (round, pid): {left:?}"
+    );
+}
