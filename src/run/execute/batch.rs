@@ -261,7 +261,19 @@ impl Execution<'_> {
             },
         );
         self.name_sick_gpus(&mut record);
-        // Its container is gone: a trusted layer of a batch that passed is kept.
+        self.keep_caches(&watched, &mut record);
+        Ok(BatchResult {
+            record,
+            cases: cases.cases,
+            earlier: Vec::new(),
+            record_path: b.dir.join("result.json"),
+            container_left: watched.container_left.get(),
+        })
+    }
+
+    /// Its container is gone: a trusted layer of a batch that passed is kept, and a
+    /// batch that did not pass with a cache full says so in its message.
+    fn keep_caches(&self, watched: &Watched, record: &mut RunRecord) {
         if let Some(caches) = watched.caches.borrow_mut().take() {
             record.caches = self.finish_caches(
                 caches,
@@ -286,13 +298,6 @@ impl Execution<'_> {
                 }
             }
         }
-        Ok(BatchResult {
-            record,
-            cases: cases.cases,
-            earlier: Vec::new(),
-            record_path: b.dir.join("result.json"),
-            container_left: watched.container_left.get(),
-        })
     }
 
     /// After an infrastructure error: the batch's GPUs that the driver now reads

@@ -62,16 +62,7 @@ fn execute_with(
 ) -> Result<RunResult> {
     let clock = RunClock::start();
     source_readable(plan)?;
-    verify_images(plan, locksets, engine)?;
-    for (name, id) in &plan.images {
-        let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
-        reporter.handle(&clock.now(EventKind::Phase {
-            batch: None,
-            phase: Phase::Verify,
-            at: clock.elapsed(),
-            detail: format!("image {name} {id} carries the source's lockset {lockset}"),
-        }))?;
-    }
+    verify_and_say(plan, locksets, engine, &clock, reporter)?;
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.
@@ -180,6 +171,27 @@ fn execute_with(
     };
     run.emit(EventKind::RunEnded { run: &result })?;
     Ok(result)
+}
+
+/// The run's images verified against the source's locksets, each said as verified.
+fn verify_and_say(
+    plan: &RunPlan,
+    locksets: &indexmap::IndexMap<String, Lockset>,
+    engine: &dyn ContainerEngine,
+    clock: &RunClock,
+    reporter: &mut dyn Reporter,
+) -> Result<()> {
+    verify_images(plan, locksets, engine)?;
+    for (name, id) in &plan.images {
+        let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
+        reporter.handle(&clock.now(EventKind::Phase {
+            batch: None,
+            phase: Phase::Verify,
+            at: clock.elapsed(),
+            detail: format!("image {name} {id} carries the source's lockset {lockset}"),
+        }))?;
+    }
+    Ok(())
 }
 
 /// The host's cache store, when a batch of the run uses caches (the host granted
