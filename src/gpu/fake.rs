@@ -107,12 +107,17 @@ pub enum FakeError {
     },
     #[error("{VARIABLE}={}: not a folder `cibox gpu fake` wrote ({FACTS}: {why})", dir.display())]
     NotFake { dir: PathBuf, why: String },
+    /// The folder's programs run as whoever runs cibox: one another user could change
+    /// would run theirs.
+    #[error("{}: {why}; the fake GPUs' tools run as you, so their folder must be yours (or root's) and changeable by nobody else", dir.display())]
+    Untrusted { dir: PathBuf, why: String },
 }
 
 impl crate::error::ErrorKind for FakeError {
     fn failure(&self) -> crate::exit::Failure {
         match self {
             FakeError::Io { .. } | FakeError::NotFake { .. } => crate::exit::Failure::Infra,
+            FakeError::Untrusted { .. } => crate::exit::Failure::Usage,
             _ => crate::exit::Failure::Usage,
         }
     }
@@ -153,7 +158,41 @@ pub fn is_on() -> bool {
 /// fails naming it rather than asking the real tool.
 pub fn program(tool: &str) -> Option<String> {
     let dir = dir_named()?;
+    if let Err(e) = trusted(&dir) {
+        // A path no one can have made, so the probe fails closed, saying why.
+        return Some(format!("{} (refused: {e})", dir.join(tool).display()));
+    }
     Some(dir.join(tool).to_string_lossy().into_owned())
+}
+
+/// Whether `dir` is a folder only this user (or root) can change, all the way down:
+/// not a link, owned by them, writable by no group or other, in folders no one else
+/// could swap.
+fn trusted(dir: &Path) -> Result<(), FakeError> {
+    use std::os::unix::fs::MetadataExt;
+    let untrusted = |why: String| FakeError::Untrusted {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let dir = std::path::absolute(dir).map_err(|e| untrusted(e.to_string()))?;
+    let me = rustix::process::geteuid().as_raw();
+    let md = std::fs::symlink_metadata(&dir).map_err(|e| untrusted(e.to_string()))?;
+    if !md.file_type().is_dir() {
+        return Err(untrusted("not a folder (a link is not followed)".into()));
+    }
+    if md.uid() != me && md.uid() != 0 {
+        return Err(untrusted(format!("owned by uid {}", md.uid())));
+    }
+    if md.mode() & 0o022 != 0 || crate::ownership::has_access_acl(&dir) {
+        return Err(untrusted(format!(
+            "others may write it (mode {:o})",
+            md.mode() & 0o7777
+        )));
+    }
+    match crate::ownership::changeable_by_others(&dir, me) {
+        Some(why) => Err(untrusted(why)),
+        None => Ok(()),
+    }
 }
 
 /// Which tool the fake host in force is probed with.
@@ -162,6 +201,7 @@ pub fn active_tool() -> Option<&'static str> {
 }
 
 fn read(dir: &Path) -> Result<FakeHost, FakeError> {
+    trusted(dir)?;
     let not = |why: String| FakeError::NotFake {
         dir: dir.to_path_buf(),
         why,
@@ -200,6 +240,7 @@ pub fn create(
     // The folder named is made as asked; in it nothing is written through a link (one
     // planted there is replaced, never followed).
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    trusted(&dir)?;
     let root = crate::nofollow::Folder::open(&dir).map_err(io(&dir))?;
     let state_dir = root.make_dir("state", 0o755).map_err(io(&state))?;
     root.make_dir("locks", 0o755)
@@ -248,6 +289,34 @@ fn quote(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_another_user_could_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("fake");
+        create(&dir, "nvidia", None, 2).unwrap();
+        let mode = |m: u32| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m));
+        // Others may write it: neither read nor written again (its tools would run as us).
+        mode(0o777).unwrap();
+        assert!(matches!(read(&dir), Err(FakeError::Untrusted { .. })));
+        assert!(matches!(
+            create(&dir, "nvidia", None, 2),
+            Err(FakeError::Untrusted { .. })
+        ));
+        mode(0o755).unwrap();
+        assert!(read(&dir).is_ok());
+        // Another user's (only root can give it away; CI runs as root).
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+            let e = read(&dir).unwrap_err();
+            assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        }
+        // A link to it is not followed.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(matches!(read(&link), Err(FakeError::Untrusted { .. })));
+    }
 
     #[test]
     fn a_fake_host_is_read_back_as_written() {

@@ -32,6 +32,11 @@ use crate::lockdir::runs::is_run_id;
 /// Where the runs' upper layers are mounted, a folder of each run's.
 pub const BASE: &str = "/run/cibox/work";
 
+/// The most of the host's memory a run's copy of the source (one per user its batches
+/// share) may take: far above a GPU project's source (vLLM's is about 100 MiB), far
+/// below what hurts a runner. A bigger source goes into the engine's volume, on disk.
+pub const MAX_LOWER: u64 = 1 << 30;
+
 /// The file a run holds locked while it lives (in its folder under [`BASE`]).
 const LOCK: &str = ".lock";
 
@@ -72,6 +77,16 @@ impl RunLayers {
         let lock = File::create(dir.join(LOCK))?;
         lock.try_lock()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        // A sweep that found the folder before its lock existed may have removed it:
+        // then this lock is no one's, and the run does without layers.
+        let ours = lock.metadata()?;
+        let named = std::fs::symlink_metadata(dir.join(LOCK))?;
+        if (ours.dev(), ours.ino()) != (named.dev(), named.ino()) {
+            return Err(std::io::Error::other(format!(
+                "{} was removed as it was made",
+                dir.display()
+            )));
+        }
         Ok(RunLayers {
             dir,
             _lock: lock,
@@ -114,21 +129,25 @@ impl RunLayers {
     /// Mounts a tmpfs holding the tar `archive` (the source, owned by `uid`:`gid`),
     /// written by cibox before any container sees it: the lower layer of the overlays
     /// of the batches running as that user, for the run's life. Where it lies.
+    /// At most `max_bytes` of it: a bigger source fails here, and its batches take the
+    /// engine's volume instead (the host's memory is not the pull request's to fill).
     pub fn lower(
         &self,
         uid: u32,
         gid: u32,
         archive: impl std::io::Read,
+        max_bytes: u64,
     ) -> std::io::Result<String> {
         let at = self.dir.join(format!("lower-{uid}-{gid}"));
         std::fs::DirBuilder::new().mode(0o700).create(&at)?;
         let layer = WorkLayer { at };
+        let opts = format!("mode=0755,size={max_bytes}");
         mount(
             Some("tmpfs"),
             &layer.at,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("mode=0755"),
+            Some(opts.as_str()),
         )?;
         unpack(archive, &layer.at)?;
         // Held until the run's folder goes (see `Drop`).
@@ -228,12 +247,15 @@ pub fn sweep(base: &Path) -> Vec<String> {
             continue;
         }
         let dir = entry.path();
-        // Its lock free (or gone: killed before it was made) is a dead run.
-        if let Ok(lock) = File::open(dir.join(LOCK))
-            && lock.try_lock().is_err()
-        {
-            continue;
-        }
+        // Its lock free is a dead run; held until its folder is gone, so a run starting
+        // under the same name cannot take it meanwhile. A folder without a lock is a run
+        // killed before it made one, or one making it now: only an old one is dead.
+        let _held = match File::open(dir.join(LOCK)) {
+            Ok(lock) if lock.try_lock().is_err() => continue,
+            Ok(lock) => Some(lock),
+            Err(_) if !older_than(&dir, LOCKLESS_GRACE) => continue,
+            Err(_) => None,
+        };
         if let Ok(layers) = std::fs::read_dir(&dir) {
             for layer in layers.flatten() {
                 if layer.file_name() != LOCK {
@@ -247,6 +269,18 @@ pub fn sweep(base: &Path) -> Vec<String> {
         }
     }
     swept
+}
+
+/// How old a run's folder without a lock must be to be a dead run's: one starting now
+/// makes its lock a moment after its folder.
+const LOCKLESS_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn older_than(path: &Path, age: std::time::Duration) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|e| e > age)
 }
 
 /// Whether `path` can go into an overlay's options as it is: the engine's `o` is split
@@ -345,11 +379,39 @@ mod tests {
         assert_eq!(sweep(base.path()), vec!["00000000000000bb".to_string()]);
         assert!(!mounted(&left_at) && !left_at.exists());
         assert!(mounted(&live_layer.at), "a live run's layer was swept");
+        // A run's folder without its lock yet (a run making it now) is left alone; once
+        // old, it was a run killed before its lock, and goes.
+        let young = base.path().join("00000000000000ee");
+        std::fs::create_dir(&young).unwrap();
+        assert!(sweep(base.path()).is_empty());
+        assert!(young.exists());
+        File::open(&young)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+            .unwrap();
+        assert_eq!(sweep(base.path()), vec!["00000000000000ee".to_string()]);
         // Not a run's folder: left alone.
         std::fs::create_dir(base.path().join("not-a-run")).unwrap();
         assert!(sweep(base.path()).is_empty());
         assert!(base.path().join("not-a-run").exists());
         live_layer.release();
+    }
+
+    #[test]
+    fn a_source_bigger_than_its_bound_is_refused_and_leaves_no_mount() {
+        let base = base();
+        let layers = RunLayers::open(base.path(), "00000000000000cd").unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(2 << 20);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, "big", &vec![7u8; 2 << 20][..])
+            .unwrap();
+        let bytes = tar.into_inner().unwrap();
+        assert!(layers.lower(0, 0, &bytes[..], 1 << 20).is_err());
+        let at = base.path().join("00000000000000cd/lower-0-0");
+        assert!(!mounted(&at), "{}", at.display());
+        assert!(!at.exists());
     }
 
     #[test]
@@ -374,10 +436,10 @@ mod tests {
         tar.append_data(&mut h, "out/cibox-test-written-through", &b"x"[..])
             .unwrap();
         let bytes = tar.into_inner().unwrap();
-        assert!(layers.lower(4242, 4343, &bytes[..]).is_err());
+        assert!(layers.lower(4242, 4343, &bytes[..], 1 << 20).is_err());
         assert!(!Path::new("/etc/cibox-test-written-through").exists());
         let at = layers
-            .lower(4242, 4343, &bytes[..bytes.len() / 3])
+            .lower(4242, 4343, &bytes[..bytes.len() / 3], 1 << 20)
             .map(PathBuf::from);
         // A truncated archive fails too; one made whole holds the file, its owner kept.
         assert!(at.is_err());
@@ -389,7 +451,7 @@ mod tests {
         h.set_gid(4343);
         tar.append_data(&mut h, "d/f", &b"abc"[..]).unwrap();
         let bytes = tar.into_inner().unwrap();
-        let at = PathBuf::from(layers.lower(1, 1, &bytes[..]).unwrap());
+        let at = PathBuf::from(layers.lower(1, 1, &bytes[..], 1 << 20).unwrap());
         assert!(mounted(&at));
         let md = std::fs::metadata(at.join("d/f")).unwrap();
         assert_eq!((md.uid(), md.gid()), (4242, 4343));

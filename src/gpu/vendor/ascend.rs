@@ -80,10 +80,13 @@ impl Vendor for Ascend {
         for (path, required) in USER_SPACE {
             let host = root.join(path.trim_start_matches('/'));
             match std::fs::symlink_metadata(&host) {
-                Ok(md) if !md.file_type().is_symlink() => mounts.push(ReadOnlyMount {
-                    host,
-                    container: path.to_string(),
-                }),
+                Ok(md) if !md.file_type().is_symlink() => {
+                    driver_own(&host, &md).map_err(|why| fail(id, why))?;
+                    mounts.push(ReadOnlyMount {
+                        host,
+                        container: path.to_string(),
+                    });
+                }
                 Ok(_) => {
                     return Err(fail(
                         id,
@@ -120,6 +123,33 @@ impl Vendor for Ascend {
     }
 }
 
+/// A folder or file of the driver's user space is bound into every NPU batch: it must be
+/// reached through no link, and be one only root or cibox's user can change, all the
+/// way down (else another local user decides what every batch loads).
+fn driver_own(host: &Path, md: &std::fs::Metadata) -> Result<(), String> {
+    let real = std::fs::canonicalize(host).map_err(|e| format!("{}: {e}", host.display()))?;
+    if real != host {
+        return Err(format!(
+            "{} is reached through a link (it is {}), not the driver's own",
+            host.display(),
+            real.display()
+        ));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if (md.uid() != 0 && md.uid() != me) || md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} may be changed by others (owner {}, mode {:o})",
+            host.display(),
+            md.uid(),
+            md.mode() & 0o7777
+        ));
+    }
+    match crate::ownership::changeable_by_others(host, me) {
+        Some(why) => Err(format!("{}: {why}", host.display())),
+        None => Ok(()),
+    }
+}
+
 /// `dev/<name>`, which must be a character device (not a link to one).
 fn node(dev: &Path, name: &str) -> Result<DeviceNode, String> {
     let host = dev.join(name);
@@ -131,4 +161,55 @@ fn node(dev: &Path, name: &str) -> Result<DeviceNode, String> {
         host,
         container: format!("/dev/{name}"),
     })
+}
+
+#[cfg(test)]
+mod driver_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The driver's folder reached through a link in a parent (`usr/local/Ascend` a
+    /// link to a folder anyone may write) is refused (found by an attack: only the
+    /// last component was checked).
+    #[test]
+    fn a_driver_folder_behind_a_link_to_a_folder_anyone_may_write_is_refused() {
+        assert!(nix::unistd::geteuid().is_root(), "mknod needs root");
+        let dev = tempfile::tempdir().unwrap();
+        for n in ["davinci0", "davinci_manager", "devmm_svm", "hisi_hdc"] {
+            nix::sys::stat::mknod(
+                &dev.path().join(n),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                nix::sys::stat::makedev(1, 3),
+            )
+            .unwrap();
+        }
+        let root = tempfile::tempdir().unwrap();
+        let evil = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(evil.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::create_dir_all(evil.path().join("driver/lib64")).unwrap();
+        std::fs::set_permissions(
+            evil.path().join("driver/lib64"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        std::fs::write(evil.path().join("driver/version.info"), "x").unwrap();
+        std::fs::create_dir_all(root.path().join("usr/local")).unwrap();
+        std::os::unix::fs::symlink(evil.path(), root.path().join("usr/local/Ascend")).unwrap();
+        unsafe {
+            std::env::set_var("CIBOX_DEV_ROOT", dev.path());
+            std::env::set_var("CIBOX_ASCEND_ROOT", root.path());
+        }
+        let units = [PoolGpu {
+            index: 0,
+            uuid: "NPU-0000:01:00.0".into(),
+            parent: None,
+        }];
+        let h = Ascend.container(&units, GpuDriver::Nvidia);
+        assert!(
+            h.is_err(),
+            "a driver folder behind a link, writable by anyone, was handed over: {:?}",
+            h.map(|h| h.mounts)
+        );
+    }
 }

@@ -122,7 +122,12 @@ impl Snapshots {
     ) -> Option<Snapshot> {
         let layers = self.layers.as_ref()?;
         let began = std::time::Instant::now();
-        match layers.lower(user.0, user.1, source.archive(user.0, user.1)) {
+        match layers.lower(
+            user.0,
+            user.1,
+            source.archive(user.0, user.1),
+            work_layer::MAX_LOWER,
+        ) {
             Ok(at) => {
                 said(format!(
                     "the source ({} files and folders) written once by cibox into a tmpfs of this host ({at}) in {}, beneath /work of the batches running as {}:{}",
