@@ -94,21 +94,27 @@ impl RunLayers {
         })
     }
 
-    /// Mounts a fresh upper layer of `size` bytes for a batch running as `uid`:`gid`.
-    pub fn layer(&self, size: u64, uid: u32, gid: u32) -> std::io::Result<WorkLayer> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let at = self.dir.join(n.to_string());
+    /// A folder `name` of the run's, with a tmpfs (`nosuid`, `nodev`, `opts`) mounted on
+    /// it: unmounted and removed when the layer is dropped.
+    fn tmpfs(&self, name: &str, opts: &str) -> std::io::Result<WorkLayer> {
+        let at = self.dir.join(name);
         std::fs::DirBuilder::new().mode(0o700).create(&at)?;
         let layer = WorkLayer { at };
-        // Not executable-free: the batch runs what it builds in /work, as before.
-        let opts = format!("size={size},mode=0700");
         mount(
             Some("tmpfs"),
             &layer.at,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(opts.as_str()),
+            Some(opts),
         )?;
+        Ok(layer)
+    }
+
+    /// Mounts a fresh upper layer of `size` bytes for a batch running as `uid`:`gid`.
+    pub fn layer(&self, size: u64, uid: u32, gid: u32) -> std::io::Result<WorkLayer> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        // Not executable-free: the batch runs what it builds in /work, as before.
+        let layer = self.tmpfs(&n.to_string(), &format!("size={size},mode=0700"))?;
         // Made only inside the tmpfs: an engine that does not see it finds no `upper`
         // and refuses the overlay (it never writes to a folder of the host's disk).
         let upper = layer.upper();
@@ -138,16 +144,9 @@ impl RunLayers {
         archive: impl std::io::Read,
         max_bytes: u64,
     ) -> std::io::Result<String> {
-        let at = self.dir.join(format!("lower-{uid}-{gid}"));
-        std::fs::DirBuilder::new().mode(0o700).create(&at)?;
-        let layer = WorkLayer { at };
-        let opts = format!("mode=0755,size={max_bytes}");
-        mount(
-            Some("tmpfs"),
-            &layer.at,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(opts.as_str()),
+        let layer = self.tmpfs(
+            &format!("lower-{uid}-{gid}"),
+            &format!("mode=0755,size={max_bytes}"),
         )?;
         unpack(archive, &layer.at)?;
         // Held until the run's folder goes (see `Drop`).
