@@ -1,7 +1,8 @@
 //! The AMD backend: ROCm SMI's command-line tool, `rocm-smi` (Debian 12 ships 5.2.3),
 //! asked two things at once and parsed strictly: each GPU's unique ID, use and VRAM
-//! (its JSON output), and which GPUs each compute (KFD) process uses (`--showpidgpus`,
-//! which its JSON output leaves out).
+//! (its JSON output), and which GPUs each compute (KFD) process uses with each GPU's
+//! RAS table, its health (`--showpidgpus --showrasinfo`, one text call: its JSON output
+//! leaves both out; see `rocm_ras`).
 //!
 //! Why the tool and not its library: the Rust bindings there are (`rocm_smi_lib`) link
 //! `librocm_smi64` when cibox is built, so the binary would not start on a host without
@@ -24,8 +25,9 @@ use super::reading::{ComputeApp, GpuHardware, GpuState, Reading};
 
 /// Each GPU's unique ID, use and VRAM, as JSON.
 pub const QUERY_STATE: &str = "--showuniqueid --showuse --showmeminfo vram --json";
-/// Which GPUs each KFD process uses (text: the JSON output leaves this out).
-pub const QUERY_PIDS: &str = "--showpidgpus";
+/// Which GPUs each KFD process uses, and each GPU's RAS table (text: the JSON output
+/// leaves both out).
+pub const QUERY_PIDS: &str = "--showpidgpus --showrasinfo";
 /// What each GPU is: its series (the model), VRAM, and the driver's version.
 pub const QUERY_HARDWARE: &str =
     "--showuniqueid --showproductname --showmeminfo vram --showdriverversion --json";
@@ -87,9 +89,35 @@ pub fn probe(program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
     };
     let state = state_query.finish(deadline, timeout);
     let pids = pids_query.finish(deadline, timeout);
-    let cards = parse_state(program, &state?)?;
-    let apps = parse_pids(program, &pids?, &cards)?;
+    let mut cards = parse_state(program, &state?)?;
+    let pids = pids?;
+    let (apps, sick) = parse_pids_and_health(program, &pids, &cards)?;
+    for (index, why) in sick {
+        if let Some(card) = cards.get_mut(&index) {
+            card.sick = why;
+        }
+    }
     Ok((cards.into_values().collect(), apps))
+}
+
+/// The answer of [`QUERY_PIDS`]: the processes, and why each GPU is sick (`None`: it
+/// reads healthy, or its card does not report RAS).
+pub fn parse_pids_and_health(
+    program: &str,
+    out: &str,
+    gpus: &BTreeMap<u32, GpuState>,
+) -> Result<(Vec<ComputeApp>, BTreeMap<u32, Option<String>>), ProbeError> {
+    let Some((pids, ras, first)) = super::rocm_ras::split(out) else {
+        return Err(ProbeError::Parse {
+            program: program.into(),
+            query: QUERY_PIDS,
+            line: 0,
+            reason: "no RAS Info section: the GPUs' health cannot be told".into(),
+        });
+    };
+    let apps = parse_pids(program, pids, gpus)?;
+    let sick = super::rocm_ras::parse(program, QUERY_PIDS, ras, first, gpus)?;
+    Ok((apps, sick))
 }
 
 /// What each GPU is: its series as the model, its VRAM, the driver's version.
