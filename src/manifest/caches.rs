@@ -38,22 +38,16 @@ pub(super) struct RawCacheFull {
 }
 
 impl<'de> Deserialize<'de> for RawCache {
-    /// serde's own words for an untagged enum ("did not match any variant") would
-    /// reach the user; this names the two forms instead.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Path(String),
-            Full(RawCacheFull),
-        }
-        match Raw::deserialize(d) {
-            Ok(Raw::Path(p)) => Ok(RawCache::Path(p)),
-            Ok(Raw::Full(f)) => Ok(RawCache::Full(f)),
-            Err(_) => Err(serde::de::Error::custom(
+        super::values::scalar_or_compound(
+            d,
+            (
+                false,
                 "a cache is `NAME: /path/in/the/container` or `NAME: {path: /path/in/the/container}`",
-            )),
-        }
+            ),
+            RawCache::Path,
+            RawCache::Full,
+        )
     }
 }
 
@@ -189,7 +183,7 @@ mod tests {
                 (
                     "hf: {path: /root/.cache/huggingface}",
                     "hf: {path: /root/.cache/huggingface, size: 1G}",
-                    "caches.hf: a cache is",
+                    "caches.hf.size: unknown key `size`; known keys: path",
                 ),
             ],
         );
