@@ -95,7 +95,29 @@ pub(super) fn serde_error(
         return check.at(&path, format!("missing required key `{field}`"));
     }
     let message = inner.replace("invalid type: ", "wrong type: got ");
-    check.at(&path, message)
+    check.at(&path, plain_expectation(&message))
+}
+
+/// serde's words for what it expected, in the manifest's: never the name of one of
+/// cibox's types (`struct RawLayer`) or a Rust integer type.
+fn plain_expectation(message: &str) -> String {
+    static WORDS: std::sync::LazyLock<[(regex::Regex, &str); 4]> = std::sync::LazyLock::new(|| {
+        let re = |s: &str| regex::Regex::new(s).expect("a valid pattern");
+        [
+            (
+                re(r"(?:struct|map) [A-Za-z_]\w*(?: with \d+ elements?)?"),
+                "a mapping (`key: value` lines)",
+            ),
+            (re(r"enum [A-Za-z_]\w*"), "one of its named values"),
+            (re(r"\b[ui](?:8|16|32|64|128|size)\b"), "a whole number"),
+            (re(r"\bf(?:32|64)\b"), "a number"),
+        ]
+    });
+    let mut out = message.to_string();
+    for (re, plain) in WORDS.iter() {
+        out = re.replace_all(&out, *plain).into_owned();
+    }
+    out
 }
 
 /// Pulls the offending name and the expected names out of serde's message
@@ -125,6 +147,17 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_wrong_type_is_said_in_the_manifests_words_not_rusts() {
+        let err = parse(&GOOD.replace("\"1\": {batches: [cpu]}", "\"1\":")).unwrap_err();
+        assert!(
+            err.contains("layers.1: wrong type: got null, expected a mapping (`key: value` lines)"),
+            "{err}"
+        );
+        let err = parse(&GOOD.replace("gpus: 1", "gpus: -1")).unwrap_err();
+        assert!(!err.contains("u32") && !err.contains("u64"), "{err}");
     }
 
     #[test]
