@@ -199,7 +199,11 @@ fn a_sick_unit_slurm_allocates_is_refused_not_leased() {
             r.stderr
         );
         let v = p.result("sick");
-        assert_eq!(v["gpus"], serde_json::json!([]), "{kind:?}: nothing leased: {v}");
+        assert_eq!(
+            v["gpus"],
+            serde_json::json!([]),
+            "{kind:?}: nothing leased: {v}"
+        );
         let message = v["message"].as_str().unwrap_or("");
         for said in [
             "Slurm allocated job".to_string(),

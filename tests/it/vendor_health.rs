@@ -65,7 +65,10 @@ fn amd_sick_gpus_are_leased_to_nobody_and_a_batch_gets_only_healthy_ones() {
     let r = amd_exec(&h, 3, "10m");
     r.fails_with(4, "cannot lease 3 GPU(s): 2 of 4 read healthy");
     for said in [
-        format!("GPU 1 ({}): 2 uncorrectable ECC errors in UMC", AmdHost::id(1)),
+        format!(
+            "GPU 1 ({}): 2 uncorrectable ECC errors in UMC",
+            AmdHost::id(1)
+        ),
         format!("GPU 2 ({}): RAS reports poison", AmdHost::id(2)),
     ] {
         assert!(r.stderr.contains(&said), "{}", r.stderr);
@@ -135,7 +138,8 @@ fn intel_sick_and_busy_gpus_are_passed_over_and_a_batch_gets_only_healthy_ones()
     let r = intel_exec(&h, 4, "10m");
     r.fails_with(4, "cannot lease 4 GPU(s): 3 of 5 read healthy");
     assert!(
-        r.stderr.contains(&format!("GPU 1 ({}): xpu-smi reports", h.id(1))),
+        r.stderr
+            .contains(&format!("GPU 1 ({}): xpu-smi reports", h.id(1))),
         "{}",
         r.stderr
     );
@@ -167,15 +171,25 @@ fn intel_sick_and_busy_gpus_are_passed_over_and_a_batch_gets_only_healthy_ones()
 #[test]
 fn under_contention_only_healthy_amd_and_intel_gpus_are_handed_out() {
     let amd = AmdHost::new(6);
-    amd.set("ras.csv", "0, UMC, ENABLED, 0, 1\n3, SDMA, MULT, 0, 0\n4, HDP, ENABLED, 0, 9\n");
+    amd.set(
+        "ras.csv",
+        "0, UMC, ENABLED, 0, 1\n3, SDMA, MULT, 0, 0\n4, HDP, ENABLED, 0, 9\n",
+    );
     let intel = OtherHost::new(Other::Intel, 6);
     intel.set("health.csv", "0, Critical\n3, Warning\n4, Critical\n");
     let seen = tempfile::tempdir().unwrap();
     let log = seen.path().join("ids");
-    for (who, var) in [("amd", "ROCR_VISIBLE_DEVICES"), ("intel", "ZE_AFFINITY_MASK")] {
+    for (who, var) in [
+        ("amd", "ROCR_VISIBLE_DEVICES"),
+        ("intel", "ZE_AFFINITY_MASK"),
+    ] {
         let children: Vec<_> = (0..8)
             .map(|i| {
-                let script = format!("echo \"${var}\" >> {}; sleep 0.{}", log.display(), i % 3 + 1);
+                let script = format!(
+                    "echo \"${var}\" >> {}; sleep 0.{}",
+                    log.display(),
+                    i % 3 + 1
+                );
                 let args = [
                     "gpu", "exec", "--count", "1", "--wait", "2m", "--", "sh", "-c", &script,
                 ];
@@ -187,12 +201,19 @@ fn under_contention_only_healthy_amd_and_intel_gpus_are_handed_out() {
                     c.args(args);
                     c
                 };
-                c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+                c.stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
             })
             .collect();
         for c in children {
             let out = c.wait_with_output().unwrap();
-            assert!(out.status.success(), "{who}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{who}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let got = std::fs::read_to_string(&log).unwrap();
         std::fs::remove_file(&log).unwrap();

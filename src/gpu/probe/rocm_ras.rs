@@ -23,7 +23,7 @@
 //!   "treat as uncorrectable") and `UNKNOWN ERROR` (parity: "ECC errors present, but
 //!   type unknown"), `include/rocm_smi/rocm_smi.h` lines 513-520, are sick.
 //! - The counts are the driver's `ras/<block>_err_count` (`ue: N`, `ce: M`;
-//!   `src/rocm_smi_device.cc` lines 99-105, `src/rocm_smi.cc` lines 593-660): counted
+//!   `src/rocm_smi_device.cc` lines 99-105, `src/rocm_smi.cc` lines 593-663): counted
 //!   since the driver loaded, as NVIDIA's volatile count is. A GPU with an uncorrectable
 //!   error in any block is sick until the driver reloads (the bad page is then retired
 //!   from the EEPROM's list before any allocation).
@@ -35,6 +35,9 @@ use std::collections::BTreeMap;
 
 use super::error::ProbeError;
 use super::reading::GpuState;
+
+/// Why each GPU (by the tool's index) is sick; `None` for a healthy one.
+pub type Sickness = BTreeMap<u32, Option<String>>;
 
 /// The states rocm-smi prints (`rsmi_ras_err_stale_machine`, upper-cased), and whether
 /// each is sickness.
@@ -51,7 +54,12 @@ const STATES: [(&str, Option<&str>); 7] = [
 /// The two headings: 5.2.3's (its count columns mislabelled), and 5.6.0's and later.
 const HEADINGS: [[&str; 4]; 2] = [
     ["Block", "Status", "uncorrectable err", "correctable err"],
-    ["Block", "Status", "Correctable Error", "Uncorrectable Error"],
+    [
+        "Block",
+        "Status",
+        "Correctable Error",
+        "Uncorrectable Error",
+    ],
 ];
 
 /// Splits the answer of `--showpidgpus --showrasinfo` at the RAS spacer: (the process
@@ -59,8 +67,8 @@ const HEADINGS: [[&str; 4]; 2] = [
 pub fn split(out: &str) -> Option<(&str, &str, usize)> {
     let mut at = 0;
     for (i, line) in out.split_inclusive('\n').enumerate() {
-        if line.trim().trim_matches('=') == " RAS Info " || line.trim().trim_matches('=') == "RAS Info"
-        {
+        let t = line.trim();
+        if t.starts_with('=') && t.trim_matches('=').trim() == "RAS Info" {
             return Some((&out[..at], &out[at + line.len()..], i + 1));
         }
         at += line.len();
@@ -76,7 +84,7 @@ pub fn parse(
     out: &str,
     first: usize,
     gpus: &BTreeMap<u32, GpuState>,
-) -> Result<BTreeMap<u32, Option<String>>, ProbeError> {
+) -> Result<Sickness, ProbeError> {
     let err = |line: usize, reason: String| ProbeError::Parse {
         program: program.into(),
         query,
@@ -102,10 +110,16 @@ pub fn parse(
                 .parse()
                 .map_err(|_| err(n, format!("`GPU[{index}]` names no GPU index")))?;
             if title.trim() != "RAS INFO" {
-                return Err(err(n, format!("unexpected line `{}`", crate::util::escape(t))));
+                return Err(err(
+                    n,
+                    format!("unexpected line `{}`", crate::util::escape(t)),
+                ));
             }
             if !gpus.contains_key(&index) {
-                return Err(err(n, format!("GPU {index}'s RAS table: the GPU list does not show it")));
+                return Err(err(
+                    n,
+                    format!("GPU {index}'s RAS table: the GPU list does not show it"),
+                ));
             }
             if seen.insert(index, Vec::new()).is_some() {
                 return Err(err(n, format!("GPU {index}'s RAS table is given twice")));
@@ -114,9 +128,16 @@ pub fn parse(
             continue;
         }
         let Some(index) = current else {
-            return Err(err(n, format!("unexpected line `{}`", crate::util::escape(t))));
+            return Err(err(
+                n,
+                format!("unexpected line `{}`", crate::util::escape(t)),
+            ));
         };
-        let cells: Vec<&str> = t.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        let cells: Vec<&str> = t
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
         if HEADINGS.iter().any(|h| cells == h) {
             continue;
         }
@@ -129,7 +150,10 @@ pub fn parse(
         let Some(why) = seen.remove(index) else {
             return Err(err(
                 first,
-                format!("GPU {index} ({}) has no RAS table: its health cannot be told", gpu.uuid),
+                format!(
+                    "GPU {index} ({}) has no RAS table: its health cannot be told",
+                    gpu.uuid
+                ),
             ));
         };
         out.insert(*index, (!why.is_empty()).then(|| why.join("; ")));
@@ -142,19 +166,32 @@ fn row(cells: &[&str]) -> Result<Option<String>, String> {
     let (block, state, counts) = match cells {
         [block, state] => (*block, *state, None),
         [block, state, ce, ue] => (*block, *state, Some((*ce, *ue))),
-        _ => return Err(format!("unexpected RAS row `{}`", crate::util::escape(&cells.join("  ")))),
+        _ => {
+            return Err(format!(
+                "unexpected RAS row `{}`",
+                crate::util::escape(&cells.join("  "))
+            ));
+        }
     };
     if block.is_empty()
         || !block
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
     {
-        return Err(format!("`{}` is not a RAS block", crate::util::escape(block)));
+        return Err(format!(
+            "`{}` is not a RAS block",
+            crate::util::escape(block)
+        ));
     }
     let sick_state = STATES
         .iter()
         .find(|(s, _)| *s == state)
-        .ok_or_else(|| format!("block {block}: state `{}` is none rocm-smi prints", crate::util::escape(state)))?
+        .ok_or_else(|| {
+            format!(
+                "block {block}: state `{}` is none rocm-smi prints",
+                crate::util::escape(state)
+            )
+        })?
         .1;
     let mut why = Vec::new();
     if let Some(s) = sick_state {
@@ -162,8 +199,12 @@ fn row(cells: &[&str]) -> Result<Option<String>, String> {
     }
     if let Some((ce, ue)) = counts {
         let number = |what: &str, v: &str| {
-            v.parse::<u64>()
-                .map_err(|_| format!("block {block}: {what} count `{}` is not a number", crate::util::escape(v)))
+            v.parse::<u64>().map_err(|_| {
+                format!(
+                    "block {block}: {what} count `{}` is not a number",
+                    crate::util::escape(v)
+                )
+            })
         };
         number("correctable", ce)?;
         let ue = number("uncorrectable", ue)?;
@@ -217,7 +258,10 @@ mod tests {
                 "2 uncorrectable ECC errors in UMC since the driver loaded; RAS reports poison: the firmware isolated a page in GFX"
             )
         );
-        let newer = OUT.replace("uncorrectable err  correctable err", "Correctable Error  Uncorrectable Error");
+        let newer = OUT.replace(
+            "uncorrectable err  correctable err",
+            "Correctable Error  Uncorrectable Error",
+        );
         let (_, ras, first) = split(&newer).unwrap();
         assert_eq!(parse("x", "q", ras, first, &gpus(2)).unwrap()[&0], None);
     }

@@ -106,7 +106,7 @@ pub fn parse_pids_and_health(
     program: &str,
     out: &str,
     gpus: &BTreeMap<u32, GpuState>,
-) -> Result<(Vec<ComputeApp>, BTreeMap<u32, Option<String>>), ProbeError> {
+) -> Result<(Vec<ComputeApp>, super::rocm_ras::Sickness), ProbeError> {
     let Some((pids, ras, first)) = super::rocm_ras::split(out) else {
         return Err(ProbeError::Parse {
             program: program.into(),

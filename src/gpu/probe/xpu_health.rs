@@ -13,7 +13,7 @@
 //!   665-694, `getHealth`, lines 696-732); each `status` is `OK`, `Warning`,
 //!   `Critical` or `Unknown` (`healthStatusEnumToString`, lines 617-636).
 //! - What cibox trusts is `memory` alone: Level Zero's memory-module health
-//!   (`core/src/device/gpu/gpu_device_stub.cpp` lines 3735-3776, the descriptions at
+//!   (`core/src/device/gpu/gpu_device_stub.cpp` lines 3735-3784, the descriptions at
 //!   lines 1417-1431): `Critical` is "operating with reduced memory to cover banks with
 //!   too many uncorrectable errors" or "should be replaced due to excessive
 //!   uncorrectable errors", `Warning` is "excessive correctable errors … Device should
@@ -76,7 +76,11 @@ pub fn parse_health(
     let mut got = BTreeMap::new();
     for d in list {
         if let Some(e) = d.get("error") {
-            return Err(err(program, q, format!("a device's health: xpu-smi says: {e}")));
+            return Err(err(
+                program,
+                q,
+                format!("a device's health: xpu-smi says: {e}"),
+            ));
         }
         let id = d
             .get("device_id")
@@ -139,9 +143,13 @@ pub fn parse_ps(
     let mut apps = Vec::new();
     for p in list {
         let number = |key: &str| {
-            p.get(key)
-                .and_then(|v| v.as_u64())
-                .ok_or_else(|| err(program, q, format!("a process without a numeric {key}: {p}")))
+            p.get(key).and_then(|v| v.as_u64()).ok_or_else(|| {
+                err(
+                    program,
+                    q,
+                    format!("a process without a numeric {key}: {p}"),
+                )
+            })
         };
         let pid = u32::try_from(number("process_id")?)
             .map_err(|_| err(program, q, "a process ID out of range".into()))?;
