@@ -94,6 +94,10 @@ fn amd_sick_gpus_are_leased_to_nobody_and_a_batch_gets_only_healthy_ones() {
     // No RAS table, or a count that is not one: the probe fails closed.
     h.set("ras", "missing");
     amd_exec(&h, 1, "0s").fails_with(5, "no RAS Info section");
+    // rocm-smi exits 2 on every call of the double (as on real cards: the blocks the
+    // driver does not count); an error it logs makes the answer untrusted.
+    h.set("ras", "loud");
+    amd_exec(&h, 1, "0s").fails_with(5, "ecc err count: RSMI_STATUS_NOT_SUPPORTED");
     h.set("ras", "ok");
     h.set("ras.csv", "0, UMC, ENABLED, 0, many\n");
     amd_exec(&h, 1, "0s").fails_with(5, "uncorrectable count `many` is not a number");
