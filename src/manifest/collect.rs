@@ -339,7 +339,7 @@ mod tests {
     #[test]
     fn hostile_entries_are_refused_saying_where() {
         for (out, want) in [
-            (&b"{\"file\": \"a.py\"}\n{\"file\": \"b.py\", \"name\": \"x\\ny\"}"[..], "line 2: name `x\\ny` is not a batch name"),
+            (&b"{\"file\": \"a.py\"}\n{\"file\": \"b.py\", \"name\": \"x\\ny\"}"[..], "line 2: name `x\\ny` is not plain text of one line"),
             (b"[{\"file\": \"a/../../etc/passwd\"}]", "entry 0: file `a/../../etc/passwd` is not a path relative"),
             (b"[{\"file\": \"a.py\", \"name\": \"a/b\"}]", "entry 0: name `a/b` is not a batch name"),
             (b"[{\"file\": \"a.py\", \"name\": \"..\"}]", "entry 0: name `..` is not a batch name"),
