@@ -109,13 +109,18 @@ pub(super) fn collect_spec(
 ) -> Result<CollectSpec, ManifestError> {
     let at = |k: &'static str| ["batches", family, "collect", k];
     if raw.run.trim().is_empty() || raw.run.contains('\0') {
-        return Err(check.at(&at("run"), "must be a command (`sh -c`) that prints the list"));
+        return Err(check.at(
+            &at("run"),
+            "must be a command (`sh -c`) that prints the list",
+        ));
     }
     let timeout = raw.timeout.unwrap_or(Span(DEFAULT_COLLECT_TIMEOUT));
     if timeout.0.is_zero() || timeout.0 > MAX_COLLECT_TIMEOUT {
         return Err(check.at(
             &at("timeout"),
-            format!("must be more than 0s and at most 10m, got {timeout}: a list is read, not tested"),
+            format!(
+                "must be more than 0s and at most 10m, got {timeout}: a list is read, not tested"
+            ),
         ));
     }
     if let Some(s) = &raw.suite
@@ -142,12 +147,8 @@ fn plain_text(s: &str) -> bool {
 /// `gpus` at most `max_gpus` (`max_gpus.1` says whose bound it is). The error says
 /// where (the line, or the entry) and what.
 pub fn parse_output(out: &[u8], max_gpus: (u32, &str)) -> Result<Vec<CollectedEntry>, String> {
-    let text = std::str::from_utf8(out).map_err(|e| {
-        format!(
-            "its output is not UTF-8 text (at byte {})",
-            e.valid_up_to()
-        )
-    })?;
+    let text = std::str::from_utf8(out)
+        .map_err(|e| format!("its output is not UTF-8 text (at byte {})", e.valid_up_to()))?;
     let trimmed = text.trim_start();
     let values: Vec<(String, Value)> = if trimmed.starts_with('[') {
         let Bounded(list) = serde_json::from_str::<Bounded>(trimmed)
@@ -259,7 +260,12 @@ fn entry(v: Value, (max_gpus, whose): (u32, &str)) -> Result<CollectedEntry, Str
     }
     let est_time = match o.remove("est_time") {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_f64().is_some_and(|s| (0.0..=MAX_EST_SECONDS).contains(&s)) => n.as_f64(),
+        Some(Value::Number(n))
+            if n.as_f64()
+                .is_some_and(|s| (0.0..=MAX_EST_SECONDS).contains(&s)) =>
+        {
+            n.as_f64()
+        }
         Some(other) => {
             return Err(format!(
                 "est_time must be a number of seconds from 0 to 30 days (2592000), got {}",
@@ -339,17 +345,41 @@ mod tests {
     #[test]
     fn hostile_entries_are_refused_saying_where() {
         for (out, want) in [
-            (&b"{\"file\": \"a.py\"}\n{\"file\": \"b.py\", \"name\": \"x\\ny\"}"[..], "line 2: name `x\\ny` is not plain text of one line"),
-            (b"[{\"file\": \"a/../../etc/passwd\"}]", "entry 0: file `a/../../etc/passwd` is not a path relative"),
-            (b"[{\"file\": \"a.py\", \"name\": \"a/b\"}]", "entry 0: name `a/b` is not a batch name"),
-            (b"[{\"file\": \"a.py\", \"name\": \"..\"}]", "entry 0: name `..` is not a batch name"),
-            (b"[{\"file\": \"a.py\", \"est_time\": -1}]", "entry 0: est_time must be a number of seconds from 0 to 30 days (2592000), got -1"),
-            (b"[{\"file\": \"a.py\", \"est_time\": \"10\"}]", "got \"10\""),
-            (b"[{\"file\": \"a.py\", \"gpus\": 9}]", "entry 0: gpus must be a whole number from 0 to 8 (the host policy's pool), got 9"),
+            (
+                &b"{\"file\": \"a.py\"}\n{\"file\": \"b.py\", \"name\": \"x\\ny\"}"[..],
+                "line 2: name `x\\ny` is not plain text of one line",
+            ),
+            (
+                b"[{\"file\": \"a/../../etc/passwd\"}]",
+                "entry 0: file `a/../../etc/passwd` is not a path relative",
+            ),
+            (
+                b"[{\"file\": \"a.py\", \"name\": \"a/b\"}]",
+                "entry 0: name `a/b` is not a batch name",
+            ),
+            (
+                b"[{\"file\": \"a.py\", \"name\": \"..\"}]",
+                "entry 0: name `..` is not a batch name",
+            ),
+            (
+                b"[{\"file\": \"a.py\", \"est_time\": -1}]",
+                "entry 0: est_time must be a number of seconds from 0 to 30 days (2592000), got -1",
+            ),
+            (
+                b"[{\"file\": \"a.py\", \"est_time\": \"10\"}]",
+                "got \"10\"",
+            ),
+            (
+                b"[{\"file\": \"a.py\", \"gpus\": 9}]",
+                "entry 0: gpus must be a whole number from 0 to 8 (the host policy's pool), got 9",
+            ),
             (b"[{\"file\": \"a.py\", \"gpus\": 1.5}]", "got 1.5"),
             (b"{\"file\": \"a.py\"\n", "line 1: not JSON"),
             (b"[{\"file\": \"a.py\"}", "not a JSON list of entries"),
-            (b"[{\"file\": \"a.py\", \"colour\": 1}]", "entry 0: unknown key `colour`"),
+            (
+                b"[{\"file\": \"a.py\", \"colour\": 1}]",
+                "entry 0: unknown key `colour`",
+            ),
             (b"[]", "printed no entry"),
             (b"\xff", "not UTF-8"),
         ] {

@@ -50,10 +50,10 @@ mod types;
 mod validate;
 mod values;
 
+pub use changed::{ChangedConfig, GroupKind, PatternKind, Renames};
 pub use collect::{
     CollectSpec, Collected, CollectedEntry, MAX_COLLECT_BYTES, MAX_ENTRY_GPUS, parse_output,
 };
-pub use changed::{ChangedConfig, GroupKind, PatternKind, Renames};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,

@@ -12,8 +12,8 @@ use crate::units::Span;
 
 use super::caches::RawCache;
 use super::changed::RawChanged;
-use super::container::RawContainer;
 use super::collect::RawCollect;
+use super::container::RawContainer;
 use super::each::RawEntry;
 use super::gpu::RawGpu;
 use super::images::ImageConfig;

@@ -13,9 +13,9 @@ use crate::util::did_you_mean;
 use super::caches::{CacheSpec, batch_caches, validate_caches};
 use super::changed::validate_changed;
 use super::check::Checker;
+use super::collect::{self, CollectSpec, Collected, CollectedEntry};
 use super::container::{RawContainer, validate_container};
 use super::document::Manifest;
-use super::collect::{self, CollectSpec, Collected, CollectedEntry};
 use super::each;
 use super::error::ManifestError;
 use super::gpu::validate_gpu;
@@ -205,7 +205,10 @@ fn validate_batches(
             }
             (Some(entries), None) => ("each", Some(entries)),
             (None, Some(raw)) => {
-                collectors.insert(name.clone(), collect::collect_spec(check, &name, &batch.image, raw)?);
+                collectors.insert(
+                    name.clone(),
+                    collect::collect_spec(check, &name, &batch.image, raw)?,
+                );
                 let entries = collected.map(|c| {
                     c.lists
                         .get(&name)

@@ -95,7 +95,16 @@ pub fn collect(m: Manifest, req: &CollectRequest<'_>) -> Result<Manifest> {
         let id = image_id(&m, family, spec, req.image)?;
         let key = (spec.run.clone(), id.clone());
         if !printed.contains_key(&key) {
-            let entries = run_one(&m, &engine, family, spec, &id, req.source, &masks.binds, &bound)?;
+            let entries = run_one(
+                &m,
+                &engine,
+                family,
+                spec,
+                &id,
+                req.source,
+                &masks.binds,
+                &bound,
+            )?;
             printed.insert(key.clone(), entries);
         }
         let entries: Vec<CollectedEntry> = printed[&key]
@@ -108,7 +117,10 @@ pub fn collect(m: Manifest, req: &CollectRequest<'_>) -> Result<Manifest> {
                 &m,
                 family,
                 match &spec.suite {
-                    Some(s) => format!("the collector printed no entry of suite `{}`", crate::util::escape(s)),
+                    Some(s) => format!(
+                        "the collector printed no entry of suite `{}`",
+                        crate::util::escape(s)
+                    ),
                     None => "the collector printed no entry".into(),
                 },
             )
@@ -125,7 +137,10 @@ fn gpu_bound(m: &Manifest) -> (u32, String) {
     match &m.gpu.pool {
         PoolSpec::Devices(d) => (
             d.len() as u32,
-            format!("the GPU pool, {}", crate::util::count(d.len() as u64, "GPU")),
+            format!(
+                "the GPU pool, {}",
+                crate::util::count(d.len() as u64, "GPU")
+            ),
         ),
         PoolSpec::All => (MAX_ENTRY_GPUS, "the most an entry may ask".into()),
     }
@@ -150,12 +165,7 @@ fn at(m: &Manifest, family: &str) -> String {
 
 /// The ID of the image `family`'s collector runs in: `--image`/`CIBOX_IMAGE` when
 /// given, else `CIBOX_IMAGE_<NAME>`, else the image's `id`.
-fn image_id(
-    m: &Manifest,
-    family: &str,
-    spec: &CollectSpec,
-    asked: Option<&str>,
-) -> Result<String> {
+fn image_id(m: &Manifest, family: &str, spec: &CollectSpec, asked: Option<&str>) -> Result<String> {
     let var = crate::manifest::image_variable(&spec.image);
     let raw = asked
         .map(str::to_string)
@@ -197,11 +207,9 @@ fn run_one(
         .into());
     }
     // Random: two collections at once (two runners) never take one name.
-    let suffix = crate::util::random_hex(4).map_err(|e| {
-        crate::engine::EngineError::Io {
-            action: "naming a collector's container".into(),
-            reason: e.to_string(),
-        }
+    let suffix = crate::util::random_hex(4).map_err(|e| crate::engine::EngineError::Io {
+        action: "naming a collector's container".into(),
+        reason: e.to_string(),
     })?;
     let name = format!(
         "cibox-{}-collect-{}-{suffix}",
@@ -225,7 +233,10 @@ fn run_one(
         CaptureEnd::TimedOut => Err(refused(
             m,
             family,
-            format!("the collector ran past its timeout, {}: killed", spec.timeout),
+            format!(
+                "the collector ran past its timeout, {}: killed",
+                spec.timeout
+            ),
         )
         .into()),
         CaptureEnd::TooLarge => Err(refused(
@@ -242,13 +253,16 @@ fn run_one(
             family,
             format!(
                 "the collector exited with {}{}",
-                code.map_or("no exit code the engine could say".into(), |c| c.to_string()),
+                code.map_or("no exit code the engine could say".into(), |c| c
+                    .to_string()),
                 last_words()
             ),
         )
         .into()),
-        CaptureEnd::Exited(_) => crate::manifest::parse_output(&captured.stdout, (bound.0, &bound.1))
-            .map_err(|why| refused(m, family, format!("the collector's output, {why}")).into()),
+        CaptureEnd::Exited(_) => {
+            crate::manifest::parse_output(&captured.stdout, (bound.0, &bound.1))
+                .map_err(|why| refused(m, family, format!("the collector's output, {why}")).into())
+        }
     }
 }
 
@@ -273,10 +287,7 @@ fn body(
         user: Some(format!("{uid}:{gid}")),
         entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
         cmd: Some(vec![spec.run.clone()]),
-        env: Some(vec![
-            "HOME=/tmp".into(),
-            format!("CIBOX_COLLECT={family}"),
-        ]),
+        env: Some(vec!["HOME=/tmp".into(), format!("CIBOX_COLLECT={family}")]),
         working_dir: Some("/src".into()),
         network_disabled: Some(true),
         labels: Some(HashMap::from([

@@ -68,8 +68,8 @@ pub fn render(
         Stdio::null()
     })
     .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("CIBOX_LOG", "error");
+    .stderr(Stdio::piped())
+    .env("CIBOX_LOG", "error");
     // SAFETY: only setrlimit between fork and exec, which is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {

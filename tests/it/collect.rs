@@ -209,8 +209,7 @@ fn hostile_lists_are_refused_with_one_line_and_nothing_left_behind() {
             &collecting("true", "    each: [{file: a.sh}]\n"),
         ),
     );
-    run(&mut p.batch_cmd_bare(&["batch", "list"]))
-        .fails_with(2, "not both");
+    run(&mut p.batch_cmd_bare(&["batch", "list"])).fails_with(2, "not both");
 }
 
 #[test]
@@ -401,7 +400,10 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
             .success()
     );
     let p = Project::new(SGLANG);
-    p.write("image/Dockerfile", format!("FROM {base_name}\nCOPY nonce /nonce\n"));
+    p.write(
+        "image/Dockerfile",
+        format!("FROM {base_name}\nCOPY nonce /nonce\n"),
+    );
     p.write("image/nonce", nonce());
     let built = {
         let _store = image_store_lock(false);
@@ -419,10 +421,8 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
     // test files register them (`register_cuda_ci(est_time=…, suite=…)`, and the CPU
     // suites' `register_cpu_ci`, two of them `est_time=0`:
     // `test/registered/unit/tools/test_get_version_tag.py:36`).
-    let data: serde_json::Value = serde_json::from_str(include_str!(
-        "../fixtures/sglang-est-times.json"
-    ))
-    .unwrap();
+    let data: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/sglang-est-times.json")).unwrap();
     let entries = data["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 921);
     let mut by_suite: std::collections::BTreeMap<String, Vec<(String, f64)>> = Default::default();
@@ -441,12 +441,24 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
                 "import unittest\nfrom sglang.test.ci.ci_register import {register}\n\n{register}(est_time={est}, suite=\"{suite}\")\n\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n\n\nif __name__ == \"__main__\":\n    unittest.main()\n"
             ),
         );
-        by_suite.entry(suite.to_string()).or_default().push((file, est));
+        by_suite
+            .entry(suite.to_string())
+            .or_default()
+            .push((file, est));
     }
     // Left out as SGLang leaves them: disabled, nightly, another backend.
-    p.write("test/registered/x/test_disabled.py", "register_cuda_ci(est_time=60, suite=\"base-b-test-1-gpu-large\", disabled=\"flaky\")\n");
-    p.write("test/registered/x/test_nightly.py", "register_cuda_ci(est_time=60, suite=\"base-b-test-1-gpu-large\", nightly=True)\n");
-    p.write("test/registered/x/test_amd.py", "register_amd_ci(est_time=60, suite=\"base-b-test-1-gpu-large\")\n");
+    p.write(
+        "test/registered/x/test_disabled.py",
+        "register_cuda_ci(est_time=60, suite=\"base-b-test-1-gpu-large\", disabled=\"flaky\")\n",
+    );
+    p.write(
+        "test/registered/x/test_nightly.py",
+        "register_cuda_ci(est_time=60, suite=\"base-b-test-1-gpu-large\", nightly=True)\n",
+    );
+    p.write(
+        "test/registered/x/test_amd.py",
+        "register_amd_ci(est_time=60, suite=\"base-b-test-1-gpu-large\")\n",
+    );
     let list = |args: &[&str]| -> (serde_json::Value, std::time::Duration) {
         let t = std::time::Instant::now();
         let r = run(cibox(p.path())
@@ -458,13 +470,21 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
     };
     let (all, took) = list(&[]);
     let batches = all["batches"].as_array().unwrap();
-    let want = ["base-a-test-cpu", "base-b-test-cpu-arm64", "base-b-test-1-gpu-large", "base-b-test-4-gpu-b200"];
+    let want = [
+        "base-a-test-cpu",
+        "base-b-test-cpu-arm64",
+        "base-b-test-1-gpu-large",
+        "base-b-test-4-gpu-b200",
+    ];
     assert_eq!(
         batches.len(),
         want.iter().map(|s| by_suite[*s].len()).sum::<usize>(),
         "{all}"
     );
-    eprintln!("figure: 4 families, {} batches from 921 registered files, collected and listed in {took:?}", batches.len());
+    eprintln!(
+        "figure: 4 families, {} batches from 921 registered files, collected and listed in {took:?}",
+        batches.len()
+    );
     let zero: Vec<&str> = batches
         .iter()
         .filter(|b| b["expected_s"] == 0.0)
@@ -472,11 +492,22 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
         .collect();
     assert_eq!(zero.len(), 2, "{zero:?}");
     let b200 = batches.iter().find(|b| b["family"] == "b200").unwrap();
-    assert_eq!((b200["gpus"].as_u64(), b200["gpu_model"].as_str()), (Some(4), Some("*B200*")));
+    assert_eq!(
+        (b200["gpus"].as_u64(), b200["gpu_model"].as_str()),
+        (Some(4), Some("*B200*"))
+    );
     // The parts `--partition` makes are SGLang's LPT parts.
-    for (layer, suite, n) in [("base-a-cpu", "base-a-test-cpu", 4), ("base-b-large", "base-b-test-1-gpu-large", 5)] {
+    for (layer, suite, n) in [
+        ("base-a-cpu", "base-a-test-cpu", 4),
+        ("base-b-large", "base-b-test-1-gpu-large", 5),
+    ] {
         let (v, _) = list(&["--layer", layer, "--partition", &format!("1/{n}")]);
-        let mut got: Vec<f64> = v["parts"].as_array().unwrap().iter().map(|p| p["serial_s"].as_f64().unwrap()).collect();
+        let mut got: Vec<f64> = v["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["serial_s"].as_f64().unwrap())
+            .collect();
         let mut want = lpt(by_suite[suite].clone(), n);
         got.sort_by(f64::total_cmp);
         want.sort_by(f64::total_cmp);
@@ -492,14 +523,25 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
         .args(["workflow", "render", "--print", "pipeline.yml"])
         .env("CIBOX_IMAGE", &image.0));
     r.ok();
-    for (layer, suite, budget) in [("base-a-cpu", "base-a-test-cpu", 1800.0), ("base-b-large", "base-b-test-1-gpu-large", 1800.0), ("base-b-b200", "base-b-test-4-gpu-b200", 3600.0)] {
+    for (layer, suite, budget) in [
+        ("base-a-cpu", "base-a-test-cpu", 1800.0),
+        ("base-b-large", "base-b-test-1-gpu-large", 1800.0),
+        ("base-b-b200", "base-b-test-4-gpu-b200", 3600.0),
+    ] {
         let sum: f64 = by_suite[suite].iter().map(|(_, t)| t).sum();
         let parts = (sum / (0.75 * budget)).ceil() as u64;
         let want = format!("  - label: \"{layer}\"\n    key: {layer}\n    parallelism: {parts}\n");
         assert!(r.stdout.contains(&want), "{want}\n{}", r.stdout);
-        eprintln!("figure: {layer}: {} files, {sum} s, {parts} parts", by_suite[suite].len());
+        eprintln!(
+            "figure: {layer}: {} files, {sum} s, {parts} parts",
+            by_suite[suite].len()
+        );
     }
-    assert!(r.stdout.contains("agents: {queue: \"b200\"}"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("agents: {queue: \"b200\"}"),
+        "{}",
+        r.stdout
+    );
     // Committed: rendered without collecting (no engine asked), and linted.
     p.cibox(&["workflow", "render"]).ok();
     p.cibox(&["workflow", "lint"]).ok();
@@ -518,7 +560,15 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
     ]));
     r.ok();
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
-    assert_eq!(v["batches"].as_array().unwrap().len(), by_suite["base-b-test-cpu-arm64"].len(), "{v}");
-    eprintln!("figure: arm64 layer, {} batches, collected and run in {:?}", by_suite["base-b-test-cpu-arm64"].len(), t.elapsed());
+    assert_eq!(
+        v["batches"].as_array().unwrap().len(),
+        by_suite["base-b-test-cpu-arm64"].len(),
+        "{v}"
+    );
+    eprintln!(
+        "figure: arm64 layer, {} batches, collected and run in {:?}",
+        by_suite["base-b-test-cpu-arm64"].len(),
+        t.elapsed()
+    );
     assert!(collectors_left("cpu-arm64").is_empty());
 }
