@@ -63,6 +63,16 @@ impl Context {
         crate::run::collect::collect(m, &req)
     }
 
+    /// The manifest a render sees: printed at build time (a pipeline to upload), with
+    /// the test lists the project's code prints collected; written to be committed,
+    /// without them.
+    pub fn manifest_to_render(&self, printed: bool) -> Result<Manifest> {
+        match printed {
+            true => self.manifest_collected(None, None),
+            false => self.manifest(),
+        }
+    }
+
     /// The manifest as its file says, whatever the host policy pins.
     pub fn manifest_as_written(&self) -> Result<Manifest> {
         let path = match &self.manifest_path {

@@ -290,12 +290,7 @@ pub fn render(
     print: Option<&str>,
     diff: Option<(String, String)>,
 ) -> Result<u8> {
-    // Printed at build time (a pipeline to upload): the test lists the project's code
-    // prints are collected; written to be committed, they are not.
-    let m = match print {
-        Some(_) => ctx.manifest_collected(None, None)?,
-        None => ctx.manifest()?,
-    };
+    let m = ctx.manifest_to_render(print.is_some())?;
     let folders = template_folders(&m)?;
     if let Some(wanted) = print {
         // The selection `changed` makes (a manifest without `changed:` changes no

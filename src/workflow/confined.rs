@@ -45,52 +45,10 @@ pub fn render(
         template: template.to_path_buf(),
         source,
     })?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--manifest")
-        .arg(manifest)
-        .args(["__render-template", "--flavor", flavor.as_arg()])
-        .arg(template);
-    if let Some(s) = selection {
-        // `--opt=VALUE`: a revision is the user's text, never an option of its own.
-        cmd.arg(format!("--selection-base={}", s.base))
-            .arg(format!("--selection-head={}", s.head));
-        cmd.args(s.groups.iter().map(|g| format!("--changed={g}")));
-    }
     // The lists collected here reach the child on its standard input: it cannot
     // collect them itself (it has no engine, and must not run a container).
     let lists = collected.map(|c| serde_json::to_vec(c).unwrap_or_default());
-    if lists.is_some() {
-        cmd.arg("--collected-stdin");
-    }
-    cmd.stdin(if lists.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .env("CIBOX_LOG", "error");
-    // SAFETY: only setrlimit between fork and exec, which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-            // Only ever lowered: a bound cibox itself runs under stays.
-            let lowered = |resource, n: u64| {
-                let was = getrlimit(resource).maximum.unwrap_or(u64::MAX);
-                let n = n.min(was);
-                setrlimit(
-                    resource,
-                    Rlimit {
-                        current: Some(n),
-                        maximum: Some(n),
-                    },
-                )
-            };
-            lowered(Resource::As, MEMORY)?;
-            lowered(Resource::Cpu, CPU)?;
-            Ok(())
-        });
-    }
+    let mut cmd = child_command(exe, manifest, template, flavor, selection, lists.is_some());
     let child_failed = |source: std::io::Error| RenderError::Unreadable {
         template: template.to_path_buf(),
         source,
@@ -167,6 +125,58 @@ pub fn render(
             None => format!("its process ended with {status}"),
         },
     })
+}
+
+/// The child's command: this cibox's `__render-template`, bounded (see the module's
+/// doc); `lists`: the collected test lists come on its standard input.
+fn child_command(
+    exe: std::path::PathBuf,
+    manifest: &Path,
+    template: &Path,
+    flavor: Flavor,
+    selection: Option<&super::context::Selection>,
+    lists: bool,
+) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.arg("--manifest")
+        .arg(manifest)
+        .args(["__render-template", "--flavor", flavor.as_arg()])
+        .arg(template);
+    if let Some(s) = selection {
+        // `--opt=VALUE`: a revision is the user's text, never an option of its own.
+        cmd.arg(format!("--selection-base={}", s.base))
+            .arg(format!("--selection-head={}", s.head));
+        cmd.args(s.groups.iter().map(|g| format!("--changed={g}")));
+    }
+    if lists {
+        cmd.arg("--collected-stdin");
+    }
+    cmd.stdin(if lists { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("CIBOX_LOG", "error");
+    // SAFETY: only setrlimit between fork and exec, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+            // Only ever lowered: a bound cibox itself runs under stays.
+            let lowered = |resource, n: u64| {
+                let was = getrlimit(resource).maximum.unwrap_or(u64::MAX);
+                let n = n.min(was);
+                setrlimit(
+                    resource,
+                    Rlimit {
+                        current: Some(n),
+                        maximum: Some(n),
+                    },
+                )
+            };
+            lowered(Resource::As, MEMORY)?;
+            lowered(Resource::Cpu, CPU)?;
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// Kills a child that is still running when its time is up.
