@@ -88,6 +88,37 @@ pub(super) fn queue(
     Ok(Some(q))
 }
 
+/// The most shards a batch may have: GitHub's limit of jobs one matrix makes in a
+/// workflow run ("A matrix can generate a maximum of 256 jobs per workflow run",
+/// docs.github.com, *Running variations of jobs in a workflow*), so a sharded batch
+/// renders as one matrix on both CIs. A host runs no more of them at once than its GPUs
+/// (and its `--wait`) allow.
+pub const MAX_SHARDS: i64 = 256;
+
+/// A batch's `shards`: 1 to [`MAX_SHARDS`], and 1 for a batch on several Slurm nodes
+/// (its ranks are one job; shards of it would be jobs of jobs).
+pub(super) fn shards(
+    check: &Checker<'_>,
+    at: &[&str],
+    raw: Option<i64>,
+    nodes: u32,
+) -> Result<u32, ManifestError> {
+    let Some(n) = raw else { return Ok(1) };
+    if !(1..=MAX_SHARDS).contains(&n) {
+        return Err(check.at(
+            at,
+            format!("must be 1 to {MAX_SHARDS} (GitHub's most jobs of one matrix), got {n}"),
+        ));
+    }
+    if n > 1 && nodes > 1 {
+        return Err(check.at(
+            at,
+            format!("a batch on {nodes} nodes cannot also be split into {n} shards: its ranks are one Slurm job; shard a batch of one node"),
+        ));
+    }
+    Ok(n as u32)
+}
+
 /// A layer's `warmup` and `budget`. The warm-up is a defined batch, not one of the
 /// layer's own (it runs before them, in each part); the budget is more than the
 /// warm-up's expected time over 3/4.
@@ -121,6 +152,12 @@ pub(super) fn layer_shape(
             return Err(check.at(
                 &["layers", layer, "batches"],
                 "lists no batch besides its warm-up",
+            ));
+        }
+        if b.shards > 1 {
+            return Err(check.at(
+                &["layers", layer, "warmup"],
+                format!("batch `{w}` has {} shards: a warm-up runs once, alone, before each part; shard the layer's batches instead", b.shards),
             ));
         }
         if b.manual {

@@ -171,18 +171,31 @@ fn validate_batches(
         .collect();
     let mut batches = IndexMap::new();
     let mut families = IndexMap::new();
+    // Batches with their shards counted: each shard is a container of its own.
+    let mut units = 0usize;
     for (name, mut b) in raw {
         let each = b.each.take();
         let batch = validate_batch(check, images, caches, top_container, &name, b)?;
         match each {
             None => {
-                batches.insert(name, batch);
+                batches.insert(name.clone(), batch);
             }
             Some(entries) => {
                 let expanded = each::expand(check, &name, &batch, entries, &mut taken)?;
-                families.insert(name, expanded.keys().cloned().collect());
+                families.insert(name.clone(), expanded.keys().cloned().collect());
                 batches.extend(expanded);
             }
+        }
+        let (added, sharded) = units_of(&batches, &families, &name);
+        units += added;
+        if units > each::MAX_BATCHES && sharded {
+            return Err(check.at(
+                &["batches", name.as_str(), "shards"],
+                format!(
+                    "brings the manifest's batches, each shard counted, past {}: each shard is a container of its own",
+                    each::MAX_BATCHES
+                ),
+            ));
         }
         if batches.len() > each::MAX_BATCHES {
             return Err(check.at(
@@ -195,6 +208,23 @@ fn validate_batches(
         }
     }
     Ok((batches, families))
+}
+
+/// The containers the batch `name` (or the test list of that name) stands for, each
+/// shard counted, and whether any of them is sharded.
+fn units_of(
+    batches: &IndexMap<String, Batch>,
+    families: &IndexMap<String, Vec<String>>,
+    name: &str,
+) -> (usize, bool) {
+    let one = [name.to_string()];
+    let names = families.get(name).map_or(&one[..], Vec::as_slice);
+    names
+        .iter()
+        .filter_map(|n| batches.get(n))
+        .fold((0, false), |(units, sharded), b| {
+            (units + b.shards as usize, sharded || b.shards > 1)
+        })
 }
 
 /// The most nodes a batch may span.
@@ -239,6 +269,7 @@ fn validate_batch(
             ));
         }
     };
+    let shards = placement::shards(check, &["batches", name, "shards"], b.shards, nodes)?;
     let Some(timeout) = b.timeout else {
         return Err(check.at(
             &["batches", name],
@@ -277,6 +308,7 @@ fn validate_batch(
         gpus: b.gpus as u32,
         gpu_model: b.gpu_model,
         nodes,
+        shards,
         timeout,
         preflight: b.preflight,
         run: b.run,

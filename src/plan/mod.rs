@@ -16,4 +16,6 @@ pub mod error;
 pub mod listing;
 pub mod run_plan;
 
-pub use run_plan::{BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, plan};
+pub use run_plan::{
+    BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, plan,
+};

@@ -33,7 +33,7 @@ use crate::run::batch_dir;
 use crate::run::cleanup::sweep;
 use crate::run::cleanup::watchdog::Watchdog;
 use crate::run::error::RunError;
-use crate::run::order::{FirstFailure, each_batch};
+use crate::run::order::{FirstFailure, Together, each_batch};
 use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
 use crate::signals;
 use snapshot::Snapshots;
@@ -147,12 +147,24 @@ fn execute_with(
         snapshots: &snapshots,
         ..run
     };
+    let shards = |i: usize| shard_wave(plan, run.pool.len(), i);
+    let together = Together {
+        parallel: plan.parallel,
+        shards: &shards,
+    };
     let batches = each_batch(
         plan.batches.len(),
-        plan.parallel,
+        &together,
         &run.first,
         |i| run.batch(&plan.batches[i]),
         |i, why| run.not_run(&plan.batches[i], why),
+    )?;
+    let batches = crate::report::shards::merge(batches, &run.reports, &plan.reports).map_err(
+        |source| RunError::BatchDir {
+            dir: plan.reports.display().to_string(),
+            what: "write a sharded batch's result.json in",
+            source,
+        },
     )?;
     let stopped_by = batches
         .iter()
@@ -171,6 +183,25 @@ fn execute_with(
     };
     run.emit(EventKind::RunEnded { run: &result })?;
     Ok(result)
+}
+
+/// For the unit at `i` of a run on a pool of `pool` GPUs: how many units from it are
+/// shards of its batch (1 for a batch of its own), and how many of them go at once:
+/// as many as the pool holds GPUs for (a CPU batch's, as many as the host has CPUs),
+/// at least one. The rest wait their turn, not for GPUs.
+fn shard_wave(plan: &RunPlan, pool: usize, i: usize) -> (usize, usize) {
+    let Some(s) = &plan.batches[i].shard else {
+        return (1, 1);
+    };
+    let len = plan.batches[i..]
+        .iter()
+        .take_while(|b| b.shard.as_ref().is_some_and(|t| t.batch == s.batch))
+        .count();
+    let width = match plan.batches[i].gpus as usize {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        gpus => pool / gpus,
+    };
+    (len, width.max(1))
 }
 
 /// The run's images verified against the source's locksets, each said as verified.
