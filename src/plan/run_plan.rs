@@ -234,13 +234,6 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// The name the run gives the shard (for the split, the events and its folder's
-    /// record): `B[K/N]`, K counted from 1 as Buildkite's labels count (`%N`). No batch
-    /// name holds `[`, so none can take it.
-    pub fn unit_name(batch: &str, index: u32, count: u32) -> String {
-        format!("{batch}[{}/{count}]", index + 1)
-    }
-
     /// The batch and shard a unit name of `m` stands for; `None` for a batch's own name.
     pub fn of_unit(m: &Manifest, unit: &str) -> Option<Shard> {
         if m.batches.contains_key(unit) {
@@ -271,7 +264,7 @@ fn units(m: &Manifest, expected: Expected) -> Expected {
         }
         for index in 0..count {
             out.push(crate::timing::Expectation {
-                name: Shard::unit_name(&e.name, index, count),
+                name: crate::manifest::shard_unit(&e.name, index, count),
                 time: e.time / count,
                 ..e.clone()
             });

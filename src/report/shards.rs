@@ -176,3 +176,62 @@ fn one_batch(batch: &str, mut shards: Vec<BatchResult>, root: &Path) -> BatchRes
         record,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::reporter::sample;
+
+    #[test]
+    fn shards_merge_into_one_batch_failed_by_the_shard_that_failed() {
+        let run = sample::run();
+        let dir = tempfile::tempdir().unwrap();
+        let mut shards = vec![run.batches[0].clone(), run.batches[1].clone()];
+        for (i, r) in shards.iter_mut().enumerate() {
+            let index = i as u32;
+            r.record.batch = crate::manifest::shard_unit("k", index, 2);
+            r.record.shard = Some(ShardOf {
+                batch: "k".into(),
+                index,
+                count: 2,
+            });
+            r.record_path = dir.path().join(format!("k/shard-{}/result.json", i + 1));
+        }
+        let (first, second) = (shards[0].clone(), shards[1].clone());
+        let plain = run.batches[0].clone();
+        let folder = Folder::open(dir.path()).unwrap();
+        // In the order they ended: the batch stands where its first shard ended.
+        let merged = merge(vec![second.clone(), plain, first.clone()], &folder, dir.path()).unwrap();
+        let names: Vec<&str> = merged.iter().map(|r| r.record.batch.as_str()).collect();
+        assert_eq!(names, ["k", "unit"]);
+        let k = &merged[0];
+        assert_eq!(k.record.status, Status::Failed);
+        assert_eq!(k.record.exit_code, second.record.exit_code);
+        assert_eq!(
+            k.record.message.as_deref(),
+            Some("1 of 2 shards did not pass: shard 2/2 failed: 1 failed, 1 errors")
+        );
+        assert_eq!(k.record.shards.len(), 2);
+        assert_eq!(k.record.shards[1].result, "shard-2/result.json");
+        assert_eq!(k.record.shards[0].status, Status::Passed);
+        assert_eq!(
+            k.record.tests.total,
+            first.record.tests.total + second.record.tests.total
+        );
+        assert_eq!(k.cases.len(), first.cases.len() + second.cases.len());
+        assert_eq!(k.record.gpus.len(), 2);
+        assert_eq!(k.record_path, dir.path().join("k/result.json"));
+        let written =
+            crate::report::RunRecord::read(&dir.path().join("k/result.json")).unwrap();
+        assert_eq!((written.batch.as_str(), written.shards.len()), ("k", 2));
+        assert!(written.shard.is_none());
+        // Every shard passed: the batch passed, with no message.
+        let mut ok = second;
+        ok.record.status = Status::Passed;
+        ok.record.exit_code = 0;
+        ok.record.message = None;
+        let merged = merge(vec![first, ok], &folder, dir.path()).unwrap();
+        assert_eq!(merged[0].record.status, Status::Passed);
+        assert_eq!(merged[0].record.message, None);
+    }
+}

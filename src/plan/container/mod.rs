@@ -173,6 +173,12 @@ impl ContainerPlan {
         }
     }
 
+    /// The container's variables as `K=V`, for tests outside this room.
+    #[cfg(test)]
+    pub fn env_for_test(&self) -> &[String] {
+        &self.env
+    }
+
     /// Through which runtime the batch's GPUs go, where their vendor's use one.
     pub fn gpu_driver(&self) -> GpuDriver {
         self.driver
