@@ -582,6 +582,19 @@ fn fail_fast_of(manifest: &Manifest, request: &RunRequest) -> bool {
             .is_some_and(|l| l.fail_fast)
 }
 
+/// A batch's reports folder: `<reports>/<batch>/`, a shard's `shard-<K>/` in it, a
+/// Slurm rank's its own.
+fn batch_dir(request: &RunRequest, name: &str, shard: Option<&Shard>) -> PathBuf {
+    match (&request.node, shard) {
+        (Some(role), _) => role.batch_dir(&request.reports, name),
+        (None, Some(s)) => request
+            .reports
+            .join(name)
+            .join(format!("shard-{}", s.index + 1)),
+        (None, None) => request.reports.join(name),
+    }
+}
+
 /// Resolves everything the run's batches need.
 pub fn plan(
     manifest: Manifest,
@@ -621,14 +634,7 @@ pub fn plan(
             let name = shard.as_ref().map_or(unit, |s| &s.batch);
             let batch = &manifest.batches[name];
             let image_name = batch_image(&manifest, name, request.layer.as_deref())?;
-            let dir = match (&request.node, &shard) {
-                (Some(role), _) => role.batch_dir(&request.reports, name),
-                (None, Some(s)) => request
-                    .reports
-                    .join(name)
-                    .join(format!("shard-{}", s.index + 1)),
-                (None, None) => request.reports.join(name),
-            };
+            let dir = batch_dir(&request, name, shard.as_ref());
             let batch_user = match batch.container.user {
                 ContainerUser::Invoker => user,
                 ContainerUser::Root => (0, 0),

@@ -147,25 +147,7 @@ fn execute_with(
         snapshots: &snapshots,
         ..run
     };
-    let shards = |i: usize| shard_wave(plan, run.pool.len(), i);
-    let together = Together {
-        parallel: plan.parallel,
-        shards: &shards,
-    };
-    let batches = each_batch(
-        plan.batches.len(),
-        &together,
-        &run.first,
-        |i| run.batch(&plan.batches[i]),
-        |i, why| run.not_run(&plan.batches[i], why),
-    )?;
-    let batches = crate::report::shards::merge(batches, &run.reports, &plan.reports).map_err(
-        |source| RunError::BatchDir {
-            dir: plan.reports.display().to_string(),
-            what: "write a sharded batch's result.json in",
-            source,
-        },
-    )?;
+    let batches = run.every_batch()?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
@@ -403,6 +385,33 @@ impl RunHardware {
 }
 
 impl Execution<'_> {
+    /// Runs the plan's batches (a sharded batch's shards together, as the pool allows),
+    /// each sharded batch's shards then merged into one result.
+    fn every_batch(&self) -> Result<Vec<BatchResult>> {
+        let plan = self.plan;
+        let shards = |i: usize| shard_wave(plan, self.pool.len(), i);
+        let together = Together {
+            parallel: plan.parallel,
+            shards: &shards,
+        };
+        let batches = each_batch(
+            plan.batches.len(),
+            &together,
+            &self.first,
+            |i| self.batch(&plan.batches[i]),
+            |i, why| self.not_run(&plan.batches[i], why),
+        )?;
+        crate::report::shards::merge(batches, &self.reports, &plan.reports)
+            .map_err(|source| {
+                RunError::BatchDir {
+                    dir: plan.reports.display().to_string(),
+                    what: "write a sharded batch's result.json in",
+                    source,
+                }
+                .into()
+            })
+    }
+
     /// Tells the reporter `kind`, happening now.
     fn emit(&self, kind: EventKind<'_>) -> Result<()> {
         self.reporter
