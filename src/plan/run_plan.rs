@@ -254,7 +254,7 @@ impl Shard {
 /// The run's units: each batch, a sharded one as its shards, each expected to take its
 /// share of the batch's time (a sharded batch's `est_time`, or recorded time, is the
 /// whole batch's work on one container).
-fn units(m: &Manifest, expected: Expected) -> Expected {
+pub(super) fn units(m: &Manifest, expected: Expected) -> Expected {
     let mut out = Vec::with_capacity(expected.batches.len());
     for e in expected.batches {
         let count = m.batches.get(&e.name).map_or(1, |b| b.shards);
@@ -274,7 +274,7 @@ fn units(m: &Manifest, expected: Expected) -> Expected {
 }
 
 /// The batches `units` stand for, each once, in order.
-fn batches_of(m: &Manifest, units: &[String]) -> Vec<String> {
+pub(super) fn batches_of(m: &Manifest, units: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for u in units {
         let b = Shard::of_unit(m, u).map_or_else(|| u.clone(), |s| s.batch);

@@ -85,18 +85,19 @@ fn worst(shards: &[BatchResult]) -> Option<&BatchResult> {
         .or_else(|| shards.iter().find(|r| r.record.status == Status::NotRun))
 }
 
-/// One shard in a line: `shard 2/4 failed: MESSAGE`.
+/// One shard in a line: `shard 2/4 failed (shard-2/): MESSAGE`, with the folder its
+/// `log.txt` is in.
 fn said(r: &BatchResult, s: &ShardOf) -> String {
     format!(
-        "shard {}/{} {}{}",
-        s.index + 1,
+        "shard {k}/{} {} (shard-{k}/){}",
         s.count,
         r.record.status.as_str(),
         r.record
             .message
             .as_deref()
             .map(|m| format!(": {m}"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        k = s.index + 1,
     )
 }
 
@@ -209,7 +210,7 @@ mod tests {
         assert_eq!(k.record.exit_code, second.record.exit_code);
         assert_eq!(
             k.record.message.as_deref(),
-            Some("1 of 2 shards did not pass: shard 2/2 failed: 1 failed, 1 errors")
+            Some("1 of 2 shards did not pass: shard 2/2 failed (shard-2/): 1 failed, 1 errors")
         );
         assert_eq!(k.record.shards.len(), 2);
         assert_eq!(k.record.shards[1].result, "shard-2/result.json");

@@ -486,7 +486,7 @@ fn a_sharded_batch_runs_as_its_shards_each_with_its_gpus_and_reports_as_one() {
         bad["message"]
             .as_str()
             .unwrap()
-            .starts_with("1 of 2 shards did not pass: shard 2/2 failed: a step exited with 3"),
+            .starts_with("1 of 2 shards did not pass: shard 2/2 failed (shard-2/): a step exited with 3"),
         "{bad}"
     );
     // As the jobs of a Buildkite step with `parallelism: 3`: each job one shard.
