@@ -450,8 +450,13 @@ fn a_sharded_batch_runs_as_its_shards_each_with_its_gpus_and_reports_as_one() {
         }
         c
     };
+    // What an earlier run of the batch left in its folder is gone before its shards run.
+    std::fs::create_dir_all(p.reports().join("moe")).unwrap();
+    std::fs::write(p.reports().join("moe/.cibox-batch"), "").unwrap();
+    std::fs::write(p.reports().join("moe/old.xml"), "<testsuite/>").unwrap();
     let r = run(&mut cmd(&["--json", "batch", "run", "moe", "--wait", "1m"]));
     r.ok();
+    assert!(!p.reports().join("moe/old.xml").exists());
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     // One batch in the outcome, its shards listed; 6 tests, each once.
     assert_eq!(v["batches"].as_array().unwrap().len(), 1, "{v}");

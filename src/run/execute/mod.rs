@@ -394,6 +394,15 @@ impl Execution<'_> {
             parallel: plan.parallel,
             shards: &shards,
         };
+        // A sharded batch's folder, fresh once before its shards make theirs in it:
+        // nothing an earlier run left there passes for theirs.
+        let mut sharded: Vec<&str> = Vec::new();
+        for s in plan.batches.iter().filter_map(|b| b.shard.as_ref()) {
+            if !sharded.contains(&s.batch.as_str()) {
+                sharded.push(&s.batch);
+                batch_dir::prepare(&self.reports, &plan.reports, &plan.reports.join(&s.batch))?;
+            }
+        }
         let batches = each_batch(
             plan.batches.len(),
             &together,
