@@ -309,8 +309,16 @@ mod tests {
         crate::manifest::tests::assert_refused(
             &text,
             &[
-                ("shards: 5", "shards: 0", "batches.c.shards: must be 1 to 256"),
-                ("shards: 5", "shards: -3", "batches.c.shards: must be 1 to 256"),
+                (
+                    "shards: 5",
+                    "shards: 0",
+                    "batches.c.shards: must be 1 to 256",
+                ),
+                (
+                    "shards: 5",
+                    "shards: -3",
+                    "batches.c.shards: must be 1 to 256",
+                ),
                 (
                     "shards: 5",
                     "shards: 100000000000000000",
@@ -349,7 +357,9 @@ mod tests {
         }
         let err = parse(&text).unwrap_err();
         assert!(
-            err.contains("batches.b39.shards: brings the manifest's batches, each shard counted, past 10000"),
+            err.contains(
+                "batches.b39.shards: brings the manifest's batches, each shard counted, past 10000"
+            ),
             "{err}"
         );
         assert!(parse(&text.replace("shards: 256", "shards: 250")).is_ok());

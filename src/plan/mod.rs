@@ -16,6 +16,4 @@ pub mod error;
 pub mod listing;
 pub mod run_plan;
 
-pub use run_plan::{
-    BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, plan,
-};
+pub use run_plan::{BatchPlan, HostFacts, RunPlan, RunRequest, SourceInfo, check_request, plan};

@@ -21,8 +21,8 @@ pub mod junit;
 pub mod outcome;
 pub mod record;
 pub mod remote;
-pub mod shards;
 pub mod reporter;
+pub mod shards;
 pub mod steps;
 pub mod sweep;
 

@@ -135,7 +135,10 @@ fn one_batch(batch: &str, mut shards: Vec<BatchResult>, root: &Path) -> BatchRes
         .map(|r| r.container.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    record.started_at = all().map(|r| r.started_at.clone()).min().unwrap_or_default();
+    record.started_at = all()
+        .map(|r| r.started_at.clone())
+        .min()
+        .unwrap_or_default();
     record.finished_at = all()
         .map(|r| r.finished_at.clone())
         .max()
@@ -187,7 +190,7 @@ mod tests {
     fn shards_merge_into_one_batch_failed_by_the_shard_that_failed() {
         let run = sample::run();
         let dir = tempfile::tempdir().unwrap();
-        let mut shards = vec![run.batches[0].clone(), run.batches[1].clone()];
+        let mut shards = [run.batches[0].clone(), run.batches[1].clone()];
         for (i, r) in shards.iter_mut().enumerate() {
             let index = i as u32;
             r.record.batch = crate::manifest::shard_unit("k", index, 2);
@@ -202,7 +205,12 @@ mod tests {
         let plain = run.batches[0].clone();
         let folder = Folder::open(dir.path()).unwrap();
         // In the order they ended: the batch stands where its first shard ended.
-        let merged = merge(vec![second.clone(), plain, first.clone()], &folder, dir.path()).unwrap();
+        let merged = merge(
+            vec![second.clone(), plain, first.clone()],
+            &folder,
+            dir.path(),
+        )
+        .unwrap();
         let names: Vec<&str> = merged.iter().map(|r| r.record.batch.as_str()).collect();
         assert_eq!(names, ["k", "unit"]);
         let k = &merged[0];
@@ -222,8 +230,7 @@ mod tests {
         assert_eq!(k.cases.len(), first.cases.len() + second.cases.len());
         assert_eq!(k.record.gpus.len(), 2);
         assert_eq!(k.record_path, dir.path().join("k/result.json"));
-        let written =
-            crate::report::RunRecord::read(&dir.path().join("k/result.json")).unwrap();
+        let written = crate::report::RunRecord::read(&dir.path().join("k/result.json")).unwrap();
         assert_eq!((written.batch.as_str(), written.shards.len()), ("k", 2));
         assert!(written.shard.is_none());
         // Every shard passed: the batch passed, with no message.

@@ -233,8 +233,7 @@ pub fn parts(m: &Manifest, l: &Layer) -> u32 {
         .map_or(std::time::Duration::ZERO, |e| e.0);
     // A sharded batch's shards are units of the split: a part may hold one shard.
     let units: usize = l.batches.iter().map(|b| m.batches[b].shards as usize).sum();
-    crate::manifest::parts_for_budget(work, budget.0, warmup, units)
-        .min(MAX_TEMPLATE_PARTS)
+    crate::manifest::parts_for_budget(work, budget.0, warmup, units).min(MAX_TEMPLATE_PARTS)
 }
 
 /// The most parts a template may split batches into.
@@ -288,7 +287,11 @@ pub(super) fn partitions(
         }
         for k in 1..=shards {
             let share = est.map(|(t, source)| (t / shards, source));
-            items.push((crate::manifest::shard_unit(&name, k - 1, shards), share, slots));
+            items.push((
+                crate::manifest::shard_unit(&name, k - 1, shards),
+                share,
+                slots,
+            ));
         }
     }
     let expected = crate::timing::Expected::from_known(items);

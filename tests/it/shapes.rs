@@ -388,8 +388,14 @@ fn vllms_sharded_steps_render_for_buildkite_and_github() {
     p.cibox(&["workflow", "lint"]).ok();
     // A count no CI can run: one line at its place, nothing written.
     for (bad, why) in [
-        ("shards: 5", "batches.kernels-moe-test.shards: must be 1 to 256"),
-        ("shards: 0", "batches.kernels-moe-test.shards: must be 1 to 256"),
+        (
+            "shards: 5",
+            "batches.kernels-moe-test.shards: must be 1 to 256",
+        ),
+        (
+            "shards: 0",
+            "batches.kernels-moe-test.shards: must be 1 to 256",
+        ),
         ("shards: 5.5", "batches.kernels-moe-test.shards"),
     ] {
         let text = if bad == "shards: 5" {
@@ -401,7 +407,12 @@ fn vllms_sharded_steps_render_for_buildkite_and_github() {
         q.write(".buildkite/pipeline.yml.j2", SHARDED_PIPELINE);
         let r = q.cibox(&["workflow", "render"]);
         r.fails_with(2, why);
-        assert!(r.stderr.contains("cibox.yaml:9:13: batches.kernels-moe-test.shards"), "{}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("cibox.yaml:9:13: batches.kernels-moe-test.shards"),
+            "{}",
+            r.stderr
+        );
         assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
         assert!(!q.path().join(".buildkite/pipeline.yml").exists());
     }
@@ -461,7 +472,10 @@ fn a_sharded_batch_runs_as_its_shards_each_with_its_gpus_and_reports_as_one() {
     // One batch in the outcome, its shards listed; 6 tests, each once.
     assert_eq!(v["batches"].as_array().unwrap().len(), 1, "{v}");
     let moe = &v["batches"][0];
-    assert_eq!((moe["batch"].as_str(), moe["status"].as_str()), (Some("moe"), Some("passed")));
+    assert_eq!(
+        (moe["batch"].as_str(), moe["status"].as_str()),
+        (Some("moe"), Some("passed"))
+    );
     assert_eq!(moe["tests"]["total"], 6, "{moe}");
     assert_eq!(moe["shards"].as_array().unwrap().len(), 3, "{moe}");
     assert_eq!(moe["gpus"].as_array().unwrap().len(), 6, "{moe}");
@@ -473,25 +487,33 @@ fn a_sharded_batch_runs_as_its_shards_each_with_its_gpus_and_reports_as_one() {
         assert_eq!(shard["gpus"].as_array().unwrap().len(), 2, "{shard}");
         assert!(dir.join("log.txt").exists());
     }
-    assert_eq!(p.result("moe")["shards"][2]["result"], "shard-3/result.json");
+    assert_eq!(
+        p.result("moe")["shards"][2]["result"],
+        "shard-3/result.json"
+    );
     let junit = std::fs::read_to_string(p.reports().join("junit.xml")).unwrap();
     for t in 0..6 {
         assert!(junit.contains(&format!("name=\"t{t}\"")), "t{t}: {junit}");
     }
     let summary = std::fs::read_to_string(p.reports().join("summary.md")).unwrap();
     assert!(summary.contains("moe"), "{summary}");
-    assert!(!summary.contains("moe[1/3]"), "one batch, not three: {summary}");
+    assert!(
+        !summary.contains("moe[1/3]"),
+        "one batch, not three: {summary}"
+    );
     // A shard that fails fails the batch, named.
     let r = run(&mut cmd(&["--json", "batch", "run", "bad", "--wait", "1m"]));
     assert_eq!(r.code, 1, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     let bad = &v["batches"][0];
-    assert_eq!((bad["batch"].as_str(), bad["status"].as_str()), (Some("bad"), Some("failed")));
+    assert_eq!(
+        (bad["batch"].as_str(), bad["status"].as_str()),
+        (Some("bad"), Some("failed"))
+    );
     assert!(
-        bad["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("1 of 2 shards did not pass: shard 2/2 failed (shard-2/): a step exited with 3"),
+        bad["message"].as_str().unwrap().starts_with(
+            "1 of 2 shards did not pass: shard 2/2 failed (shard-2/): a step exited with 3"
+        ),
         "{bad}"
     );
     // As the jobs of a Buildkite step with `parallelism: 3`: each job one shard.

@@ -268,7 +268,11 @@ fn a_sharded_batch_is_planned_as_its_shards() {
         })
     );
     assert_eq!(second.dir, std::path::Path::new("/tmp/r/k/shard-2"));
-    assert!(second.container.name.ends_with("-s1"), "{}", second.container.name);
+    assert!(
+        second.container.name.ends_with("-s1"),
+        "{}",
+        second.container.name
+    );
     let env = second.container.env_for_test();
     for want in [
         "CIBOX_SHARD_INDEX=1",
@@ -282,7 +286,10 @@ fn a_sharded_batch_is_planned_as_its_shards() {
     // An unsharded batch is shard 0 of 1, so a step written for shards runs whole.
     let a = p.batches[3].container.env_for_test();
     assert!(a.iter().any(|e| e == "CIBOX_SHARD_COUNT=1"), "{a:?}");
-    assert!(!a.iter().any(|e| e.starts_with("BUILDKITE_PARALLEL_JOB")), "{a:?}");
+    assert!(
+        !a.iter().any(|e| e.starts_with("BUILDKITE_PARALLEL_JOB")),
+        "{a:?}"
+    );
     // `--partition K/3` of the batch alone (a Buildkite step with `parallelism: 3`):
     // shard K in part K.
     for k in 1..=3 {

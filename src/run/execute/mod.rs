@@ -410,15 +410,14 @@ impl Execution<'_> {
             |i| self.batch(&plan.batches[i]),
             |i, why| self.not_run(&plan.batches[i], why),
         )?;
-        crate::report::shards::merge(batches, &self.reports, &plan.reports)
-            .map_err(|source| {
-                RunError::BatchDir {
-                    dir: plan.reports.display().to_string(),
-                    what: "write a sharded batch's result.json in",
-                    source,
-                }
-                .into()
-            })
+        crate::report::shards::merge(batches, &self.reports, &plan.reports).map_err(|source| {
+            RunError::BatchDir {
+                dir: plan.reports.display().to_string(),
+                what: "write a sharded batch's result.json in",
+                source,
+            }
+            .into()
+        })
     }
 
     /// Tells the reporter `kind`, happening now.
