@@ -39,5 +39,7 @@ mod selection;
 mod shapes;
 mod sizes;
 mod slurm;
+mod slurm_vendors;
+mod vendor_health;
 mod vendors;
 mod waits;
