@@ -93,8 +93,14 @@ impl StepTracker {
     }
 
     /// One case per `run` step: passed, failed (the step under way when the batch ended
-    /// without success), or skipped (never reached).
-    pub fn cases(&self, batch: &str, ended_at: Instant, succeeded: bool) -> Vec<Case> {
+    /// without success), or skipped (never reached; or under way when the batch was
+    /// `cancelled`: a step stopped from outside neither passed nor failed).
+    pub fn cases(
+        &self,
+        batch: &str,
+        ended_at: Instant,
+        (succeeded, cancelled): (bool, bool),
+    ) -> Vec<Case> {
         let last = self.started.len();
         (0..self.markers.len())
             .map(|i| {
@@ -106,7 +112,10 @@ impl StepTracker {
                     let tail =
                         String::from_utf8_lossy(&tail[tail.len().saturating_sub(TAIL_BYTES)..])
                             .into_owned();
-                    if failed {
+                    if failed && cancelled {
+                        let why = "cancelled while it ran: it neither passed nor failed";
+                        (CaseStatus::Skipped, Some(secs), Some(why.to_string()))
+                    } else if failed {
                         (CaseStatus::Failed, Some(secs), Some(tail))
                     } else {
                         (CaseStatus::Passed, Some(secs), None)
@@ -153,7 +162,7 @@ mod tests {
         t.feed(b"install noise\ncibox run: ./a.sh\nA out\ncibox run: ./c.sh\n");
         t.feed(b"cibox run: ./b.sh --x\nB o");
         t.feed(b"ut\nboom\n");
-        let cases = t.cases("scripts", Instant::now(), false);
+        let cases = t.cases("scripts", Instant::now(), (false, false));
         assert_eq!(cases.len(), 3);
         assert_eq!(cases[0].name, "step 1: ./a.sh");
         assert_eq!(cases[0].status, CaseStatus::Passed);
@@ -168,14 +177,25 @@ mod tests {
                 .ends_with("B out\nboom\n")
         );
         assert_eq!(cases[2].status, CaseStatus::Skipped);
-        let ok = t.cases("scripts", Instant::now(), true);
+        // Cancelled while step 2 ran: step 2 neither passed nor failed.
+        let cancelled = t.cases("scripts", Instant::now(), (false, true));
+        assert_eq!(cancelled[0].status, CaseStatus::Passed);
+        assert_eq!(cancelled[1].status, CaseStatus::Skipped);
+        assert!(
+            cancelled[1]
+                .message
+                .as_deref()
+                .unwrap()
+                .starts_with("cancelled while it ran")
+        );
+        let ok = t.cases("scripts", Instant::now(), (true, false));
         assert!(ok[..2].iter().all(|c| c.status == CaseStatus::Passed));
         // Step 3 never came: an `exec` or `exit 0` in step 2 ended the script.
         assert_eq!(ok[2].status, CaseStatus::Failed);
         assert!(ok[2].message.as_deref().unwrap().starts_with("did not run"));
         // Glued onto a line step 2 left without a newline.
         t.feed(b"no newline herecibox run: ./c.sh\n");
-        let all = t.cases("scripts", Instant::now(), true);
+        let all = t.cases("scripts", Instant::now(), (true, false));
         assert!(all.iter().all(|c| c.status == CaseStatus::Passed));
     }
 }

@@ -22,18 +22,18 @@ const DEPTH: usize = 6;
 /// The most files read for a marker, and the most bytes read of each.
 const MAX_TESTS: usize = 5000;
 const MAX_TEST_BYTES: u64 = 1 << 20;
-/// Folders never looked into: tools' and builds' own, and anything hidden.
-const SKIPPED: [&str; 9] = [
+/// Folders never looked into: tools' own and anything hidden, wherever they are.
+const SKIPPED: [&str; 6] = [
     "node_modules",
-    "target",
-    "build",
-    "dist",
     "venv",
     "__pycache__",
     "site-packages",
     "cibox-reports",
     "cibox-reproduce",
 ];
+/// Folders of build output, skipped at the project's root only: a `tests/dist/` is a
+/// project's distributed tests (the README's own example), not a build's output.
+const SKIPPED_AT_ROOT: [&str; 3] = ["target", "build", "dist"];
 
 /// What the project holds.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -140,7 +140,9 @@ fn walk(dir: &Path, rel: &Path, depth: usize, locks: &mut Vec<String>, tests: &m
         let shown = path.to_string_lossy().into_owned();
         match e.file_type() {
             Ok(t) if t.is_dir() => {
-                let skipped = name.starts_with('.') || SKIPPED.contains(&name.as_str());
+                let skipped = name.starts_with('.')
+                    || SKIPPED.contains(&name.as_str())
+                    || (rel.as_os_str().is_empty() && SKIPPED_AT_ROOT.contains(&name.as_str()));
                 if depth > 0 && !skipped {
                     walk(&e.path(), &path, depth - 1, locks, tests);
                 }
@@ -227,6 +229,10 @@ mod tests {
         w("tests/e2e/test_other_two.py", "NUM_GPUS: int = 2\n");
         w("tests/test_eight.py", "NUM_GPUS = 4 if SMALL else 8\n");
         w("tests/test_nested.py", "def f():\n    NUM_GPUS = 4\n");
+        // Build output at the root is skipped; a `dist` or `build` folder of tests is not.
+        w("dist/tests/test_copied.py", "NUM_GPUS = 2\n");
+        w("build/lib/test_built.py", "def test(): pass\n");
+        w("tests/dist/test_two_gpus.py", "NUM_GPUS = 2\n");
         let f = look(d.path());
         assert_eq!(
             f.locks,
@@ -246,7 +252,11 @@ mod tests {
         );
         assert_eq!(
             f.gpu_tests[&2],
-            ["tests/e2e/test_other_two.py", "tests/e2e/test_two.py"]
+            [
+                "tests/dist/test_two_gpus.py",
+                "tests/e2e/test_other_two.py",
+                "tests/e2e/test_two.py"
+            ]
         );
         assert_eq!(f.gpu_tests[&8], ["tests/test_eight.py"]);
         assert_eq!(f.tests_dir.as_deref(), Some("tests"));

@@ -4,7 +4,7 @@
 //! action is pinned by commit (the version in a comment), as zizmor asks.
 
 /// What the rendered workflows need from the repository, said by init's last line.
-pub const NEEDS: &str = "repository variables CIBOX_RELEASE_URL (a cibox release's download folder), CIBOX_SHA256 (the sha256 of its cibox-x86_64-unknown-linux-gnu.tar.gz, from its SHA256SUMS), CIBOX_IMAGE_REF (REPOSITORY@sha256:…, from `cibox image push`) and CIBOX_IMAGE_ID (a qualified sha256: image ID); no secrets; self-hosted runners labelled [self-hosted, gpu] with cibox installed";
+pub const NEEDS: &str = "repository variables CIBOX_RELEASE_URL (a cibox release's download folder, e.g. https://github.com/OWNER/cibox/releases/download/vX.Y.Z), CIBOX_SHA256 (the sha256 of its cibox-x86_64-unknown-linux-gnu.tar.gz, from its SHA256SUMS), CIBOX_IMAGE_REF (REPOSITORY@sha256:…, from `cibox image push`, pullable without a login: the workflows hold no secrets) and CIBOX_IMAGE_ID (a qualified sha256: image ID); a label run-gpu-ci, which a maintainer puts on a pull request to run its GPU layers (the GPU workflow runs on pull_request_target, so from the default branch: merge it before it can run); self-hosted runners labelled [self-hosted, gpu] with cibox installed";
 
 /// CPU layer on every pull request, on a hosted runner.
 pub const CPU_TEMPLATE: &str = r#"<# Written by `cibox init`. The CPU layer on every pull request, on a hosted runner:

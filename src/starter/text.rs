@@ -109,6 +109,8 @@ image:
   # lockset in its labels, and cibox refuses an image whose lockset differs.
   locks: [{locks}]
   dockerfile: {RECIPE}
+  # The recipe copies the lock files from the project's root: the build's context.
+  context: .
   # Pin the image the batches run in, once built and qualified (`cibox image build`,
   # `cibox image qualify ID --source .`): its full ID, and where other hosts fetch it by
   # digest (`cibox image push ID --to REPOSITORY` prints it). Until then, give --image.
@@ -164,8 +166,9 @@ pub fn recipe(f: &Found) -> String {
 #
 # EDIT THE FROM LINE: name your base, pinned by digest (cibox never pulls by tag), e.g.
 #   docker pull python:3.12-slim && docker image inspect --format '{{{{index .RepoDigests 0}}}}' python:3.12-slim
-# or an image already on this host (`docker images`). Until then `cibox image build`
-# stops here and says so.
+# or an image already on this host (`docker images`). Without a registry: a base from a
+# root file system, as docs/guide/images.md ("A base without a registry") shows. Until
+# then `cibox image build` stops here and says so.
 FROM {PLACEHOLDER_BASE}@sha256:0000000000000000000000000000000000000000000000000000000000000000
 {copies}# Install what the lock files pin, e.g.:
 # RUN pip install --no-cache-dir -r /deps/requirements.txt

@@ -4,7 +4,9 @@ use crate::exit::Failure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("GPU probe: cannot run `{program}`: {reason} (set {knob} to the program to use)")]
+    #[error(
+        "GPU probe: cannot run `{program}`: {reason} (set {knob} to the program to use; no GPU on this machine? `eval \"$(cibox gpu fake --count 2)\"` gives it fake ones, docs/guide/gpus.md)"
+    )]
     Spawn {
         program: String,
         reason: String,

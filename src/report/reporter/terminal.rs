@@ -288,8 +288,13 @@ pub fn verdict_line(r: &RunRecord, said: bool) -> console::Styled {
         " (never ran)".to_string()
     } else {
         format!(
-            " ({} tests: {} passed, {} failed, {} errors, {} skipped)",
-            t.total, t.passed, t.failed, t.errors, t.skipped
+            " ({} test{}: {} passed, {} failed, {} errors, {} skipped)",
+            t.total,
+            if t.total == 1 { "" } else { "s" },
+            t.passed,
+            t.failed,
+            t.errors,
+            t.skipped
         )
     };
     use crate::report::outcome::Status;

@@ -526,7 +526,8 @@ impl Execution<'_> {
             if !succeeded && !tracker.began() {
                 return Cases::none();
             }
-            let cases = tracker.cases(&b.name, Instant::now(), succeeded);
+            let cancelled = matches!(ended, ContainerEnd::Cancelled { .. });
+            let cases = tracker.cases(&b.name, Instant::now(), (succeeded, cancelled));
             let totals = junit::Totals::of(&cases);
             return Cases {
                 cases,

@@ -330,7 +330,7 @@ fn a_verdict_s_colour_reaches_the_terminal_not_as_escaped_text() {
     r.ok();
     assert!(
         r.stderr
-            .contains("cibox: batch ok: \u{1b}[1m\u{1b}[32mpassed\u{1b}[0m (1 tests: 1 passed,"),
+            .contains("cibox: batch ok: \u{1b}[1m\u{1b}[32mpassed\u{1b}[0m (1 test: 1 passed,"),
         "{:?}",
         r.stderr
     );
