@@ -48,6 +48,7 @@ pub(super) fn validate(
     let (batches, families) =
         validate_batches(check, &images, &caches, &top_container, raw.batches)?;
     let layers = validate_layers(check, &images, &batches, &families, raw.layers)?;
+    super::artifacts::check_needs(check, &batches, &layers)?;
     require_an_image(check, &images, &batches, &layers)?;
 
     let changed = match raw.changed {
@@ -309,6 +310,8 @@ fn validate_batch(
         queue: placement::queue(check, &["batches", name, "queue"], b.queue)?,
         manual: b.manual,
         changes: b.changes,
+        outputs: super::artifacts::outputs(check, name, b.outputs)?,
+        needs: b.needs,
     })
 }
 
