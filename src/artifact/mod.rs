@@ -86,6 +86,27 @@ impl std::fmt::Display for Key {
     }
 }
 
+/// What a run needs to know of artifacts: its key, the bound, and where the engine
+/// finds the reports folder when that is not where cibox does.
+#[derive(Debug, Clone)]
+pub struct RunArtifacts {
+    pub key: Key,
+    /// The most bytes one batch may output (the host policy's `artifacts.max_size`).
+    pub max_bytes: u64,
+    /// The reports folder on the engine's host, when cibox runs in a container.
+    pub host_reports: Option<std::path::PathBuf>,
+}
+
+impl Default for RunArtifacts {
+    fn default() -> RunArtifacts {
+        RunArtifacts {
+            key: Key::new("local".into(), false),
+            max_bytes: DEFAULT_MAX_BYTES,
+            host_reports: None,
+        }
+    }
+}
+
 /// One file of an artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileDigest {

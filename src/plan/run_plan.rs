@@ -76,6 +76,8 @@ pub struct RunRequest {
     /// After the first failed batch, start no more (`--fail-fast`; a layer's
     /// `fail_fast` says so too).
     pub fail_fast: bool,
+    /// The run's artifact key and bound.
+    pub artifacts: crate::artifact::RunArtifacts,
 }
 
 /// [`RunRequest::private_caches`] of a replay (`cibox reproduce`): the record it
@@ -218,6 +220,10 @@ pub struct BatchPlan {
     pub soft_fail: bool,
     /// How long it is expected to run (recorded, estimated, or the default).
     pub expected: Duration,
+    /// What it hands to later layers (`outputs` patterns).
+    pub outputs: Vec<String>,
+    /// The batches whose artifacts it gets at `/artifacts/<batch>`.
+    pub needs: Vec<String>,
 }
 
 /// A whole run, ready to execute.
@@ -255,6 +261,8 @@ pub struct RunPlan {
     /// The layer's warm-up, first of `batches`: it runs alone before the rest, and
     /// none of them starts when it fails.
     pub warmup: Option<String>,
+    /// The run's artifact key and bound.
+    pub artifacts: crate::artifact::RunArtifacts,
 }
 
 impl RunPlan {
@@ -605,6 +613,8 @@ pub fn plan(
                 },
                 soft_fail: batch.soft_fail,
                 expected: expected[name],
+                outputs: batch.outputs.clone(),
+                needs: batch.needs.clone(),
             })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
@@ -629,6 +639,7 @@ pub fn plan(
         fail_fast,
         partition: request.partition.map(|p| (p, requested)),
         warmup,
+        artifacts: request.artifacts,
         manifest,
     })
 }

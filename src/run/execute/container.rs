@@ -78,7 +78,7 @@ impl Execution<'_> {
     }
 
     /// Says `detail` of the run's source (a `copy` phase of no batch).
-    fn said(&self, detail: String) {
+    pub(super) fn said(&self, detail: String) {
         // A reporter that fails here fails again, and counts, at the batch's end.
         let _ = self.emit(EventKind::Phase {
             batch: None,
@@ -121,6 +121,12 @@ impl Execution<'_> {
             ),
             Work::Copy { volume } => mount_snapshot(&mut body, volume),
             Work::Upload => {}
+        }
+        let needed = self.artifact_mounts(b);
+        if !needed.is_empty()
+            && let Some(hc) = body.host_config.as_mut()
+        {
+            hc.mounts.get_or_insert_with(Vec::new).extend(needed);
         }
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
@@ -181,6 +187,20 @@ impl Execution<'_> {
             *watched.reports.borrow_mut() =
                 self.copy_reports(b, &watched.dir, &id, watched.container_died.get());
         }
+        // Its outputs, while it lives, when it ended well: refused, the batch fails.
+        let followed = match followed {
+            Ok(ContainerEnd::Exited(0)) if !b.outputs.is_empty() && !again => {
+                match self.take_outputs(b, &id) {
+                    Some(message) => Ok(ContainerEnd::Stopped {
+                        status: Status::Failed,
+                        message,
+                        exit: Some(0),
+                    }),
+                    None => Ok(ContainerEnd::Exited(0)),
+                }
+            }
+            other => other,
+        };
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
         if removed.is_ok() {

@@ -5,6 +5,7 @@
 //! through [`ContainerEngine`], so its decisions are unit-tested with a fake one
 //! ([`tests`]).
 
+mod artifacts;
 mod batch;
 mod caches;
 mod container;
@@ -63,6 +64,8 @@ fn execute_with(
     let clock = RunClock::start();
     source_readable(plan)?;
     verify_and_say(plan, locksets, engine, &clock, reporter)?;
+    // Before anything is made: an artifact refused leaves nothing behind.
+    let needed = artifacts::check_needs(plan)?;
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.
@@ -129,6 +132,7 @@ fn execute_with(
         hardware,
         first: FirstFailure::new(plan.fail_fast, plan.warmup.clone()),
         snapshots: &no_snapshots,
+        artifacts: needed,
     };
     run.emit(EventKind::RunStarted {
         plan,
@@ -325,6 +329,8 @@ struct Execution<'a> {
     first: FirstFailure,
     /// The source shipped once for the batches that share a user.
     snapshots: &'a Snapshots,
+    /// The artifacts the run's batches need, checked, by producer.
+    artifacts: indexmap::IndexMap<String, crate::artifact::Verified>,
 }
 
 /// What the run's batches run on, read once: the pool's GPUs (or why the probe could
