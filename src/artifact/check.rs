@@ -184,9 +184,7 @@ fn check_file(dir: &Folder, rel: &str, d: &super::FileDigest) -> Result<(), Stri
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
-    let mut file = dir
-        .open_file(name)
-        .map_err(|e| format!("`{shown}`: {e}"))?;
+    let mut file = dir.open_file(name).map_err(|e| format!("`{shown}`: {e}"))?;
     let md = file.metadata().map_err(|e| format!("`{shown}`: {e}"))?;
     if md.nlink() > 1 {
         return Err(format!(

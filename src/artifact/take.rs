@@ -200,7 +200,11 @@ pub fn take(
         let Some(rel) = below_top(&raw).map_err(&refuse)? else {
             // The folder itself: it must be one (a link in its place is refused).
             if !kind.is_dir() {
-                return Err(refuse(format!("{} is {}, not a folder", spec.dir, what(kind))));
+                return Err(refuse(format!(
+                    "{} is {}, not a folder",
+                    spec.dir,
+                    what(kind)
+                )));
             }
             continue;
         };
@@ -245,9 +249,9 @@ pub fn take(
         let mut file = parent
             .create_new(name, if executable { 0o755 } else { 0o644 })
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => {
-                    refuse(format!("`{shown}` is selected twice (two patterns take it)"))
-                }
+                std::io::ErrorKind::AlreadyExists => refuse(format!(
+                    "`{shown}` is selected twice (two patterns take it)"
+                )),
                 _ => refuse(format!("`{shown}`: {e}")),
             })?;
         let sha256 = copy_hashed(&mut (&mut entry).take(size), &mut file)
@@ -304,9 +308,10 @@ fn below_top(raw: &Path) -> Result<Option<std::path::PathBuf>, String> {
     let mut parts = Vec::new();
     for (i, c) in raw.components().enumerate() {
         match c {
-            Component::Normal(n) if i > 0 => {
-                parts.push(n.to_str().ok_or_else(|| format!("`{shown}`: not a UTF-8 name"))?)
-            }
+            Component::Normal(n) if i > 0 => parts.push(
+                n.to_str()
+                    .ok_or_else(|| format!("`{shown}`: not a UTF-8 name"))?,
+            ),
             Component::Normal(_) | Component::CurDir => {}
             _ => return Err(format!("`{shown}`: leaves the folder")),
         }
@@ -426,7 +431,10 @@ mod tests {
             b.into_inner().unwrap()
         };
         let why = run(&tar, "dist/*.whl", 1 << 20).0.unwrap_err();
-        assert!(why.contains("/work/dist is a symlink, not a folder"), "{why}");
+        assert!(
+            why.contains("/work/dist is a symlink, not a folder"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -19,10 +19,16 @@ pub fn verify(
     reports: Option<PathBuf>,
 ) -> Result<u8> {
     let reports = reports_folder(reports);
-    let key = crate::run::launch::artifact_key(false);
+    let key = crate::run::artifacts::key(false);
     let mut checked = Vec::new();
     for (batch, digest) in artifacts {
-        let v = artifact::verify(&reports, batch, "(cibox artifact verify)", &key, digest.as_deref())?;
+        let v = artifact::verify(
+            &reports,
+            batch,
+            "(cibox artifact verify)",
+            &key,
+            digest.as_deref(),
+        )?;
         if !ctx.json {
             console::info(format!(
                 "artifact of batch {batch}: {} files, {} bytes, listing {}, {key}: verified",
@@ -43,7 +49,11 @@ pub fn verify(
 pub fn digest(batch: &str, reports: Option<PathBuf>) -> Result<u8> {
     let reports = reports_folder(reports);
     let d = artifact::listing_digest(&reports, batch).map_err(|source| ArtifactError::Io {
-        path: reports.join(artifact::STORE).join(batch).display().to_string(),
+        path: reports
+            .join(artifact::STORE)
+            .join(batch)
+            .display()
+            .to_string(),
         source,
     })?;
     println!("{d}");

@@ -19,8 +19,8 @@ mod slurm;
 mod workflow;
 
 use crate::cli::{
-    ArtifactCommand, BatchCommand, CacheCommand, Cli, Command, GpuCommand, HostCommand, ImageCommand, LayerCommand,
-    WorkflowCommand,
+    ArtifactCommand, BatchCommand, CacheCommand, Cli, Command, GpuCommand, HostCommand,
+    ImageCommand, LayerCommand, WorkflowCommand,
 };
 use crate::error::Result;
 use context::Context;

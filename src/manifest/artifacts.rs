@@ -75,7 +75,9 @@ pub(super) fn check_needs(
             if producer.outputs.is_empty() {
                 return Err(check.at(
                     &at,
-                    format!("batch `{need}` declares no `outputs`: add `outputs: [PATTERN, …]` to it"),
+                    format!(
+                        "batch `{need}` declares no `outputs`: add `outputs: [PATTERN, …]` to it"
+                    ),
                 ));
             }
             for (i_layer, (lname, l)) in layers.iter().enumerate() {

@@ -63,7 +63,9 @@ pub fn run_checked(
         .or_else(crate::github::untrusted_event);
     let not_scoped = pull_request_scope(policy, &mut request);
     request.artifacts = crate::artifact::RunArtifacts {
-        key: artifact_key(request.private_caches.is_some() || request.pull_request.is_some()),
+        key: crate::run::artifacts::key(
+            request.private_caches.is_some() || request.pull_request.is_some(),
+        ),
         max_bytes: policy
             .artifacts_max
             .unwrap_or(crate::artifact::DEFAULT_MAX_BYTES),
@@ -75,28 +77,6 @@ pub fn run_checked(
     }
     let mut reporters = standard_reporters(json)?;
     run_here(manifest, policy, request, &names, &mut reporters)
-}
-
-/// The artifact key of a run in this job (see [`crate::artifact::Key`]): its CI run
-/// (GitHub's run, Buildkite's build; `local` outside CI), untrusted when it may run code
-/// nobody merged (`untrusted`, a workflow event other than a push, a schedule or a
-/// release, a Buildkite pull request's build).
-pub fn artifact_key(untrusted: bool) -> crate::artifact::Key {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let run = match (var("GITHUB_RUN_ID"), var("BUILDKITE_BUILD_ID")) {
-        (Some(id), _) if crate::github::active() => format!(
-            "github:{}:{id}",
-            var("GITHUB_REPOSITORY").unwrap_or_default()
-        ),
-        (_, Some(id)) if crate::buildkite::active() => format!("buildkite:{id}"),
-        _ => "local".to_string(),
-    };
-    let pr_build =
-        crate::buildkite::active() && var("BUILDKITE_PULL_REQUEST").is_some_and(|v| v != "false");
-    crate::artifact::Key::new(
-        run,
-        untrusted || crate::github::untrusted_event().is_some() || pr_build,
-    )
 }
 
 /// Where the host keeps pull requests' cache writes (`caches.pull_requests: keep`), a

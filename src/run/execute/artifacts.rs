@@ -1,49 +1,22 @@
-//! A batch's artifacts in a run (see [`crate::artifact`]): every `needs` of the run's
-//! batches checked before anything starts (a refusal is exit 2, nothing made), each
-//! mounted read-only at `/artifacts/<producer>` of its consumer; a producer's `outputs`
+//! A batch's artifacts in a run (see [`crate::artifact`]; checked before anything
+//! starts by [`crate::run::artifacts`]): each mounted read-only at `/artifacts/<producer>` of its consumer; a producer's `outputs`
 //! taken out of its container while it lives, when it exited 0, and kept only when it
 //! passed.
 
-use bollard::models::Mount;
-use indexmap::IndexMap;
+use bollard::models::{ContainerCreateBody, Mount};
 
-use crate::artifact::{self, ArtifactError, Listing, OutputSpec, Taken, Verified};
-use crate::plan::{BatchPlan, RunPlan};
+use crate::artifact::{self, Listing, OutputSpec, Taken};
+use crate::plan::BatchPlan;
+use crate::report::outcome::{ContainerEnd, Status};
 use crate::run::copy::StopWhen;
 use crate::run::execute::Execution;
 
-/// Every artifact the run's batches need, checked, by producer.
-pub(super) fn check_needs(plan: &RunPlan) -> crate::error::Result<IndexMap<String, Verified>> {
-    let mut verified = IndexMap::new();
-    for b in &plan.batches {
-        for producer in &b.needs {
-            if plan.batches.iter().any(|x| &x.name == producer) {
-                return Err(ArtifactError::SameRun {
-                    consumer: b.name.clone(),
-                    producer: producer.clone(),
-                }
-                .into());
-            }
-            if verified.contains_key(producer) {
-                continue;
-            }
-            let v = artifact::verify(
-                &plan.reports,
-                producer,
-                &b.name,
-                &plan.artifacts.key,
-                None,
-            )?;
-            verified.insert(producer.clone(), v);
-        }
-    }
-    Ok(verified)
-}
-
 impl Execution<'_> {
-    /// The read-only mounts of the artifacts `b` needs, where the engine finds them.
-    pub(super) fn artifact_mounts(&self, b: &BatchPlan) -> Vec<Mount> {
-        b.needs
+    /// Adds to `body` the read-only mounts of the artifacts `b` needs, where the
+    /// engine finds them.
+    pub(super) fn mount_artifacts(&self, b: &BatchPlan, body: &mut ContainerCreateBody) {
+        let mounts: Vec<Mount> = b
+            .needs
             .iter()
             .filter_map(|p| self.artifacts.get(p))
             .map(|v| {
@@ -60,7 +33,28 @@ impl Execution<'_> {
                     false,
                 )
             })
-            .collect()
+            .collect();
+        if !mounts.is_empty()
+            && let Some(hc) = body.host_config.as_mut()
+        {
+            hc.mounts.get_or_insert_with(Vec::new).extend(mounts);
+        }
+    }
+
+    /// How the batch ended once its outputs are taken (when it exited 0 and has
+    /// some): refused, it failed, with the reason.
+    pub(super) fn outputs_taken(&self, b: &BatchPlan, id: &str, end: ContainerEnd) -> ContainerEnd {
+        if b.outputs.is_empty() || !matches!(end, ContainerEnd::Exited(0)) {
+            return end;
+        }
+        match self.take_outputs(b, id) {
+            Some(message) => ContainerEnd::Stopped {
+                status: Status::Failed,
+                message,
+                exit: Some(0),
+            },
+            None => end,
+        }
     }
 
     /// Takes `b`'s outputs out of its container `id` (which lives) into the store; why

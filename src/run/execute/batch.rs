@@ -115,8 +115,7 @@ impl Execution<'_> {
         let dir = self.batch_dir(b)?;
         // Only what this run's batch outputs, when it passes, is its artifact.
         self.forget_outputs(b);
-        let result =
-            crate::run::attempts::run(b, |n| self.attempt(b, &dir, n), |e| self.emit(e))?;
+        let result = crate::run::attempts::run(b, |n| self.attempt(b, &dir, n), |e| self.emit(e))?;
         if result.record.status != Status::Passed {
             self.forget_outputs(b);
         }

@@ -122,12 +122,7 @@ impl Execution<'_> {
             Work::Copy { volume } => mount_snapshot(&mut body, volume),
             Work::Upload => {}
         }
-        let needed = self.artifact_mounts(b);
-        if !needed.is_empty()
-            && let Some(hc) = body.host_config.as_mut()
-        {
-            hc.mounts.get_or_insert_with(Vec::new).extend(needed);
-        }
+        self.mount_artifacts(b, &mut body);
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
             && let Some(hc) = body.host_config.as_mut()
@@ -189,16 +184,7 @@ impl Execution<'_> {
         }
         // Its outputs, while it lives, when it ended well: refused, the batch fails.
         let followed = match followed {
-            Ok(ContainerEnd::Exited(0)) if !b.outputs.is_empty() && !again => {
-                match self.take_outputs(b, &id) {
-                    Some(message) => Ok(ContainerEnd::Stopped {
-                        status: Status::Failed,
-                        message,
-                        exit: Some(0),
-                    }),
-                    None => Ok(ContainerEnd::Exited(0)),
-                }
-            }
+            Ok(end) if !again => Ok(self.outputs_taken(b, &id, end)),
             other => other,
         };
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).

@@ -63,9 +63,7 @@ fn execute_with(
 ) -> Result<RunResult> {
     let clock = RunClock::start();
     source_readable(plan)?;
-    verify_and_say(plan, locksets, engine, &clock, reporter)?;
-    // Before anything is made: an artifact refused leaves nothing behind.
-    let needed = artifacts::check_needs(plan)?;
+    let needed = verify_and_say(plan, locksets, engine, &clock, reporter)?;
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.
@@ -177,14 +175,16 @@ fn execute_with(
     Ok(result)
 }
 
-/// The run's images verified against the source's locksets, each said as verified.
+/// The run's images verified against the source's locksets, each said as verified;
+/// then the artifacts its batches need, checked (before anything is made: one refused
+/// leaves nothing behind).
 fn verify_and_say(
     plan: &RunPlan,
     locksets: &indexmap::IndexMap<String, Lockset>,
     engine: &dyn ContainerEngine,
     clock: &RunClock,
     reporter: &mut dyn Reporter,
-) -> Result<()> {
+) -> Result<indexmap::IndexMap<String, crate::artifact::Verified>> {
     verify_images(plan, locksets, engine)?;
     for (name, id) in &plan.images {
         let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
@@ -195,7 +195,7 @@ fn verify_and_say(
             detail: format!("image {name} {id} carries the source's lockset {lockset}"),
         }))?;
     }
-    Ok(())
+    crate::run::artifacts::check_needs(plan)
 }
 
 /// The host's cache store, when a batch of the run uses caches (the host granted

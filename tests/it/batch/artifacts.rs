@@ -58,7 +58,8 @@ fn a_wheel_built_in_one_layer_reaches_the_next_read_only_and_checked_by_digest()
     let r = p.run(&["layer", "run", "tests"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stderr.contains("artifact of batch wheel: `pkg-1.0.whl` has digest sha256:")
+        r.stderr
+            .contains("artifact of batch wheel: `pkg-1.0.whl` has digest sha256:")
             && r.stderr.contains("refused (it changed after it was made)"),
         "{}",
         r.stderr
@@ -169,8 +170,14 @@ fn an_output_that_is_a_link_a_fifo_or_too_big_fails_its_batch_and_leaves_nothing
     let r = p.run(&["batch", "run", "link", "fifo", "big", "none"]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     for (batch, said) in [
-        ("link", "output `dist/*.whl`: `x.whl` is a symlink, not a regular file: refused"),
-        ("fifo", "output `dist/*.whl`: `x.whl` is a FIFO, not a regular file: refused"),
+        (
+            "link",
+            "output `dist/*.whl`: `x.whl` is a symlink, not a regular file: refused",
+        ),
+        (
+            "fifo",
+            "output `dist/*.whl`: `x.whl` is a FIFO, not a regular file: refused",
+        ),
         (
             "big",
             "output `dist/*.whl`: `x.whl` (4096 bytes) takes the batch's outputs past 1024 bytes",
