@@ -164,6 +164,10 @@ pub enum ArtifactError {
         found: String,
         expected: String,
     },
+    #[error(
+        "batch {batch} has `outputs` or `needs`, and this host runs batches as Slurm jobs: artifacts between layers pass through the reports folder of the host that runs the layers, which a Slurm job's node does not share; run it on a host without a scheduler"
+    )]
+    UnderSlurm { batch: String },
     #[error("artifact store {path}: {source}")]
     Io {
         path: String,

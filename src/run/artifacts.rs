@@ -56,3 +56,22 @@ pub fn check_needs(plan: &RunPlan) -> crate::error::Result<IndexMap<String, Veri
     }
     Ok(verified)
 }
+
+/// Artifacts pass through the reports folder of the host that runs the layers; a
+/// Slurm job's batch runs on another node: refused there (exit 2) rather than lost.
+pub fn refuse_under_slurm(
+    m: &crate::manifest::Manifest,
+    names: &[String],
+) -> Result<(), ArtifactError> {
+    let uses = names.iter().find(|n| {
+        m.batches
+            .get(*n)
+            .is_some_and(|b| !b.outputs.is_empty() || !b.needs.is_empty())
+    });
+    match uses {
+        Some(batch) => Err(ArtifactError::UnderSlurm {
+            batch: batch.clone(),
+        }),
+        None => Ok(()),
+    }
+}

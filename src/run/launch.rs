@@ -73,6 +73,7 @@ pub fn run_checked(
     };
     warn_private_caches(&manifest, policy, &request, &names, not_scoped.as_deref());
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
+        crate::run::artifacts::refuse_under_slurm(&manifest, &names)?;
         return submit(manifest, policy, slurm, request, json);
     }
     let mut reporters = standard_reporters(json)?;

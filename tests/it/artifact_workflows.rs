@@ -130,3 +130,35 @@ fn an_sglang_shaped_wheel_crosses_runners_checked_by_digest_on_both_cis() {
         assert!(bk.contains(want), "{want} missing from:\n{bk}");
     }
 }
+
+#[test]
+fn a_need_of_no_batch_or_of_a_later_layer_is_refused_at_its_place_and_slurm_refuses_artifacts() {
+    let id = format!("sha256:{}", "0".repeat(64));
+    let p = Project::new(&MANIFEST.replace("needs: [wheel]", "needs: [wheell]"));
+    p.cibox(&["layer", "run", "tests", "--image", &id]).fails_with(
+        2,
+        "cibox.yaml:12:13: batches.kernel-tests.needs.0: batch `wheell` is not defined; did you mean `wheel`?",
+    );
+    let swapped = MANIFEST.replace(
+        "  build: {batches: [wheel]}\n  tests: {batches: [kernel-tests]}\n",
+        "  tests: {batches: [kernel-tests]}\n  build: {batches: [wheel]}\n",
+    );
+    let p = Project::new(&swapped);
+    p.cibox(&["layer", "run", "tests", "--image", &id]).fails_with(
+        2,
+        "cibox.yaml:12:13: batches.kernel-tests.needs.0: batch `wheel` is in no layer before layer `tests` (it is only in layer build after it)",
+    );
+    assert!(!p.path().join("cibox-reports").exists());
+    // Under a Slurm scheduler a node does not share the reports folder: refused
+    // before anything is submitted.
+    let p = Project::new(MANIFEST);
+    let policy = HostPolicyFile::new("version: 1\nscheduler: slurm\nslurm: {partition: gpu}\n");
+    let r = run(cibox(p.path())
+        .env("CIBOX_HOST_POLICY", policy.path())
+        .args(["layer", "run", "build", "--image", &id]));
+    r.fails_with(
+        2,
+        "batch wheel has `outputs` or `needs`, and this host runs batches as Slurm jobs",
+    );
+    assert!(!p.path().join("cibox-reports").exists());
+}
