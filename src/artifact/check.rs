@@ -26,7 +26,7 @@ pub struct Verified {
 }
 
 /// Checks the artifact of `producer` in the store of the reports folder `reports` for
-/// `consumer` (named in errors), a run of `key`; `expected`: the listing's digest
+/// `consumer` (`batch B` or `this job`, named in errors), a run of `key`; `expected`: the listing's digest
 /// handed over from the producer's job.
 pub fn verify(
     reports: &Path,

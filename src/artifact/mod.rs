@@ -137,7 +137,7 @@ pub struct Listing {
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactError {
     #[error(
-        "batch {consumer} needs the artifact of batch {producer}, but {store} has none: run {producer}'s layer first (in CI, download its artifact into that folder)"
+        "the artifact of batch {producer}, which {consumer} needs, is not in {store}: run {producer}'s layer first (in CI, download its artifact into that folder)"
     )]
     Missing {
         consumer: String,

@@ -22,13 +22,7 @@ pub fn verify(
     let key = crate::run::artifacts::key(false);
     let mut checked = Vec::new();
     for (batch, digest) in artifacts {
-        let v = artifact::verify(
-            &reports,
-            batch,
-            "(cibox artifact verify)",
-            &key,
-            digest.as_deref(),
-        )?;
+        let v = artifact::verify(&reports, batch, "this job", &key, digest.as_deref())?;
         if !ctx.json {
             console::info(format!(
                 "artifact of batch {batch}: {} files, {} bytes, listing {}, {key}: verified",

@@ -47,7 +47,7 @@ pub fn check_needs(plan: &RunPlan) -> crate::error::Result<IndexMap<String, Veri
             let v = crate::artifact::verify(
                 &plan.reports,
                 producer,
-                &b.name,
+                &format!("batch {}", b.name),
                 &plan.artifacts.key,
                 None,
             )?;

@@ -38,7 +38,7 @@ fn a_wheel_built_in_one_layer_reaches_the_next_read_only_and_checked_by_digest()
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
         r.stderr
-            .contains("batch test needs the artifact of batch wheel, but"),
+            .contains("the artifact of batch wheel, which batch test needs, is not in"),
         "{}",
         r.stderr
     );
