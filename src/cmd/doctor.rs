@@ -285,10 +285,11 @@ pub fn run(ctx: &Context) -> Result<u8> {
         console::json(&serde_json::json!({
             "findings": findings,
             "ready_for_gpu_batches": blocking == 0,
+            "fake_gpus": crate::gpu::fake::is_on(),
             "exit_code": code,
         }));
     } else {
-        print_findings(&findings, blocking);
+        print_findings(&findings, blocking, crate::gpu::fake::is_on());
     }
     Ok(code)
 }
@@ -634,8 +635,9 @@ fn models_finding(
     }
 }
 
-/// The findings as a table, and whether GPU batches can run.
-fn print_findings(findings: &[Finding], blocking: usize) {
+/// The findings as a table, and whether GPU batches can run: on fake GPUs, said so in
+/// the same line (a last line read alone must not pass them for real ones).
+fn print_findings(findings: &[Finding], blocking: usize, fake: bool) {
     let mut t = Table::new(&["CHECK", "STATUS", "DETAIL"]);
     for f in findings {
         let status = match f.status {
@@ -647,7 +649,9 @@ fn print_findings(findings: &[Finding], blocking: usize) {
         t.row(vec![f.check.into(), status.into(), f.detail.clone()]);
     }
     print!("{}", t.render());
-    if blocking == 0 {
+    if blocking == 0 && fake {
+        println!("ready for GPU batches on FAKE GPUs (cibox gpu fake): no real GPU is used");
+    } else if blocking == 0 {
         println!("ready for GPU batches");
     } else {
         println!("not ready for GPU batches: {blocking} check(s) failed");
