@@ -89,7 +89,7 @@ const BUILDKITE: &str = r#"steps:
 <% endif %>
     command: |
 <% for b in layer.batch_list %><% for need in b.needs %>
-      buildkite-agent artifact download "cibox-reports/_artifacts/<< need >>/*" .
+      buildkite-agent artifact download "cibox-reports/_artifacts/<< need >>/**/*" .
       cibox artifact verify "<< need >>=$$(buildkite-agent meta-data get cibox-artifact-<< need >>)"
 <% endfor %><% endfor %>
       cibox layer run << name | shell >> --source .
@@ -122,7 +122,7 @@ fn an_sglang_shaped_wheel_crosses_runners_checked_by_digest_on_both_cis() {
     }
     let bk = std::fs::read_to_string(p.path().join(".buildkite/pipeline.yml")).unwrap();
     for want in [
-        "buildkite-agent artifact download \"cibox-reports/_artifacts/wheel/*\" .",
+        "buildkite-agent artifact download \"cibox-reports/_artifacts/wheel/**/*\" .",
         "cibox artifact verify \"wheel=$$(buildkite-agent meta-data get cibox-artifact-wheel)\"",
         "buildkite-agent artifact upload \"cibox-reports/_artifacts/wheel/**/*\"",
         "buildkite-agent meta-data set cibox-artifact-wheel \"$$(cibox artifact digest wheel)\"",
