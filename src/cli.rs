@@ -68,6 +68,9 @@ pub enum Command {
     /// The host's caches of this project: list, inspect, prune.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Artifacts between layers: check one before a later layer uses it, print its digest.
+    #[command(subcommand)]
+    Artifact(ArtifactCommand),
     /// This host: its policy, and the one-time setup of its lock dir (as root).
     #[command(subcommand)]
     Host(HostCommand),
@@ -268,6 +271,58 @@ pub enum CacheCommand {
         #[arg(long)]
         all: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ArtifactCommand {
+    /// Check batches' artifacts in the reports folder (after a CI download): made by
+    /// this CI run at this trust, every file a regular file of the digest its listing
+    /// says; `BATCH=sha256:…` also checks the listing against the digest the
+    /// producer's job handed over. Exit 2 when one is refused.
+    Verify {
+        /// `BATCH` or `BATCH=sha256:<64 hex>`.
+        #[arg(required = true, value_parser = parse_artifact_arg)]
+        artifacts: Vec<(String, Option<String>)>,
+        /// The reports folder that holds `_artifacts/` (default `cibox-reports`).
+        #[arg(long, value_name = "DIR")]
+        reports: Option<PathBuf>,
+    },
+    /// Print the digest of a batch's artifact listing, for the next CI job to check.
+    Digest {
+        /// The producer batch.
+        batch: String,
+        /// The reports folder that holds `_artifacts/` (default `cibox-reports`).
+        #[arg(long, value_name = "DIR")]
+        reports: Option<PathBuf>,
+    },
+}
+
+/// `BATCH` or `BATCH=sha256:<64 hex>`, checked as the command line is read.
+fn parse_artifact_arg(arg: &str) -> Result<(String, Option<String>), String> {
+    let (batch, digest) = match arg.split_once('=') {
+        Some((b, d)) => (b, Some(d)),
+        None => (arg, None),
+    };
+    let name_ok = batch
+        .bytes()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && batch
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    if !name_ok {
+        return Err(format!("`{}` is not a batch name", batch.escape_debug()));
+    }
+    if let Some(d) = digest {
+        let hex = d.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() != 64 || !hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(format!(
+                "`{}` is not a digest: write sha256: and 64 lowercase hex digits",
+                d.escape_debug()
+            ));
+        }
+    }
+    Ok((batch.to_string(), digest.map(str::to_string)))
 }
 
 #[derive(Debug, Subcommand)]

@@ -21,7 +21,8 @@
 //! 9. [`git_mask`]: a checkout's git configs, cleaned of credentials (a batch's source,
 //!    an image's build context);
 //! 10. [`engine`] (the container engine, synchronous, owning the async runtime),
-//!     [`cache`] (the host's cache store), [`lockdir`] (the shared lock directory),
+//!     [`cache`] (the host's cache store), [`artifact`] (what batches hand to later
+//!     layers: the run's artifact store, digests, trust), [`lockdir`] (the shared lock directory),
 //!     [`slurm`] (a Slurm cluster's commands and what they print), [`git`], [`github`],
 //!     [`buildkite`];
 //! 11. [`console`] (what cibox prints), [`process`] (confining a command), [`yaml`] (a
@@ -36,6 +37,7 @@
 //! Errors become exit codes in one place ([`error::Error::exit_code`], codes in
 //! [`exit`]).
 
+mod artifact;
 mod buildkite;
 mod cache;
 mod changed;

@@ -175,6 +175,36 @@ impl Folder {
         Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
     }
 
+    /// The plain file `name`, open for reading, not following a link: anything else
+    /// that has the name (a link, a FIFO, a device, a folder) is refused.
+    pub fn open_file(&self, name: &str) -> std::io::Result<File> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            plain(name)?,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let file = File::from(fd);
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "not a plain file",
+            ));
+        }
+        Ok(file)
+    }
+
+    /// Renames `from` to `to` in the folder (what had the name `to` is replaced, a
+    /// folder only when empty).
+    pub fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        Ok(rustix::fs::renameat(
+            &self.fd,
+            plain(from)?,
+            &self.fd,
+            plain(to)?,
+        )?)
+    }
+
     /// Makes `name` a new file (mode `mode`), refusing whatever has the name already
     /// (a link included: `O_EXCL` never follows one).
     pub fn create_new(&self, name: &str, mode: u32) -> std::io::Result<File> {

@@ -1,5 +1,6 @@
 //! One module per command family; [`dispatch`] routes a parsed command line to it.
 
+mod artifact;
 mod batch;
 mod cache;
 mod capacity;
@@ -18,8 +19,8 @@ mod slurm;
 mod workflow;
 
 use crate::cli::{
-    BatchCommand, CacheCommand, Cli, Command, GpuCommand, HostCommand, ImageCommand, LayerCommand,
-    WorkflowCommand,
+    ArtifactCommand, BatchCommand, CacheCommand, Cli, Command, GpuCommand, HostCommand,
+    ImageCommand, LayerCommand, WorkflowCommand,
 };
 use crate::error::Result;
 use context::Context;
@@ -68,6 +69,12 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             cache::inspect(&ctx, &name, pull_request)
         }
         Command::Cache(CacheCommand::Prune { names, all }) => cache::prune(&ctx, &names, all),
+        Command::Artifact(ArtifactCommand::Verify { artifacts, reports }) => {
+            artifact::verify(&ctx, &artifacts, reports)
+        }
+        Command::Artifact(ArtifactCommand::Digest { batch, reports }) => {
+            artifact::digest(&batch, reports)
+        }
         Command::Host(HostCommand::Setup { lock_dir }) => host::setup(&ctx, lock_dir),
         Command::Host(HostCommand::Policy) => host::policy(&ctx),
         Command::Confine(a) => Ok(crate::process::confine::supervisor(

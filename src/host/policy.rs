@@ -117,6 +117,9 @@ pub struct HostPolicy {
     pub scheduler: Scheduler,
     /// What image builds' steps get, by trust (the defaults without a `builds:`).
     pub builds: BuildPolicy,
+    /// The most bytes one batch's `outputs` may hold (`artifacts.max_size`); `None`:
+    /// [`crate::artifact::DEFAULT_MAX_BYTES`].
+    pub artifacts_max: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +134,14 @@ struct RawPolicy {
     builds: Option<RawBuilds>,
     scheduler: Option<RawScheduler>,
     slurm: Option<RawSlurm>,
+    artifacts: Option<RawArtifacts>,
+}
+
+/// `artifacts:`: what batches may hand to later layers.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawArtifacts {
+    max_size: crate::units::Size,
 }
 
 #[derive(Default, Deserialize)]
@@ -313,6 +324,7 @@ impl HostPolicy {
                 Some(b) => build_policy(b, &here)?,
                 None => BuildPolicy::default(),
             },
+            artifacts_max: raw.artifacts.map(|a| a.max_size.0),
         })
     }
 

@@ -237,6 +237,8 @@ impl ChangedRun {
             queue: None,
             manual: false,
             changes: Vec::new(),
+            outputs: Vec::new(),
+            needs: Vec::new(),
         }
     }
 }

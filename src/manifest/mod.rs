@@ -17,7 +17,8 @@
 //! - one file per section, its types, raw form and checks: `images.rs`, `container.rs`
 //!   (with `mounts.rs`, the mount policy), `gpu.rs` (with the `CIBOX_GPU_*`
 //!   overrides), `changed.rs` (with `patterns.rs`: globs and path prefixes),
-//!   `schedule.rs` (a batch's expected time, retries and soft failure);
+//!   `schedule.rs` (a batch's expected time, retries and soft failure),
+//!   `artifacts.rs` (a batch's `outputs` and `needs`: artifacts between layers);
 //! - `types.rs`: batches, layers, `source:` and `workflows:` as read;
 //! - `values.rs`: environment values, names, `meta`, serialising helpers.
 
@@ -29,6 +30,7 @@ use crate::units::Size;
 use crate::util::hex;
 use crate::yaml::{self, Mark};
 
+mod artifacts;
 mod caches;
 mod changed;
 mod check;

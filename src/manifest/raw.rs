@@ -80,6 +80,8 @@ pub(super) struct RawDefaults {
     queue: Option<String>,
     manual: Option<bool>,
     changes: Option<Vec<String>>,
+    outputs: Option<Vec<String>>,
+    needs: Option<Vec<String>>,
 }
 
 /// A batch, with `defaults:` laid under it.
@@ -134,6 +136,12 @@ pub(super) struct RawBatch {
     /// The change groups that select it in a pipeline that follows the diff.
     #[serde(default)]
     pub(super) changes: Vec<String>,
+    /// What it hands to later layers.
+    #[serde(default)]
+    pub(super) outputs: Vec<String>,
+    /// The batches of earlier layers whose outputs it gets.
+    #[serde(default)]
+    pub(super) needs: Vec<String>,
     /// A test list: one batch per entry (see `each`).
     pub(super) each: Option<Vec<RawEntry>>,
     /// A test list the project's code prints at run time (see `collect`).

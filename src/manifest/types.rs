@@ -133,6 +133,12 @@ pub struct Batch {
     /// follows the diff (`workflow render --base`); none: always selected.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<String>,
+    /// What it hands to later layers (`outputs`): patterns of files in its container.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    /// The batches of earlier layers whose outputs it gets at `/artifacts/<batch>`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

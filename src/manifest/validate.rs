@@ -56,6 +56,7 @@ pub(super) fn validate(
         collected,
     )?;
     let layers = validate_layers(check, &images, &batches, &families, raw.layers)?;
+    super::artifacts::check_needs(check, &batches, &layers)?;
     require_an_image(check, &images, &batches, &layers)?;
 
     let changed = match raw.changed {
@@ -387,6 +388,8 @@ fn validate_batch(
         queue: placement::queue(check, &["batches", name, "queue"], b.queue)?,
         manual: b.manual,
         changes: b.changes,
+        outputs: super::artifacts::outputs(check, name, b.outputs)?,
+        needs: b.needs,
     })
 }
 

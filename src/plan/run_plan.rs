@@ -76,6 +76,8 @@ pub struct RunRequest {
     /// After the first failed batch, start no more (`--fail-fast`; a layer's
     /// `fail_fast` says so too).
     pub fail_fast: bool,
+    /// The run's artifact key and bound.
+    pub artifacts: crate::artifact::RunArtifacts,
 }
 
 /// [`RunRequest::private_caches`] of a replay (`cibox reproduce`): the record it
@@ -221,6 +223,10 @@ pub struct BatchPlan {
     /// The shard of a sharded batch this is (`shards: N`): its own container, GPUs and
     /// folder (`<reports>/<batch>/shard-<K>`); its `name` is the unit's (`B[K/N]`).
     pub shard: Option<Shard>,
+    /// What it hands to later layers (`outputs` patterns).
+    pub outputs: Vec<String>,
+    /// The batches whose artifacts it gets at `/artifacts/<batch>`.
+    pub needs: Vec<String>,
 }
 
 /// One shard of a batch: which batch, its index (from 0, as `CIBOX_SHARD_INDEX`,
@@ -320,6 +326,8 @@ pub struct RunPlan {
     /// The layer's warm-up, first of `batches`: it runs alone before the rest, and
     /// none of them starts when it fails.
     pub warmup: Option<String>,
+    /// The run's artifact key and bound.
+    pub artifacts: crate::artifact::RunArtifacts,
 }
 
 impl RunPlan {
@@ -595,6 +603,17 @@ fn batch_dir(request: &RunRequest, name: &str, shard: Option<&Shard>) -> PathBuf
     }
 }
 
+/// A batch's retries, as the request may override their count.
+fn retries_of(request: &RunRequest, batch: &crate::manifest::Batch) -> Retries {
+    match request.retries {
+        Some(count) => Retries {
+            count,
+            ..batch.retries.clone()
+        },
+        None => batch.retries.clone(),
+    }
+}
+
 /// Resolves everything the run's batches need.
 pub fn plan(
     manifest: Manifest,
@@ -678,16 +697,12 @@ pub fn plan(
                     .iter()
                     .map(|c| (c.clone(), manifest.caches[c].path.clone()))
                     .collect(),
-                retries: match request.retries {
-                    Some(count) => Retries {
-                        count,
-                        ..batch.retries.clone()
-                    },
-                    None => batch.retries.clone(),
-                },
+                retries: retries_of(&request, batch),
                 soft_fail: batch.soft_fail,
                 expected: expected[unit],
                 shard,
+                outputs: batch.outputs.clone(),
+                needs: batch.needs.clone(),
             })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
@@ -712,6 +727,7 @@ pub fn plan(
         fail_fast,
         partition: request.partition.map(|p| (p, requested)),
         warmup,
+        artifacts: request.artifacts,
         manifest,
     })
 }

@@ -62,9 +62,19 @@ pub fn run_checked(
         .take()
         .or_else(crate::github::untrusted_event);
     let not_scoped = pull_request_scope(policy, &mut request);
+    request.artifacts = crate::artifact::RunArtifacts {
+        key: crate::run::artifacts::key(
+            request.private_caches.is_some() || request.pull_request.is_some(),
+        ),
+        max_bytes: policy
+            .artifacts_max
+            .unwrap_or(crate::artifact::DEFAULT_MAX_BYTES),
+        host_reports: None,
+    };
     warn_private_caches(&manifest, policy, &request, &names, not_scoped.as_deref());
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
         no_shards_through_slurm(&manifest, &names)?;
+        crate::run::artifacts::refuse_under_slurm(&manifest, &names)?;
         return submit(manifest, policy, slurm, request, json);
     }
     let mut reporters = standard_reporters(json)?;
@@ -427,6 +437,17 @@ fn place_for_engine(plan: &mut RunPlan, engine: &Engine, w: &HostView) -> Result
         return Ok(());
     }
     plan.bind_source = false;
+    if plan.batches.iter().any(|b| !b.needs.is_empty()) {
+        let host = w.to_host(&plan.reports).map_err(|why| {
+            crate::artifact::ArtifactError::Io {
+                path: plan.reports.display().to_string(),
+                source: std::io::Error::other(format!(
+                    "{why}: the artifacts later layers need are mounted from the reports folder; bind it into the runner container, or run cibox on the engine's host"
+                )),
+            }
+        })?;
+        plan.artifacts.host_reports = Some(host);
+    }
     let source_on_host = w.to_host(&plan.source).ok();
     let path = plan.manifest.path.display().to_string();
     let at = |batch: &str, mark, why: String| {

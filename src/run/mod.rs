@@ -20,6 +20,7 @@
 //!   `/reports` copied out, the source shipped in, git credentials masked;
 //! - [`work_layer`]: a batch's `/work` as an overlay, its upper layer on the host;
 //! - [`cleanup`]: the watchdog and the sweep;
+//! - [`artifacts`]: a run's artifact key, and the artifacts its batches need, checked;
 //! - [`attempts`]: a batch run again while its retries allow, and its flaky record;
 //! - [`order`]: running a run's batches at once or one by one, and the stop at the
 //!   first failure;
@@ -29,6 +30,7 @@
 //! - [`launch`]: one run's setup for every front end;
 //! - [`qualify`]: the `qualify` layer on one image, and its record.
 
+pub mod artifacts;
 pub mod attempts;
 pub mod batch_dir;
 pub mod cleanup;

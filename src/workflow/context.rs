@@ -69,6 +69,8 @@ fn batch_value(name: &str, b: &Batch, selection: Option<&Selection>) -> Template
         "queue": b.queue,
         "manual": b.manual,
         "changes": b.changes,
+        "outputs": b.outputs,
+        "needs": b.needs,
         "selected": selected(b, selection),
     }))
 }

@@ -7,6 +7,7 @@ mod common;
 
 mod accel_examples;
 mod amd;
+mod artifact_workflows;
 mod ascend;
 mod batch;
 mod buildkite;

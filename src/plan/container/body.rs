@@ -203,7 +203,7 @@ impl ContainerPlan {
 }
 
 /// A read-only bind of `source` at `target`: all the way down where the engine can.
-fn read_only_bind(source: &str, target: &str, recursive_read_only: bool) -> Mount {
+pub fn read_only_bind(source: &str, target: &str, recursive_read_only: bool) -> Mount {
     Mount {
         typ: Some(MountType::BIND),
         source: Some(source.to_string()),

@@ -18,6 +18,7 @@ pub mod mounts;
 pub mod phases;
 pub(crate) mod script;
 pub mod snapshot;
+pub use body::read_only_bind;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -113,7 +113,13 @@ impl Execution<'_> {
     /// everything else ends only the batch.
     pub(super) fn batch(&self, b: &BatchPlan) -> Result<BatchResult> {
         let dir = self.batch_dir(b)?;
-        crate::run::attempts::run(b, |n| self.attempt(b, &dir, n), |e| self.emit(e))
+        // Only what this run's batch outputs, when it passes, is its artifact.
+        self.forget_outputs(b);
+        let result = crate::run::attempts::run(b, |n| self.attempt(b, &dir, n), |e| self.emit(e))?;
+        if result.record.status != Status::Passed {
+            self.forget_outputs(b);
+        }
+        Ok(result)
     }
 
     /// The batch's folder, fresh (on a Slurm node, the submitter's), and said.

@@ -78,7 +78,7 @@ impl Execution<'_> {
     }
 
     /// Says `detail` of the run's source (a `copy` phase of no batch).
-    fn said(&self, detail: String) {
+    pub(super) fn said(&self, detail: String) {
         // A reporter that fails here fails again, and counts, at the batch's end.
         let _ = self.emit(EventKind::Phase {
             batch: None,
@@ -122,6 +122,7 @@ impl Execution<'_> {
             Work::Copy { volume } => mount_snapshot(&mut body, volume),
             Work::Upload => {}
         }
+        self.mount_artifacts(b, &mut body);
         let mut fds = lease_fds.to_vec();
         if let Some(caches) = watched.caches.borrow().as_ref()
             && let Some(hc) = body.host_config.as_mut()
@@ -181,6 +182,11 @@ impl Execution<'_> {
             *watched.reports.borrow_mut() =
                 self.copy_reports(b, &watched.dir, &id, watched.container_died.get());
         }
+        // Its outputs, while it lives, when it ended well: refused, the batch fails.
+        let followed = match followed {
+            Ok(end) if !again => Ok(self.outputs_taken(b, &id, end)),
+            other => other,
+        };
         // Remove by the ID we created, whatever happened (cancel, timeout, engine error).
         let removed = self.engine.remove(&id);
         if removed.is_ok() {

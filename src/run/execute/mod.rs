@@ -5,6 +5,7 @@
 //! through [`ContainerEngine`], so its decisions are unit-tested with a fake one
 //! ([`tests`]).
 
+mod artifacts;
 mod batch;
 mod caches;
 mod container;
@@ -62,7 +63,7 @@ fn execute_with(
 ) -> Result<RunResult> {
     let clock = RunClock::start();
     source_readable(plan)?;
-    verify_and_say(plan, locksets, engine, &clock, reporter)?;
+    let needed = verify_and_say(plan, locksets, engine, &clock, reporter)?;
     let gpu = &plan.manifest.gpu;
     // Held for the whole run, so that a sweep by another job of this scope leaves our
     // containers alone; taken before our first container exists.
@@ -129,6 +130,7 @@ fn execute_with(
         hardware,
         first: FirstFailure::new(plan.fail_fast, plan.warmup.clone()),
         snapshots: &no_snapshots,
+        artifacts: needed,
     };
     run.emit(EventKind::RunStarted {
         plan,
@@ -186,14 +188,16 @@ fn shard_wave(plan: &RunPlan, pool: usize, i: usize) -> (usize, usize) {
     (len, width.max(1))
 }
 
-/// The run's images verified against the source's locksets, each said as verified.
+/// The run's images verified against the source's locksets, each said as verified;
+/// then the artifacts its batches need, checked (before anything is made: one refused
+/// leaves nothing behind).
 fn verify_and_say(
     plan: &RunPlan,
     locksets: &indexmap::IndexMap<String, Lockset>,
     engine: &dyn ContainerEngine,
     clock: &RunClock,
     reporter: &mut dyn Reporter,
-) -> Result<()> {
+) -> Result<indexmap::IndexMap<String, crate::artifact::Verified>> {
     verify_images(plan, locksets, engine)?;
     for (name, id) in &plan.images {
         let lockset = locksets.get(name).map_or("", |l| l.digest.as_str());
@@ -204,7 +208,7 @@ fn verify_and_say(
             detail: format!("image {name} {id} carries the source's lockset {lockset}"),
         }))?;
     }
-    Ok(())
+    crate::run::artifacts::check_needs(plan)
 }
 
 /// The host's cache store, when a batch of the run uses caches (the host granted
@@ -338,6 +342,8 @@ struct Execution<'a> {
     first: FirstFailure,
     /// The source shipped once for the batches that share a user.
     snapshots: &'a Snapshots,
+    /// The artifacts the run's batches need, checked, by producer.
+    artifacts: indexmap::IndexMap<String, crate::artifact::Verified>,
 }
 
 /// What the run's batches run on, read once: the pool's GPUs (or why the probe could

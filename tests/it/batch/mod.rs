@@ -1,6 +1,7 @@
 //! Batches in disposable containers on the real engine, one module per subject; the
 //! helpers that write a batch's manifest entry are here.
 
+mod artifacts;
 mod changed;
 mod devices;
 mod endings;
