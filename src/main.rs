@@ -10,7 +10,8 @@
 //! 3. [`report`]: saying what happened: events, reporters, how batches end, the record;
 //! 4. [`plan`]: what a run will be, decided before anything runs; [`claims`]: the GPUs
 //!    of running cibox containers, added to a probe; [`starter`]: what `cibox init`
-//!    writes for a project, from what it holds;
+//!    writes for a project, from what it holds; [`doctor`]: the host checked for what
+//!    GPU batches need;
 //! 5. [`host`] (the host policy: what the host grants, its GPU facts), [`gpu`] (probe,
 //!    pool, queue, the lease sequence), [`changed`] (change selection), [`workflow`]
 //!    (render and lint);
@@ -43,6 +44,7 @@ mod claims;
 mod cli;
 mod cmd;
 mod console;
+mod doctor;
 mod engine;
 mod error;
 mod exit;

@@ -77,6 +77,15 @@ use validate::validate;
 /// The largest manifest file read.
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
 
+/// Whether `e` says that no manifest was found (commands that serve a host without
+/// one go on).
+pub fn no_manifest(e: &crate::error::Error) -> bool {
+    matches!(
+        e.downcast_ref::<ManifestError>(),
+        Some(ManifestError::NotFound { .. })
+    )
+}
+
 /// Finds `cibox.yaml` from `start` upwards, stopping at the git root.
 pub fn find(start: &Path) -> Result<PathBuf, ManifestError> {
     let mut dir = Some(start);
