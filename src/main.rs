@@ -8,6 +8,7 @@
 //! 2. [`run`]: running batches: one setup for every front end, the run loop behind the
 //!    [`engine::ContainerEngine`] seam, Slurm submissions, the watchdog and the sweep;
 //! 3. [`report`]: saying what happened: events, reporters, how batches end, the record;
+//!    [`capacity`]: what this host's GPUs or its Slurm partition can take now;
 //! 4. [`plan`]: what a run will be, decided before anything runs; [`claims`]: the GPUs
 //!    of running cibox containers, added to a probe; [`starter`]: what `cibox init`
 //!    writes for a project, from what it holds; [`doctor`]: the host checked for what
@@ -39,6 +40,7 @@
 
 mod buildkite;
 mod cache;
+mod capacity;
 mod changed;
 mod claims;
 mod cli;

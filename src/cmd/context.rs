@@ -14,7 +14,6 @@ pub use crate::manifest::no_manifest;
 pub struct Context {
     pub manifest_path: Option<PathBuf>,
     pub json: bool,
-    pub verbose: u8,
     /// The host policy, loaded once for the command (issue 48: `batch run` loaded it
     /// twice, once for the manifest's GPU settings and once for the run).
     pub(super) policy: std::cell::OnceCell<HostPolicy>,

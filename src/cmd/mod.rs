@@ -30,7 +30,6 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
     let ctx = Context {
         manifest_path: cli.manifest,
         json: cli.json,
-        verbose: cli.verbose,
         policy: Default::default(),
     };
     match cli.command {

@@ -26,7 +26,8 @@
 //! - [`execute`]: the run loop on this host;
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
 //! - [`launch`]: one run's setup for every front end;
-//! - [`qualify`]: the `qualify` layer on one image, and its record.
+//! - [`qualify`]: the `qualify` layer on one image, and its record; [`replay`]: a
+//!   recorded batch run again on its commit and image.
 
 pub mod attempts;
 pub mod batch_dir;
@@ -37,6 +38,7 @@ pub mod execute;
 pub mod launch;
 pub mod order;
 pub mod qualify;
+pub mod replay;
 pub mod slurm;
 pub mod source;
 pub mod work_layer;
