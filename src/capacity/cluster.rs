@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::pool::Row;
+use crate::console::Table;
 use crate::error::Result;
 use crate::host::SlurmPolicy;
 use crate::manifest::Manifest;
@@ -69,4 +70,47 @@ pub fn capacity(
         "busy": total(|n| if n.usable() { 0 } else { n.gpus.saturating_sub(n.gpus_used) }),
     });
     Ok((verdicts, summary))
+}
+
+/// `gpu status` on a login node: each node of the partition cibox submits to, with its
+/// GPUs and how many jobs hold, from Slurm.
+pub struct Nodes {
+    pub partition: String,
+    pub nodes: Vec<Node>,
+}
+
+impl Nodes {
+    /// What Slurm says now.
+    pub fn query(slurm: &SlurmPolicy) -> Result<Nodes> {
+        let cluster = Cluster::query()?;
+        let partition = cluster.partition(slurm.partition.as_deref())?.name.clone();
+        let nodes = cluster.nodes_of(&partition).cloned().collect();
+        Ok(Nodes { partition, nodes })
+    }
+
+    /// What `--json` prints.
+    pub fn to_json(&self) -> serde_json::Value {
+        let v: Vec<_> = self.nodes.iter().map(node_json).collect();
+        json!({"scheduler": "slurm", "partition": self.partition, "nodes": v})
+    }
+
+    /// The partition, and one row per node.
+    pub fn render(&self) -> String {
+        let mut t = Table::new(&["NODE", "STATE", "GPUS", "ALLOCATED", "FREE", "REASON"]);
+        for n in &self.nodes {
+            t.row(vec![
+                n.name.clone(),
+                n.state.to_ascii_lowercase(),
+                n.gpus.to_string(),
+                n.gpus_used.to_string(),
+                n.gpus_free().to_string(),
+                n.reason.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        format!(
+            "scheduler: slurm, partition {}\n{}",
+            self.partition,
+            t.render()
+        )
+    }
 }

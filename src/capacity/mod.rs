@@ -5,10 +5,12 @@
 //! The rooms, from the bottom up; each imports only those below it:
 //!
 //! - [`pool`]: this host's pool now, and each layer's verdict on it;
-//! - [`cluster`]: a Slurm partition's nodes, and each layer's verdict on them.
+//! - [`cluster`]: a Slurm partition's nodes, and each layer's verdict on them;
+//! - [`status`]: each GPU now (`gpu status`).
 
 pub mod cluster;
 pub mod pool;
+pub mod status;
 
 use serde_json::json;
 
@@ -36,12 +38,20 @@ pub enum CapacityError {
     /// `--require`: the layer cannot be admitted, for the reason its verdict gives.
     #[error("layer {layer} cannot be admitted now: {reason}")]
     NotAdmittedBecause { layer: String, reason: String },
+    /// A GPU's lock file could not be read.
+    #[error("lock dir {}: {source}", .dir.display())]
+    LockDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl ErrorKind for CapacityError {
     fn failure(&self) -> Failure {
         match self {
             CapacityError::UnknownLayer { .. } => Failure::Usage,
+            CapacityError::LockDir { .. } => Failure::Infra,
             CapacityError::NotAdmitted { .. } | CapacityError::NotAdmittedBecause { .. } => {
                 Failure::Capacity
             }
@@ -177,8 +187,7 @@ impl Capacity {
 
 /// `<layer>_ready` step outputs, the layer's name kept to what an output name allows.
 fn outputs(rows: &[Row]) -> Vec<(String, &'static str)> {
-    rows
-        .iter()
+    rows.iter()
         .map(|r| {
             let key: String = r
                 .layer

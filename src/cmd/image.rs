@@ -12,8 +12,7 @@ use crate::console;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
-use crate::image::build::{Builder, Stage};
-use crate::image::recipe::{BuildRequest, Progress, Recipe};
+use crate::image::recipe::{BuildRequest, Recipe};
 use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
 use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
 use crate::run::launch::Whereabouts;
@@ -138,17 +137,6 @@ fn chosen_id(
     Ok((id, from))
 }
 
-fn describe_engine(info: &EngineInfo) {
-    console::debug(format!(
-        "engine {} at {} (API {}), storage driver {}: {}",
-        info.server_version,
-        info.host,
-        info.api_version,
-        info.storage_driver,
-        info.id_semantics.describe()
-    ));
-}
-
 fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
     if ctx.json {
         console::json(&json!({
@@ -195,7 +183,7 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
     let source = m.lockset(img.0)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     let v = image::verify(&engine, &id, &source)?;
     print_verified(ctx, &v, &info);
     Ok(exit::SUCCESS)
@@ -238,7 +226,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     };
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     let loaded = match file {
         Some(f) => engine.load(Box::new(f))?,
         None => engine.load(Box::new(std::io::stdin()))?,
@@ -267,7 +255,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     for v in &verified {
         // Named as `image build` names it: a loaded archive may carry no name (`image
         // save` of an ID), and an unnamed image is the first an engine prunes.
-        name_image(&engine, &m.project, &source.digest, &v.id)?;
+        image::load::name_verified(&engine, &m.project, &source.digest, &v.id)?;
         print_result(ctx, v, &info, "verified");
     }
     Ok(exit::SUCCESS)
@@ -359,7 +347,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
     let source = m.lockset(name)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     console::info(format!("pulling {pinned}"));
     engine.pull(&pinned.repository, &pinned.digest)?;
     let found =
@@ -372,25 +360,9 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
     pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     // A pull by digest leaves no name, and an unnamed image is the first pruned.
-    name_image(&engine, &m.project, &source.digest, &id)?;
+    image::load::name_verified(&engine, &m.project, &source.digest, &id)?;
     print_result(ctx, &v, &info, "verified");
     Ok(exit::SUCCESS)
-}
-
-/// Names a verified image as `image build` names what it builds: by its ID
-/// (`cibox/PROJECT:id-<hex>`, a name no other image takes) and by its lockset
-/// (`cibox/PROJECT:lockset-<12 hex>`, the newest image of those locks).
-fn name_image(
-    engine: &Engine,
-    project: &str,
-    lockset: &str,
-    id: &ImageId,
-) -> std::result::Result<(), crate::engine::EngineError> {
-    let (repository, lockset_tag) = image::recipe::tag_parts(project, lockset);
-    let own = image::normalise::id_tag(&repository, id.as_str());
-    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
-    engine.tag(id.as_str(), &repository, own_tag)?;
-    engine.tag(id.as_str(), &repository, &lockset_tag)
 }
 
 /// `cibox image build`: the manifest's Dockerfile or Nix recipe.
@@ -448,7 +420,9 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
     let verbose = console::enabled(console::Level::Debug);
     // A large build can be quiet for a while: say that it goes on.
     let ticker = console::Ticker::start(std::time::Duration::from_secs(10));
-    let built = crate::image::make::build(&request, &mut |p| show_progress(p, verbose, &ticker))?;
+    let built = crate::image::make::build(&request, &mut |p| {
+        image::progress::show(p, verbose, &ticker)
+    })?;
     drop(ticker);
     let done = match recipe {
         Recipe::Nix(_) => "verified",
@@ -459,180 +433,6 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         print_result(ctx, v, &built.engine, done);
     }
     Ok(exit::SUCCESS)
-}
-
-/// What `image build` reports as it goes, on stderr: each stage, the builder's steps
-/// (its whole output when `verbose`), and through `ticker` that a quiet stage goes on.
-fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker) {
-    let say = |line: String, doing: Option<String>| say(ticker, line, doing);
-    match progress {
-        Progress::Engine(info) => describe_engine(info),
-        Progress::Builder {
-            builder: Builder::BuildKit,
-            ..
-        } => console::debug("the engine's BuildKit builds"),
-        Progress::Builder {
-            builder: Builder::Classic,
-            why_classic,
-        } => console::warn(format!(
-            "the classic builder builds: {}; RUN --mount, secrets and building only what a target needs take BuildKit",
-            why_classic.unwrap_or("BuildKit is missing")
-        )),
-        Progress::BaseByTag { base, id } => console::warn(format!(
-            "FROM {} (line {}): a tag, which names {id} here; the image ID pins what was used, but the lockset does not cover it",
-            base.image, base.line
-        )),
-        Progress::BasePull(image) => say(
-            format!("pulling base {image} by its digest"),
-            Some(format!("pulling {image}")),
-        ),
-        Progress::Proxies(names) => console::info(format!(
-            "proxy arguments from the environment: {} (in neither the lockset nor the image)",
-            names.join(", ")
-        )),
-        Progress::SecretUnused(id) => console::warn(format!(
-            "secret `{id}` is given, but no step the build runs mounts it"
-        )),
-        Progress::Fresh { line } => say(
-            format!(
-                "an untrusted build whose steps mount a secret (line {line}) builds without the engine's cache: the cache does not key a step on a secret's value, and would hand this build what another build's secret wrote"
-            ),
-            None,
-        ),
-        Progress::Scope {
-            scope,
-            grants,
-            project,
-        } => say(
-            format!(
-                "build cache mounts: {}; RUN steps' network: {}",
-                scope.describe(project),
-                grants.network_mode().unwrap_or("the engine's default")
-            ),
-            None,
-        ),
-        Progress::Building {
-            dockerfile,
-            twice,
-            lockset,
-            epoch,
-            epoch_from,
-        } => say(
-            format!(
-                "building {}{} (lockset {lockset}; file times set to {epoch}, {epoch_from})",
-                dockerfile.display(),
-                if twice {
-                    " twice, without the cache"
-                } else {
-                    ""
-                },
-            ),
-            None,
-        ),
-        Progress::Context { bytes } => say(
-            format!("sending the build context to the engine: {}", mib(bytes)),
-            Some(format!("sending the build context ({})", mib(bytes))),
-        ),
-        Progress::Stage(stage) => show_stage(stage, verbose, ticker),
-        Progress::EngineId {
-            engine_id,
-            config_digest,
-        } => say(
-            format!(
-                "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
-            ),
-            None,
-        ),
-        Progress::LeftoversRemoved { images, folders } => say(
-            format!(
-                "removed what killed builds had left: {images} image(s), {folders} scratch folder(s)"
-            ),
-            None,
-        ),
-        Progress::NixBuild(attr) => say(
-            format!("nix build {attr}"),
-            Some(format!("nix build {attr}")),
-        ),
-        Progress::Loaded(id) => say(format!("loaded {id}"), None),
-    }
-}
-
-/// A stage of the build after the engine's builder: its steps (its whole output when
-/// `verbose`), saving, normalising and loading.
-fn show_stage(stage: Stage<'_>, verbose: bool, ticker: &console::Ticker) {
-    let say = |line: String, doing: Option<String>| say(ticker, line, doing);
-    match stage {
-        Stage::Step { name, cached } => {
-            let line = format!("building: {name}{}", if cached { " (cached)" } else { "" });
-            if verbose {
-                eprintln!("{line}");
-                ticker.doing(line);
-            } else {
-                say(line.clone(), Some(line));
-            }
-        }
-        Stage::Output(out) => {
-            if verbose {
-                eprint!("{out}");
-                ticker.said();
-            }
-            // The classic builder's steps are in its output.
-            for step in out
-                .lines()
-                .map(str::trim)
-                .filter(|l| l.starts_with("Step "))
-            {
-                if verbose {
-                    ticker.doing(format!("building: {step}"));
-                } else {
-                    say(
-                        format!("building: {step}"),
-                        Some(format!("building: {step}")),
-                    );
-                }
-            }
-        }
-        Stage::Known { id } => say(
-            format!(
-                "the engine's build is one normalised before, into {id} (in the engine): nothing to save, write or load"
-            ),
-            None,
-        ),
-        Stage::Saving => say(
-            "saving the engine's build, to write it again reproducibly".into(),
-            Some("saving the engine's build".into()),
-        ),
-        Stage::Normalising { bytes } => say(
-            format!(
-                "normalising the build ({}): file times, entry order, builder fields",
-                mib(bytes)
-            ),
-            Some(format!("normalising the build ({})", mib(bytes))),
-        ),
-        Stage::Restated { entries } => say(
-            format!(
-                "the builder wrote {entries} file(s) again as the layers below hold them; dropped, as they change nothing"
-            ),
-            None,
-        ),
-        Stage::Loading { bytes } => say(
-            format!("loading the normalised image: {}", mib(bytes)),
-            Some(format!("loading the normalised image ({})", mib(bytes))),
-        ),
-    }
-}
-
-/// One line of progress, and what the ticker says goes on (`None`: nothing now).
-fn say(ticker: &console::Ticker, line: String, doing: Option<String>) {
-    console::info(line);
-    match doing {
-        Some(what) => ticker.doing(what),
-        None => ticker.said(),
-    }
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// The ID the manifest pins for its image `name`.
@@ -732,7 +532,7 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
     let credentials = crate::engine::auth::credentials(&crate::engine::auth::registry_of(to))?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     let v = image::verify(&engine, &id, &source)?;
     // Its own name first, so that taking the push's name away never leaves it nameless.
     let (repository, _) = image::recipe::tag_parts(&m.project, &source.digest);

@@ -4,7 +4,6 @@ mod batch;
 mod cache;
 mod capacity;
 mod changed;
-mod cluster;
 mod context;
 mod doctor;
 mod error;

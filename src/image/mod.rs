@@ -18,6 +18,7 @@ pub mod make;
 mod nix_build;
 pub mod normalise;
 pub mod pinned;
+pub mod progress;
 pub mod recipe;
 pub mod saved;
 pub mod scratch;

@@ -27,7 +27,8 @@
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
 //! - [`launch`]: one run's setup for every front end;
 //! - [`qualify`]: the `qualify` layer on one image, and its record; [`replay`]: a
-//!   recorded batch run again on its commit and image.
+//!   recorded batch run again on its commit and image; [`gpu_exec`]: a host command
+//!   on leased GPUs (`gpu exec`).
 
 pub mod attempts;
 pub mod batch_dir;
@@ -35,6 +36,7 @@ pub mod cleanup;
 pub mod copy;
 pub mod error;
 pub mod execute;
+pub mod gpu_exec;
 pub mod launch;
 pub mod order;
 pub mod qualify;

@@ -348,7 +348,12 @@ fn image_gone(image: &ImageId, sha: &str, record: &RunRecord) -> Error {
 }
 
 /// What the replay will do, one line each.
-pub fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Path) -> Vec<String> {
+pub fn plan_lines(
+    record: &RunRecord,
+    sha: &str,
+    image: &ImageId,
+    manifest_rel: &Path,
+) -> Vec<String> {
     let mut lines = vec![
         format!(
             "batch:    {} (run {}, recorded {})",
