@@ -13,25 +13,12 @@ use crate::engine::{Engine, EngineInfo};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::image::recipe::{BuildRequest, Recipe};
-use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
-use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
+use crate::image::{self, ImageId, PinnedRef, Verified};
 use crate::run::launch::Whereabouts;
 
 /// What `image` commands refuse: all usage errors.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageCommandError {
-    #[error(
-        "{}: no image named `{name}`; images: {}",
-        .manifest.display(),
-        .images.join(", ")
-    )]
-    NoSuchImage {
-        manifest: PathBuf,
-        name: String,
-        images: Vec<String>,
-    },
-    #[error("no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
-    NoImageId,
     /// `command` (`image load`, `image id`) would read an archive from a terminal.
     #[error(
         "`{command}` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in"
@@ -75,26 +62,10 @@ impl ErrorKind for ImageCommandError {
     }
 }
 
-/// The manifest's image named `name` (`default` when none is given).
-fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageConfig)> {
-    let name = name.unwrap_or(DEFAULT_IMAGE);
-    m.images
-        .get_key_value(name)
-        .map(|(k, v)| (k.as_str(), v))
-        .ok_or_else(|| {
-            ImageCommandError::NoSuchImage {
-                manifest: m.path.clone(),
-                name: name.to_string(),
-                images: m.images.keys().cloned().collect(),
-            }
-            .into()
-        })
-}
-
 /// `cibox image lockset`: the canonical text, then `digest: sha256:…`.
 pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
     let m = ctx.manifest()?;
-    let (image_name, _) = named(&m, name)?;
+    let (image_name, _) = m.image_named(name)?;
     let l = m.lockset(image_name)?;
     if ctx.json {
         let files: Vec<_> = l
@@ -111,47 +82,10 @@ pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// The image to use: the flag, else `CIBOX_IMAGE` (the default image) or
-/// `CIBOX_IMAGE_<NAME>`, else the image's `id`.
-fn chosen_id(
-    flag: Option<String>,
-    manifest: Option<(&str, &ImageConfig)>,
-) -> Result<(ImageId, String)> {
-    let name = manifest.map_or(DEFAULT_IMAGE, |(n, _)| n);
-    let var = if name == DEFAULT_IMAGE {
-        "CIBOX_IMAGE".to_string()
-    } else {
-        crate::manifest::image_variable(name)
-    };
-    let (raw, from) = if let Some(id) = flag {
-        (id, "the command line".to_string())
-    } else if let Some(id) = std::env::var(&var).ok().filter(|s| !s.is_empty()) {
-        (id, var.clone())
-    } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
-        (id, "the image's id in the manifest".to_string())
-    } else {
-        return Err(ImageCommandError::NoImageId.into());
-    };
-    let id = ImageId::parse(raw.trim())
-        .map_err(|why| crate::image::ImageError::NotAnId(format!("{why} (from {from})")))?;
-    Ok((id, from))
-}
-
 fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
-    if ctx.json {
-        console::json(&json!({
-            "status": "verified",
-            "image": v.id,
-            "lockset": v.lockset,
-            "lock_files": v.files,
-            "id_semantics": info.id_semantics,
-            "storage_driver": info.storage_driver,
-        }));
-    } else {
-        println!(
-            "verified {} (lockset {}, {} lock files)",
-            v.id, v.lockset, v.files
-        );
+    match ctx.json {
+        true => console::json(&v.to_json(info)),
+        false => println!("{}", v.said()),
     }
 }
 
@@ -159,13 +93,10 @@ fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
 /// stderr; or, with `--json`, the verification.
 fn print_result(ctx: &Context, v: &Verified, info: &EngineInfo, done: &str) {
     if ctx.json {
-        print_verified(ctx, v, info);
+        console::json(&v.to_json(info));
     } else {
         println!("{}", v.id);
-        console::info(format!(
-            "{done}: lockset {} ({} lock files)",
-            v.lockset, v.files
-        ));
+        console::info(v.said_as(done));
     }
 }
 
@@ -174,11 +105,11 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
     // A malformed ID given explicitly is refused before anything else is read.
     let explicit = flag.is_some() || std::env::var("CIBOX_IMAGE").is_ok_and(|s| !s.is_empty());
     if explicit {
-        chosen_id(flag.clone(), None)?;
+        crate::manifest::chosen_id(flag.clone(), None)?;
     }
     let m = ctx.manifest()?;
-    let img = named(&m, name)?;
-    let (id, from) = chosen_id(flag, Some(img))?;
+    let img = m.image_named(name)?;
+    let (id, from) = crate::manifest::chosen_id(flag, Some(img))?;
     console::debug(format!("image {id} (from {from})"));
     let source = m.lockset(img.0)?;
     let engine = Engine::connect()?;
@@ -201,7 +132,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     };
     let (manifest, source) = match manifest {
         Some(m) => {
-            let (n, _) = named(&m, name)?;
+            let (n, _) = m.image_named(name)?;
             let source = if verify { Some(m.lockset(n)?) } else { None };
             let n = n.to_string();
             (Some((m, n)), source)
@@ -236,7 +167,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     let (Some((m, name)), Some(source)) = (&manifest, &source) else {
         if let Some((m, name)) = &manifest {
             for id in &ids {
-                pin_of(m, name).check(id)?;
+                m.pin(name).check(id)?;
             }
         }
         if ctx.json {
@@ -248,10 +179,9 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         }
         return Ok(exit::SUCCESS);
     };
-    let verified =
-        image::load::verify_loaded(&engine, &ids, source, &pin_of(m, name), &mut |id| {
-            console::info(format!("loaded {id}"))
-        })?;
+    let verified = image::load::verify_loaded(&engine, &ids, source, &m.pin(name), &mut |id| {
+        console::info(format!("loaded {id}"))
+    })?;
     for v in &verified {
         // Named as `image build` names it: a loaded archive may carry no name (`image
         // save` of an ID), and an unnamed image is the first an engine prunes.
@@ -274,7 +204,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     };
     let pin = match &manifest {
         Some(m) => {
-            let (n, _) = named(m, name)?;
+            let (n, _) = m.image_named(name)?;
             Some((m, n.to_string()))
         }
         None => None,
@@ -298,7 +228,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
         image::archive::read_image(std::io::BufReader::new(file), shown)?
     };
     if let Some((m, n)) = &pin {
-        pin_of(m, n).check(&found.id)?;
+        m.pin(n).check(&found.id)?;
     }
     if ctx.json {
         console::json(&json!({
@@ -335,7 +265,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
         PinnedRef::parse(r)?;
     }
     let m = ctx.manifest()?;
-    let (name, img) = named(&m, name)?;
+    let (name, img) = m.image_named(name)?;
     let Some(text) = reference.or_else(|| img.reference.clone()) else {
         return Err(ImageCommandError::NoReference {
             name: name.to_string(),
@@ -357,7 +287,8 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
                 what: format!("pulled {pinned}"),
             })?;
     let id = ImageId::parse(&found.id).map_err(crate::image::ImageError::NotAnId)?;
-    pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
+    m.pin(name)
+        .check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     // A pull by digest leaves no name, and an unnamed image is the first pruned.
     image::load::name_verified(&engine, &m.project, &source.digest, &id)?;
@@ -370,7 +301,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
     let secrets = image::secrets::read(secrets)?;
     let m = ctx.manifest()?;
     let policy = ctx.host_policy()?;
-    let (name, img) = named(&m, name)?;
+    let (name, img) = m.image_named(name)?;
     let source = m.lockset(name)?;
     let dockerfile = img.dockerfile.as_deref().map(|df| m.resolve(df));
     let recipe = match (&dockerfile, &img.nix) {
@@ -405,7 +336,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         name,
         recipe,
         source: &source,
-        pin: pin_of(&m, name),
+        pin: m.pin(name),
         project: &m.project,
         dir: &m.dir,
         check,
@@ -433,15 +364,6 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         print_result(ctx, v, &built.engine, done);
     }
     Ok(exit::SUCCESS)
-}
-
-/// The ID the manifest pins for its image `name`.
-fn pin_of<'m>(m: &'m Manifest, name: &'m str) -> PinnedId<'m> {
-    PinnedId {
-        image: name,
-        id: m.images.get(name).and_then(|i| i.id.as_deref()),
-        manifest: &m.path,
-    }
 }
 
 /// `cibox image save ID --to FILE`.
@@ -478,42 +400,14 @@ pub fn qualify(
     let q =
         crate::run::qualify::qualify(ctx.manifest()?, &ctx.host_policy()?, &image, at, ctx.json)?;
     if ctx.json {
-        let mut outcome = q.run.to_json();
-        outcome["image"] = json!(image);
-        outcome["qualified"] = json!(q.record.is_some());
-        outcome["qualification"] = json!(q.record);
-        console::json(&outcome);
-        return Ok(if q.record.is_some() {
-            exit::SUCCESS
-        } else {
-            q.run.exit_code()
-        });
-    }
-    match &q.record {
-        Some(path) => {
-            println!("qualified {image}: {}", path.display());
-            Ok(exit::SUCCESS)
-        }
-        None => {
-            // Which folder the batches ran from: the git root unless --source said
-            // otherwise, which is rarely the manifest's folder in a subfolder.
-            let from = q
-                .run
-                .batches
-                .first()
-                .map(|b| {
-                    format!(
-                        " (its batches ran from {}; --source names another folder)",
-                        b.record.source.path
-                    )
-                })
-                .unwrap_or_default();
-            console::info(format!(
-                "{image} is not qualified: the qualify layer did not pass{from}"
-            ));
-            Ok(q.run.exit_code())
+        console::json(&q.to_json(&image));
+    } else {
+        match &q.record {
+            Some(path) => println!("qualified {image}: {}", path.display()),
+            None => console::info(q.not_qualified(&image)),
         }
     }
+    Ok(q.exit_code())
 }
 
 /// `cibox image push ID --to REPOSITORY`: the image, verified against the source's
@@ -526,8 +420,8 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
         why: e.to_string(),
     })?;
     let m = ctx.manifest()?;
-    let (name, _) = named(&m, name)?;
-    pin_of(&m, name).check(&id)?;
+    let (name, _) = m.image_named(name)?;
+    m.pin(name).check(&id)?;
     let source = m.lockset(name)?;
     let credentials = crate::engine::auth::credentials(&crate::engine::auth::registry_of(to))?;
     let engine = Engine::connect()?;

@@ -201,6 +201,36 @@ pub struct Verified {
     pub files: usize,
 }
 
+impl Verified {
+    /// What `--json` prints of a verification on the engine `info` describes.
+    pub fn to_json(&self, info: &crate::engine::EngineInfo) -> serde_json::Value {
+        serde_json::json!({
+            "status": "verified",
+            "image": self.id,
+            "lockset": self.lockset,
+            "lock_files": self.files,
+            "id_semantics": info.id_semantics,
+            "storage_driver": info.storage_driver,
+        })
+    }
+
+    /// What was verified, in one line.
+    pub fn said(&self) -> String {
+        format!(
+            "verified {} (lockset {}, {} lock files)",
+            self.id, self.lockset, self.files
+        )
+    }
+
+    /// What was done (`done`), said of an image loaded or built.
+    pub fn said_as(&self, done: &str) -> String {
+        format!(
+            "{done}: lockset {} ({} lock files)",
+            self.lockset, self.files
+        )
+    }
+}
+
 /// Checks that `id` is present locally (never pulled) and carries the source's lockset.
 pub fn verify(
     engine: &(impl ContainerEngine + ?Sized),

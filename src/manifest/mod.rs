@@ -32,6 +32,7 @@ use crate::yaml::{self, Mark};
 mod caches;
 mod changed;
 mod check;
+mod chosen;
 mod container;
 mod devices;
 mod document;
@@ -50,6 +51,7 @@ mod validate;
 mod values;
 
 pub use changed::{ChangedConfig, GroupKind, PatternKind, Renames};
+pub use chosen::chosen_id;
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
