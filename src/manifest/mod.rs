@@ -62,7 +62,7 @@ pub use gpu::{
     GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_amd_gpu_id, is_gpu_uuid,
     is_mig_uuid, is_mtt_id, is_npu_id, is_xpu_id,
 };
-pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
+pub use images::{DEFAULT_IMAGE, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
 pub use patterns::{Selector, compile_glob, github_glob, under_prefix};
 pub use placement::parts_for_budget;

@@ -39,5 +39,6 @@ mod selection;
 mod shapes;
 mod sizes;
 mod slurm;
+mod snapshots;
 mod vendors;
 mod waits;
