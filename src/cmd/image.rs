@@ -230,27 +230,13 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     if let Some((m, n)) = &pin {
         m.pin(n).check(&found.id)?;
     }
+    let pinned = pin.as_ref().and_then(|(m, n)| m.images[n].id.clone());
     if ctx.json {
-        console::json(&json!({
-            "id": found.id,
-            "manifest_digest": found.manifest_digest,
-            "repo_tags": found.repo_tags,
-            "layers": found.layers.len(),
-            "pinned": pin.as_ref().and_then(|(m, n)| m.images[n].id.clone()),
-        }));
+        console::json(&found.to_json(pinned.as_deref()));
     } else {
         println!("{}", found.id);
-        match &found.manifest_digest {
-            Some(d) => console::info(format!(
-                "on a containerd image store the engine names this image {d} (its manifest digest)"
-            )),
-            None => console::info(
-                "the ID on a classic image store; a containerd image store names images by their manifest digest, which this archive does not carry",
-            ),
-        }
-        if let Some((m, n)) = &pin
-            && m.images[n].id.is_some()
-        {
+        console::info(found.which_store());
+        if let Some((_, n)) = pin.as_ref().filter(|_| pinned.is_some()) {
             console::info(format!("it is the ID image `{n}` pins"));
         }
     }
@@ -428,23 +414,7 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
     let info = engine.info()?;
     image::progress::describe_engine(&info);
     let v = image::verify(&engine, &id, &source)?;
-    // Its own name first, so that taking the push's name away never leaves it nameless.
-    let (repository, _) = image::recipe::tag_parts(&m.project, &source.digest);
-    let own = image::normalise::id_tag(&repository, id.as_str());
-    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
-    engine.tag(id.as_str(), &repository, own_tag)?;
-    let push_tag = own_tag;
-    engine.tag(id.as_str(), to, push_tag)?;
-    console::info(format!("pushing {id} to {to}:{push_tag}"));
-    let pushed = engine.push(to, push_tag, credentials);
-    // The push's name goes again (unless it is the image's own).
-    let untagged = if to == repository {
-        Ok(())
-    } else {
-        engine.untag(&format!("{to}:{push_tag}"))
-    };
-    let digest = pushed?;
-    untagged?;
+    let digest = image::push::push(&engine, &id, to, &m.project, &source.digest, credentials)?;
     let reference = PinnedRef::parse(&format!("{to}@{digest}"))?;
     if ctx.json {
         console::json(&json!({

@@ -19,6 +19,7 @@ mod nix_build;
 pub mod normalise;
 pub mod pinned;
 pub mod progress;
+pub mod push;
 pub mod recipe;
 pub mod saved;
 pub mod scratch;

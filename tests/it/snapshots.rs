@@ -153,10 +153,11 @@ fn doctor_over_the_fake_nvidia_smi() {
     c.env("CIBOX_GPU_LOCK_DIR", locks.path()).arg("doctor");
     let r = run(&mut c);
     assert!([0, 5].contains(&r.code), "{}", whole(&r));
+    let doubles = FakeSmi::program();
     let paths = [
         (locks.path(), "[LOCKS]"),
         (p.path(), "[PROJECT]"),
-        (FakeSmi::program().parent().unwrap(), "[DOUBLES]"),
+        (doubles.parent().unwrap(), "[DOUBLES]"),
     ];
     // Whether this engine has a GPU runtime is the host's: the exit code and the
     // verdict follow it, and are checked by `doctor::doctor_reports_each_check`.
