@@ -207,3 +207,56 @@ fn outputs(rows: &[Row]) -> Vec<(String, &'static str)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(layer: &str, ready: bool) -> Row {
+        Row {
+            layer: layer.into(),
+            ready,
+            largest: 4,
+            reason: (!ready).then(|| "its largest batch needs 4 GPUs; the pool has 2".into()),
+            by_model: false,
+        }
+    }
+
+    #[test]
+    fn outputs_keep_a_layers_name_to_what_an_output_name_allows() {
+        let rows = [row("gpu.h100 x", true), row("nightly", false)];
+        assert_eq!(
+            outputs(&rows),
+            [
+                ("gpu_h100_x_ready".to_string(), "true"),
+                ("nightly_ready".to_string(), "false")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_required_layer_that_cannot_be_admitted_is_capacity() {
+        let verdicts = Capacity {
+            rows: vec![row("1", true), row("3", false)],
+            summary: json!({"pool": 2, "available": 2, "leased": 0, "busy": 0, "sick": []}),
+            required: Some(row("3", false)),
+            local: true,
+        };
+        let e = verdicts.required_admitted().unwrap_err();
+        assert_eq!(e.exit_code(), crate::exit::CAPACITY);
+        assert_eq!(
+            e.to_string(),
+            "layer 3 cannot be admitted now: needs 4 GPUs, 2 idle and unleased"
+        );
+        insta::assert_snapshot!("capacity_text", verdicts.render());
+        insta::assert_snapshot!(
+            "capacity_json",
+            serde_json::to_string_pretty(&verdicts.to_json()).unwrap()
+        );
+        let ready = Capacity {
+            required: Some(row("1", true)),
+            ..verdicts
+        };
+        assert!(ready.required_admitted().is_ok());
+    }
+}

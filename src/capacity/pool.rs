@@ -177,3 +177,47 @@ impl PoolCounts {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> crate::manifest::Manifest {
+        let text = "version: 1\nproject: demo\nimage: {locks: []}\ndefaults: {timeout: 5m}\nbatches:\n  unit: {gpus: 0, run: ['true']}\n  two: {gpus: 2, run: ['true']}\n  eight: {gpus: 8, run: ['true']}\nlayers:\n  \"1\": {batches: [unit]}\n  \"2\": {batches: [unit, two]}\n  \"3\": {batches: [eight]}\n";
+        crate::manifest::Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap()
+    }
+
+    fn counts(available: usize, leased: usize, busy: usize, sick: &[&str]) -> PoolCounts {
+        PoolCounts {
+            pool: 4,
+            leased,
+            busy,
+            sick: sick.iter().map(|s| s.to_string()).collect(),
+            available,
+            gpus: Vec::new(),
+            hardware: Ok(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn a_layer_is_ready_when_its_largest_batch_fits_in_what_is_available() {
+        let m = manifest();
+        let c = counts(2, 1, 1, &[]);
+        let cpu = c.judge(&m, "1");
+        assert!(cpu.ready && cpu.reason.is_none());
+        let two = c.judge(&m, "2");
+        assert!(two.ready, "{:?}", two.reason);
+        assert_eq!(two.largest, 2);
+        let short = counts(1, 2, 1, &["GPU-3: XID 79"]).judge(&m, "2");
+        assert!(!short.ready);
+        assert_eq!(
+            short.reason.unwrap(),
+            "its largest batch needs 2 GPUs; 1 of 4 are idle and unleased (2 leased, 1 busy); unhealthy: GPU-3: XID 79"
+        );
+        let never = c.judge(&m, "3");
+        assert_eq!(
+            never.reason.unwrap(),
+            "its largest batch needs 8 GPUs; the pool has 4"
+        );
+    }
+}

@@ -26,9 +26,9 @@
 //! - [`execute`]: the run loop on this host;
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
 //! - [`launch`]: one run's setup for every front end;
-//! - [`qualify`]: the `qualify` layer on one image, and its record; [`replay`]: a
-//!   recorded batch run again on its commit and image; [`gpu_exec`]: a host command
-//!   on leased GPUs (`gpu exec`).
+//! - [`qualify`], [`replay`]: the `qualify` layer on one image, and its record; a
+//!   recorded batch run again on its commit and image;
+//! - [`gpu_exec`]: a host command on leased GPUs (`gpu exec`).
 
 pub mod attempts;
 pub mod batch_dir;

@@ -487,3 +487,53 @@ pub fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::reporter::sample;
+
+    #[test]
+    fn a_missing_commit_is_fetched_from_origin_else_the_first_remote() {
+        assert_eq!(
+            fetch_remote("upstream\norigin\n").as_deref(),
+            Some("origin")
+        );
+        assert_eq!(
+            fetch_remote("upstream\nfork\n").as_deref(),
+            Some("upstream")
+        );
+        assert_eq!(fetch_remote("\n"), None);
+    }
+
+    #[test]
+    fn the_plan_says_what_the_replay_will_do() {
+        let mut record = sample::run().batches.swap_remove(1).record;
+        record.source.dirty = Some(true);
+        record.layer = Some("2".into());
+        let image = ImageId::parse(&format!("sha256:{}", "a".repeat(64))).unwrap();
+        let lines = plan_lines(&record, "0123abc", &image, Path::new("ci/cibox.yaml"));
+        insta::assert_snapshot!("plan_lines", lines.join("\n"));
+        let json = plan_json(&record, "0123abc", &image, Path::new("ci/cibox.yaml"));
+        assert_eq!(json["commit"], "0123abc");
+        assert_eq!(json["manifest"], "ci/cibox.yaml");
+    }
+
+    #[test]
+    fn the_outcomes_side_by_side_mark_what_differs() {
+        let run = sample::run();
+        let recorded = &run.batches[1].record;
+        let mut replayed = recorded.clone();
+        replayed.status = crate::report::outcome::Status::Passed;
+        replayed.exit_code = 0;
+        replayed.failed_tests.clear();
+        replayed.host = "other-host".into();
+        if let Some(hw) = &mut replayed.hardware {
+            hw.kernel = "6.8.0-replayed".into();
+        }
+        insta::assert_snapshot!("side_by_side", side_by_side(recorded, &replayed));
+        assert!(
+            replayed.hardware.is_none() || hardware_differences(recorded, &replayed).len() == 1
+        );
+    }
+}
