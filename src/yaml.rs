@@ -544,6 +544,71 @@ fn plain_scalar(text: &str) -> Value {
     Value::String(text.to_string())
 }
 
+/// serde's error about a YAML document, in the document's words: an unknown key with
+/// a suggestion or the known keys (and the key, for the caller to point at), a value
+/// not allowed, a missing key, a wrong type; never the name of one of cibox's types
+/// (`struct RawLayer`) or a Rust integer type.
+pub fn serde_words(inner: &str) -> (Option<String>, String) {
+    if let Some((bad, expected)) = parse_unknown(inner, "unknown field `") {
+        let hint = crate::util::did_you_mean(&bad, &expected)
+            .map(|s| format!("; did you mean `{s}`?"))
+            .unwrap_or_else(|| format!("; known keys: {}", expected.join(", ")));
+        let message = format!("unknown key `{bad}`{hint}");
+        return (Some(bad), message);
+    }
+    if let Some((bad, expected)) = parse_unknown(inner, "unknown variant `") {
+        let hint = crate::util::did_you_mean(&bad, &expected)
+            .map(|s| format!("did you mean `{s}`?"))
+            .unwrap_or_else(|| format!("expected one of {}", expected.join(", ")));
+        return (None, format!("`{bad}` is not allowed here; {hint}"));
+    }
+    if let Some(field) = inner
+        .strip_prefix("missing field `")
+        .and_then(|r| r.split('`').next())
+    {
+        return (None, format!("missing required key `{field}`"));
+    }
+    (
+        None,
+        plain_expectation(&inner.replace("invalid type: ", "wrong type: got ")),
+    )
+}
+
+/// serde's words for what it expected, in a YAML file's.
+fn plain_expectation(message: &str) -> String {
+    static WORDS: std::sync::LazyLock<[(regex::Regex, &str); 4]> = std::sync::LazyLock::new(|| {
+        let re = |s: &str| regex::Regex::new(s).expect("a valid pattern");
+        [
+            (
+                re(r"(?:struct|map) [A-Za-z_]\w*(?: with \d+ elements?)?"),
+                "a mapping (`key: value` lines)",
+            ),
+            (re(r"enum [A-Za-z_]\w*"), "one of its named values"),
+            (re(r"\b[ui](?:8|16|32|64|128|size)\b"), "a whole number"),
+            (re(r"\bf(?:32|64)\b"), "a number"),
+        ]
+    });
+    let mut out = message.to_string();
+    for (re, plain) in WORDS.iter() {
+        out = re.replace_all(&out, *plain).into_owned();
+    }
+    out
+}
+
+/// Pulls the offending name and the expected names out of serde's message
+/// ("unknown field `x`, expected one of `a`, `b`" / "expected `a`").
+fn parse_unknown(msg: &str, prefix: &str) -> Option<(String, Vec<String>)> {
+    let rest = msg.strip_prefix(prefix)?;
+    let (bad, tail) = rest.split_once('`')?;
+    let expected = tail
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    Some((bad.to_string(), expected))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,11 +192,11 @@ mod tests {
         };
         bad(
             "version: 1\nbuilds: {trusted: {netwrok: none}}\n",
-            "builds.trusted.netwrok: unknown field `netwrok`",
+            "builds.trusted.netwrok: unknown key `netwrok`; did you mean `network`?",
         );
         bad(
             "version: 1\nbuilds: {pull_requests: {network: none}}\n",
-            "builds.pull_requests: unknown field `pull_requests`",
+            "builds.pull_requests: unknown key `pull_requests`",
         );
         bad(
             "version: 1\nbuilds:\n  untrusted: {network: internet}\n",
@@ -204,7 +204,7 @@ mod tests {
         );
         bad(
             "version: 1\nbuilds: {untrusted: {network: internet}}\n",
-            "builds.untrusted.network: unknown variant `internet`",
+            "builds.untrusted.network: `internet` is not allowed here; expected one of none, bridge, host",
         );
         bad(
             "version: 1\nbuilds:\n  untrusted:\n    secrets: [ok, \"a b\"]\n",

@@ -260,9 +260,16 @@ impl HostPolicy {
                         .to_string()
                 })
                 .collect();
+            let (unknown, message) = yaml::serde_words(&e.inner().to_string());
+            let mut path = path;
+            if let Some(bad) = unknown
+                && path.last() != Some(&bad)
+            {
+                path.push(bad);
+            }
             let node = root.locate(&path);
             let key = path.join(".");
-            at(node.mark, format!("{key}: {}", e.inner()))
+            at(node.mark, format!("{key}: {message}"))
         })?;
         let here = |path: &[&str], message: String| {
             let key = path.join(".");
@@ -621,7 +628,10 @@ mod tests {
             "version: 1\ngrants: {users: [\"0:0\"]}\n",
             "is not `root` or `UID:GID`",
         );
-        bad("version: 1\ngrants: {mount: []}\n", "unknown field `mount`");
+        bad(
+            "version: 1\ngrants: {mount: []}\n",
+            "unknown key `mount`; did you mean `mounts`?",
+        );
         bad(
             "version: 1\ngrants:\n  mounts: [{root: /data, special_file: allow}]\n",
             "host.yaml:3:",

@@ -25,8 +25,7 @@ pub struct CacheSpec {
 }
 
 /// `NAME: PATH` or `NAME: {path: PATH}`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub(super) enum RawCache {
     Path(String),
     Full(RawCacheFull),
@@ -36,6 +35,20 @@ pub(super) enum RawCache {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCacheFull {
     path: String,
+}
+
+impl<'de> Deserialize<'de> for RawCache {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        super::values::scalar_or_compound(
+            d,
+            (
+                false,
+                "a cache is `NAME: /path/in/the/container` or `NAME: {path: /path/in/the/container}`",
+            ),
+            RawCache::Path,
+            RawCache::Full,
+        )
+    }
 }
 
 /// Reads `caches:`: names a cache store can hold, paths where a mount could go, no
@@ -155,6 +168,25 @@ mod tests {
             "    run: [\"pytest\"]\n",
             "    run: [\"pytest\"]\n    caches: [models]\n",
         )
+    }
+
+    #[test]
+    fn a_cache_of_neither_form_is_named_with_both_forms() {
+        assert_refused(
+            &with_caches(),
+            &[
+                (
+                    "models: /cache/models",
+                    "models: 1",
+                    "caches.models: a cache is `NAME: /path/in/the/container` or `NAME: {path: /path/in/the/container}`",
+                ),
+                (
+                    "hf: {path: /root/.cache/huggingface}",
+                    "hf: {path: /root/.cache/huggingface, size: 1G}",
+                    "caches.hf.size: unknown key `size`; known keys: path",
+                ),
+            ],
+        );
     }
 
     #[test]

@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-use crate::util::did_you_mean;
 use crate::yaml::Node;
 
 use super::error::ManifestError;
@@ -70,46 +69,16 @@ pub(super) fn serde_error(
             serde_path_to_error::Segment::Unknown => None,
         })
         .collect();
-    let inner = err.inner().to_string();
-    if let Some((bad, expected)) = parse_unknown(&inner, "unknown field `") {
-        let hint = did_you_mean(&bad, &expected)
-            .map(|s| format!("; did you mean `{s}`?"))
-            .unwrap_or_else(|| format!("; known keys: {}", expected.join(", ")));
+    let (unknown, message) = crate::yaml::serde_words(&err.inner().to_string());
+    if let Some(bad) = unknown {
         // serde_path_to_error includes the unknown key in the path; point at the key.
         let mut p = path.clone();
         if p.last() != Some(&bad) {
-            p.push(bad.clone());
+            p.push(bad);
         }
-        return check.at_key(&p, format!("unknown key `{bad}`{hint}"));
+        return check.at_key(&p, message);
     }
-    if let Some((bad, expected)) = parse_unknown(&inner, "unknown variant `") {
-        let hint = did_you_mean(&bad, &expected)
-            .map(|s| format!("did you mean `{s}`?"))
-            .unwrap_or_else(|| format!("expected one of {}", expected.join(", ")));
-        return check.at(&path, format!("`{bad}` is not allowed here; {hint}"));
-    }
-    if let Some(field) = inner
-        .strip_prefix("missing field `")
-        .and_then(|r| r.split('`').next())
-    {
-        return check.at(&path, format!("missing required key `{field}`"));
-    }
-    let message = inner.replace("invalid type: ", "wrong type: got ");
     check.at(&path, message)
-}
-
-/// Pulls the offending name and the expected names out of serde's message
-/// ("unknown field `x`, expected one of `a`, `b`" / "expected `a`").
-fn parse_unknown(msg: &str, prefix: &str) -> Option<(String, Vec<String>)> {
-    let rest = msg.strip_prefix(prefix)?;
-    let (bad, tail) = rest.split_once('`')?;
-    let expected = tail
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect();
-    Some((bad.to_string(), expected))
 }
 
 #[cfg(test)]
@@ -125,6 +94,17 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_wrong_type_is_said_in_the_manifests_words_not_rusts() {
+        let err = parse(&GOOD.replace("\"1\": {batches: [cpu]}", "\"1\":")).unwrap_err();
+        assert!(
+            err.contains("layers.1: wrong type: got null, expected a mapping (`key: value` lines)"),
+            "{err}"
+        );
+        let err = parse(&GOOD.replace("gpus: 1", "gpus: -1")).unwrap_err();
+        assert!(!err.contains("u32") && !err.contains("u64"), "{err}");
     }
 
     #[test]

@@ -310,6 +310,49 @@ layers:
     }
 
     #[test]
+    fn a_value_of_two_forms_names_both_when_it_is_neither() {
+        assert_refused(
+            GOOD,
+            &[
+                (
+                    "timeout: 15m\n",
+                    "timeout: 15m\n    retries: [1]\n",
+                    "batches.cpu.retries: `retries` is a count (`2`) or `{count: 2, on: [infra_error]}`",
+                ),
+                (
+                    "timeout: 15m\n",
+                    "timeout: 15m\n    retries: {count: 1, of: [timeout]}\n",
+                    "batches.cpu.retries.of: unknown key `of`; did you mean `on`?",
+                ),
+                (
+                    "{batches: [cpu]}",
+                    "{batches: {cpu: 1}}",
+                    "batches: a layer's `batches` is `all` or a list of batch names",
+                ),
+            ],
+        );
+    }
+
+    /// serde's untagged enums say "data did not match any variant of untagged enum
+    /// RawX" to the user; a manifest type of two forms reads them through
+    /// `values::scalar_or_compound` instead (an untagged enum inside it is fine).
+    #[test]
+    fn no_manifest_type_is_an_untagged_enum_the_user_would_hear_of() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/manifest");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                if line == "#[serde(untagged)]" {
+                    found.push(format!("{}:{}", path.display(), i + 1));
+                }
+            }
+        }
+        assert!(found.is_empty(), "top-level untagged enums: {found:?}");
+    }
+
+    #[test]
     fn good_manifest() {
         let m = parse(GOOD).unwrap();
         assert_eq!(m.project, "demo");

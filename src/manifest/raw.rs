@@ -134,11 +134,24 @@ pub(super) struct RawBatch {
 }
 
 /// A layer's `batches:`, `all` or a list of names.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub(super) enum RawLayerBatches {
     Named(String),
     List(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for RawLayerBatches {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        super::values::scalar_or_compound(
+            d,
+            (
+                true,
+                "a layer's `batches` is `all` or a list of batch names",
+            ),
+            RawLayerBatches::Named,
+            RawLayerBatches::List,
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]

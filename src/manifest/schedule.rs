@@ -19,11 +19,24 @@ pub const MAX_RETRIES: i64 = 10;
 const MAX_EST_TIME: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// `retries:` as written: a count, or `{count, on}`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub(super) enum RawRetries {
     Count(i64),
     Full(RawRetriesFull),
+}
+
+impl<'de> Deserialize<'de> for RawRetries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        super::values::scalar_or_compound(
+            d,
+            (
+                false,
+                "`retries` is a count (`2`) or `{count: 2, on: [infra_error]}`",
+            ),
+            RawRetries::Count,
+            RawRetries::Full,
+        )
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

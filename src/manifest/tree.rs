@@ -176,8 +176,9 @@ pub(super) fn prepare(root: Node) -> Result<Node, (Mark, String)> {
                     ));
                 }
                 // Kept as well, so that its own values are read (typed) even where
-                // every batch overrides them.
-                kept.push((k, v.clone()));
+                // every batch overrides them; first, so that a key wrong there is
+                // named at `defaults`, not at the first batch it was laid under.
+                kept.insert(0, (k, v.clone()));
                 defaults = Some(v);
             }
             _ => kept.push((k, v)),
@@ -450,6 +451,19 @@ fn lay_under_changed_run(run: &mut Node, defaults: Option<&Node>, container: Opt
 mod tests {
     use crate::manifest::tests::{REAL, assert_refused, parse};
     use crate::manifest::{ContainerUser, Ipc, Network, Ulimit};
+
+    #[test]
+    fn a_key_wrong_under_defaults_is_named_there_wherever_defaults_stands() {
+        // `defaults:` after `batches:`: the key is still named at `defaults`, not at
+        // the first batch it was laid under.
+        let text = "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\ndefaults: {zzqq: 1}\n";
+        let err = parse(text).unwrap_err();
+        assert!(
+            err.contains(":6:") && err.contains("defaults.zzqq: unknown key `zzqq`"),
+            "{err}"
+        );
+        assert!(!err.contains("batches.b"), "{err}");
+    }
 
     #[test]
     fn a_manifest_for_real_gpu_tests() {

@@ -26,6 +26,38 @@ impl<'de> Deserialize<'de> for EnvValue {
     }
 }
 
+/// Reads a value written in one of two forms, a scalar (`S`) or a compound (`M`: a
+/// list where `list`, else a mapping), and says `forms` when it is neither: serde's
+/// untagged enums would say "data did not match any variant". A compound that is
+/// wrong keeps its own error (an unknown key, named; a value not allowed).
+pub(super) fn scalar_or_compound<'de, D, S, M, T>(
+    d: D,
+    (list, forms): (bool, &str),
+    scalar: fn(S) -> T,
+    compound: fn(M) -> T,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    S: serde::de::DeserializeOwned,
+    M: serde::de::DeserializeOwned,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    let is_compound = match &v {
+        serde_json::Value::Array(_) => list,
+        serde_json::Value::Object(_) => !list,
+        _ => false,
+    };
+    if is_compound {
+        serde_json::from_value::<M>(v)
+            .map(compound)
+            .map_err(serde::de::Error::custom)
+    } else {
+        serde_json::from_value::<S>(v)
+            .map(scalar)
+            .map_err(|_| serde::de::Error::custom(forms))
+    }
+}
+
 pub(super) fn ser_display<T: fmt::Display, S: serde::Serializer>(
     v: &T,
     s: S,

@@ -202,7 +202,7 @@ fn known_keys(manifest: &str) -> Vec<String> {
 #[test]
 fn the_reference_names_every_manifest_key_there_is() {
     const BASE: &str = "version: 1\nproject: p\nimage: {locks: [cibox.yaml]}\nbatches:\n  b: {gpus: 0, timeout: 1m, run: [x]}\n";
-    let sections: [(&str, String); 4] = [
+    let sections: [(&str, String); 9] = [
         ("top level", format!("{BASE}zzqqxx: 1\n")),
         ("a batch", BASE.replace("run: [x]}", "run: [x], zzqqxx: 1}")),
         (
@@ -210,6 +210,11 @@ fn the_reference_names_every_manifest_key_there_is() {
             BASE.replace("locks: [cibox.yaml]}", "locks: [cibox.yaml], zzqqxx: 1}"),
         ),
         ("container", format!("{BASE}container: {{zzqqxx: 1}}\n")),
+        ("gpu", format!("{BASE}gpu: {{zzqqxx: 1}}\n")),
+        ("changed", format!("{BASE}changed: {{zzqqxx: 1}}\n")),
+        ("a layer", format!("{BASE}layers: {{l: {{zzqqxx: 1}}}}\n")),
+        ("workflows", format!("{BASE}workflows: {{zzqqxx: 1}}\n")),
+        ("source", format!("{BASE}source: {{zzqqxx: 1}}\n")),
     ];
     let reference = reference_text();
     let manifest_page = std::fs::read_to_string(repo().join("docs/reference/manifest.md")).unwrap();
@@ -227,10 +232,13 @@ fn the_reference_names_every_manifest_key_there_is() {
         "manifest keys the reference does not name: {missing:?}"
     );
     // The reverse: the first column of the tables of keys names keys cibox knows
-    // (`batches.<name>.K`, `image.K`, `images.<name>.K`, `container.K` to the key;
-    // other sections to their name).
+    // (`batches.<name>.K`, `image.K`, `images.<name>.K`, `container.K`, `gpu.K`,
+    // `changed.K`, `layers.<name>.K`, `workflows.K`, `source.K` to the key; other
+    // sections to their name).
     let known = |i: usize| known_keys(&sections[i].1);
     let (top, batch, image, container) = (known(0), known(1), known(2), known(3));
+    let (gpu, changed, layer, workflows, source) =
+        (known(4), known(5), known(6), known(7), known(8));
     let row = regex::Regex::new(r"(?m)^\| `([a-z_.<>]+)`").unwrap();
     let mut unknown = Vec::new();
     for c in row.captures_iter(&manifest_page) {
@@ -239,6 +247,11 @@ fn the_reference_names_every_manifest_key_there_is() {
             ["batches", k, ..] => batch.iter().any(|b| b == k),
             ["image" | "images", k, ..] => image.iter().any(|b| b == k),
             ["container", k, ..] => container.iter().any(|b| b == k),
+            ["gpu", k, ..] => gpu.iter().any(|b| b == k),
+            ["changed", k, ..] => changed.iter().any(|b| b == k),
+            ["layers", k, ..] => layer.iter().any(|b| b == k),
+            ["workflows", k, ..] => workflows.iter().any(|b| b == k),
+            ["source", k, ..] => source.iter().any(|b| b == k),
             [first, ..] => top.iter().any(|b| b == first),
             [] => true,
         };

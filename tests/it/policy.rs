@@ -418,7 +418,7 @@ fn unknown_keys_anywhere_in_the_policy_are_refused() {
         ),
         ("version: 1\ngrants: {device: []}\n", "device"),
     ] {
-        list(text).fails_with(2, &format!("unknown field `{key}`"));
+        list(text).fails_with(2, &format!("unknown key `{key}`"));
     }
     list("version: 1\ngrants:\n  mounts: [{root: /srv/cibox-tests, special_files: allow}]\n").ok();
 }

@@ -288,3 +288,62 @@ fn a_cibox_that_is_not_root_copies_the_snapshot_instead() {
     );
     assert!(volumes(&p).is_empty(), "{:?}", volumes(&p));
 }
+
+/// A run that ends by SIGTERM, SIGINT or its batch's timeout, with its batch writing
+/// into `/work`, leaves nothing of it on the host: no folder, no mount, no volume, no
+/// container; cibox itself removes them, with no sweep after it.
+#[test]
+fn a_run_cancelled_or_timed_out_leaves_no_layer_mount_or_volume() {
+    let step = "echo changed > kept.txt && touch done && sleep 600";
+    for (ending, timeout, code) in [
+        ("SIGTERM", "10m", 143),
+        ("SIGINT", "10m", 130),
+        ("timeout", "4s", 124),
+    ] {
+        let p = busybox_project(&batch("long", 0, timeout, &[step], ""), "  disk: 4m\n");
+        p.project.write("kept.txt", "original\n");
+        let locks = tempfile::tempdir().unwrap();
+        let mut cibox = p
+            .batch_cmd(&["batch", "run", "long"])
+            .env("CIBOX_GPU_LOCK_DIR", locks.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let written = || {
+            let c = p.containers();
+            c.len() == 1
+                && std::process::Command::new("docker")
+                    .args(["exec", &c[0], "test", "-e", "/work/done"])
+                    .status()
+                    .is_ok_and(|s| s.success())
+        };
+        assert!(wait_until(60, written), "{ending}: the batch never wrote");
+        let run = BusyboxProject::inspect(
+            &p.containers()[0],
+            "{{index .Config.Labels \"org.cibox.run\"}}",
+        );
+        assert!(
+            Path::new(LAYERS).join(&run).exists(),
+            "{ending}: run {run} has no folder under {LAYERS}: not the overlay path"
+        );
+        let signal = match ending {
+            "SIGTERM" => Some(nix::libc::SIGTERM),
+            "SIGINT" => Some(nix::libc::SIGINT),
+            _ => None,
+        };
+        if let Some(sig) = signal {
+            unsafe { nix::libc::kill(cibox.id() as i32, sig) };
+        }
+        let status = cibox.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "{ending}");
+        assert!(p.containers().is_empty(), "{ending}: {:?}", p.containers());
+        nothing_left_of(&run);
+        assert!(volumes(&p).is_empty(), "{ending}: {:?}", volumes(&p));
+        assert_eq!(
+            std::fs::read_to_string(p.project.path().join("kept.txt")).unwrap(),
+            "original\n",
+            "{ending}"
+        );
+    }
+}
