@@ -57,7 +57,10 @@ fn redact(text: &str, paths: &[(&Path, &str)]) -> String {
         (r"(?m)^(engine +ok +)[^\n]*", "${1}[ENGINE]"),
         (r"(?m)^(storage +ok +)[^\n]*", "${1}[STORAGE]"),
         (r"(?m)^(gpu runtime +)\S+ +[^\n]*", "${1}[RUNTIME]"),
-        (r"(?m)^(gpu exec confinement +)\S+ +[^\n]*", "${1}[CONFINEMENT]"),
+        (
+            r"(?m)^(gpu exec confinement +)\S+ +[^\n]*",
+            "${1}[CONFINEMENT]",
+        ),
         (r"(?m)^(not )?ready for GPU batches.*$", "[READY]"),
     ];
     for (re, with) in rules {
