@@ -26,6 +26,8 @@ pub struct Report {
     pub findings: Vec<Finding>,
     pub blocking: usize,
     pub exit_code: u8,
+    /// Whether the GPUs are fake (`cibox gpu fake`).
+    pub fake: bool,
 }
 
 /// Every check, in the order `cibox doctor` shows them, and the exit code they come to.
@@ -94,6 +96,7 @@ pub fn examine(ctx: &dyn Sources) -> Report {
         findings,
         blocking,
         exit_code: code,
+        fake: crate::gpu::fake::is_on(),
     }
 }
 
@@ -103,17 +106,19 @@ impl Report {
         serde_json::json!({
             "findings": self.findings,
             "ready_for_gpu_batches": self.blocking == 0,
+            "fake_gpus": self.fake,
             "exit_code": self.exit_code,
         })
     }
 
-    /// The findings as a table, and whether GPU batches can run.
+    /// The findings as a table, and whether GPU batches can run: on fake GPUs, said so
+    /// in the same line (a last line read alone must not pass them for real ones).
     pub fn render(&self) -> String {
-        render(&self.findings, self.blocking)
+        render(&self.findings, self.blocking, self.fake)
     }
 }
 
-fn render(findings: &[Finding], blocking: usize) -> String {
+fn render(findings: &[Finding], blocking: usize, fake: bool) -> String {
     let mut t = Table::new(&["CHECK", "STATUS", "DETAIL"]);
     for f in findings {
         let status = match f.status {
@@ -125,7 +130,9 @@ fn render(findings: &[Finding], blocking: usize) -> String {
         t.row(vec![f.check.into(), status.into(), f.detail.clone()]);
     }
     let mut out = t.render();
-    if blocking == 0 {
+    if blocking == 0 && fake {
+        out.push_str("ready for GPU batches on FAKE GPUs (cibox gpu fake): no real GPU is used\n");
+    } else if blocking == 0 {
         out.push_str("ready for GPU batches\n");
     } else {
         out.push_str(&format!(
@@ -240,17 +247,23 @@ mod tests {
             findings,
             blocking: 1,
             exit_code: exit::INFRA,
+            fake: false,
         };
         insta::assert_snapshot!("report_text", report.render());
         insta::assert_snapshot!(
             "report_json",
             serde_json::to_string_pretty(&report.to_json()).unwrap()
         );
-        let ready = Report {
+        let mut ready = Report {
             findings: vec![finding("engine", Status::Ok, "up", true)],
             blocking: 0,
             exit_code: exit::SUCCESS,
+            fake: false,
         };
-        assert!(ready.render().ends_with("ready for GPU batches\n"));
+        assert!(ready.render().ends_with("\nready for GPU batches\n"));
+        ready.fake = true;
+        assert!(ready.render().ends_with(
+            "\nready for GPU batches on FAKE GPUs (cibox gpu fake): no real GPU is used\n"
+        ));
     }
 }

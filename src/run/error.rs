@@ -183,6 +183,17 @@ pub enum RunError {
         #[source]
         why: LeaseError,
     },
+    /// The GPUs Slurm allocated on a node include one the driver reads unhealthy: Slurm
+    /// does not know it, and would allocate it again.
+    #[error(
+        "Slurm allocated job {job_id} on node {node} a GPU the driver there reads unhealthy ({why}); Slurm counts it free and may allocate it again: drain node {node} or take the GPU out of its gres.conf until it is reset"
+    )]
+    SlurmGpusSick {
+        job_id: String,
+        node: String,
+        #[source]
+        why: LeaseError,
+    },
     /// Slurm allocated a batch another number of GPUs than it asks for.
     #[error(
         "Slurm allocated {allocated} GPU(s) on node {node} to batch {batch}, which asks for {asks}"
@@ -274,6 +285,7 @@ impl ErrorKind for RunError {
             }
             RunError::PoolTooSmall { .. } => Failure::Capacity,
             RunError::SlurmGpusHeld { .. }
+            | RunError::SlurmGpusSick { .. }
             | RunError::SlurmGpuCount { .. }
             | RunError::SlurmGpuOutsidePool { .. }
             | RunError::SlurmUnitOutsidePool { .. } => Failure::Infra,

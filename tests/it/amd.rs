@@ -129,7 +129,7 @@ fn an_amd_gpu_named_twice_fails_closed_and_is_not_leased() {
 }
 
 /// A batch that prints what of the GPUs its container has.
-fn looking_batch(name: &str, gpus: u32) -> String {
+pub(crate) fn looking_batch(name: &str, gpus: u32) -> String {
     let script = "echo \"DRI=$(ls /dev/dri | sort | tr '\\n' ' ')\"; \
                   echo \"KFD=$(test -c /dev/kfd && echo yes)\"; \
                   echo \"ENV=$ROCR_VISIBLE_DEVICES|$HIP_VISIBLE_DEVICES|${CUDA_VISIBLE_DEVICES-unset}\"; \
@@ -142,7 +142,7 @@ fn looking_batch(name: &str, gpus: u32) -> String {
 }
 
 /// The line of `out` that starts with `key=`, without the key.
-fn said<'a>(out: &'a str, key: &str) -> &'a str {
+pub(crate) fn said<'a>(out: &'a str, key: &str) -> &'a str {
     out.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .unwrap_or_else(|| panic!("no {key}= line in:\n{out}"))

@@ -74,6 +74,13 @@ fn a_two_gpu_batch_leases_and_passes_on_fake_gpus_said_to_be_fake() {
     let first = &v["findings"][0];
     assert_eq!(first["check"], "fake gpus", "{v}");
     assert_eq!(first["status"], "warn", "{v}");
+    assert_eq!(v["fake_gpus"], true, "{v}");
+    // The table's last line says it too: read alone, it must not pass them for real.
+    let mut doctor = p.batch_cmd_bare(&["doctor"]);
+    with(&mut doctor);
+    let d = run(&mut doctor);
+    let last = d.stdout.lines().last().unwrap_or("");
+    assert!(last.contains("on FAKE GPUs"), "{}", d.stdout);
     let mut batch = p.batch_cmd(&["batch", "run", "dist"]);
     with(&mut batch);
     let r = run(&mut batch);

@@ -39,6 +39,8 @@ mod selection;
 mod shapes;
 mod sizes;
 mod slurm;
+mod slurm_vendors;
 mod snapshots;
+mod vendor_health;
 mod vendors;
 mod waits;

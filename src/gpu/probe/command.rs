@@ -58,6 +58,21 @@ impl Query {
     /// Waits for the query until `deadline` (its answer read whole by then, whatever
     /// its children hold); its output, or why there is none.
     pub(super) fn finish(self, deadline: Instant, timeout: Duration) -> Result<String, ProbeError> {
+        let (program, query) = (self.program.clone(), self.query);
+        let answer = self.finish_any(deadline, timeout)?;
+        if !answer.success {
+            return Err(answer.failed(program, query));
+        }
+        Ok(answer.stdout)
+    }
+
+    /// As [`Query::finish`], but an answer is given whatever the exit status (a tool
+    /// whose exit status says more than whether its answer holds: rocm-smi's).
+    pub(super) fn finish_any(
+        self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Answer, ProbeError> {
         let (program, query, knob) = (self.program, self.query, self.knob);
         let bounds = Bounds {
             deadline,
@@ -85,28 +100,55 @@ impl Query {
                 knob,
             },
         })?;
-        let (status, stdout, stderr) = (answer.status, answer.stdout, answer.stderr);
-        if !status.success() {
-            let stderr = String::from_utf8_lossy(&stderr);
-            let first = stderr
-                .lines()
-                .chain(std::str::from_utf8(&stdout).unwrap_or("").lines())
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no output")
-                .trim()
-                .to_string();
-            return Err(ProbeError::Failed {
-                program,
-                query,
-                status: status.to_string(),
-                stderr: first,
-            });
-        }
-        String::from_utf8(stdout).map_err(|_| ProbeError::Parse {
+        let stderr = String::from_utf8_lossy(&answer.stderr).into_owned();
+        let status = answer.status;
+        let stdout = match String::from_utf8(answer.stdout) {
+            Ok(s) => s,
+            Err(e) if !status.success() => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            Err(_) => {
+                return Err(ProbeError::Parse {
+                    program,
+                    query,
+                    line: 0,
+                    reason: "output is not UTF-8".into(),
+                });
+            }
+        };
+        Ok(Answer {
+            success: status.success(),
+            status: status.to_string(),
+            stdout,
+            stderr,
+        })
+    }
+}
+
+/// What a query answered, whatever its exit status.
+pub(super) struct Answer {
+    pub success: bool,
+    /// The exit status, as said (`exit status: 2`).
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Answer {
+    /// The failure a non-zero exit is: its first line of standard error (else of its
+    /// output).
+    pub(super) fn failed(&self, program: String, query: &'static str) -> ProbeError {
+        let first = self
+            .stderr
+            .lines()
+            .chain(self.stdout.lines())
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output")
+            .trim()
+            .to_string();
+        ProbeError::Failed {
             program,
             query,
-            line: 0,
-            reason: "output is not UTF-8".into(),
-        })
+            status: self.status.clone(),
+            stderr: first,
+        }
     }
 }

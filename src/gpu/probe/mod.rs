@@ -18,10 +18,12 @@ pub mod mthreads_gmi;
 pub mod npu_smi;
 mod nvml;
 pub mod reading;
+pub mod rocm_ras;
 pub mod rocm_smi;
 mod shared;
 pub mod smi;
 mod unique_json;
+pub mod xpu_health;
 pub mod xpu_smi;
 
 use std::path::{Path, PathBuf};

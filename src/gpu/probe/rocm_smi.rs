@@ -1,7 +1,8 @@
 //! The AMD backend: ROCm SMI's command-line tool, `rocm-smi` (Debian 12 ships 5.2.3),
 //! asked two things at once and parsed strictly: each GPU's unique ID, use and VRAM
-//! (its JSON output), and which GPUs each compute (KFD) process uses (`--showpidgpus`,
-//! which its JSON output leaves out).
+//! (its JSON output), and which GPUs each compute (KFD) process uses with each GPU's
+//! RAS table, its health (`--showpidgpus --showrasinfo`, one text call: its JSON output
+//! leaves both out; see `rocm_ras`).
 //!
 //! Why the tool and not its library: the Rust bindings there are (`rocm_smi_lib`) link
 //! `librocm_smi64` when cibox is built, so the binary would not start on a host without
@@ -18,14 +19,15 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::command::Query;
+use super::command::{self, Query};
 use super::error::ProbeError;
 use super::reading::{ComputeApp, GpuHardware, GpuState, Reading};
 
 /// Each GPU's unique ID, use and VRAM, as JSON.
 pub const QUERY_STATE: &str = "--showuniqueid --showuse --showmeminfo vram --json";
-/// Which GPUs each KFD process uses (text: the JSON output leaves this out).
-pub const QUERY_PIDS: &str = "--showpidgpus";
+/// Which GPUs each KFD process uses, and each GPU's RAS table (text: the JSON output
+/// leaves both out).
+pub const QUERY_PIDS: &str = "--showpidgpus --showrasinfo";
 /// What each GPU is: its series (the model), VRAM, and the driver's version.
 pub const QUERY_HARDWARE: &str =
     "--showuniqueid --showproductname --showmeminfo vram --showdriverversion --json";
@@ -86,10 +88,62 @@ pub fn probe(program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
         }
     };
     let state = state_query.finish(deadline, timeout);
-    let pids = pids_query.finish(deadline, timeout);
-    let cards = parse_state(program, &state?)?;
-    let apps = parse_pids(program, &pids?, &cards)?;
+    let pids = pids_query.finish_any(deadline, timeout);
+    let mut cards = parse_state(program, &state?)?;
+    let pids = whole_answer(program, pids?)?;
+    let (apps, sick) = parse_pids_and_health(program, &pids, &cards)?;
+    for (index, why) in sick {
+        if let Some(card) = cards.get_mut(&index) {
+            card.sick = why;
+        }
+    }
     Ok((cards.into_values().collect(), apps))
+}
+
+/// The answer of [`QUERY_PIDS`], whatever rocm-smi's exit status, when it is whole.
+///
+/// rocm-smi exits with the last library error it met, even one it keeps quiet
+/// (rocm_smi.py 5.2.3 `rsmi_ret_ok`, lines 2766-2793, sets `RETCODE` either way;
+/// `exit(RETCODE)`, line 3291): `--showrasinfo` asks every RAS block's state and counts
+/// (lines 2115-2127), and a block the driver does not count answers
+/// `RSMI_STATUS_NOT_SUPPORTED` (`src/rocm_smi.cc` lines 632-633), so on real cards the
+/// call exits non-zero though its answer is whole. Those quiet errors go to the log at
+/// `INFO`, below its `WARNING` level (line 3007), and print nothing; any other error
+/// (the process list's among them: `rsmi_ret_ok(ret)`, line 1629, would leave a process
+/// out) prints `ERROR: …` on standard error. So a non-zero exit is taken only with
+/// nothing on standard error and the tool's closing line printed; anything else fails
+/// the probe.
+fn whole_answer(program: &str, answer: command::Answer) -> Result<String, ProbeError> {
+    let closed = answer
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .is_some_and(|l| l.contains(" End of ROCm SMI Log "));
+    if answer.success || (answer.stderr.trim().is_empty() && closed) {
+        return Ok(answer.stdout);
+    }
+    Err(answer.failed(program.to_string(), QUERY_PIDS))
+}
+
+/// The answer of [`QUERY_PIDS`]: the processes, and why each GPU is sick (`None`: it
+/// reads healthy, or its card does not report RAS).
+pub fn parse_pids_and_health(
+    program: &str,
+    out: &str,
+    gpus: &BTreeMap<u32, GpuState>,
+) -> Result<(Vec<ComputeApp>, super::rocm_ras::Sickness), ProbeError> {
+    let Some((pids, ras, first)) = super::rocm_ras::split(out) else {
+        return Err(ProbeError::Parse {
+            program: program.into(),
+            query: QUERY_PIDS,
+            line: 0,
+            reason: "no RAS Info section: the GPUs' health cannot be told".into(),
+        });
+    };
+    let apps = parse_pids(program, pids, gpus)?;
+    let sick = super::rocm_ras::parse(program, QUERY_PIDS, ras, first, gpus)?;
+    Ok((apps, sick))
 }
 
 /// What each GPU is: its series as the model, its VRAM, the driver's version.
@@ -472,6 +526,27 @@ mod tests {
         assert_eq!(hw[0].name.as_deref(), Some("AMD Instinct MI300X"));
         assert_eq!(hw[0].memory_mib, Some(196_592));
         assert_eq!(hw[0].driver.as_deref(), Some("6.7.0"));
+    }
+
+    #[test]
+    fn a_non_zero_exit_is_taken_only_quiet_and_whole() {
+        let answer = |success: bool, stdout: &str, stderr: &str| command::Answer {
+            success,
+            status: if success {
+                "exit status: 0"
+            } else {
+                "exit status: 2"
+            }
+            .into(),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        };
+        let whole = "===== RAS Info =====\n====\n===== End of ROCm SMI Log =====\n";
+        assert!(whole_answer("r", answer(false, whole, "")).is_ok());
+        assert!(whole_answer("r", answer(true, "anything", "")).is_ok());
+        let loud = whole_answer("r", answer(false, whole, "ERROR: 2 GPU[0]: x\n"));
+        assert!(loud.unwrap_err().to_string().contains("ERROR: 2 GPU[0]"));
+        assert!(whole_answer("r", answer(false, "===== RAS Info =====\n", "")).is_err());
     }
 
     #[test]

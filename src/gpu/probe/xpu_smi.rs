@@ -1,6 +1,6 @@
 //! The Intel backend: Intel XPU Manager's command-line tool, `xpu-smi` (what SGLang's
-//! `intel-bmg` runners and Intel's Data Center GPU hosts ship), asked two things in
-//! turn and parsed strictly (its user guide, intel/xpumanager `doc/smi_user_guide.md`:
+//! `intel-bmg` runners and Intel's Data Center GPU hosts ship), asked four things
+//! (three at once, then the sample) and parsed strictly (its user guide, intel/xpumanager `doc/smi_user_guide.md`:
 //! "Discover the devices", "Dump the device statistics in CSV format"):
 //!
 //! - `xpu-smi discovery -j`: each GPU's `device_id`, `device_name`, `pci_bdf_address`
@@ -8,19 +8,21 @@
 //! - `xpu-smi dump -d 0,1 -m 0,18 -n 1`: one sample of each GPU's utilisation (metric
 //!   0, `GPU Utilization (%)`) and memory used (metric 18, `GPU Memory Used (MiB)`), as
 //!   CSV with a heading (`Timestamp, DeviceId, GPU Utilization (%), GPU Memory Used
-//!   (MiB)`).
+//!   (MiB)`);
+//! - `xpu-smi health -l -j` and `xpu-smi ps -j`, at once with the discovery: each
+//!   GPU's memory health and the processes on it (see `xpu_health`).
 //!
 //! An Intel GPU is named by its PCI address (`XPU-0000:29:00.0`): stable across
 //! reboots, and what its render and card nodes are found by in sysfs at the hand-over.
-//! xpu-smi's process list (`xpu-smi ps`) is not read: an Intel GPU is judged idle by
-//! its memory in use and its utilisation (a process holding the GPU holds memory).
-//! `N/A` where a number belongs fails the probe, as for every backend.
+//! It is judged idle by its processes, its memory in use and its utilisation, as every
+//! vendor's. `N/A` where a number belongs fails the probe, as for every backend.
 
 use std::time::{Duration, Instant};
 
 use super::command::Query;
 use super::error::ProbeError;
 use super::reading::{GpuHardware, GpuState, Reading};
+use super::xpu_health::{QUERY_HEALTH, QUERY_PS, parse_health, parse_ps};
 
 pub const QUERY_DISCOVERY: &str = "discovery -j";
 /// The metrics asked of `dump` (the device list is added).
@@ -68,13 +70,17 @@ fn err(program: &str, query: &'static str, line: usize, reason: String) -> Probe
     }
 }
 
+fn start(program: &str, query: &'static str) -> Result<Query, ProbeError> {
+    let args: Vec<&str> = query.split(' ').collect();
+    Query::start(program, query, &args, KNOB)
+}
+
 fn discover(
     program: &str,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Vec<Device>, ProbeError> {
-    let args: Vec<&str> = QUERY_DISCOVERY.split(' ').collect();
-    let out = Query::start(program, QUERY_DISCOVERY, &args, KNOB)?.finish(deadline, timeout)?;
+    let out = start(program, QUERY_DISCOVERY)?.finish(deadline, timeout)?;
     parse_discovery(program, &out)
 }
 
@@ -112,20 +118,71 @@ fn parse_discovery(program: &str, out: &str) -> Result<Vec<Device>, ProbeError> 
     Ok(devices)
 }
 
-/// Runs the discovery, then one sample of the discovered GPUs.
+/// Runs the discovery with the health reading and the process list (all three at
+/// once), then one sample of the discovered GPUs.
 pub fn probe(program: &str, timeout: Duration) -> Result<Reading, ProbeError> {
     let deadline = Instant::now() + timeout;
-    let devices = discover(program, deadline, timeout)?;
-    if devices.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+    let mut queries = Vec::new();
+    for q in [QUERY_DISCOVERY, QUERY_HEALTH, QUERY_PS] {
+        match start(program, q) {
+            Ok(query) => queries.push(query),
+            Err(e) => {
+                queries.into_iter().for_each(Query::kill);
+                return Err(e);
+            }
+        }
     }
-    let ids: Vec<String> = devices.iter().map(|d| d.id.to_string()).collect();
-    let ids = ids.join(",");
-    let mut args = vec!["dump", "-d", ids.as_str()];
+    let mut queries = queries.into_iter();
+    let (discovery, health, ps) = (
+        queries.next().expect("three queries"),
+        queries.next().expect("three queries"),
+        queries.next().expect("three queries"),
+    );
+    // The sample needs the device IDs: it starts once the discovery answered, while
+    // the health reading and the process list may still run.
+    let found = discovery
+        .finish(deadline, timeout)
+        .and_then(|out| parse_discovery(program, &out));
+    let devices = match found {
+        Ok(d) => d,
+        Err(e) => {
+            health.kill();
+            ps.kill();
+            return Err(e);
+        }
+    };
+    let ids: Vec<u32> = devices.iter().map(|d| d.id).collect();
+    let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let list = list.join(",");
+    let mut args = vec!["dump", "-d", list.as_str()];
     args.extend(QUERY_DUMP.split(' ').skip(1));
-    let out = Query::start(program, QUERY_DUMP, &args, KNOB)?.finish(deadline, timeout)?;
-    let gpus = parse_dump(program, &out, &devices)?;
-    Ok((gpus, Vec::new()))
+    let dump = if devices.is_empty() {
+        None
+    } else {
+        match Query::start(program, QUERY_DUMP, &args, KNOB) {
+            Ok(q) => Some(q),
+            Err(e) => {
+                health.kill();
+                ps.kill();
+                return Err(e);
+            }
+        }
+    };
+    let health = health.finish(deadline, timeout);
+    let ps = ps.finish(deadline, timeout);
+    let dump = dump.map(|q| q.finish(deadline, timeout));
+    let sick = parse_health(program, &health?, &ids)?;
+    let apps = parse_ps(program, &ps?, |id| {
+        devices.iter().find(|d| d.id == id).map(|d| d.uuid.clone())
+    })?;
+    let Some(dump) = dump else {
+        return Ok((Vec::new(), apps));
+    };
+    let mut gpus = parse_dump(program, &dump?, &devices)?;
+    for g in &mut gpus {
+        g.sick = sick.get(&g.index).cloned().flatten();
+    }
+    Ok((gpus, apps))
 }
 
 /// The answer of `dump`: its heading, then one line a GPU.

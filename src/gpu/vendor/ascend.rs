@@ -75,6 +75,7 @@ impl Vendor for Ascend {
         for name in SHARED_NODES {
             devices.push(node(&dev, name).map_err(|why| fail(id, why))?);
         }
+        distinct(&devices).map_err(|why| fail(id, why))?;
         let root = host_root();
         let mut mounts = Vec::new();
         for (path, required) in USER_SPACE {
@@ -150,6 +151,31 @@ fn driver_own(host: &Path, md: &std::fs::Metadata) -> Result<(), String> {
     }
 }
 
+/// No two of the nodes handed over may be one device (a `davinci1` made with
+/// `davinci0`'s numbers would give one chip to two leases): Ascend's driver gives each
+/// chip and each shared node numbers of its own. Their numbers themselves are not
+/// checked: the driver takes its majors at load time, under names no documentation
+/// cibox could find ties to each node.
+fn distinct(devices: &[DeviceNode]) -> Result<(), String> {
+    let mut seen: Vec<(u64, &Path)> = Vec::new();
+    for d in devices {
+        let rdev = std::fs::symlink_metadata(&d.host)
+            .map_err(|e| format!("{}: {e}", d.host.display()))?
+            .rdev();
+        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == rdev) {
+            return Err(format!(
+                "{} and {} are one device ({}:{}): a chip's node must be its own",
+                other.display(),
+                d.host.display(),
+                nix::sys::stat::major(rdev),
+                nix::sys::stat::minor(rdev)
+            ));
+        }
+        seen.push((rdev, &d.host));
+    }
+    Ok(())
+}
+
 /// `dev/<name>`, which must be a character device (not a link to one).
 fn node(dev: &Path, name: &str) -> Result<DeviceNode, String> {
     let host = dev.join(name);
@@ -168,6 +194,35 @@ mod driver_tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// A chip's node with another chip's numbers is refused: one chip, two leases.
+    #[test]
+    fn two_nodes_of_one_device_are_refused() {
+        assert!(nix::unistd::geteuid().is_root(), "mknod needs root");
+        let dev = tempfile::tempdir().unwrap();
+        for (n, minor) in [
+            ("davinci0", 0),
+            ("davinci1", 0),
+            ("davinci_manager", 10),
+            ("devmm_svm", 11),
+            ("hisi_hdc", 12),
+        ] {
+            nix::sys::stat::mknod(
+                &dev.path().join(n),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                nix::sys::stat::makedev(4001, minor),
+            )
+            .unwrap();
+        }
+        let nodes: Vec<DeviceNode> = ["davinci0", "davinci1", "davinci_manager"]
+            .iter()
+            .map(|n| node(dev.path(), n).unwrap())
+            .collect();
+        let err = distinct(&nodes).unwrap_err();
+        assert!(err.contains("are one device (4001:0)"), "{err}");
+        assert!(distinct(&[nodes[0].clone(), nodes[2].clone()]).is_ok());
+    }
+
     /// The driver's folder reached through a link in a parent (`usr/local/Ascend` a
     /// link to a folder anyone may write) is refused (found by an attack: only the
     /// last component was checked).
@@ -175,12 +230,15 @@ mod driver_tests {
     fn a_driver_folder_behind_a_link_to_a_folder_anyone_may_write_is_refused() {
         assert!(nix::unistd::geteuid().is_root(), "mknod needs root");
         let dev = tempfile::tempdir().unwrap();
-        for n in ["davinci0", "davinci_manager", "devmm_svm", "hisi_hdc"] {
+        for (minor, n) in ["davinci0", "davinci_manager", "devmm_svm", "hisi_hdc"]
+            .iter()
+            .enumerate()
+        {
             nix::sys::stat::mknod(
                 &dev.path().join(n),
                 nix::sys::stat::SFlag::S_IFCHR,
                 nix::sys::stat::Mode::from_bits_truncate(0o600),
-                nix::sys::stat::makedev(1, 3),
+                nix::sys::stat::makedev(4001, minor as u64),
             )
             .unwrap();
         }

@@ -444,6 +444,13 @@ impl Execution<'_> {
                 why,
             }
             .into()),
+            // Slurm allocated a sick unit: it does not know, and would again.
+            (Some(node), Err(why @ LeaseError::Sick { .. })) => Err(RunError::SlurmGpusSick {
+                job_id: node.job_id.clone(),
+                node: node.node.clone(),
+                why,
+            }
+            .into()),
             (_, lease) => Ok(lease?),
         }
     }
