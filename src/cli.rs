@@ -129,6 +129,9 @@ pub enum Command {
         /// A change group the diff changed (repeated).
         #[arg(long = "changed", requires = "selection_base")]
         changed: Vec<String>,
+        /// The test lists the parent collected (`collect:`), as JSON on standard input.
+        #[arg(long)]
+        collected_stdin: bool,
     },
     /// (Internal) the watchdog of a batch's Slurm job: cancels it if cibox dies.
     #[command(name = "__slurm-watchdog", hide = true)]

@@ -16,7 +16,7 @@ use crate::timing::{PartitionSpec, Recorded};
 
 /// `cibox batch list [NAME…] [--layer L] [--partition K/N] [--timings PATH]…`.
 pub fn list(ctx: &Context, args: &BatchListArgs) -> Result<u8> {
-    let m = ctx.manifest()?;
+    let m = ctx.manifest_collected(None, None)?;
     let partition = args
         .partition
         .as_deref()
@@ -35,7 +35,8 @@ pub fn list(ctx: &Context, args: &BatchListArgs) -> Result<u8> {
 
 /// `cibox batch run` and `cibox layer run`.
 pub fn run(ctx: &Context, names: &[String], layer: Option<&str>, opts: &RunOptions) -> Result<u8> {
-    super::run::run_manifest(ctx, ctx.manifest()?, names, layer, opts)
+    let m = ctx.manifest_collected(opts.source.as_deref(), opts.image.as_deref())?;
+    super::run::run_manifest(ctx, m, names, layer, opts)
 }
 
 /// `cibox cleanup [--scope S]`: the containers of dead runs of this host, of scope S

@@ -28,6 +28,43 @@ impl Context {
         Ok(m)
     }
 
+    /// [`Context::manifest`] with the test lists its project's code prints (`collect:`)
+    /// read, each in a disposable container of its image, from `source` (default: the
+    /// checkout around the manifest), in image `image` when one is asked for.
+    pub fn manifest_collected(
+        &self,
+        source: Option<&std::path::Path>,
+        image: Option<&str>,
+    ) -> Result<Manifest> {
+        let m = self.manifest()?;
+        if m.collectors.is_empty() {
+            return Ok(m);
+        }
+        let source = match source {
+            Some(s) => s.to_path_buf(),
+            None => crate::git::checkout_above(&m.dir)
+                .unwrap_or(&m.dir)
+                .to_path_buf(),
+        };
+        let source = std::fs::canonicalize(&source).unwrap_or(source);
+        let env_image = std::env::var("CIBOX_IMAGE").ok().filter(|s| !s.is_empty());
+        let req = crate::run::collect::CollectRequest {
+            source: &source,
+            image: image.or(env_image.as_deref()),
+        };
+        crate::run::collect::collect(m, &req)
+    }
+
+    /// The manifest a render sees: printed at build time (a pipeline to upload), with
+    /// the test lists the project's code prints collected; written to be committed,
+    /// without them.
+    pub fn manifest_to_render(&self, printed: bool) -> Result<Manifest> {
+        match printed {
+            true => self.manifest_collected(None, None),
+            false => self.manifest(),
+        }
+    }
+
     /// The manifest as its file says, whatever the host policy pins.
     pub fn manifest_as_written(&self) -> Result<Manifest> {
         let path = match &self.manifest_path {

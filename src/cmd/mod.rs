@@ -91,6 +91,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             selection_base,
             selection_head,
             changed,
+            collected_stdin,
         } => {
             let selection = selection_base.zip(selection_head).map(|(base, head)| {
                 crate::workflow::context::Selection {
@@ -99,7 +100,13 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                     groups: changed,
                 }
             });
-            workflow::render_template(&ctx, &flavor, &template, selection.as_ref())
+            workflow::render_template(
+                &ctx,
+                &flavor,
+                &template,
+                selection.as_ref(),
+                collected_stdin,
+            )
         }
         Command::SlurmNode { job } => Ok(slurm::node(&ctx, &job)),
         Command::HostFolders { me, paths } => Ok(crate::engine::report_host_folders(me, &paths)),

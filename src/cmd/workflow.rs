@@ -214,7 +214,7 @@ fn print_one(
         }
         .into()),
         [(f, t, _)] => {
-            let r = confined::render(&m.path, t, f.flavor, selection)?;
+            let r = confined::render(&m.path, t, f.flavor, selection, m.collected.as_ref())?;
             for w in render_warnings(m, &r) {
                 console::warn(w);
             }
@@ -256,8 +256,12 @@ pub fn render_template(
     flavor: &str,
     template: &Path,
     selection: Option<&Selection>,
+    collected_stdin: bool,
 ) -> Result<u8> {
-    let m = ctx.manifest()?;
+    let mut m = ctx.manifest()?;
+    if collected_stdin {
+        m = confined::with_collected_stdin(m)?;
+    }
     let flavor = match flavor {
         "buildkite" => render::Flavor::Buildkite,
         _ => render::Flavor::GitHub,
@@ -286,7 +290,7 @@ pub fn render(
     print: Option<&str>,
     diff: Option<(String, String)>,
 ) -> Result<u8> {
-    let m = ctx.manifest()?;
+    let m = ctx.manifest_to_render(print.is_some())?;
     let folders = template_folders(&m)?;
     if let Some(wanted) = print {
         // The selection `changed` makes (a manifest without `changed:` changes no
@@ -311,7 +315,7 @@ pub fn render(
     let mut rendered: Vec<(usize, render::Rendered)> = Vec::new();
     for (i, f) in folders.iter().enumerate() {
         for t in &f.templates {
-            rendered.push((i, confined::render(&m.path, t, f.flavor, None)?));
+            rendered.push((i, confined::render(&m.path, t, f.flavor, None, None)?));
         }
     }
     let mut stale = 0;

@@ -7,12 +7,14 @@
 mod api;
 pub mod auth;
 mod buildkit;
+mod capture;
 mod containers;
 mod host_view;
 mod images;
 
 pub use api::ContainerEngine;
 pub use buildkit::{BuildEvent, BuildSecret};
+pub use capture::{CaptureBounds, CaptureEnd};
 pub use containers::{
     ContainerInfo, EndCause, FollowEnd, Followed, Removal, Steps, Stop, VolumeInfo,
 };

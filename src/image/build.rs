@@ -74,6 +74,9 @@ pub enum Stage<'a> {
     Restated { entries: usize },
     /// The normalised image (this many bytes) is being loaded into the engine.
     Loading { bytes: u64 },
+    /// The engine's build cache named a layer the engine no longer has (its known bug,
+    /// moby/moby#41595, this error): the build runs once more, without the cache.
+    Uncached { error: &'a str },
 }
 
 /// A normalised build, loaded into the engine.
@@ -86,8 +89,38 @@ pub struct Built {
 
 /// The engine's build (from the cache unless `no_cache`), tagged `cibox-raw-build:…`
 /// (the tag written in `scratch`'s journal first, so a killed build's is removed by the
-/// next): its ID and that tag.
+/// next): its ID and that tag. A BuildKit build that fails on a layer the engine's
+/// cache named but lost runs once more, without the cache.
 fn engine_build(
+    engine: &Engine,
+    inputs: &BuildInputs<'_>,
+    no_cache: bool,
+    scratch: &mut BuildScratch<'_>,
+    mask: &Masker,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> Result<(String, String), ImageError> {
+    match engine_build_once(engine, inputs, no_cache, scratch, mask, on) {
+        Err(e) if !no_cache && matches!(inputs.builder, Builder::BuildKit) && lost_layer(&e) => {
+            on(Stage::Uncached {
+                error: &e.to_string(),
+            });
+            engine_build_once(engine, inputs, true, scratch, mask, on)
+        }
+        other => other,
+    }
+}
+
+/// Whether the engine's build failed on a layer its own cache named but it no longer
+/// has (`failed to get layer sha256:…: layer does not exist`, moby/moby#41595): the
+/// engine's bug, seen where builds and image removals share one engine. A build that
+/// does not use the cache does not meet it.
+fn lost_layer(e: &ImageError) -> bool {
+    let text = e.to_string();
+    text.contains("failed to get layer") && text.contains("layer does not exist")
+}
+
+/// [`engine_build`], once.
+fn engine_build_once(
     engine: &Engine,
     inputs: &BuildInputs<'_>,
     no_cache: bool,

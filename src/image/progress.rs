@@ -173,6 +173,13 @@ fn show_stage(stage: Stage<'_>, verbose: bool, ticker: &console::Ticker) {
             ),
             None,
         ),
+        Stage::Uncached { error } => say(
+            format!(
+                "the engine's build cache names a layer the engine no longer has (its bug, moby/moby#41595: {}); building again without the cache",
+                error.lines().next().unwrap_or(error)
+            ),
+            None,
+        ),
         Stage::Loading { bytes } => say(
             format!("loading the normalised image: {}", mib(bytes)),
             Some(format!("loading the normalised image ({})", mib(bytes))),

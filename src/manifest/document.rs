@@ -31,6 +31,11 @@ pub struct Manifest {
     pub batches: IndexMap<String, Batch>,
     /// Test lists: each family (a batch with `each:`) and the batches of its entries.
     pub families: IndexMap<String, Vec<String>>,
+    /// The test lists the project's code prints (`collect:`), by family: until
+    /// collected ([`Manifest::with_collected`]) such a family has no entries.
+    pub collectors: IndexMap<String, super::collect::CollectSpec>,
+    /// The collectors' lists, once they are in (`batches` then holds their entries).
+    pub collected: Option<super::collect::Collected>,
     pub layers: IndexMap<String, Layer>,
     pub changed: Option<ChangedConfig>,
     pub workflows: WorkflowsConfig,

@@ -58,6 +58,34 @@ pub(super) struct RawEntry {
     soft_fail: Option<Option<bool>>,
 }
 
+impl RawEntry {
+    /// An entry a collector printed (`collect:`), its suite kept in `meta.suite`.
+    pub(super) fn collected(
+        file: String,
+        name: Option<String>,
+        gpus: Option<u32>,
+        gpu_model: Option<String>,
+        args: Option<String>,
+        est_time: Option<Span>,
+        suite: Option<String>,
+    ) -> RawEntry {
+        RawEntry {
+            file,
+            name,
+            gpus: gpus.map(|g| Some(i64::from(g))),
+            gpu_model: gpu_model.map(Some),
+            timeout: None,
+            args,
+            env: None,
+            description: None,
+            meta: suite.map(|s| Some(serde_json::json!({ "suite": s }))),
+            est_time: est_time.map(Some),
+            retries: None,
+            soft_fail: None,
+        }
+    }
+}
+
 /// A key that is written, `null` included (`Some(None)`); with `#[serde(default)]` a
 /// key not written is `None`.
 fn written<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
@@ -91,6 +119,7 @@ fn derived_name(family: &str, file: &str) -> String {
 /// names already taken (`taken`: batch name → where) may not be taken again.
 pub(super) fn expand(
     check: &Checker<'_>,
+    list: &str,
     family: &str,
     template: &Batch,
     entries: Vec<RawEntry>,
@@ -100,7 +129,7 @@ pub(super) fn expand(
         let mut p = vec![
             "batches".to_string(),
             family.to_string(),
-            "each".to_string(),
+            list.to_string(),
             i.to_string(),
         ];
         if !key.is_empty() {
@@ -109,11 +138,11 @@ pub(super) fn expand(
         p
     };
     if entries.is_empty() {
-        return Err(check.at(&["batches", family, "each"], "lists no test"));
+        return Err(check.at(&["batches", family, list], "lists no test"));
     }
     if entries.len() > MAX_BATCHES {
         return Err(check.at(
-            &["batches", family, "each"],
+            &["batches", family, list],
             format!(
                 "lists {} tests; a manifest holds at most {MAX_BATCHES} batches",
                 entries.len()
@@ -141,7 +170,7 @@ pub(super) fn expand(
                 format!("gives the batch name `{name}`, which is not one: use letters, digits, `_`, `.` and `-`, starting with a letter or digit; or give the entry a `name:`"),
             ));
         }
-        let here = format!("batches.{family}.each.{i}");
+        let here = format!("batches.{family}.{list}.{i}");
         if let Some(other) = taken.insert(name.clone(), here.clone()) {
             return Err(check.at(
                 &at(i, if e.name.is_some() { "name" } else { "file" }),

@@ -33,6 +33,7 @@ mod caches;
 mod changed;
 mod check;
 mod chosen;
+mod collect;
 mod container;
 mod devices;
 mod document;
@@ -52,6 +53,9 @@ mod values;
 
 pub use changed::{ChangedConfig, GroupKind, PatternKind, Renames};
 pub use chosen::chosen_id;
+pub use collect::{
+    CollectSpec, Collected, CollectedEntry, MAX_COLLECT_BYTES, MAX_ENTRY_GPUS, parse_output,
+};
 pub use container::{
     CAP_ADD_ALLOWED, ContainerConfig, ContainerUser, GpuDriver, HostMount, Ipc, Network,
     ULIMIT_NAMES, Ulimit,
@@ -109,6 +113,11 @@ pub fn find(start: &Path) -> Result<PathBuf, ManifestError> {
 impl Manifest {
     /// Reads and validates a manifest file, then applies the `CIBOX_*` overrides.
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        Self::load_as(path, None)
+    }
+
+    /// [`Manifest::load`], with the collectors' lists when they are in.
+    fn load_as(path: &Path, collected: Option<&Collected>) -> Result<Manifest, ManifestError> {
         let read_err = |e: std::io::Error| ManifestError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
@@ -135,14 +144,41 @@ impl Manifest {
             path: path.display().to_string(),
             reason: "not UTF-8 text".into(),
         })?;
-        let mut m = Self::parse(&text, path)?;
+        let mut m = Self::parse_with(&text, path, collected)?;
         m.digest = format!("sha256:{}", hex(&Sha256::digest(&bytes)));
         m.apply_env(|k| std::env::var(k).ok())?;
         Ok(m)
     }
 
     /// Parses manifest text; `path` is used for messages and to anchor relative paths.
+    #[cfg(test)]
     pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
+        Self::parse_with(text, path, None)
+    }
+
+    /// The manifest again, with the lists its collectors printed (`collect:`) made
+    /// batches, as `each:` entries are; its file read anew must be the one read first
+    /// (its digest), and the GPU settings stay as they were settled.
+    pub fn with_collected(&self, collected: &Collected) -> Result<Manifest, ManifestError> {
+        let again = Self::load_as(&self.path, Some(collected))?;
+        if again.digest != self.digest {
+            return Err(ManifestError::Read {
+                path: self.path.display().to_string(),
+                reason: "changed while its test lists were collected; run again".into(),
+            });
+        }
+        Ok(Manifest {
+            gpu: self.gpu.clone(),
+            ..again
+        })
+    }
+
+    /// [`Manifest::parse`], with the collectors' lists when they are in.
+    fn parse_with(
+        text: &str,
+        path: &Path,
+        collected: Option<&Collected>,
+    ) -> Result<Manifest, ManifestError> {
         let file = path.display().to_string();
         let root = yaml::parse(text)
             .map_err(|e| ManifestError::At {
@@ -178,7 +214,7 @@ impl Manifest {
             })
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        validate(raw, &check, path.to_path_buf(), dir)
+        validate(raw, &check, path.to_path_buf(), dir, collected)
     }
 
     /// `CIBOX_CPUS`, `CIBOX_MEMORY`, `CIBOX_SHM`, `CIBOX_GPU_POOL`, `CIBOX_GPU_LOCK_DIR`

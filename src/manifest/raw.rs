@@ -12,6 +12,7 @@ use crate::units::Span;
 
 use super::caches::RawCache;
 use super::changed::RawChanged;
+use super::collect::RawCollect;
 use super::container::RawContainer;
 use super::each::RawEntry;
 use super::gpu::RawGpu;
@@ -131,6 +132,8 @@ pub(super) struct RawBatch {
     pub(super) changes: Vec<String>,
     /// A test list: one batch per entry (see `each`).
     pub(super) each: Option<Vec<RawEntry>>,
+    /// A test list the project's code prints at run time (see `collect`).
+    pub(super) collect: Option<RawCollect>,
 }
 
 /// A layer's `batches:`, `all` or a list of names.

@@ -33,6 +33,7 @@ const MAPPINGS: &[&[&str]] = &[
     &["batches", "*", "container", "ulimits"],
     &["batches", "*", "meta"],
     &["batches", "*", "each", "*"],
+    &["batches", "*", "collect"],
     &["layers", "*", "meta"],
     &["layers"],
     &["layers", "*"],

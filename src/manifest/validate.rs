@@ -13,6 +13,7 @@ use crate::util::did_you_mean;
 use super::caches::{CacheSpec, batch_caches, validate_caches};
 use super::changed::validate_changed;
 use super::check::Checker;
+use super::collect::{self, CollectSpec, Collected, CollectedEntry};
 use super::container::{RawContainer, validate_container};
 use super::document::Manifest;
 use super::each;
@@ -35,6 +36,7 @@ pub(super) fn validate(
     check: &Checker<'_>,
     path: PathBuf,
     dir: PathBuf,
+    collected: Option<&Collected>,
 ) -> Result<Manifest, ManifestError> {
     validate_version_and_project(check, raw.version, &raw.project)?;
     let images = validate_images(check, raw.image, raw.images)?;
@@ -45,8 +47,14 @@ pub(super) fn validate(
     let gpu = validate_gpu(check, raw.gpu)?;
 
     let caches = validate_caches(check, raw.caches)?;
-    let (batches, families) =
-        validate_batches(check, &images, &caches, &top_container, raw.batches)?;
+    let (batches, families, collectors) = validate_batches(
+        check,
+        &images,
+        &caches,
+        &top_container,
+        raw.batches,
+        collected,
+    )?;
     let layers = validate_layers(check, &images, &batches, &families, raw.layers)?;
     require_an_image(check, &images, &batches, &layers)?;
 
@@ -79,6 +87,8 @@ pub(super) fn validate(
         gpu,
         batches,
         families,
+        collectors,
+        collected: collected.cloned(),
         layers,
         changed,
         workflows: raw.workflows,
@@ -140,8 +150,13 @@ fn require_an_image(
     Ok(())
 }
 
-/// The batches, and the test lists' families (each with the batches of its entries).
-type Batches = (IndexMap<String, Batch>, IndexMap<String, Vec<String>>);
+/// The batches, the test lists' families (each with the batches of its entries), and
+/// the collectors of the lists the project's code prints.
+type Batches = (
+    IndexMap<String, Batch>,
+    IndexMap<String, Vec<String>>,
+    IndexMap<String, CollectSpec>,
+);
 
 /// Reads `batches:`, in order; a batch with `each:` becomes one batch per entry.
 fn validate_batches(
@@ -150,6 +165,7 @@ fn validate_batches(
     caches: &IndexMap<String, CacheSpec>,
     top_container: &RawContainer,
     raw: IndexMap<String, RawBatch>,
+    collected: Option<&Collected>,
 ) -> Result<Batches, ManifestError> {
     if raw.is_empty() {
         return Err(check.at(&["batches"], "define at least one batch"));
@@ -160,9 +176,9 @@ fn validate_batches(
     let mut taken: HashMap<String, String> = raw
         .iter()
         .map(|(n, b)| {
-            let what = match b.each {
-                None => format!("batches.{n}"),
-                Some(_) => {
+            let what = match (&b.each, &b.collect) {
+                (None, None) => format!("batches.{n}"),
+                _ => {
                     format!("batches.{n} (a test list, whose name stands for all its entries)")
                 }
             };
@@ -171,15 +187,44 @@ fn validate_batches(
         .collect();
     let mut batches = IndexMap::new();
     let mut families = IndexMap::new();
+    let mut collectors = IndexMap::new();
     for (name, mut b) in raw {
         let each = b.each.take();
+        let collect = b.collect.take();
         let batch = validate_batch(check, images, caches, top_container, &name, b)?;
-        match each {
-            None => {
+        let (list, entries) = match (each, collect) {
+            (Some(_), Some(_)) => {
+                return Err(check.at(
+                    &["batches", &name, "collect"],
+                    "a test list is written out (`each:`) or printed by the project's code (`collect:`), not both",
+                ));
+            }
+            (None, None) => {
                 batches.insert(name, batch);
+                continue;
+            }
+            (Some(entries), None) => ("each", Some(entries)),
+            (None, Some(raw)) => {
+                collectors.insert(
+                    name.clone(),
+                    collect::collect_spec(check, &name, &batch.image, raw)?,
+                );
+                let entries = collected.map(|c| {
+                    c.lists
+                        .get(&name)
+                        .map(|l| l.iter().map(CollectedEntry::raw).collect())
+                        .unwrap_or_default()
+                });
+                ("collect", entries)
+            }
+        };
+        match entries {
+            // Not collected yet: a family of no entries, for now.
+            None => {
+                families.insert(name, Vec::new());
             }
             Some(entries) => {
-                let expanded = each::expand(check, &name, &batch, entries, &mut taken)?;
+                let expanded = each::expand(check, list, &name, &batch, entries, &mut taken)?;
                 families.insert(name, expanded.keys().cloned().collect());
                 batches.extend(expanded);
             }
@@ -194,7 +239,7 @@ fn validate_batches(
             ));
         }
     }
-    Ok((batches, families))
+    Ok((batches, families, collectors))
 }
 
 /// The most nodes a batch may span.

@@ -25,6 +25,7 @@
 //!   first failure;
 //! - [`execute`]: the run loop on this host;
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
+//! - [`collect`]: test lists the project's code prints, read in a disposable container;
 //! - [`launch`]: one run's setup for every front end;
 //! - [`qualify`], [`replay`]: the `qualify` layer on one image, and its record; a
 //!   recorded batch run again on its commit and image;
@@ -33,6 +34,7 @@
 pub mod attempts;
 pub mod batch_dir;
 pub mod cleanup;
+pub mod collect;
 pub mod copy;
 pub mod error;
 pub mod execute;

@@ -39,53 +39,28 @@ pub fn render(
     template: &Path,
     flavor: Flavor,
     selection: Option<&super::context::Selection>,
+    collected: Option<&crate::manifest::Collected>,
 ) -> Result<Rendered, RenderError> {
     let exe = std::env::current_exe().map_err(|source| RenderError::Unreadable {
         template: template.to_path_buf(),
         source,
     })?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--manifest")
-        .arg(manifest)
-        .args(["__render-template", "--flavor", flavor.as_arg()])
-        .arg(template);
-    if let Some(s) = selection {
-        // `--opt=VALUE`: a revision is the user's text, never an option of its own.
-        cmd.arg(format!("--selection-base={}", s.base))
-            .arg(format!("--selection-head={}", s.head));
-        cmd.args(s.groups.iter().map(|g| format!("--changed={g}")));
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("CIBOX_LOG", "error");
-    // SAFETY: only setrlimit between fork and exec, which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-            // Only ever lowered: a bound cibox itself runs under stays.
-            let lowered = |resource, n: u64| {
-                let was = getrlimit(resource).maximum.unwrap_or(u64::MAX);
-                let n = n.min(was);
-                setrlimit(
-                    resource,
-                    Rlimit {
-                        current: Some(n),
-                        maximum: Some(n),
-                    },
-                )
-            };
-            lowered(Resource::As, MEMORY)?;
-            lowered(Resource::Cpu, CPU)?;
-            Ok(())
-        });
-    }
+    // The lists collected here reach the child on its standard input: it cannot
+    // collect them itself (it has no engine, and must not run a container).
+    let lists = collected.map(|c| serde_json::to_vec(c).unwrap_or_default());
+    let mut cmd = child_command(exe, manifest, template, flavor, selection, lists.is_some());
     let child_failed = |source: std::io::Error| RenderError::Unreadable {
         template: template.to_path_buf(),
         source,
     };
     let mut child = cmd.spawn().map_err(child_failed)?;
     let watchdog = Watchdog::start(&child, WALL);
+    if let (Some(lists), Some(mut stdin)) = (lists, child.stdin.take()) {
+        // Written beside the reads below, so that neither pipe waits on the other.
+        std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut stdin, &lists);
+        });
+    }
     let mut stderr = child.stderr.take().expect("piped");
     let errors = std::thread::spawn(move || {
         let mut text = Vec::new();
@@ -152,6 +127,58 @@ pub fn render(
     })
 }
 
+/// The child's command: this cibox's `__render-template`, bounded (see the module's
+/// doc); `lists`: the collected test lists come on its standard input.
+fn child_command(
+    exe: std::path::PathBuf,
+    manifest: &Path,
+    template: &Path,
+    flavor: Flavor,
+    selection: Option<&super::context::Selection>,
+    lists: bool,
+) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.arg("--manifest")
+        .arg(manifest)
+        .args(["__render-template", "--flavor", flavor.as_arg()])
+        .arg(template);
+    if let Some(s) = selection {
+        // `--opt=VALUE`: a revision is the user's text, never an option of its own.
+        cmd.arg(format!("--selection-base={}", s.base))
+            .arg(format!("--selection-head={}", s.head));
+        cmd.args(s.groups.iter().map(|g| format!("--changed={g}")));
+    }
+    if lists {
+        cmd.arg("--collected-stdin");
+    }
+    cmd.stdin(if lists { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("CIBOX_LOG", "error");
+    // SAFETY: only setrlimit between fork and exec, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+            // Only ever lowered: a bound cibox itself runs under stays.
+            let lowered = |resource, n: u64| {
+                let was = getrlimit(resource).maximum.unwrap_or(u64::MAX);
+                let n = n.min(was);
+                setrlimit(
+                    resource,
+                    Rlimit {
+                        current: Some(n),
+                        maximum: Some(n),
+                    },
+                )
+            };
+            lowered(Resource::As, MEMORY)?;
+            lowered(Resource::Cpu, CPU)?;
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// Kills a child that is still running when its time is up.
 struct Watchdog {
     stop: std::sync::mpsc::Sender<()>,
@@ -177,4 +204,29 @@ impl Watchdog {
         let _ = self.stop.send(());
         self.thread.join().unwrap_or(false)
     }
+}
+
+/// The most of the collected lists a child reads from its parent: what collectors may
+/// print, with room for the JSON around each entry.
+const MAX_COLLECTED_BYTES: u64 = 4 * crate::manifest::MAX_COLLECT_BYTES as u64;
+
+/// In the child: `m` with the lists its parent collected, read from standard input.
+pub fn with_collected_stdin(
+    m: crate::manifest::Manifest,
+) -> Result<crate::manifest::Manifest, crate::error::Error> {
+    let mut text = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_COLLECTED_BYTES)
+        .read_to_end(&mut text)
+        .map_err(|source| RenderError::Unreadable {
+            template: std::path::PathBuf::from("(the collected test lists)"),
+            source,
+        })?;
+    let collected: crate::manifest::Collected =
+        serde_json::from_slice(&text).map_err(|e| RenderError::Unreadable {
+            template: std::path::PathBuf::from("(the collected test lists)"),
+            source: std::io::Error::other(e),
+        })?;
+    Ok(m.with_collected(&collected)?)
 }

@@ -106,6 +106,24 @@ pub fn context_with(m: &Manifest, selection: Option<&Selection>) -> TemplateValu
                     ("name", TemplateValue::from(name.as_str())),
                     ("batches", plain(json!(entries))),
                     ("batch_list", batch_list(&values, entries)),
+                    // A list the project's code prints: its collector, and whether
+                    // its entries are in (`workflow render --print`) or to be
+                    // collected where it runs.
+                    (
+                        "collect",
+                        plain(
+                            m.collectors
+                                .get(name)
+                                .and_then(|c| serde_json::to_value(c).ok())
+                                .unwrap_or(Value::Null),
+                        ),
+                    ),
+                    (
+                        "collected",
+                        TemplateValue::from(
+                            m.collectors.contains_key(name) && m.collected.is_some(),
+                        ),
+                    ),
                 ]),
             )
         })

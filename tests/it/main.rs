@@ -13,6 +13,7 @@ mod buildkite;
 mod caches;
 mod ci;
 mod cli;
+mod collect;
 mod confine;
 mod docs;
 mod doctor;

@@ -24,7 +24,7 @@ fn sh(cmd: &mut Command, what: &str) -> String {
 }
 
 /// The Debian rootfs, made once per build folder (debootstrap takes a minute or two).
-fn debian_rootfs(cache: &Path) -> PathBuf {
+pub(crate) fn debian_rootfs(cache: &Path) -> PathBuf {
     let rootfs = cache.join("image/rootfs");
     if rootfs.join("usr/bin/python3").exists() {
         return rootfs;

@@ -18,6 +18,19 @@ pub enum Fault {
     StallSave(usize),
     /// Runs once, before an image load (`POST …/images/load`) is passed on.
     BeforeLoad(Arc<dyn Fn() + Send + Sync>),
+    /// The first build (`POST …/build`) is answered by the proxy, not the engine: a
+    /// stream whose one message is this error; later builds pass.
+    FailFirstBuild(Arc<(String, std::sync::atomic::AtomicBool)>),
+}
+
+impl Fault {
+    /// [`Fault::FailFirstBuild`] with `error`.
+    pub fn fail_first_build(error: &str) -> Fault {
+        Fault::FailFirstBuild(Arc::new((
+            error.to_string(),
+            std::sync::atomic::AtomicBool::new(false),
+        )))
+    }
 }
 
 /// A proxy listening in a folder of its own; `host` is what `DOCKER_HOST` takes.
@@ -80,6 +93,21 @@ fn requests(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Fault::FailFirstBuild(once) = fault
+            && is_build(&buf[..n])
+            && !once.1.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let body = serde_json::json!({
+                "errorDetail": {"message": once.0},
+                "error": once.0,
+            });
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{body}\n"
+            );
+            let _ = client.write_all(answer.as_bytes());
+            let _ = client.shutdown(std::net::Shutdown::Both);
+            break;
+        }
         for &b in &buf[..n] {
             if b == b'\n' {
                 let text = String::from_utf8_lossy(&line);
@@ -87,7 +115,7 @@ fn requests(
                     *limit.lock().unwrap() = match fault {
                         Fault::CutSave(n) => Some(Limit::Cut(*n)),
                         Fault::StallSave(n) => Some(Limit::Stall(*n)),
-                        Fault::BeforeLoad(_) => None,
+                        Fault::BeforeLoad(_) | Fault::FailFirstBuild(_) => None,
                     };
                 }
                 if text.starts_with("POST ")
@@ -106,6 +134,13 @@ fn requests(
         }
     }
     let _ = engine.shutdown(std::net::Shutdown::Write);
+}
+
+/// Whether these bytes, the start of a request, are a build's.
+fn is_build(bytes: &[u8]) -> bool {
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]);
+    let path = head.split(' ').nth(1).unwrap_or("");
+    head.starts_with("POST ") && path.split('?').next().unwrap_or("").ends_with("/build")
 }
 
 fn is_save(request_line: &str) -> bool {

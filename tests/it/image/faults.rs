@@ -217,3 +217,44 @@ fn a_base_removed_between_the_build_and_the_load_still_gives_the_same_id() {
     assert_eq!(img.0, want_id, "{}", r.stderr);
     assert!(image_exists(&img.0));
 }
+
+/// The engine's own bug (moby/moby#41595): a build from its cache fails on a layer the
+/// cache names but the engine no longer has, where builds and image removals share one
+/// engine. cibox says so and builds once more without the cache: the build passes, to
+/// the ID the engine gives without the proxy; a second such failure would fail it.
+#[test]
+fn a_build_the_engines_cache_fails_on_a_lost_layer_runs_again_without_the_cache() {
+    let (p, _nonce) = project("COPY nonce /nonce\n", "");
+    let lost = "failed to get layer sha256:931c2784846dd90b093d412406e4c328684a7c8af0a361a301134d975e92ea07: layer does not exist";
+    let proxy = EngineProxy::start(Fault::fail_first_build(lost));
+    let tmp = tempfile::tempdir().unwrap();
+    let r = {
+        let _store = image_store_lock(false);
+        run(&mut build_through(&p, &proxy.host, tmp.path()))
+    };
+    assert!(
+        r.stderr
+            .contains("the engine's build cache names a layer the engine no longer has")
+            && r.stderr.contains("moby/moby#41595")
+            && r.stderr.contains("building again without the cache"),
+        "{}",
+        r.stderr
+    );
+    let through_proxy = built(&r);
+    let direct = {
+        let _store = image_store_lock(false);
+        let mut c = cibox(p.path());
+        c.args(["image", "build"]).env("TMPDIR", tmp.path());
+        built(&run(&mut c))
+    };
+    assert_eq!(through_proxy.0, direct.0);
+    // Another error of the engine's is not retried: it fails the build, once.
+    let (p, _nonce) = project("COPY nonce /nonce\n", "");
+    let proxy = EngineProxy::start(Fault::fail_first_build("no space left on device"));
+    let r = {
+        let _store = image_store_lock(false);
+        run(&mut build_through(&p, &proxy.host, tmp.path()))
+    };
+    r.fails_with(3, "no space left on device");
+    assert!(!r.stderr.contains("without the cache"), "{}", r.stderr);
+}
