@@ -210,6 +210,7 @@ impl ChangedRun {
         env.insert("CIBOX_TEST_FILE".into(), file.to_string());
         Batch {
             nodes: 1,
+            shards: 1,
             description: Some(format!("changed test file {file}")),
             gpus,
             gpu_model: self.gpu_model.clone(),

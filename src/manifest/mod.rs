@@ -69,7 +69,7 @@ pub use gpu::{
 pub use images::{DEFAULT_IMAGE, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
 pub use patterns::{Selector, compile_glob, github_glob, under_prefix};
-pub use placement::parts_for_budget;
+pub use placement::{parts_for_budget, shard_unit};
 pub use schedule::MAX_RETRIES;
 pub use types::{Batch, BatchVerdict, Layer, Retries, RetryOn};
 pub use values::is_batch_name;

@@ -88,6 +88,44 @@ pub(super) fn queue(
     Ok(Some(q))
 }
 
+/// The most shards a batch may have: GitHub's limit of jobs one matrix makes in a
+/// workflow run ("A matrix can generate a maximum of 256 jobs per workflow run",
+/// docs.github.com, *Running variations of jobs in a workflow*), so a sharded batch
+/// renders as one matrix on both CIs. A host runs no more of them at once than its GPUs
+/// (and its `--wait`) allow.
+pub const MAX_SHARDS: i64 = 256;
+
+/// The name a run gives shard `index` (from 0) of a batch of `count` shards, for the
+/// split, the events and the shard's own record: `B[K/N]`, K counted from 1 as
+/// Buildkite's labels count (`%N`). No batch name holds `[`, so none can take it.
+pub fn shard_unit(batch: &str, index: u32, count: u32) -> String {
+    format!("{batch}[{}/{count}]", index + 1)
+}
+
+/// A batch's `shards`: 1 to [`MAX_SHARDS`], and 1 for a batch on several Slurm nodes
+/// (its ranks are one job; shards of it would be jobs of jobs).
+pub(super) fn shards(
+    check: &Checker<'_>,
+    at: &[&str],
+    raw: Option<i64>,
+    nodes: u32,
+) -> Result<u32, ManifestError> {
+    let Some(n) = raw else { return Ok(1) };
+    if !(1..=MAX_SHARDS).contains(&n) {
+        return Err(check.at(
+            at,
+            format!("must be 1 to {MAX_SHARDS} (GitHub's most jobs of one matrix), got {n}"),
+        ));
+    }
+    if n > 1 && nodes > 1 {
+        return Err(check.at(
+            at,
+            format!("a batch on {nodes} nodes cannot also be split into {n} shards: its ranks are one Slurm job; shard a batch of one node"),
+        ));
+    }
+    Ok(n as u32)
+}
+
 /// A layer's `warmup` and `budget`. The warm-up is a defined batch, not one of the
 /// layer's own (it runs before them, in each part); the budget is more than the
 /// warm-up's expected time over 3/4.
@@ -121,6 +159,12 @@ pub(super) fn layer_shape(
             return Err(check.at(
                 &["layers", layer, "batches"],
                 "lists no batch besides its warm-up",
+            ));
+        }
+        if b.shards > 1 {
+            return Err(check.at(
+                &["layers", layer, "warmup"],
+                format!("batch `{w}` has {} shards: a warm-up runs once, alone, before each part; shard the layer's batches instead", b.shards),
             ));
         }
         if b.manual {
@@ -253,6 +297,72 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    /// vLLM's `kernels.yaml:93` (`parallelism: 5`): a batch on 5 containers; hostile
+    /// counts refused at the key with one line.
+    #[test]
+    fn shards_are_read_and_hostile_counts_refused_at_their_key() {
+        let text = TEXT.replace("c: {est_time: 20m}", "c: {est_time: 20m, shards: 5}");
+        let m = parse(&text).unwrap();
+        assert_eq!((m.batches["c"].shards, m.batches["a"].shards), (5, 1));
+        crate::manifest::tests::assert_refused(
+            &text,
+            &[
+                (
+                    "shards: 5",
+                    "shards: 0",
+                    "batches.c.shards: must be 1 to 256",
+                ),
+                (
+                    "shards: 5",
+                    "shards: -3",
+                    "batches.c.shards: must be 1 to 256",
+                ),
+                (
+                    "shards: 5",
+                    "shards: 100000000000000000",
+                    "batches.c.shards: must be 1 to 256 (GitHub's most jobs of one matrix), got 100000000000000000",
+                ),
+                ("shards: 5", "shards: 2.5", "batches.c.shards"),
+                ("shards: 5", "shards: four", "batches.c.shards"),
+                ("shards: 5", "shards: \"4\"", "batches.c.shards"),
+                (
+                    "shards: 5",
+                    "shards: 5, nodes: 2, container: {network: host}",
+                    "batches.c.shards: a batch on 2 nodes cannot also be split into 5 shards",
+                ),
+                (
+                    "warm: {est_time: 5m}",
+                    "warm: {est_time: 5m, shards: 2}",
+                    "layers.stage.warmup: batch `warm` has 2 shards",
+                ),
+            ],
+        );
+        for bad in ["shards: 0", "shards: 2.5", "shards: 1000"] {
+            let err = parse(&text.replace("shards: 5", bad)).unwrap_err();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.starts_with("cibox.yaml:"), "{err}");
+        }
+    }
+
+    #[test]
+    fn shards_count_toward_the_manifests_batches() {
+        // 40 batches of 256 shards: 10,240 containers, past 10,000.
+        let mut text = String::from(
+            "version: 1\nproject: p\nimage: {locks: [x]}\ndefaults: {timeout: 1h, run: [x], gpus: 1, shards: 256}\nbatches:\n",
+        );
+        for i in 0..40 {
+            text.push_str(&format!("  b{i}: {{}}\n"));
+        }
+        let err = parse(&text).unwrap_err();
+        assert!(
+            err.contains(
+                "batches.b39.shards: brings the manifest's batches, each shard counted, past 10000"
+            ),
+            "{err}"
+        );
+        assert!(parse(&text.replace("shards: 256", "shards: 250")).is_ok());
     }
 
     #[test]

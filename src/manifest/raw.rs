@@ -59,6 +59,7 @@ pub(super) struct RawDefaults {
     gpus: Option<u32>,
     gpu_model: Option<String>,
     nodes: Option<u32>,
+    shards: Option<i64>,
     timeout: Option<Span>,
     preflight: Option<Vec<String>>,
     run: Option<Vec<String>>,
@@ -91,6 +92,9 @@ pub(super) struct RawBatch {
     pub(super) gpu_model: Option<String>,
     /// Nodes of a Slurm cluster the batch spans (one container on each).
     pub(super) nodes: Option<i64>,
+    /// How many containers (or CI jobs) the batch is split over, each running its steps
+    /// with its own index (`shards`).
+    pub(super) shards: Option<i64>,
     /// Required; an `Option` so that its absence is named (serde would complain about
     /// the missing value's unit).
     pub(super) timeout: Option<Span>,

@@ -74,6 +74,9 @@ pub struct Batch {
     /// How many nodes it spans under Slurm, `gpus` on each (1: one node; more need
     /// `container.network: host` for the ranks to meet).
     pub nodes: u32,
+    /// How many shards it runs as: one container (or CI job) each, with its GPUs, told
+    /// its index and the count (`CIBOX_SHARD_INDEX`, `CIBOX_SHARD_COUNT`); 1: unsharded.
+    pub shards: u32,
     #[serde(serialize_with = "ser_display")]
     pub timeout: Span,
     pub preflight: Vec<String>,

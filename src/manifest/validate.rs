@@ -188,6 +188,8 @@ fn validate_batches(
     let mut batches = IndexMap::new();
     let mut families = IndexMap::new();
     let mut collectors = IndexMap::new();
+    // Batches with their shards counted: each shard is a container of its own.
+    let mut units = 0usize;
     for (name, mut b) in raw {
         let each = b.each.take();
         let collect = b.collect.take();
@@ -199,11 +201,8 @@ fn validate_batches(
                     "a test list is written out (`each:`) or printed by the project's code (`collect:`), not both",
                 ));
             }
-            (None, None) => {
-                batches.insert(name, batch);
-                continue;
-            }
-            (Some(entries), None) => ("each", Some(entries)),
+            (None, None) => ("", None),
+            (Some(entries), None) => ("each", Some(Some(entries))),
             (None, Some(raw)) => {
                 collectors.insert(
                     name.clone(),
@@ -215,19 +214,34 @@ fn validate_batches(
                         .map(|l| l.iter().map(CollectedEntry::raw).collect())
                         .unwrap_or_default()
                 });
-                ("collect", entries)
+                ("collect", Some(entries))
             }
         };
         match entries {
-            // Not collected yet: a family of no entries, for now.
+            // A batch of its own.
             None => {
-                families.insert(name, Vec::new());
+                batches.insert(name.clone(), batch);
             }
-            Some(entries) => {
+            // Not collected yet: a family of no entries, for now.
+            Some(None) => {
+                families.insert(name.clone(), Vec::new());
+            }
+            Some(Some(entries)) => {
                 let expanded = each::expand(check, list, &name, &batch, entries, &mut taken)?;
-                families.insert(name, expanded.keys().cloned().collect());
+                families.insert(name.clone(), expanded.keys().cloned().collect());
                 batches.extend(expanded);
             }
+        }
+        let (added, sharded) = units_of(&batches, &families, &name);
+        units += added;
+        if units > each::MAX_BATCHES && sharded {
+            return Err(check.at(
+                &["batches", name.as_str(), "shards"],
+                format!(
+                    "brings the manifest's batches, each shard counted, past {}: each shard is a container of its own",
+                    each::MAX_BATCHES
+                ),
+            ));
         }
         if batches.len() > each::MAX_BATCHES {
             return Err(check.at(
@@ -240,6 +254,23 @@ fn validate_batches(
         }
     }
     Ok((batches, families, collectors))
+}
+
+/// The containers the batch `name` (or the test list of that name) stands for, each
+/// shard counted, and whether any of them is sharded.
+fn units_of(
+    batches: &IndexMap<String, Batch>,
+    families: &IndexMap<String, Vec<String>>,
+    name: &str,
+) -> (usize, bool) {
+    let one = [name.to_string()];
+    let names = families.get(name).map_or(&one[..], Vec::as_slice);
+    names
+        .iter()
+        .filter_map(|n| batches.get(n))
+        .fold((0, false), |(units, sharded), b| {
+            (units + b.shards as usize, sharded || b.shards > 1)
+        })
 }
 
 /// The most nodes a batch may span.
@@ -284,6 +315,7 @@ fn validate_batch(
             ));
         }
     };
+    let shards = placement::shards(check, &["batches", name, "shards"], b.shards, nodes)?;
     let Some(timeout) = b.timeout else {
         return Err(check.at(
             &["batches", name],
@@ -322,6 +354,7 @@ fn validate_batch(
         gpus: b.gpus as u32,
         gpu_model: b.gpu_model,
         nodes,
+        shards,
         timeout,
         preflight: b.preflight,
         run: b.run,

@@ -46,10 +46,15 @@ pub fn list<'a>(
         }
     };
     let expected = Expected::of(m, &selected, recorded);
-    let parts = partition.map(|p| (p, partition::split(&expected, p.count)));
-    let shown_names: &[String] = match &parts {
-        Some((p, parts)) => &parts[p.index as usize - 1].batches,
-        None => &selected,
+    // Split as a run splits: a sharded batch's shards are units of their own, and a
+    // part shows each batch it holds a shard of.
+    let parts = partition.map(|p| {
+        let units = super::run_plan::units(m, expected.clone());
+        (p, partition::split(&units, p.count))
+    });
+    let shown_names: Vec<String> = match &parts {
+        Some((p, parts)) => super::run_plan::batches_of(m, &parts[p.index as usize - 1].batches),
+        None => selected,
     };
     let shown = shown_names
         .iter()
@@ -85,6 +90,7 @@ impl Listing<'_> {
                 json!({
                     "name": name,
                     "gpus": b.gpus,
+                    "shards": b.shards,
                     "gpu_model": b.gpu_model.as_ref().filter(|_| b.gpus > 0),
                     "timeout": b.timeout.to_string(),
                     "timeout_s": b.timeout.0.as_secs(),
@@ -176,9 +182,14 @@ impl Listing<'_> {
         for (name, b) in &self.shown {
             let mut row = vec![
                 name.to_string(),
-                match b.gpu_model.as_ref().filter(|_| b.gpus > 0) {
-                    Some(glob) => format!("{} ({})", b.gpus, crate::util::escape(glob)),
-                    None => b.gpus.to_string(),
+                match (b.gpu_model.as_ref().filter(|_| b.gpus > 0), b.shards) {
+                    (Some(glob), 1) => format!("{} ({})", b.gpus, crate::util::escape(glob)),
+                    (None, 1) => b.gpus.to_string(),
+                    // Each shard leases its own.
+                    (Some(glob), n) => {
+                        format!("{} ({}) × {n} shards", b.gpus, crate::util::escape(glob))
+                    }
+                    (None, n) => format!("{} × {n} shards", b.gpus),
                 },
                 b.timeout.to_string(),
             ];

@@ -218,6 +218,71 @@ pub struct BatchPlan {
     pub soft_fail: bool,
     /// How long it is expected to run (recorded, estimated, or the default).
     pub expected: Duration,
+    /// The shard of a sharded batch this is (`shards: N`): its own container, GPUs and
+    /// folder (`<reports>/<batch>/shard-<K>`); its `name` is the unit's (`B[K/N]`).
+    pub shard: Option<Shard>,
+}
+
+/// One shard of a batch: which batch, its index (from 0, as `CIBOX_SHARD_INDEX`,
+/// pytest-shard's `--shard-id` and Buildkite's `BUILDKITE_PARALLEL_JOB` count) and how
+/// many the batch has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    pub batch: String,
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// The batch and shard a unit name of `m` stands for; `None` for a batch's own name.
+    pub fn of_unit(m: &Manifest, unit: &str) -> Option<Shard> {
+        if m.batches.contains_key(unit) {
+            return None;
+        }
+        let (batch, rest) = unit.split_once('[')?;
+        let (k, n) = rest.strip_suffix(']')?.split_once('/')?;
+        let (k, n) = (k.parse::<u32>().ok()?, n.parse::<u32>().ok()?);
+        let b = m.batches.get(batch)?;
+        (b.shards == n && (1..=n).contains(&k)).then(|| Shard {
+            batch: batch.to_string(),
+            index: k - 1,
+            count: n,
+        })
+    }
+}
+
+/// The run's units: each batch, a sharded one as its shards, each expected to take its
+/// share of the batch's time (a sharded batch's `est_time`, or recorded time, is the
+/// whole batch's work on one container).
+pub(super) fn units(m: &Manifest, expected: Expected) -> Expected {
+    let mut out = Vec::with_capacity(expected.batches.len());
+    for e in expected.batches {
+        let count = m.batches.get(&e.name).map_or(1, |b| b.shards);
+        if count <= 1 {
+            out.push(e);
+            continue;
+        }
+        for index in 0..count {
+            out.push(crate::timing::Expectation {
+                name: crate::manifest::shard_unit(&e.name, index, count),
+                time: e.time / count,
+                ..e.clone()
+            });
+        }
+    }
+    Expected { batches: out }
+}
+
+/// The batches `units` stand for, each once, in order.
+pub(super) fn batches_of(m: &Manifest, units: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for u in units {
+        let b = Shard::of_unit(m, u).map_or_else(|| u.clone(), |s| s.batch);
+        if !out.contains(&b) {
+            out.push(b);
+        }
+    }
+    out
 }
 
 /// A whole run, ready to execute.
@@ -373,7 +438,8 @@ pub fn selected(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>
 /// With `--partition`, only this part's batches (which may be none).
 pub fn check_request(manifest: &Manifest, request: &RunRequest) -> Result<Vec<String>, PlanError> {
     let (names, _) = select(manifest, &request.names, request.layer.as_deref())?;
-    let (names, _, _) = part_of(manifest, request, names);
+    let (units, _, _) = part_of(manifest, request, names);
+    let names = batches_of(manifest, &units);
     image_ids(manifest, request, &names)?;
     Ok(names)
 }
@@ -388,9 +454,10 @@ fn part_of(
     request: &RunRequest,
     names: Vec<String>,
 ) -> (Vec<String>, Expected, Option<String>) {
-    let expected = Expected::of(manifest, &names, &request.recorded);
+    let names = &names;
+    let expected = units(manifest, Expected::of(manifest, names, &request.recorded));
     let mut part = match request.partition {
-        None => names,
+        None => expected.batches.iter().map(|e| e.name.clone()).collect(),
         Some(spec) => {
             partition::split(&expected, spec.count)
                 .into_iter()
@@ -412,8 +479,8 @@ fn part_of(
         return (part, expected, None);
     };
     let mut with = vec![w.clone()];
-    with.extend(expected.batches.iter().map(|e| e.name.clone()));
-    let expected = Expected::of(manifest, &with, &request.recorded);
+    with.extend(names.iter().cloned());
+    let expected = units(manifest, Expected::of(manifest, &with, &request.recorded));
     part.insert(0, w.clone());
     (part, expected, Some(w))
 }
@@ -515,6 +582,19 @@ fn fail_fast_of(manifest: &Manifest, request: &RunRequest) -> bool {
             .is_some_and(|l| l.fail_fast)
 }
 
+/// A batch's reports folder: `<reports>/<batch>/`, a shard's `shard-<K>/` in it, a
+/// Slurm rank's its own.
+fn batch_dir(request: &RunRequest, name: &str, shard: Option<&Shard>) -> PathBuf {
+    match (&request.node, shard) {
+        (Some(role), _) => role.batch_dir(&request.reports, name),
+        (None, Some(s)) => request
+            .reports
+            .join(name)
+            .join(format!("shard-{}", s.index + 1)),
+        (None, None) => request.reports.join(name),
+    }
+}
+
 /// Resolves everything the run's batches need.
 pub fn plan(
     manifest: Manifest,
@@ -527,7 +607,7 @@ pub fn plan(
     let expected = expected.times();
     let fail_fast = fail_fast_of(&manifest, &request);
     let fast = request.fast.unwrap_or(layer_fast);
-    let images = image_ids(&manifest, &request, &names)?;
+    let images = image_ids(&manifest, &request, &batches_of(&manifest, &names))?;
     let wait = request.wait.unwrap_or(manifest.gpu.wait.0);
     // The invoker, unless root: then an unprivileged user.
     let user = if host.uid == 0 {
@@ -549,13 +629,12 @@ pub fn plan(
     };
     let batches = names
         .iter()
-        .map(|name| {
+        .map(|unit| {
+            let shard = Shard::of_unit(&manifest, unit);
+            let name = shard.as_ref().map_or(unit, |s| &s.batch);
             let batch = &manifest.batches[name];
             let image_name = batch_image(&manifest, name, request.layer.as_deref())?;
-            let dir = match &request.node {
-                Some(role) => role.batch_dir(&request.reports, name),
-                None => request.reports.join(name),
-            };
+            let dir = batch_dir(&request, name, shard.as_ref());
             let batch_user = match batch.container.user {
                 ContainerUser::Invoker => user,
                 ContainerUser::Root => (0, 0),
@@ -576,8 +655,11 @@ pub fn plan(
             if let Some(role) = &request.node {
                 container.on_node(role.rank, role.nodes, &role.rendezvous);
             }
+            if let Some(s) = &shard {
+                container.on_shard(s.index, s.count);
+            }
             Ok(BatchPlan {
-                name: name.clone(),
+                name: unit.clone(),
                 gpus: batch.gpus,
                 gpu_model: batch.gpu_model.clone().filter(|_| batch.gpus > 0),
                 nodes: batch.nodes,
@@ -604,7 +686,8 @@ pub fn plan(
                     None => batch.retries.clone(),
                 },
                 soft_fail: batch.soft_fail,
-                expected: expected[name],
+                expected: expected[unit],
+                shard,
             })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;

@@ -10,6 +10,7 @@
 //! - [`record`]: `result.json`, what a batch's run leaves for a later reader;
 //! - [`sweep`]: what a sweep of dead runs' containers did;
 //! - [`outcome`]: how batches and runs end ([`outcome::judge`], results);
+//! - [`shards`]: a sharded batch's shards merged into one batch's result;
 //! - [`event`]: what the runner tells its reporters, in order;
 //! - [`remote`]: events as a Slurm node sends them to its submitter;
 //! - [`reporter`]: who renders the events.
@@ -21,6 +22,7 @@ pub mod outcome;
 pub mod record;
 pub mod remote;
 pub mod reporter;
+pub mod shards;
 pub mod steps;
 pub mod sweep;
 

@@ -270,9 +270,43 @@ pub struct RunRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub soft_fail: bool,
     /// Seconds its last attempt ran, from its container's start to its end: what
-    /// `timings.json` records (0 when it never ran).
+    /// `timings.json` records (0 when it never ran). A sharded batch's: its shards'
+    /// together, the work of the whole batch on one container.
     #[serde(default)]
     pub ran_s: f64,
+    /// The shard of a sharded batch this record is (a shard's own `result.json`, in
+    /// `<batch>/shard-<K>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardOf>,
+    /// A sharded batch's shards, in index order (the batch's own `result.json`, which
+    /// merges theirs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardEnd>,
+}
+
+/// Which shard of which batch a record is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardOf {
+    pub batch: String,
+    /// From 0, as `CIBOX_SHARD_INDEX`.
+    pub index: u32,
+    pub count: u32,
+}
+
+/// How one shard of a sharded batch ended, in the batch's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardEnd {
+    /// From 0, as `CIBOX_SHARD_INDEX`.
+    pub index: u32,
+    pub status: Status,
+    pub exit_code: u8,
+    pub message: Option<String>,
+    /// Its GPUs, by UUID.
+    pub gpus: Vec<String>,
+    pub container: String,
+    pub duration_s: f64,
+    /// Its own `result.json`, relative to the batch's folder.
+    pub result: String,
 }
 
 fn one_attempt() -> u32 {
@@ -553,6 +587,12 @@ impl RunRecord {
             earlier_attempts: Vec::new(),
             soft_fail: b.soft_fail,
             ran_s: 0.0,
+            shard: b.shard.as_ref().map(|s| ShardOf {
+                batch: s.batch.clone(),
+                index: s.index,
+                count: s.count,
+            }),
+            shards: Vec::new(),
         }
     }
 }

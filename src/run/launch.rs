@@ -64,6 +64,7 @@ pub fn run_checked(
     let not_scoped = pull_request_scope(policy, &mut request);
     warn_private_caches(&manifest, policy, &request, &names, not_scoped.as_deref());
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
+        no_shards_through_slurm(&manifest, &names)?;
         return submit(manifest, policy, slurm, request, json);
     }
     let mut reporters = standard_reporters(json)?;
@@ -217,6 +218,29 @@ fn check(
     }
     host::check_requests(policy, manifest, &names)?;
     Ok(names)
+}
+
+/// A sharded batch runs on a host that runs batches itself: Slurm's node side names a
+/// batch, not one of its shards. Said at the batch's `shards`, before anything starts.
+fn no_shards_through_slurm(manifest: &Manifest, names: &[String]) -> Result<()> {
+    let Some((name, b)) = names
+        .iter()
+        .filter_map(|n| Some((n, manifest.batches.get(n)?)))
+        .find(|(_, b)| b.shards > 1)
+    else {
+        return Ok(());
+    };
+    Err(ManifestError::At {
+        path: manifest.path.display().to_string(),
+        mark: manifest
+            .mark_of(&["batches", name, "shards"])
+            .unwrap_or_default(),
+        message: format!(
+            "batch {name} has {} shards, and this host submits batches to Slurm (its policy says `scheduler: slurm`), which runs a batch whole: give it shards: 1 here, or run it on a host that runs batches itself",
+            b.shards
+        ),
+    }
+    .into())
 }
 
 /// Each image the run uses, with its own lock files.

@@ -65,15 +65,27 @@ impl FirstFailure {
     }
 }
 
+/// How the run's batches go together: at once (`parallel`), or one after the other,
+/// where the shards of one batch (consecutive, `shards` giving each batch's first index
+/// the number of its shards and how many of them fit the host at once) go together,
+/// as many at a time as fit.
+pub struct Together<'a> {
+    pub parallel: bool,
+    /// For the batch at index `i`: how many units from `i` are its shards (1 for an
+    /// unsharded batch), and how many of them may run at once.
+    pub shards: &'a (dyn Fn(usize) -> (usize, usize) + Sync),
+}
+
 /// Runs `batch(i)` for each of the run's `count` batches, at once when `parallel`; a
 /// batch the stop at the first failure keeps from starting is `not_run(i, why)`.
 pub fn each_batch(
     count: usize,
-    parallel: bool,
+    together: &Together<'_>,
     first: &FirstFailure,
     batch: impl Fn(usize) -> Result<BatchResult> + Sync,
     not_run: impl Fn(usize, &str) -> Result<BatchResult> + Sync,
 ) -> Result<Vec<BatchResult>> {
+    let parallel = together.parallel;
     let one = |i: usize| -> Result<BatchResult> {
         if let Some(why) = first.why_not() {
             return not_run(i, &why);
@@ -101,31 +113,52 @@ pub fn each_batch(
         from = 1;
     }
     if parallel {
-        let one = &one;
-        let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (from..count).map(|i| s.spawn(move || one(i))).collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked.into())))
-                .collect()
-        });
-        for r in joined {
-            batches.push(r?);
-        }
+        batches.extend(at_once(&one, from..count)?);
         return Ok(batches);
     }
-    for i in from..count {
+    let mut i = from;
+    while i < count {
         // A signal between two batches: start no more.
         if signals::received().is_some() {
             break;
         }
-        let result = one(i)?;
-        let stop = result.status() == Status::Cancelled;
-        batches.push(result);
-        // A signal during one ends the run at once.
+        let (len, width) = (together.shards)(i);
+        let end = (i + len.max(1)).min(count);
+        let mut stop = false;
+        // A batch's shards, as many at a time as fit; a lone batch, alone.
+        let mut at = i;
+        while at < end && !stop {
+            let wave = (at + width.max(1)).min(end);
+            for result in at_once(&one, at..wave)? {
+                // A signal during one ends the run at once.
+                stop |= result.status() == Status::Cancelled;
+                batches.push(result);
+            }
+            at = wave;
+            stop |= at < end && signals::received().is_some();
+        }
         if stop {
             break;
         }
+        i = end;
     }
     Ok(batches)
+}
+
+/// Runs `one` for each of `range` at once (one alone on this thread), in their order.
+fn at_once(
+    one: &(dyn Fn(usize) -> Result<BatchResult> + Sync),
+    range: std::ops::Range<usize>,
+) -> Result<Vec<BatchResult>> {
+    if range.len() == 1 {
+        return Ok(vec![one(range.start)?]);
+    }
+    let joined: Vec<Result<BatchResult>> = std::thread::scope(|s| {
+        let handles: Vec<_> = range.map(|i| s.spawn(move || one(i))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Panicked.into())))
+            .collect()
+    });
+    joined.into_iter().collect()
 }

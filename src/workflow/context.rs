@@ -60,6 +60,7 @@ fn batch_value(name: &str, b: &Batch, selection: Option<&Selection>) -> Template
         "family": b.family,
         "test_file": b.env.get("CIBOX_TEST_FILE").filter(|_| b.family.is_some()),
         "nodes": b.nodes,
+        "shards": b.shards,
         "est_time": b.est_time.map(|e| e.to_string()),
         "est_seconds": b.est_time.map(|e| e.0.as_secs_f64()),
         "retries": b.retries.count,
@@ -248,8 +249,9 @@ pub fn parts(m: &Manifest, l: &Layer) -> u32 {
         .as_ref()
         .and_then(|w| m.batches[w].est_time)
         .map_or(std::time::Duration::ZERO, |e| e.0);
-    crate::manifest::parts_for_budget(work, budget.0, warmup, l.batches.len())
-        .min(MAX_TEMPLATE_PARTS)
+    // A sharded batch's shards are units of the split: a part may hold one shard.
+    let units: usize = l.batches.iter().map(|b| m.batches[b].shards as usize).sum();
+    crate::manifest::parts_for_budget(work, budget.0, warmup, units).min(MAX_TEMPLATE_PARTS)
 }
 
 /// The most parts a template may split batches into.
@@ -294,7 +296,21 @@ pub(super) fn partitions(
             number("gpus").unwrap_or(0.0) as u32,
             number("nodes").unwrap_or(1.0) as u32,
         );
-        items.push((name, est, slots));
+        // A sharded batch is its shards in the split, each its share of the time, as
+        // a run splits it (`B[K/N]`, what the run's record calls each shard).
+        let shards = number("shards").map_or(1, |n| n.clamp(1.0, 256.0) as u32);
+        if shards == 1 {
+            items.push((name, est, slots));
+            continue;
+        }
+        for k in 1..=shards {
+            let share = est.map(|(t, source)| (t / shards, source));
+            items.push((
+                crate::manifest::shard_unit(&name, k - 1, shards),
+                share,
+                slots,
+            ));
+        }
     }
     let expected = crate::timing::Expected::from_known(items);
     let parts: Vec<Value> = crate::timing::partition::split(&expected, count)

@@ -557,7 +557,7 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
     let host = SlurmHost::new();
     let p = busybox_project(
         &format!(
-            "{}{}{}",
+            "{}{}{}{}",
             batch("wide", 5, "1m", &[JUNIT_OK], ""),
             batch(
                 "many",
@@ -566,7 +566,8 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
                 &[JUNIT_OK],
                 "    nodes: 3\n    container: {network: host}\n"
             ),
-            batch("fine", 0, "1m", &[JUNIT_OK], "")
+            batch("fine", 0, "1m", &[JUNIT_OK], ""),
+            batch("split", 1, "1m", &[JUNIT_OK], "    shards: 2\n"),
         ),
         "",
     );
@@ -580,6 +581,13 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
         4,
         "batch many needs 3 node(s) with 1 GPU(s) each; Slurm partition `gpu` has 2",
     );
+    // Slurm's node side runs a batch whole: a sharded one is refused at its key.
+    let r = host.run(&p, &["batch", "run", "split"]);
+    r.fails_with(
+        2,
+        "batch split has 2 shards, and this host submits batches to Slurm",
+    );
+    assert!(r.stderr.contains("cibox.yaml:"), "{}", r.stderr);
     let p = p.with_policy(
         &host
             .policy("  options: []\n", "")
@@ -589,7 +597,7 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
         2,
         "the host policy's slurm.partition `nope` is not a partition of this cluster (its partitions: gpu)",
     );
-    for b in ["wide", "many", "fine"] {
+    for b in ["wide", "many", "fine", "split"] {
         assert!(!p.reports().join(b).exists(), "{b}");
     }
     let after = std::fs::read_to_string("/var/log/slurm/jobcomp.log").unwrap_or_default();

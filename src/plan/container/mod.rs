@@ -155,6 +155,30 @@ impl ContainerPlan {
             .extend(rendezvous.iter().map(|(k, v)| format!("{k}={v}")));
     }
 
+    /// The container of shard `index` (from 0) of a batch of `count` shards: named
+    /// apart from its other shards', told which it is by cibox's variables and by
+    /// Buildkite's (so a step written for a `parallelism: N` step, as vLLM's
+    /// `pytest --shard-id=$$BUILDKITE_PARALLEL_JOB --num-shards=$$BUILDKITE_PARALLEL_JOB_COUNT`,
+    /// runs unchanged). Not in the record's `env`: they are the run's, not the manifest's.
+    pub fn on_shard(&mut self, index: u32, count: u32) {
+        self.name = format!("{}-s{index}", self.name);
+        for (k, v) in [
+            ("CIBOX_SHARD_INDEX", index),
+            ("CIBOX_SHARD_COUNT", count),
+            ("BUILDKITE_PARALLEL_JOB", index),
+            ("BUILDKITE_PARALLEL_JOB_COUNT", count),
+        ] {
+            self.env.retain(|e| !e.starts_with(&format!("{k}=")));
+            self.env.push(format!("{k}={v}"));
+        }
+    }
+
+    /// The container's variables as `K=V`, for tests outside this room.
+    #[cfg(test)]
+    pub fn env_for_test(&self) -> &[String] {
+        &self.env
+    }
+
     /// Through which runtime the batch's GPUs go, where their vendor's use one.
     pub fn gpu_driver(&self) -> GpuDriver {
         self.driver
@@ -372,6 +396,10 @@ fn environment(
     env.insert("CIBOX_REPORTS".into(), "/reports".into());
     env.insert("CIBOX_BATCH".into(), batch_name.into());
     env.insert("CIBOX_FAST".into(), if id.fast { "1" } else { "0" }.into());
+    // One shard of one, for a batch that is not sharded (`on_shard` sets a shard's):
+    // a step written for shards runs whole.
+    env.insert("CIBOX_SHARD_INDEX".into(), "0".into());
+    env.insert("CIBOX_SHARD_COUNT".into(), "1".into());
     if batch.gpus == 0 {
         // CPU batches see no GPU, whatever the runtime's defaults.
         env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());

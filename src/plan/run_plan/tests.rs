@@ -246,3 +246,58 @@ fn the_image_comes_from_the_request_else_the_manifest_and_must_be_an_id() {
         Err(PlanError::BadImageId(_))
     ));
 }
+
+/// A batch of 3 shards is 3 units: each its own container, folder and variables, its
+/// GPUs leased apart (`gpus` each), the split dealing one shard to each part.
+#[test]
+fn a_sharded_batch_is_planned_as_its_shards() {
+    let text = "version: 1\nproject: p\nimage: {locks: [x]}\nbatches:\n  a: {gpus: 0, timeout: 1m, run: [\"true\"]}\n  k: {gpus: 2, timeout: 9m, est_time: 9m, shards: 3, run: [\"true\"]}\n";
+    let m = Manifest::parse(text, std::path::Path::new("cibox.yaml")).unwrap();
+    let p = plan(m.clone(), request(&["k", "a"], None), &host()).unwrap();
+    let units: Vec<&str> = p.batches.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(units, ["k[1/3]", "k[2/3]", "k[3/3]", "a"]);
+    let second = &p.batches[1];
+    assert_eq!(second.gpus, 2);
+    assert_eq!(second.expected, Duration::from_secs(180));
+    assert_eq!(
+        second.shard,
+        Some(Shard {
+            batch: "k".into(),
+            index: 1,
+            count: 3
+        })
+    );
+    assert_eq!(second.dir, std::path::Path::new("/tmp/r/k/shard-2"));
+    assert!(
+        second.container.name.ends_with("-s1"),
+        "{}",
+        second.container.name
+    );
+    let env = second.container.env_for_test();
+    for want in [
+        "CIBOX_SHARD_INDEX=1",
+        "CIBOX_SHARD_COUNT=3",
+        "BUILDKITE_PARALLEL_JOB=1",
+        "BUILDKITE_PARALLEL_JOB_COUNT=3",
+        "CIBOX_BATCH=k",
+    ] {
+        assert!(env.iter().any(|e| e == want), "{want}: {env:?}");
+    }
+    // An unsharded batch is shard 0 of 1, so a step written for shards runs whole.
+    let a = p.batches[3].container.env_for_test();
+    assert!(a.iter().any(|e| e == "CIBOX_SHARD_COUNT=1"), "{a:?}");
+    assert!(
+        !a.iter().any(|e| e.starts_with("BUILDKITE_PARALLEL_JOB")),
+        "{a:?}"
+    );
+    // `--partition K/3` of the batch alone (a Buildkite step with `parallelism: 3`):
+    // shard K in part K.
+    for k in 1..=3 {
+        let mut r = request(&["k"], None);
+        r.partition = Some(format!("{k}/3").parse().unwrap());
+        let p = plan(m.clone(), r, &host()).unwrap();
+        let units: Vec<&str> = p.batches.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(units, [format!("k[{k}/3]")]);
+    }
+    assert_eq!(check_request(&m, &request(&["k"], None)).unwrap(), ["k"]);
+}

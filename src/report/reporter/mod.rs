@@ -140,6 +140,8 @@ pub(crate) mod sample {
             earlier_attempts: Vec::new(),
             soft_fail: false,
             ran_s: 12.25,
+            shard: None,
+            shards: Vec::new(),
         };
         BatchResult {
             record,

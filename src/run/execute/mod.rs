@@ -33,7 +33,7 @@ use crate::run::batch_dir;
 use crate::run::cleanup::sweep;
 use crate::run::cleanup::watchdog::Watchdog;
 use crate::run::error::RunError;
-use crate::run::order::{FirstFailure, each_batch};
+use crate::run::order::{FirstFailure, Together, each_batch};
 use crate::run::source::{OUTPUT_FOLDERS, SourceSet};
 use crate::signals;
 use snapshot::Snapshots;
@@ -147,13 +147,7 @@ fn execute_with(
         snapshots: &snapshots,
         ..run
     };
-    let batches = each_batch(
-        plan.batches.len(),
-        plan.parallel,
-        &run.first,
-        |i| run.batch(&plan.batches[i]),
-        |i, why| run.not_run(&plan.batches[i], why),
-    )?;
+    let batches = run.every_batch()?;
     let stopped_by = batches
         .iter()
         .find_map(BatchResult::cancelled_by)
@@ -171,6 +165,25 @@ fn execute_with(
     };
     run.emit(EventKind::RunEnded { run: &result })?;
     Ok(result)
+}
+
+/// For the unit at `i` of a run on a pool of `pool` GPUs: how many units from it are
+/// shards of its batch (1 for a batch of its own), and how many of them go at once:
+/// as many as the pool holds GPUs for (a CPU batch's, as many as the host has CPUs),
+/// at least one. The rest wait their turn, not for GPUs.
+fn shard_wave(plan: &RunPlan, pool: usize, i: usize) -> (usize, usize) {
+    let Some(s) = &plan.batches[i].shard else {
+        return (1, 1);
+    };
+    let len = plan.batches[i..]
+        .iter()
+        .take_while(|b| b.shard.as_ref().is_some_and(|t| t.batch == s.batch))
+        .count();
+    let width = match plan.batches[i].gpus as usize {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        gpus => pool / gpus,
+    };
+    (len, width.max(1))
 }
 
 /// The run's images verified against the source's locksets, each said as verified.
@@ -372,6 +385,41 @@ impl RunHardware {
 }
 
 impl Execution<'_> {
+    /// Runs the plan's batches (a sharded batch's shards together, as the pool allows),
+    /// each sharded batch's shards then merged into one result.
+    fn every_batch(&self) -> Result<Vec<BatchResult>> {
+        let plan = self.plan;
+        let shards = |i: usize| shard_wave(plan, self.pool.len(), i);
+        let together = Together {
+            parallel: plan.parallel,
+            shards: &shards,
+        };
+        // A sharded batch's folder, fresh once before its shards make theirs in it:
+        // nothing an earlier run left there passes for theirs.
+        let mut sharded: Vec<&str> = Vec::new();
+        for s in plan.batches.iter().filter_map(|b| b.shard.as_ref()) {
+            if !sharded.contains(&s.batch.as_str()) {
+                sharded.push(&s.batch);
+                batch_dir::prepare(&self.reports, &plan.reports, &plan.reports.join(&s.batch))?;
+            }
+        }
+        let batches = each_batch(
+            plan.batches.len(),
+            &together,
+            &self.first,
+            |i| self.batch(&plan.batches[i]),
+            |i, why| self.not_run(&plan.batches[i], why),
+        )?;
+        crate::report::shards::merge(batches, &self.reports, &plan.reports).map_err(|source| {
+            RunError::BatchDir {
+                dir: plan.reports.display().to_string(),
+                what: "write a sharded batch's result.json in",
+                source,
+            }
+            .into()
+        })
+    }
+
     /// Tells the reporter `kind`, happening now.
     fn emit(&self, kind: EventKind<'_>) -> Result<()> {
         self.reporter

@@ -32,7 +32,7 @@ use crate::report::outcome::{BatchResult, RunResult};
 use crate::report::reporter::Reporter;
 use crate::run::batch_dir;
 use crate::run::error::RunError;
-use crate::run::order::{FirstFailure, each_batch};
+use crate::run::order::{FirstFailure, Together, each_batch};
 use crate::signals;
 use crate::slurm::cluster::{Ask, Cluster};
 
@@ -84,9 +84,13 @@ pub fn execute(
         plan,
         reports: &run.reports,
     })?;
+    let together = Together {
+        parallel: plan.parallel,
+        shards: &|_| (1, 1),
+    };
     let batches = each_batch(
         plan.batches.len(),
-        plan.parallel,
+        &together,
         &run.first,
         |i| run.batch(i),
         |i, why| run.not_run(i, why),
