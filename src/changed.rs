@@ -6,7 +6,10 @@
 //! dorny/paths-filter counts it; `git diff --name-only`, vLLM's, lists the new name
 //! alone), a missing marker falls back to the default with a warning instead of
 //! aborting, an annotated `NUM_GPUS: int = 4` is read, and file names stay data (the
-//! matrix is written by a JSON serializer, never pasted into code).
+//! matrix is written by a JSON serializer, never pasted into code). The matrix read
+//! back by `changed run`, and what `changed` refuses, are [`matrix`]'s.
+
+pub mod matrix;
 
 use std::path::Path;
 use std::process::Command;

@@ -8,9 +8,11 @@
 //! 2. [`run`]: running batches: one setup for every front end, the run loop behind the
 //!    [`engine::ContainerEngine`] seam, Slurm submissions, the watchdog and the sweep;
 //! 3. [`report`]: saying what happened: events, reporters, how batches end, the record;
+//!    [`capacity`]: what this host's GPUs or its Slurm partition can take now;
 //! 4. [`plan`]: what a run will be, decided before anything runs; [`claims`]: the GPUs
 //!    of running cibox containers, added to a probe; [`starter`]: what `cibox init`
-//!    writes for a project, from what it holds;
+//!    writes for a project, from what it holds; [`doctor`]: the host checked for what
+//!    GPU batches need;
 //! 5. [`host`] (the host policy: what the host grants, its GPU facts), [`gpu`] (probe,
 //!    pool, queue, the lease sequence), [`changed`] (change selection), [`workflow`]
 //!    (render and lint);
@@ -40,11 +42,13 @@
 mod artifact;
 mod buildkite;
 mod cache;
+mod capacity;
 mod changed;
 mod claims;
 mod cli;
 mod cmd;
 mod console;
+mod doctor;
 mod engine;
 mod error;
 mod exit;

@@ -24,6 +24,7 @@
 
 mod merge;
 mod scope;
+pub mod shown;
 mod store;
 mod walk;
 

@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use super::context::Context;
-use crate::cache::{Cache, CacheInfo, CacheStore};
-use crate::console::{self, Table};
+use crate::cache::{Cache, CacheInfo, CacheStore, shown};
+use crate::console;
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
 use crate::host::caches::CachePolicy;
-use crate::units::Size;
 
 /// What `cache` commands refuse.
 #[derive(Debug, thiserror::Error)]
@@ -95,32 +94,8 @@ pub fn list(ctx: &Context, all_projects: bool) -> Result<u8> {
         .collect::<Result<Vec<CacheInfo>, _>>()?;
     if ctx.json {
         console::json(&json!({ "root": store.root(), "caches": infos }));
-        return Ok(exit::SUCCESS);
-    }
-    let mut t = Table::new(&[
-        "CACHE",
-        "SIZE",
-        "FILES",
-        "GENERATION",
-        "LAST USED",
-        "WRITING",
-        "PR SCOPES",
-    ]);
-    for i in &infos {
-        t.row(vec![
-            format!("{}/{}", i.project, i.name),
-            Size(i.bytes).to_string(),
-            i.files.to_string(),
-            i.current.clone(),
-            i.last_used.clone().unwrap_or_else(|| "never".into()),
-            i.writing.to_string(),
-            i.scopes.len().to_string(),
-        ]);
-    }
-    if infos.is_empty() {
-        println!("no caches in {} yet", store.root().display());
     } else {
-        print!("{}", t.render());
+        print!("{}", shown::list(&infos, store.root()));
     }
     Ok(exit::SUCCESS)
 }
@@ -138,91 +113,13 @@ pub fn inspect(ctx: &Context, name: &str, pull_request: Option<u64>) -> Result<u
     let info = cache.info_with_scopes()?;
     if ctx.json {
         console::json(&info);
-        return Ok(exit::SUCCESS);
-    }
-    if let Some(n) = pull_request {
-        print_warmth(&info, n, &policy);
-        return Ok(exit::SUCCESS);
-    }
-    println!(
-        "cache {}/{}: {} in {} files",
-        info.project,
-        info.name,
-        Size(info.bytes),
-        info.files
-    );
-    println!(
-        "last used: {}",
-        info.last_used.as_deref().unwrap_or("never")
-    );
-    for g in &info.generations {
-        let mut notes = Vec::new();
-        if g.current {
-            notes.push("current");
-        }
-        if g.in_use {
-            notes.push("read now");
-        }
-        println!(
-            "generation {}{}",
-            g.name,
-            if notes.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", notes.join(", "))
-            }
-        );
-    }
-    println!(
-        "layers: {} being written, {} left by dead runs (`cibox cache prune` removes them)",
-        info.writing, info.left_behind
-    );
-    for s in &info.scopes {
-        println!(
-            "pull request {}: its scope holds {} in {} files over the base's (generation {}, last used {}{})",
-            s.pull_request,
-            Size(s.bytes),
-            s.files,
-            s.current,
-            s.last_used.as_deref().unwrap_or("never"),
-            if s.writing > 0 {
-                format!(", {} run(s) writing", s.writing)
-            } else {
-                String::new()
-            }
-        );
+    } else if let Some(n) = pull_request {
+        let keeps = policy.trusted && policy.pull_requests.keep;
+        print!("{}", shown::warmth(&info, n, keeps));
+    } else {
+        print!("{}", shown::inspect(&info));
     }
     Ok(exit::SUCCESS)
-}
-
-/// How warm a run of pull request `n` will be: what it reads of the base's, and what
-/// its own scope adds.
-fn print_warmth(info: &CacheInfo, n: u64, policy: &CachePolicy) {
-    let base = format!(
-        "the base's generation {} ({} in {} files)",
-        info.current,
-        Size(info.bytes),
-        info.files
-    );
-    match info.scopes.iter().find(|s| s.pull_request == n) {
-        Some(s) => println!(
-            "cache {}/{}: pull request {n}'s next run reads {base}, with its own scope over it ({} in {} files, generation {})",
-            info.project,
-            info.name,
-            Size(s.bytes),
-            s.files,
-            s.current
-        ),
-        None => println!(
-            "cache {}/{}: pull request {n} has no scope yet: its next run reads {base} alone",
-            info.project, info.name
-        ),
-    }
-    if !(policy.trusted && policy.pull_requests.keep) {
-        println!(
-            "this host keeps no pull request's writes (caches.pull_requests is not `keep`): what its runs write is thrown away"
-        );
-    }
 }
 
 /// `cibox cache prune [NAME…] [--all]`.
@@ -248,18 +145,7 @@ pub fn prune(ctx: &Context, names: &[String], all: bool) -> Result<u8> {
             .collect();
         console::json(&json!({ "pruned": out }));
     } else {
-        for (label, p) in &results {
-            println!(
-                "cache {label}: removed {} generation(s), {} layer(s) of dead runs and {} pull request scope(s){}",
-                p.generations,
-                p.layers,
-                p.scopes,
-                if all { "; starts again empty" } else { "" }
-            );
-        }
-        if results.is_empty() {
-            println!("no caches of this project on this host");
-        }
+        print!("{}", shown::pruned(&results, all));
     }
     Ok(if problems == 0 {
         exit::SUCCESS

@@ -4,24 +4,16 @@
 use std::path::PathBuf;
 
 use super::error::CommandError;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::host::HostPolicy;
 use crate::manifest::{self, GpuConfig, Manifest};
 
-/// Whether `e` says that no manifest was found (commands that serve a host without
-/// one go on).
-pub fn no_manifest(e: &Error) -> bool {
-    matches!(
-        e.downcast_ref::<manifest::ManifestError>(),
-        Some(manifest::ManifestError::NotFound { .. })
-    )
-}
+pub use crate::manifest::no_manifest;
 
 /// What every command may need: the global flags and a lazily found manifest.
 pub struct Context {
     pub manifest_path: Option<PathBuf>,
     pub json: bool,
-    pub verbose: u8,
     /// The host policy, loaded once for the command (issue 48: `batch run` loaded it
     /// twice, once for the manifest's GPU settings and once for the run).
     pub(super) policy: std::cell::OnceCell<HostPolicy>,

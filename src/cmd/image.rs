@@ -12,27 +12,13 @@ use crate::console;
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{ErrorKind, Result};
 use crate::exit::{self, Failure};
-use crate::image::build::{Builder, Stage};
-use crate::image::recipe::{BuildRequest, Progress, Recipe};
-use crate::image::{self, ImageId, PinnedId, PinnedRef, Verified};
-use crate::manifest::{DEFAULT_IMAGE, ImageConfig, Manifest};
+use crate::image::recipe::{BuildRequest, Recipe};
+use crate::image::{self, ImageId, PinnedRef, Verified};
 use crate::run::launch::Whereabouts;
 
 /// What `image` commands refuse: all usage errors.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageCommandError {
-    #[error(
-        "{}: no image named `{name}`; images: {}",
-        .manifest.display(),
-        .images.join(", ")
-    )]
-    NoSuchImage {
-        manifest: PathBuf,
-        name: String,
-        images: Vec<String>,
-    },
-    #[error("no image ID: pass one, set CIBOX_IMAGE, or set image.id in cibox.yaml")]
-    NoImageId,
     /// `command` (`image load`, `image id`) would read an archive from a terminal.
     #[error(
         "`{command}` reads the archive from standard input, which is a terminal; pass --from FILE or pipe an archive in"
@@ -76,26 +62,10 @@ impl ErrorKind for ImageCommandError {
     }
 }
 
-/// The manifest's image named `name` (`default` when none is given).
-fn named<'m>(m: &'m Manifest, name: Option<&str>) -> Result<(&'m str, &'m ImageConfig)> {
-    let name = name.unwrap_or(DEFAULT_IMAGE);
-    m.images
-        .get_key_value(name)
-        .map(|(k, v)| (k.as_str(), v))
-        .ok_or_else(|| {
-            ImageCommandError::NoSuchImage {
-                manifest: m.path.clone(),
-                name: name.to_string(),
-                images: m.images.keys().cloned().collect(),
-            }
-            .into()
-        })
-}
-
 /// `cibox image lockset`: the canonical text, then `digest: sha256:…`.
 pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
     let m = ctx.manifest()?;
-    let (image_name, _) = named(&m, name)?;
+    let (image_name, _) = m.image_named(name)?;
     let l = m.lockset(image_name)?;
     if ctx.json {
         let files: Vec<_> = l
@@ -112,58 +82,10 @@ pub fn lockset(ctx: &Context, name: Option<&str>) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// The image to use: the flag, else `CIBOX_IMAGE` (the default image) or
-/// `CIBOX_IMAGE_<NAME>`, else the image's `id`.
-fn chosen_id(
-    flag: Option<String>,
-    manifest: Option<(&str, &ImageConfig)>,
-) -> Result<(ImageId, String)> {
-    let name = manifest.map_or(DEFAULT_IMAGE, |(n, _)| n);
-    let var = if name == DEFAULT_IMAGE {
-        "CIBOX_IMAGE".to_string()
-    } else {
-        crate::manifest::image_variable(name)
-    };
-    let (raw, from) = if let Some(id) = flag {
-        (id, "the command line".to_string())
-    } else if let Some(id) = std::env::var(&var).ok().filter(|s| !s.is_empty()) {
-        (id, var.clone())
-    } else if let Some(id) = manifest.and_then(|(_, i)| i.id.clone()) {
-        (id, "the image's id in the manifest".to_string())
-    } else {
-        return Err(ImageCommandError::NoImageId.into());
-    };
-    let id = ImageId::parse(raw.trim())
-        .map_err(|why| crate::image::ImageError::NotAnId(format!("{why} (from {from})")))?;
-    Ok((id, from))
-}
-
-fn describe_engine(info: &EngineInfo) {
-    console::debug(format!(
-        "engine {} at {} (API {}), storage driver {}: {}",
-        info.server_version,
-        info.host,
-        info.api_version,
-        info.storage_driver,
-        info.id_semantics.describe()
-    ));
-}
-
 fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
-    if ctx.json {
-        console::json(&json!({
-            "status": "verified",
-            "image": v.id,
-            "lockset": v.lockset,
-            "lock_files": v.files,
-            "id_semantics": info.id_semantics,
-            "storage_driver": info.storage_driver,
-        }));
-    } else {
-        println!(
-            "verified {} (lockset {}, {} lock files)",
-            v.id, v.lockset, v.files
-        );
+    match ctx.json {
+        true => console::json(&v.to_json(info)),
+        false => println!("{}", v.said()),
     }
 }
 
@@ -171,13 +93,10 @@ fn print_verified(ctx: &Context, v: &Verified, info: &EngineInfo) {
 /// stderr; or, with `--json`, the verification.
 fn print_result(ctx: &Context, v: &Verified, info: &EngineInfo, done: &str) {
     if ctx.json {
-        print_verified(ctx, v, info);
+        console::json(&v.to_json(info));
     } else {
         println!("{}", v.id);
-        console::info(format!(
-            "{done}: lockset {} ({} lock files)",
-            v.lockset, v.files
-        ));
+        console::info(v.said_as(done));
     }
 }
 
@@ -186,16 +105,16 @@ pub fn verify(ctx: &Context, flag: Option<String>, name: Option<&str>) -> Result
     // A malformed ID given explicitly is refused before anything else is read.
     let explicit = flag.is_some() || std::env::var("CIBOX_IMAGE").is_ok_and(|s| !s.is_empty());
     if explicit {
-        chosen_id(flag.clone(), None)?;
+        crate::manifest::chosen_id(flag.clone(), None)?;
     }
     let m = ctx.manifest()?;
-    let img = named(&m, name)?;
-    let (id, from) = chosen_id(flag, Some(img))?;
+    let img = m.image_named(name)?;
+    let (id, from) = crate::manifest::chosen_id(flag, Some(img))?;
     console::debug(format!("image {id} (from {from})"));
     let source = m.lockset(img.0)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     let v = image::verify(&engine, &id, &source)?;
     print_verified(ctx, &v, &info);
     Ok(exit::SUCCESS)
@@ -213,7 +132,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     };
     let (manifest, source) = match manifest {
         Some(m) => {
-            let (n, _) = named(&m, name)?;
+            let (n, _) = m.image_named(name)?;
             let source = if verify { Some(m.lockset(n)?) } else { None };
             let n = n.to_string();
             (Some((m, n)), source)
@@ -238,7 +157,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     };
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     let loaded = match file {
         Some(f) => engine.load(Box::new(f))?,
         None => engine.load(Box::new(std::io::stdin()))?,
@@ -248,7 +167,7 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
     let (Some((m, name)), Some(source)) = (&manifest, &source) else {
         if let Some((m, name)) = &manifest {
             for id in &ids {
-                pin_of(m, name).check(id)?;
+                m.pin(name).check(id)?;
             }
         }
         if ctx.json {
@@ -260,14 +179,13 @@ pub fn load(ctx: &Context, from: &str, verify: bool, name: Option<&str>) -> Resu
         }
         return Ok(exit::SUCCESS);
     };
-    let verified =
-        image::load::verify_loaded(&engine, &ids, source, &pin_of(m, name), &mut |id| {
-            console::info(format!("loaded {id}"))
-        })?;
+    let verified = image::load::verify_loaded(&engine, &ids, source, &m.pin(name), &mut |id| {
+        console::info(format!("loaded {id}"))
+    })?;
     for v in &verified {
         // Named as `image build` names it: a loaded archive may carry no name (`image
         // save` of an ID), and an unnamed image is the first an engine prunes.
-        name_image(&engine, &m.project, &source.digest, &v.id)?;
+        image::load::name_verified(&engine, &m.project, &source.digest, &v.id)?;
         print_result(ctx, v, &info, "verified");
     }
     Ok(exit::SUCCESS)
@@ -286,7 +204,7 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
     };
     let pin = match &manifest {
         Some(m) => {
-            let (n, _) = named(m, name)?;
+            let (n, _) = m.image_named(name)?;
             Some((m, n.to_string()))
         }
         None => None,
@@ -310,29 +228,15 @@ pub fn id(ctx: &Context, from: &str, name: Option<&str>) -> Result<u8> {
         image::archive::read_image(std::io::BufReader::new(file), shown)?
     };
     if let Some((m, n)) = &pin {
-        pin_of(m, n).check(&found.id)?;
+        m.pin(n).check(&found.id)?;
     }
+    let pinned = pin.as_ref().and_then(|(m, n)| m.images[n].id.clone());
     if ctx.json {
-        console::json(&json!({
-            "id": found.id,
-            "manifest_digest": found.manifest_digest,
-            "repo_tags": found.repo_tags,
-            "layers": found.layers.len(),
-            "pinned": pin.as_ref().and_then(|(m, n)| m.images[n].id.clone()),
-        }));
+        console::json(&found.to_json(pinned.as_deref()));
     } else {
         println!("{}", found.id);
-        match &found.manifest_digest {
-            Some(d) => console::info(format!(
-                "on a containerd image store the engine names this image {d} (its manifest digest)"
-            )),
-            None => console::info(
-                "the ID on a classic image store; a containerd image store names images by their manifest digest, which this archive does not carry",
-            ),
-        }
-        if let Some((m, n)) = &pin
-            && m.images[n].id.is_some()
-        {
+        console::info(found.which_store());
+        if let Some((_, n)) = pin.as_ref().filter(|_| pinned.is_some()) {
             console::info(format!("it is the ID image `{n}` pins"));
         }
     }
@@ -347,7 +251,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
         PinnedRef::parse(r)?;
     }
     let m = ctx.manifest()?;
-    let (name, img) = named(&m, name)?;
+    let (name, img) = m.image_named(name)?;
     let Some(text) = reference.or_else(|| img.reference.clone()) else {
         return Err(ImageCommandError::NoReference {
             name: name.to_string(),
@@ -359,7 +263,7 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
     let source = m.lockset(name)?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     console::info(format!("pulling {pinned}"));
     engine.pull(&pinned.repository, &pinned.digest)?;
     let found =
@@ -369,28 +273,13 @@ pub fn fetch(ctx: &Context, reference: Option<String>, name: Option<&str>) -> Re
                 what: format!("pulled {pinned}"),
             })?;
     let id = ImageId::parse(&found.id).map_err(crate::image::ImageError::NotAnId)?;
-    pin_of(&m, name).check_as(&id, &format!("{pinned} is image {id}"))?;
+    m.pin(name)
+        .check_as(&id, &format!("{pinned} is image {id}"))?;
     let v = image::verify(&engine, &id, &source)?;
     // A pull by digest leaves no name, and an unnamed image is the first pruned.
-    name_image(&engine, &m.project, &source.digest, &id)?;
+    image::load::name_verified(&engine, &m.project, &source.digest, &id)?;
     print_result(ctx, &v, &info, "verified");
     Ok(exit::SUCCESS)
-}
-
-/// Names a verified image as `image build` names what it builds: by its ID
-/// (`cibox/PROJECT:id-<hex>`, a name no other image takes) and by its lockset
-/// (`cibox/PROJECT:lockset-<12 hex>`, the newest image of those locks).
-fn name_image(
-    engine: &Engine,
-    project: &str,
-    lockset: &str,
-    id: &ImageId,
-) -> std::result::Result<(), crate::engine::EngineError> {
-    let (repository, lockset_tag) = image::recipe::tag_parts(project, lockset);
-    let own = image::normalise::id_tag(&repository, id.as_str());
-    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
-    engine.tag(id.as_str(), &repository, own_tag)?;
-    engine.tag(id.as_str(), &repository, &lockset_tag)
 }
 
 /// `cibox image build`: the manifest's Dockerfile or Nix recipe.
@@ -398,7 +287,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
     let secrets = image::secrets::read(secrets)?;
     let m = ctx.manifest()?;
     let policy = ctx.host_policy()?;
-    let (name, img) = named(&m, name)?;
+    let (name, img) = m.image_named(name)?;
     let source = m.lockset(name)?;
     let dockerfile = img.dockerfile.as_deref().map(|df| m.resolve(df));
     let recipe = match (&dockerfile, &img.nix) {
@@ -433,7 +322,7 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         name,
         recipe,
         source: &source,
-        pin: pin_of(&m, name),
+        pin: m.pin(name),
         project: &m.project,
         dir: &m.dir,
         check,
@@ -448,7 +337,9 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
     let verbose = console::enabled(console::Level::Debug);
     // A large build can be quiet for a while: say that it goes on.
     let ticker = console::Ticker::start(std::time::Duration::from_secs(10));
-    let built = crate::image::make::build(&request, &mut |p| show_progress(p, verbose, &ticker))?;
+    let built = crate::image::make::build(&request, &mut |p| {
+        image::progress::show(p, verbose, &ticker)
+    })?;
     drop(ticker);
     let done = match recipe {
         Recipe::Nix(_) => "verified",
@@ -459,196 +350,6 @@ pub fn build(ctx: &Context, name: Option<&str>, check: bool, secrets: &[String])
         print_result(ctx, v, &built.engine, done);
     }
     Ok(exit::SUCCESS)
-}
-
-/// What `image build` reports as it goes, on stderr: each stage, the builder's steps
-/// (its whole output when `verbose`), and through `ticker` that a quiet stage goes on.
-fn show_progress(progress: Progress<'_>, verbose: bool, ticker: &console::Ticker) {
-    let say = |line: String, doing: Option<String>| say(ticker, line, doing);
-    match progress {
-        Progress::Engine(info) => describe_engine(info),
-        Progress::Builder {
-            builder: Builder::BuildKit,
-            ..
-        } => console::debug("the engine's BuildKit builds"),
-        Progress::Builder {
-            builder: Builder::Classic,
-            why_classic,
-        } => console::warn(format!(
-            "the classic builder builds: {}; RUN --mount, secrets and building only what a target needs take BuildKit",
-            why_classic.unwrap_or("BuildKit is missing")
-        )),
-        Progress::BaseByTag { base, id } => console::warn(format!(
-            "FROM {} (line {}): a tag, which names {id} here; the image ID pins what was used, but the lockset does not cover it",
-            base.image, base.line
-        )),
-        Progress::BasePull(image) => say(
-            format!("pulling base {image} by its digest"),
-            Some(format!("pulling {image}")),
-        ),
-        Progress::Proxies(names) => console::info(format!(
-            "proxy arguments from the environment: {} (in neither the lockset nor the image)",
-            names.join(", ")
-        )),
-        Progress::SecretUnused(id) => console::warn(format!(
-            "secret `{id}` is given, but no step the build runs mounts it"
-        )),
-        Progress::Fresh { line } => say(
-            format!(
-                "an untrusted build whose steps mount a secret (line {line}) builds without the engine's cache: the cache does not key a step on a secret's value, and would hand this build what another build's secret wrote"
-            ),
-            None,
-        ),
-        Progress::Scope {
-            scope,
-            grants,
-            project,
-        } => say(
-            format!(
-                "build cache mounts: {}; RUN steps' network: {}",
-                scope.describe(project),
-                grants.network_mode().unwrap_or("the engine's default")
-            ),
-            None,
-        ),
-        Progress::Building {
-            dockerfile,
-            twice,
-            lockset,
-            epoch,
-            epoch_from,
-        } => say(
-            format!(
-                "building {}{} (lockset {lockset}; file times set to {epoch}, {epoch_from})",
-                dockerfile.display(),
-                if twice {
-                    " twice, without the cache"
-                } else {
-                    ""
-                },
-            ),
-            None,
-        ),
-        Progress::Context { bytes } => say(
-            format!("sending the build context to the engine: {}", mib(bytes)),
-            Some(format!("sending the build context ({})", mib(bytes))),
-        ),
-        Progress::Stage(stage) => show_stage(stage, verbose, ticker),
-        Progress::EngineId {
-            engine_id,
-            config_digest,
-        } => say(
-            format!(
-                "this engine names the image {engine_id} (a containerd image store: the manifest digest); its config digest is {config_digest}"
-            ),
-            None,
-        ),
-        Progress::LeftoversRemoved { images, folders } => say(
-            format!(
-                "removed what killed builds had left: {images} image(s), {folders} scratch folder(s)"
-            ),
-            None,
-        ),
-        Progress::NixBuild(attr) => say(
-            format!("nix build {attr}"),
-            Some(format!("nix build {attr}")),
-        ),
-        Progress::Loaded(id) => say(format!("loaded {id}"), None),
-    }
-}
-
-/// A stage of the build after the engine's builder: its steps (its whole output when
-/// `verbose`), saving, normalising and loading.
-fn show_stage(stage: Stage<'_>, verbose: bool, ticker: &console::Ticker) {
-    let say = |line: String, doing: Option<String>| say(ticker, line, doing);
-    match stage {
-        Stage::Step { name, cached } => {
-            let line = format!("building: {name}{}", if cached { " (cached)" } else { "" });
-            if verbose {
-                eprintln!("{line}");
-                ticker.doing(line);
-            } else {
-                say(line.clone(), Some(line));
-            }
-        }
-        Stage::Output(out) => {
-            if verbose {
-                eprint!("{out}");
-                ticker.said();
-            }
-            // The classic builder's steps are in its output.
-            for step in out
-                .lines()
-                .map(str::trim)
-                .filter(|l| l.starts_with("Step "))
-            {
-                if verbose {
-                    ticker.doing(format!("building: {step}"));
-                } else {
-                    say(
-                        format!("building: {step}"),
-                        Some(format!("building: {step}")),
-                    );
-                }
-            }
-        }
-        Stage::Known { id } => say(
-            format!(
-                "the engine's build is one normalised before, into {id} (in the engine): nothing to save, write or load"
-            ),
-            None,
-        ),
-        Stage::Saving => say(
-            "saving the engine's build, to write it again reproducibly".into(),
-            Some("saving the engine's build".into()),
-        ),
-        Stage::Normalising { bytes } => say(
-            format!(
-                "normalising the build ({}): file times, entry order, builder fields",
-                mib(bytes)
-            ),
-            Some(format!("normalising the build ({})", mib(bytes))),
-        ),
-        Stage::Restated { entries } => say(
-            format!(
-                "the builder wrote {entries} file(s) again as the layers below hold them; dropped, as they change nothing"
-            ),
-            None,
-        ),
-        Stage::Uncached { error } => say(
-            format!(
-                "the engine's build cache names a layer the engine no longer has (its bug, moby/moby#41595: {}); building again without the cache",
-                error.lines().next().unwrap_or(error)
-            ),
-            None,
-        ),
-        Stage::Loading { bytes } => say(
-            format!("loading the normalised image: {}", mib(bytes)),
-            Some(format!("loading the normalised image ({})", mib(bytes))),
-        ),
-    }
-}
-
-/// One line of progress, and what the ticker says goes on (`None`: nothing now).
-fn say(ticker: &console::Ticker, line: String, doing: Option<String>) {
-    console::info(line);
-    match doing {
-        Some(what) => ticker.doing(what),
-        None => ticker.said(),
-    }
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
-}
-
-/// The ID the manifest pins for its image `name`.
-fn pin_of<'m>(m: &'m Manifest, name: &'m str) -> PinnedId<'m> {
-    PinnedId {
-        image: name,
-        id: m.images.get(name).and_then(|i| i.id.as_deref()),
-        manifest: &m.path,
-    }
 }
 
 /// `cibox image save ID --to FILE`.
@@ -685,42 +386,14 @@ pub fn qualify(
     let q =
         crate::run::qualify::qualify(ctx.manifest()?, &ctx.host_policy()?, &image, at, ctx.json)?;
     if ctx.json {
-        let mut outcome = q.run.to_json();
-        outcome["image"] = json!(image);
-        outcome["qualified"] = json!(q.record.is_some());
-        outcome["qualification"] = json!(q.record);
-        console::json(&outcome);
-        return Ok(if q.record.is_some() {
-            exit::SUCCESS
-        } else {
-            q.run.exit_code()
-        });
-    }
-    match &q.record {
-        Some(path) => {
-            println!("qualified {image}: {}", path.display());
-            Ok(exit::SUCCESS)
-        }
-        None => {
-            // Which folder the batches ran from: the git root unless --source said
-            // otherwise, which is rarely the manifest's folder in a subfolder.
-            let from = q
-                .run
-                .batches
-                .first()
-                .map(|b| {
-                    format!(
-                        " (its batches ran from {}; --source names another folder)",
-                        b.record.source.path
-                    )
-                })
-                .unwrap_or_default();
-            console::info(format!(
-                "{image} is not qualified: the qualify layer did not pass{from}"
-            ));
-            Ok(q.run.exit_code())
+        console::json(&q.to_json(&image));
+    } else {
+        match &q.record {
+            Some(path) => println!("qualified {image}: {}", path.display()),
+            None => console::info(q.not_qualified(&image)),
         }
     }
+    Ok(q.exit_code())
 }
 
 /// `cibox image push ID --to REPOSITORY`: the image, verified against the source's
@@ -733,31 +406,15 @@ pub fn push(ctx: &Context, id: &str, to: &str, name: Option<&str>) -> Result<u8>
         why: e.to_string(),
     })?;
     let m = ctx.manifest()?;
-    let (name, _) = named(&m, name)?;
-    pin_of(&m, name).check(&id)?;
+    let (name, _) = m.image_named(name)?;
+    m.pin(name).check(&id)?;
     let source = m.lockset(name)?;
     let credentials = crate::engine::auth::credentials(&crate::engine::auth::registry_of(to))?;
     let engine = Engine::connect()?;
     let info = engine.info()?;
-    describe_engine(&info);
+    image::progress::describe_engine(&info);
     let v = image::verify(&engine, &id, &source)?;
-    // Its own name first, so that taking the push's name away never leaves it nameless.
-    let (repository, _) = image::recipe::tag_parts(&m.project, &source.digest);
-    let own = image::normalise::id_tag(&repository, id.as_str());
-    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
-    engine.tag(id.as_str(), &repository, own_tag)?;
-    let push_tag = own_tag;
-    engine.tag(id.as_str(), to, push_tag)?;
-    console::info(format!("pushing {id} to {to}:{push_tag}"));
-    let pushed = engine.push(to, push_tag, credentials);
-    // The push's name goes again (unless it is the image's own).
-    let untagged = if to == repository {
-        Ok(())
-    } else {
-        engine.untag(&format!("{to}:{push_tag}"))
-    };
-    let digest = pushed?;
-    untagged?;
+    let digest = image::push::push(&engine, &id, to, &m.project, &source.digest, credentials)?;
     let reference = PinnedRef::parse(&format!("{to}@{digest}"))?;
     if ctx.json {
         console::json(&json!({

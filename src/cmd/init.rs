@@ -8,40 +8,14 @@
 //! leading outside it) is refused before anything is written, and what it writes is made
 //! name by name in folders held open, never following one ([`crate::nofollow`]).
 
-use std::path::{Path, PathBuf};
+//! The writing is [`crate::starter::write`]'s.
+
+use std::path::PathBuf;
 
 use super::context::Context;
-use crate::console;
-use crate::error::{ErrorKind, Result};
-use crate::exit::{self, Failure};
-use crate::nofollow::Folder;
-use crate::starter::{self, templates, text};
-
-#[derive(Debug, thiserror::Error)]
-pub enum InitError {
-    #[error("cannot read the current folder: {0}")]
-    CurrentFolder(#[source] std::io::Error),
-    #[error(
-        "{}: {what}; cibox init writes nothing through a link or in place of a folder, and wrote nothing",
-        .path.display()
-    )]
-    Link { path: PathBuf, what: String },
-    #[error("writing {}: {source}", .path.display())]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl ErrorKind for InitError {
-    fn failure(&self) -> Failure {
-        match self {
-            InitError::CurrentFolder(_) | InitError::Link { .. } => Failure::Usage,
-            InitError::Write { .. } => Failure::Infra,
-        }
-    }
-}
+use crate::error::Result;
+use crate::exit;
+use crate::starter::write::{self, InitError};
 
 pub fn init(_ctx: &Context) -> Result<u8> {
     let cwd = std::env::current_dir().map_err(InitError::CurrentFolder)?;
@@ -49,157 +23,6 @@ pub fn init(_ctx: &Context) -> Result<u8> {
         .ok()
         .map(PathBuf::from)
         .unwrap_or(cwd);
-    let found = starter::look(&root);
-    say_found(&found);
-    let files: [(&str, String); 5] = [
-        ("cibox.yaml", text::manifest(&found)),
-        (text::RECIPE, text::recipe(&found)),
-        (
-            ".github/workflows/cibox-cpu.yml.j2",
-            templates::CPU_TEMPLATE.to_string(),
-        ),
-        (
-            ".github/workflows/cibox-gpu.yml.j2",
-            templates::GPU_TEMPLATE.to_string(),
-        ),
-        (
-            ".github/workflows/cibox-warm-up.yml.j2",
-            templates::WARM_UP_TEMPLATE.to_string(),
-        ),
-    ];
-    // Every folder on the way first: a link among them writes nothing at all.
-    for (rel, _) in &files {
-        no_link_on_the_way(&root, Path::new(rel))?;
-    }
-    let folder = Folder::open(&root).map_err(|source| InitError::Write {
-        path: root.clone(),
-        source: crate::nofollow::said_of_links(source),
-    })?;
-    let mut wrote = 0;
-    for (rel, text) in &files {
-        let path = root.join(rel);
-        if std::fs::symlink_metadata(&path).is_ok() {
-            console::info(format!("{rel} exists: left as it is"));
-            continue;
-        }
-        write_new(&folder, Path::new(rel), &path, text)?;
-        console::info(format!("wrote {rel}"));
-        wrote += 1;
-    }
-    ignore_outputs(&folder);
-    if wrote > 0 {
-        console::info(format!(
-            "next: edit the FROM line of {}, then `cibox batch list`, `cibox image build`, `cibox workflow render` and `cibox workflow lint`",
-            text::RECIPE
-        ));
-    }
-    console::info(format!("the rendered workflows need: {}", templates::NEEDS));
+    write::init(&root)?;
     Ok(exit::SUCCESS)
-}
-
-/// Says what was found: each lock file, and the tests by the GPUs they declare.
-fn say_found(found: &starter::Found) {
-    if found.locks.is_empty() {
-        console::info("lock files: none found (the recipe is the image's only lock file)");
-    }
-    for lock in &found.locks {
-        console::info(format!("lock file: {lock}"));
-    }
-    if !found.has_tests() {
-        console::info("tests: no pytest files (test_*.py, *_test.py) found");
-        return;
-    }
-    console::info(format!(
-        "tests: {} without GPUs (batch unit)",
-        found.cpu_tests.len()
-    ));
-    for (n, files) in &found.gpu_tests {
-        console::info(format!(
-            "tests: {} declaring {} = {n} (batch {})",
-            files.len(),
-            starter::MARKER,
-            text::gpu_batch(*n)
-        ));
-    }
-}
-
-/// The folders cibox writes its reports into, ignored by git: added to `.gitignore`
-/// (made when missing), never through a link (then only said).
-fn ignore_outputs(root: &Folder) {
-    const NAME: &str = ".gitignore";
-    let wanted = ["/cibox-reports/", "/cibox-reproduce/", "/cibox-qualify/"];
-    let result = root.read_text(NAME, 1 << 20).and_then(|text| {
-        let text = text.unwrap_or_default();
-        let have: Vec<&str> = text.lines().map(str::trim).collect();
-        let missing: Vec<&str> = wanted
-            .iter()
-            .copied()
-            .filter(|w| !have.contains(w) && !have.contains(&w.trim_start_matches('/')))
-            .collect();
-        if missing.is_empty() {
-            return Ok(false);
-        }
-        let mut new = text.clone();
-        if !new.is_empty() && !new.ends_with('\n') {
-            new.push('\n');
-        }
-        new.push_str("# cibox's reports (cibox init)\n");
-        for m in missing {
-            new.push_str(m);
-            new.push('\n');
-        }
-        root.write_replacing(NAME, new.as_bytes()).map(|()| true)
-    });
-    match result {
-        Ok(true) => console::info("wrote .gitignore: cibox's reports folders ignored"),
-        Ok(false) => {}
-        Err(e) => console::warn(format!(
-            ".gitignore: {}; add /cibox-reports/, /cibox-reproduce/ and /cibox-qualify/ yourself",
-            crate::nofollow::said_of_links(e)
-        )),
-    }
-}
-
-/// Refuses a folder on the way to `rel` (below `root`) that is a link, or not a folder.
-fn no_link_on_the_way(root: &Path, rel: &Path) -> Result<()> {
-    let mut at = PathBuf::new();
-    for part in rel.parent().into_iter().flat_map(Path::components) {
-        at.push(part);
-        let what = match std::fs::symlink_metadata(root.join(&at)) {
-            Err(_) => return Ok(()), // not there: made by init, below nothing else
-            Ok(md) if md.is_dir() => continue,
-            Ok(md) if md.file_type().is_symlink() => {
-                let target = std::fs::read_link(root.join(&at)).unwrap_or_default();
-                format!(
-                    "a symbolic link (to {}) where init writes in a folder",
-                    crate::util::escape(&target.to_string_lossy())
-                )
-            }
-            Ok(_) => "not a folder, where init writes in one".to_string(),
-        };
-        return Err(InitError::Link { path: at, what }.into());
-    }
-    Ok(())
-}
-
-/// Writes `text` as the new file `rel` of `root` (never over one, `shown` in errors),
-/// making its folders, each name made or opened in the folder before it, no link
-/// followed.
-fn write_new(root: &Folder, rel: &Path, shown: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    let io = |source| InitError::Write {
-        path: shown.to_path_buf(),
-        source: crate::nofollow::said_of_links(source),
-    };
-    // (Init's own names: plain, UTF-8.)
-    let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let folder = match rel.parent() {
-        Some(parent) => root.make_path(parent, 0o777).map_err(io)?,
-        None => root.try_clone().map_err(io)?,
-    };
-    folder
-        .create_new(name, 0o666)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(io)?;
-    Ok(())
 }

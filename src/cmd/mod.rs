@@ -5,7 +5,6 @@ mod batch;
 mod cache;
 mod capacity;
 mod changed;
-mod cluster;
 mod context;
 mod doctor;
 mod error;
@@ -31,7 +30,6 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
     let ctx = Context {
         manifest_path: cli.manifest,
         json: cli.json,
-        verbose: cli.verbose,
         policy: Default::default(),
     };
     match cli.command {

@@ -1,244 +1,41 @@
-//! `cibox reproduce RESULT.json`: replay a recorded batch locally, on the recorded
-//! commit (in a temporary worktree) and image, with the same fast mode and GPU count,
-//! then show the recorded and replayed outcomes side by side.
+//! `cibox reproduce RESULT.json`: replay a recorded batch ([`crate::run::replay`]), then
+//! show the recorded and replayed outcomes side by side.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::context::Context;
-use crate::changed::NotATestFile;
-use crate::console::{self, Table};
-use crate::engine::Engine;
-use crate::error::{Error, ErrorKind, Result};
-use crate::exit::{self, Failure};
-use crate::git::GitError;
-use crate::image::{ImageError, ImageId};
-use crate::manifest::Manifest;
-use crate::plan::RunRequest;
-use crate::report::RunRecord;
-use crate::run::launch::{self, Whereabouts};
-
-use crate::git::text as git;
-
-/// What keeps `reproduce` from replaying a record.
-#[derive(Debug, thiserror::Error)]
-pub enum ReproduceError {
-    #[error("temporary folder: {0}")]
-    TempDir(#[source] std::io::Error),
-    #[error("git worktree add: {0}")]
-    WorktreeAdd(#[source] GitError),
-    #[error("current folder: {0}")]
-    CurrentFolder(#[source] std::io::Error),
-    #[error("reproduce runs inside the project's git repository; cd into it")]
-    NotInRepository,
-    #[error(
-        "{}: the run recorded no commit (its source was not a git checkout), so it cannot be replayed",
-        .result.display()
-    )]
-    NoCommit { result: PathBuf },
-    #[error(
-        "commit {sha} is not in {}; fetch it first: {}",
-        .repo.display(),
-        match .remote {
-            Some(r) => format!("git fetch {r} {sha}"),
-            None => "this repository has no remote: add the one the run came from (git remote add NAME URL) and fetch the commit from it (git fetch NAME COMMIT)".to_string(),
-        }
-    )]
-    CommitMissing {
-        sha: String,
-        repo: PathBuf,
-        /// The remote to fetch from: `origin` when there is one, else the first.
-        remote: Option<String>,
-    },
-    /// The batch ran a test file through `changed.run`, which the manifest at the
-    /// recorded commit lacks.
-    #[error(
-        "batch {batch} ran test file {file} through changed.run, which {} at {sha} lacks",
-        .manifest.display()
-    )]
-    NoChangedRun {
-        batch: String,
-        file: String,
-        manifest: PathBuf,
-        sha: String,
-    },
-    /// The record names a test file `changed` itself would not list.
-    #[error("{}: {why}", .result.display())]
-    NotATestFile {
-        result: PathBuf,
-        #[source]
-        why: NotATestFile,
-    },
-    /// The manifest is not in the recorded commit: the run used one never committed.
-    #[error(
-        "{} is not in commit {sha}: the run's manifest was not committed{}; commit it and run again, or run the batch by hand (cibox batch run)",
-        .manifest.display(),
-        if *.dirty { " (the record says the source had uncommitted changes)" } else { "" }
-    )]
-    ManifestNotCommitted {
-        manifest: PathBuf,
-        sha: String,
-        dirty: bool,
-    },
-    #[error("batch {batch} is not in {} at {sha}", .manifest.display())]
-    NoSuchBatch {
-        batch: String,
-        manifest: PathBuf,
-        sha: String,
-    },
-}
-
-impl ErrorKind for ReproduceError {
-    fn failure(&self) -> Failure {
-        match self {
-            ReproduceError::TempDir(_) | ReproduceError::WorktreeAdd(_) => Failure::Infra,
-            ReproduceError::CurrentFolder(_)
-            | ReproduceError::NotInRepository
-            | ReproduceError::NoCommit { .. }
-            | ReproduceError::CommitMissing { .. }
-            | ReproduceError::NoChangedRun { .. }
-            | ReproduceError::NotATestFile { .. }
-            | ReproduceError::NoSuchBatch { .. }
-            | ReproduceError::ManifestNotCommitted { .. } => Failure::Usage,
-        }
-    }
-}
-
-/// Removes the temporary worktree however the replay ends.
-struct Worktree {
-    repo: PathBuf,
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Worktree {
-    /// A detached worktree of `repo` at `sha`, in a temporary folder.
-    fn add(repo: &Path, sha: &str) -> Result<Worktree> {
-        let dir = tempfile::tempdir().map_err(ReproduceError::TempDir)?;
-        let path = dir.path().join("src");
-        git(
-            repo,
-            &[
-                "worktree",
-                "add",
-                "--detach",
-                &path.display().to_string(),
-                sha,
-            ],
-        )
-        .map_err(ReproduceError::WorktreeAdd)?;
-        Ok(Worktree {
-            repo: repo.to_path_buf(),
-            path,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for Worktree {
-    fn drop(&mut self) {
-        let _ = git(
-            &self.repo,
-            &[
-                "worktree",
-                "remove",
-                "--force",
-                &self.path.display().to_string(),
-            ],
-        );
-    }
-}
+use crate::console;
+use crate::error::Result;
+use crate::exit;
+use crate::run::launch;
+use crate::run::replay::{self, Replay};
 
 pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
-    let record = RunRecord::read(result)?;
-    let cwd = std::env::current_dir().map_err(ReproduceError::CurrentFolder)?;
-    let repo = git(&cwd, &["rev-parse", "--show-toplevel"])
-        .map(PathBuf::from)
-        .map_err(|_| ReproduceError::NotInRepository)?;
-    let Some(sha) = record.source.sha.clone() else {
-        return Err(ReproduceError::NoCommit {
-            result: result.to_path_buf(),
-        }
-        .into());
-    };
-    if git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")]).is_err() {
-        let remotes = git(&repo, &["remote"]).unwrap_or_default();
-        let remotes: Vec<&str> = remotes
-            .lines()
-            .map(str::trim)
-            .filter(|r| !r.is_empty())
-            .collect();
-        let remote = remotes
-            .iter()
-            .find(|r| **r == "origin")
-            .or(remotes.first())
-            .map(|r| crate::util::escape(r).into_owned());
-        return Err(ReproduceError::CommitMissing { sha, repo, remote }.into());
-    }
-    let image = ImageId::parse(&record.image).map_err(crate::image::ImageError::NotAnId)?;
-    // Where the manifest sits in the repository, to find it in the worktree.
-    let manifest_rel = match ctx.manifest() {
-        Ok(m) => m
-            .path
-            .canonicalize()
-            .ok()
-            .and_then(|p| p.strip_prefix(&repo).ok().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from(crate::manifest::FILE_NAME)),
-        Err(_) => PathBuf::from(crate::manifest::FILE_NAME),
-    };
-    let engine = Engine::connect()?;
-    if engine.inspect(image.as_str())?.is_none() {
-        return Err(image_gone(&image, &sha, &record));
-    }
-    let plan = plan_json(&record, &sha, &image, &manifest_rel);
+    let replay = Replay::read(result, || ctx.manifest().ok())?;
     if !ctx.json {
         // The record is data from elsewhere: what it says is shown, never sent.
-        for line in plan_lines(&record, &sha, &image, &manifest_rel) {
+        for line in replay.plan_lines() {
             println!("{}", crate::util::escape(&line));
         }
     }
-    let worktree = Worktree::add(&repo, &sha)?;
-    let replay = Replay {
-        ctx,
-        result,
-        record: &record,
-        sha: &sha,
-        manifest_rel: &manifest_rel,
-    };
+    let worktree = replay.checkout()?;
     // A dry run refuses what the replay would: no manifest at the commit, no such
     // batch in it (issue 48: it printed a plan the replay then failed).
-    let m = replay.manifest(&worktree)?;
+    let m = replay.manifest(&worktree, || ctx.host_policy())?;
     if dry_run {
         if ctx.json {
-            console::json(&serde_json::json!({ "plan": plan }));
+            console::json(&serde_json::json!({ "plan": replay.plan_json() }));
         }
         return Ok(exit::SUCCESS);
     }
-    let reports = PathBuf::from("cibox-reproduce").join(&record.run);
-    // As part of its layer again: the layer decided its image (and so its install).
-    let mut request = RunRequest {
-        names: vec![record.batch.clone()],
-        layer: record.layer.clone(),
-        fast: Some(record.fast),
-        image: Some(image.to_string()),
-        // A record may be anyone's: a replay never writes a cache through.
-        private_caches: Some(crate::plan::run_plan::REPLAY.into()),
-        ..RunRequest::default()
-    };
-    launch::locate(
-        &mut request,
-        Whereabouts {
-            source: Some(worktree.path.clone()),
-            reports: Some(reports),
-            scope: Some(format!("repro-{}", &record.run[..8.min(record.run.len())])),
-        },
-    )?;
-    drop(engine);
+    let request = replay.request(&worktree)?;
     let run = launch::run(m, &ctx.host_policy()?, request, ctx.json)?;
     drop(worktree);
+    let record = &replay.record;
     // No batch ran only when a signal stopped the run before it started.
     let replayed = run.batches.first().map(|b| &b.record);
     let differs = replayed
-        .map(|r| hardware_differences(&record, r))
+        .map(|r| replay::hardware_differences(record, r))
         .unwrap_or_default();
     if !differs.is_empty() {
         let said: Vec<String> = differs
@@ -256,251 +53,14 @@ pub fn run(ctx: &Context, result: &Path, dry_run: bool) -> Result<u8> {
             .map(|(what, a, b)| serde_json::json!({"what": what, "recorded": a, "replayed": b}))
             .collect();
         console::json(&serde_json::json!({
-            "plan": plan,
+            "plan": replay.plan_json(),
             "recorded": record,
             "replayed": replayed,
             "outcome": run.to_json(),
             "hardware_differs": differs,
         }));
     } else if let Some(replayed) = replayed {
-        side_by_side(&record, replayed);
+        print!("{}", replay::side_by_side(record, replayed));
     }
     Ok(run.exit_code())
-}
-
-/// Where the replay's hardware differs from the recorded (nothing when the record is
-/// older than `hardware`).
-fn hardware_differences(
-    recorded: &RunRecord,
-    replayed: &RunRecord,
-) -> Vec<(&'static str, String, String)> {
-    match (&recorded.hardware, &replayed.hardware) {
-        (Some(a), Some(b)) => a.differences(b),
-        _ => Vec::new(),
-    }
-}
-
-/// The refusal when the image the run used is not in the local engine, with how to get
-/// it back.
-fn image_gone(image: &ImageId, sha: &str, record: &RunRecord) -> Error {
-    Error::from(ImageError::Refused {
-        message: format!("{image}, which the run used, is not present in the local engine"),
-        details: vec![
-            "restore it from its backup: cibox image load --from BACKUP.tar (written by cibox image save)".into(),
-            format!("or rebuild it from the recipe at {sha} (nix run .#image-NAME, or cibox image build); a rebuild must pass cibox image verify against lockset {}", record.lockset),
-        ],
-    })
-}
-
-/// What the replay will do, one line each.
-fn plan_lines(record: &RunRecord, sha: &str, image: &ImageId, manifest_rel: &Path) -> Vec<String> {
-    let mut lines = vec![
-        format!(
-            "batch:    {} (run {}, recorded {})",
-            record.batch,
-            record.run,
-            record.status.as_str()
-        ),
-        format!(
-            "source:   {sha}{} in a temporary worktree",
-            if record.source.dirty == Some(true) {
-                " (the recorded tree had uncommitted changes; they are not replayed)"
-            } else {
-                ""
-            }
-        ),
-        format!(
-            "image:    {image}{}",
-            match (&record.layer, record.image_name.as_str()) {
-                (Some(layer), name) if !name.is_empty() => format!(" (`{name}`, of layer {layer})"),
-                (Some(layer), _) => format!(" (of layer {layer})"),
-                (None, "") => String::new(),
-                (None, name) => format!(" (`{name}`)"),
-            }
-        ),
-        format!("fast:     {}", record.fast),
-        format!("gpus:     {}", record.gpu_count),
-        format!("manifest: {}", manifest_rel.display()),
-    ];
-    if let Some(hw) = &record.hardware {
-        let said: Vec<String> = hw
-            .aspects()
-            .into_iter()
-            .map(|(what, text)| format!("{what} {}", crate::util::escape(&text)))
-            .collect();
-        lines.push(format!("recorded on: {}", said.join("; ")));
-    }
-    lines
-}
-
-/// What the replay will do, as `--json` prints it.
-fn plan_json(
-    record: &RunRecord,
-    sha: &str,
-    image: &ImageId,
-    manifest_rel: &Path,
-) -> serde_json::Value {
-    serde_json::json!({
-        "batch": record.batch,
-        "run": record.run,
-        "recorded_status": record.status,
-        "commit": sha,
-        "dirty": record.source.dirty,
-        "image": image,
-        "image_name": record.image_name,
-        "layer": record.layer,
-        "fast": record.fast,
-        "gpus": record.gpu_count,
-        "manifest": manifest_rel,
-        "recorded_hardware": record.hardware,
-    })
-}
-
-/// A recorded batch to replay, and where it came from.
-struct Replay<'a> {
-    ctx: &'a Context,
-    result: &'a Path,
-    record: &'a RunRecord,
-    sha: &'a str,
-    manifest_rel: &'a Path,
-}
-
-impl Replay<'_> {
-    /// The manifest at the recorded commit, holding the recorded batch (a batch
-    /// `changed run` made is made again from that commit's `changed.run`).
-    fn manifest(&self, worktree: &Worktree) -> Result<Manifest> {
-        let (record, sha) = (self.record, self.sha);
-        // Not in the commit (never committed), or absent from the checkout of it.
-        let in_commit = format!("{sha}:{}", self.manifest_rel.display());
-        if git(&worktree.repo, &["cat-file", "-e", &in_commit]).is_err()
-            || !worktree.path.join(self.manifest_rel).exists()
-        {
-            return Err(ReproduceError::ManifestNotCommitted {
-                manifest: self.manifest_rel.to_path_buf(),
-                sha: sha.to_string(),
-                dirty: record.source.dirty == Some(true),
-            }
-            .into());
-        }
-        let replay_ctx = Context {
-            manifest_path: Some(worktree.path.join(self.manifest_rel)),
-            json: false,
-            verbose: self.ctx.verbose,
-            policy: self.ctx.policy.clone(),
-        };
-        let mut m = replay_ctx.manifest()?;
-        if let Some(file) = &record.changed_file
-            && !m.batches.contains_key(&record.batch)
-        {
-            let (Some(cfg), Some(template)) = (
-                m.changed.as_ref(),
-                m.changed.as_ref().and_then(|c| c.run.as_ref()),
-            ) else {
-                return Err(ReproduceError::NoChangedRun {
-                    batch: record.batch.clone(),
-                    file: file.clone(),
-                    manifest: self.manifest_rel.to_path_buf(),
-                    sha: sha.to_string(),
-                }
-                .into());
-            };
-            crate::changed::check_test_file(cfg, file).map_err(|why| {
-                ReproduceError::NotATestFile {
-                    result: self.result.to_path_buf(),
-                    why,
-                }
-            })?;
-            launch::check_test_file_in(&worktree.path, file)?;
-            let batch = template.batch_for(file, record.gpu_count);
-            m.batches.insert(record.batch.clone(), batch);
-        }
-        match m.batches.get(&record.batch) {
-            None => {
-                return Err(ReproduceError::NoSuchBatch {
-                    batch: record.batch.clone(),
-                    manifest: self.manifest_rel.to_path_buf(),
-                    sha: sha.to_string(),
-                }
-                .into());
-            }
-            Some(b) if b.gpus != record.gpu_count => console::warn(format!(
-                "batch {} asks for {} at {sha}, the record says {}; replaying with the manifest's",
-                record.batch,
-                crate::util::count(b.gpus, "GPU"),
-                record.gpu_count
-            )),
-            Some(_) => {}
-        }
-        Ok(m)
-    }
-}
-
-fn side_by_side(recorded: &RunRecord, replayed: &RunRecord) {
-    let mut t = Table::new(&["", "RECORDED", "REPLAYED"]);
-    let row = |name: &str, a: String, b: String| vec![name.to_string(), a, b];
-    t.row(row(
-        "status",
-        recorded.status.as_str().into(),
-        replayed.status.as_str().into(),
-    ));
-    t.row(row(
-        "exit code",
-        recorded.exit_code.to_string(),
-        replayed.exit_code.to_string(),
-    ));
-    let counts = |r: &RunRecord| {
-        format!(
-            "{} total, {} failed, {} errors, {} skipped",
-            r.tests.total, r.tests.failed, r.tests.errors, r.tests.skipped
-        )
-    };
-    t.row(row("tests", counts(recorded), counts(replayed)));
-    t.row(row("host", recorded.host.clone(), replayed.host.clone()));
-    t.row(row(
-        "gpus",
-        recorded.gpus.len().to_string(),
-        replayed.gpus.len().to_string(),
-    ));
-    // What each ran on, side by side, a differing row marked.
-    let aspects = |r: &RunRecord| r.hardware.as_ref().map(|h| h.aspects());
-    if let Some(replayed_hw) = aspects(replayed) {
-        let recorded_hw = aspects(recorded);
-        for (i, (what, now)) in replayed_hw.into_iter().enumerate() {
-            let then = recorded_hw
-                .as_ref()
-                .map_or_else(|| "not recorded".to_string(), |a| a[i].1.clone());
-            let mark = if recorded_hw.is_some() && then != now {
-                " (differs)"
-            } else {
-                ""
-            };
-            t.row(row(what, then, format!("{now}{mark}")));
-        }
-    }
-    println!();
-    print!("{}", t.render());
-    let both: std::collections::BTreeSet<&String> = recorded
-        .failed_tests
-        .iter()
-        .chain(&replayed.failed_tests)
-        .collect();
-    if !both.is_empty() {
-        println!();
-        let mut t = Table::new(&["FAILING TEST", "RECORDED", "REPLAYED"]);
-        for name in both {
-            let mark = |r: &RunRecord| {
-                if r.failed_tests.contains(name) {
-                    "failed"
-                } else {
-                    "-"
-                }
-            };
-            t.row(vec![
-                name.clone(),
-                mark(recorded).into(),
-                mark(replayed).into(),
-            ]);
-        }
-        print!("{}", t.render());
-    }
 }

@@ -479,41 +479,20 @@ pub fn lint(ctx: &Context, paths: &[PathBuf], format: Option<LintFormat>) -> Res
     for (f, follow) in &files {
         findings.extend(lint::lint_file(f, *follow));
     }
-    let count = |pred: &dyn Fn(&lint::Finding) -> bool| findings.iter().filter(|f| pred(f)).count();
-    let unparsable = count(&|f| f.rule == lint::Rule::Unparsable);
-    let errors = count(&|f| f.severity == lint::Severity::Error) - unparsable;
-    let warnings = count(&|f| f.severity == lint::Severity::Warning);
+    let report = lint::report::Report {
+        files: files.len(),
+        findings,
+    };
     if format == LintFormat::Sarif {
         let root = repository_root();
-        console::json(&lint::sarif::log(&findings, root.as_deref()));
+        console::json(&lint::sarif::log(&report.findings, root.as_deref()));
     } else if format == LintFormat::Json {
-        console::json(&json!({
-            "files": files.len(),
-            "errors": errors,
-            "warnings": warnings,
-            "unparsable": unparsable,
-            "findings": findings,
-        }));
+        console::json(&report.to_json());
     } else {
-        // A finding quotes the workflow (a job's or step's name): one line, escaped.
-        for f in &findings {
-            println!("{}", crate::util::escape(&f.to_string()));
+        for line in report.lines() {
+            println!("{line}");
         }
-        let unreadable = if unparsable > 0 {
-            format!(", {unparsable} not readable as a workflow")
-        } else {
-            String::new()
-        };
-        console::info(format!(
-            "{} workflow(s), {errors} error(s), {warnings} warning(s){unreadable}",
-            files.len()
-        ));
+        console::info(report.summary());
     }
-    Ok(if unparsable > 0 {
-        exit::USAGE
-    } else if errors > 0 {
-        exit::TESTS_FAILED
-    } else {
-        exit::SUCCESS
-    })
+    Ok(report.exit_code())
 }

@@ -58,6 +58,29 @@ pub struct ArchiveImage {
     pub layers: Vec<String>,
 }
 
+impl ArchiveImage {
+    /// What `image id --json` prints; `pinned` the ID the manifest pins, if any.
+    pub fn to_json(&self, pinned: Option<&str>) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "manifest_digest": self.manifest_digest,
+            "repo_tags": self.repo_tags,
+            "layers": self.layers.len(),
+            "pinned": pinned,
+        })
+    }
+
+    /// What the ID names on which image store, in one line.
+    pub fn which_store(&self) -> String {
+        match &self.manifest_digest {
+            Some(d) => format!(
+                "on a containerd image store the engine names this image {d} (its manifest digest)"
+            ),
+            None => "the ID on a classic image store; a containerd image store names images by their manifest digest, which this archive does not carry".into(),
+        }
+    }
+}
+
 /// One image of `manifest.json`, with exactly the keys docker writes: an unknown key,
 /// or a known one in other case (which Go's JSON would take for it), is refused.
 #[derive(serde::Deserialize)]

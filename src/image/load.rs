@@ -3,7 +3,7 @@
 //! lockset and the manifest's pin.
 
 use super::{ImageError, ImageId, Lockset, PinnedId, Verified};
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineError};
 
 /// Turns what the engine says it loaded into image IDs.
 pub fn loaded_ids(engine: &Engine, loaded: Vec<String>) -> Result<Vec<ImageId>, ImageError> {
@@ -47,4 +47,20 @@ pub fn verify_loaded(
         pin.check(id)?;
     }
     Ok(verified)
+}
+
+/// Names a verified image as `image build` names what it builds: by its ID
+/// (`cibox/PROJECT:id-<hex>`, a name no other image takes) and by its lockset
+/// (`cibox/PROJECT:lockset-<12 hex>`, the newest image of those locks).
+pub fn name_verified(
+    engine: &Engine,
+    project: &str,
+    lockset: &str,
+    id: &ImageId,
+) -> std::result::Result<(), EngineError> {
+    let (repository, lockset_tag) = super::recipe::tag_parts(project, lockset);
+    let own = super::normalise::id_tag(&repository, id.as_str());
+    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
+    engine.tag(id.as_str(), &repository, own_tag)?;
+    engine.tag(id.as_str(), &repository, &lockset_tag)
 }

@@ -18,6 +18,8 @@ pub mod make;
 mod nix_build;
 pub mod normalise;
 pub mod pinned;
+pub mod progress;
+pub mod push;
 pub mod recipe;
 pub mod saved;
 pub mod scratch;
@@ -198,6 +200,36 @@ pub struct Verified {
     pub id: ImageId,
     pub lockset: String,
     pub files: usize,
+}
+
+impl Verified {
+    /// What `--json` prints of a verification on the engine `info` describes.
+    pub fn to_json(&self, info: &crate::engine::EngineInfo) -> serde_json::Value {
+        serde_json::json!({
+            "status": "verified",
+            "image": self.id,
+            "lockset": self.lockset,
+            "lock_files": self.files,
+            "id_semantics": info.id_semantics,
+            "storage_driver": info.storage_driver,
+        })
+    }
+
+    /// What was verified, in one line.
+    pub fn said(&self) -> String {
+        format!(
+            "verified {} (lockset {}, {} lock files)",
+            self.id, self.lockset, self.files
+        )
+    }
+
+    /// What was done (`done`), said of an image loaded or built.
+    pub fn said_as(&self, done: &str) -> String {
+        format!(
+            "{done}: lockset {} ({} lock files)",
+            self.lockset, self.files
+        )
+    }
 }
 
 /// Checks that `id` is present locally (never pulled) and carries the source's lockset.

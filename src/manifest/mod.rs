@@ -34,6 +34,7 @@ mod artifacts;
 mod caches;
 mod changed;
 mod check;
+mod chosen;
 mod collect;
 mod container;
 mod devices;
@@ -53,6 +54,7 @@ mod validate;
 mod values;
 
 pub use changed::{ChangedConfig, GroupKind, PatternKind, Renames};
+pub use chosen::chosen_id;
 pub use collect::{
     CollectSpec, Collected, CollectedEntry, MAX_COLLECT_BYTES, MAX_ENTRY_GPUS, parse_output,
 };
@@ -66,7 +68,7 @@ pub use gpu::{
     GpuConfig, IdlePolicy, PoolSpec, ProbeChoice, check_model_glob, is_amd_gpu_id, is_gpu_uuid,
     is_mig_uuid, is_mtt_id, is_npu_id, is_xpu_id,
 };
-pub use images::{DEFAULT_IMAGE, ImageConfig, image_variable};
+pub use images::{DEFAULT_IMAGE, image_variable};
 pub use mounts::{ENGINE_SOCKETS, check_mount_source};
 pub use patterns::{Selector, compile_glob, github_glob, under_prefix};
 pub use placement::{parts_for_budget, shard_unit};
@@ -82,6 +84,15 @@ use validate::validate;
 
 /// The largest manifest file read.
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// Whether `e` says that no manifest was found (commands that serve a host without
+/// one go on).
+pub fn no_manifest(e: &crate::error::Error) -> bool {
+    matches!(
+        e.downcast_ref::<ManifestError>(),
+        Some(ManifestError::NotFound { .. })
+    )
+}
 
 /// Finds `cibox.yaml` from `start` upwards, stopping at the git root.
 pub fn find(start: &Path) -> Result<PathBuf, ManifestError> {

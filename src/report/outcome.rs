@@ -383,4 +383,10 @@ mod tests {
             Some((Status::ImageRefused, None))
         );
     }
+
+    #[test]
+    fn the_json_outcome_of_a_mixed_run() {
+        let run = crate::report::reporter::sample::run();
+        insta::assert_snapshot!(serde_json::to_string_pretty(&run.to_json()).unwrap());
+    }
 }

@@ -28,7 +28,9 @@
 //! - [`slurm`]: batches as Slurm jobs, and a node's side of them;
 //! - [`collect`]: test lists the project's code prints, read in a disposable container;
 //! - [`launch`]: one run's setup for every front end;
-//! - [`qualify`]: the `qualify` layer on one image, and its record.
+//! - [`qualify`], [`replay`]: the `qualify` layer on one image, and its record; a
+//!   recorded batch run again on its commit and image;
+//! - [`gpu_exec`]: a host command on leased GPUs (`gpu exec`).
 
 pub mod artifacts;
 pub mod attempts;
@@ -38,9 +40,11 @@ pub mod collect;
 pub mod copy;
 pub mod error;
 pub mod execute;
+pub mod gpu_exec;
 pub mod launch;
 pub mod order;
 pub mod qualify;
+pub mod replay;
 pub mod slurm;
 pub mod source;
 pub mod work_layer;

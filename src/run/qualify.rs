@@ -23,6 +23,43 @@ pub struct Qualification {
     pub record: Option<PathBuf>,
 }
 
+impl Qualification {
+    /// What `--json` prints: the run's outcome, the image, and the record if written.
+    pub fn to_json(&self, image: &ImageId) -> serde_json::Value {
+        let mut outcome = self.run.to_json();
+        outcome["image"] = json!(image);
+        outcome["qualified"] = json!(self.record.is_some());
+        outcome["qualification"] = json!(self.record);
+        outcome
+    }
+
+    /// 0 when qualified, else the run's exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self.record {
+            Some(_) => crate::exit::SUCCESS,
+            None => self.run.exit_code(),
+        }
+    }
+
+    /// Why `image` is not qualified, and which folder the batches ran from: the git
+    /// root unless --source said otherwise, which is rarely the manifest's folder in a
+    /// subfolder.
+    pub fn not_qualified(&self, image: &ImageId) -> String {
+        let from = self
+            .run
+            .batches
+            .first()
+            .map(|b| {
+                format!(
+                    " (its batches ran from {}; --source names another folder)",
+                    b.record.source.path
+                )
+            })
+            .unwrap_or_default();
+        format!("{image} is not qualified: the qualify layer did not pass{from}")
+    }
+}
+
 /// Runs the `qualify` layer on `image`, with the reports (and the record) in
 /// `at.reports`; `json` as for [`launch::run`].
 pub fn qualify(

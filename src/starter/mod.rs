@@ -2,15 +2,17 @@
 //! wherever they are ([`look`]), its test files split by the GPU count each declares
 //! (`NUM_GPUS = N` at module level, slime's convention, read as `cibox changed` reads
 //! it), and from those a commented manifest, an image recipe and workflow templates
-//! ([`text`], [`templates`]). Writing them is the command's (`src/cmd/init.rs`).
+//! ([`text`], [`templates`]), and writing them into the project ([`write`]).
 //!
 //! The rooms, from the bottom up; each imports only those below it:
 //!
 //! - [`templates`]: the workflow templates, actions pinned by commit;
-//! - [`text`]: the manifest and the image recipe for what was found.
+//! - [`text`]: the manifest and the image recipe for what was found;
+//! - [`write`]: writing them, never over a file, never through a link.
 
 pub mod templates;
 pub mod text;
+pub mod write;
 
 use std::collections::BTreeMap;
 use std::path::Path;

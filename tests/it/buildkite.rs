@@ -152,6 +152,8 @@ fn a_vllm_shaped_pipeline_renders_with_blocks_soft_fail_parallelism_and_queues()
     let printed = p.cibox(&["workflow", "render", "--print", "pipeline.yml"]);
     printed.ok();
     assert_eq!(printed.stdout, text);
+    // The whole pipeline, as a snapshot: any change to what Buildkite is given shows.
+    insta::assert_snapshot!("render_buildkite_vllm_shaped", text);
     let printed = p.cibox(&["workflow", "render", "--print", ".buildkite/pipeline.yml"]);
     assert_eq!(printed.stdout, text);
     p.cibox(&["workflow", "render", "--print", "nope.yml"])

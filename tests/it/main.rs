@@ -42,6 +42,7 @@ mod shapes;
 mod sizes;
 mod slurm;
 mod slurm_vendors;
+mod snapshots;
 mod vendor_health;
 mod vendors;
 mod waits;

@@ -331,3 +331,22 @@ fn merged_junit(results: &[BatchResult]) -> String {
     }
     report.to_string().unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::reporter::sample;
+
+    #[test]
+    fn the_merged_junit_of_a_mixed_run() {
+        let run = sample::run();
+        let xml = merged_junit(&run.batches);
+        // Every batch a suite of its own, each case in it.
+        assert_eq!(
+            xml.matches("<testsuite ").count(),
+            run.batches.len(),
+            "{xml}"
+        );
+        insta::assert_snapshot!(xml);
+    }
+}

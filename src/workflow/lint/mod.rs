@@ -8,6 +8,7 @@
 //! This file reads workflow files and their neighbours ([`lint_file`]) and starts
 //! [`run`] on each; the modules, each importing only those listed after it:
 //!
+//! - [`report`]: what lint found over its files: counted, shown, its exit code;
 //! - [`sarif`]: findings as SARIF, for code scanning;
 //! - [`run`]: one workflow linted in one scope: parsed, its facts gathered, the rules
 //!   run on every job, the findings ordered and merged; called workflows recursively;
@@ -29,6 +30,7 @@ mod facts;
 mod finding;
 pub mod guard;
 mod parse;
+pub mod report;
 mod rule;
 mod run;
 pub mod sarif;

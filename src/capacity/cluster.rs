@@ -1,44 +1,17 @@
-//! `gpu status` and `capacity` on a Slurm login node: what Slurm says of the nodes of
-//! the partition cibox submits to.
+//! A Slurm partition's nodes, from Slurm, and each layer's verdict on them: on a login
+//! node the cluster's nodes run the batches.
 
 use serde_json::json;
 
-use super::context::Context;
-use crate::console::{self, Table};
+use super::pool::Row;
+use crate::console::Table;
 use crate::error::Result;
-use crate::exit;
 use crate::host::SlurmPolicy;
 use crate::manifest::Manifest;
 use crate::slurm::cluster::{Ask, Cluster, Node};
 
-/// `cibox gpu status` on a login node: each node of the partition cibox submits to,
-/// with its GPUs and how many jobs hold, from Slurm.
-pub fn gpu_status(ctx: &Context, slurm: &SlurmPolicy) -> Result<u8> {
-    let cluster = Cluster::query()?;
-    let partition = cluster.partition(slurm.partition.as_deref())?.name.clone();
-    let nodes: Vec<&Node> = cluster.nodes_of(&partition).collect();
-    if ctx.json {
-        let v: Vec<_> = nodes.iter().map(|n| node_json(n)).collect();
-        console::json(&json!({"scheduler": "slurm", "partition": partition, "nodes": v}));
-        return Ok(exit::SUCCESS);
-    }
-    let mut t = Table::new(&["NODE", "STATE", "GPUS", "ALLOCATED", "FREE", "REASON"]);
-    for n in &nodes {
-        t.row(vec![
-            n.name.clone(),
-            n.state.to_ascii_lowercase(),
-            n.gpus.to_string(),
-            n.gpus_used.to_string(),
-            n.gpus_free().to_string(),
-            n.reason.clone().unwrap_or_else(|| "-".into()),
-        ]);
-    }
-    println!("scheduler: slurm, partition {partition}");
-    print!("{}", t.render());
-    Ok(exit::SUCCESS)
-}
-
-fn node_json(n: &Node) -> serde_json::Value {
+/// A node, as `--json` shows it.
+pub fn node_json(n: &Node) -> serde_json::Value {
     json!({
         "node": n.name, "state": n.state, "usable": n.usable(), "gpus": n.gpus,
         "allocated": n.gpus_used, "free": n.gpus_free(), "reason": n.reason,
@@ -46,21 +19,13 @@ fn node_json(n: &Node) -> serde_json::Value {
     })
 }
 
-/// One layer's verdict on a Slurm cluster.
-pub struct LayerVerdict {
-    pub layer: String,
-    pub ready: bool,
-    pub largest: u32,
-    pub reason: Option<String>,
-}
-
-/// `cibox capacity` on a login node: whether each layer's batches could each start
+/// On a login node: whether each layer's batches could each start
 /// now on the partition's nodes, from Slurm; the nodes' free GPUs.
 pub fn capacity(
     m: &Manifest,
     slurm: &SlurmPolicy,
     layers: &[String],
-) -> Result<(Vec<LayerVerdict>, serde_json::Value)> {
+) -> Result<(Vec<Row>, serde_json::Value)> {
     let cluster = Cluster::query()?;
     let partition = cluster.partition(slurm.partition.as_deref())?.name.clone();
     let free = cluster.free_by_node(&partition);
@@ -81,8 +46,9 @@ pub fn capacity(
                 })
                 .collect();
             let largest = batches.iter().map(|b| m.batches[b].gpus).max().unwrap_or(0);
-            LayerVerdict {
+            Row {
                 layer: l.clone(),
+                by_model: false,
                 ready: waiting.is_empty(),
                 largest,
                 reason: waiting.first().map(|b| {
@@ -104,4 +70,47 @@ pub fn capacity(
         "busy": total(|n| if n.usable() { 0 } else { n.gpus.saturating_sub(n.gpus_used) }),
     });
     Ok((verdicts, summary))
+}
+
+/// `gpu status` on a login node: each node of the partition cibox submits to, with its
+/// GPUs and how many jobs hold, from Slurm.
+pub struct Nodes {
+    pub partition: String,
+    pub nodes: Vec<Node>,
+}
+
+impl Nodes {
+    /// What Slurm says now.
+    pub fn query(slurm: &SlurmPolicy) -> Result<Nodes> {
+        let cluster = Cluster::query()?;
+        let partition = cluster.partition(slurm.partition.as_deref())?.name.clone();
+        let nodes = cluster.nodes_of(&partition).cloned().collect();
+        Ok(Nodes { partition, nodes })
+    }
+
+    /// What `--json` prints.
+    pub fn to_json(&self) -> serde_json::Value {
+        let v: Vec<_> = self.nodes.iter().map(node_json).collect();
+        json!({"scheduler": "slurm", "partition": self.partition, "nodes": v})
+    }
+
+    /// The partition, and one row per node.
+    pub fn render(&self) -> String {
+        let mut t = Table::new(&["NODE", "STATE", "GPUS", "ALLOCATED", "FREE", "REASON"]);
+        for n in &self.nodes {
+            t.row(vec![
+                n.name.clone(),
+                n.state.to_ascii_lowercase(),
+                n.gpus.to_string(),
+                n.gpus_used.to_string(),
+                n.gpus_free().to_string(),
+                n.reason.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        format!(
+            "scheduler: slurm, partition {}\n{}",
+            self.partition,
+            t.render()
+        )
+    }
 }
