@@ -44,7 +44,7 @@ pub enum Command {
     /// Start a project: a commented cibox.yaml from the test and lock files found, an
     /// image recipe stub and workflow templates (CPU, GPU, warm-up); never overwrites.
     Init,
-    /// GPUs: status, and leased execution.
+    /// GPUs: status, leased execution, and fake GPUs for a machine without any.
     #[command(subcommand)]
     Gpu(GpuCommand),
     /// Batches: list and run.

@@ -59,6 +59,9 @@ pub enum CollectError {
     /// The source's git configs could not be masked.
     #[error("cannot mask the source's git credentials for a collector: {0}")]
     Mask(#[source] crate::git_mask::MaskError),
+    /// The watchdog that removes the collector should cibox die could not start.
+    #[error("cannot start the watchdog of a collector's container: {0}")]
+    Watchdog(#[source] std::io::Error),
 }
 
 impl crate::error::ErrorKind for CollectError {
@@ -66,7 +69,7 @@ impl crate::error::ErrorKind for CollectError {
         match self {
             CollectError::Refused { .. } | CollectError::NoImage { .. } => Failure::Usage,
             CollectError::ImageMissing { .. } => Failure::ImageRefused,
-            CollectError::Mask(_) => Failure::Infra,
+            CollectError::Mask(_) | CollectError::Watchdog(_) => Failure::Infra,
         }
     }
 }
@@ -221,7 +224,14 @@ fn run_one(
         wall: spec.timeout.0,
         max_stdout: MAX_COLLECT_BYTES,
     };
-    let captured = engine.capture(&name, body, bounds)?;
+    // Should cibox die meanwhile (SIGKILL, a signal `batch list` does not catch), the
+    // collector's watchdog removes its container, as a batch's does.
+    let watchdog =
+        super::cleanup::watchdog::Watchdog::start(&name, &[]).map_err(CollectError::Watchdog)?;
+    let captured = engine.capture(&name, body, bounds);
+    // `capture` removed the container, whatever happened.
+    watchdog.dismiss();
+    let captured = captured?;
     let last_words = || {
         let tail = String::from_utf8_lossy(&captured.stderr_tail);
         match tail.lines().rev().find(|l| !l.trim().is_empty()) {

@@ -572,3 +572,43 @@ fn sglang_lists_registered_in_code_become_batches_parts_and_pipelines() {
     );
     assert!(collectors_left("cpu-arm64").is_empty());
 }
+
+/// A cibox killed (SIGKILL, or SIGINT while `batch list` collects, which it does not
+/// catch) while its collector runs leaves no collector behind: the collector's
+/// watchdog removes it, as a batch's does.
+#[test]
+fn a_collector_outlives_no_killed_cibox() {
+    for signal in [nix::libc::SIGKILL, nix::libc::SIGINT] {
+        let family = if signal == nix::libc::SIGKILL {
+            "killedlist"
+        } else {
+            "interruptedlist"
+        };
+        let p = busybox_project(
+            &collecting("touch /tmp/started; sleep 600", "      timeout: 5m\n").replacen(
+                "  suite:",
+                &format!("  {family}:"),
+                1,
+            ),
+            "",
+        );
+        let mut child = p
+            .batch_cmd_bare(&["batch", "list"])
+            .env("CIBOX_IMAGE", &p.image.0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(60, || !collectors_left(family).is_empty()),
+            "{family}: the collector never started"
+        );
+        unsafe { nix::libc::kill(child.id() as i32, signal) };
+        child.wait().unwrap();
+        assert!(
+            wait_until(20, || collectors_left(family).is_empty()),
+            "{family}: left behind: {:?}",
+            collectors_left(family)
+        );
+    }
+}
