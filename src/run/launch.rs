@@ -74,6 +74,7 @@ pub fn run_checked(
     warn_private_caches(&manifest, policy, &request, &names, not_scoped.as_deref());
     if let (Scheduler::Slurm(slurm), None) = (&policy.scheduler, &request.node) {
         no_shards_through_slurm(&manifest, &names)?;
+        no_collected_through_slurm(&manifest, &names)?;
         crate::run::artifacts::refuse_under_slurm(&manifest, &names)?;
         return submit(manifest, policy, slurm, request, json);
     }
@@ -248,6 +249,29 @@ fn no_shards_through_slurm(manifest: &Manifest, names: &[String]) -> Result<()> 
         message: format!(
             "batch {name} has {} shards, and this host submits batches to Slurm (its policy says `scheduler: slurm`), which runs a batch whole: give it shards: 1 here, or run it on a host that runs batches itself",
             b.shards
+        ),
+    }
+    .into())
+}
+
+/// A batch of a test list the project's code prints (`collect:`) is refused where Slurm
+/// runs the batches: a node reads the manifest as committed, without the list, and
+/// would not know the batch.
+fn no_collected_through_slurm(manifest: &Manifest, names: &[String]) -> Result<()> {
+    let Some((name, family)) = names
+        .iter()
+        .filter_map(|n| Some((n, manifest.batches.get(n)?.family.as_deref()?)))
+        .find(|(_, f)| manifest.collectors.contains_key(*f))
+    else {
+        return Ok(());
+    };
+    Err(ManifestError::At {
+        path: manifest.path.display().to_string(),
+        mark: manifest
+            .mark_of(&["batches", family, "collect"])
+            .unwrap_or_default(),
+        message: format!(
+            "batch {name} is of a list the project's code prints (`collect:`), and this host submits batches to Slurm (its policy says `scheduler: slurm`), whose nodes read no such list: write the list out (`each:`), or run it on a host that runs batches itself"
         ),
     }
     .into())

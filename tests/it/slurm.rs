@@ -557,7 +557,7 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
     let host = SlurmHost::new();
     let p = busybox_project(
         &format!(
-            "{}{}{}{}",
+            "{}{}{}{}{}",
             batch("wide", 5, "1m", &[JUNIT_OK], ""),
             batch(
                 "many",
@@ -568,6 +568,7 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
             ),
             batch("fine", 0, "1m", &[JUNIT_OK], ""),
             batch("split", 1, "1m", &[JUNIT_OK], "    shards: 2\n"),
+            "  listed:\n    gpus: 0\n    timeout: 1m\n    run: [\"true\"]\n    collect: {run: \"echo '{\\\"file\\\": \\\"a.sh\\\"}'\"}\n",
         ),
         "",
     );
@@ -586,6 +587,13 @@ fn what_the_cluster_can_never_run_is_refused_before_submission() {
     r.fails_with(
         2,
         "batch split has 2 shards, and this host submits batches to Slurm",
+    );
+    assert!(r.stderr.contains("cibox.yaml:"), "{}", r.stderr);
+    // Its nodes read the manifest as committed: a list the code prints is refused.
+    let r = host.run(&p, &["batch", "run", "listed"]);
+    r.fails_with(
+        2,
+        "is of a list the project's code prints (`collect:`), and this host submits batches to Slurm",
     );
     assert!(r.stderr.contains("cibox.yaml:"), "{}", r.stderr);
     let p = p.with_policy(
