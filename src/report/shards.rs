@@ -135,13 +135,16 @@ fn one_batch(batch: &str, mut shards: Vec<BatchResult>, root: &Path) -> BatchRes
         .map(|r| r.container.as_str())
         .collect::<Vec<_>>()
         .join(",");
+    // By the instants they name, not their text: a time cibox did not write (a
+    // record read back) need not have its width.
+    let at = |t: &String| crate::units::parse_rfc3339_ms(t);
     record.started_at = all()
         .map(|r| r.started_at.clone())
-        .min()
+        .min_by_key(|t| at(t).unwrap_or(u64::MAX))
         .unwrap_or_default();
     record.finished_at = all()
         .map(|r| r.finished_at.clone())
-        .max()
+        .max_by_key(|t| at(t).unwrap_or(0))
         .unwrap_or_default();
     record.duration_s = all().map(|r| r.duration_s).fold(0.0, f64::max);
     record.ran_s = all().map(|r| r.ran_s).sum();
@@ -238,8 +241,17 @@ mod tests {
         ok.record.status = Status::Passed;
         ok.record.exit_code = 0;
         ok.record.message = None;
-        let merged = merge(vec![first, ok], &folder, dir.path()).unwrap();
+        // The batch ran from its first shard's start to its last shard's end, by the
+        // instants: a time without a fraction is not later than one with it.
+        let (mut a, mut b) = (first, ok);
+        a.record.started_at = "2026-11-30T03:00:00Z".into();
+        a.record.finished_at = "2026-11-30T03:00:09.500Z".into();
+        b.record.started_at = "2026-11-30T03:00:00.250Z".into();
+        b.record.finished_at = "2026-11-30T03:00:10Z".into();
+        let merged = merge(vec![a, b], &folder, dir.path()).unwrap();
         assert_eq!(merged[0].record.status, Status::Passed);
         assert_eq!(merged[0].record.message, None);
+        assert_eq!(merged[0].record.started_at, "2026-11-30T03:00:00Z");
+        assert_eq!(merged[0].record.finished_at, "2026-11-30T03:00:10Z");
     }
 }
