@@ -441,6 +441,9 @@ mod tests {
             .args(["flock", "-x"])
             .arg(&lock)
             .args(["sleep", "30"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let held = (0..200).any(|_| {
@@ -452,7 +455,12 @@ mod tests {
             may_overtake(&dir, &asking(old, key), &pool[1..2], &free),
             Overtake::No(Some(place(old)))
         );
-        let _ = other.kill();
+        // The whole session (setsid runs flock in place, which runs sleep): no
+        // process of the test outlives it.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(other.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = other.wait();
     }
 }
