@@ -42,7 +42,11 @@ impl FirstFailure {
             self.failed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert_with(|| r.record.batch.clone());
+                .get_or_insert_with(|| match &r.record.shard {
+                    // A shard's unit name (`X[2/3]`) is no batch a reader knows.
+                    Some(s) => format!("{} (shard {}/{})", s.batch, s.index + 1, s.count),
+                    None => r.record.batch.clone(),
+                });
         }
     }
 
@@ -161,4 +165,42 @@ fn at_once(
             .collect()
     });
     joined.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::reporter::sample;
+
+    #[test]
+    fn the_first_failure_is_named_by_its_batch_and_a_shard_by_its_place() {
+        let run = sample::run();
+        let failed = run
+            .batches
+            .iter()
+            .find(|b| b.record.counts_against_run())
+            .expect("the sample run has a failed batch")
+            .clone();
+        let stop = FirstFailure::new(true, None);
+        assert_eq!(stop.why_not(), None);
+        let mut shard = failed.clone();
+        shard.record.batch = crate::manifest::shard_unit("k", 1, 3);
+        shard.record.shard = Some(crate::report::record::ShardOf {
+            batch: "k".into(),
+            index: 1,
+            count: 3,
+        });
+        stop.note(&shard);
+        // The first one counts; a later failure changes nothing.
+        stop.note(&failed);
+        assert_eq!(
+            stop.why_not().as_deref(),
+            Some(
+                "batch k (shard 2/3) failed first, and this run stops at its first failure (fail_fast)"
+            )
+        );
+        let off = FirstFailure::new(false, None);
+        off.note(&failed);
+        assert_eq!(off.why_not(), None);
+    }
 }
