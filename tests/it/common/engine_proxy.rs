@@ -104,8 +104,12 @@ fn requests(
             let answer = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{body}\n"
             );
+            // The answer ends where the connection's write side does; the request's
+            // body is read to its end meanwhile, so the client never meets a closed
+            // connection while it still writes (which would fail it otherwise).
             let _ = client.write_all(answer.as_bytes());
-            let _ = client.shutdown(std::net::Shutdown::Both);
+            let _ = client.shutdown(std::net::Shutdown::Write);
+            while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
             break;
         }
         for &b in &buf[..n] {
