@@ -59,8 +59,19 @@ pub fn name_verified(
     id: &ImageId,
 ) -> std::result::Result<(), EngineError> {
     let (repository, lockset_tag) = super::recipe::tag_parts(project, lockset);
-    let own = super::normalise::id_tag(&repository, id.as_str());
-    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
-    engine.tag(id.as_str(), &repository, own_tag)?;
+    name_own(engine, &repository, id)?;
     engine.tag(id.as_str(), &repository, &lockset_tag)
+}
+
+/// Names `id` by its own name in `repository` (`id-<hex>`, a name no other image
+/// takes) and returns that tag.
+pub fn name_own(
+    engine: &Engine,
+    repository: &str,
+    id: &ImageId,
+) -> std::result::Result<String, EngineError> {
+    let own = super::normalise::id_tag(repository, id.as_str());
+    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t).to_string();
+    engine.tag(id.as_str(), repository, &own_tag)?;
+    Ok(own_tag)
 }

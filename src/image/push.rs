@@ -20,10 +20,8 @@ pub fn push(
     credentials: Option<DockerCredentials>,
 ) -> Result<String, EngineError> {
     let (repository, _) = super::recipe::tag_parts(project, lockset);
-    let own = super::normalise::id_tag(&repository, id.as_str());
-    let own_tag = own.rsplit_once(':').map_or("", |(_, t)| t);
-    engine.tag(id.as_str(), &repository, own_tag)?;
-    let push_tag = own_tag;
+    let own_tag = super::load::name_own(engine, &repository, id)?;
+    let push_tag = own_tag.as_str();
     engine.tag(id.as_str(), to, push_tag)?;
     console::info(format!("pushing {id} to {to}:{push_tag}"));
     let pushed = engine.push(to, push_tag, credentials);
